@@ -1,0 +1,32 @@
+-- Release one hold of a reentrant lock, idempotently per request id.
+--
+-- KEYS[1]  the lock hash
+-- KEYS[2]  the unlock channel, `redisson_lock__channel:{name}`
+-- KEYS[3]  the unlock latch, `redisson_unlock_latch:{name}:<request-id>`
+-- ARGV[1]  the unlock message, `0`
+-- ARGV[2]  lease in milliseconds, applied when holds remain
+-- ARGV[3]  owner field, `<client-uuid>:<owner-id>`
+-- ARGV[4]  the publish command, `publish` or `spublish`
+-- ARGV[5]  latch TTL in milliseconds
+--
+-- Replies 1 when this was the last hold (the key is deleted and the message
+-- published), 0 when holds remain (count lowered, TTL reset to the lease),
+-- nil when the owner holds nothing. A retry with the same request id replies
+-- what the first call replied, without releasing again.
+local done = redis.call('get', KEYS[3])
+if done ~= false then
+    return tonumber(done)
+end
+if redis.call('hexists', KEYS[1], ARGV[3]) == 0 then
+    return nil
+end
+local left = redis.call('hincrby', KEYS[1], ARGV[3], -1)
+if left > 0 then
+    redis.call('pexpire', KEYS[1], ARGV[2])
+    redis.call('set', KEYS[3], 0, 'px', ARGV[5])
+    return 0
+end
+redis.call('del', KEYS[1])
+redis.call(ARGV[4], KEYS[2], ARGV[1])
+redis.call('set', KEYS[3], 1, 'px', ARGV[5])
+return 1

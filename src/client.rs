@@ -1,0 +1,208 @@
+//! The client: connections, identity, registry and pub/sub, shared by every
+//! lock it hands out.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::{ConnectionInfo, IntoConnectionInfo, ProtocolVersion};
+use uuid::Uuid;
+
+use crate::config::Config;
+use crate::pubsub::PubSub;
+use crate::watchdog::Registry;
+use crate::{Lock, Result};
+
+/// A connection to Redis that hands out locks.
+///
+/// A `Client` is a cheap handle: clone it rather than wrapping it in a
+/// mutex or an `Arc`. It owns two connections, one for commands and one for
+/// pub/sub subscriptions, both reconnecting by themselves
+/// ([`ConnectionManager`]), and one random UUID that names this client in
+/// every lock it holds (`<client-uuid>:<owner-id>` hash fields, as in
+/// Redisson). Two `Client`s, in one process or in two, exclude each other.
+///
+/// - **On reconnect**: commands fail while Redis is unreachable and work
+///   again once the connection is back; subscriptions are renewed by the
+///   subscription connection, and waiters are woken to try again.
+/// - **On lease loss**: the watchdog marks every guard on that lock as lost
+///   ([`LockGuard::lease_lost`](crate::LockGuard::lease_lost)) and logs a
+///   warning.
+/// - **On drop**: dropping every clone of a client does not release its
+///   locks; the guards keep the client alive until they are released.
+#[derive(Clone)]
+pub struct Client {
+    pub(crate) inner: Arc<ClientInner>,
+}
+
+pub(crate) struct ClientInner {
+    pub(crate) id: Uuid,
+    pub(crate) conn: ConnectionManager,
+    pub(crate) pubsub: Arc<PubSub>,
+    pub(crate) registry: Registry,
+    pub(crate) config: Config,
+    /// Host and port only: never the credentials.
+    addr: String,
+}
+
+impl fmt::Debug for Client {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Client")
+            .field("id", &self.inner.id)
+            .field("addr", &self.inner.addr)
+            .field("config", &self.inner.config)
+            .field("held_locks", &self.held_locks())
+            .finish()
+    }
+}
+
+impl Client {
+    /// Connects with the default settings.
+    ///
+    /// `url` is anything the `redis` crate accepts as connection info, e.g.
+    /// `"redis://127.0.0.1/"` or `"redis://user:secret@host:6379/0"`.
+    ///
+    /// # Errors
+    /// [`Error::Redis`](crate::Error::Redis) when the URL is malformed or
+    /// Redis cannot be reached.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a dropped call opens nothing that outlives it.
+    pub async fn connect(url: impl IntoConnectionInfo) -> Result<Client> {
+        Client::builder(url).build().await
+    }
+
+    /// Starts a [`ClientBuilder`] for `url`.
+    pub fn builder(url: impl IntoConnectionInfo) -> ClientBuilder {
+        ClientBuilder {
+            info: url.into_connection_info(),
+            config: Config::default(),
+        }
+    }
+
+    /// A handle to the reentrant lock `name`. Nothing is sent to Redis until
+    /// the handle is used; a bad name is reported by the first call.
+    pub fn lock(&self, name: impl Into<String>) -> Lock {
+        Lock::new(self.clone(), name.into())
+    }
+
+    /// This client's UUID: the first half of every owner field it writes.
+    pub fn id(&self) -> Uuid {
+        self.inner.id
+    }
+
+    /// The settings this client runs with.
+    pub fn config(&self) -> &Config {
+        &self.inner.config
+    }
+
+    /// How many (lock, owner) pairs the watchdog keeps alive right now.
+    /// Zero when no watchdog-mode guard is held.
+    pub fn held_locks(&self) -> usize {
+        self.inner.registry.len()
+    }
+
+    /// How many lock channels this client is subscribed to (or still
+    /// unsubscribing from) right now: one per lock name with local waiters.
+    pub fn subscriptions(&self) -> usize {
+        self.inner.pubsub.len()
+    }
+
+    /// How many SUBSCRIBE commands this client has sent since it started.
+    pub fn subscribes_sent(&self) -> u64 {
+        self.inner.pubsub.subscribes_sent()
+    }
+}
+
+/// Settings for a [`Client`], from [`Client::builder`].
+///
+/// ```no_run
+/// # async fn run() -> ferrisson::Result<()> {
+/// use std::time::Duration;
+/// let client = ferrisson::Client::builder("redis://127.0.0.1/")
+///     .watchdog_timeout(Duration::from_secs(30))
+///     .build()
+///     .await?;
+/// # Ok(()) }
+/// ```
+#[must_use = "a builder does nothing until `build` is awaited"]
+pub struct ClientBuilder {
+    info: redis::RedisResult<ConnectionInfo>,
+    config: Config,
+}
+
+impl fmt::Debug for ClientBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ClientBuilder")
+            .field("addr", &self.info.as_ref().map(|i| i.addr().to_string()).ok())
+            .field("config", &self.config)
+            .finish()
+    }
+}
+
+impl ClientBuilder {
+    /// The lease of locks taken without one, renewed by the watchdog every
+    /// third of it. Default 30 s ([`DEFAULT_WATCHDOG_TIMEOUT`](crate::config::DEFAULT_WATCHDOG_TIMEOUT));
+    /// at least 30 ms.
+    pub fn watchdog_timeout(mut self, timeout: Duration) -> Self {
+        self.config.watchdog_timeout = timeout;
+        self
+    }
+
+    /// How long Redis has to answer one command. Default 3 s.
+    pub fn response_timeout(mut self, timeout: Duration) -> Self {
+        self.config.response_timeout = timeout;
+        self
+    }
+
+    /// How long opening a connection may take. Default 5 s.
+    pub fn connection_timeout(mut self, timeout: Duration) -> Self {
+        self.config.connection_timeout = timeout;
+        self
+    }
+
+    /// How many times one release is sent when the connection fails
+    /// (resends are safe: see the unlock latch in the README). Default 4.
+    pub fn release_attempts(mut self, attempts: u32) -> Self {
+        self.config.release_attempts = attempts;
+        self
+    }
+
+    /// Checks the settings and connects.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for
+    /// impossible settings (a watchdog timeout under 30 ms, a zero timeout);
+    /// [`Error::Redis`](crate::Error::Redis) for a malformed URL or an
+    /// unreachable Redis.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a dropped call opens nothing that outlives it.
+    pub async fn build(self) -> Result<Client> {
+        self.config.validate()?;
+        let info = self.info?;
+        let addr = info.addr().to_string();
+        let manager_config = ConnectionManagerConfig::new()
+            .set_response_timeout(Some(self.config.response_timeout))
+            .set_connection_timeout(Some(self.config.connection_timeout));
+
+        let conn = redis::Client::open(info.clone())?
+            .get_connection_manager_with_config(manager_config.clone())
+            .await?;
+        let resp3 = info.redis_settings().clone().set_protocol(ProtocolVersion::RESP3);
+        let pubsub_client = redis::Client::open(info.set_redis_settings(resp3))?;
+        let pubsub = PubSub::connect(pubsub_client, manager_config).await?;
+
+        Ok(Client {
+            inner: Arc::new(ClientInner {
+                id: Uuid::new_v4(),
+                conn,
+                pubsub: Arc::new(pubsub),
+                registry: Registry::default(),
+                config: self.config,
+                addr,
+            }),
+        })
+    }
+}

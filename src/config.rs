@@ -1,0 +1,130 @@
+//! Settings of a [`Client`](crate::Client) and their defaults.
+
+use std::time::Duration;
+
+/// Default watchdog timeout: the lease of a lock taken without one, renewed
+/// every third of it (Redisson's `lockWatchdogTimeout`).
+pub const DEFAULT_WATCHDOG_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The smallest watchdog timeout a client accepts: below it the renewal
+/// period (a third) leaves no room for a round trip.
+pub const MIN_WATCHDOG_TIMEOUT: Duration = Duration::from_millis(30);
+
+/// The largest lease, watchdog timeout or wait any call accepts (one year).
+pub const MAX_DURATION: Duration = Duration::from_secs(365 * 24 * 3600);
+
+/// Default time Redis has to answer one command before it counts as failed.
+pub const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// Default time to open a connection.
+pub const DEFAULT_CONNECTION_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Default number of sends of one release when the connection fails; the
+/// unlock latch makes the repeats safe.
+pub const DEFAULT_RELEASE_ATTEMPTS: u32 = 4;
+
+/// The settings a client runs with; see [`ClientBuilder`](crate::ClientBuilder).
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct Config {
+    /// Lease of watchdog-mode locks; renewed every third of it.
+    pub watchdog_timeout: Duration,
+    /// Time Redis has to answer one command.
+    pub response_timeout: Duration,
+    /// Time to open a connection.
+    pub connection_timeout: Duration,
+    /// Sends of one release when the connection fails.
+    pub release_attempts: u32,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            watchdog_timeout: DEFAULT_WATCHDOG_TIMEOUT,
+            response_timeout: DEFAULT_RESPONSE_TIMEOUT,
+            connection_timeout: DEFAULT_CONNECTION_TIMEOUT,
+            release_attempts: DEFAULT_RELEASE_ATTEMPTS,
+        }
+    }
+}
+
+impl Config {
+    /// How often the watchdog renews a lease: a third of the watchdog timeout.
+    pub fn renewal_interval(&self) -> Duration {
+        self.watchdog_timeout / 3
+    }
+
+    /// How long a release's latch key lives in Redis: long enough to cover
+    /// every resend of that release (Redisson derives it the same way from
+    /// its timeout and retry settings).
+    pub(crate) fn unlock_latch_ttl_ms(&self) -> u64 {
+        let per_attempt = self.response_timeout + Duration::from_millis(1500);
+        let total = per_attempt.saturating_mul(self.release_attempts.max(1));
+        total.as_millis().clamp(1, 3_600_000) as u64
+    }
+
+    pub(crate) fn validate(&self) -> crate::Result<()> {
+        use crate::Error;
+        if self.watchdog_timeout < MIN_WATCHDOG_TIMEOUT {
+            return Err(Error::invalid(format!(
+                "watchdog timeout {:?} is too small to renew: it must be at least {:?}",
+                self.watchdog_timeout, MIN_WATCHDOG_TIMEOUT
+            )));
+        }
+        if self.watchdog_timeout > MAX_DURATION {
+            return Err(Error::invalid(format!(
+                "watchdog timeout {:?} is larger than {:?}",
+                self.watchdog_timeout, MAX_DURATION
+            )));
+        }
+        if self.response_timeout.is_zero() || self.response_timeout > MAX_DURATION {
+            return Err(Error::invalid(format!(
+                "response timeout must be between 1 ms and {:?}, got {:?}",
+                MAX_DURATION, self.response_timeout
+            )));
+        }
+        if self.connection_timeout.is_zero() || self.connection_timeout > MAX_DURATION {
+            return Err(Error::invalid(format!(
+                "connection timeout must be between 1 ms and {:?}, got {:?}",
+                MAX_DURATION, self.connection_timeout
+            )));
+        }
+        if self.release_attempts == 0 {
+            return Err(Error::invalid("release attempts must be at least 1"));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_valid_and_match_redisson() {
+        let c = Config::default();
+        c.validate().unwrap();
+        assert_eq!(c.renewal_interval(), Duration::from_secs(10));
+        // Redisson: (3000 + 1500) * 4 = 18000 ms.
+        assert_eq!(c.unlock_latch_ttl_ms(), 18_000);
+    }
+
+    #[test]
+    fn impossible_settings_are_refused() {
+        let c = Config {
+            watchdog_timeout: Duration::from_millis(10),
+            ..Config::default()
+        };
+        assert!(c.validate().unwrap_err().to_string().contains("too small to renew"));
+        let c = Config {
+            response_timeout: Duration::ZERO,
+            ..Config::default()
+        };
+        assert!(c.validate().is_err());
+        let c = Config {
+            release_attempts: 0,
+            ..Config::default()
+        };
+        assert!(c.validate().is_err());
+    }
+}

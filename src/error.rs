@@ -1,0 +1,130 @@
+//! The one error type of the crate.
+
+use std::time::Duration;
+
+/// The result type of every fallible ferrisson call.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// What can go wrong when talking to a lock.
+///
+/// Not getting a lock within a wait is an outcome (`Ok(None)` from the
+/// `try_lock*` methods), not an error.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// Redis refused a command, or could not be reached.
+    #[error("redis error: {0}")]
+    Redis(#[from] redis::RedisError),
+
+    /// A release by an owner that holds nothing on this lock: it never held
+    /// it, already released every hold, or its lease expired and the key
+    /// is gone or someone else's.
+    #[error("lock `{name}` is not held by owner `{owner}`")]
+    NotHeld {
+        /// The lock name.
+        name: String,
+        /// The owner field that tried to release it, `<client-uuid>:<owner-id>`.
+        owner: String,
+    },
+
+    /// The lease behind a guard ran out, or the lock was deleted behind the
+    /// holder's back (force unlock, Redis restart): the guard no longer
+    /// protects anything, so nothing was sent.
+    #[error("the lease on lock `{name}` was lost")]
+    LeaseLost {
+        /// The lock name.
+        name: String,
+    },
+
+    /// An argument no lock operation can honour.
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+
+    /// The key exists but is not a lock hash: another part of the
+    /// application uses the same name for other data.
+    #[error("key `{name}` exists but is not a lock hash (wrong type)")]
+    WrongType {
+        /// The lock name.
+        name: String,
+    },
+
+    /// A script replied something its contract does not allow.
+    #[error("unexpected reply from the {script} script: {reply}")]
+    UnexpectedReply {
+        /// Which script.
+        script: &'static str,
+        /// The reply, as debug text.
+        reply: String,
+    },
+}
+
+impl Error {
+    /// Whether this is a release of a lock the caller does not hold.
+    pub fn is_not_held(&self) -> bool {
+        matches!(self, Error::NotHeld { .. })
+    }
+
+    /// Whether the caller's lease was lost.
+    pub fn is_lease_lost(&self) -> bool {
+        matches!(self, Error::LeaseLost { .. })
+    }
+
+    /// Whether Redis could not be reached or the connection dropped: the
+    /// same call may succeed once the connection is back.
+    pub fn is_connection_error(&self) -> bool {
+        match self {
+            Error::Redis(e) => {
+                e.is_io_error() || e.is_connection_dropped() || e.is_timeout()
+                    || e.is_connection_refusal()
+            }
+            _ => false,
+        }
+    }
+
+    pub(crate) fn invalid(what: impl Into<String>) -> Self {
+        Error::InvalidArgument(what.into())
+    }
+
+    /// Turns a Redis WRONGTYPE reply on `name` into [`Error::WrongType`].
+    pub(crate) fn from_redis(err: redis::RedisError, name: &str) -> Self {
+        if err.code() == Some("WRONGTYPE") {
+            Error::WrongType {
+                name: name.to_owned(),
+            }
+        } else {
+            Error::Redis(err)
+        }
+    }
+}
+
+/// Checks a duration argument: at least one millisecond, at most `max`.
+pub(crate) fn check_duration(what: &str, value: Duration, max: Duration) -> Result<u64> {
+    let ms = value.as_millis();
+    if ms == 0 {
+        return Err(Error::invalid(format!(
+            "{what} must be at least 1 ms, got {value:?}"
+        )));
+    }
+    if value > max {
+        return Err(Error::invalid(format!(
+            "{what} must be at most {max:?}, got {value:?}"
+        )));
+    }
+    // `max` keeps this far below u64::MAX.
+    Ok(ms as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_are_checked() {
+        let max = Duration::from_secs(10);
+        assert_eq!(check_duration("lease", Duration::from_millis(5), max).unwrap(), 5);
+        assert!(check_duration("lease", Duration::ZERO, max).is_err());
+        assert!(check_duration("lease", Duration::from_micros(999), max).is_err());
+        let err = check_duration("lease", Duration::from_secs(11), max).unwrap_err();
+        assert!(err.to_string().contains("at most"), "{err}");
+    }
+}

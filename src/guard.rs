@@ -1,0 +1,262 @@
+//! The guard of one hold.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::AsyncCommands;
+use tokio::runtime::Handle;
+
+use crate::finish::Finish;
+use crate::scripts::{PUBLISH, RELEASE, UNLOCK_MESSAGE};
+use crate::watchdog::{HoldKey, LeaseState};
+use crate::{keys, Client, Error, Result};
+
+/// One hold of a [`Lock`](crate::Lock), from a successful acquire.
+///
+/// Each acquire returns its own guard, also when it re-entered a lock its
+/// owner already held; releasing a guard drops one hold, and the last release
+/// deletes the lock and wakes a waiter.
+///
+/// Release it with [`LockGuard::unlock`], which reports what happened.
+/// Dropping a guard without `unlock` releases it in the background on the
+/// runtime the lock was taken on: it never blocks and never panics, but it
+/// is not immediate, and a failure is only logged. If that runtime is gone,
+/// nothing is sent and the lock frees itself when its lease runs out (the
+/// watchdog timeout in watchdog mode).
+///
+/// The guard is `Send + 'static`: it can move into a spawned task. Its hold
+/// still belongs to the owner that took it (the task that called `lock`),
+/// so that owner re-enters while the guard lives.
+#[must_use = "the lock is released as soon as the guard is dropped"]
+#[clippy::has_significant_drop]
+pub struct LockGuard {
+    hold: Option<Hold>,
+}
+
+struct Hold {
+    client: Client,
+    key: HoldKey,
+    /// `None`: watchdog mode.
+    lease_ms: Option<u64>,
+    lease: Arc<LeaseState>,
+    runtime: Handle,
+}
+
+impl std::fmt::Debug for LockGuard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut d = f.debug_struct("LockGuard");
+        if let Some(hold) = &self.hold {
+            d.field("name", &hold.key.0)
+                .field("owner", &hold.key.1)
+                .field("lease_ms", &hold.lease_ms)
+                .field("lease_lost", &hold.lease.is_lost());
+        }
+        d.finish()
+    }
+}
+
+impl LockGuard {
+    pub(crate) fn new(
+        client: Client,
+        key: HoldKey,
+        lease_ms: Option<u64>,
+        lease: Arc<LeaseState>,
+        runtime: Handle,
+    ) -> LockGuard {
+        LockGuard {
+            hold: Some(Hold {
+                client,
+                key,
+                lease_ms,
+                lease,
+                runtime,
+            }),
+        }
+    }
+
+    fn hold(&self) -> Option<&Hold> {
+        self.hold.as_ref()
+    }
+
+    /// The lock's name.
+    pub fn name(&self) -> &str {
+        self.hold().map_or("", |h| &h.key.0)
+    }
+
+    /// The owner field of this hold, `<client-uuid>:<owner-id>`.
+    pub fn owner(&self) -> &str {
+        self.hold().map_or("", |h| &h.key.1)
+    }
+
+    /// The lease this hold was taken with; `None` in watchdog mode.
+    pub fn lease(&self) -> Option<Duration> {
+        self.hold()
+            .and_then(|h| h.lease_ms)
+            .map(Duration::from_millis)
+    }
+
+    /// Whether the lease is known to be lost (see [`LockGuard::lease_lost`]).
+    pub fn is_lease_lost(&self) -> bool {
+        self.hold().is_none_or(|h| h.lease.is_lost())
+    }
+
+    /// Resolves when the lock is known to be no longer this guard's.
+    ///
+    /// In watchdog mode: when a renewal finds the lock gone (expired during
+    /// a stall, force-unlocked, Redis restarted) or renewals could not get
+    /// through before the lease would have run out. The client gives up a
+    /// little before the server would (a tenth of the watchdog timeout, at
+    /// most a second), so that the holder stops before another can start.
+    /// With a lease: when the lease runs out by this process's clock,
+    /// counted from when the acquire was sent.
+    ///
+    /// Never resolves while the lock is safely held: use it in a
+    /// `tokio::select!` beside the work it protects.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only waits.
+    pub async fn lease_lost(&self) {
+        if let Some(hold) = self.hold() {
+            hold.lease.wait_lost().await;
+        }
+    }
+
+    /// Gives up the guard but keeps the hold: nothing is released, now or on
+    /// drop. In watchdog mode the watchdog goes on renewing it. Release it
+    /// later with [`Lock::unlock`](crate::Lock::unlock) from the same owner,
+    /// or let a lease run out.
+    pub fn leak(mut self) {
+        self.hold = None;
+    }
+
+    /// Releases this hold; the last hold deletes the lock and wakes a waiter.
+    ///
+    /// # Errors
+    /// - [`Error::LeaseLost`] when the lease was already known lost: nothing
+    ///   is sent, so a lock someone else took since is never touched.
+    /// - [`Error::NotHeld`] when Redis says the owner holds nothing (the
+    ///   lease ran out unnoticed, or the lock was force-unlocked).
+    /// - [`Error::Redis`] when every send failed; the hold then expires with
+    ///   its lease.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: once started, the release runs to its end in the
+    /// background if the future is dropped.
+    pub async fn unlock(mut self) -> Result<()> {
+        match self.hold.take() {
+            Some(hold) => {
+                let runtime = hold.runtime.clone();
+                Finish::detached(runtime, hold.release()).await
+            }
+            None => Ok(()),
+        }
+    }
+}
+
+impl Hold {
+    async fn release(self) -> Result<()> {
+        let inner = &self.client.inner;
+        let watchdog = self.lease_ms.is_none();
+        if watchdog {
+            inner.registry.release(&self.key, &self.lease);
+        }
+        if self.lease.is_lost() {
+            return Err(Error::LeaseLost {
+                name: self.key.0.to_string(),
+            });
+        }
+        let watchdog_ms = inner.config.watchdog_timeout.as_millis() as u64;
+        // Holds that remain keep the watchdog's TTL while it watches the key.
+        let lease_ms = match self.lease_ms {
+            Some(ms) if !inner.registry.contains(&self.key) => ms,
+            _ => watchdog_ms,
+        };
+        release_hold(&self.client, &self.key.0, &self.key.1, lease_ms).await
+    }
+}
+
+/// Sends one release of `owner`'s hold on `name`, resending it with the
+/// same request id when the connection fails.
+pub(crate) async fn release_hold(
+    client: &Client,
+    name: &str,
+    owner: &str,
+    lease_ms: u64,
+) -> Result<()> {
+    let inner = &client.inner;
+    let request_id = uuid::Uuid::new_v4().simple().to_string();
+    let latch = keys::unlock_latch(name, &request_id);
+    let channel = keys::lock_channel(name);
+    let latch_ttl = inner.config.unlock_latch_ttl_ms();
+    let attempts = inner.config.release_attempts.max(1);
+    let mut conn = inner.conn.clone();
+    let mut sent = 0;
+    let reply = loop {
+        sent += 1;
+        let result = RELEASE
+            .key(name)
+            .key(&channel)
+            .key(&latch)
+            .arg(UNLOCK_MESSAGE)
+            .arg(lease_ms)
+            .arg(owner)
+            .arg(PUBLISH)
+            .arg(latch_ttl)
+            .invoke_async::<Option<i64>>(&mut conn)
+            .await;
+        match result {
+            Ok(reply) => break reply,
+            Err(err) if sent < attempts && retryable(&err) => {
+                tracing::debug!(lock = %name, error = %err, "release failed; sending it again");
+                tokio::time::sleep(Duration::from_millis(100 * sent as u64)).await;
+            }
+            Err(err) => return Err(Error::from_redis(err, name)),
+        }
+    };
+    if reply.is_some() {
+        // The script wrote the latch; it only matters to resends of this
+        // request: drop it now rather than leave it to its TTL, without
+        // waiting for the reply.
+        let mut conn = inner.conn.clone();
+        tokio::spawn(async move {
+            let _: redis::RedisResult<()> = conn.del(latch).await;
+        });
+    }
+    match reply {
+        Some(0 | 1) => Ok(()),
+        None => Err(Error::NotHeld {
+            name: name.to_owned(),
+            owner: owner.to_owned(),
+        }),
+        Some(other) => Err(Error::UnexpectedReply {
+            script: "release",
+            reply: other.to_string(),
+        }),
+    }
+}
+
+fn retryable(err: &redis::RedisError) -> bool {
+    err.is_io_error() || err.is_connection_dropped() || err.is_timeout() || err.is_connection_refusal()
+}
+
+impl Drop for LockGuard {
+    fn drop(&mut self) {
+        let Some(hold) = self.hold.take() else {
+            return;
+        };
+        let runtime = hold.runtime.clone();
+        let name = Arc::clone(&hold.key.0);
+        runtime.spawn(async move {
+            match hold.release().await {
+                Ok(()) => {}
+                Err(err @ (Error::LeaseLost { .. } | Error::NotHeld { .. })) => {
+                    tracing::debug!(lock = %name, error = %err, "dropped guard was no longer held");
+                }
+                Err(err) => {
+                    tracing::warn!(lock = %name, error = %err,
+                        "release of a dropped guard failed; the lock expires with its lease");
+                }
+            }
+        });
+    }
+}

@@ -1,0 +1,18 @@
+#![doc = include_str!("../README.md")]
+
+mod client;
+pub mod config;
+mod error;
+mod finish;
+mod guard;
+mod keys;
+mod lock;
+mod pubsub;
+mod scripts;
+mod watchdog;
+
+pub use client::{Client, ClientBuilder};
+pub use config::Config;
+pub use error::{Error, Result};
+pub use guard::LockGuard;
+pub use lock::{Lock, MAX_NAME_LEN};

@@ -1,0 +1,490 @@
+//! The reentrant lock handle.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::AsyncCommands;
+use tokio::time::Instant;
+
+use crate::config::MAX_DURATION;
+use crate::error::check_duration;
+use crate::finish::Finish;
+use crate::guard::{release_hold, LockGuard};
+use crate::scripts::{ACQUIRE, FORCE_UNLOCK, PUBLISH, UNLOCK_MESSAGE};
+use crate::watchdog::{HoldKey, LeaseState, Renewal};
+use crate::{keys, Client, Error, Result};
+
+/// The longest lock name accepted, in bytes (64 KiB): every command carries
+/// the name, often more than once.
+pub const MAX_NAME_LEN: usize = 64 * 1024;
+
+/// A reentrant distributed lock, from [`Client::lock`].
+///
+/// The handle is cheap (`Clone`, `Send + Sync`) and holds nothing by itself:
+/// each successful acquire returns a [`LockGuard`], and the lock is held
+/// while any guard of it is.
+///
+/// # Owners and reentrancy
+/// Holds belong to an *owner*: by default the tokio task that calls, as
+/// Redisson uses the Java thread. A task that already holds the lock
+/// re-enters it at once (the hold count rises); any other task, or any other
+/// [`Client`], waits. Code outside a tokio task (the body of
+/// `#[tokio::main]`, which runs in `block_on`) is owned by its thread.
+///
+/// When the work that releases a lock is not the task that took it (a guard
+/// handed to a spawned task that takes the lock again, a job that spans
+/// several tasks), name the owner yourself with [`Lock::with_owner`]: every
+/// handle with the same owner id on the same client shares the holds.
+///
+/// # Waiting
+/// Waiters subscribe to the lock's channel and are woken by the unlock
+/// message, not by polling; each wait is also bounded by the lock's
+/// remaining TTL, so a lost message costs at most the rest of the lease.
+#[derive(Clone)]
+pub struct Lock {
+    client: Client,
+    name: Arc<str>,
+    owner: Option<Arc<str>>,
+}
+
+impl std::fmt::Debug for Lock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Lock")
+            .field("name", &self.name)
+            .field("owner", &self.owner)
+            .field("client", &self.client.inner.id)
+            .finish()
+    }
+}
+
+static NEXT_THREAD_OWNER: AtomicU64 = AtomicU64::new(1);
+
+thread_local! {
+    static THREAD_OWNER: u64 = NEXT_THREAD_OWNER.fetch_add(1, Ordering::Relaxed);
+}
+
+/// The owner id of the caller: its tokio task, or else its thread.
+fn current_owner_id() -> String {
+    match tokio::task::try_id() {
+        Some(id) => format!("task-{id}"),
+        None => format!("thread-{}", THREAD_OWNER.with(|n| *n)),
+    }
+}
+
+/// The result of one acquire attempt: a guard, or the holder's PTTL in ms.
+pub(crate) type Attempt = std::result::Result<LockGuard, i64>;
+
+impl Lock {
+    pub(crate) fn new(client: Client, name: String) -> Lock {
+        Lock {
+            client,
+            name: name.into(),
+            owner: None,
+        }
+    }
+
+    /// The lock's name: the Redis key of its hash.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The same lock, owned by `owner` instead of the calling task.
+    ///
+    /// Use it when holds must be shared or released across tasks: every
+    /// handle with the same owner id on the same client re-enters the other's
+    /// holds. The id must be non-empty and must not end in `:write` (that
+    /// suffix marks Redisson's write-lock holders); a bad id is reported by
+    /// the first call.
+    pub fn with_owner(&self, owner: impl Into<String>) -> Lock {
+        Lock {
+            owner: Some(owner.into().into()),
+            ..self.clone()
+        }
+    }
+
+    /// The hash field of the calling owner, `<client-uuid>:<owner-id>`;
+    /// checks the name and owner.
+    fn field(&self) -> Result<Arc<str>> {
+        if self.name.is_empty() {
+            return Err(Error::invalid("lock name must not be empty"));
+        }
+        if self.name.len() > MAX_NAME_LEN {
+            return Err(Error::invalid(format!(
+                "lock name is {} bytes long; at most {MAX_NAME_LEN} are allowed",
+                self.name.len()
+            )));
+        }
+        let owner = match &self.owner {
+            Some(owner) => {
+                if owner.is_empty() {
+                    return Err(Error::invalid("owner id must not be empty"));
+                }
+                if owner.ends_with(":write") {
+                    return Err(Error::invalid(format!(
+                        "owner id `{owner}` must not end in `:write`"
+                    )));
+                }
+                owner.to_string()
+            }
+            None => current_owner_id(),
+        };
+        Ok(format!("{}:{owner}", self.client.inner.id).into())
+    }
+
+    /// Waits until the lock is held, then keeps it alive with the watchdog
+    /// until the guard is released.
+    ///
+    /// The lease is the client's watchdog timeout (default 30 s), renewed
+    /// every third of it while the guard lives; if the process dies the lock
+    /// frees itself at most one watchdog timeout later.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a bad name or owner,
+    /// [`Error::WrongType`] when the key holds other data,
+    /// [`Error::Redis`] when Redis fails.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a dropped future leaves no hold in Redis, no registry
+    /// entry and no subscription. An acquire already sent when the future is
+    /// dropped is completed in the background and given back.
+    pub async fn lock(&self) -> Result<LockGuard> {
+        self.acquire(None, None).await?.ok_or_else(no_deadline)
+    }
+
+    /// Waits until the lock is held, for `lease` at most: no watchdog; the
+    /// lock frees itself when the lease runs out, released or not.
+    ///
+    /// # Errors
+    /// As [`Lock::lock`], and [`Error::InvalidArgument`] for a lease under
+    /// 1 ms or over [`MAX_DURATION`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe, as [`Lock::lock`].
+    pub async fn lock_with_lease(&self, lease: Duration) -> Result<LockGuard> {
+        self.acquire(None, Some(lease)).await?.ok_or_else(no_deadline)
+    }
+
+    /// One attempt, watchdog mode: `Some(guard)` when the lock was free or
+    /// already held by this owner, `None` when someone else holds it.
+    ///
+    /// # Errors
+    /// As [`Lock::lock`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe, as [`Lock::lock`].
+    pub async fn try_lock(&self) -> Result<Option<LockGuard>> {
+        self.acquire(Some(Duration::ZERO), None).await
+    }
+
+    /// Waits at most `wait` for the lock, watchdog mode. A zero wait makes
+    /// one attempt.
+    ///
+    /// # Errors
+    /// As [`Lock::lock`], and [`Error::InvalidArgument`] for a wait over
+    /// [`MAX_DURATION`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe, as [`Lock::lock`].
+    pub async fn try_lock_for(&self, wait: Duration) -> Result<Option<LockGuard>> {
+        self.acquire(Some(wait), None).await
+    }
+
+    /// Waits at most `wait` for the lock, held for `lease` at most.
+    ///
+    /// # Errors
+    /// As [`Lock::lock_with_lease`] and [`Lock::try_lock_for`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe, as [`Lock::lock`].
+    pub async fn try_lock_with_lease(
+        &self,
+        wait: Duration,
+        lease: Duration,
+    ) -> Result<Option<LockGuard>> {
+        self.acquire(Some(wait), Some(lease)).await
+    }
+
+    /// Whether anyone holds the lock.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a bad name, [`Error::Redis`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads.
+    pub async fn is_locked(&self) -> Result<bool> {
+        self.field()?;
+        let mut conn = self.client.inner.conn.clone();
+        conn.exists(&*self.name).await.map_err(|e| self.error(e))
+    }
+
+    /// Whether this handle's owner (by default, the calling task) holds the
+    /// lock.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`], [`Error::WrongType`], [`Error::Redis`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads.
+    pub async fn is_held_by_current_task(&self) -> Result<bool> {
+        let field = self.field()?;
+        let mut conn = self.client.inner.conn.clone();
+        conn.hexists(&*self.name, &*field)
+            .await
+            .map_err(|e| self.error(e))
+    }
+
+    /// How many holds this handle's owner has on the lock (0 when none).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`], [`Error::WrongType`], [`Error::Redis`],
+    /// and [`Error::UnexpectedReply`] when the field is not a count.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads.
+    pub async fn hold_count(&self) -> Result<u32> {
+        let field = self.field()?;
+        let mut conn = self.client.inner.conn.clone();
+        let count: Option<String> = conn
+            .hget(&*self.name, &*field)
+            .await
+            .map_err(|e| self.error(e))?;
+        match count {
+            None => Ok(0),
+            Some(text) => text.parse().map_err(|_| Error::UnexpectedReply {
+                script: "hold count (HGET)",
+                reply: text,
+            }),
+        }
+    }
+
+    /// How long until the lock expires: `None` when nobody holds it (or the
+    /// key has no TTL, which no Redisson or ferrisson lock has).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`], [`Error::Redis`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads.
+    pub async fn remaining_ttl(&self) -> Result<Option<Duration>> {
+        self.field()?;
+        let mut conn = self.client.inner.conn.clone();
+        let ms: i64 = conn.pttl(&*self.name).await.map_err(|e| self.error(e))?;
+        Ok((ms >= 0).then(|| Duration::from_millis(ms as u64)))
+    }
+
+    /// Deletes the lock whoever holds it and wakes a waiter. Returns whether
+    /// there was a lock to delete. The holders' guards learn it at their next
+    /// renewal (`lease_lost`) or release (an error).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`], [`Error::WrongType`] (the key holds other
+    /// data, which is left alone), [`Error::Redis`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe: once sent, the delete completes in the background.
+    pub async fn force_unlock(&self) -> Result<bool> {
+        self.field()?;
+        let mut conn = self.client.inner.conn.clone();
+        let name = Arc::clone(&self.name);
+        let request = async move {
+            FORCE_UNLOCK
+                .key(&*name)
+                .key(keys::lock_channel(&name))
+                .arg(UNLOCK_MESSAGE)
+                .arg(PUBLISH)
+                .invoke_async::<i64>(&mut conn)
+                .await
+        };
+        let reply = Finish::detached(runtime()?, request)
+            .await
+            .map_err(|e| self.error(e))?;
+        match reply {
+            0 => Ok(false),
+            1 => Ok(true),
+            other => Err(Error::UnexpectedReply {
+                script: "force_unlock",
+                reply: other.to_string(),
+            }),
+        }
+    }
+
+    /// Releases one hold of this handle's owner without a guard, as
+    /// Redisson's `unlock()` does: for holds whose guard was given up with
+    /// [`LockGuard::leak`]. Prefer [`LockGuard::unlock`] otherwise: a guard
+    /// still alive for the released hold would release another one when it
+    /// goes.
+    ///
+    /// # Errors
+    /// [`Error::NotHeld`] when the owner holds nothing on this lock (as in
+    /// Redisson, unlocking what you do not hold is an error);
+    /// [`Error::InvalidArgument`], [`Error::WrongType`], [`Error::Redis`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe: once started, the release runs to its end in the
+    /// background if the future is dropped.
+    pub async fn unlock(&self) -> Result<()> {
+        let field = self.field()?;
+        let client = self.client.clone();
+        let name = Arc::clone(&self.name);
+        let release = async move {
+            let key: HoldKey = (name, field);
+            let inner = &client.inner;
+            let watchdog_ms = inner.config.watchdog_timeout.as_millis() as u64;
+            inner.registry.release_any(&key);
+            release_hold(&client, &key.0, &key.1, watchdog_ms).await
+        };
+        Finish::detached(runtime()?, release).await
+    }
+
+    fn error(&self, err: redis::RedisError) -> Error {
+        Error::from_redis(err, &self.name)
+    }
+
+    /// Acquires within `wait` (`None`: no limit), with `lease` (`None`:
+    /// watchdog mode).
+    async fn acquire(
+        &self,
+        wait: Option<Duration>,
+        lease: Option<Duration>,
+    ) -> Result<Option<LockGuard>> {
+        let field = self.field()?;
+        let lease_ms = lease
+            .map(|lease| check_duration("lease", lease, MAX_DURATION))
+            .transpose()?;
+        if wait.is_some_and(|wait| wait > MAX_DURATION) {
+            return Err(Error::invalid(format!(
+                "wait must be at most {MAX_DURATION:?}, got {wait:?}"
+            )));
+        }
+        let deadline = wait.map(|wait| Instant::now() + wait);
+        let expired = |now: Instant| deadline.is_some_and(|d| now >= d);
+
+        if let Ok(guard) = self.attempt(&field, lease_ms).await? {
+            return Ok(Some(guard));
+        }
+        if expired(Instant::now()) {
+            return Ok(None);
+        }
+
+        let subscribe = self
+            .client
+            .inner
+            .pubsub
+            .subscribe(keys::lock_channel(&self.name));
+        let subscription = match deadline {
+            Some(deadline) => match tokio::time::timeout_at(deadline, subscribe).await {
+                Ok(subscription) => subscription?,
+                Err(_) => return Ok(None),
+            },
+            None => subscribe.await?,
+        };
+        loop {
+            let notified = subscription.notified();
+            tokio::pin!(notified);
+            // Registered before the attempt: an unlock published while the
+            // attempt is in flight still wakes this waiter.
+            notified.as_mut().enable();
+            let ttl = match self.attempt(&field, lease_ms).await? {
+                Ok(guard) => return Ok(Some(guard)),
+                Err(ttl) => ttl,
+            };
+            let now = Instant::now();
+            if expired(now) {
+                return Ok(None);
+            }
+            let mut pause = match ttl {
+                ttl if ttl > 0 => Duration::from_millis(ttl as u64),
+                0 => Duration::from_millis(1),
+                // No TTL: only a message (or a periodic look) frees it.
+                _ => self.client.inner.config.renewal_interval(),
+            };
+            if let Some(deadline) = deadline {
+                pause = pause.min(deadline - now);
+            }
+            tokio::select! {
+                _ = &mut notified => {}
+                _ = tokio::time::sleep(pause) => {}
+            }
+        }
+    }
+
+    /// One acquire attempt for `field`.
+    async fn attempt(&self, field: &Arc<str>, lease_ms: Option<u64>) -> Result<Attempt> {
+        let inner = &self.client.inner;
+        let runtime = runtime()?;
+        let key: HoldKey = (Arc::clone(&self.name), Arc::clone(field));
+        let watchdog_ms = inner.config.watchdog_timeout.as_millis() as u64;
+        // A leased hold taken inside a watchdog hold must not shorten the
+        // key's TTL below what the watchdog's schedule expects.
+        let ttl_ms = match lease_ms {
+            None => watchdog_ms,
+            Some(ms) if inner.registry.contains(&key) => ms.max(watchdog_ms),
+            Some(ms) => ms,
+        };
+
+        let sent = Instant::now();
+        let mut conn = inner.conn.clone();
+        let (name, owner) = (Arc::clone(&key.0), Arc::clone(&key.1));
+        let request = async move {
+            ACQUIRE
+                .key(&*name)
+                .arg(ttl_ms)
+                .arg(&*owner)
+                .invoke_async::<Option<i64>>(&mut conn)
+                .await
+        };
+        let client = self.client.clone();
+        let (name, owner) = (Arc::clone(&key.0), Arc::clone(&key.1));
+        let give_back = move |reply: redis::RedisResult<Option<i64>>| async move {
+            if let Ok(None) = reply {
+                // The caller left after Redis granted the hold: undo it.
+                let lease_ms = lease_ms.unwrap_or(watchdog_ms);
+                if let Err(err) = release_hold(&client, &name, &owner, lease_ms).await {
+                    tracing::warn!(lock = %name, %owner, error = %err,
+                        "could not give back a hold taken by a cancelled acquire; it expires with its lease");
+                }
+            }
+        };
+        let reply = Finish::new(runtime.clone(), request, give_back)
+            .await
+            .map_err(|e| self.error(e))?;
+        match reply {
+            Some(ttl) => Ok(Err(ttl)),
+            None => {
+                let lease = match lease_ms {
+                    None => inner.registry.hold(
+                        key.clone(),
+                        sent,
+                        Renewal {
+                            conn: inner.conn.clone(),
+                            timeout: inner.config.watchdog_timeout,
+                            runtime: runtime.clone(),
+                        },
+                    ),
+                    Some(ms) => LeaseState::leased(sent + Duration::from_millis(ms)),
+                };
+                Ok(Ok(LockGuard::new(
+                    self.client.clone(),
+                    key,
+                    lease_ms,
+                    lease,
+                    runtime,
+                )))
+            }
+        }
+    }
+}
+
+fn runtime() -> Result<tokio::runtime::Handle> {
+    tokio::runtime::Handle::try_current()
+        .map_err(|_| Error::invalid("ferrisson must be called from inside a tokio runtime"))
+}
+
+fn no_deadline() -> Error {
+    // `acquire` without a deadline only returns with a guard or an error.
+    Error::UnexpectedReply {
+        script: "acquire",
+        reply: "gave up without a deadline".into(),
+    }
+}

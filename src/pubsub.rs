@@ -1,0 +1,222 @@
+//! Unlock notifications: one subscription per channel per client, shared by
+//! every local waiter on it, and dropped when the last one leaves.
+//!
+//! The subscriptions live on their own RESP3 connection (a
+//! [`ConnectionManager`] that resubscribes by itself after a reconnect); its
+//! push messages are dispatched here to a [`Notify`] per channel: message `0`
+//! wakes one waiter, any other message wakes them all, and a lost connection
+//! wakes them all too, so that each retries and re-arms.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use dashmap::mapref::entry::Entry;
+use dashmap::DashMap;
+use redis::aio::ConnectionManager;
+use redis::{PushInfo, PushKind, Value};
+use tokio::sync::futures::Notified;
+use tokio::sync::{Mutex, Notify};
+
+use crate::Result;
+
+/// The subscription state of one channel.
+#[derive(Debug)]
+struct ChannelState {
+    notify: Notify,
+    /// Whether SUBSCRIBE was confirmed; the lock orders subscribe and
+    /// unsubscribe of this channel.
+    subscribed: Mutex<bool>,
+}
+
+#[derive(Debug)]
+struct Slot {
+    waiters: usize,
+    state: Arc<ChannelState>,
+}
+
+type Channels = DashMap<String, Slot>;
+
+/// The client's pub/sub side.
+pub(crate) struct PubSub {
+    conn: ConnectionManager,
+    channels: Arc<Channels>,
+    subscribes_sent: AtomicU64,
+}
+
+impl std::fmt::Debug for PubSub {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PubSub")
+            .field("channels", &self.channels.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl PubSub {
+    /// Opens the subscription connection; `client` must speak RESP3.
+    pub(crate) async fn connect(
+        client: redis::Client,
+        config: redis::aio::ConnectionManagerConfig,
+    ) -> Result<PubSub> {
+        let channels: Arc<Channels> = Arc::new(DashMap::new());
+        let sink = Arc::clone(&channels);
+        let config = config
+            .set_automatic_resubscription()
+            .set_push_sender(move |info: PushInfo| {
+                dispatch(&sink, info);
+                Ok::<(), std::convert::Infallible>(())
+            });
+        let conn = client.get_connection_manager_with_config(config).await?;
+        Ok(PubSub {
+            conn,
+            channels,
+            subscribes_sent: AtomicU64::new(0),
+        })
+    }
+
+    /// Joins the waiters of `channel`, subscribing when it is the first.
+    /// Returns once the subscription is confirmed by Redis.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a dropped call leaves the waiter count as it was, and a
+    /// subscription nobody waits on is dropped again.
+    pub(crate) async fn subscribe(self: &Arc<Self>, channel: String) -> Result<Subscription> {
+        let state = {
+            let mut slot = self.channels.entry(channel.clone()).or_insert_with(|| Slot {
+                waiters: 0,
+                state: Arc::new(ChannelState {
+                    notify: Notify::new(),
+                    subscribed: Mutex::new(false),
+                }),
+            });
+            slot.waiters += 1;
+            Arc::clone(&slot.state)
+        };
+        // From here on the count is undone by Subscription's Drop.
+        let sub = Subscription {
+            pubsub: Arc::clone(self),
+            channel,
+            state,
+        };
+        let mut subscribed = sub.state.subscribed.lock().await;
+        if !*subscribed {
+            self.subscribes_sent.fetch_add(1, Ordering::Relaxed);
+            self.conn.clone().subscribe(&sub.channel).await?;
+            *subscribed = true;
+        }
+        drop(subscribed);
+        Ok(sub)
+    }
+
+    /// Channels with at least one local waiter, or still being unsubscribed.
+    pub(crate) fn len(&self) -> usize {
+        self.channels.len()
+    }
+
+    /// SUBSCRIBE commands sent since the client started.
+    pub(crate) fn subscribes_sent(&self) -> u64 {
+        self.subscribes_sent.load(Ordering::Relaxed)
+    }
+
+    fn leave(self: &Arc<Self>, channel: &str, state: &Arc<ChannelState>) {
+        let last = match self.channels.entry(channel.to_owned()) {
+            Entry::Occupied(mut slot) if Arc::ptr_eq(&slot.get().state, state) => {
+                slot.get_mut().waiters -= 1;
+                slot.get().waiters == 0
+            }
+            _ => false,
+        };
+        if !last {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            // No runtime to unsubscribe with: forget the channel; a later
+            // waiter subscribes again, and stray messages find no slot.
+            self.channels
+                .remove_if(channel, |_, slot| Arc::ptr_eq(&slot.state, state));
+            return;
+        };
+        let this = Arc::clone(self);
+        let channel = channel.to_owned();
+        let state = Arc::clone(state);
+        runtime.spawn(async move { this.unsubscribe_if_unused(channel, state).await });
+    }
+
+    async fn unsubscribe_if_unused(&self, channel: String, state: Arc<ChannelState>) {
+        let mut subscribed = state.subscribed.lock().await;
+        let unused = |slot: &Slot| Arc::ptr_eq(&slot.state, &state) && slot.waiters == 0;
+        if !self.channels.get(&channel).is_some_and(|slot| unused(&slot)) {
+            // Someone joined meanwhile: the subscription is theirs now.
+            return;
+        }
+        if *subscribed {
+            if let Err(err) = self.conn.clone().unsubscribe(&channel).await {
+                tracing::debug!(%channel, error = %err, "unsubscribe failed");
+            }
+            *subscribed = false;
+        }
+        // A waiter that joins after this point finds `subscribed == false`
+        // (it waits on the lock above) or a fresh slot, and subscribes.
+        self.channels.remove_if(&channel, |_, slot| unused(slot));
+    }
+}
+
+/// One waiter's membership in a channel's subscription.
+#[derive(Debug)]
+pub(crate) struct Subscription {
+    pubsub: Arc<PubSub>,
+    channel: String,
+    state: Arc<ChannelState>,
+}
+
+impl Subscription {
+    /// A future that completes on the next wake-up for this channel. Call
+    /// `enable()` on it before the acquire attempt it guards, so that a
+    /// message in between is not missed.
+    pub(crate) fn notified(&self) -> Notified<'_> {
+        self.state.notify.notified()
+    }
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        self.pubsub.leave(&self.channel, &self.state);
+    }
+}
+
+fn text(value: &Value) -> Option<&[u8]> {
+    match value {
+        Value::BulkString(bytes) => Some(bytes),
+        Value::SimpleString(s) => Some(s.as_bytes()),
+        _ => None,
+    }
+}
+
+fn dispatch(channels: &Channels, info: PushInfo) {
+    match info.kind {
+        PushKind::Message | PushKind::SMessage => {
+            let (Some(channel), Some(payload)) = (
+                info.data.first().and_then(text),
+                info.data.get(1).and_then(text),
+            ) else {
+                return;
+            };
+            let Ok(channel) = std::str::from_utf8(channel) else {
+                return;
+            };
+            if let Some(slot) = channels.get(channel) {
+                if payload == crate::scripts::UNLOCK_MESSAGE.as_bytes() {
+                    slot.state.notify.notify_one();
+                } else {
+                    slot.state.notify.notify_waiters();
+                }
+            }
+        }
+        PushKind::Disconnection => {
+            tracing::debug!("pub/sub connection lost; waking every waiter to retry");
+            for slot in channels.iter() {
+                slot.state.notify.notify_waiters();
+            }
+        }
+        _ => {}
+    }
+}

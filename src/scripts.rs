@@ -1,0 +1,28 @@
+//! The Lua scripts, one per file under `lua/`, loaded once and run with
+//! EVALSHA (falling back to loading the script on NOSCRIPT).
+
+use std::sync::LazyLock;
+
+use redis::Script;
+
+/// `lua/acquire.lua`: acquire or re-enter.
+pub(crate) static ACQUIRE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../lua/acquire.lua")));
+
+/// `lua/release.lua`: drop one hold, idempotent per request id.
+pub(crate) static RELEASE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../lua/release.lua")));
+
+/// `lua/renew.lua`: reset the TTL of keys still held by their owners.
+pub(crate) static RENEW: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../lua/renew.lua")));
+
+/// `lua/force_unlock.lua`: delete whoever holds it, wake waiters.
+pub(crate) static FORCE_UNLOCK: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../lua/force_unlock.lua")));
+
+/// The message a final release publishes: wakes one waiter.
+pub(crate) const UNLOCK_MESSAGE: &str = "0";
+
+/// The publish command scripts use on a single server.
+pub(crate) const PUBLISH: &str = "publish";

@@ -1,0 +1,667 @@
+//! Test support: throwaway private `redis-server` processes and a tiny RESP2 client.
+//!
+//! The module relies on the Rust standard library only, so it can be included from
+//! integration tests (`mod server;` in `tests/common/mod.rs`) as well as from examples
+//! (`#[path = "../tests/common/server.rs"] mod server;`).
+//!
+//! Every [`RedisServer`] runs in its own temporary directory on its own port, without
+//! persistence, and is killed (and its directory removed) when the value is dropped,
+//! including while a failing test unwinds.
+
+use std::ffi::OsString;
+use std::fs;
+use std::io::{self, BufRead, BufReader, Write};
+use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::thread;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// Environment variable that overrides the `redis-server` binary to run.
+const BINARY_ENV: &str = "FERRISSON_REDIS_SERVER";
+/// Binary looked up on `PATH` when [`BINARY_ENV`] is not set.
+const DEFAULT_BINARY: &str = "redis-server";
+/// How long a single launch may take before it counts as failed.
+const STARTUP_TIMEOUT: Duration = Duration::from_secs(10);
+/// Delay between two readiness probes.
+const POLL_INTERVAL: Duration = Duration::from_millis(10);
+/// Pause before respawning on the same port in `restart`.
+const RESPAWN_PAUSE: Duration = Duration::from_millis(50);
+/// How many fresh ports `start` tries when the process dies right away.
+const START_ATTEMPTS: usize = 5;
+/// Connect/read/write timeout used by a readiness probe.
+const PROBE_TIMEOUT: Duration = Duration::from_millis(500);
+/// Connect/read/write timeout used by `cmd` and the subscriber.
+const IO_TIMEOUT: Duration = Duration::from_secs(10);
+/// Line that redis writes to its log once it serves clients.
+const READY_LOG_LINE: &str = "Ready to accept connections";
+/// How many trailing log lines go into a panic message.
+const LOG_TAIL_LINES: usize = 40;
+
+/// Distinguishes temp dirs created by the same process.
+static DIR_COUNTER: AtomicU64 = AtomicU64::new(0);
+
+/// A private `redis-server` child process listening on `127.0.0.1`.
+///
+/// Dropping the value kills the process and removes its temporary directory.
+#[allow(dead_code, unreachable_pub)]
+#[derive(Debug)]
+pub struct RedisServer {
+    /// TCP port the server listens on.
+    port: u16,
+    /// The running process, `None` while stopped.
+    child: Option<Child>,
+    /// Private working directory (`--dir`), also holding `redis.log`.
+    dir: PathBuf,
+    /// The `redis-server` executable.
+    binary: OsString,
+    /// Extra command-line arguments given to `start_with_args`.
+    extra_args: Vec<String>,
+}
+
+/// Result of one attempt to bring a server process up.
+enum Launch {
+    /// The process answers on its port.
+    Ready,
+    /// The process exited before becoming ready (for example the port was taken).
+    Exited(ExitStatus),
+    /// The process neither became ready nor exited in time; it has been killed.
+    TimedOut,
+}
+
+#[allow(dead_code, unreachable_pub)]
+impl RedisServer {
+    /// Starts a private `redis-server` on a free `127.0.0.1` port in a fresh temp dir.
+    ///
+    /// The binary is taken from the `FERRISSON_REDIS_SERVER` environment variable if set,
+    /// otherwise `redis-server` is looked up on `PATH`. Persistence is disabled, so data
+    /// does not survive [`RedisServer::restart`].
+    ///
+    /// # Panics
+    ///
+    /// Panics (including the tail of the server log) if the server does not come up.
+    pub fn start() -> RedisServer {
+        RedisServer::start_with_args(&[])
+    }
+
+    /// Like [`RedisServer::start`], with `extra` appended to the command line,
+    /// e.g. `&["--requirepass", "secret"]`.
+    ///
+    /// When `--requirepass` is among the extra arguments, [`RedisServer::cmd`], the
+    /// readiness probe and [`RawSubscriber::new`] authenticate with that password.
+    ///
+    /// If the process exits right away (typically because another test grabbed the port
+    /// in the meantime), a new free port is picked, up to 5 attempts.
+    ///
+    /// # Panics
+    ///
+    /// Panics (including the tail of the server log) if the server does not come up.
+    pub fn start_with_args(extra: &[&str]) -> RedisServer {
+        let mut server = RedisServer {
+            port: 0,
+            child: None,
+            dir: create_unique_dir(),
+            binary: redis_binary(),
+            extra_args: extra.iter().map(|arg| (*arg).to_owned()).collect(),
+        };
+        let mut failures = Vec::new();
+        for _ in 0..START_ATTEMPTS {
+            server.port = free_port();
+            match server.launch(Instant::now() + STARTUP_TIMEOUT) {
+                Launch::Ready => return server,
+                Launch::Exited(status) => {
+                    failures.push(format!("port {}: exited early ({status})", server.port));
+                }
+                Launch::TimedOut => server.fail(&format!(
+                    "did not answer PING on port {} within {:?}",
+                    server.port, STARTUP_TIMEOUT
+                )),
+            }
+        }
+        server.fail(&format!(
+            "exited early on every attempt: {}",
+            failures.join("; ")
+        ))
+    }
+
+    /// The TCP port the server listens on (kept across [`RedisServer::restart`]).
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Connection URL of the server: `redis://127.0.0.1:<port>/`.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    /// Kills the server process (SIGKILL) and waits for it to exit.
+    ///
+    /// Calling it on a stopped server does nothing.
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Stops the server, then starts it again on the same port, in the same directory
+    /// and with the same arguments, and waits until it answers.
+    ///
+    /// If the port cannot be bound yet, the process exits and is respawned until
+    /// 10 seconds have passed. No data survives since persistence is off.
+    ///
+    /// # Panics
+    ///
+    /// Panics (including the tail of the server log) if the server does not come back.
+    pub fn restart(&mut self) {
+        self.stop();
+        let deadline = Instant::now() + STARTUP_TIMEOUT;
+        loop {
+            match self.launch(deadline) {
+                Launch::Ready => return,
+                Launch::Exited(_) if Instant::now() < deadline => thread::sleep(RESPAWN_PAUSE),
+                Launch::Exited(status) => self.fail(&format!(
+                    "could not restart on port {} within {:?}; last exit: {status}",
+                    self.port, STARTUP_TIMEOUT
+                )),
+                Launch::TimedOut => self.fail(&format!(
+                    "did not answer PING on port {} within {:?} after restart",
+                    self.port, STARTUP_TIMEOUT
+                )),
+            }
+        }
+    }
+
+    /// Sends one command over a new short-lived connection and returns the parsed reply.
+    ///
+    /// The arguments are sent as a RESP array of bulk strings, e.g.
+    /// `server.cmd(&["SET", "key", "value"])`. Redis errors come back as
+    /// [`RespValue::Error`]; they do not panic.
+    ///
+    /// # Panics
+    ///
+    /// Panics on any I/O or protocol error (for example when the server is stopped).
+    pub fn cmd(&self, args: &[&str]) -> RespValue {
+        let result = connect(self.port, IO_TIMEOUT).and_then(|stream| {
+            let mut reader = BufReader::new(stream);
+            self.authenticate(&mut reader)?;
+            reader.get_mut().write_all(&encode_command(args))?;
+            read_value(&mut reader)
+        });
+        match result {
+            Ok(value) => value,
+            Err(err) => panic!(
+                "command {args:?} to redis on port {} failed: {err}",
+                self.port
+            ),
+        }
+    }
+
+    /// The password given with `--requirepass`, if any.
+    fn password(&self) -> Option<&str> {
+        self.extra_args
+            .iter()
+            .position(|arg| arg == "--requirepass")
+            .and_then(|index| self.extra_args.get(index + 1))
+            .map(String::as_str)
+    }
+
+    /// Sends `AUTH` on a fresh connection when a password is configured.
+    fn authenticate(&self, reader: &mut BufReader<TcpStream>) -> io::Result<()> {
+        let Some(password) = self.password() else {
+            return Ok(());
+        };
+        reader
+            .get_mut()
+            .write_all(&encode_command(&["AUTH", password]))?;
+        match read_value(reader)? {
+            RespValue::Error(message) => Err(io::Error::other(format!("AUTH failed: {message}"))),
+            _ => Ok(()),
+        }
+    }
+
+    /// Path of the server log file.
+    fn log_path(&self) -> PathBuf {
+        self.dir.join("redis.log")
+    }
+
+    /// Path of the file that receives the server's stderr.
+    fn stderr_path(&self) -> PathBuf {
+        self.dir.join("redis.stderr")
+    }
+
+    /// Where the child's stderr goes: appended to `redis.stderr` in the temp dir, because
+    /// redis reports command-line/config errors there before it opens its log file.
+    /// Falls back to the null device if the file cannot be opened.
+    fn stderr_sink(&self) -> Stdio {
+        fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.stderr_path())
+            .map_or_else(|_| Stdio::null(), Stdio::from)
+    }
+
+    /// Spawns the process on the current port and waits until it is ready, it exits,
+    /// or `deadline` passes. Only a ready process is kept in `self.child`.
+    fn launch(&mut self, deadline: Instant) -> Launch {
+        let log = self.log_path();
+        // The log is appended to across restarts; only look at what this process writes.
+        let log_offset = fs::metadata(&log).map_or(0, |meta| meta.len());
+        let mut child = self.spawn(&log);
+        loop {
+            if let Ok(Some(status)) = child.try_wait() {
+                return Launch::Exited(status);
+            }
+            if self.probe(child.id(), &log, log_offset) {
+                // Make sure the answer did not come from some other server on this port.
+                if let Ok(Some(status)) = child.try_wait() {
+                    return Launch::Exited(status);
+                }
+                self.child = Some(child);
+                return Launch::Ready;
+            }
+            if Instant::now() >= deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Launch::TimedOut;
+            }
+            thread::sleep(POLL_INTERVAL);
+        }
+    }
+
+    /// Spawns `redis-server` with the standard arguments plus the extra ones.
+    fn spawn(&self, log: &Path) -> Child {
+        let mut command = Command::new(&self.binary);
+        command
+            .arg("--port")
+            .arg(self.port.to_string())
+            .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .arg("--dir")
+            .arg(&self.dir)
+            .arg("--logfile")
+            .arg(log)
+            .args(["--daemonize", "no", "--protected-mode", "no"])
+            .args(&self.extra_args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(self.stderr_sink());
+        match command.spawn() {
+            Ok(child) => child,
+            Err(err) => panic!(
+                "could not run {}: {err} (install redis-server or set {BINARY_ENV} to its path)",
+                Path::new(&self.binary).display()
+            ),
+        }
+    }
+
+    /// Returns true when the server on our port answers and is the process `pid`.
+    ///
+    /// A `PING` must get `+PONG` (or `NOAUTH` if a password we do not know is set).
+    /// Ownership is then confirmed through `INFO server`'s `process_id`, or, when that
+    /// is not available, through the "ready" line in this process' part of the log.
+    fn probe(&self, pid: u32, log: &Path, log_offset: u64) -> bool {
+        let Ok(stream) = connect(self.port, PROBE_TIMEOUT) else {
+            return false;
+        };
+        let mut reader = BufReader::new(stream);
+        let answered = self.authenticate(&mut reader).is_ok()
+            && reader.get_mut().write_all(b"PING\r\n").is_ok()
+            && match read_value(&mut reader) {
+                Ok(RespValue::Simple(reply)) => reply == "PONG",
+                Ok(RespValue::Error(message)) => message.starts_with("NOAUTH"),
+                _ => false,
+            };
+        if !answered {
+            return false;
+        }
+        let info = reader
+            .get_mut()
+            .write_all(&encode_command(&["INFO", "server"]))
+            .and_then(|()| read_value(&mut reader));
+        match info {
+            Ok(RespValue::Bulk(Some(text))) => String::from_utf8_lossy(&text)
+                .lines()
+                .find_map(|line| line.strip_prefix("process_id:"))
+                .and_then(|value| value.trim().parse::<u32>().ok())
+                .is_some_and(|reported| reported == pid),
+            _ => log_says_ready(log, log_offset),
+        }
+    }
+
+    /// Kills the process and panics with `reason` and the tails of the log and stderr.
+    fn fail(&mut self, reason: &str) -> ! {
+        self.stop();
+        panic!(
+            "redis-server ({}) in {}: {reason}\n--- tail of {} ---\n{}\n--- tail of {} ---\n{}",
+            Path::new(&self.binary).display(),
+            self.dir.display(),
+            self.log_path().display(),
+            log_tail(&self.log_path()),
+            self.stderr_path().display(),
+            log_tail(&self.stderr_path())
+        );
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.stop();
+        let _ = fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A parsed RESP2 reply.
+#[allow(dead_code, unreachable_pub)]
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RespValue {
+    /// Simple string (`+OK`).
+    Simple(String),
+    /// Error reply (`-ERR ...`), without the leading `-`.
+    Error(String),
+    /// Integer reply (`:1`).
+    Int(i64),
+    /// Bulk string; `None` is the nil bulk string (`$-1`).
+    Bulk(Option<Vec<u8>>),
+    /// Array; `None` is the nil array (`*-1`).
+    Array(Option<Vec<RespValue>>),
+}
+
+#[allow(dead_code, unreachable_pub)]
+impl RespValue {
+    /// The value of an integer reply.
+    pub fn as_int(&self) -> Option<i64> {
+        match self {
+            RespValue::Int(value) => Some(*value),
+            _ => None,
+        }
+    }
+
+    /// The text of a simple string or non-nil bulk string (bulk bytes decoded as lossy UTF-8).
+    pub fn as_string(&self) -> Option<String> {
+        match self {
+            RespValue::Simple(text) => Some(text.clone()),
+            RespValue::Bulk(Some(bytes)) => Some(String::from_utf8_lossy(bytes).into_owned()),
+            _ => None,
+        }
+    }
+
+    /// True for the nil bulk string and the nil array.
+    pub fn is_nil(&self) -> bool {
+        matches!(self, RespValue::Bulk(None) | RespValue::Array(None))
+    }
+
+    /// The elements of a non-nil array.
+    pub fn as_array(&self) -> Option<&[RespValue]> {
+        match self {
+            RespValue::Array(Some(items)) => Some(items),
+            _ => None,
+        }
+    }
+}
+
+/// A dedicated connection subscribed to one channel with `SUBSCRIBE`.
+#[allow(dead_code, unreachable_pub)]
+#[derive(Debug)]
+pub struct RawSubscriber {
+    /// Buffered connection; the buffer keeps partially received pushes.
+    reader: BufReader<TcpStream>,
+    /// The subscribed channel.
+    channel: String,
+}
+
+#[allow(dead_code, unreachable_pub)]
+impl RawSubscriber {
+    /// Connects to `server`, subscribes to `channel` and waits for the confirmation,
+    /// so messages published after this returns are received.
+    ///
+    /// # Panics
+    ///
+    /// Panics on I/O errors or if redis refuses the subscription.
+    pub fn new(server: &RedisServer, channel: &str) -> RawSubscriber {
+        let result = connect(server.port, IO_TIMEOUT).and_then(|stream| {
+            let mut reader = BufReader::new(stream);
+            server.authenticate(&mut reader)?;
+            reader
+                .get_mut()
+                .write_all(&encode_command(&["SUBSCRIBE", channel]))?;
+            loop {
+                let reply = read_value(&mut reader)?;
+                if let RespValue::Error(message) = reply {
+                    return Err(io::Error::other(format!("SUBSCRIBE refused: {message}")));
+                }
+                if push_kind(&reply).as_deref() == Some("subscribe") {
+                    return Ok(reader);
+                }
+            }
+        });
+        match result {
+            Ok(reader) => RawSubscriber {
+                reader,
+                channel: channel.to_owned(),
+            },
+            Err(err) => panic!(
+                "subscribing to {channel:?} on redis port {} failed: {err}",
+                server.port
+            ),
+        }
+    }
+
+    /// Waits up to `timeout` for the next `message` push and returns `(channel, payload)`.
+    ///
+    /// Returns `None` on timeout, and also when the connection is closed or broken
+    /// (for example after the server was stopped or restarted).
+    pub fn next_message(&mut self, timeout: Duration) -> Option<(String, String)> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let remaining = deadline.saturating_duration_since(Instant::now());
+            // Wait for the first byte with the caller's timeout, but only when nothing is
+            // buffered yet; a reply that has started to arrive is then read in full, so a
+            // timeout never cuts a reply in half.
+            if self.reader.buffer().is_empty() {
+                if remaining.is_zero() {
+                    return None;
+                }
+                self.reader
+                    .get_ref()
+                    .set_read_timeout(Some(remaining))
+                    .ok()?;
+                match self.reader.fill_buf() {
+                    Ok([]) => return None,
+                    Ok(_) => {}
+                    Err(err) if err.kind() == io::ErrorKind::Interrupted => continue,
+                    Err(_) => return None,
+                }
+            }
+            self.reader
+                .get_ref()
+                .set_read_timeout(Some(IO_TIMEOUT))
+                .ok()?;
+            let reply = read_value(&mut self.reader).ok()?;
+            if push_kind(&reply).as_deref() != Some("message") {
+                continue;
+            }
+            if let Some([_, channel, payload]) = reply.as_array() {
+                if let (Some(channel), Some(payload)) = (channel.as_string(), payload.as_string()) {
+                    return Some((channel, payload));
+                }
+            }
+        }
+    }
+}
+
+/// Picks a currently free TCP port on `127.0.0.1` by binding port 0 and reading the
+/// port the OS assigned (the listener is dropped before returning).
+///
+/// # Panics
+///
+/// Panics if no local port can be bound.
+#[allow(dead_code, unreachable_pub)]
+pub fn free_port() -> u16 {
+    let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+        .unwrap_or_else(|err| panic!("cannot bind 127.0.0.1:0 to find a free port: {err}"));
+    listener
+        .local_addr()
+        .unwrap_or_else(|err| panic!("cannot read the address of a bound listener: {err}"))
+        .port()
+}
+
+/// The `redis-server` binary to run: `$FERRISSON_REDIS_SERVER` or `redis-server`.
+fn redis_binary() -> OsString {
+    std::env::var_os(BINARY_ENV)
+        .filter(|value| !value.is_empty())
+        .unwrap_or_else(|| OsString::from(DEFAULT_BINARY))
+}
+
+/// Creates a new directory under the system temp dir whose name is unique across
+/// threads and processes (pid + counter + current nanoseconds).
+fn create_unique_dir() -> PathBuf {
+    let base = std::env::temp_dir();
+    let mut last_error = None;
+    for _ in 0..100 {
+        let nanos = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |elapsed| elapsed.as_nanos());
+        let dir = base.join(format!(
+            "ferrisson-redis-{}-{}-{nanos}",
+            std::process::id(),
+            DIR_COUNTER.fetch_add(1, Ordering::Relaxed)
+        ));
+        // `create_dir` (not `create_dir_all`) fails if the name is already taken.
+        match fs::create_dir(&dir) {
+            Ok(()) => return dir,
+            Err(err) => last_error = Some(err),
+        }
+    }
+    panic!(
+        "cannot create a temp dir for redis-server under {}: {last_error:?}",
+        base.display()
+    )
+}
+
+/// Opens a TCP connection to the local port with `timeout` for connect, read and write.
+fn connect(port: u16, timeout: Duration) -> io::Result<TcpStream> {
+    let address = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+    let stream = TcpStream::connect_timeout(&address, timeout)?;
+    stream.set_read_timeout(Some(timeout))?;
+    stream.set_write_timeout(Some(timeout))?;
+    stream.set_nodelay(true)?;
+    Ok(stream)
+}
+
+/// Encodes a command as a RESP array of bulk strings.
+fn encode_command(args: &[&str]) -> Vec<u8> {
+    let mut out = format!("*{}\r\n", args.len()).into_bytes();
+    for arg in args {
+        out.extend_from_slice(format!("${}\r\n", arg.len()).as_bytes());
+        out.extend_from_slice(arg.as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    out
+}
+
+/// Reads one complete RESP2 value; the buffered reader copes with replies split
+/// across several TCP segments.
+fn read_value<R: BufRead>(reader: &mut R) -> io::Result<RespValue> {
+    let line = read_line(reader)?;
+    let Some((&kind, rest)) = line.split_first() else {
+        return Err(invalid_data("empty RESP line"));
+    };
+    match kind {
+        b'+' => Ok(RespValue::Simple(
+            String::from_utf8_lossy(rest).into_owned(),
+        )),
+        b'-' => Ok(RespValue::Error(String::from_utf8_lossy(rest).into_owned())),
+        b':' => parse_int(rest).map(RespValue::Int),
+        b'$' => {
+            let Ok(len) = usize::try_from(parse_int(rest)?) else {
+                return Ok(RespValue::Bulk(None));
+            };
+            let mut data = vec![0; len + 2];
+            reader.read_exact(&mut data)?;
+            if !data.ends_with(b"\r\n") {
+                return Err(invalid_data("bulk string not terminated by CRLF"));
+            }
+            data.truncate(len);
+            Ok(RespValue::Bulk(Some(data)))
+        }
+        b'*' => {
+            let Ok(count) = usize::try_from(parse_int(rest)?) else {
+                return Ok(RespValue::Array(None));
+            };
+            let mut items = Vec::with_capacity(count.min(1024));
+            for _ in 0..count {
+                items.push(read_value(reader)?);
+            }
+            Ok(RespValue::Array(Some(items)))
+        }
+        other => Err(invalid_data(&format!(
+            "unexpected RESP type byte {:?}",
+            char::from(other)
+        ))),
+    }
+}
+
+/// Reads one CRLF-terminated line and returns it without the CRLF.
+fn read_line<R: BufRead>(reader: &mut R) -> io::Result<Vec<u8>> {
+    let mut line = Vec::new();
+    if reader.read_until(b'\n', &mut line)? == 0 {
+        return Err(io::Error::new(
+            io::ErrorKind::UnexpectedEof,
+            "connection closed by redis",
+        ));
+    }
+    if !line.ends_with(b"\r\n") {
+        return Err(io::Error::new(
+            io::ErrorKind::UnexpectedEof,
+            "connection closed in the middle of a RESP line",
+        ));
+    }
+    line.truncate(line.len() - 2);
+    Ok(line)
+}
+
+/// Parses the decimal integer of a `:`, `$` or `*` line.
+fn parse_int(digits: &[u8]) -> io::Result<i64> {
+    std::str::from_utf8(digits)
+        .ok()
+        .and_then(|text| text.parse().ok())
+        .ok_or_else(|| invalid_data("malformed RESP integer"))
+}
+
+/// An `InvalidData` I/O error.
+fn invalid_data(message: &str) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, message.to_owned())
+}
+
+/// The lowercased first element of a pub/sub push (`message`, `subscribe`, ...).
+fn push_kind(value: &RespValue) -> Option<String> {
+    value
+        .as_array()?
+        .first()?
+        .as_string()
+        .map(|kind| kind.to_ascii_lowercase())
+}
+
+/// True when the log, from byte `offset` on, reports that redis accepts connections.
+fn log_says_ready(log: &Path, offset: u64) -> bool {
+    let Ok(contents) = fs::read(log) else {
+        return false;
+    };
+    let start = usize::try_from(offset)
+        .unwrap_or(usize::MAX)
+        .min(contents.len());
+    String::from_utf8_lossy(&contents[start..]).contains(READY_LOG_LINE)
+}
+
+/// The last lines of a log file, or a note saying why it could not be read.
+fn log_tail(path: &Path) -> String {
+    match fs::read(path) {
+        Ok(contents) => {
+            let text = String::from_utf8_lossy(&contents);
+            let lines: Vec<&str> = text.lines().collect();
+            lines[lines.len().saturating_sub(LOG_TAIL_LINES)..].join("\n")
+        }
+        Err(err) => format!("(log not readable: {err})"),
+    }
+}
