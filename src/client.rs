@@ -135,7 +135,10 @@ pub struct ClientBuilder {
 impl fmt::Debug for ClientBuilder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ClientBuilder")
-            .field("addr", &self.info.as_ref().map(|i| i.addr().to_string()).ok())
+            .field(
+                "addr",
+                &self.info.as_ref().map(|i| i.addr().to_string()).ok(),
+            )
             .field("config", &self.config)
             .finish()
     }
@@ -187,12 +190,17 @@ impl ClientBuilder {
             .set_response_timeout(Some(self.config.response_timeout))
             .set_connection_timeout(Some(self.config.connection_timeout));
 
-        let conn = redis::Client::open(info.clone())?
+        // RESP3 on both: a connection closed by the server is noticed (and
+        // reopened) at once, not by the next command failing.
+        let resp3 = info
+            .redis_settings()
+            .clone()
+            .set_protocol(ProtocolVersion::RESP3);
+        let redis_client = redis::Client::open(info.set_redis_settings(resp3))?;
+        let conn = redis_client
             .get_connection_manager_with_config(manager_config.clone())
             .await?;
-        let resp3 = info.redis_settings().clone().set_protocol(ProtocolVersion::RESP3);
-        let pubsub_client = redis::Client::open(info.set_redis_settings(resp3))?;
-        let pubsub = PubSub::connect(pubsub_client, manager_config).await?;
+        let pubsub = PubSub::connect(redis_client, manager_config).await?;
 
         Ok(Client {
             inner: Arc::new(ClientInner {

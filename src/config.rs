@@ -115,7 +115,11 @@ mod tests {
             watchdog_timeout: Duration::from_millis(10),
             ..Config::default()
         };
-        assert!(c.validate().unwrap_err().to_string().contains("too small to renew"));
+        assert!(c
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("too small to renew"));
         let c = Config {
             response_timeout: Duration::ZERO,
             ..Config::default()

@@ -74,7 +74,9 @@ impl Error {
     pub fn is_connection_error(&self) -> bool {
         match self {
             Error::Redis(e) => {
-                e.is_io_error() || e.is_connection_dropped() || e.is_timeout()
+                e.is_io_error()
+                    || e.is_connection_dropped()
+                    || e.is_timeout()
                     || e.is_connection_refusal()
             }
             _ => false,
@@ -121,7 +123,10 @@ mod tests {
     #[test]
     fn durations_are_checked() {
         let max = Duration::from_secs(10);
-        assert_eq!(check_duration("lease", Duration::from_millis(5), max).unwrap(), 5);
+        assert_eq!(
+            check_duration("lease", Duration::from_millis(5), max).unwrap(),
+            5
+        );
         assert!(check_duration("lease", Duration::ZERO, max).is_err());
         assert!(check_duration("lease", Duration::from_micros(999), max).is_err());
         let err = check_duration("lease", Duration::from_secs(11), max).unwrap_err();

@@ -75,7 +75,8 @@ impl<T: Send + 'static> Drop for Finish<T> {
         if !self.started {
             return;
         }
-        self.runtime.spawn(async move { orphan(request.await).await });
+        self.runtime
+            .spawn(async move { orphan(request.await).await });
     }
 }
 

@@ -236,7 +236,10 @@ pub(crate) async fn release_hold(
 }
 
 fn retryable(err: &redis::RedisError) -> bool {
-    err.is_io_error() || err.is_connection_dropped() || err.is_timeout() || err.is_connection_refusal()
+    err.is_io_error()
+        || err.is_connection_dropped()
+        || err.is_timeout()
+        || err.is_connection_refusal()
 }
 
 impl Drop for LockGuard {

@@ -29,7 +29,10 @@ mod tests {
 
     #[test]
     fn plain_names_get_braces() {
-        assert_eq!(lock_channel("orders:42"), "redisson_lock__channel:{orders:42}");
+        assert_eq!(
+            lock_channel("orders:42"),
+            "redisson_lock__channel:{orders:42}"
+        );
         assert_eq!(
             unlock_latch("orders:42", "ab12"),
             "redisson_unlock_latch:{orders:42}:ab12"

@@ -162,7 +162,9 @@ impl Lock {
     /// # Cancel safety
     /// Cancel safe, as [`Lock::lock`].
     pub async fn lock_with_lease(&self, lease: Duration) -> Result<LockGuard> {
-        self.acquire(None, Some(lease)).await?.ok_or_else(no_deadline)
+        self.acquire(None, Some(lease))
+            .await?
+            .ok_or_else(no_deadline)
     }
 
     /// One attempt, watchdog mode: `Some(guard)` when the lock was free or

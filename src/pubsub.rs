@@ -59,12 +59,13 @@ impl PubSub {
     ) -> Result<PubSub> {
         let channels: Arc<Channels> = Arc::new(DashMap::new());
         let sink = Arc::clone(&channels);
-        let config = config
-            .set_automatic_resubscription()
-            .set_push_sender(move |info: PushInfo| {
-                dispatch(&sink, info);
-                Ok::<(), std::convert::Infallible>(())
-            });
+        let config =
+            config
+                .set_automatic_resubscription()
+                .set_push_sender(move |info: PushInfo| {
+                    dispatch(&sink, info);
+                    Ok::<(), std::convert::Infallible>(())
+                });
         let conn = client.get_connection_manager_with_config(config).await?;
         Ok(PubSub {
             conn,
@@ -81,13 +82,16 @@ impl PubSub {
     /// subscription nobody waits on is dropped again.
     pub(crate) async fn subscribe(self: &Arc<Self>, channel: String) -> Result<Subscription> {
         let state = {
-            let mut slot = self.channels.entry(channel.clone()).or_insert_with(|| Slot {
-                waiters: 0,
-                state: Arc::new(ChannelState {
-                    notify: Notify::new(),
-                    subscribed: Mutex::new(false),
-                }),
-            });
+            let mut slot = self
+                .channels
+                .entry(channel.clone())
+                .or_insert_with(|| Slot {
+                    waiters: 0,
+                    state: Arc::new(ChannelState {
+                        notify: Notify::new(),
+                        subscribed: Mutex::new(false),
+                    }),
+                });
             slot.waiters += 1;
             Arc::clone(&slot.state)
         };
@@ -144,7 +148,11 @@ impl PubSub {
     async fn unsubscribe_if_unused(&self, channel: String, state: Arc<ChannelState>) {
         let mut subscribed = state.subscribed.lock().await;
         let unused = |slot: &Slot| Arc::ptr_eq(&slot.state, &state) && slot.waiters == 0;
-        if !self.channels.get(&channel).is_some_and(|slot| unused(&slot)) {
+        if !self
+            .channels
+            .get(&channel)
+            .is_some_and(|slot| unused(&slot))
+        {
             // Someone joined meanwhile: the subscription is theirs now.
             return;
         }

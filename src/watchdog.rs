@@ -224,9 +224,11 @@ async fn watch_key(
             }
         }
     };
-    lease.mark_lost();
-    tracing::warn!(lock = %key.0, owner = %key.1, %reason, "lease lost");
+    // Forget the key before telling the holders, so that what they do next
+    // (a new acquire, a look at the registry) sees it gone.
     map.remove_if(&key, |_, held| Arc::ptr_eq(&held.lease, &lease));
+    tracing::warn!(lock = %key.0, owner = %key.1, %reason, "lease lost");
+    lease.mark_lost();
 }
 
 #[cfg(test)]
@@ -235,8 +237,17 @@ mod tests {
 
     #[test]
     fn the_margin_is_small_and_bounded() {
-        assert_eq!(drift_margin(Duration::from_secs(30)), Duration::from_secs(1));
-        assert_eq!(drift_margin(Duration::from_secs(3)), Duration::from_millis(300));
-        assert_eq!(retry_interval(Duration::from_millis(30)), Duration::from_millis(5));
+        assert_eq!(
+            drift_margin(Duration::from_secs(30)),
+            Duration::from_secs(1)
+        );
+        assert_eq!(
+            drift_margin(Duration::from_secs(3)),
+            Duration::from_millis(300)
+        );
+        assert_eq!(
+            retry_interval(Duration::from_millis(30)),
+            Duration::from_millis(5)
+        );
     }
 }

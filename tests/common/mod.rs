@@ -1,0 +1,67 @@
+//! Support for the integration tests: a private `redis-server` per test and
+//! helpers that turn a hang into a failure.
+
+#![allow(dead_code, unreachable_pub)]
+
+pub(crate) mod server;
+
+use std::future::Future;
+use std::time::Duration;
+
+pub(crate) use server::{RawSubscriber, RedisServer, RespValue};
+
+/// Every await in a test goes through this: a deadlock fails the test
+/// instead of hanging the suite.
+pub(crate) async fn within<F: Future>(limit: Duration, fut: F) -> F::Output {
+    match tokio::time::timeout(limit, fut).await {
+        Ok(out) => out,
+        Err(_) => panic!("timed out after {limit:?}"),
+    }
+}
+
+/// [`within`] with a generous default for one lock operation.
+pub(crate) async fn soon<F: Future>(fut: F) -> F::Output {
+    within(Duration::from_secs(20), fut).await
+}
+
+/// A client with a short watchdog timeout, so tests see several renewals.
+pub(crate) async fn client(server: &RedisServer, watchdog: Duration) -> ferrisson::Client {
+    soon(
+        ferrisson::Client::builder(server.url())
+            .watchdog_timeout(watchdog)
+            .build(),
+    )
+    .await
+    .expect("connect")
+}
+
+/// Waits until `cond` holds, checking every 10 ms, for at most `limit`;
+/// for state that changes in the background with no event to wait on.
+pub(crate) async fn eventually<F, Fut>(limit: Duration, mut cond: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + limit;
+    while !cond().await {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "condition not met within {limit:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+pub(crate) fn exists(server: &RedisServer, key: &str) -> bool {
+    server.cmd(&["EXISTS", key]).as_int() == Some(1)
+}
+
+pub(crate) fn init_tracing() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "ferrisson=warn".into()),
+        )
+        .with_test_writer()
+        .try_init();
+}
