@@ -228,3 +228,62 @@ fn dispatch(channels: &Channels, info: PushInfo) {
         _ => {}
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::future::Future;
+
+    use super::*;
+
+    fn slot() -> Slot {
+        Slot {
+            waiters: 2,
+            state: Arc::new(ChannelState {
+                notify: Notify::new(),
+                subscribed: Mutex::new(true),
+            }),
+        }
+    }
+
+    fn message(channel: &str, payload: &str) -> PushInfo {
+        PushInfo {
+            kind: PushKind::Message,
+            data: vec![
+                Value::BulkString(channel.as_bytes().to_vec()),
+                Value::BulkString(payload.as_bytes().to_vec()),
+            ],
+        }
+    }
+
+    /// How many of two enabled waiters a push wakes.
+    fn woken_by(info: PushInfo) -> usize {
+        let channels: Channels = DashMap::new();
+        channels.insert("ch".into(), slot());
+        let state = Arc::clone(&channels.get("ch").unwrap().state);
+        let mut first = Box::pin(state.notify.notified());
+        let mut second = Box::pin(state.notify.notified());
+        first.as_mut().enable();
+        second.as_mut().enable();
+        dispatch(&channels, info);
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        let woken = [first.as_mut(), second.as_mut()]
+            .into_iter()
+            .map(|n| n.poll(&mut cx).is_ready())
+            .filter(|ready| *ready)
+            .count();
+        drop((first, second));
+        woken
+    }
+
+    #[test]
+    fn unlock_wakes_one_and_other_messages_wake_all() {
+        assert_eq!(woken_by(message("ch", "0")), 1);
+        assert_eq!(woken_by(message("ch", "1")), 2);
+        assert_eq!(woken_by(message("other", "0")), 0);
+        let lost = PushInfo {
+            kind: PushKind::Disconnection,
+            data: vec![],
+        };
+        assert_eq!(woken_by(lost), 2);
+    }
+}

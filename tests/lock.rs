@@ -145,6 +145,16 @@ async fn a_leaked_hold_is_released_by_its_owner() {
     let lock = client.lock("leaked").with_owner("job-7");
     soon(lock.lock()).await.unwrap().leak();
     assert_eq!(client.held_locks(), 1, "the watchdog keeps a leaked hold");
+    // Another task with the same explicit owner re-enters.
+    let other = lock.clone();
+    let count = soon(tokio::spawn(async move {
+        other.lock().await.unwrap().leak();
+        other.hold_count().await.unwrap()
+    }))
+    .await
+    .unwrap();
+    assert_eq!(count, 2);
+    soon(lock.unlock()).await.unwrap();
     // Another task, same explicit owner: it may release.
     let other = lock.clone();
     soon(tokio::spawn(async move { other.unlock().await }))
@@ -661,16 +671,20 @@ async fn bad_input_gets_a_clear_error_and_writes_nothing() {
     );
 
     // Settings no watchdog can keep.
-    let err = ferrisson::Client::builder(server.url())
-        .watchdog_timeout(Duration::from_millis(5))
-        .build()
-        .await
-        .unwrap_err();
+    let err = soon(
+        ferrisson::Client::builder(server.url())
+            .watchdog_timeout(Duration::from_millis(5))
+            .build(),
+    )
+    .await
+    .unwrap_err();
     assert!(
         matches!(err, Error::InvalidArgument(ref t) if t.contains("too small to renew")),
         "{err}"
     );
-    let err = ferrisson::Client::connect("not a url").await.unwrap_err();
+    let err = soon(ferrisson::Client::connect("not a url"))
+        .await
+        .unwrap_err();
     assert!(matches!(err, Error::Redis(_)), "{err}");
 
     // A key that holds other data.
@@ -738,4 +752,27 @@ async fn a_guard_can_move_into_a_spawned_task() {
     soon(released.notified()).await;
     soon(task).await.unwrap();
     assert!(!exists(&server, "moved"));
+}
+
+/// With Redis gone, renewals fail; the holder is told before the lease the
+/// server granted could have run out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_redis_loses_the_lease_within_the_timeout() {
+    common::init_tracing();
+    let mut server = RedisServer::start();
+    let client = client(&server, WATCHDOG).await;
+    let guard = soon(client.lock("unreachable").lock()).await.unwrap();
+    // The server's TTL runs from the last confirmed renewal (or the acquire),
+    // which was sent before this instant.
+    let alive_at_most_until = Instant::now() + WATCHDOG;
+    server.stop();
+    within(WATCHDOG * 3, guard.lease_lost()).await;
+    let told = Instant::now();
+    println!(
+        "lease lost reported {:?} before the latest possible expiry",
+        alive_at_most_until.saturating_duration_since(told)
+    );
+    assert!(told <= alive_at_most_until, "told too late");
+    assert_eq!(client.held_locks(), 0);
+    assert!(soon(guard.unlock()).await.unwrap_err().is_lease_lost());
 }
