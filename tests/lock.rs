@@ -10,7 +10,7 @@ use common::{client, eventually, exists, soon, within, RawSubscriber, RedisServe
 use ferrisson::{Error, LockGuard};
 use tokio::time::Instant;
 
-const WATCHDOG: Duration = Duration::from_millis(900);
+const WATCHDOG: Duration = Duration::from_millis(1200);
 
 /// Guards move into spawned tasks; handles are shared between them.
 #[test]
@@ -775,4 +775,56 @@ async fn an_unreachable_redis_loses_the_lease_within_the_timeout() {
     assert!(told <= alive_at_most_until, "told too late");
     assert_eq!(client.held_locks(), 0);
     assert!(soon(guard.unlock()).await.unwrap_err().is_lease_lost());
+}
+
+/// Many local waiters share one subscription; each release hands the lock to
+/// one of them, and the subscription goes with the last.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn local_waiters_share_one_subscription() {
+    let server = RedisServer::start();
+    let holder = client(&server, WATCHDOG).await;
+    let waiters = client(&server, WATCHDOG).await;
+    const WAITERS: usize = 20;
+    let held = soon(holder.lock("shared-sub").lock()).await.unwrap();
+    let (done_tx, mut done_rx) = tokio::sync::mpsc::unbounded_channel();
+    for i in 0..WAITERS {
+        let lock = waiters.lock("shared-sub");
+        let done = done_tx.clone();
+        tokio::spawn(async move {
+            let guard = lock.lock().await.unwrap();
+            guard.unlock().await.unwrap();
+            done.send(i).unwrap();
+        });
+    }
+    drop(done_tx);
+    eventually(Duration::from_secs(10), || async {
+        server
+            .cmd(&["PUBSUB", "NUMSUB", "redisson_lock__channel:{shared-sub}"])
+            .as_array()
+            .and_then(|a| a.get(1).and_then(RespValue::as_int))
+            == Some(1)
+    })
+    .await;
+    assert_eq!(waiters.subscriptions(), 1);
+    assert_eq!(
+        waiters.subscribes_sent(),
+        1,
+        "one SUBSCRIBE for all waiters"
+    );
+
+    soon(held.unlock()).await.unwrap();
+    let mut finished = 0;
+    while within(Duration::from_secs(30), done_rx.recv())
+        .await
+        .is_some()
+    {
+        finished += 1;
+    }
+    assert_eq!(finished, WAITERS);
+    eventually(Duration::from_secs(5), || async {
+        waiters.subscriptions() == 0
+    })
+    .await;
+    assert_eq!(waiters.held_locks(), 0);
+    assert!(!exists(&server, "shared-sub"));
 }
