@@ -6,7 +6,10 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{client, eventually, exists, soon, within, RawSubscriber, RedisServer, RespValue};
+use common::{
+    client, eventually, exists, next_message, settled, soon, within, RawSubscriber, RedisServer,
+    RespValue,
+};
 use ferrisson::{Error, LockGuard};
 use tokio::time::Instant;
 
@@ -98,10 +101,7 @@ async fn tasks_and_clients_exclude_each_other() {
     assert!(!exists(&server, "exclusion"));
     for client in &clients {
         assert_eq!(client.held_locks(), 0);
-        eventually(Duration::from_secs(5), || async {
-            client.subscriptions() == 0
-        })
-        .await;
+        settled(client).await;
     }
 }
 
@@ -308,7 +308,7 @@ async fn an_unlock_wakes_the_waiter_long_before_the_ttl() {
     println!("hand-off after unlock: {handoff:?} (TTL was up to 30 s)");
     assert!(handoff < Duration::from_secs(5), "{handoff:?}");
     soon(guard.unlock()).await.unwrap();
-    eventually(Duration::from_secs(5), || async { b.subscriptions() == 0 }).await;
+    settled(&b).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -334,7 +334,7 @@ async fn try_lock_for_gives_up_after_its_wait() {
     .expect("free now");
     assert_eq!(got.lease(), Some(Duration::from_secs(5)));
     soon(got.unlock()).await.unwrap();
-    eventually(Duration::from_secs(5), || async { b.subscriptions() == 0 }).await;
+    settled(&b).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -378,22 +378,17 @@ async fn dropped_lock_futures_leave_nothing_behind() {
 async fn a_dropped_guard_releases_in_the_background() {
     let server = RedisServer::start();
     let client = client(&server, WATCHDOG).await;
-    let mut sub = RawSubscriber::new(&server, "redisson_lock__channel:{dropped}");
+    let sub = RawSubscriber::new(&server, "redisson_lock__channel:{dropped}");
     {
         let _guard = soon(client.lock("dropped").lock()).await.unwrap();
     }
-    let message = tokio::task::spawn_blocking(move || sub.next_message(Duration::from_secs(10)))
-        .await
-        .unwrap();
+    let message = next_message(sub).await;
     assert_eq!(
         message,
         Some(("redisson_lock__channel:{dropped}".into(), "0".into()))
     );
     assert!(!exists(&server, "dropped"));
-    eventually(Duration::from_secs(5), || async {
-        client.held_locks() == 0
-    })
-    .await;
+    settled(&client).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -417,10 +412,7 @@ async fn the_registry_is_empty_after_many_cycles() {
         within(Duration::from_secs(60), task).await.unwrap();
     }
     assert_eq!(client.held_locks(), 0);
-    eventually(Duration::from_secs(5), || async {
-        client.subscriptions() == 0
-    })
-    .await;
+    settled(&client).await;
     for k in 0..5 {
         assert!(!exists(&server, &format!("cycle:{k}")));
     }
@@ -516,7 +508,7 @@ async fn waiters_are_woken_after_the_pubsub_connection_comes_back() {
 async fn the_layout_is_redissons() {
     let server = RedisServer::start();
     let client = client(&server, Duration::from_secs(30)).await;
-    let mut sub = RawSubscriber::new(&server, "redisson_lock__channel:{orders:42}");
+    let sub = RawSubscriber::new(&server, "redisson_lock__channel:{orders:42}");
     let lock = client.lock("orders:42");
     // In a task, the owner id is the task's id.
     let (first, second, task_id) = soon(tokio::spawn({
@@ -560,9 +552,7 @@ async fn the_layout_is_redissons() {
         Some("1")
     );
     soon(first.unlock()).await.unwrap();
-    let message = tokio::task::spawn_blocking(move || sub.next_message(Duration::from_secs(5)))
-        .await
-        .unwrap();
+    let message = next_message(sub).await;
     assert_eq!(
         message,
         Some(("redisson_lock__channel:{orders:42}".into(), "0".into()))
@@ -584,13 +574,11 @@ async fn the_layout_is_redissons() {
 async fn a_name_with_a_hash_tag_keeps_its_tag() {
     let server = RedisServer::start();
     let client = client(&server, WATCHDOG).await;
-    let mut sub = RawSubscriber::new(&server, "redisson_lock__channel:{user}:7");
+    let sub = RawSubscriber::new(&server, "redisson_lock__channel:{user}:7");
     let guard = soon(client.lock("{user}:7").lock()).await.unwrap();
     assert!(exists(&server, "{user}:7"));
     soon(guard.unlock()).await.unwrap();
-    let message = tokio::task::spawn_blocking(move || sub.next_message(Duration::from_secs(5)))
-        .await
-        .unwrap();
+    let message = next_message(sub).await;
     assert_eq!(
         message,
         Some(("redisson_lock__channel:{user}:7".into(), "0".into()))
@@ -821,10 +809,7 @@ async fn local_waiters_share_one_subscription() {
         finished += 1;
     }
     assert_eq!(finished, WAITERS);
-    eventually(Duration::from_secs(5), || async {
-        waiters.subscriptions() == 0
-    })
-    .await;
+    settled(&waiters).await;
     assert_eq!(waiters.held_locks(), 0);
     assert!(!exists(&server, "shared-sub"));
 }

@@ -65,3 +65,19 @@ pub(crate) fn init_tracing() {
         .with_test_writer()
         .try_init();
 }
+
+/// Waits until `client` holds nothing and waits on nothing: the registry
+/// and the subscriptions are empty (unsubscribing runs in the background).
+pub(crate) async fn settled(client: &ferrisson::Client) {
+    eventually(Duration::from_secs(10), || async {
+        client.held_locks() == 0 && client.subscriptions() == 0
+    })
+    .await;
+}
+
+/// The next message a raw subscriber sees, within 10 s.
+pub(crate) async fn next_message(mut sub: RawSubscriber) -> Option<(String, String)> {
+    tokio::task::spawn_blocking(move || sub.next_message(Duration::from_secs(10)))
+        .await
+        .expect("subscriber thread")
+}
