@@ -133,7 +133,9 @@ impl LockGuard {
     ///
     /// # Errors
     /// - [`Error::LeaseLost`] when the lease was already known lost: nothing
-    ///   is sent, so a lock someone else took since is never touched.
+    ///   is sent, so a lock someone else took since is never touched. (A
+    ///   leased hold nested in a watchdog hold of the same owner lives as
+    ///   long as the watchdog keeps the key, and is released normally.)
     /// - [`Error::NotHeld`] when Redis says the owner holds nothing (the
     ///   lease ran out unnoticed, or the lock was force-unlocked).
     /// - [`Error::Redis`] when every send failed; the hold then expires with
@@ -160,7 +162,10 @@ impl Hold {
         if watchdog {
             inner.registry.release(&self.key, &self.lease);
         }
-        if self.lease.is_lost() {
+        // While the watchdog keeps the key alive for this owner, a leased
+        // hold inside it has not expired, whatever its own lease said.
+        let kept_alive = !watchdog && inner.registry.contains(&self.key);
+        if self.lease.is_lost() && !kept_alive {
             return Err(Error::LeaseLost {
                 name: self.key.0.to_string(),
             });

@@ -813,3 +813,27 @@ async fn local_waiters_share_one_subscription() {
     assert_eq!(waiters.held_locks(), 0);
     assert!(!exists(&server, "shared-sub"));
 }
+
+/// A leased hold nested in a watchdog hold lives as long as the watchdog
+/// keeps the key, and its release still counts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leased_hold_inside_a_watchdog_hold_is_kept_and_released() {
+    let server = RedisServer::start();
+    let client = client(&server, WATCHDOG).await;
+    let lock = client.lock("mixed");
+    let outer = soon(lock.lock()).await.unwrap();
+    let nested = soon(lock.lock_with_lease(Duration::from_millis(100)))
+        .await
+        .unwrap();
+    // The nested lease must not shorten the key's TTL under the watchdog's.
+    let ttl = soon(lock.remaining_ttl()).await.unwrap().unwrap();
+    assert!(ttl > WATCHDOG / 2, "{ttl:?}");
+    soon(nested.lease_lost()).await; // its own lease, by the local clock
+    tokio::time::sleep(WATCHDOG).await;
+    assert_eq!(soon(lock.hold_count()).await.unwrap(), 2);
+    soon(nested.unlock()).await.unwrap();
+    assert_eq!(soon(lock.hold_count()).await.unwrap(), 1);
+    soon(outer.unlock()).await.unwrap();
+    assert!(!exists(&server, "mixed"));
+    settled(&client).await;
+}
