@@ -73,12 +73,7 @@ impl Error {
     /// same call may succeed once the connection is back.
     pub fn is_connection_error(&self) -> bool {
         match self {
-            Error::Redis(e) => {
-                e.is_io_error()
-                    || e.is_connection_dropped()
-                    || e.is_timeout()
-                    || e.is_connection_refusal()
-            }
+            Error::Redis(e) => is_connection_failure(e),
             _ => false,
         }
     }
@@ -97,6 +92,15 @@ impl Error {
             Error::Redis(err)
         }
     }
+}
+
+/// Whether `err` says the connection failed (refused, dropped, timed out)
+/// rather than that Redis refused the command.
+pub(crate) fn is_connection_failure(err: &redis::RedisError) -> bool {
+    err.is_io_error()
+        || err.is_connection_dropped()
+        || err.is_timeout()
+        || err.is_connection_refusal()
 }
 
 /// Checks a duration argument: at least one millisecond, at most `max`.

@@ -6,6 +6,7 @@ use std::time::Duration;
 use redis::AsyncCommands;
 use tokio::runtime::Handle;
 
+use crate::error::is_connection_failure;
 use crate::finish::Finish;
 use crate::scripts::{PUBLISH, RELEASE, UNLOCK_MESSAGE};
 use crate::watchdog::{HoldKey, LeaseState};
@@ -211,7 +212,7 @@ pub(crate) async fn release_hold(
             .await;
         match result {
             Ok(reply) => break reply,
-            Err(err) if sent < attempts && retryable(&err) => {
+            Err(err) if sent < attempts && is_connection_failure(&err) => {
                 tracing::debug!(lock = %name, error = %err, "release failed; sending it again");
                 tokio::time::sleep(Duration::from_millis(100 * sent as u64)).await;
             }
@@ -238,13 +239,6 @@ pub(crate) async fn release_hold(
             reply: other.to_string(),
         }),
     }
-}
-
-fn retryable(err: &redis::RedisError) -> bool {
-    err.is_io_error()
-        || err.is_connection_dropped()
-        || err.is_timeout()
-        || err.is_connection_refusal()
 }
 
 impl Drop for LockGuard {
