@@ -23,9 +23,17 @@ use crate::Result;
 #[derive(Debug)]
 struct ChannelState {
     notify: Notify,
-    /// Whether SUBSCRIBE was confirmed; the lock orders subscribe and
-    /// unsubscribe of this channel.
-    subscribed: Mutex<bool>,
+    /// Where SUBSCRIBE stands; the lock orders subscribe and unsubscribe of
+    /// this channel.
+    subscribed: Mutex<Subscribed>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Subscribed {
+    No,
+    /// Sent, not confirmed: the caller left, or the connection failed.
+    Maybe,
+    Yes,
 }
 
 #[derive(Debug)]
@@ -89,7 +97,7 @@ impl PubSub {
                     waiters: 0,
                     state: Arc::new(ChannelState {
                         notify: Notify::new(),
-                        subscribed: Mutex::new(false),
+                        subscribed: Mutex::new(Subscribed::No),
                     }),
                 });
             slot.waiters += 1;
@@ -102,10 +110,11 @@ impl PubSub {
             state,
         };
         let mut subscribed = sub.state.subscribed.lock().await;
-        if !*subscribed {
+        if *subscribed != Subscribed::Yes {
             self.subscribes_sent.fetch_add(1, Ordering::Relaxed);
+            *subscribed = Subscribed::Maybe;
             self.conn.clone().subscribe(&sub.channel).await?;
-            *subscribed = true;
+            *subscribed = Subscribed::Yes;
         }
         drop(subscribed);
         Ok(sub)
@@ -156,13 +165,13 @@ impl PubSub {
             // Someone joined meanwhile: the subscription is theirs now.
             return;
         }
-        if *subscribed {
+        if *subscribed != Subscribed::No {
             if let Err(err) = self.conn.clone().unsubscribe(&channel).await {
                 tracing::debug!(%channel, error = %err, "unsubscribe failed");
             }
-            *subscribed = false;
+            *subscribed = Subscribed::No;
         }
-        // A waiter that joins after this point finds `subscribed == false`
+        // A waiter that joins after this point finds `Subscribed::No`
         // (it waits on the lock above) or a fresh slot, and subscribes.
         self.channels.remove_if(&channel, |_, slot| unused(slot));
     }
@@ -240,7 +249,7 @@ mod tests {
             waiters: 2,
             state: Arc::new(ChannelState {
                 notify: Notify::new(),
-                subscribed: Mutex::new(true),
+                subscribed: Mutex::new(Subscribed::Yes),
             }),
         }
     }

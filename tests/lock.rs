@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{
-    client, eventually, exists, next_message, settled, soon, within, RawSubscriber, RedisServer,
-    RespValue,
+    client, eventually, exists, next_message, settled, soon, subscribers, within, RawSubscriber,
+    RedisServer, RespValue,
 };
 use ferrisson::{Error, LockGuard};
 use tokio::time::Instant;
@@ -363,7 +363,10 @@ async fn dropped_lock_futures_leave_nothing_behind() {
     }
     // Give-backs and drops run in the background: wait for them to settle.
     eventually(Duration::from_secs(10), || async {
-        !exists(&server, "cancel") && c.held_locks() == 0 && c.subscriptions() == 0
+        !exists(&server, "cancel")
+            && c.held_locks() == 0
+            && c.subscriptions() == 0
+            && subscribers(&server, "redisson_lock__channel:{cancel}") == 0
     })
     .await;
     // And the lock is free for anyone.
@@ -810,6 +813,10 @@ async fn local_waiters_share_one_subscription() {
     }
     assert_eq!(finished, WAITERS);
     settled(&waiters).await;
+    assert_eq!(
+        subscribers(&server, "redisson_lock__channel:{shared-sub}"),
+        0
+    );
     assert_eq!(waiters.held_locks(), 0);
     assert!(!exists(&server, "shared-sub"));
 }

@@ -81,3 +81,12 @@ pub(crate) async fn next_message(mut sub: RawSubscriber) -> Option<(String, Stri
         .await
         .expect("subscriber thread")
 }
+
+/// How many connections the server counts as subscribed to `channel`.
+pub(crate) fn subscribers(server: &RedisServer, channel: &str) -> i64 {
+    server
+        .cmd(&["PUBSUB", "NUMSUB", channel])
+        .as_array()
+        .and_then(|reply| reply.get(1).and_then(RespValue::as_int))
+        .expect("PUBSUB NUMSUB reply")
+}
