@@ -163,19 +163,19 @@ impl Hold {
         if watchdog {
             inner.registry.release(&self.key, &self.lease);
         }
-        // While the watchdog keeps the key alive for this owner, a leased
-        // hold inside it has not expired, whatever its own lease said.
-        let kept_alive = !watchdog && inner.registry.contains(&self.key);
-        if self.lease.is_lost() && !kept_alive {
+        // Whether the watchdog still keeps the key alive for this owner
+        // (other watchdog holds remain). A leased hold inside it has not
+        // expired, whatever its own lease said, and the holds that remain
+        // keep the watchdog's TTL.
+        let watched = inner.registry.contains(&self.key);
+        if self.lease.is_lost() && (watchdog || !watched) {
             return Err(Error::LeaseLost {
                 name: self.key.0.to_string(),
             });
         }
-        let watchdog_ms = inner.config.watchdog_timeout.as_millis() as u64;
-        // Holds that remain keep the watchdog's TTL while it watches the key.
         let lease_ms = match self.lease_ms {
-            Some(ms) if !inner.registry.contains(&self.key) => ms,
-            _ => watchdog_ms,
+            Some(ms) if !watched => ms,
+            _ => inner.config.watchdog_timeout.as_millis() as u64,
         };
         release_hold(&self.client, &self.key.0, &self.key.1, lease_ms).await
     }
