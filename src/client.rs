@@ -202,12 +202,13 @@ impl ClientBuilder {
             .await?;
         let pubsub = PubSub::connect(redis_client, manager_config).await?;
 
+        let registry = Registry::new(conn.clone(), self.config.watchdog_timeout);
         Ok(Client {
             inner: Arc::new(ClientInner {
                 id: Uuid::new_v4(),
                 conn,
                 pubsub: Arc::new(pubsub),
-                registry: Registry::default(),
+                registry,
                 config: self.config,
                 addr,
             }),

@@ -12,7 +12,7 @@ use crate::error::check_duration;
 use crate::finish::Finish;
 use crate::guard::{release_hold, LockGuard};
 use crate::scripts::{ACQUIRE, FORCE_UNLOCK, PUBLISH, UNLOCK_MESSAGE};
-use crate::watchdog::{HoldKey, LeaseState, Renewal};
+use crate::watchdog::{HoldKey, LeaseState};
 use crate::{keys, Client, Error, Result};
 
 /// The longest lock name accepted, in bytes (64 KiB): every command carries
@@ -455,15 +455,7 @@ impl Lock {
             Some(ttl) => Ok(Err(ttl)),
             None => {
                 let lease = match lease_ms {
-                    None => inner.registry.hold(
-                        key.clone(),
-                        sent,
-                        Renewal {
-                            conn: inner.conn.clone(),
-                            timeout: inner.config.watchdog_timeout,
-                            runtime: runtime.clone(),
-                        },
-                    ),
+                    None => inner.registry.hold(key.clone(), sent),
                     Some(ms) => LeaseState::leased(sent + Duration::from_millis(ms)),
                 };
                 Ok(Ok(LockGuard::new(

@@ -1,18 +1,25 @@
 //! The registry of watchdog-mode holds and the watchdog that renews them.
 //!
 //! One entry per (lock name, owner) this client holds in watchdog mode; the
-//! entry counts local holds and owns the one renewal task of that key. The
-//! task renews every third of the watchdog timeout, and declares the lease
-//! lost when Redis says the owner no longer holds the key, or when renewals
-//! could not get through before the lease would have run out.
+//! entry counts local holds and keeps the key's renewal schedule: every
+//! third of the watchdog timeout after the last renewal Redis confirmed.
+//! One scheduler task per client renews what falls due; keys due within a
+//! short window of each other go out together, up to
+//! [`RENEW_BATCH`] keys per script call, so that many held locks cost few
+//! calls. A key renewed with its batch is renewed a little early, never
+//! late. The lease is declared lost when Redis says the owner no longer
+//! holds the key, or when renewals could not get through before the lease
+//! would have run out.
 
-use std::sync::Arc;
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use dashmap::mapref::entry::Entry;
 use dashmap::DashMap;
 use redis::aio::ConnectionManager;
-use tokio::sync::watch;
+use tokio::sync::{watch, Notify};
 use tokio::time::Instant;
 
 use crate::scripts::RENEW;
@@ -69,63 +76,110 @@ impl LeaseState {
     }
 }
 
+/// Most keys renewed by one script call, as in Redisson.
+pub(crate) const RENEW_BATCH: usize = 100;
+
 #[derive(Debug)]
 struct Held {
+    /// Tells this entry from an earlier one of the same key.
+    id: u64,
     holds: usize,
     lease: Arc<LeaseState>,
-    task: tokio::task::AbortHandle,
+    /// The request time of the last renewal (or the acquire) that Redis
+    /// confirmed: the server's TTL runs from no earlier than that.
+    confirmed: Instant,
+    /// When the key is due in the schedule; `None` while its renewal is in
+    /// flight.
+    due: Option<Instant>,
+}
+
+/// Keys by the time they fall due.
+#[derive(Debug, Default)]
+struct Schedule {
+    queue: BTreeMap<(Instant, u64), HoldKey>,
+    /// When the scheduler wakes up by itself next; `None` while it waits
+    /// for work. A key due later needs no wake-up.
+    armed: Option<Instant>,
+}
+
+#[derive(Debug)]
+struct Shared {
+    map: DashMap<HoldKey, Held>,
+    /// Locked after a map entry, never before one.
+    schedule: Mutex<Schedule>,
+    wake: Arc<Notify>,
+    next_id: AtomicU64,
+    conn: ConnectionManager,
+    timeout: Duration,
 }
 
 /// The per-client registry of watchdog-mode holds.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct Registry {
-    map: Arc<DashMap<HoldKey, Held>>,
+    shared: Arc<Shared>,
 }
 
-/// What a watchdog needs to renew one key.
-pub(crate) struct Renewal {
-    pub(crate) conn: ConnectionManager,
-    pub(crate) timeout: Duration,
-    pub(crate) runtime: tokio::runtime::Handle,
+impl Drop for Registry {
+    fn drop(&mut self) {
+        // The scheduler holds the registry weakly: wake it to let it end.
+        self.shared.wake.notify_one();
+    }
 }
 
 impl Registry {
+    /// A registry renewing with `conn` to `timeout`; its scheduler runs on
+    /// the current runtime until the registry is dropped.
+    pub(crate) fn new(conn: ConnectionManager, timeout: Duration) -> Registry {
+        let wake = Arc::new(Notify::new());
+        let shared = Arc::new(Shared {
+            map: DashMap::new(),
+            schedule: Mutex::new(Schedule::default()),
+            wake: Arc::clone(&wake),
+            next_id: AtomicU64::new(0),
+            conn,
+            timeout,
+        });
+        tokio::spawn(schedule(Arc::downgrade(&shared), wake));
+        Registry { shared }
+    }
+
     /// Records one more local hold of `key`, acquired by a request sent at
-    /// `sent`; starts the key's watchdog when it is the first.
-    pub(crate) fn hold(&self, key: HoldKey, sent: Instant, renewal: Renewal) -> Arc<LeaseState> {
-        match self.map.entry(key) {
+    /// `sent`; puts the key on the renewal schedule when it is the first.
+    pub(crate) fn hold(&self, key: HoldKey, sent: Instant) -> Arc<LeaseState> {
+        let shared = &self.shared;
+        match shared.map.entry(key) {
             Entry::Occupied(mut held) => {
                 held.get_mut().holds += 1;
                 Arc::clone(&held.get().lease)
             }
             Entry::Vacant(vacant) => {
                 let lease = LeaseState::watched();
-                let task = renewal.runtime.spawn(watch_key(
-                    Arc::clone(&self.map),
-                    vacant.key().clone(),
-                    Arc::clone(&lease),
-                    renewal.conn,
-                    renewal.timeout,
-                    sent,
-                ));
+                let id = shared.next_id.fetch_add(1, Ordering::Relaxed);
+                let due = sent + shared.timeout / 3;
+                shared.enqueue(due, id, vacant.key().clone());
                 vacant.insert(Held {
+                    id,
                     holds: 1,
                     lease: Arc::clone(&lease),
-                    task: task.abort_handle(),
+                    confirmed: sent,
+                    due: Some(due),
                 });
                 lease
             }
         }
     }
 
-    /// Forgets one local hold of `key`; stops the watchdog with the last.
-    /// A hold whose lease was already lost is no longer counted here.
+    /// Forgets one local hold of `key`; takes the key off the schedule with
+    /// the last. A hold whose lease was already lost is no longer counted.
     pub(crate) fn release(&self, key: &HoldKey, lease: &Arc<LeaseState>) {
-        if let Entry::Occupied(mut held) = self.map.entry(key.clone()) {
+        if let Entry::Occupied(mut held) = self.shared.map.entry(key.clone()) {
             if Arc::ptr_eq(&held.get().lease, lease) {
                 held.get_mut().holds -= 1;
                 if held.get().holds == 0 {
-                    held.remove().task.abort();
+                    let held = held.remove();
+                    if let Some(due) = held.due {
+                        self.shared.lock_schedule().queue.remove(&(due, held.id));
+                    }
                 }
             }
         }
@@ -134,19 +188,120 @@ impl Registry {
     /// Forgets one local hold of `key`, whichever lease it was counted under
     /// (for a release without a guard); returns that lease.
     pub(crate) fn release_any(&self, key: &HoldKey) -> Option<Arc<LeaseState>> {
-        let lease = Arc::clone(&self.map.get(key)?.lease);
+        let lease = Arc::clone(&self.shared.map.get(key)?.lease);
         self.release(key, &lease);
         Some(lease)
     }
 
     /// Whether the watchdog keeps `key` alive.
     pub(crate) fn contains(&self, key: &HoldKey) -> bool {
-        self.map.contains_key(key)
+        self.shared.map.contains_key(key)
     }
 
     pub(crate) fn len(&self) -> usize {
-        self.map.len()
+        self.shared.map.len()
     }
+}
+
+impl Shared {
+    fn lock_schedule(&self) -> std::sync::MutexGuard<'_, Schedule> {
+        // Nothing panics while holding it; a poisoned one is still sound.
+        self.schedule.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Puts `key` on the schedule at `due`, waking the scheduler when it
+    /// would otherwise sleep past that.
+    fn enqueue(&self, due: Instant, id: u64, key: HoldKey) {
+        let mut schedule = self.lock_schedule();
+        schedule.queue.insert((due, id), key);
+        if schedule.armed.is_none_or(|armed| due < armed) {
+            schedule.armed = Some(due);
+            drop(schedule);
+            self.wake.notify_one();
+        }
+    }
+
+    /// Takes the keys due by `horizon` off the schedule and into renewal
+    /// batches; declares lost those whose lease ran out meanwhile.
+    fn take_due(&self, now: Instant, horizon: Instant) -> Vec<Vec<Due>> {
+        let mut keys = Vec::new();
+        {
+            let mut schedule = self.lock_schedule();
+            while let Some(entry) = schedule.queue.first_entry() {
+                if entry.key().0 > horizon {
+                    break;
+                }
+                let id = entry.key().1;
+                keys.push((id, entry.remove()));
+            }
+        }
+        let margin = drift_margin(self.timeout);
+        let mut batch = Vec::with_capacity(keys.len());
+        for (id, key) in keys {
+            let Some(mut held) = self.map.get_mut(&key) else {
+                continue;
+            };
+            if held.id != id {
+                continue;
+            }
+            held.due = None;
+            let deadline = held.confirmed + self.timeout - margin;
+            drop(held);
+            if now >= deadline {
+                self.lose(
+                    &key,
+                    id,
+                    "renewals did not get through before the lease ran out",
+                );
+            } else {
+                batch.push(Due { key, id, deadline });
+            }
+        }
+        let mut batches = Vec::with_capacity(batch.len().div_ceil(RENEW_BATCH));
+        while batch.len() > RENEW_BATCH {
+            let rest = batch.split_off(RENEW_BATCH);
+            batches.push(std::mem::replace(&mut batch, rest));
+        }
+        if !batch.is_empty() {
+            batches.push(batch);
+        }
+        batches
+    }
+
+    /// Puts a key whose renewal came back on the schedule again, unless it
+    /// was released (or released and taken again) meanwhile.
+    fn reschedule(&self, due: &Due, confirmed: Option<Instant>, next: Instant) {
+        let Some(mut held) = self.map.get_mut(&due.key) else {
+            return;
+        };
+        if held.id != due.id {
+            return;
+        }
+        if let Some(confirmed) = confirmed {
+            held.confirmed = confirmed;
+        }
+        held.due = Some(next);
+        self.enqueue(next, due.id, due.key.clone());
+    }
+
+    /// Forgets `key` and tells its holders that the lease is lost.
+    fn lose(&self, key: &HoldKey, id: u64, reason: &str) {
+        // Forget the key before telling the holders, so that what they do
+        // next (a new acquire, a look at the registry) sees it gone.
+        if let Some((_, held)) = self.map.remove_if(key, |_, held| held.id == id) {
+            tracing::warn!(lock = %key.0, owner = %key.1, %reason, "lease lost");
+            held.lease.mark_lost();
+        }
+    }
+}
+
+/// A key whose renewal is due.
+#[derive(Debug)]
+struct Due {
+    key: HoldKey,
+    id: u64,
+    /// When the client gives the lease up unless a renewal gets through.
+    deadline: Instant,
 }
 
 /// How much earlier than the server the client gives a lease up: covers
@@ -160,75 +315,96 @@ fn retry_interval(timeout: Duration) -> Duration {
     (timeout / 10).clamp(Duration::from_millis(5), Duration::from_secs(1))
 }
 
-enum Outcome {
-    Renewed,
-    Gone,
-    Failed(String),
+/// How far ahead of its time a key may be renewed with an earlier one.
+fn coalescing_window(timeout: Duration) -> Duration {
+    (timeout / 30).min(Duration::from_secs(1))
 }
 
-async fn renew_once(
-    conn: &mut ConnectionManager,
-    key: &HoldKey,
-    lease_ms: u64,
-    deadline: Instant,
-) -> Outcome {
-    let mut call = RENEW.prepare_invoke();
-    call.key(&*key.0).arg(lease_ms).arg(&*key.1);
-    match tokio::time::timeout_at(deadline, call.invoke_async::<Vec<i64>>(conn)).await {
-        Ok(Ok(reply)) => match reply.as_slice() {
-            [1] => Outcome::Renewed,
-            [0] => Outcome::Gone,
-            other => Outcome::Failed(format!("unexpected renew reply {other:?}")),
-        },
-        // The key now holds something else: it is not our lock any more.
-        Ok(Err(err)) if err.code() == Some("WRONGTYPE") => Outcome::Gone,
-        Ok(Err(err)) => Outcome::Failed(err.to_string()),
-        Err(_) => Outcome::Failed("no reply before the lease ran out".into()),
+/// The client's scheduler: sleeps until the first key falls due, then
+/// sends the renewals of every key due within the coalescing window.
+async fn schedule(shared: Weak<Shared>, wake: Arc<Notify>) {
+    loop {
+        let Some(this) = shared.upgrade() else {
+            return;
+        };
+        let now = Instant::now();
+        let first = {
+            let mut schedule = this.lock_schedule();
+            let first = schedule.queue.first_key_value().map(|(due, _)| due.0);
+            schedule.armed = first;
+            first
+        };
+        match first {
+            Some(due) if due <= now => {
+                let horizon = now + coalescing_window(this.timeout);
+                for batch in this.take_due(now, horizon) {
+                    tokio::spawn(renew(Arc::clone(&this), batch, now));
+                }
+            }
+            Some(due) => {
+                drop(this);
+                tokio::select! {
+                    _ = tokio::time::sleep_until(due) => {}
+                    _ = wake.notified() => {}
+                }
+            }
+            None => {
+                drop(this);
+                wake.notified().await;
+            }
+        }
     }
 }
 
-async fn watch_key(
-    map: Arc<DashMap<HoldKey, Held>>,
-    key: HoldKey,
-    lease: Arc<LeaseState>,
-    mut conn: ConnectionManager,
-    timeout: Duration,
-    acquired: Instant,
-) {
-    let period = timeout / 3;
-    let lease_ms = timeout.as_millis() as u64;
-    let margin = drift_margin(timeout);
-    // The request time of the last renewal (or the acquire) that Redis
-    // confirmed: the server's TTL runs from no earlier than that.
-    let mut confirmed = acquired;
-    let mut next = acquired + period;
-    let reason = loop {
-        tokio::time::sleep_until(next).await;
-        let deadline = confirmed + timeout - margin;
-        let sent = Instant::now();
-        if sent >= deadline {
-            break "renewals did not get through before the lease ran out".to_owned();
+/// Renews one batch of keys in one script call sent at `sent`.
+async fn renew(shared: Arc<Shared>, batch: Vec<Due>, sent: Instant) {
+    let timeout = shared.timeout;
+    let deadline = batch
+        .iter()
+        .map(|due| due.deadline)
+        .min()
+        .unwrap_or(sent + timeout);
+    let mut call = RENEW.prepare_invoke();
+    call.arg(timeout.as_millis() as u64);
+    for due in &batch {
+        call.key(&*due.key.0).arg(&*due.key.1);
+    }
+    let mut conn = shared.conn.clone();
+    let reply =
+        match tokio::time::timeout_at(deadline, call.invoke_async::<Vec<i64>>(&mut conn)).await {
+            Ok(Ok(reply)) if reply.len() == batch.len() => Ok(reply),
+            Ok(Ok(reply)) => Err(format!(
+                "unexpected renew reply of {} items for {} keys",
+                reply.len(),
+                batch.len()
+            )),
+            Ok(Err(err)) => Err(err.to_string()),
+            Err(_) => Err("no reply before the first lease ran out".into()),
+        };
+    match reply {
+        Ok(renewed) => {
+            let next = sent + timeout / 3;
+            for (due, renewed) in batch.iter().zip(renewed) {
+                if renewed == 1 {
+                    shared.reschedule(due, Some(sent), next);
+                } else {
+                    shared.lose(
+                        &due.key,
+                        due.id,
+                        "the lock is no longer held by its owner (expired, deleted or taken)",
+                    );
+                }
+            }
         }
-        match renew_once(&mut conn, &key, lease_ms, deadline).await {
-            Outcome::Renewed => {
-                confirmed = sent;
-                next = sent + period;
-            }
-            Outcome::Gone => {
-                break "the lock is no longer held by its owner (expired, deleted or taken)"
-                    .to_owned()
-            }
-            Outcome::Failed(error) => {
-                tracing::warn!(lock = %key.0, owner = %key.1, %error, "lease renewal failed; retrying");
-                next = (Instant::now() + retry_interval(timeout)).min(deadline);
+        Err(error) => {
+            tracing::warn!(keys = batch.len(), first = %batch[0].key.0, %error,
+                "lease renewal failed; retrying");
+            let retry = Instant::now() + retry_interval(timeout);
+            for due in &batch {
+                shared.reschedule(due, None, retry.min(due.deadline));
             }
         }
-    };
-    // Forget the key before telling the holders, so that what they do next
-    // (a new acquire, a look at the registry) sees it gone.
-    map.remove_if(&key, |_, held| Arc::ptr_eq(&held.lease, &lease));
-    tracing::warn!(lock = %key.0, owner = %key.1, %reason, "lease lost");
-    lease.mark_lost();
+    }
 }
 
 #[cfg(test)]

@@ -1,0 +1,158 @@
+//! The watchdog's renewal schedule with many locks: renewals that fall due
+//! together share script calls, and one bad key does not cost the others
+//! their leases. One private `redis-server` per test.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{client, eventually, soon, within, RedisServer};
+use ferrisson::LockGuard;
+use tokio::time::Instant;
+
+const WATCHDOG: Duration = Duration::from_millis(1200);
+
+/// EVALSHA calls the server has run since its statistics were reset.
+fn evalsha_calls(server: &RedisServer) -> u64 {
+    let info = server.cmd(&["INFO", "commandstats"]).as_string().unwrap();
+    info.lines()
+        .find_map(|line| line.strip_prefix("cmdstat_evalsha:calls="))
+        .and_then(|rest| rest.split(',').next())
+        .map_or(0, |calls| calls.parse().unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_locks_are_renewed_together_and_kept() {
+    let server = RedisServer::start();
+    let client = client(&server, WATCHDOG).await;
+    const LOCKS: usize = 250;
+    let mut tasks = Vec::new();
+    for part in 0..10 {
+        let client = client.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut guards = Vec::new();
+            for i in (part..LOCKS).step_by(10) {
+                guards.push(client.lock(format!("many:{i}")).lock().await.unwrap());
+            }
+            guards
+        }));
+    }
+    let mut guards: Vec<LockGuard> = Vec::new();
+    for task in tasks {
+        guards.extend(soon(task).await.unwrap());
+    }
+    assert_eq!(client.held_locks(), LOCKS);
+
+    // Three whole timeouts: nine renewal periods, none of which may miss.
+    server.cmd(&["CONFIG", "RESETSTAT"]);
+    let window = WATCHDOG * 3;
+    tokio::time::sleep(window).await;
+    let calls = evalsha_calls(&server);
+
+    for i in 0..LOCKS {
+        let ttl = server
+            .cmd(&["PTTL", &format!("many:{i}")])
+            .as_int()
+            .unwrap();
+        assert!(ttl > 0, "many:{i} has PTTL {ttl} after three timeouts");
+    }
+    assert!(guards.iter().all(|g| !g.is_lease_lost()));
+    // One call per key per period would be 250 x 9 = 2250; taken within a
+    // few milliseconds, the keys fall due together and go 100 to a call.
+    let unbatched =
+        (LOCKS as u32 * window.as_millis() as u32 / (WATCHDOG / 3).as_millis() as u32) as u64;
+    assert!(
+        calls <= unbatched / 10,
+        "{calls} renewal calls for {LOCKS} keys over {window:?} (one per key: {unbatched})"
+    );
+    println!("{calls} renewal calls for {LOCKS} keys over {window:?} (one per key: {unbatched})");
+
+    for guard in guards {
+        soon(guard.unlock()).await.unwrap();
+    }
+    assert_eq!(client.held_locks(), 0);
+    // Locks and, once swept, the releases' latches are gone.
+    eventually(Duration::from_secs(5), || async {
+        server.cmd(&["DBSIZE"]).as_int() == Some(0)
+    })
+    .await;
+}
+
+/// Someone deletes one of our locks and writes a string under its name:
+/// that lease is lost, and the locks renewed in the same call keep theirs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_turned_into_another_type_loses_only_its_own_lease() {
+    let server = RedisServer::start();
+    let client = client(&server, WATCHDOG).await;
+    let mut guards = Vec::new();
+    for name in ["batch:a", "batch:b", "batch:c"] {
+        guards.push(soon(client.lock(name).lock()).await.unwrap());
+    }
+    server.cmd(&["DEL", "batch:b"]);
+    server.cmd(&["SET", "batch:b", "not a lock"]);
+    within(WATCHDOG * 2, guards[1].lease_lost()).await;
+    assert_eq!(client.held_locks(), 2);
+
+    // Two more timeouts: the others are still renewed.
+    let until = Instant::now() + WATCHDOG * 2;
+    while Instant::now() < until {
+        tokio::time::sleep(WATCHDOG / 4).await;
+        for name in ["batch:a", "batch:c"] {
+            let ttl = server.cmd(&["PTTL", name]).as_int().unwrap();
+            assert!(ttl > 0, "{name}: PTTL {ttl}");
+        }
+    }
+    assert!(!guards[0].is_lease_lost() && !guards[2].is_lease_lost());
+    // The string was left alone.
+    assert_eq!(
+        server.cmd(&["GET", "batch:b"]).as_string().as_deref(),
+        Some("not a lock")
+    );
+    let c = guards.pop().unwrap();
+    let b = guards.pop().unwrap();
+    let a = guards.pop().unwrap();
+    assert!(soon(b.unlock()).await.unwrap_err().is_lease_lost());
+    soon(a.unlock()).await.unwrap();
+    soon(c.unlock()).await.unwrap();
+    assert_eq!(client.held_locks(), 0);
+}
+
+/// A lock released while its renewal is on the schedule is not renewed
+/// again: a new holder's TTL is never pushed by the old holder's watchdog.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_released_lock_is_not_renewed_for_the_next_holder() {
+    let server = RedisServer::start();
+    let ours = client(&server, WATCHDOG).await;
+    for round in 0..20 {
+        let guard = soon(ours.lock("passed-on").lock()).await.unwrap();
+        soon(guard.unlock()).await.unwrap();
+        // Another service takes it with a short lease of its own.
+        let field = format!("other-service:{round}");
+        server.cmd(&["HSET", "passed-on", &field, "1"]);
+        server.cmd(&["PEXPIRE", "passed-on", "300"]);
+        tokio::time::sleep(WATCHDOG / 20).await;
+        let ttl = server.cmd(&["PTTL", "passed-on"]).as_int().unwrap();
+        assert!(ttl <= 300, "round {round}: PTTL {ttl} after our release");
+        server.cmd(&["DEL", "passed-on"]);
+    }
+    assert_eq!(ours.held_locks(), 0);
+}
+
+/// Holds taken and released again and again while renewals come and go: a
+/// renewal reply about an earlier hold never marks a later one lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renewals_of_earlier_holds_do_not_touch_later_ones() {
+    let server = RedisServer::start();
+    let watchdog = Duration::from_millis(300);
+    let client = client(&server, watchdog).await;
+    let lock = client.lock("cycled");
+    for round in 0..40u64 {
+        let guard = soon(lock.lock()).await.unwrap();
+        // 0 to 195 ms: some holds see a renewal, some are released while
+        // one is in flight.
+        tokio::time::sleep(Duration::from_millis(round * 37 % 200)).await;
+        assert!(!guard.is_lease_lost(), "round {round}");
+        soon(guard.unlock()).await.unwrap();
+    }
+    assert_eq!(client.held_locks(), 0);
+}
