@@ -2,6 +2,7 @@
 //! lock it hands out.
 
 use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -11,6 +12,7 @@ use uuid::Uuid;
 
 use crate::config::Config;
 use crate::pubsub::PubSub;
+use crate::sweeper::Sweeper;
 use crate::watchdog::Registry;
 use crate::{Lock, Result};
 
@@ -41,9 +43,22 @@ pub(crate) struct ClientInner {
     pub(crate) conn: ConnectionManager,
     pub(crate) pubsub: Arc<PubSub>,
     pub(crate) registry: Registry,
+    pub(crate) sweeper: Sweeper,
+    /// Release request ids are this plus a count: 32 hex digits, unique per
+    /// client, without a call to the system's random source per release.
+    request_base: u128,
+    requests: AtomicU64,
     pub(crate) config: Config,
     /// Host and port only: never the credentials.
     addr: String,
+}
+
+impl ClientInner {
+    /// A new id for one release request (and its resends), as 32 hex digits.
+    pub(crate) fn request_id(&self) -> String {
+        let n = self.requests.fetch_add(1, Ordering::Relaxed);
+        format!("{:032x}", self.request_base.wrapping_add(u128::from(n)))
+    }
 }
 
 impl fmt::Debug for Client {
@@ -203,12 +218,16 @@ impl ClientBuilder {
         let pubsub = PubSub::connect(redis_client, manager_config).await?;
 
         let registry = Registry::new(conn.clone(), self.config.watchdog_timeout);
+        let sweeper = Sweeper::new(conn.clone());
         Ok(Client {
             inner: Arc::new(ClientInner {
                 id: Uuid::new_v4(),
                 conn,
                 pubsub: Arc::new(pubsub),
                 registry,
+                sweeper,
+                request_base: Uuid::new_v4().as_u128(),
+                requests: AtomicU64::new(0),
                 config: self.config,
                 addr,
             }),

@@ -3,7 +3,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::AsyncCommands;
 use tokio::runtime::Handle;
 
 use crate::error::is_connection_failure;
@@ -190,7 +189,7 @@ pub(crate) async fn release_hold(
     lease_ms: u64,
 ) -> Result<()> {
     let inner = &client.inner;
-    let request_id = uuid::Uuid::new_v4().simple().to_string();
+    let request_id = inner.request_id();
     let latch = keys::unlock_latch(name, &request_id);
     let channel = keys::lock_channel(name);
     let latch_ttl = inner.config.unlock_latch_ttl_ms();
@@ -221,12 +220,8 @@ pub(crate) async fn release_hold(
     };
     if reply.is_some() {
         // The script wrote the latch; it only matters to resends of this
-        // request: drop it now rather than leave it to its TTL, without
-        // waiting for the reply.
-        let mut conn = inner.conn.clone();
-        tokio::spawn(async move {
-            let _: redis::RedisResult<()> = conn.del(latch).await;
-        });
+        // request: have it deleted rather than left to its TTL.
+        inner.sweeper.discard(latch);
     }
     match reply {
         Some(0 | 1) => Ok(()),

@@ -9,6 +9,7 @@ mod keys;
 mod lock;
 mod pubsub;
 mod scripts;
+mod sweeper;
 mod watchdog;
 
 pub use client::{Client, ClientBuilder};

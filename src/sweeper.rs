@@ -1,0 +1,65 @@
+//! Deletes the unlock latches of finished releases, many keys per command.
+//!
+//! Every release writes a latch key, `redisson_unlock_latch:{name}:<id>`,
+//! that only matters to resends of that release (see the release script).
+//! Once the reply is in, the client deletes it, as Redisson does; the latch
+//! would also expire by itself after its TTL. Deleting each latch with its
+//! own DEL adds a third command to every lock and unlock pair, so latches
+//! are collected here for a few milliseconds and deleted together.
+
+use std::time::Duration;
+
+use redis::aio::ConnectionManager;
+use tokio::sync::mpsc;
+
+/// How long the first latch of a batch waits for others.
+const WINDOW: Duration = Duration::from_millis(5);
+/// Most keys in one DEL.
+const MAX_KEYS: usize = 512;
+
+/// The sending half: dropping the last one ends the sweeping task after it
+/// deleted what it had.
+#[derive(Debug)]
+pub(crate) struct Sweeper {
+    latches: mpsc::UnboundedSender<String>,
+}
+
+impl Sweeper {
+    /// Starts the sweeping task on the current runtime.
+    pub(crate) fn new(conn: ConnectionManager) -> Sweeper {
+        let (latches, rx) = mpsc::unbounded_channel();
+        tokio::spawn(sweep(rx, conn));
+        Sweeper { latches }
+    }
+
+    /// Deletes `latch` soon.
+    pub(crate) fn discard(&self, latch: String) {
+        // The task ends only when this sender is gone.
+        let _ = self.latches.send(latch);
+    }
+}
+
+async fn sweep(mut latches: mpsc::UnboundedReceiver<String>, mut conn: ConnectionManager) {
+    let mut keys = Vec::with_capacity(MAX_KEYS);
+    loop {
+        if latches.recv_many(&mut keys, MAX_KEYS).await == 0 {
+            return;
+        }
+        if keys.len() < MAX_KEYS {
+            tokio::time::sleep(WINDOW).await;
+            while keys.len() < MAX_KEYS {
+                match latches.try_recv() {
+                    Ok(key) => keys.push(key),
+                    Err(_) => break,
+                }
+            }
+        }
+        let deleted: redis::RedisResult<()> =
+            redis::cmd("DEL").arg(&keys).query_async(&mut conn).await;
+        if let Err(err) = deleted {
+            tracing::debug!(keys = keys.len(), error = %err,
+                "could not delete unlock latches; they expire by themselves");
+        }
+        keys.clear();
+    }
+}
