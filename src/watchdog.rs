@@ -258,30 +258,43 @@ impl Shared {
             }
         }
         let mut batches = Vec::with_capacity(batch.len().div_ceil(RENEW_BATCH));
-        while batch.len() > RENEW_BATCH {
-            let rest = batch.split_off(RENEW_BATCH);
-            batches.push(std::mem::replace(&mut batch, rest));
-        }
-        if !batch.is_empty() {
-            batches.push(batch);
+        let mut keys = batch.into_iter().peekable();
+        while keys.peek().is_some() {
+            batches.push(keys.by_ref().take(RENEW_BATCH).collect());
         }
         batches
     }
 
-    /// Puts a key whose renewal came back on the schedule again, unless it
-    /// was released (or released and taken again) meanwhile.
-    fn reschedule(&self, due: &Due, confirmed: Option<Instant>, next: Instant) {
-        let Some(mut held) = self.map.get_mut(&due.key) else {
+    /// Puts the keys of a renewal that came back on the schedule again,
+    /// each at its `next` time, with one lock of the schedule; a key that
+    /// was released (or released and taken again) meanwhile is left out.
+    fn reschedule<'a>(&self, keys: impl Iterator<Item = (&'a Due, Option<Instant>, Instant)>) {
+        let mut entries = Vec::new();
+        for (due, confirmed, next) in keys {
+            let Some(mut held) = self.map.get_mut(&due.key) else {
+                continue;
+            };
+            if held.id != due.id {
+                continue;
+            }
+            if let Some(confirmed) = confirmed {
+                held.confirmed = confirmed;
+            }
+            held.due = Some(next);
+            entries.push(((next, due.id), due.key.clone()));
+        }
+        // A release between the map and the schedule leaves an entry that
+        // `take_due` skips: its id no longer matches.
+        let Some(earliest) = entries.iter().map(|((next, _), _)| *next).min() else {
             return;
         };
-        if held.id != due.id {
-            return;
+        let mut schedule = self.lock_schedule();
+        schedule.queue.extend(entries);
+        if schedule.armed.is_none_or(|armed| earliest < armed) {
+            schedule.armed = Some(earliest);
+            drop(schedule);
+            self.wake.notify_one();
         }
-        if let Some(confirmed) = confirmed {
-            held.confirmed = confirmed;
-        }
-        held.due = Some(next);
-        self.enqueue(next, due.id, due.key.clone());
     }
 
     /// Forgets `key` and tells its holders that the lease is lost.
@@ -384,25 +397,21 @@ async fn renew(shared: Arc<Shared>, batch: Vec<Due>, sent: Instant) {
     match reply {
         Ok(renewed) => {
             let next = sent + timeout / 3;
-            for (due, renewed) in batch.iter().zip(renewed) {
-                if renewed == 1 {
-                    shared.reschedule(due, Some(sent), next);
-                } else {
-                    shared.lose(
-                        &due.key,
-                        due.id,
-                        "the lock is no longer held by its owner (expired, deleted or taken)",
-                    );
-                }
+            for (due, _) in batch.iter().zip(&renewed).filter(|(_, r)| **r != 1) {
+                shared.lose(
+                    &due.key,
+                    due.id,
+                    "the lock is no longer held by its owner (expired, deleted or taken)",
+                );
             }
+            let kept = batch.iter().zip(&renewed).filter(|(_, r)| **r == 1);
+            shared.reschedule(kept.map(|(due, _)| (due, Some(sent), next)));
         }
         Err(error) => {
             tracing::warn!(keys = batch.len(), first = %batch[0].key.0, %error,
                 "lease renewal failed; retrying");
             let retry = Instant::now() + retry_interval(timeout);
-            for due in &batch {
-                shared.reschedule(due, None, retry.min(due.deadline));
-            }
+            shared.reschedule(batch.iter().map(|due| (due, None, retry.min(due.deadline))));
         }
     }
 }
