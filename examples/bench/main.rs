@@ -1,0 +1,295 @@
+//! ferrisson against the Redis round-trip limit, in one run.
+//!
+//! `cargo run --release --example bench [-- --quick] [--json PATH] [--only 1,2,..]`
+//!
+//! Starts a throwaway `redis-server` (or uses `REDIS_URL`), then runs seven
+//! scenarios. Each measures ferrisson and, in the same run and over the
+//! same kind of connection (one multiplexed RESP3 `ConnectionManager`), the
+//! raw baseline it is compared with: EVALSHA of a trivial script. The
+//! figures are printed as Markdown tables, then the targets of the
+//! README's Performance section are checked and printed.
+//!
+//! Exits with status 1 when a scenario breaks a promise rather than being
+//! slow: a lost update under the lock, a lease lost by the watchdog, more
+//! than one subscription for one lock name. Slowness is printed, never a
+//! failure.
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod measure;
+mod scenarios;
+
+use std::time::Duration;
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::{IntoConnectionInfo, ProtocolVersion};
+use serde_json::{json, Value};
+
+/// What the command line asked for.
+#[derive(Debug, Clone)]
+pub(crate) struct Options {
+    /// The smaller, faster run (`--quick`).
+    pub(crate) quick: bool,
+    json: Option<String>,
+    only: Option<Vec<usize>>,
+}
+
+impl Options {
+    fn parse() -> Result<Options, String> {
+        let mut options = Options {
+            quick: false,
+            json: None,
+            only: None,
+        };
+        let mut args = std::env::args().skip(1);
+        while let Some(arg) = args.next() {
+            match arg.as_str() {
+                "--quick" => options.quick = true,
+                "--json" => {
+                    options.json = Some(args.next().ok_or("--json needs a file path")?);
+                }
+                "--only" => {
+                    let list = args
+                        .next()
+                        .ok_or("--only needs scenario numbers, e.g. 1,2")?;
+                    let numbers = list
+                        .split(',')
+                        .map(|n| match n.trim().parse::<usize>() {
+                            Ok(n @ 1..=7) => Ok(n),
+                            _ => Err(format!("--only: `{n}` is not a scenario number (1 to 7)")),
+                        })
+                        .collect::<Result<Vec<_>, _>>()?;
+                    options.only = Some(numbers);
+                }
+                "-h" | "--help" => {
+                    println!(
+                        "usage: bench [--quick] [--json PATH] [--only 1,2,..]\n\n\
+                         --quick      smaller sizes and shorter runs (under 30 s)\n\
+                         --json PATH  also write every figure to PATH as JSON\n\
+                         --only LIST  run only these scenarios (1-7); the round trip\n\
+                         \x20            (scenario 1) is always measured, as the unit"
+                    );
+                    std::process::exit(0);
+                }
+                other => return Err(format!("unknown argument `{other}` (try --help)")),
+            }
+        }
+        Ok(options)
+    }
+
+    fn runs(&self, scenario: usize) -> bool {
+        self.only
+            .as_ref()
+            .is_none_or(|only| only.contains(&scenario))
+    }
+
+    /// `full` in a full run, `quick` with `--quick`.
+    pub(crate) fn pick<T>(&self, full: T, quick: T) -> T {
+        if self.quick {
+            quick
+        } else {
+            full
+        }
+    }
+}
+
+/// One target of the README, as measured.
+#[derive(Debug)]
+pub(crate) struct Check {
+    pub(crate) target: &'static str,
+    pub(crate) measured: String,
+    pub(crate) met: bool,
+}
+
+/// What the scenarios share.
+#[derive(Debug)]
+pub(crate) struct Bench {
+    pub(crate) options: Options,
+    pub(crate) url: String,
+    /// The raw baseline's connection: the same kind as a client's.
+    pub(crate) raw: ConnectionManager,
+    /// For INFO, counters and clean-up; never timed.
+    pub(crate) admin: ConnectionManager,
+    /// p50 of one raw EVALSHA round trip, in microseconds: the unit.
+    pub(crate) rtt_us: f64,
+    pub(crate) checks: Vec<Check>,
+    /// Broken promises: the run fails when there is any.
+    pub(crate) failures: Vec<String>,
+}
+
+impl Bench {
+    /// A ferrisson client with the default settings but `watchdog`.
+    pub(crate) async fn client(&self, watchdog: Duration) -> ferrisson::Client {
+        ferrisson::Client::builder(self.url.as_str())
+            .watchdog_timeout(watchdog)
+            .build()
+            .await
+            .expect("connect a ferrisson client")
+    }
+
+    pub(crate) fn check(&mut self, target: &'static str, measured: String, met: bool) {
+        self.checks.push(Check {
+            target,
+            measured,
+            met,
+        });
+    }
+
+    pub(crate) fn fail(&mut self, failure: String) {
+        eprintln!("FAILURE: {failure}");
+        self.failures.push(failure);
+    }
+}
+
+/// A connection like the ones a ferrisson client opens: RESP3, multiplexed,
+/// reconnecting, with the client's default timeouts.
+async fn connection(url: &str) -> redis::RedisResult<ConnectionManager> {
+    let info = url.into_connection_info()?;
+    let resp3 = info
+        .redis_settings()
+        .clone()
+        .set_protocol(ProtocolVersion::RESP3);
+    let config = ConnectionManagerConfig::new()
+        .set_response_timeout(Some(ferrisson::config::DEFAULT_RESPONSE_TIMEOUT))
+        .set_connection_timeout(Some(ferrisson::config::DEFAULT_CONNECTION_TIMEOUT));
+    redis::Client::open(info.set_redis_settings(resp3))?
+        .get_connection_manager_with_config(config)
+        .await
+}
+
+fn machine() -> Value {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|info| {
+            info.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split_once(':'))
+                .map(|(_, name)| name.trim().to_owned())
+        })
+        .unwrap_or_else(|| "unknown".into());
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    json!({ "cpu": cpu, "cores": cores, "os": std::env::consts::OS })
+}
+
+#[tokio::main]
+async fn main() {
+    let options = match Options::parse() {
+        Ok(options) => options,
+        Err(message) => {
+            eprintln!("bench: {message}");
+            std::process::exit(2);
+        }
+    };
+    // ferrisson's warnings (a renewal that failed, a lease lost) belong in
+    // the output; RUST_LOG overrides.
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    if cfg!(debug_assertions) {
+        println!("note: a debug build; figures are only meaningful with --release");
+    }
+    let (url, _server) = support::redis_url();
+    let raw = connection(&url).await.expect("connect to Redis");
+    let mut admin = connection(&url).await.expect("connect to Redis");
+    let version: String = redis::cmd("INFO")
+        .arg("server")
+        .query_async(&mut admin)
+        .await
+        .map(|info: String| {
+            info.lines()
+                .find_map(|l| l.strip_prefix("redis_version:"))
+                .unwrap_or("unknown")
+                .trim()
+                .to_owned()
+        })
+        .expect("INFO server");
+    let machine = machine();
+    println!(
+        "ferrisson bench ({} run): {} cores, {}; redis {version}",
+        if options.quick { "quick" } else { "full" },
+        machine["cores"],
+        machine["cpu"].as_str().unwrap_or("unknown"),
+    );
+
+    let started = std::time::Instant::now();
+    let mut bench = Bench {
+        options: options.clone(),
+        url,
+        raw,
+        admin,
+        rtt_us: f64::NAN,
+        checks: Vec::new(),
+        failures: Vec::new(),
+    };
+    let mut report = serde_json::Map::new();
+    report.insert("round_trip".into(), scenarios::round_trip(&mut bench).await);
+    if options.runs(2) {
+        report.insert(
+            "uncontended".into(),
+            scenarios::uncontended(&mut bench).await,
+        );
+    }
+    if options.runs(3) {
+        report.insert("reentrancy".into(), scenarios::reentrancy(&mut bench).await);
+    }
+    if options.runs(4) {
+        report.insert("throughput".into(), scenarios::throughput(&mut bench).await);
+    }
+    if options.runs(5) {
+        report.insert("handoff".into(), scenarios::handoff(&mut bench).await);
+    }
+    if options.runs(6) {
+        report.insert("watchdog".into(), scenarios::watchdog(&mut bench).await);
+    }
+    if options.runs(7) {
+        report.insert("waiters".into(), scenarios::waiters(&mut bench).await);
+    }
+    let elapsed = started.elapsed();
+
+    println!("\nTargets (README, Performance)\n");
+    for check in &bench.checks {
+        println!(
+            "- [{}] {}: {}",
+            if check.met { "met" } else { "MISSED" },
+            check.target,
+            check.measured
+        );
+    }
+    println!(
+        "\nexclusion and lease failures: {}; ran in {:.1} s",
+        bench.failures.len(),
+        elapsed.as_secs_f64()
+    );
+
+    if let Some(path) = &options.json {
+        let checks: Vec<Value> = bench
+            .checks
+            .iter()
+            .map(|c| json!({ "target": c.target, "measured": c.measured, "met": c.met }))
+            .collect();
+        let document = json!({
+            "mode": if options.quick { "quick" } else { "full" },
+            "machine": machine,
+            "redis_version": version,
+            "seconds": elapsed.as_secs_f64(),
+            "round_trip_p50_us": bench.rtt_us,
+            "scenarios": Value::Object(report),
+            "targets": checks,
+            "failures": bench.failures,
+        });
+        let text = serde_json::to_string_pretty(&document).expect("JSON of plain values");
+        if let Err(err) = std::fs::write(path, text + "\n") {
+            eprintln!("bench: cannot write {path}: {err}");
+            std::process::exit(2);
+        }
+        println!("figures written to {path}");
+    }
+    if !bench.failures.is_empty() {
+        std::process::exit(1);
+    }
+}
