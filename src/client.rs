@@ -102,6 +102,20 @@ impl Client {
         Lock::new(self.clone(), name.into())
     }
 
+    /// A handle to the spin lock `name`: the reentrant lock's hash and
+    /// scripts (it excludes [`Client::lock`] holders of the same name, and
+    /// Redisson's `RLock` and `RSpinLock`), but its waiters poll with
+    /// exponential backoff and jitter ([`Backoff`](crate::Backoff), 1 ms up
+    /// to 128 ms by default; change it with
+    /// [`Lock::with_backoff`]) instead of subscribing.
+    ///
+    /// For very many locks with waiters, where one subscription per lock
+    /// name costs too much. The price: a waiter learns of a release up to
+    /// one pause late, and polling waiters cost Redis one call per pause.
+    pub fn spin_lock(&self, name: impl Into<String>) -> Lock {
+        Lock::spinning(self.clone(), name.into())
+    }
+
     /// This client's UUID: the first half of every owner field it writes.
     pub fn id(&self) -> Uuid {
         self.inner.id

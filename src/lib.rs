@@ -1,7 +1,9 @@
 #![doc = include_str!("../README.md")]
 
+mod backoff;
 mod client;
 pub mod config;
+mod distributed;
 mod error;
 mod finish;
 mod guard;
@@ -12,8 +14,10 @@ mod scripts;
 mod sweeper;
 mod watchdog;
 
+pub use backoff::Backoff;
 pub use client::{Client, ClientBuilder};
 pub use config::Config;
+pub use distributed::DistributedLock;
 pub use error::{Error, Result};
 pub use guard::LockGuard;
 pub use lock::{Lock, MAX_NAME_LEN};

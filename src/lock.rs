@@ -13,6 +13,7 @@ use crate::finish::Finish;
 use crate::guard::{release_hold, LockGuard};
 use crate::scripts::{ACQUIRE, FORCE_UNLOCK, PUBLISH, UNLOCK_MESSAGE};
 use crate::watchdog::{HoldKey, LeaseState};
+use crate::Backoff;
 use crate::{keys, Client, Error, Result};
 
 /// The longest lock name accepted, in bytes (64 KiB): every command carries
@@ -46,6 +47,8 @@ pub struct Lock {
     client: Client,
     name: Arc<str>,
     owner: Option<Arc<str>>,
+    /// `Some`: a spin lock, which polls instead of subscribing.
+    spin: Option<Backoff>,
 }
 
 impl std::fmt::Debug for Lock {
@@ -53,6 +56,7 @@ impl std::fmt::Debug for Lock {
         f.debug_struct("Lock")
             .field("name", &self.name)
             .field("owner", &self.owner)
+            .field("spin", &self.spin)
             .field("client", &self.client.inner.id)
             .finish()
     }
@@ -81,7 +85,30 @@ impl Lock {
             client,
             name: name.into(),
             owner: None,
+            spin: None,
         }
+    }
+
+    pub(crate) fn spinning(client: Client, name: String) -> Lock {
+        Lock {
+            spin: Some(Backoff::default()),
+            ..Lock::new(client, name)
+        }
+    }
+
+    /// The same lock, waiting as a spin lock: no subscription, attempts
+    /// spaced by `backoff` (see [`Client::spin_lock`]).
+    pub fn with_backoff(&self, backoff: Backoff) -> Lock {
+        Lock {
+            spin: Some(backoff),
+            ..self.clone()
+        }
+    }
+
+    /// The backoff of a spin-lock handle; `None` for a handle that waits for
+    /// unlock messages.
+    pub fn backoff(&self) -> Option<Backoff> {
+        self.spin
     }
 
     /// The lock's name: the Redis key of its hash.
@@ -369,6 +396,10 @@ impl Lock {
             return Ok(None);
         }
 
+        if let Some(backoff) = self.spin {
+            return self.spin(&field, lease_ms, deadline, backoff).await;
+        }
+
         let subscribe = self
             .client
             .inner
@@ -407,6 +438,38 @@ impl Lock {
             tokio::select! {
                 _ = &mut notified => {}
                 _ = tokio::time::sleep(pause) => {}
+            }
+        }
+    }
+
+    /// The spin lock's wait: attempts spaced by `backoff`, each pause also
+    /// cut to the holder's TTL and the deadline; no subscription.
+    async fn spin(
+        &self,
+        field: &Arc<str>,
+        lease_ms: Option<u64>,
+        deadline: Option<Instant>,
+        backoff: Backoff,
+    ) -> Result<Option<LockGuard>> {
+        let mut failed = 0u32;
+        // The holder's TTL from the last attempt: the lock is free by then.
+        let mut ttl: Option<Duration> = None;
+        loop {
+            let mut pause = backoff.pause(failed);
+            failed = failed.saturating_add(1);
+            if let Some(ttl) = ttl {
+                pause = pause.min(ttl + Duration::from_millis(1));
+            }
+            if let Some(deadline) = deadline {
+                pause = pause.min(deadline.saturating_duration_since(Instant::now()));
+            }
+            tokio::time::sleep(pause).await;
+            match self.attempt(field, lease_ms).await? {
+                Ok(guard) => return Ok(Some(guard)),
+                Err(ms) => ttl = (ms >= 0).then(|| Duration::from_millis(ms as u64)),
+            }
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                return Ok(None);
             }
         }
     }

@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{
-    client, eventually, exists, next_message, settled, soon, subscribers, within, RawSubscriber,
-    RedisServer, RespValue,
+    client, count_under_lock, eventually, exists, next_message, settled, soon, subscribers, within,
+    RawSubscriber, RedisServer, RespValue,
 };
 use ferrisson::{Error, LockGuard};
 use tokio::time::Instant;
@@ -60,43 +60,13 @@ async fn tasks_and_clients_exclude_each_other() {
     ];
     const TASKS_PER_CLIENT: usize = 8;
     const ROUNDS: usize = 150;
-    let mut tasks = Vec::new();
-    for client in &clients {
-        for _ in 0..TASKS_PER_CLIENT {
-            let lock = client.lock("exclusion");
-            let url = server.url();
-            tasks.push(tokio::spawn(async move {
-                let raw = redis::Client::open(url).unwrap();
-                let mut raw = raw.get_multiplexed_async_connection().await.unwrap();
-                for _ in 0..ROUNDS {
-                    let guard = lock.lock().await.unwrap();
-                    // A read-modify-write that loses updates without the lock.
-                    let n: i64 = redis::cmd("GET")
-                        .arg("counter")
-                        .query_async::<Option<i64>>(&mut raw)
-                        .await
-                        .unwrap()
-                        .unwrap_or(0);
-                    tokio::task::yield_now().await;
-                    let _: () = redis::cmd("SET")
-                        .arg("counter")
-                        .arg(n + 1)
-                        .query_async(&mut raw)
-                        .await
-                        .unwrap();
-                    guard.unlock().await.unwrap();
-                }
-            }));
-        }
-    }
-    for task in tasks {
-        within(Duration::from_secs(120), task).await.unwrap();
-    }
+    let locks = clients
+        .iter()
+        .flat_map(|client| (0..TASKS_PER_CLIENT).map(|_| client.lock("exclusion")))
+        .collect();
+    let counter = count_under_lock(&server, locks, ROUNDS, "counter").await;
     let total = (clients.len() * TASKS_PER_CLIENT * ROUNDS) as i64;
-    assert_eq!(
-        server.cmd(&["GET", "counter"]).as_string(),
-        Some(total.to_string())
-    );
+    assert_eq!(counter, total, "lost updates");
     println!("{total} acquisitions over 2 clients x {TASKS_PER_CLIENT} tasks, no lost update");
     assert!(!exists(&server, "exclusion"));
     for client in &clients {

@@ -90,3 +90,47 @@ pub(crate) fn subscribers(server: &RedisServer, channel: &str) -> i64 {
         .and_then(|reply| reply.get(1).and_then(RespValue::as_int))
         .expect("PUBSUB NUMSUB reply")
 }
+
+/// Runs `rounds` lock-protected read-modify-writes of the counter `key` in
+/// one task per handle (GET, yield, SET: updates are lost unless the lock
+/// excludes), and returns the counter's final value.
+pub(crate) async fn count_under_lock(
+    server: &RedisServer,
+    locks: Vec<ferrisson::Lock>,
+    rounds: usize,
+    key: &str,
+) -> i64 {
+    let mut tasks = Vec::new();
+    for lock in locks {
+        let url = server.url();
+        let key = key.to_owned();
+        tasks.push(tokio::spawn(async move {
+            let raw = redis::Client::open(url).unwrap();
+            let mut raw = raw.get_multiplexed_async_connection().await.unwrap();
+            for _ in 0..rounds {
+                let guard = lock.lock().await.unwrap();
+                let n: i64 = redis::cmd("GET")
+                    .arg(&key)
+                    .query_async::<Option<i64>>(&mut raw)
+                    .await
+                    .unwrap()
+                    .unwrap_or(0);
+                tokio::task::yield_now().await;
+                let _: () = redis::cmd("SET")
+                    .arg(&key)
+                    .arg(n + 1)
+                    .query_async(&mut raw)
+                    .await
+                    .unwrap();
+                guard.unlock().await.unwrap();
+            }
+        }));
+    }
+    for task in tasks {
+        within(Duration::from_secs(120), task).await.unwrap();
+    }
+    server
+        .cmd(&["GET", key])
+        .as_string()
+        .map_or(0, |n| n.parse().unwrap())
+}
