@@ -116,6 +116,21 @@ impl Client {
         Lock::spinning(self.clone(), name.into())
     }
 
+    /// A handle to the fenced lock `name`: the reentrant lock (same hash,
+    /// waits, watchdog and release), and every successful acquire, re-entry
+    /// included, also draws a fencing token from the counter
+    /// `redisson_lock_token:{name}`, as Redisson's `RFencedLock`:
+    /// [`LockGuard::token`](crate::LockGuard::token). Tokens rise strictly
+    /// across all holders, forever (the counter has no TTL).
+    ///
+    /// A lease can run out while its holder is paused; the lock alone cannot
+    /// stop that holder's late write. The token can: the protected resource
+    /// keeps the highest token it has seen and refuses lower ones
+    /// (`cargo run --example fencing`).
+    pub fn fenced_lock(&self, name: impl Into<String>) -> Lock {
+        Lock::fenced(self.clone(), name.into())
+    }
+
     /// This client's UUID: the first half of every owner field it writes.
     pub fn id(&self) -> Uuid {
         self.inner.id

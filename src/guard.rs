@@ -31,6 +31,8 @@ use crate::{keys, Client, Error, Result};
 #[clippy::has_significant_drop]
 pub struct LockGuard {
     hold: Option<Hold>,
+    /// The fencing token of a fenced lock's acquire.
+    token: Option<u64>,
 }
 
 struct Hold {
@@ -49,7 +51,8 @@ impl std::fmt::Debug for LockGuard {
             d.field("name", &hold.key.0)
                 .field("owner", &hold.key.1)
                 .field("lease_ms", &hold.lease_ms)
-                .field("lease_lost", &hold.lease.is_lost());
+                .field("lease_lost", &hold.lease.is_lost())
+                .field("token", &self.token);
         }
         d.finish()
     }
@@ -71,7 +74,27 @@ impl LockGuard {
                 lease,
                 runtime,
             }),
+            token: None,
         }
+    }
+
+    pub(crate) fn with_token(mut self, token: Option<u64>) -> LockGuard {
+        self.token = token;
+        self
+    }
+
+    /// The fencing token this acquire drew, for a guard of a fenced lock
+    /// ([`Client::fenced_lock`](crate::Client::fenced_lock)); `None` for
+    /// other locks.
+    ///
+    /// Tokens of one lock name rise strictly with every acquire, re-entries
+    /// included, across all clients and forever. Send it with every write
+    /// to the resource the lock protects, and have the resource refuse a
+    /// token lower than the highest it has seen: a holder whose lease ran
+    /// out unnoticed (a long pause) is then refused instead of overwriting
+    /// the next holder's work.
+    pub fn token(&self) -> Option<u64> {
+        self.token
     }
 
     fn hold(&self) -> Option<&Hold> {

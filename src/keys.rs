@@ -15,6 +15,11 @@ pub(crate) fn lock_channel(name: &str) -> String {
     prefix_name("redisson_lock__channel", name)
 }
 
+/// The fenced lock's token counter.
+pub(crate) fn fencing_token(name: &str) -> String {
+    prefix_name("redisson_lock_token", name)
+}
+
 /// The latch key that makes one release request idempotent.
 pub(crate) fn unlock_latch(name: &str, request_id: &str) -> String {
     let mut key = prefix_name("redisson_unlock_latch", name);
@@ -36,6 +41,10 @@ mod tests {
         assert_eq!(
             unlock_latch("orders:42", "ab12"),
             "redisson_unlock_latch:{orders:42}:ab12"
+        );
+        assert_eq!(
+            fencing_token("orders:42"),
+            "redisson_lock_token:{orders:42}"
         );
     }
 

@@ -11,7 +11,7 @@ use crate::config::MAX_DURATION;
 use crate::error::check_duration;
 use crate::finish::Finish;
 use crate::guard::{release_hold, LockGuard};
-use crate::scripts::{ACQUIRE, FORCE_UNLOCK, PUBLISH, UNLOCK_MESSAGE};
+use crate::scripts::{ACQUIRE, FENCED_ACQUIRE, FORCE_UNLOCK, PUBLISH, UNLOCK_MESSAGE};
 use crate::watchdog::{HoldKey, LeaseState};
 use crate::Backoff;
 use crate::{keys, Client, Error, Result};
@@ -49,6 +49,8 @@ pub struct Lock {
     owner: Option<Arc<str>>,
     /// `Some`: a spin lock, which polls instead of subscribing.
     spin: Option<Backoff>,
+    /// A fenced lock: each acquire also draws a fencing token.
+    fenced: bool,
 }
 
 impl std::fmt::Debug for Lock {
@@ -57,6 +59,7 @@ impl std::fmt::Debug for Lock {
             .field("name", &self.name)
             .field("owner", &self.owner)
             .field("spin", &self.spin)
+            .field("fenced", &self.fenced)
             .field("client", &self.client.inner.id)
             .finish()
     }
@@ -86,6 +89,14 @@ impl Lock {
             name: name.into(),
             owner: None,
             spin: None,
+            fenced: false,
+        }
+    }
+
+    pub(crate) fn fenced(client: Client, name: String) -> Lock {
+        Lock {
+            fenced: true,
+            ..Lock::new(client, name)
         }
     }
 
@@ -491,18 +502,35 @@ impl Lock {
         let sent = Instant::now();
         let mut conn = inner.conn.clone();
         let (name, owner) = (Arc::clone(&key.0), Arc::clone(&key.1));
+        let fenced = self.fenced;
         let request = async move {
-            ACQUIRE
-                .key(&*name)
-                .arg(ttl_ms)
-                .arg(&*owner)
-                .invoke_async::<Option<i64>>(&mut conn)
-                .await
+            if fenced {
+                let reply: Vec<i64> = FENCED_ACQUIRE
+                    .key(&*name)
+                    .key(keys::fencing_token(&name))
+                    .arg(ttl_ms)
+                    .arg(&*owner)
+                    .invoke_async(&mut conn)
+                    .await?;
+                Ok(match reply.as_slice() {
+                    [1, token] if *token > 0 => Granted::Yes(Some(*token as u64)),
+                    [0, ttl] => Granted::No(*ttl),
+                    other => Granted::Unexpected(format!("{other:?}")),
+                })
+            } else {
+                let reply: Option<i64> = ACQUIRE
+                    .key(&*name)
+                    .arg(ttl_ms)
+                    .arg(&*owner)
+                    .invoke_async(&mut conn)
+                    .await?;
+                Ok(reply.map_or(Granted::Yes(None), Granted::No))
+            }
         };
         let client = self.client.clone();
         let (name, owner) = (Arc::clone(&key.0), Arc::clone(&key.1));
-        let give_back = move |reply: redis::RedisResult<Option<i64>>| async move {
-            if let Ok(None) = reply {
+        let give_back = move |reply: redis::RedisResult<Granted>| async move {
+            if let Ok(Granted::Yes(_)) = reply {
                 // The caller left after Redis granted the hold: undo it.
                 let lease_ms = lease_ms.unwrap_or(watchdog_ms);
                 if let Err(err) = release_hold(&client, &name, &owner, lease_ms).await {
@@ -515,22 +543,31 @@ impl Lock {
             .await
             .map_err(|e| self.error(e))?;
         match reply {
-            Some(ttl) => Ok(Err(ttl)),
-            None => {
+            Granted::No(ttl) => Ok(Err(ttl)),
+            Granted::Unexpected(reply) => Err(Error::UnexpectedReply {
+                script: "fenced_acquire",
+                reply,
+            }),
+            Granted::Yes(token) => {
                 let lease = match lease_ms {
                     None => inner.registry.hold(key.clone(), sent),
                     Some(ms) => LeaseState::leased(sent + Duration::from_millis(ms)),
                 };
-                Ok(Ok(LockGuard::new(
-                    self.client.clone(),
-                    key,
-                    lease_ms,
-                    lease,
-                    runtime,
-                )))
+                let guard = LockGuard::new(self.client.clone(), key, lease_ms, lease, runtime);
+                Ok(Ok(guard.with_token(token)))
             }
         }
     }
+}
+
+/// What one acquire script call replied.
+enum Granted {
+    /// Held now, with the fencing token of a fenced lock.
+    Yes(Option<u64>),
+    /// Held by someone else, for this PTTL (ms; -1 without a TTL).
+    No(i64),
+    /// A reply the script never gives.
+    Unexpected(String),
 }
 
 fn runtime() -> Result<tokio::runtime::Handle> {

@@ -9,6 +9,10 @@ use redis::Script;
 pub(crate) static ACQUIRE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../lua/acquire.lua")));
 
+/// `lua/fenced_acquire.lua`: acquire or re-enter, and draw a fencing token.
+pub(crate) static FENCED_ACQUIRE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../lua/fenced_acquire.lua")));
+
 /// `lua/release.lua`: drop one hold, idempotent per request id.
 pub(crate) static RELEASE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../lua/release.lua")));
