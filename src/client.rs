@@ -11,10 +11,11 @@ use redis::{ConnectionInfo, IntoConnectionInfo, ProtocolVersion};
 use uuid::Uuid;
 
 use crate::config::Config;
+use crate::lock::Kind;
 use crate::pubsub::PubSub;
 use crate::sweeper::Sweeper;
 use crate::watchdog::Registry;
-use crate::{Lock, Result};
+use crate::{Lock, ReadWriteLock, Result};
 
 /// A connection to Redis that hands out locks.
 ///
@@ -128,7 +129,15 @@ impl Client {
     /// keeps the highest token it has seen and refuses lower ones
     /// (`cargo run --example fencing`).
     pub fn fenced_lock(&self, name: impl Into<String>) -> Lock {
-        Lock::fenced(self.clone(), name.into())
+        Lock::of_kind(self.clone(), name.into(), Kind::Fenced)
+    }
+
+    /// A handle to the read-write lock `name`, Redisson's `RReadWriteLock`:
+    /// its [`read`](ReadWriteLock::read) side admits many holders at once,
+    /// its [`write`](ReadWriteLock::write) side one, and never both at once
+    /// (but for one owner's downgrade).
+    pub fn read_write_lock(&self, name: impl Into<String>) -> ReadWriteLock {
+        ReadWriteLock::new(self.clone(), name.into())
     }
 
     /// This client's UUID: the first half of every owner field it writes.

@@ -48,6 +48,18 @@ pub enum Error {
         name: String,
     },
 
+    /// The owner asked for the write lock of a read-write lock it holds
+    /// read holds on: waiting would wait for itself. There is no upgrade;
+    /// release the read holds first (a writer may take read holds: that
+    /// downgrade is allowed).
+    #[error("owner `{owner}` holds read holds on `{name}`; a write lock would wait for itself (no upgrade)")]
+    UpgradeRefused {
+        /// The lock name.
+        name: String,
+        /// The owner field.
+        owner: String,
+    },
+
     /// A script replied something its contract does not allow.
     #[error("unexpected reply from the {script} script: {reply}")]
     UnexpectedReply {

@@ -7,7 +7,10 @@ use tokio::runtime::Handle;
 
 use crate::error::is_connection_failure;
 use crate::finish::Finish;
-use crate::scripts::{PUBLISH, RELEASE, UNLOCK_MESSAGE};
+use crate::lock::Kind;
+use crate::scripts::{
+    PUBLISH, READ_RELEASE, RELEASE, UNLOCK_MESSAGE, WAKE_ALL_MESSAGE, WRITE_RELEASE,
+};
 use crate::watchdog::{HoldKey, LeaseState};
 use crate::{keys, Client, Error, Result};
 
@@ -37,6 +40,7 @@ pub struct LockGuard {
 
 struct Hold {
     client: Client,
+    kind: Kind,
     key: HoldKey,
     /// `None`: watchdog mode.
     lease_ms: Option<u64>,
@@ -61,6 +65,7 @@ impl std::fmt::Debug for LockGuard {
 impl LockGuard {
     pub(crate) fn new(
         client: Client,
+        kind: Kind,
         key: HoldKey,
         lease_ms: Option<u64>,
         lease: Arc<LeaseState>,
@@ -69,6 +74,7 @@ impl LockGuard {
         LockGuard {
             hold: Some(Hold {
                 client,
+                kind,
                 key,
                 lease_ms,
                 lease,
@@ -199,14 +205,15 @@ impl Hold {
             Some(ms) if !watched => ms,
             _ => inner.config.watchdog_timeout.as_millis() as u64,
         };
-        release_hold(&self.client, &self.key.0, &self.key.1, lease_ms).await
+        release_hold(&self.client, self.kind, &self.key.0, &self.key.1, lease_ms).await
     }
 }
 
-/// Sends one release of `owner`'s hold on `name`, resending it with the
-/// same request id when the connection fails.
+/// Sends one release of `owner`'s hold on `name` with `kind`'s script,
+/// resending it with the same request id when the connection fails.
 pub(crate) async fn release_hold(
     client: &Client,
+    kind: Kind,
     name: &str,
     owner: &str,
     lease_ms: u64,
@@ -214,25 +221,50 @@ pub(crate) async fn release_hold(
     let inner = &client.inner;
     let request_id = inner.request_id();
     let latch = keys::unlock_latch(name, &request_id);
-    let channel = keys::lock_channel(name);
+    let channel = kind.channel(name);
     let latch_ttl = inner.config.unlock_latch_ttl_ms();
     let attempts = inner.config.release_attempts.max(1);
     let mut conn = inner.conn.clone();
     let mut sent = 0;
     let reply = loop {
         sent += 1;
-        let result = RELEASE
-            .key(name)
-            .key(&channel)
-            .key(&latch)
-            .arg(UNLOCK_MESSAGE)
-            .arg(lease_ms)
-            .arg(owner)
-            .arg(PUBLISH)
-            .arg(latch_ttl)
-            .invoke_async::<Option<i64>>(&mut conn)
-            .await;
-        match result {
+        let call = match kind {
+            Kind::Reentrant | Kind::Fenced => {
+                let mut call = RELEASE.key(name);
+                call.key(&channel)
+                    .key(&latch)
+                    .arg(UNLOCK_MESSAGE)
+                    .arg(lease_ms)
+                    .arg(owner)
+                    .arg(PUBLISH)
+                    .arg(latch_ttl);
+                call
+            }
+            Kind::Read => {
+                let mut call = READ_RELEASE.key(name);
+                call.key(&channel)
+                    .key(keys::rwlock_timeout_prefix(name, owner))
+                    .key(keys::rwlock_key_prefix(name))
+                    .key(&latch)
+                    .arg(UNLOCK_MESSAGE)
+                    .arg(owner)
+                    .arg(PUBLISH)
+                    .arg(latch_ttl);
+                call
+            }
+            Kind::Write => {
+                let mut call = WRITE_RELEASE.key(name);
+                call.key(&channel)
+                    .key(&latch)
+                    .arg(WAKE_ALL_MESSAGE)
+                    .arg(lease_ms)
+                    .arg(owner)
+                    .arg(PUBLISH)
+                    .arg(latch_ttl);
+                call
+            }
+        };
+        match call.invoke_async::<Option<i64>>(&mut conn).await {
             Ok(reply) => break reply,
             Err(err) if sent < attempts && is_connection_failure(&err) => {
                 tracing::debug!(lock = %name, error = %err, "release failed; sending it again");

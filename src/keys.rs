@@ -1,18 +1,45 @@
 //! Key and channel names, by the brace rule of Redisson.
 
-/// `prefix:{name}`, or `prefix:name` when the name already has a `{`: every
-/// key of one lock then falls into the lock name's cluster slot.
-pub(crate) fn prefix_name(prefix: &str, name: &str) -> String {
+/// The name as a hash tag: `{name}`, or the name itself when it already has
+/// a `{`. Every key of one lock carries it, so all fall into the lock
+/// name's cluster slot.
+fn tagged(name: &str) -> std::borrow::Cow<'_, str> {
     if name.contains('{') {
-        format!("{prefix}:{name}")
+        name.into()
     } else {
-        format!("{prefix}:{{{name}}}")
+        format!("{{{name}}}").into()
     }
+}
+
+/// `prefix:{name}` (Redisson's `prefixName`).
+pub(crate) fn prefix_name(prefix: &str, name: &str) -> String {
+    format!("{prefix}:{}", tagged(name))
 }
 
 /// The channel a lock's unlock message goes to.
 pub(crate) fn lock_channel(name: &str) -> String {
     prefix_name("redisson_lock__channel", name)
+}
+
+/// `{name}:suffix` (Redisson's `suffixName`).
+fn suffix_name(name: &str, suffix: &str) -> String {
+    format!("{}:{suffix}", tagged(name))
+}
+
+/// The channel of a read-write lock.
+pub(crate) fn rwlock_channel(name: &str) -> String {
+    prefix_name("redisson_rwlock", name)
+}
+
+/// The prefix every read-hold timeout key of a read-write lock starts
+/// with, `{name}`: an owner's keys are `{name}:<field>:rwlock_timeout:<n>`.
+pub(crate) fn rwlock_key_prefix(name: &str) -> String {
+    tagged(name).into_owned()
+}
+
+/// One owner's read-hold timeout prefix, `{name}:<field>:rwlock_timeout`.
+pub(crate) fn rwlock_timeout_prefix(name: &str, field: &str) -> String {
+    suffix_name(name, &format!("{field}:rwlock_timeout"))
 }
 
 /// The fenced lock's token counter.
@@ -51,6 +78,11 @@ mod tests {
     #[test]
     fn names_with_a_tag_keep_theirs() {
         assert_eq!(lock_channel("{user}:7"), "redisson_lock__channel:{user}:7");
+        assert_eq!(rwlock_key_prefix("{user}:7"), "{user}:7");
+        assert_eq!(
+            rwlock_timeout_prefix("{user}:7", "u:1"),
+            "{user}:7:u:1:rwlock_timeout"
+        );
         assert_eq!(
             unlock_latch("a{b}c", "ff"),
             "redisson_unlock_latch:a{b}c:ff"

@@ -11,7 +11,10 @@ use crate::config::MAX_DURATION;
 use crate::error::check_duration;
 use crate::finish::Finish;
 use crate::guard::{release_hold, LockGuard};
-use crate::scripts::{ACQUIRE, FENCED_ACQUIRE, FORCE_UNLOCK, PUBLISH, UNLOCK_MESSAGE};
+use crate::scripts::{
+    ACQUIRE, FENCED_ACQUIRE, FORCE_UNLOCK, PUBLISH, READ_ACQUIRE, UNLOCK_MESSAGE, WAKE_ALL_MESSAGE,
+    WRITE_ACQUIRE,
+};
 use crate::watchdog::{HoldKey, LeaseState};
 use crate::Backoff;
 use crate::{keys, Client, Error, Result};
@@ -49,8 +52,7 @@ pub struct Lock {
     owner: Option<Arc<str>>,
     /// `Some`: a spin lock, which polls instead of subscribing.
     spin: Option<Backoff>,
-    /// A fenced lock: each acquire also draws a fencing token.
-    fenced: bool,
+    kind: Kind,
 }
 
 impl std::fmt::Debug for Lock {
@@ -59,7 +61,7 @@ impl std::fmt::Debug for Lock {
             .field("name", &self.name)
             .field("owner", &self.owner)
             .field("spin", &self.spin)
-            .field("fenced", &self.fenced)
+            .field("kind", &self.kind)
             .field("client", &self.client.inner.id)
             .finish()
     }
@@ -79,6 +81,30 @@ fn current_owner_id() -> String {
     }
 }
 
+/// Which lock of the family a handle is: it picks the scripts, the hash
+/// field, the channel and the renewal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    /// Redisson's `RLock`.
+    Reentrant,
+    /// `RFencedLock`: `RLock` plus a token counter.
+    Fenced,
+    /// The read side of `RReadWriteLock`.
+    Read,
+    /// The write side of `RReadWriteLock`: fields end in `:write`.
+    Write,
+}
+
+impl Kind {
+    /// The channel this kind's waiters listen on and its releases publish to.
+    pub(crate) fn channel(self, name: &str) -> String {
+        match self {
+            Kind::Reentrant | Kind::Fenced => keys::lock_channel(name),
+            Kind::Read | Kind::Write => keys::rwlock_channel(name),
+        }
+    }
+}
+
 /// The result of one acquire attempt: a guard, or the holder's PTTL in ms.
 pub(crate) type Attempt = std::result::Result<LockGuard, i64>;
 
@@ -89,13 +115,13 @@ impl Lock {
             name: name.into(),
             owner: None,
             spin: None,
-            fenced: false,
+            kind: Kind::Reentrant,
         }
     }
 
-    pub(crate) fn fenced(client: Client, name: String) -> Lock {
+    pub(crate) fn of_kind(client: Client, name: String, kind: Kind) -> Lock {
         Lock {
-            fenced: true,
+            kind,
             ..Lock::new(client, name)
         }
     }
@@ -167,7 +193,12 @@ impl Lock {
             }
             None => current_owner_id(),
         };
-        Ok(format!("{}:{owner}", self.client.inner.id).into())
+        let suffix = if self.kind == Kind::Write {
+            ":write"
+        } else {
+            ""
+        };
+        Ok(format!("{}:{owner}{suffix}", self.client.inner.id).into())
     }
 
     /// Waits until the lock is held, then keeps it alive with the watchdog
@@ -255,7 +286,18 @@ impl Lock {
     pub async fn is_locked(&self) -> Result<bool> {
         self.field()?;
         let mut conn = self.client.inner.conn.clone();
-        conn.exists(&*self.name).await.map_err(|e| self.error(e))
+        let mode = match self.kind {
+            Kind::Reentrant | Kind::Fenced => {
+                return conn.exists(&*self.name).await.map_err(|e| self.error(e));
+            }
+            Kind::Read => "read",
+            Kind::Write => "write",
+        };
+        let held: Option<String> = conn
+            .hget(&*self.name, "mode")
+            .await
+            .map_err(|e| self.error(e))?;
+        Ok(held.as_deref() == Some(mode))
     }
 
     /// Whether this handle's owner (by default, the calling task) holds the
@@ -327,11 +369,15 @@ impl Lock {
         self.field()?;
         let mut conn = self.client.inner.conn.clone();
         let name = Arc::clone(&self.name);
+        let kind = self.kind;
         let request = async move {
             FORCE_UNLOCK
                 .key(&*name)
-                .key(keys::lock_channel(&name))
-                .arg(UNLOCK_MESSAGE)
+                .key(kind.channel(&name))
+                .arg(match kind {
+                    Kind::Reentrant | Kind::Fenced => UNLOCK_MESSAGE,
+                    Kind::Read | Kind::Write => WAKE_ALL_MESSAGE,
+                })
                 .arg(PUBLISH)
                 .invoke_async::<i64>(&mut conn)
                 .await
@@ -367,12 +413,13 @@ impl Lock {
         let field = self.field()?;
         let client = self.client.clone();
         let name = Arc::clone(&self.name);
+        let kind = self.kind;
         let release = async move {
             let key: HoldKey = (name, field);
             let inner = &client.inner;
             let watchdog_ms = inner.config.watchdog_timeout.as_millis() as u64;
             inner.registry.release_any(&key);
-            release_hold(&client, &key.0, &key.1, watchdog_ms).await
+            release_hold(&client, kind, &key.0, &key.1, watchdog_ms).await
         };
         Finish::detached(runtime()?, release).await
     }
@@ -415,7 +462,7 @@ impl Lock {
             .client
             .inner
             .pubsub
-            .subscribe(keys::lock_channel(&self.name));
+            .subscribe(self.kind.channel(&self.name));
         let subscription = match deadline {
             Some(deadline) => match tokio::time::timeout_at(deadline, subscribe).await {
                 Ok(subscription) => subscription?,
@@ -502,30 +549,56 @@ impl Lock {
         let sent = Instant::now();
         let mut conn = inner.conn.clone();
         let (name, owner) = (Arc::clone(&key.0), Arc::clone(&key.1));
-        let fenced = self.fenced;
+        let kind = self.kind;
         let request = async move {
-            if fenced {
-                let reply: Vec<i64> = FENCED_ACQUIRE
-                    .key(&*name)
-                    .key(keys::fencing_token(&name))
-                    .arg(ttl_ms)
-                    .arg(&*owner)
-                    .invoke_async(&mut conn)
-                    .await?;
-                Ok(match reply.as_slice() {
-                    [1, token] if *token > 0 => Granted::Yes(Some(*token as u64)),
-                    [0, ttl] => Granted::No(*ttl),
-                    other => Granted::Unexpected(format!("{other:?}")),
-                })
-            } else {
-                let reply: Option<i64> = ACQUIRE
-                    .key(&*name)
-                    .arg(ttl_ms)
-                    .arg(&*owner)
-                    .invoke_async(&mut conn)
-                    .await?;
-                Ok(reply.map_or(Granted::Yes(None), Granted::No))
-            }
+            let pttl = |reply: Option<i64>| reply.map_or(Granted::Yes(None), Granted::No);
+            Ok(match kind {
+                Kind::Reentrant => pttl(
+                    ACQUIRE
+                        .key(&*name)
+                        .arg(ttl_ms)
+                        .arg(&*owner)
+                        .invoke_async(&mut conn)
+                        .await?,
+                ),
+                Kind::Fenced => {
+                    let reply: Vec<i64> = FENCED_ACQUIRE
+                        .key(&*name)
+                        .key(keys::fencing_token(&name))
+                        .arg(ttl_ms)
+                        .arg(&*owner)
+                        .invoke_async(&mut conn)
+                        .await?;
+                    match reply.as_slice() {
+                        [1, token] if *token > 0 => Granted::Yes(Some(*token as u64)),
+                        [0, ttl] => Granted::No(*ttl),
+                        other => Granted::Unexpected(format!("{other:?}")),
+                    }
+                }
+                Kind::Read => pttl(
+                    READ_ACQUIRE
+                        .key(&*name)
+                        .key(keys::rwlock_timeout_prefix(&name, &owner))
+                        .arg(ttl_ms)
+                        .arg(&*owner)
+                        .arg(format!("{owner}:write"))
+                        .invoke_async(&mut conn)
+                        .await?,
+                ),
+                Kind::Write => {
+                    let reply: Option<i64> = WRITE_ACQUIRE
+                        .key(&*name)
+                        .arg(ttl_ms)
+                        .arg(&*owner)
+                        .arg(owner.strip_suffix(":write").unwrap_or(&owner))
+                        .invoke_async(&mut conn)
+                        .await?;
+                    match reply {
+                        Some(UPGRADE) => Granted::Upgrade,
+                        other => pttl(other),
+                    }
+                }
+            })
         };
         let client = self.client.clone();
         let (name, owner) = (Arc::clone(&key.0), Arc::clone(&key.1));
@@ -533,7 +606,7 @@ impl Lock {
             if let Ok(Granted::Yes(_)) = reply {
                 // The caller left after Redis granted the hold: undo it.
                 let lease_ms = lease_ms.unwrap_or(watchdog_ms);
-                if let Err(err) = release_hold(&client, &name, &owner, lease_ms).await {
+                if let Err(err) = release_hold(&client, kind, &name, &owner, lease_ms).await {
                     tracing::warn!(lock = %name, %owner, error = %err,
                         "could not give back a hold taken by a cancelled acquire; it expires with its lease");
                 }
@@ -548,12 +621,17 @@ impl Lock {
                 script: "fenced_acquire",
                 reply,
             }),
+            Granted::Upgrade => Err(Error::UpgradeRefused {
+                name: self.name.to_string(),
+                owner: key.1.strip_suffix(":write").unwrap_or(&key.1).to_owned(),
+            }),
             Granted::Yes(token) => {
                 let lease = match lease_ms {
-                    None => inner.registry.hold(key.clone(), sent),
+                    None => inner.registry.hold(key.clone(), sent, kind == Kind::Read),
                     Some(ms) => LeaseState::leased(sent + Duration::from_millis(ms)),
                 };
-                let guard = LockGuard::new(self.client.clone(), key, lease_ms, lease, runtime);
+                let guard =
+                    LockGuard::new(self.client.clone(), kind, key, lease_ms, lease, runtime);
                 Ok(Ok(guard.with_token(token)))
             }
         }
@@ -568,7 +646,12 @@ enum Granted {
     No(i64),
     /// A reply the script never gives.
     Unexpected(String),
+    /// The owner reads and asked to write: it would wait for itself.
+    Upgrade,
 }
+
+/// What the write acquire script replies to a refused upgrade.
+const UPGRADE: i64 = -3;
 
 fn runtime() -> Result<tokio::runtime::Handle> {
     tokio::runtime::Handle::try_current()

@@ -13,6 +13,26 @@ pub(crate) static ACQUIRE: LazyLock<Script> =
 pub(crate) static FENCED_ACQUIRE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../lua/fenced_acquire.lua")));
 
+/// `lua/read_acquire.lua`: take or re-enter a read hold.
+pub(crate) static READ_ACQUIRE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../lua/read_acquire.lua")));
+
+/// `lua/read_release.lua`: drop one read hold, idempotent per request id.
+pub(crate) static READ_RELEASE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../lua/read_release.lua")));
+
+/// `lua/write_acquire.lua`: take or re-enter a write hold; refuse an upgrade.
+pub(crate) static WRITE_ACQUIRE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../lua/write_acquire.lua")));
+
+/// `lua/write_release.lua`: drop one write hold, idempotent per request id.
+pub(crate) static WRITE_RELEASE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../lua/write_release.lua")));
+
+/// `lua/renew_read.lua`: reset the TTLs of read holds still held.
+pub(crate) static RENEW_READ: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../lua/renew_read.lua")));
+
 /// `lua/release.lua`: drop one hold, idempotent per request id.
 pub(crate) static RELEASE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../lua/release.lua")));
@@ -27,6 +47,9 @@ pub(crate) static FORCE_UNLOCK: LazyLock<Script> =
 
 /// The message a final release publishes: wakes one waiter.
 pub(crate) const UNLOCK_MESSAGE: &str = "0";
+
+/// The message a write-lock release publishes: wakes every waiter.
+pub(crate) const WAKE_ALL_MESSAGE: &str = "1";
 
 /// The publish command scripts use on a single server.
 pub(crate) const PUBLISH: &str = "publish";

@@ -22,7 +22,8 @@ use redis::aio::ConnectionManager;
 use tokio::sync::{watch, Notify};
 use tokio::time::Instant;
 
-use crate::scripts::RENEW;
+use crate::keys;
+use crate::scripts::{RENEW, RENEW_READ};
 
 /// (lock name, owner field)
 pub(crate) type HoldKey = (Arc<str>, Arc<str>);
@@ -91,6 +92,8 @@ struct Held {
     /// When the key is due in the schedule; `None` while its renewal is in
     /// flight.
     due: Option<Instant>,
+    /// Read holds of a read-write lock, renewed with their timeout keys.
+    read: bool,
 }
 
 /// Keys by the time they fall due.
@@ -145,7 +148,8 @@ impl Registry {
 
     /// Records one more local hold of `key`, acquired by a request sent at
     /// `sent`; puts the key on the renewal schedule when it is the first.
-    pub(crate) fn hold(&self, key: HoldKey, sent: Instant) -> Arc<LeaseState> {
+    /// `read`: the holds are read holds of a read-write lock.
+    pub(crate) fn hold(&self, key: HoldKey, sent: Instant, read: bool) -> Arc<LeaseState> {
         let shared = &self.shared;
         match shared.map.entry(key) {
             Entry::Occupied(mut held) => {
@@ -163,6 +167,7 @@ impl Registry {
                     lease: Arc::clone(&lease),
                     confirmed: sent,
                     due: Some(due),
+                    read,
                 });
                 lease
             }
@@ -245,7 +250,7 @@ impl Shared {
                 continue;
             }
             held.due = None;
-            let deadline = held.confirmed + self.timeout - margin;
+            let (deadline, read) = (held.confirmed + self.timeout - margin, held.read);
             drop(held);
             if now >= deadline {
                 self.lose(
@@ -254,13 +259,22 @@ impl Shared {
                     "renewals did not get through before the lease ran out",
                 );
             } else {
-                batch.push(Due { key, id, deadline });
+                batch.push(Due {
+                    key,
+                    id,
+                    deadline,
+                    read,
+                });
             }
         }
-        let mut batches = Vec::with_capacity(batch.len().div_ceil(RENEW_BATCH));
-        let mut keys = batch.into_iter().peekable();
-        while keys.peek().is_some() {
-            batches.push(keys.by_ref().take(RENEW_BATCH).collect());
+        // One script per kind of hold: plain hashes, and read holds.
+        let (read, plain): (Vec<Due>, Vec<Due>) = batch.into_iter().partition(|due| due.read);
+        let mut batches = Vec::with_capacity(plain.len().div_ceil(RENEW_BATCH) + 1);
+        for kind in [plain, read] {
+            let mut keys = kind.into_iter().peekable();
+            while keys.peek().is_some() {
+                batches.push(keys.by_ref().take(RENEW_BATCH).collect());
+            }
         }
         batches
     }
@@ -315,6 +329,8 @@ struct Due {
     id: u64,
     /// When the client gives the lease up unless a renewal gets through.
     deadline: Instant,
+    /// Read holds: renewed with `renew_read.lua`.
+    read: bool,
 }
 
 /// How much earlier than the server the client gives a lease up: covers
@@ -377,10 +393,19 @@ async fn renew(shared: Arc<Shared>, batch: Vec<Due>, sent: Instant) {
         .map(|due| due.deadline)
         .min()
         .unwrap_or(sent + timeout);
-    let mut call = RENEW.prepare_invoke();
+    // A batch holds one kind only (`take_due`).
+    let read = batch[0].read;
+    let mut call = if read {
+        RENEW_READ.prepare_invoke()
+    } else {
+        RENEW.prepare_invoke()
+    };
     call.arg(timeout.as_millis() as u64);
     for due in &batch {
         call.key(&*due.key.0).arg(&*due.key.1);
+        if read {
+            call.key(keys::rwlock_timeout_prefix(&due.key.0, &due.key.1));
+        }
     }
     let mut conn = shared.conn.clone();
     let reply =

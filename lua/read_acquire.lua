@@ -1,0 +1,36 @@
+-- Acquire, or re-enter, the read side of a read-write lock (Redisson
+-- RReadWriteLock layout).
+--
+-- KEYS[1]  the lock hash, at the plain lock name
+-- KEYS[2]  this owner's read-hold timeout prefix,
+--          `{name}:<owner-field>:rwlock_timeout`; hold n's key is
+--          `<prefix>:<n>`, built here because n is only known here (it
+--          shares the prefix's hash tag, so the lock's cluster slot)
+-- ARGV[1]  lease in milliseconds
+-- ARGV[2]  read owner field, `<client-uuid>:<owner-id>`
+-- ARGV[3]  the same owner's write field, `<client-uuid>:<owner-id>:write`
+--
+-- Replies nil when the owner now holds one more read hold: its count rose
+-- by one, the hold's timeout key was set with the lease as TTL, and the
+-- hash's TTL is the longer of its own and the lease. A write holder may
+-- take read holds (a downgrade). Otherwise replies the hash's PTTL in
+-- milliseconds and changes nothing: a writer holds it, or the name holds a
+-- plain lock (a hash without `mode`).
+local mode = redis.call('hget', KEYS[1], 'mode')
+if mode == false then
+    if redis.call('exists', KEYS[1]) == 1 then
+        return redis.call('pttl', KEYS[1])
+    end
+    redis.call('hset', KEYS[1], 'mode', 'read', ARGV[2], 1)
+    redis.call('set', KEYS[2] .. ':1', 1, 'px', ARGV[1])
+    redis.call('pexpire', KEYS[1], ARGV[1])
+    return nil
+end
+if mode == 'read' or (mode == 'write' and redis.call('hexists', KEYS[1], ARGV[3]) == 1) then
+    local n = redis.call('hincrby', KEYS[1], ARGV[2], 1)
+    redis.call('set', KEYS[2] .. ':' .. n, 1, 'px', ARGV[1])
+    local ttl = redis.call('pttl', KEYS[1])
+    redis.call('pexpire', KEYS[1], math.max(ttl, tonumber(ARGV[1])))
+    return nil
+end
+return redis.call('pttl', KEYS[1])

@@ -1,0 +1,57 @@
+-- Release one read hold of a read-write lock, idempotently per request id.
+--
+-- KEYS[1]  the lock hash
+-- KEYS[2]  the channel, `redisson_rwlock:{name}`
+-- KEYS[3]  this owner's read-hold timeout prefix,
+--          `{name}:<owner-field>:rwlock_timeout`
+-- KEYS[4]  the name's key prefix, `{name}`: any owner's timeout keys are
+--          `<prefix>:<field>:rwlock_timeout:<n>`
+-- KEYS[5]  the unlock latch, `redisson_unlock_latch:{name}:<request-id>`
+-- ARGV[1]  the unlock message, `0`
+-- ARGV[2]  read owner field
+-- ARGV[3]  the publish command, `publish` or `spublish`
+-- ARGV[4]  latch TTL in milliseconds
+--
+-- Replies 1 when the lock is free now (the hash is deleted and the message
+-- published), 0 when holds remain (this owner's or others'; the hash's TTL
+-- becomes the longest remaining read hold's), nil when the owner holds no
+-- read hold. A retry with the same request id replies what the first call
+-- replied, without releasing again.
+local done = redis.call('get', KEYS[5])
+if done ~= false then
+    return tonumber(done)
+end
+local mode = redis.call('hget', KEYS[1], 'mode')
+if mode == false or redis.call('hexists', KEYS[1], ARGV[2]) == 0 then
+    return nil
+end
+local left = redis.call('hincrby', KEYS[1], ARGV[2], -1)
+if left == 0 then
+    redis.call('hdel', KEYS[1], ARGV[2])
+end
+redis.call('del', KEYS[3] .. ':' .. (left + 1))
+if redis.call('hlen', KEYS[1]) > 1 then
+    local longest = -3
+    for _, field in ipairs(redis.call('hkeys', KEYS[1])) do
+        local count = tonumber(redis.call('hget', KEYS[1], field))
+        if type(count) == 'number' then
+            for n = count, 1, -1 do
+                local ttl = redis.call('pttl', KEYS[4] .. ':' .. field .. ':rwlock_timeout:' .. n)
+                longest = math.max(longest, ttl)
+            end
+        end
+    end
+    if longest > 0 then
+        redis.call('pexpire', KEYS[1], longest)
+        redis.call('set', KEYS[5], 0, 'px', ARGV[4])
+        return 0
+    end
+    if mode == 'write' then
+        redis.call('set', KEYS[5], 0, 'px', ARGV[4])
+        return 0
+    end
+end
+redis.call('del', KEYS[1])
+redis.call(ARGV[3], KEYS[2], ARGV[1])
+redis.call('set', KEYS[5], 1, 'px', ARGV[4])
+return 1

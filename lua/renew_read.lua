@@ -1,0 +1,29 @@
+-- Renew the read holds of read-write locks; never recreates one that is
+-- gone.
+--
+-- KEYS[2i-1]  a lock hash
+-- KEYS[2i]    its owner's read-hold timeout prefix,
+--             `{name}:<owner-field>:rwlock_timeout`
+-- ARGV[1]     lease in milliseconds
+-- ARGV[i+1]   the owner's read field, in the order of the pairs
+--
+-- Replies an array with one integer per pair: 1 where the owner still has
+-- read holds (the TTL of each of its hold keys was reset to the lease, and
+-- the hash's TTL is the longer of its own and the lease), 0 where it has
+-- none (stop renewing). A key of another type counts as none.
+local renewed = {}
+for i = 1, #KEYS / 2 do
+    local hash, prefix = KEYS[2 * i - 1], KEYS[2 * i]
+    local count = tonumber(redis.pcall('hget', hash, ARGV[i + 1]))
+    if type(count) == 'number' and count > 0 then
+        for n = 1, count do
+            redis.call('pexpire', prefix .. ':' .. n, ARGV[1])
+        end
+        local ttl = redis.call('pttl', hash)
+        redis.call('pexpire', hash, math.max(ttl, tonumber(ARGV[1])))
+        renewed[i] = 1
+    else
+        renewed[i] = 0
+    end
+end
+return renewed

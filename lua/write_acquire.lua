@@ -1,0 +1,32 @@
+-- Acquire, or re-enter, the write side of a read-write lock (Redisson
+-- RReadWriteLock layout).
+--
+-- KEYS[1]  the lock hash, at the plain lock name
+-- ARGV[1]  lease in milliseconds
+-- ARGV[2]  write owner field, `<client-uuid>:<owner-id>:write`
+-- ARGV[3]  the same owner's read field, `<client-uuid>:<owner-id>`
+--
+-- Replies nil when the owner now holds one more write hold (the hash's TTL
+-- is at least the lease). Replies -3 when the owner holds read holds and
+-- no write hold: waiting would wait for itself (no upgrade), so nothing
+-- changes and the caller is told. Otherwise replies the hash's PTTL in
+-- milliseconds and changes nothing.
+local mode = redis.call('hget', KEYS[1], 'mode')
+if mode == false then
+    if redis.call('exists', KEYS[1]) == 1 then
+        return redis.call('pttl', KEYS[1])
+    end
+    redis.call('hset', KEYS[1], 'mode', 'write', ARGV[2], 1)
+    redis.call('pexpire', KEYS[1], ARGV[1])
+    return nil
+end
+if mode == 'write' and redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
+    redis.call('hincrby', KEYS[1], ARGV[2], 1)
+    local ttl = redis.call('pttl', KEYS[1])
+    redis.call('pexpire', KEYS[1], math.max(ttl, tonumber(ARGV[1])))
+    return nil
+end
+if mode == 'read' and redis.call('hexists', KEYS[1], ARGV[3]) == 1 then
+    return -3
+end
+return redis.call('pttl', KEYS[1])

@@ -1,0 +1,38 @@
+-- Release one write hold of a read-write lock, idempotently per request id.
+--
+-- KEYS[1]  the lock hash
+-- KEYS[2]  the channel, `redisson_rwlock:{name}`
+-- KEYS[3]  the unlock latch, `redisson_unlock_latch:{name}:<request-id>`
+-- ARGV[1]  the write-unlock message, `1` (wakes every waiter)
+-- ARGV[2]  lease in milliseconds, applied when write holds remain
+-- ARGV[3]  write owner field, `<client-uuid>:<owner-id>:write`
+-- ARGV[4]  the publish command, `publish` or `spublish`
+-- ARGV[5]  latch TTL in milliseconds
+--
+-- Replies 0 when write holds remain, 1 when this was the last (the hash is
+-- deleted, or, when the writer still has read holds, its mode becomes
+-- `read`; the message is published either way, so waiting readers can
+-- enter), nil when the owner holds no write hold. A retry with the same
+-- request id replies what the first call replied.
+local done = redis.call('get', KEYS[3])
+if done ~= false then
+    return tonumber(done)
+end
+if redis.call('hget', KEYS[1], 'mode') ~= 'write' or redis.call('hexists', KEYS[1], ARGV[3]) == 0 then
+    return nil
+end
+local left = redis.call('hincrby', KEYS[1], ARGV[3], -1)
+if left > 0 then
+    redis.call('pexpire', KEYS[1], ARGV[2])
+    redis.call('set', KEYS[3], 0, 'px', ARGV[5])
+    return 0
+end
+redis.call('hdel', KEYS[1], ARGV[3])
+if redis.call('hlen', KEYS[1]) == 1 then
+    redis.call('del', KEYS[1])
+else
+    redis.call('hset', KEYS[1], 'mode', 'read')
+end
+redis.call(ARGV[4], KEYS[2], ARGV[1])
+redis.call('set', KEYS[3], 1, 'px', ARGV[5])
+return 1

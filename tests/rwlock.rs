@@ -1,0 +1,316 @@
+//! The read-write lock against a real `redis-server`, one private server
+//! per test.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{
+    client, eventually, exists, next_message, settled, soon, within, RawSubscriber, RedisServer,
+    RespValue,
+};
+use ferrisson::Error;
+use tokio::time::Instant;
+
+const WATCHDOG: Duration = Duration::from_millis(1200);
+
+fn pttl(server: &RedisServer, key: &str) -> i64 {
+    server.cmd(&["PTTL", key]).as_int().unwrap()
+}
+
+fn hash(server: &RedisServer, key: &str) -> Vec<(String, String)> {
+    let all = server.cmd(&["HGETALL", key]);
+    let flat: Vec<String> = all
+        .as_array()
+        .unwrap_or(&[])
+        .iter()
+        .map(RespValue::as_string)
+        .map(Option::unwrap)
+        .collect();
+    let mut pairs: Vec<(String, String)> = flat
+        .chunks(2)
+        .map(|pair| (pair[0].clone(), pair[1].clone()))
+        .collect();
+    pairs.sort();
+    pairs
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readers_share_and_a_waiting_writer_enters_after_the_last() {
+    let server = RedisServer::start();
+    let a = client(&server, WATCHDOG).await;
+    let b = client(&server, WATCHDOG).await;
+    let writer = client(&server, WATCHDOG).await;
+    let ra = soon(a.read_write_lock("doc").read().lock()).await.unwrap();
+    let rb = soon(b.read_write_lock("doc").read().try_lock())
+        .await
+        .unwrap()
+        .expect("readers share");
+    assert!(soon(
+        writer
+            .read_write_lock("doc")
+            .write()
+            .try_lock_for(Duration::from_millis(100))
+    )
+    .await
+    .unwrap()
+    .is_none());
+
+    let write = writer.read_write_lock("doc").write();
+    let waiting = tokio::spawn(async move {
+        let guard = write.lock().await.unwrap();
+        (Instant::now(), guard)
+    });
+    soon(ra.unlock()).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(!waiting.is_finished(), "the writer got in beside a reader");
+    let released = Instant::now();
+    soon(rb.unlock()).await.unwrap();
+    let (acquired, guard) = soon(waiting).await.unwrap();
+    // Woken by the message, not by the TTL (the watchdog's 1.2 s).
+    assert!(
+        acquired - released < WATCHDOG / 2,
+        "{:?}",
+        acquired - released
+    );
+    assert!(soon(a.read_write_lock("doc").read().try_lock())
+        .await
+        .unwrap()
+        .is_none());
+    soon(guard.unlock()).await.unwrap();
+    assert!(!exists(&server, "doc"));
+}
+
+/// A write unlock publishes `1`, which wakes every waiter: all waiting
+/// readers get in together, and a writer stays out while they read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_unlock_wakes_every_waiting_reader() {
+    let server = RedisServer::start();
+    let holder = client(&server, WATCHDOG).await;
+    let others = client(&server, WATCHDOG).await;
+    let sub = RawSubscriber::new(&server, "redisson_rwlock:{doc}");
+    let writing = soon(holder.read_write_lock("doc").write().lock())
+        .await
+        .unwrap();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    for _ in 0..4 {
+        let read = others.read_write_lock("doc").read();
+        let tx = tx.clone();
+        tokio::spawn(async move {
+            let guard = read.lock().await.unwrap();
+            tx.send(guard).unwrap();
+        });
+    }
+    eventually(Duration::from_secs(5), || async {
+        others.subscriptions() == 1
+    })
+    .await;
+    soon(writing.unlock()).await.unwrap();
+    assert_eq!(
+        next_message(sub).await,
+        Some(("redisson_rwlock:{doc}".into(), "1".into()))
+    );
+    // Well before the TTL (the watchdog's 1.2 s) would have let them in.
+    let mut readers = Vec::new();
+    for _ in 0..4 {
+        readers.push(within(WATCHDOG / 2, rx.recv()).await.unwrap());
+    }
+    assert!(soon(holder.read_write_lock("doc").write().try_lock())
+        .await
+        .unwrap()
+        .is_none());
+    for reader in readers {
+        soon(reader.unlock()).await.unwrap();
+    }
+    assert!(!exists(&server, "doc"));
+    settled(&others).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_writer_may_downgrade_and_a_reader_may_not_upgrade() {
+    let server = RedisServer::start();
+    let client = client(&server, WATCHDOG).await;
+    let other = self::client(&server, WATCHDOG).await;
+    let rw = client.read_write_lock("doc");
+
+    // Downgrade: write, then read, then let the write go.
+    let writing = soon(rw.write().lock()).await.unwrap();
+    let reading = soon(rw.read().lock()).await.expect("a writer may read");
+    assert_eq!(soon(rw.write().hold_count()).await.unwrap(), 1);
+    assert_eq!(soon(rw.read().hold_count()).await.unwrap(), 1);
+    assert!(soon(other.read_write_lock("doc").read().try_lock())
+        .await
+        .unwrap()
+        .is_none());
+    soon(writing.unlock()).await.unwrap();
+    assert!(soon(rw.read().is_locked()).await.unwrap());
+    assert!(!soon(rw.write().is_locked()).await.unwrap());
+    let shared = soon(other.read_write_lock("doc").read().try_lock())
+        .await
+        .unwrap()
+        .expect("readers enter once the write is gone");
+
+    // Upgrade: refused at once, nothing changed.
+    let before = hash(&server, "doc");
+    let started = Instant::now();
+    let err = soon(rw.write().lock()).await.unwrap_err();
+    assert!(matches!(err, Error::UpgradeRefused { .. }), "{err}");
+    assert!(started.elapsed() < Duration::from_secs(1));
+    let err = soon(rw.write().try_lock_for(Duration::from_secs(30)))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::UpgradeRefused { .. }), "{err}");
+    assert_eq!(hash(&server, "doc"), before);
+
+    soon(reading.unlock()).await.unwrap();
+    soon(shared.unlock()).await.unwrap();
+    assert!(!exists(&server, "doc"));
+    settled(&client).await;
+}
+
+/// A reader that dies (here: a leased hold never released) loses its hold
+/// by itself; the live reader carries on under the watchdog, and a waiting
+/// writer enters once the live reader leaves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crashed_readers_hold_expires_while_others_read_on() {
+    let server = RedisServer::start();
+    let crashed = client(&server, WATCHDOG).await;
+    let live = client(&server, WATCHDOG).await;
+    let writer = client(&server, WATCHDOG).await;
+    let dead = soon(
+        crashed
+            .read_write_lock("doc")
+            .read()
+            .lock_with_lease(Duration::from_millis(300)),
+    )
+    .await
+    .unwrap();
+    let dead_key = format!("{{doc}}:{}:rwlock_timeout:1", dead.owner());
+    dead.leak();
+    let reading = soon(live.read_write_lock("doc").read().lock())
+        .await
+        .unwrap();
+    let live_key = format!("{{doc}}:{}:rwlock_timeout:1", reading.owner());
+    let write = writer.read_write_lock("doc").write();
+    let waiting = tokio::spawn(async move { write.lock().await.unwrap() });
+
+    eventually(Duration::from_secs(5), || async {
+        !exists(&server, &dead_key)
+    })
+    .await;
+    // Three watchdog timeouts: the live reader's hold is renewed throughout.
+    let until = Instant::now() + WATCHDOG * 3;
+    while Instant::now() < until {
+        assert!(
+            pttl(&server, &live_key) > 0,
+            "the live reader's hold expired"
+        );
+        assert!(pttl(&server, "doc") > 0);
+        assert!(!waiting.is_finished(), "the writer got in beside a reader");
+        tokio::time::sleep(WATCHDOG / 4).await;
+    }
+    assert!(!reading.is_lease_lost());
+    let released = Instant::now();
+    soon(reading.unlock()).await.unwrap();
+    let guard = soon(waiting).await.unwrap();
+    assert!(
+        released.elapsed() < WATCHDOG / 2,
+        "{:?}",
+        released.elapsed()
+    );
+    soon(guard.unlock()).await.unwrap();
+    assert_eq!(live.held_locks(), 0);
+}
+
+/// PROTOCOL.md for the read-write lock: the hash's `mode` and fields, the
+/// per-hold timeout keys and their TTLs, the write field's suffix, the
+/// channel.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_layout_is_redissons() {
+    let server = RedisServer::start();
+    let client = client(&server, Duration::from_secs(30)).await;
+    let rw = client.read_write_lock("doc");
+    // Leased holds: each timeout key's TTL is its own hold's lease.
+    let first = soon(rw.read().lock_with_lease(Duration::from_secs(20)))
+        .await
+        .unwrap();
+    let second = soon(rw.read().lock_with_lease(Duration::from_secs(5)))
+        .await
+        .unwrap();
+    let field = first.owner().to_owned();
+    assert_eq!(second.owner(), field);
+    assert_eq!(
+        hash(&server, "doc"),
+        vec![(field.clone(), "2".into()), ("mode".into(), "read".into())]
+    );
+    let one = pttl(&server, &format!("{{doc}}:{field}:rwlock_timeout:1"));
+    let two = pttl(&server, &format!("{{doc}}:{field}:rwlock_timeout:2"));
+    assert!(one > 15_000 && one <= 20_000, "{one}");
+    assert!(two > 0 && two <= 5_000, "{two}");
+    // The hash lives as long as its longest hold.
+    let whole = pttl(&server, "doc");
+    assert!(whole > 15_000 && whole <= 20_000, "{whole}");
+    soon(second.unlock()).await.unwrap();
+    assert!(!exists(
+        &server,
+        &format!("{{doc}}:{field}:rwlock_timeout:2")
+    ));
+    soon(first.unlock()).await.unwrap();
+    assert!(!exists(&server, "doc"));
+
+    let sub = RawSubscriber::new(&server, "redisson_rwlock:{doc}");
+    let writing = soon(rw.write().lock()).await.unwrap();
+    assert!(writing.owner().ends_with(":write"));
+    assert_eq!(
+        hash(&server, "doc"),
+        vec![
+            (writing.owner().to_owned(), "1".into()),
+            ("mode".into(), "write".into())
+        ]
+    );
+    soon(writing.unlock()).await.unwrap();
+    assert_eq!(
+        next_message(sub).await,
+        Some(("redisson_rwlock:{doc}".into(), "1".into()))
+    );
+    // A name with a hash tag keeps it in every key.
+    let tagged = soon(client.read_write_lock("{user}:7").read().lock())
+        .await
+        .unwrap();
+    assert!(exists(
+        &server,
+        &format!("{{user}}:7:{}:rwlock_timeout:1", tagged.owner())
+    ));
+    soon(tagged.unlock()).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropped_read_and_write_futures_leave_nothing() {
+    let server = RedisServer::start();
+    let holder = client(&server, WATCHDOG).await;
+    let client = self::client(&server, WATCHDOG).await;
+    let rw = client.read_write_lock("doc");
+    // While a writer holds it: the futures wait, then are dropped.
+    let writing = soon(holder.read_write_lock("doc").write().lock())
+        .await
+        .unwrap();
+    for cut in 0..10u64 {
+        let _ = tokio::time::timeout(Duration::from_millis(cut * 5), rw.read().lock()).await;
+        let _ = tokio::time::timeout(Duration::from_millis(cut * 5), rw.write().lock()).await;
+    }
+    soon(writing.unlock()).await.unwrap();
+    // While it is free: dropped at every stage of the acquire.
+    for cut in 0..30u64 {
+        let _ = tokio::time::timeout(Duration::from_micros(cut * 100), rw.read().lock()).await;
+        let _ = tokio::time::timeout(Duration::from_micros(cut * 100), rw.write().lock()).await;
+    }
+    settled(&client).await;
+    eventually(Duration::from_secs(5), || async {
+        server
+            .cmd(&["KEYS", "*doc*"])
+            .as_array()
+            .unwrap()
+            .is_empty()
+    })
+    .await;
+}
