@@ -132,6 +132,24 @@ impl Client {
         Lock::of_kind(self.clone(), name.into(), Kind::Fenced)
     }
 
+    /// A handle to the fair lock `name`, Redisson's `RFairLock`: the
+    /// reentrant lock, granted first come, first served across every client
+    /// and process, through a queue of waiters
+    /// (`redisson_lock_queue:{name}`, `redisson_lock_timeout:{name}`).
+    ///
+    /// - Each waiter is woken on its own channel when its turn comes.
+    /// - A waiter that gives up (its wait ran out, its future was dropped,
+    ///   an error) leaves the queue at once and the ones behind it move up.
+    /// - A waiter whose process died is skipped once it has been silent for
+    ///   the waiter timeout (default
+    ///   [`DEFAULT_FAIR_WAITER_TIMEOUT`](crate::DEFAULT_FAIR_WAITER_TIMEOUT),
+    ///   300 s; [`Lock::with_waiter_timeout`]): until then the line waits
+    ///   for it, which is the price of fairness.
+    /// - `try_lock()` (one attempt) does not join the queue.
+    pub fn fair_lock(&self, name: impl Into<String>) -> Lock {
+        Lock::of_kind(self.clone(), name.into(), Kind::Fair)
+    }
+
     /// A handle to the read-write lock `name`, Redisson's `RReadWriteLock`:
     /// its [`read`](ReadWriteLock::read) side admits many holders at once,
     /// its [`write`](ReadWriteLock::write) side one, and never both at once

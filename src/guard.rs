@@ -9,7 +9,7 @@ use crate::error::is_connection_failure;
 use crate::finish::Finish;
 use crate::lock::Kind;
 use crate::scripts::{
-    PUBLISH, READ_RELEASE, RELEASE, UNLOCK_MESSAGE, WAKE_ALL_MESSAGE, WRITE_RELEASE,
+    FAIR_RELEASE, PUBLISH, READ_RELEASE, RELEASE, UNLOCK_MESSAGE, WAKE_ALL_MESSAGE, WRITE_RELEASE,
 };
 use crate::watchdog::{HoldKey, LeaseState};
 use crate::{keys, Client, Error, Result};
@@ -228,41 +228,38 @@ pub(crate) async fn release_hold(
     let mut sent = 0;
     let reply = loop {
         sent += 1;
-        let call = match kind {
-            Kind::Reentrant | Kind::Fenced => {
-                let mut call = RELEASE.key(name);
-                call.key(&channel)
-                    .key(&latch)
-                    .arg(UNLOCK_MESSAGE)
-                    .arg(lease_ms)
-                    .arg(owner)
-                    .arg(PUBLISH)
-                    .arg(latch_ttl);
-                call
+        let call = if kind == Kind::Read {
+            let mut call = READ_RELEASE.key(name);
+            call.key(&channel)
+                .key(keys::rwlock_timeout_prefix(name, owner))
+                .key(keys::rwlock_key_prefix(name))
+                .key(&latch)
+                .arg(UNLOCK_MESSAGE)
+                .arg(owner)
+                .arg(PUBLISH)
+                .arg(latch_ttl);
+            call
+        } else {
+            // The others share one shape: the hash, their own keys, the
+            // channel and the latch; message, lease, owner, publish, TTL.
+            let (script, queue, message) = match kind {
+                Kind::Fair => (&*FAIR_RELEASE, true, UNLOCK_MESSAGE),
+                Kind::Write => (&*WRITE_RELEASE, false, WAKE_ALL_MESSAGE),
+                _ => (&*RELEASE, false, UNLOCK_MESSAGE),
+            };
+            let mut call = script.key(name);
+            if queue {
+                call.key(keys::fair_queue(name))
+                    .key(keys::fair_timeouts(name));
             }
-            Kind::Read => {
-                let mut call = READ_RELEASE.key(name);
-                call.key(&channel)
-                    .key(keys::rwlock_timeout_prefix(name, owner))
-                    .key(keys::rwlock_key_prefix(name))
-                    .key(&latch)
-                    .arg(UNLOCK_MESSAGE)
-                    .arg(owner)
-                    .arg(PUBLISH)
-                    .arg(latch_ttl);
-                call
-            }
-            Kind::Write => {
-                let mut call = WRITE_RELEASE.key(name);
-                call.key(&channel)
-                    .key(&latch)
-                    .arg(WAKE_ALL_MESSAGE)
-                    .arg(lease_ms)
-                    .arg(owner)
-                    .arg(PUBLISH)
-                    .arg(latch_ttl);
-                call
-            }
+            call.key(&channel)
+                .key(&latch)
+                .arg(message)
+                .arg(lease_ms)
+                .arg(owner)
+                .arg(PUBLISH)
+                .arg(latch_ttl);
+            call
         };
         match call.invoke_async::<Option<i64>>(&mut conn).await {
             Ok(reply) => break reply,

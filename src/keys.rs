@@ -42,6 +42,16 @@ pub(crate) fn rwlock_timeout_prefix(name: &str, field: &str) -> String {
     suffix_name(name, &format!("{field}:rwlock_timeout"))
 }
 
+/// The fair lock's queue of waiters.
+pub(crate) fn fair_queue(name: &str) -> String {
+    prefix_name("redisson_lock_queue", name)
+}
+
+/// The fair lock's waiter timeouts.
+pub(crate) fn fair_timeouts(name: &str) -> String {
+    prefix_name("redisson_lock_timeout", name)
+}
+
 /// The fenced lock's token counter.
 pub(crate) fn fencing_token(name: &str) -> String {
     prefix_name("redisson_lock_token", name)

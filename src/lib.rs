@@ -21,5 +21,5 @@ pub use config::Config;
 pub use distributed::DistributedLock;
 pub use error::{Error, Result};
 pub use guard::LockGuard;
-pub use lock::{Lock, MAX_NAME_LEN};
+pub use lock::{Lock, DEFAULT_FAIR_WAITER_TIMEOUT, MAX_NAME_LEN};
 pub use rwlock::ReadWriteLock;

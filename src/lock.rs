@@ -12,8 +12,8 @@ use crate::error::check_duration;
 use crate::finish::Finish;
 use crate::guard::{release_hold, LockGuard};
 use crate::scripts::{
-    ACQUIRE, FENCED_ACQUIRE, FORCE_UNLOCK, PUBLISH, READ_ACQUIRE, UNLOCK_MESSAGE, WAKE_ALL_MESSAGE,
-    WRITE_ACQUIRE,
+    ACQUIRE, FAIR_ACQUIRE, FAIR_FORCE_UNLOCK, FAIR_LEAVE, FENCED_ACQUIRE, FORCE_UNLOCK, PUBLISH,
+    READ_ACQUIRE, UNLOCK_MESSAGE, WAKE_ALL_MESSAGE, WRITE_ACQUIRE,
 };
 use crate::watchdog::{HoldKey, LeaseState};
 use crate::Backoff;
@@ -22,6 +22,10 @@ use crate::{keys, Client, Error, Result};
 /// The longest lock name accepted, in bytes (64 KiB): every command carries
 /// the name, often more than once.
 pub const MAX_NAME_LEN: usize = 64 * 1024;
+
+/// How long a fair lock's queued waiter may stay silent before the others
+/// skip it, by default: 300 s, as Redisson.
+pub const DEFAULT_FAIR_WAITER_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// A reentrant distributed lock, from [`Client::lock`].
 ///
@@ -53,6 +57,9 @@ pub struct Lock {
     /// `Some`: a spin lock, which polls instead of subscribing.
     spin: Option<Backoff>,
     kind: Kind,
+    /// Fair lock: how long a queued waiter may stay silent before the
+    /// others skip it.
+    waiter_timeout: Duration,
 }
 
 impl std::fmt::Debug for Lock {
@@ -62,6 +69,7 @@ impl std::fmt::Debug for Lock {
             .field("owner", &self.owner)
             .field("spin", &self.spin)
             .field("kind", &self.kind)
+            .field("waiter_timeout", &self.waiter_timeout)
             .field("client", &self.client.inner.id)
             .finish()
     }
@@ -93,13 +101,17 @@ pub(crate) enum Kind {
     Read,
     /// The write side of `RReadWriteLock`: fields end in `:write`.
     Write,
+    /// `RFairLock`: `RLock` with a queue of waiters, each woken on its own
+    /// channel.
+    Fair,
 }
 
 impl Kind {
-    /// The channel this kind's waiters listen on and its releases publish to.
+    /// The channel this kind's waiters listen on and its releases publish
+    /// to; for the fair lock, the prefix of each waiter's own channel.
     pub(crate) fn channel(self, name: &str) -> String {
         match self {
-            Kind::Reentrant | Kind::Fenced => keys::lock_channel(name),
+            Kind::Reentrant | Kind::Fenced | Kind::Fair => keys::lock_channel(name),
             Kind::Read | Kind::Write => keys::rwlock_channel(name),
         }
     }
@@ -116,6 +128,18 @@ impl Lock {
             owner: None,
             spin: None,
             kind: Kind::Reentrant,
+            waiter_timeout: DEFAULT_FAIR_WAITER_TIMEOUT,
+        }
+    }
+
+    /// The same fair lock, with waiters that count as dead after `timeout`
+    /// of silence (default 300 s, as Redisson): a waiter whose process died
+    /// blocks the queue that long at most. It only matters to a fair lock
+    /// ([`Client::fair_lock`]); a bad value is reported by the first call.
+    pub fn with_waiter_timeout(&self, timeout: Duration) -> Lock {
+        Lock {
+            waiter_timeout: timeout,
+            ..self.clone()
         }
     }
 
@@ -287,7 +311,7 @@ impl Lock {
         self.field()?;
         let mut conn = self.client.inner.conn.clone();
         let mode = match self.kind {
-            Kind::Reentrant | Kind::Fenced => {
+            Kind::Reentrant | Kind::Fenced | Kind::Fair => {
                 return conn.exists(&*self.name).await.map_err(|e| self.error(e));
             }
             Kind::Read => "read",
@@ -371,11 +395,22 @@ impl Lock {
         let name = Arc::clone(&self.name);
         let kind = self.kind;
         let request = async move {
+            if kind == Kind::Fair {
+                return FAIR_FORCE_UNLOCK
+                    .key(&*name)
+                    .key(keys::fair_queue(&name))
+                    .key(keys::fair_timeouts(&name))
+                    .key(kind.channel(&name))
+                    .arg(UNLOCK_MESSAGE)
+                    .arg(PUBLISH)
+                    .invoke_async::<i64>(&mut conn)
+                    .await;
+            }
             FORCE_UNLOCK
                 .key(&*name)
                 .key(kind.channel(&name))
                 .arg(match kind {
-                    Kind::Reentrant | Kind::Fenced => UNLOCK_MESSAGE,
+                    Kind::Reentrant | Kind::Fenced | Kind::Fair => UNLOCK_MESSAGE,
                     Kind::Read | Kind::Write => WAKE_ALL_MESSAGE,
                 })
                 .arg(PUBLISH)
@@ -445,9 +480,42 @@ impl Lock {
             )));
         }
         let deadline = wait.map(|wait| Instant::now() + wait);
-        let expired = |now: Instant| deadline.is_some_and(|d| now >= d);
+        // A fair lock's waiter joins the queue with its first attempt (one
+        // attempt alone does not): whatever ends the wait other than the
+        // lock takes it out again, at once.
+        let queue = self.kind == Kind::Fair && wait != Some(Duration::ZERO);
+        let waiter_ms = if queue {
+            check_duration("waiter timeout", self.waiter_timeout, MAX_DURATION)?
+        } else {
+            0
+        };
+        let mut exit = QueueExit {
+            lock: self,
+            field: Arc::clone(&field),
+            waiter_ms,
+            armed: queue,
+        };
+        let result = self.wait_for(&field, lease_ms, deadline, waiter_ms).await;
+        match result {
+            Ok(Some(_)) => exit.armed = false,
+            Ok(None) => exit.leave().await,
+            // Dropping `exit` leaves the queue in the background.
+            Err(_) => {}
+        }
+        result
+    }
 
-        if let Ok(guard) = self.attempt(&field, lease_ms).await? {
+    /// The attempts and waits of [`Lock::acquire`] until `deadline`.
+    /// `waiter_ms` > 0: a fair lock's waiter, queued by its attempts.
+    async fn wait_for(
+        &self,
+        field: &Arc<str>,
+        lease_ms: Option<u64>,
+        deadline: Option<Instant>,
+        waiter_ms: u64,
+    ) -> Result<Option<LockGuard>> {
+        let expired = |now: Instant| deadline.is_some_and(|d| now >= d);
+        if let Ok(guard) = self.attempt(field, lease_ms, waiter_ms).await? {
             return Ok(Some(guard));
         }
         if expired(Instant::now()) {
@@ -455,14 +523,17 @@ impl Lock {
         }
 
         if let Some(backoff) = self.spin {
-            return self.spin(&field, lease_ms, deadline, backoff).await;
+            return self
+                .spin(field, lease_ms, deadline, backoff, waiter_ms)
+                .await;
         }
 
-        let subscribe = self
-            .client
-            .inner
-            .pubsub
-            .subscribe(self.kind.channel(&self.name));
+        let channel = match self.kind {
+            // Each fair waiter is woken on its own channel.
+            Kind::Fair => format!("{}:{field}", self.kind.channel(&self.name)),
+            kind => kind.channel(&self.name),
+        };
+        let subscribe = self.client.inner.pubsub.subscribe(channel);
         let subscription = match deadline {
             Some(deadline) => match tokio::time::timeout_at(deadline, subscribe).await {
                 Ok(subscription) => subscription?,
@@ -476,7 +547,7 @@ impl Lock {
             // Registered before the attempt: an unlock published while the
             // attempt is in flight still wakes this waiter.
             notified.as_mut().enable();
-            let ttl = match self.attempt(&field, lease_ms).await? {
+            let ttl = match self.attempt(field, lease_ms, waiter_ms).await? {
                 Ok(guard) => return Ok(Some(guard)),
                 Err(ttl) => ttl,
             };
@@ -508,6 +579,7 @@ impl Lock {
         lease_ms: Option<u64>,
         deadline: Option<Instant>,
         backoff: Backoff,
+        waiter_ms: u64,
     ) -> Result<Option<LockGuard>> {
         let mut failed = 0u32;
         // The holder's TTL from the last attempt: the lock is free by then.
@@ -522,7 +594,7 @@ impl Lock {
                 pause = pause.min(deadline.saturating_duration_since(Instant::now()));
             }
             tokio::time::sleep(pause).await;
-            match self.attempt(field, lease_ms).await? {
+            match self.attempt(field, lease_ms, waiter_ms).await? {
                 Ok(guard) => return Ok(Some(guard)),
                 Err(ms) => ttl = (ms >= 0).then(|| Duration::from_millis(ms as u64)),
             }
@@ -532,8 +604,14 @@ impl Lock {
         }
     }
 
-    /// One acquire attempt for `field`.
-    async fn attempt(&self, field: &Arc<str>, lease_ms: Option<u64>) -> Result<Attempt> {
+    /// One acquire attempt for `field`; `waiter_ms` > 0 queues a fair
+    /// lock's waiter with that waiter timeout.
+    async fn attempt(
+        &self,
+        field: &Arc<str>,
+        lease_ms: Option<u64>,
+        waiter_ms: u64,
+    ) -> Result<Attempt> {
         let inner = &self.client.inner;
         let runtime = runtime()?;
         let key: HoldKey = (Arc::clone(&self.name), Arc::clone(field));
@@ -575,6 +653,18 @@ impl Lock {
                         other => Granted::Unexpected(format!("{other:?}")),
                     }
                 }
+                Kind::Fair => pttl(
+                    FAIR_ACQUIRE
+                        .key(&*name)
+                        .key(keys::fair_queue(&name))
+                        .key(keys::fair_timeouts(&name))
+                        .arg(ttl_ms)
+                        .arg(&*owner)
+                        .arg(waiter_ms)
+                        .arg(if waiter_ms > 0 { "1" } else { "0" })
+                        .invoke_async(&mut conn)
+                        .await?,
+                ),
                 Kind::Read => pttl(
                     READ_ACQUIRE
                         .key(&*name)
@@ -603,6 +693,10 @@ impl Lock {
         let client = self.client.clone();
         let (name, owner) = (Arc::clone(&key.0), Arc::clone(&key.1));
         let give_back = move |reply: redis::RedisResult<Granted>| async move {
+            if waiter_ms > 0 && !matches!(reply, Ok(Granted::Yes(_))) {
+                // Perhaps queued by this very attempt: leave the line.
+                leave_queue(&client, &name, &owner, waiter_ms).await;
+            }
             if let Ok(Granted::Yes(_)) = reply {
                 // The caller left after Redis granted the hold: undo it.
                 let lease_ms = lease_ms.unwrap_or(watchdog_ms);
@@ -635,6 +729,70 @@ impl Lock {
                 Ok(Ok(guard.with_token(token)))
             }
         }
+    }
+}
+
+/// Takes a fair lock's waiter out of the queue when its wait ends without
+/// the lock: at once with [`QueueExit::leave`], or in the background when
+/// dropped armed (an error, or the caller's future dropped).
+struct QueueExit<'a> {
+    lock: &'a Lock,
+    field: Arc<str>,
+    waiter_ms: u64,
+    armed: bool,
+}
+
+impl QueueExit<'_> {
+    async fn leave(&mut self) {
+        if std::mem::take(&mut self.armed) {
+            leave_queue(
+                &self.lock.client,
+                &self.lock.name,
+                &self.field,
+                self.waiter_ms,
+            )
+            .await;
+        }
+    }
+}
+
+impl Drop for QueueExit<'_> {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            // No runtime: the entry counts as dead after the waiter timeout.
+            return;
+        };
+        let (client, name, field) = (
+            self.lock.client.clone(),
+            Arc::clone(&self.lock.name),
+            Arc::clone(&self.field),
+        );
+        let waiter_ms = self.waiter_ms;
+        runtime.spawn(async move { leave_queue(&client, &name, &field, waiter_ms).await });
+    }
+}
+
+/// Removes `field` from the fair lock `name`'s queue; failures are logged
+/// (the entry then counts as dead after the waiter timeout).
+async fn leave_queue(client: &Client, name: &str, field: &str, waiter_ms: u64) {
+    let mut conn = client.inner.conn.clone();
+    let left: redis::RedisResult<i64> = FAIR_LEAVE
+        .key(keys::fair_queue(name))
+        .key(keys::fair_timeouts(name))
+        .key(name)
+        .key(keys::lock_channel(name))
+        .arg(field)
+        .arg(waiter_ms)
+        .arg(UNLOCK_MESSAGE)
+        .arg(PUBLISH)
+        .invoke_async(&mut conn)
+        .await;
+    if let Err(err) = left {
+        tracing::warn!(lock = %name, owner = %field, error = %err,
+            "could not leave the fair lock's queue; the entry is skipped after the waiter timeout");
     }
 }
 

@@ -33,6 +33,22 @@ pub(crate) static WRITE_RELEASE: LazyLock<Script> =
 pub(crate) static RENEW_READ: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../lua/renew_read.lua")));
 
+/// `lua/fair_acquire.lua`: take, re-enter or queue for a fair lock.
+pub(crate) static FAIR_ACQUIRE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../lua/fair_acquire.lua")));
+
+/// `lua/fair_release.lua`: drop one hold, wake the first waiter in line.
+pub(crate) static FAIR_RELEASE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../lua/fair_release.lua")));
+
+/// `lua/fair_leave.lua`: a waiter gives up and leaves the line.
+pub(crate) static FAIR_LEAVE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../lua/fair_leave.lua")));
+
+/// `lua/fair_force_unlock.lua`: delete whoever holds it, wake the first in line.
+pub(crate) static FAIR_FORCE_UNLOCK: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../lua/fair_force_unlock.lua")));
+
 /// `lua/release.lua`: drop one hold, idempotent per request id.
 pub(crate) static RELEASE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../lua/release.lua")));

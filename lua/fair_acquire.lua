@@ -1,0 +1,75 @@
+-- Acquire, or re-enter, a fair lock (Redisson RFairLock layout): first come,
+-- first served through a queue of waiters.
+--
+-- KEYS[1]  the lock hash, at the plain lock name
+-- KEYS[2]  the queue list, `redisson_lock_queue:{name}` (owner fields)
+-- KEYS[3]  the timeout sorted set, `redisson_lock_timeout:{name}` (member =
+--          owner field, score = epoch ms after which it counts as dead)
+-- ARGV[1]  lease in milliseconds
+-- ARGV[2]  owner field, `<client-uuid>:<owner-id>`
+-- ARGV[3]  waiter timeout in milliseconds (how long a queued waiter may
+--          stay silent before it counts as dead)
+-- ARGV[4]  `1` to join the queue when the lock is taken, `0` for one
+--          attempt that leaves no trace
+--
+-- Dead waiters at the head of the queue (score <= now, by the server's
+-- clock) are dropped first. Replies nil when the owner now holds the lock
+-- (taken: it leaves the queue, and every remaining score is lowered by the
+-- waiter timeout; or re-entered). Otherwise replies how long to wait at
+-- most, in milliseconds, at least 1 for a queued waiter: a new waiter is
+-- queued with a score of the waiter before it (or the lock's TTL) plus the
+-- waiter timeout.
+local time = redis.call('time')
+local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+local wait = tonumber(ARGV[3])
+while true do
+    local head = redis.call('lindex', KEYS[2], 0)
+    if head == false then
+        break
+    end
+    local score = tonumber(redis.call('zscore', KEYS[3], head))
+    if score ~= nil and score > now then
+        break
+    end
+    redis.call('zrem', KEYS[3], head)
+    redis.call('lpop', KEYS[2])
+end
+if redis.call('exists', KEYS[1]) == 0
+    and (redis.call('exists', KEYS[2]) == 0 or redis.call('lindex', KEYS[2], 0) == ARGV[2]) then
+    redis.call('lpop', KEYS[2])
+    redis.call('zrem', KEYS[3], ARGV[2])
+    for _, waiter in ipairs(redis.call('zrange', KEYS[3], 0, -1)) do
+        redis.call('zincrby', KEYS[3], -wait, waiter)
+    end
+    redis.call('hset', KEYS[1], ARGV[2], 1)
+    redis.call('pexpire', KEYS[1], ARGV[1])
+    return nil
+end
+if redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
+    redis.call('hincrby', KEYS[1], ARGV[2], 1)
+    redis.call('pexpire', KEYS[1], ARGV[1])
+    return nil
+end
+local pttl = redis.call('pttl', KEYS[1])
+local mine = redis.call('zscore', KEYS[3], ARGV[2])
+if mine == false then
+    if ARGV[4] ~= '1' then
+        return math.max(pttl, 0)
+    end
+    local last = redis.call('lindex', KEYS[2], -1)
+    local ahead = math.max(pttl, 0)
+    if last ~= false then
+        ahead = math.max(0, tonumber(redis.call('zscore', KEYS[3], last)) - now)
+    end
+    mine = ahead + wait + now
+    if redis.call('zadd', KEYS[3], mine, ARGV[2]) == 1 then
+        redis.call('rpush', KEYS[2], ARGV[2])
+    end
+end
+-- While the lock is held, until it expires; while it is free but another
+-- waiter is first, until the waiter ahead would count as dead. A message
+-- on the owner's channel comes sooner when the line moves.
+if pttl > 0 then
+    return pttl
+end
+return math.max(1, tonumber(mine) - wait - now)

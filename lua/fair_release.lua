@@ -1,0 +1,52 @@
+-- Release one hold of a fair lock, idempotently per request id.
+--
+-- KEYS[1]  the lock hash
+-- KEYS[2]  the queue list, `redisson_lock_queue:{name}`
+-- KEYS[3]  the timeout sorted set, `redisson_lock_timeout:{name}`
+-- KEYS[4]  the channel prefix, `redisson_lock__channel:{name}`: a waiter's
+--          own channel is `<prefix>:<owner field>`
+-- KEYS[5]  the unlock latch, `redisson_unlock_latch:{name}:<request-id>`
+-- ARGV[1]  the unlock message, `0`
+-- ARGV[2]  lease in milliseconds, applied when holds remain
+-- ARGV[3]  owner field
+-- ARGV[4]  the publish command, `publish` or `spublish`
+-- ARGV[5]  latch TTL in milliseconds
+--
+-- Dead waiters at the head of the queue are dropped first. Replies 1 when
+-- this was the last hold (the hash is deleted and the first waiter woken on
+-- its own channel), 0 when holds remain, nil when the owner holds nothing.
+-- A retry with the same request id replies what the first call replied.
+local done = redis.call('get', KEYS[5])
+if done ~= false then
+    return tonumber(done)
+end
+local time = redis.call('time')
+local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+while true do
+    local head = redis.call('lindex', KEYS[2], 0)
+    if head == false then
+        break
+    end
+    local score = tonumber(redis.call('zscore', KEYS[3], head))
+    if score ~= nil and score > now then
+        break
+    end
+    redis.call('zrem', KEYS[3], head)
+    redis.call('lpop', KEYS[2])
+end
+if redis.call('hexists', KEYS[1], ARGV[3]) == 0 then
+    return nil
+end
+local left = redis.call('hincrby', KEYS[1], ARGV[3], -1)
+if left > 0 then
+    redis.call('pexpire', KEYS[1], ARGV[2])
+    redis.call('set', KEYS[5], 0, 'px', ARGV[5])
+    return 0
+end
+redis.call('del', KEYS[1])
+local next = redis.call('lindex', KEYS[2], 0)
+if next ~= false then
+    redis.call(ARGV[4], KEYS[4] .. ':' .. next, ARGV[1])
+end
+redis.call('set', KEYS[5], 1, 'px', ARGV[5])
+return 1
