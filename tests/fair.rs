@@ -239,3 +239,34 @@ async fn the_layout_is_redissons() {
     soon(guard.unlock()).await.unwrap();
     assert!(soon(holder.fair_lock("line").force_unlock()).await.is_ok());
 }
+
+/// Futures dropped at every stage (before the send, with an attempt in
+/// flight, while waiting in line), with the lock held and with it free:
+/// no hold, no place in line, no registry entry, no subscription.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropped_fair_lock_futures_leave_nothing() {
+    let server = RedisServer::start();
+    let holder = client(&server, WATCHDOG).await;
+    let client = self::client(&server, WATCHDOG).await;
+    let lock = client.fair_lock("line");
+    let held = soon(holder.fair_lock("line").lock()).await.unwrap();
+    for cut in 0..30u64 {
+        let _ = tokio::time::timeout(Duration::from_micros(cut * 200), lock.lock()).await;
+    }
+    eventually(Duration::from_secs(5), || async {
+        queue(&server).is_empty()
+    })
+    .await;
+    soon(held.unlock()).await.unwrap();
+    for cut in 0..30u64 {
+        let _ = tokio::time::timeout(Duration::from_micros(cut * 100), lock.lock()).await;
+    }
+    settled(&client).await;
+    eventually(Duration::from_secs(5), || async {
+        !exists(&server, "line") && queue(&server).is_empty() && !exists(&server, TIMEOUTS)
+    })
+    .await;
+    // The line still works.
+    let guard = soon(holder.fair_lock("line").lock()).await.unwrap();
+    soon(guard.unlock()).await.unwrap();
+}

@@ -133,8 +133,17 @@ async fn a_writer_may_downgrade_and_a_reader_may_not_upgrade() {
     let other = self::client(&server, WATCHDOG).await;
     let rw = client.read_write_lock("doc");
 
-    // Downgrade: write, then read, then let the write go.
+    // A writer excludes other writers, and re-enters its own write lock.
     let writing = soon(rw.write().lock()).await.unwrap();
+    assert!(soon(other.read_write_lock("doc").write().try_lock())
+        .await
+        .unwrap()
+        .is_none());
+    let again = soon(rw.write().lock()).await.unwrap();
+    assert_eq!(soon(rw.write().hold_count()).await.unwrap(), 2);
+    soon(again.unlock()).await.unwrap();
+
+    // Downgrade: write, then read, then let the write go.
     let reading = soon(rw.read().lock()).await.expect("a writer may read");
     assert_eq!(soon(rw.write().hold_count()).await.unwrap(), 1);
     assert_eq!(soon(rw.read().hold_count()).await.unwrap(), 1);
