@@ -94,6 +94,8 @@ impl Client {
         ClientBuilder {
             info: url.into_connection_info(),
             config: Config::default(),
+            #[cfg(feature = "tls")]
+            tls_root: None,
         }
     }
 
@@ -201,6 +203,10 @@ impl Client {
 pub struct ClientBuilder {
     info: redis::RedisResult<ConnectionInfo>,
     config: Config,
+    /// PEM of the CA that signed the server's certificate, when it is not
+    /// in the system's trust store.
+    #[cfg(feature = "tls")]
+    tls_root: Option<Vec<u8>>,
 }
 
 impl fmt::Debug for ClientBuilder {
@@ -243,6 +249,15 @@ impl ClientBuilder {
         self
     }
 
+    /// Trusts the certificate authority in `pem` (one or more PEM
+    /// certificates) for `rediss://` connections, instead of the system's
+    /// trust store: for servers with certificates from a private CA.
+    #[cfg(feature = "tls")]
+    pub fn tls_root_certificate(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.tls_root = Some(pem.into());
+        self
+    }
+
     /// Checks the settings and connects.
     ///
     /// # Errors
@@ -267,7 +282,31 @@ impl ClientBuilder {
             .redis_settings()
             .clone()
             .set_protocol(ProtocolVersion::RESP3);
-        let redis_client = redis::Client::open(info.set_redis_settings(resp3))?;
+        let info = info.set_redis_settings(resp3);
+        #[cfg(feature = "tls")]
+        let redis_client = match self.tls_root {
+            Some(pem) => redis::Client::build_with_tls(
+                info,
+                redis::TlsCertificates {
+                    client_tls: None,
+                    root_cert: Some(pem),
+                },
+            )?,
+            None => redis::Client::open(info)?,
+        };
+        #[cfg(not(feature = "tls"))]
+        let redis_client = redis::Client::open(info)?;
+        // One plain connection first: a refused password, a bad certificate
+        // or an unreachable server fails here at once, where the managers
+        // would retry it with backoff for seconds.
+        let probe = redis::AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(self.config.connection_timeout))
+            .set_response_timeout(Some(self.config.response_timeout));
+        drop(
+            redis_client
+                .get_multiplexed_async_connection_with_config(&probe)
+                .await?,
+        );
         let conn = redis_client
             .get_connection_manager_with_config(manager_config.clone())
             .await?;
