@@ -2,7 +2,7 @@
 //! lock it hands out.
 
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -49,12 +49,45 @@ pub(crate) struct ClientInner {
     /// client, without a call to the system's random source per release.
     request_base: u128,
     requests: AtomicU64,
+    /// Set once the server refused WAIT: replica sync is off from then on.
+    wait_refused: AtomicBool,
     pub(crate) config: Config,
     /// Host and port only: never the credentials.
     addr: String,
 }
 
 impl ClientInner {
+    /// With replica sync on, waits for the replicas to acknowledge this
+    /// connection's writes so far; `None` when sync is off (or the server
+    /// refused WAIT), else whether enough did, and how many.
+    pub(crate) async fn replicated(&self) -> Option<(bool, u32)> {
+        let sync = self.config.replica_sync?;
+        if self.wait_refused.load(Ordering::Relaxed) {
+            return None;
+        }
+        let mut conn = self.conn.clone();
+        let acked: redis::RedisResult<u32> = redis::cmd("WAIT")
+            .arg(sync.replicas)
+            .arg(sync.timeout.as_millis() as u64)
+            .query_async(&mut conn)
+            .await;
+        match acked {
+            Ok(acked) => Some((acked >= sync.replicas, acked)),
+            // The server answered with an error: it does not allow WAIT.
+            Err(err) if err.code().is_some() => {
+                if !self.wait_refused.swap(true, Ordering::Relaxed) {
+                    tracing::warn!(error = %err,
+                        "the server refuses WAIT: replica sync is off for this client");
+                }
+                None
+            }
+            Err(err) => {
+                tracing::warn!(error = %err, "WAIT for replicas failed");
+                Some((false, 0))
+            }
+        }
+    }
+
     /// A new id for one release request (and its resends), as 32 hex digits.
     pub(crate) fn request_id(&self) -> String {
         let n = self.requests.fetch_add(1, Ordering::Relaxed);
@@ -242,6 +275,26 @@ impl ClientBuilder {
         self
     }
 
+    /// Waits after each acquire and release until `replicas` replicas
+    /// acknowledged it, for `timeout` at most (`WAIT`); an acquire that too
+    /// few acknowledged is given back and, by `on_unsynced`, fails or is
+    /// tried again. A release that too few acknowledged is logged. When the
+    /// server refuses `WAIT` (some managed services do), the client says so
+    /// once in a warning and stops waiting. See [`ReplicaSync`](crate::config::ReplicaSync).
+    pub fn replica_sync(
+        mut self,
+        replicas: u32,
+        timeout: Duration,
+        on_unsynced: crate::config::Unsynced,
+    ) -> Self {
+        self.config.replica_sync = Some(crate::config::ReplicaSync {
+            replicas,
+            timeout,
+            on_unsynced,
+        });
+        self
+    }
+
     /// How many times one release is sent when the connection fails
     /// (resends are safe: see the unlock latch in the README). Default 4.
     pub fn release_attempts(mut self, attempts: u32) -> Self {
@@ -323,6 +376,7 @@ impl ClientBuilder {
                 sweeper,
                 request_base: Uuid::new_v4().as_u128(),
                 requests: AtomicU64::new(0),
+                wait_refused: AtomicBool::new(false),
                 config: self.config,
                 addr,
             }),

@@ -23,6 +23,33 @@ pub const DEFAULT_CONNECTION_TIMEOUT: Duration = Duration::from_secs(5);
 /// unlock latch makes the repeats safe.
 pub const DEFAULT_RELEASE_ATTEMPTS: u32 = 4;
 
+/// What an acquire does when too few replicas acknowledged it in time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Unsynced {
+    /// Give the hold back and fail the call with
+    /// [`Error::NotReplicated`](crate::Error::NotReplicated).
+    Fail,
+    /// Give the hold back and try again, within the call's wait (a
+    /// `try_lock` without a wait then returns `None`).
+    Retry,
+}
+
+/// Replica sync: after each acquire and release, wait until `replicas`
+/// replicas acknowledged the write (`WAIT replicas timeout`), as Redisson's
+/// `checkLockSyncedSlaves`. A lock only the master knows of is lost if the
+/// master fails before replicating it; this narrows that window, it does
+/// not close it (replication stays asynchronous).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReplicaSync {
+    /// How many replicas must acknowledge (at least 1).
+    pub replicas: u32,
+    /// How long to wait for them (at least 1 ms).
+    pub timeout: Duration,
+    /// What an acquire does when they did not.
+    pub on_unsynced: Unsynced,
+}
+
 /// The settings a client runs with; see [`ClientBuilder`](crate::ClientBuilder).
 #[derive(Debug, Clone)]
 #[non_exhaustive]
@@ -35,6 +62,8 @@ pub struct Config {
     pub connection_timeout: Duration,
     /// Sends of one release when the connection fails.
     pub release_attempts: u32,
+    /// Waiting for replicas after writes; `None` (the default): no waiting.
+    pub replica_sync: Option<ReplicaSync>,
 }
 
 impl Default for Config {
@@ -44,6 +73,7 @@ impl Default for Config {
             response_timeout: DEFAULT_RESPONSE_TIMEOUT,
             connection_timeout: DEFAULT_CONNECTION_TIMEOUT,
             release_attempts: DEFAULT_RELEASE_ATTEMPTS,
+            replica_sync: None,
         }
     }
 }
@@ -92,6 +122,17 @@ impl Config {
         if self.release_attempts == 0 {
             return Err(Error::invalid("release attempts must be at least 1"));
         }
+        if let Some(sync) = self.replica_sync {
+            if sync.replicas == 0 {
+                return Err(Error::invalid("replica sync needs at least 1 replica"));
+            }
+            if sync.timeout.is_zero() || sync.timeout > MAX_DURATION {
+                return Err(Error::invalid(format!(
+                    "replica sync timeout must be between 1 ms and {MAX_DURATION:?}, got {:?}",
+                    sync.timeout
+                )));
+            }
+        }
         Ok(())
     }
 }
@@ -130,5 +171,16 @@ mod tests {
             ..Config::default()
         };
         assert!(c.validate().is_err());
+        for (replicas, timeout) in [(0, 100), (1, 0)] {
+            let c = Config {
+                replica_sync: Some(ReplicaSync {
+                    replicas,
+                    timeout: Duration::from_millis(timeout),
+                    on_unsynced: Unsynced::Fail,
+                }),
+                ..Config::default()
+            };
+            assert!(c.validate().is_err(), "{replicas} replicas, {timeout} ms");
+        }
     }
 }

@@ -60,6 +60,18 @@ pub enum Error {
         owner: String,
     },
 
+    /// Replica sync is on and too few replicas acknowledged an acquire in
+    /// time: the hold was given back.
+    #[error("lock `{name}`: {acked} of {wanted} replicas acknowledged the acquire in time; it was given back")]
+    NotReplicated {
+        /// The lock name.
+        name: String,
+        /// Replicas that acknowledged.
+        acked: u32,
+        /// Replicas required.
+        wanted: u32,
+    },
+
     /// A script replied something its contract does not allow.
     #[error("unexpected reply from the {script} script: {reply}")]
     UnexpectedReply {

@@ -274,6 +274,10 @@ pub(crate) async fn release_hold(
         // The script wrote the latch; it only matters to resends of this
         // request: have it deleted rather than left to its TTL.
         inner.sweeper.discard(latch);
+        if let Some((false, acked)) = inner.replicated().await {
+            tracing::warn!(lock = %name, acked,
+                "too few replicas acknowledged a release in time; it stands on the master");
+        }
     }
     match reply {
         Some(0 | 1) => Ok(()),

@@ -7,6 +7,7 @@ use std::time::Duration;
 use redis::AsyncCommands;
 use tokio::time::Instant;
 
+use crate::config::Unsynced;
 use crate::config::MAX_DURATION;
 use crate::error::check_duration;
 use crate::finish::Finish;
@@ -725,8 +726,26 @@ impl Lock {
                     Some(ms) => LeaseState::leased(sent + Duration::from_millis(ms)),
                 };
                 let guard =
-                    LockGuard::new(self.client.clone(), kind, key, lease_ms, lease, runtime);
-                Ok(Ok(guard.with_token(token)))
+                    LockGuard::new(self.client.clone(), kind, key, lease_ms, lease, runtime)
+                        .with_token(token);
+                if let (Some((false, acked)), Some(sync)) =
+                    (inner.replicated().await, inner.config.replica_sync)
+                {
+                    // Only the master knows of this hold: give it back.
+                    if let Err(err) = guard.unlock().await {
+                        tracing::warn!(lock = %self.name, error = %err,
+                            "could not give back a hold the replicas did not acknowledge; it expires with its lease");
+                    }
+                    return match sync.on_unsynced {
+                        Unsynced::Retry => Ok(Err(sync.timeout.as_millis() as i64)),
+                        _ => Err(Error::NotReplicated {
+                            name: self.name.to_string(),
+                            acked,
+                            wanted: sync.replicas,
+                        }),
+                    };
+                }
+                Ok(Ok(guard))
             }
         }
     }

@@ -1,0 +1,160 @@
+//! Replica sync: WAIT after acquires and releases, against a real master
+//! and replica (two `redis-server` processes per test).
+
+mod common;
+
+use std::time::Duration;
+
+use common::{eventually, soon, RedisServer};
+use ferrisson::config::Unsynced;
+use ferrisson::Error;
+use tokio::time::Instant;
+
+fn stat(server: &RedisServer, command: &str, field: &str) -> u64 {
+    let info = server.cmd(&["INFO", "commandstats"]).as_string().unwrap();
+    let prefix = format!("cmdstat_{command}:");
+    info.lines()
+        .find_map(|line| line.strip_prefix(prefix.as_str()))
+        .and_then(|rest| {
+            rest.split(',')
+                .find_map(|pair| pair.strip_prefix(&format!("{field}=")))
+        })
+        .map_or(0, |n| n.parse().unwrap())
+}
+
+/// A master and a replica in sync; the replica accepts DEBUG, to be paused.
+async fn pair() -> (RedisServer, RedisServer) {
+    let master = RedisServer::start();
+    let replica = RedisServer::start_with_args(&[
+        "--replicaof",
+        "127.0.0.1",
+        &master.port().to_string(),
+        "--enable-debug-command",
+        "yes",
+    ]);
+    eventually(Duration::from_secs(10), || async {
+        let info = replica.cmd(&["INFO", "replication"]).as_string().unwrap();
+        info.contains("master_link_status:up")
+    })
+    .await;
+    (master, replica)
+}
+
+async fn synced_client(master: &RedisServer, on_unsynced: Unsynced) -> ferrisson::Client {
+    ferrisson::Client::builder(master.url())
+        .replica_sync(1, Duration::from_millis(500), on_unsynced)
+        .build()
+        .await
+        .unwrap()
+}
+
+/// Blocks the replica for `pause` (it acknowledges nothing meanwhile).
+fn pause_replica(replica: &RedisServer, pause: Duration) -> std::thread::JoinHandle<()> {
+    let port = replica.port();
+    let secs = format!("{:.3}", pause.as_secs_f64());
+    std::thread::spawn(move || {
+        let out = std::process::Command::new("redis-cli")
+            .args(["-p", &port.to_string(), "DEBUG", "SLEEP", &secs])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acquires_and_releases_wait_for_the_replica() {
+    let (master, replica) = pair().await;
+    let client = synced_client(&master, Unsynced::Fail).await;
+    let guard = soon(client.lock("synced").lock()).await.unwrap();
+    assert_eq!(stat(&master, "wait", "calls"), 1);
+    // When lock() returns, the replica has the hold.
+    assert_eq!(replica.cmd(&["EXISTS", "synced"]).as_int(), Some(1));
+    soon(guard.unlock()).await.unwrap();
+    assert_eq!(stat(&master, "wait", "calls"), 2);
+    assert_eq!(replica.cmd(&["EXISTS", "synced"]).as_int(), Some(0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unacknowledged_acquire_is_given_back_and_fails() {
+    let (master, replica) = pair().await;
+    let client = synced_client(&master, Unsynced::Fail).await;
+    // Make sure the script is loaded before the pause.
+    let warm = soon(client.lock("warm").lock()).await.unwrap();
+    soon(warm.unlock()).await.unwrap();
+
+    let sleeping = pause_replica(&replica, Duration::from_millis(1500));
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let err = soon(client.lock("unsynced").lock()).await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::NotReplicated {
+                acked: 0,
+                wanted: 1,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert_eq!(
+        master.cmd(&["EXISTS", "unsynced"]).as_int(),
+        Some(0),
+        "not given back"
+    );
+    assert_eq!(client.held_locks(), 0);
+    sleeping.join().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unacknowledged_acquire_is_retried_within_the_wait() {
+    let (master, replica) = pair().await;
+    let client = synced_client(&master, Unsynced::Retry).await;
+    let warm = soon(client.lock("warm").lock()).await.unwrap();
+    soon(warm.unlock()).await.unwrap();
+
+    let sleeping = pause_replica(&replica, Duration::from_millis(3000));
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    // One attempt (about 1 s: the acquire's WAIT, then the give-back's):
+    // given back, no lock.
+    assert!(soon(client.lock("retried").try_lock())
+        .await
+        .unwrap()
+        .is_none());
+    // With a wait: held once the replica acknowledges again.
+    let started = Instant::now();
+    let guard = soon(client.lock("retried").try_lock_for(Duration::from_secs(10)))
+        .await
+        .unwrap()
+        .expect("held after the replica came back");
+    // The replica sleeps for about 2 s more.
+    assert!(
+        started.elapsed() >= Duration::from_millis(500),
+        "{:?}",
+        started.elapsed()
+    );
+    sleeping.join().unwrap();
+    assert_eq!(replica.cmd(&["EXISTS", "retried"]).as_int(), Some(1));
+    soon(guard.unlock()).await.unwrap();
+}
+
+/// A server that refuses WAIT (here: an ACL user without it) gets one
+/// refused WAIT, a warning, and locking goes on without sync.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_refuses_wait_degrades_to_no_sync() {
+    let (master, _replica) = pair().await;
+    master.cmd(&[
+        "ACL", "SETUSER", "nowait", "on", ">pw", "~*", "&*", "+@all", "-wait",
+    ]);
+    let url = format!("redis://nowait:pw@127.0.0.1:{}/", master.port());
+    let client = ferrisson::Client::builder(url)
+        .replica_sync(1, Duration::from_millis(500), Unsynced::Fail)
+        .build()
+        .await
+        .unwrap();
+    for _ in 0..5 {
+        let guard = soon(client.lock("degraded").lock()).await.unwrap();
+        soon(guard.unlock()).await.unwrap();
+    }
+    let refused = stat(&master, "wait", "rejected_calls") + stat(&master, "wait", "calls");
+    assert_eq!(refused, 1, "WAIT was sent more than once");
+}
