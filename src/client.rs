@@ -6,11 +6,12 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::aio::ConnectionManagerConfig;
 use redis::{ConnectionInfo, IntoConnectionInfo, ProtocolVersion};
 use uuid::Uuid;
 
 use crate::config::Config;
+use crate::conn::Conn;
 use crate::lock::Kind;
 use crate::pubsub::PubSub;
 use crate::sweeper::Sweeper;
@@ -22,7 +23,8 @@ use crate::{Lock, ReadWriteLock, Result};
 /// A `Client` is a cheap handle: clone it rather than wrapping it in a
 /// mutex or an `Arc`. It owns two connections, one for commands and one for
 /// pub/sub subscriptions, both reconnecting by themselves
-/// ([`ConnectionManager`]), and one random UUID that names this client in
+/// ([`redis::aio::ConnectionManager`]; on a cluster, the `redis` crate's
+/// cluster connection), and one random UUID that names this client in
 /// every lock it holds (`<client-uuid>:<owner-id>` hash fields, as in
 /// Redisson). Two `Client`s, in one process or in two, exclude each other.
 ///
@@ -41,7 +43,7 @@ pub struct Client {
 
 pub(crate) struct ClientInner {
     pub(crate) id: Uuid,
-    pub(crate) conn: ConnectionManager,
+    pub(crate) conn: Conn,
     pub(crate) pubsub: Arc<PubSub>,
     pub(crate) registry: Registry,
     pub(crate) sweeper: Sweeper,
@@ -57,6 +59,14 @@ pub(crate) struct ClientInner {
 }
 
 impl ClientInner {
+    /// The command the scripts publish unlock messages with.
+    pub(crate) fn publish(&self) -> &'static str {
+        match self.config.pubsub_mode {
+            crate::config::PubSubMode::Classic => "publish",
+            crate::config::PubSubMode::Sharded => "spublish",
+        }
+    }
+
     /// With replica sync on, waits for the replicas to acknowledge this
     /// connection's writes so far; `None` when sync is off (or the server
     /// refused WAIT), else whether enough did, and how many.
@@ -122,10 +132,50 @@ impl Client {
         Client::builder(url).build().await
     }
 
+    /// Starts a [`ClientBuilder`] for a Redis Cluster, reached through any
+    /// of `nodes` (the others are discovered). Every lock's keys share its
+    /// name's hash slot, so each script runs on one node; unlock messages
+    /// use sharded pub/sub when the cluster supports it (Redis 7+).
+    ///
+    /// # Errors
+    /// The builder's `build` reports a malformed URL or an empty list.
+    #[cfg(feature = "cluster")]
+    pub fn cluster_builder<T: IntoConnectionInfo>(
+        nodes: impl IntoIterator<Item = T>,
+    ) -> ClientBuilder {
+        let infos: redis::RedisResult<Vec<ConnectionInfo>> = nodes
+            .into_iter()
+            .map(IntoConnectionInfo::into_connection_info)
+            .collect();
+        let (info, cluster) = match infos {
+            Ok(mut infos) if !infos.is_empty() => {
+                let first = infos.remove(0);
+                (Ok(first), Some(infos))
+            }
+            Ok(_) => (
+                Err(redis::RedisError::from((
+                    redis::ErrorKind::InvalidClientConfig,
+                    "a cluster needs at least one node",
+                ))),
+                Some(Vec::new()),
+            ),
+            Err(err) => (Err(err), Some(Vec::new())),
+        };
+        ClientBuilder {
+            info,
+            cluster,
+            config: Config::default(),
+            #[cfg(feature = "tls")]
+            tls_root: None,
+        }
+    }
+
     /// Starts a [`ClientBuilder`] for `url`.
     pub fn builder(url: impl IntoConnectionInfo) -> ClientBuilder {
         ClientBuilder {
             info: url.into_connection_info(),
+            #[cfg(feature = "cluster")]
+            cluster: None,
             config: Config::default(),
             #[cfg(feature = "tls")]
             tls_root: None,
@@ -235,6 +285,9 @@ impl Client {
 #[must_use = "a builder does nothing until `build` is awaited"]
 pub struct ClientBuilder {
     info: redis::RedisResult<ConnectionInfo>,
+    /// More cluster nodes besides `info` (`None`: one server).
+    #[cfg(feature = "cluster")]
+    cluster: Option<Vec<ConnectionInfo>>,
     config: Config,
     /// PEM of the CA that signed the server's certificate, when it is not
     /// in the system's trust store.
@@ -325,6 +378,19 @@ impl ClientBuilder {
         self.config.validate()?;
         let info = self.info?;
         let addr = info.addr().to_string();
+        #[cfg(feature = "cluster")]
+        if let Some(mut nodes) = self.cluster {
+            if self.config.replica_sync.is_some() {
+                return Err(crate::Error::invalid(
+                    "replica sync is not supported on a cluster yet",
+                ));
+            }
+            nodes.insert(0, info);
+            let mut config = self.config;
+            let (conn, pubsub, mode) = crate::cluster::connect(nodes, &config).await?;
+            config.pubsub_mode = mode;
+            return Ok(Client::assemble(conn, pubsub, config, addr));
+        }
         let manager_config = ConnectionManagerConfig::new()
             .set_response_timeout(Some(self.config.response_timeout))
             .set_connection_timeout(Some(self.config.connection_timeout));
@@ -364,10 +430,20 @@ impl ClientBuilder {
             .get_connection_manager_with_config(manager_config.clone())
             .await?;
         let pubsub = PubSub::connect(redis_client, manager_config).await?;
+        Ok(Client::assemble(
+            Conn::Single(conn),
+            pubsub,
+            self.config,
+            addr,
+        ))
+    }
+}
 
-        let registry = Registry::new(conn.clone(), self.config.watchdog_timeout);
+impl Client {
+    fn assemble(conn: Conn, pubsub: PubSub, config: Config, addr: String) -> Client {
+        let registry = Registry::new(conn.clone(), config.watchdog_timeout);
         let sweeper = Sweeper::new(conn.clone());
-        Ok(Client {
+        Client {
             inner: Arc::new(ClientInner {
                 id: Uuid::new_v4(),
                 conn,
@@ -377,9 +453,9 @@ impl ClientBuilder {
                 request_base: Uuid::new_v4().as_u128(),
                 requests: AtomicU64::new(0),
                 wait_refused: AtomicBool::new(false),
-                config: self.config,
+                config,
                 addr,
             }),
-        })
+        }
     }
 }

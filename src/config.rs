@@ -50,6 +50,20 @@ pub struct ReplicaSync {
     pub on_unsynced: Unsynced,
 }
 
+/// How unlock messages travel: Redisson's two modes. Clients that disagree
+/// do not hear each other, so a Java service and a Rust one sharing locks
+/// must use the same.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum PubSubMode {
+    /// PUBLISH and SUBSCRIBE: one server, or a cluster without sharded
+    /// pub/sub (before Redis 7).
+    Classic,
+    /// SPUBLISH and SSUBSCRIBE, each channel on the node of its slot: a
+    /// Redis 7+ cluster, probed with `PUBSUB SHARDNUMSUB` as Redisson does.
+    Sharded,
+}
+
 /// The settings a client runs with; see [`ClientBuilder`](crate::ClientBuilder).
 #[derive(Debug, Clone)]
 #[non_exhaustive]
@@ -64,6 +78,8 @@ pub struct Config {
     pub release_attempts: u32,
     /// Waiting for replicas after writes; `None` (the default): no waiting.
     pub replica_sync: Option<ReplicaSync>,
+    /// How unlock messages travel; found by the client when it connects.
+    pub pubsub_mode: PubSubMode,
 }
 
 impl Default for Config {
@@ -74,6 +90,7 @@ impl Default for Config {
             connection_timeout: DEFAULT_CONNECTION_TIMEOUT,
             release_attempts: DEFAULT_RELEASE_ATTEMPTS,
             replica_sync: None,
+            pubsub_mode: PubSubMode::Classic,
         }
     }
 }

@@ -9,7 +9,7 @@ use crate::error::is_connection_failure;
 use crate::finish::Finish;
 use crate::lock::Kind;
 use crate::scripts::{
-    FAIR_RELEASE, PUBLISH, READ_RELEASE, RELEASE, UNLOCK_MESSAGE, WAKE_ALL_MESSAGE, WRITE_RELEASE,
+    FAIR_RELEASE, READ_RELEASE, RELEASE, UNLOCK_MESSAGE, WAKE_ALL_MESSAGE, WRITE_RELEASE,
 };
 use crate::watchdog::{HoldKey, LeaseState};
 use crate::{keys, Client, Error, Result};
@@ -236,7 +236,7 @@ pub(crate) async fn release_hold(
                 .key(&latch)
                 .arg(UNLOCK_MESSAGE)
                 .arg(owner)
-                .arg(PUBLISH)
+                .arg(inner.publish())
                 .arg(latch_ttl);
             call
         } else {
@@ -257,7 +257,7 @@ pub(crate) async fn release_hold(
                 .arg(message)
                 .arg(lease_ms)
                 .arg(owner)
-                .arg(PUBLISH)
+                .arg(inner.publish())
                 .arg(latch_ttl);
             call
         };

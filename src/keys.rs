@@ -65,9 +65,58 @@ pub(crate) fn unlock_latch(name: &str, request_id: &str) -> String {
     key
 }
 
+/// The Redis Cluster hash slot of `key`: CRC16 (XMODEM) of its hash tag
+/// (the text between the first `{` and the next `}`, when not empty), or of
+/// the whole key, modulo 16384.
+pub(crate) fn slot(key: &[u8]) -> u16 {
+    let tagged = key
+        .iter()
+        .position(|&b| b == b'{')
+        .and_then(|open| {
+            let rest = &key[open + 1..];
+            let close = rest.iter().position(|&b| b == b'}')?;
+            (close > 0).then(|| &rest[..close])
+        })
+        .unwrap_or(key);
+    let mut crc: u16 = 0;
+    for &byte in tagged {
+        crc ^= u16::from(byte) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
+        }
+    }
+    crc % 16384
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn slots_follow_the_cluster_spec() {
+        // Values from the Redis Cluster specification and CLUSTER KEYSLOT.
+        assert_eq!(slot(b"123456789"), 0x31C3);
+        assert_eq!(slot(b"foo"), 12182);
+        assert_eq!(slot(b"{user1000}.following"), slot(b"user1000"));
+        assert_eq!(slot(b"foo{}{bar}"), slot(b"foo{}{bar}"));
+        assert_ne!(slot(b"foo{}{bar}"), slot(b"bar"));
+        assert_eq!(slot(b"foo{{bar}}zap"), slot(b"{bar"));
+        // Every key of a lock is in its name's slot.
+        let name = "orders:42";
+        for key in [
+            lock_channel(name),
+            unlock_latch(name, "ab"),
+            fair_queue(name),
+            fencing_token(name),
+            rwlock_timeout_prefix(name, "x:1") + ":1",
+        ] {
+            assert_eq!(slot(key.as_bytes()), slot(b"orders:42"), "{key}");
+        }
+    }
 
     #[test]
     fn plain_names_get_braces() {

@@ -2,7 +2,10 @@
 
 mod backoff;
 mod client;
+#[cfg(feature = "cluster")]
+mod cluster;
 pub mod config;
+mod conn;
 mod distributed;
 mod error;
 mod finish;

@@ -13,7 +13,7 @@ use crate::error::check_duration;
 use crate::finish::Finish;
 use crate::guard::{release_hold, LockGuard};
 use crate::scripts::{
-    ACQUIRE, FAIR_ACQUIRE, FAIR_FORCE_UNLOCK, FAIR_LEAVE, FENCED_ACQUIRE, FORCE_UNLOCK, PUBLISH,
+    ACQUIRE, FAIR_ACQUIRE, FAIR_FORCE_UNLOCK, FAIR_LEAVE, FENCED_ACQUIRE, FORCE_UNLOCK,
     READ_ACQUIRE, UNLOCK_MESSAGE, WAKE_ALL_MESSAGE, WRITE_ACQUIRE,
 };
 use crate::watchdog::{HoldKey, LeaseState};
@@ -395,6 +395,7 @@ impl Lock {
         let mut conn = self.client.inner.conn.clone();
         let name = Arc::clone(&self.name);
         let kind = self.kind;
+        let publish = self.client.inner.publish();
         let request = async move {
             if kind == Kind::Fair {
                 return FAIR_FORCE_UNLOCK
@@ -403,7 +404,7 @@ impl Lock {
                     .key(keys::fair_timeouts(&name))
                     .key(kind.channel(&name))
                     .arg(UNLOCK_MESSAGE)
-                    .arg(PUBLISH)
+                    .arg(publish)
                     .invoke_async::<i64>(&mut conn)
                     .await;
             }
@@ -414,7 +415,7 @@ impl Lock {
                     Kind::Reentrant | Kind::Fenced | Kind::Fair => UNLOCK_MESSAGE,
                     Kind::Read | Kind::Write => WAKE_ALL_MESSAGE,
                 })
-                .arg(PUBLISH)
+                .arg(publish)
                 .invoke_async::<i64>(&mut conn)
                 .await
         };
@@ -806,7 +807,7 @@ async fn leave_queue(client: &Client, name: &str, field: &str, waiter_ms: u64) {
         .arg(field)
         .arg(waiter_ms)
         .arg(UNLOCK_MESSAGE)
-        .arg(PUBLISH)
+        .arg(client.inner.publish())
         .invoke_async(&mut conn)
         .await;
     if let Err(err) = left {

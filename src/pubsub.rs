@@ -44,9 +44,51 @@ struct Slot {
 
 type Channels = DashMap<String, Slot>;
 
+/// The subscription connection.
+#[derive(Clone)]
+enum SubConn {
+    Single(ConnectionManager),
+    /// A cluster connection: SSUBSCRIBE when `sharded`, else SUBSCRIBE.
+    #[cfg(feature = "cluster")]
+    Cluster {
+        conn: redis::cluster_async::ClusterConnection,
+        sharded: bool,
+    },
+}
+
+impl SubConn {
+    async fn subscribe(&self, channel: &str) -> redis::RedisResult<()> {
+        match self.clone() {
+            SubConn::Single(mut conn) => conn.subscribe(channel).await,
+            #[cfg(feature = "cluster")]
+            SubConn::Cluster { mut conn, sharded } => {
+                if sharded {
+                    conn.ssubscribe(channel).await
+                } else {
+                    conn.subscribe(channel).await
+                }
+            }
+        }
+    }
+
+    async fn unsubscribe(&self, channel: &str) -> redis::RedisResult<()> {
+        match self.clone() {
+            SubConn::Single(mut conn) => conn.unsubscribe(channel).await,
+            #[cfg(feature = "cluster")]
+            SubConn::Cluster { mut conn, sharded } => {
+                if sharded {
+                    conn.sunsubscribe(channel).await
+                } else {
+                    conn.unsubscribe(channel).await
+                }
+            }
+        }
+    }
+}
+
 /// The client's pub/sub side.
 pub(crate) struct PubSub {
-    conn: ConnectionManager,
+    conn: SubConn,
     channels: Arc<Channels>,
     subscribes_sent: AtomicU64,
 }
@@ -76,7 +118,30 @@ impl PubSub {
                 });
         let conn = client.get_connection_manager_with_config(config).await?;
         Ok(PubSub {
-            conn,
+            conn: SubConn::Single(conn),
+            channels,
+            subscribes_sent: AtomicU64::new(0),
+        })
+    }
+
+    /// Opens the subscription connection to a cluster from `builder`
+    /// (RESP3, its nodes and timeouts set); `sharded` picks SSUBSCRIBE.
+    #[cfg(feature = "cluster")]
+    pub(crate) async fn connect_cluster(
+        builder: redis::cluster::ClusterClientBuilder,
+        sharded: bool,
+    ) -> Result<PubSub> {
+        let channels: Arc<Channels> = Arc::new(DashMap::new());
+        let sink = Arc::clone(&channels);
+        let client = builder
+            .push_sender(move |info: PushInfo| {
+                dispatch(&sink, info);
+                Ok::<(), std::convert::Infallible>(())
+            })
+            .build()?;
+        let conn = client.get_async_connection().await?;
+        Ok(PubSub {
+            conn: SubConn::Cluster { conn, sharded },
             channels,
             subscribes_sent: AtomicU64::new(0),
         })
@@ -113,7 +178,7 @@ impl PubSub {
         if *subscribed != Subscribed::Yes {
             self.subscribes_sent.fetch_add(1, Ordering::Relaxed);
             *subscribed = Subscribed::Maybe;
-            self.conn.clone().subscribe(&sub.channel).await?;
+            self.conn.subscribe(&sub.channel).await?;
             *subscribed = Subscribed::Yes;
         }
         drop(subscribed);
@@ -166,7 +231,7 @@ impl PubSub {
             return;
         }
         if *subscribed != Subscribed::No {
-            if let Err(err) = self.conn.clone().unsubscribe(&channel).await {
+            if let Err(err) = self.conn.unsubscribe(&channel).await {
                 tracing::debug!(%channel, error = %err, "unsubscribe failed");
             }
             *subscribed = Subscribed::No;

@@ -66,6 +66,3 @@ pub(crate) const UNLOCK_MESSAGE: &str = "0";
 
 /// The message a write-lock release publishes: wakes every waiter.
 pub(crate) const WAKE_ALL_MESSAGE: &str = "1";
-
-/// The publish command scripts use on a single server.
-pub(crate) const PUBLISH: &str = "publish";

@@ -9,7 +9,7 @@
 
 use std::time::Duration;
 
-use redis::aio::ConnectionManager;
+use crate::conn::Conn;
 use tokio::sync::mpsc;
 
 /// How long the first latch of a batch waits for others.
@@ -26,7 +26,7 @@ pub(crate) struct Sweeper {
 
 impl Sweeper {
     /// Starts the sweeping task on the current runtime.
-    pub(crate) fn new(conn: ConnectionManager) -> Sweeper {
+    pub(crate) fn new(conn: Conn) -> Sweeper {
         let (latches, rx) = mpsc::unbounded_channel();
         tokio::spawn(sweep(rx, conn));
         Sweeper { latches }
@@ -39,7 +39,7 @@ impl Sweeper {
     }
 }
 
-async fn sweep(mut latches: mpsc::UnboundedReceiver<String>, mut conn: ConnectionManager) {
+async fn sweep(mut latches: mpsc::UnboundedReceiver<String>, mut conn: Conn) {
     let mut keys = Vec::with_capacity(MAX_KEYS);
     loop {
         if latches.recv_many(&mut keys, MAX_KEYS).await == 0 {

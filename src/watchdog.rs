@@ -16,9 +16,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
+use crate::conn::Conn;
 use dashmap::mapref::entry::Entry;
 use dashmap::DashMap;
-use redis::aio::ConnectionManager;
 use tokio::sync::{watch, Notify};
 use tokio::time::Instant;
 
@@ -112,7 +112,7 @@ struct Shared {
     schedule: Mutex<Schedule>,
     wake: Arc<Notify>,
     next_id: AtomicU64,
-    conn: ConnectionManager,
+    conn: Conn,
     timeout: Duration,
 }
 
@@ -132,7 +132,7 @@ impl Drop for Registry {
 impl Registry {
     /// A registry renewing with `conn` to `timeout`; its scheduler runs on
     /// the current runtime until the registry is dropped.
-    pub(crate) fn new(conn: ConnectionManager, timeout: Duration) -> Registry {
+    pub(crate) fn new(conn: Conn, timeout: Duration) -> Registry {
         let wake = Arc::new(Notify::new());
         let shared = Arc::new(Shared {
             map: DashMap::new(),
@@ -267,11 +267,22 @@ impl Shared {
                 });
             }
         }
-        // One script per kind of hold: plain hashes, and read holds.
-        let (read, plain): (Vec<Due>, Vec<Due>) = batch.into_iter().partition(|due| due.read);
-        let mut batches = Vec::with_capacity(plain.len().div_ceil(RENEW_BATCH) + 1);
-        for kind in [plain, read] {
-            let mut keys = kind.into_iter().peekable();
+        // One script per kind of hold (plain hashes, read holds), and on a
+        // cluster per hash slot: a script's keys must share one.
+        let cluster = self.conn.is_cluster();
+        let mut groups: std::collections::HashMap<(bool, u16), Vec<Due>> =
+            std::collections::HashMap::new();
+        for due in batch {
+            let slot = if cluster {
+                keys::slot(due.key.0.as_bytes())
+            } else {
+                0
+            };
+            groups.entry((due.read, slot)).or_default().push(due);
+        }
+        let mut batches = Vec::new();
+        for group in groups.into_values() {
+            let mut keys = group.into_iter().peekable();
             while keys.peek().is_some() {
                 batches.push(keys.by_ref().take(RENEW_BATCH).collect());
             }

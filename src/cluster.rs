@@ -1,0 +1,37 @@
+//! Connecting to a Redis Cluster (feature `cluster`).
+
+use redis::cluster::ClusterClientBuilder;
+use redis::{ConnectionInfo, ProtocolVersion};
+
+use crate::config::{Config, PubSubMode};
+use crate::conn::Conn;
+use crate::pubsub::PubSub;
+use crate::Result;
+
+/// Opens the command and subscription connections to the cluster behind
+/// `nodes`, and finds how unlock messages travel there: sharded pub/sub
+/// when the nodes know `PUBSUB SHARDNUMSUB` (Redis 7+), as Redisson probes
+/// it, classic otherwise.
+pub(crate) async fn connect(
+    nodes: Vec<ConnectionInfo>,
+    config: &Config,
+) -> Result<(Conn, PubSub, PubSubMode)> {
+    let builder = || {
+        ClusterClientBuilder::new(nodes.clone())
+            .use_protocol(ProtocolVersion::RESP3)
+            .connection_timeout(config.connection_timeout)
+            .response_timeout(config.response_timeout)
+    };
+    let mut conn = builder().build()?.get_async_connection().await?;
+    let probe: redis::RedisResult<redis::Value> = redis::cmd("PUBSUB")
+        .arg("SHARDNUMSUB")
+        .query_async(&mut conn)
+        .await;
+    let mode = match probe {
+        Ok(_) => PubSubMode::Sharded,
+        Err(err) if err.code().is_some() => PubSubMode::Classic,
+        Err(err) => return Err(err.into()),
+    };
+    let pubsub = PubSub::connect_cluster(builder(), mode == PubSubMode::Sharded).await?;
+    Ok((Conn::Cluster(conn), pubsub, mode))
+}

@@ -1,0 +1,65 @@
+//! The command connection: one server through a `ConnectionManager`, or a
+//! Redis Cluster through the `redis` crate's cluster connection (feature
+//! `cluster`), behind one type that runs commands and scripts alike.
+
+use redis::aio::{ConnectionLike, ConnectionManager};
+use redis::{Cmd, Pipeline, RedisFuture, Value};
+
+/// A command connection; cheap to clone (both kinds are handles).
+#[derive(Clone)]
+pub(crate) enum Conn {
+    /// One server (or a master behind a proxy).
+    Single(ConnectionManager),
+    /// A Redis Cluster: each command goes to the node of its keys' slot.
+    #[cfg(feature = "cluster")]
+    Cluster(redis::cluster_async::ClusterConnection),
+}
+
+impl Conn {
+    /// Whether commands go to a cluster, where keys of one call must share
+    /// a slot.
+    pub(crate) fn is_cluster(&self) -> bool {
+        !matches!(self, Conn::Single(_))
+    }
+}
+
+impl std::fmt::Debug for Conn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.is_cluster() {
+            "Conn::Cluster"
+        } else {
+            "Conn::Single"
+        })
+    }
+}
+
+impl ConnectionLike for Conn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            Conn::Single(conn) => conn.req_packed_command(cmd),
+            #[cfg(feature = "cluster")]
+            Conn::Cluster(conn) => conn.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            Conn::Single(conn) => conn.req_packed_commands(pipeline, offset, count),
+            #[cfg(feature = "cluster")]
+            Conn::Cluster(conn) => conn.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Conn::Single(conn) => conn.get_db(),
+            #[cfg(feature = "cluster")]
+            Conn::Cluster(conn) => conn.get_db(),
+        }
+    }
+}

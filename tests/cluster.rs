@@ -1,0 +1,215 @@
+//! Redis Cluster: three masters spawned by the test with `redis-server`
+//! and joined with `redis-cli --cluster create`. Runs with `--features
+//! cluster` (README's test command uses `--all-features`).
+#![cfg(feature = "cluster")]
+
+mod common;
+
+use std::process::Command;
+use std::time::Duration;
+
+use common::{eventually, soon, within, RedisServer};
+use ferrisson::config::PubSubMode;
+use tokio::time::Instant;
+
+const WATCHDOG: Duration = Duration::from_millis(1200);
+
+/// Three masters, all slots covered; a dead master leaves the others
+/// serving their slots.
+async fn cluster() -> Vec<RedisServer> {
+    let nodes: Vec<RedisServer> = (0..3)
+        .map(|_| {
+            RedisServer::start_with_args(&[
+                "--cluster-enabled",
+                "yes",
+                "--cluster-config-file",
+                "nodes.conf",
+                "--cluster-node-timeout",
+                "1000",
+                "--cluster-require-full-coverage",
+                "no",
+            ])
+        })
+        .collect();
+    let addrs: Vec<String> = nodes
+        .iter()
+        .map(|n| format!("127.0.0.1:{}", n.port()))
+        .collect();
+    let out = Command::new("redis-cli")
+        .args(["--cluster", "create"])
+        .args(&addrs)
+        .args(["--cluster-replicas", "0", "--cluster-yes"])
+        .output()
+        .expect("redis-cli on PATH");
+    assert!(out.status.success(), "{out:?}");
+    for node in &nodes {
+        eventually(Duration::from_secs(20), || async {
+            let info = node.cmd(&["CLUSTER", "INFO"]).as_string().unwrap();
+            info.contains("cluster_state:ok")
+        })
+        .await;
+    }
+    nodes
+}
+
+async fn client(nodes: &[RedisServer]) -> ferrisson::Client {
+    ferrisson::Client::cluster_builder(nodes.iter().map(RedisServer::url))
+        .watchdog_timeout(WATCHDOG)
+        .build()
+        .await
+        .unwrap()
+}
+
+fn keyslot(node: &RedisServer, key: &str) -> i64 {
+    node.cmd(&["CLUSTER", "KEYSLOT", key]).as_int().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn locks_on_every_node_reenter_renew_and_release() {
+    let nodes = cluster().await;
+    let client = client(&nodes).await;
+    assert_eq!(client.config().pubsub_mode, PubSubMode::Sharded);
+    let mut guards = Vec::new();
+    for i in 0..60 {
+        let lock = client.lock(format!("spread:{i}"));
+        guards.push(soon(lock.lock()).await.unwrap());
+        guards.push(soon(lock.lock()).await.unwrap());
+        assert_eq!(soon(lock.hold_count()).await.unwrap(), 2);
+    }
+    for node in &nodes {
+        assert!(
+            node.cmd(&["DBSIZE"]).as_int().unwrap() > 0,
+            "a node holds no lock"
+        );
+    }
+    // Three watchdog timeouts: renewals, grouped by slot, keep all of them.
+    tokio::time::sleep(WATCHDOG * 3).await;
+    assert!(guards.iter().all(|g| !g.is_lease_lost()));
+    assert_eq!(client.held_locks(), 60);
+    for guard in guards {
+        soon(guard.unlock()).await.unwrap();
+    }
+    assert_eq!(client.held_locks(), 0);
+    for node in &nodes {
+        eventually(Duration::from_secs(5), || async {
+            node.cmd(&["DBSIZE"]).as_int() == Some(0)
+        })
+        .await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_are_woken_by_sharded_messages() {
+    let nodes = cluster().await;
+    let a = client(&nodes).await;
+    let b = client(&nodes).await;
+    for name in ["wake:1", "wake:2", "wake:3", "{wake}:4"] {
+        let guard = soon(a.lock(name).lock()).await.unwrap();
+        let lock = b.lock(name);
+        let waiting = tokio::spawn(async move { lock.lock().await.unwrap() });
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let released = Instant::now();
+        soon(guard.unlock()).await.unwrap();
+        let next = within(Duration::from_secs(10), waiting).await.unwrap();
+        // The message, not the TTL (1.2 s), woke it.
+        assert!(
+            released.elapsed() < WATCHDOG / 2,
+            "{name}: {:?}",
+            released.elapsed()
+        );
+        // force_unlock wakes the next waiter too.
+        let lock = a.lock(name);
+        let waiting = tokio::spawn(async move { lock.lock().await.unwrap() });
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(soon(b.lock(name).force_unlock()).await.unwrap());
+        let last = within(Duration::from_secs(10), waiting).await.unwrap();
+        next.leak();
+        soon(last.unlock()).await.unwrap();
+    }
+}
+
+/// Every key and channel of a lock lives in its name's slot, and the whole
+/// family runs on the cluster.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_key_of_a_lock_is_in_its_names_slot() {
+    let nodes = cluster().await;
+    let client = client(&nodes).await;
+    let node = &nodes[0];
+    let name = "family";
+    let slot = keyslot(node, name);
+    let fenced = soon(client.fenced_lock(name).lock()).await.unwrap();
+    assert!(fenced.token().is_some());
+    soon(fenced.unlock()).await.unwrap();
+    let fair = soon(client.fair_lock(name).lock()).await.unwrap();
+    soon(fair.unlock()).await.unwrap();
+    let rw = client.read_write_lock(name);
+    let read = soon(rw.read().lock()).await.unwrap();
+    let field = read.owner().to_owned();
+    soon(read.unlock()).await.unwrap();
+    let write = soon(rw.write().lock()).await.unwrap();
+    soon(write.unlock()).await.unwrap();
+    for key in [
+        format!("redisson_lock__channel:{{{name}}}"),
+        format!("redisson_unlock_latch:{{{name}}}:0123"),
+        format!("redisson_lock_token:{{{name}}}"),
+        format!("redisson_lock_queue:{{{name}}}"),
+        format!("redisson_lock_timeout:{{{name}}}"),
+        format!("redisson_lock__channel:{{{name}}}:{field}"),
+        format!("redisson_rwlock:{{{name}}}"),
+        format!("{{{name}}}:{field}:rwlock_timeout:1"),
+    ] {
+        assert_eq!(keyslot(node, &key), slot, "{key}");
+    }
+}
+
+/// A master that holds none of our locks dies: the locks on the other
+/// masters are held, renewed and released as before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_master_does_not_disturb_locks_on_the_others() {
+    let mut nodes = cluster().await;
+    let client = client(&nodes).await;
+    // Names whose slots are not on the node that will die.
+    let victim_port = nodes[2].port();
+    let mut names = Vec::new();
+    for i in 0.. {
+        let name = format!("survivor:{i}");
+        let slot = keyslot(&nodes[0], &name);
+        let shards = nodes[2].cmd(&["CLUSTER", "NODES"]).as_string().unwrap();
+        let victim_serves = shards
+            .lines()
+            .any(|line| line.contains(&format!(":{victim_port}@")) && serves(line, slot));
+        if !victim_serves {
+            names.push(name);
+        }
+        if names.len() == 5 {
+            break;
+        }
+    }
+    let mut guards = Vec::new();
+    for name in &names {
+        guards.push(soon(client.lock(name.as_str()).lock()).await.unwrap());
+    }
+    nodes[2].stop();
+    tokio::time::sleep(WATCHDOG * 3).await;
+    assert!(
+        guards.iter().all(|g| !g.is_lease_lost()),
+        "a lease was lost"
+    );
+    for guard in guards {
+        soon(guard.unlock()).await.unwrap();
+    }
+    let again = soon(client.lock(names[0].as_str()).lock()).await.unwrap();
+    soon(again.unlock()).await.unwrap();
+}
+
+/// Whether a `CLUSTER NODES` line's slot ranges include `slot`.
+fn serves(line: &str, slot: i64) -> bool {
+    line.split_whitespace().skip(8).any(|range| {
+        let mut bounds = range.split('-').map(|b| b.parse::<i64>());
+        match (bounds.next(), bounds.next()) {
+            (Some(Ok(lo)), Some(Ok(hi))) => (lo..=hi).contains(&slot),
+            (Some(Ok(one)), None) => one == slot,
+            _ => false,
+        }
+    })
+}
