@@ -120,6 +120,19 @@ impl Error {
 
 /// Whether `err` says the connection failed (refused, dropped, timed out)
 /// rather than that Redis refused the command.
+impl Error {
+    /// Whether the command surely never reached Redis: no connection to
+    /// the node (a cluster slot in failover) or the connection was refused.
+    pub(crate) fn was_not_sent(&self) -> bool {
+        match self {
+            Error::Redis(e) => {
+                e.kind() == redis::ErrorKind::ClusterConnectionNotFound || e.is_connection_refusal()
+            }
+            _ => false,
+        }
+    }
+}
+
 pub(crate) fn is_connection_failure(err: &redis::RedisError) -> bool {
     err.is_io_error()
         || err.is_connection_dropped()

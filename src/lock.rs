@@ -549,9 +549,17 @@ impl Lock {
             // Registered before the attempt: an unlock published while the
             // attempt is in flight still wakes this waiter.
             notified.as_mut().enable();
-            let ttl = match self.attempt(field, lease_ms, waiter_ms).await? {
-                Ok(guard) => return Ok(Some(guard)),
-                Err(ttl) => ttl,
+            let ttl = match self.attempt(field, lease_ms, waiter_ms).await {
+                Ok(Ok(guard)) => return Ok(Some(guard)),
+                Ok(Err(ttl)) => ttl,
+                // A waiter rides out a moment without a connection (a node
+                // failing over, a restart): the attempt never left, so
+                // trying again cannot take the lock twice.
+                Err(err) if err.was_not_sent() => {
+                    tracing::debug!(lock = %self.name, error = %err, "no connection; waiting to try again");
+                    NOT_SENT_PAUSE_MS
+                }
+                Err(err) => return Err(err),
             };
             let now = Instant::now();
             if expired(now) {
@@ -827,6 +835,9 @@ enum Granted {
     /// The owner reads and asked to write: it would wait for itself.
     Upgrade,
 }
+
+/// How long a waiter pauses after an attempt that found no connection.
+const NOT_SENT_PAUSE_MS: i64 = 100;
 
 /// What the write acquire script replies to a refused upgrade.
 const UPGRADE: i64 = -3;

@@ -133,15 +133,34 @@ impl PubSub {
     ) -> Result<PubSub> {
         let channels: Arc<Channels> = Arc::new(DashMap::new());
         let sink = Arc::clone(&channels);
+        // Shard channels the server dropped (their slot moved: a failover,
+        // a resharding), to subscribe again on the slot's new owner.
+        let (moved, mut moved_rx) = tokio::sync::mpsc::unbounded_channel::<String>();
         let client = builder
             .push_sender(move |info: PushInfo| {
+                if info.kind == PushKind::SUnsubscribe {
+                    if let Some(channel) = info.data.first().and_then(text) {
+                        if let Ok(channel) = std::str::from_utf8(channel) {
+                            let _ = moved.send(channel.to_owned());
+                        }
+                    }
+                }
                 dispatch(&sink, info);
                 Ok::<(), std::convert::Infallible>(())
             })
             .build()?;
-        let conn = client.get_async_connection().await?;
+        let conn = SubConn::Cluster {
+            conn: client.get_async_connection().await?,
+            sharded,
+        };
+        let (resubscriber, watched) = (conn.clone(), Arc::clone(&channels));
+        tokio::spawn(async move {
+            while let Some(channel) = moved_rx.recv().await {
+                resubscribe(&resubscriber, &watched, channel).await;
+            }
+        });
         Ok(PubSub {
-            conn: SubConn::Cluster { conn, sharded },
+            conn,
             channels,
             subscribes_sent: AtomicU64::new(0),
         })
@@ -243,6 +262,32 @@ impl PubSub {
 }
 
 /// One waiter's membership in a channel's subscription.
+/// Subscribes to `channel` again after the server dropped it, when local
+/// waiters still count on it (our own SUNSUBSCRIBE, sent when the last
+/// waiter left, finds none and stops here). The waiters were woken by the
+/// drop and try the lock again meanwhile.
+#[cfg(feature = "cluster")]
+async fn resubscribe(conn: &SubConn, channels: &Channels, channel: String) {
+    let Some(state) = channels
+        .get(&channel)
+        .filter(|slot| slot.waiters > 0)
+        .map(|slot| Arc::clone(&slot.state))
+    else {
+        return;
+    };
+    let subscribed = state.subscribed.lock().await;
+    if *subscribed != Subscribed::Yes {
+        return;
+    }
+    tracing::debug!(%channel, "shard channel moved; subscribing on its new node");
+    if let Err(err) = conn.subscribe(&channel).await {
+        tracing::warn!(%channel, error = %err,
+            "could not subscribe again after the channel's slot moved; waiters fall back to the lock's TTL");
+    }
+    drop(subscribed);
+    state.notify.notify_waiters();
+}
+
 #[derive(Debug)]
 pub(crate) struct Subscription {
     pubsub: Arc<PubSub>,
@@ -291,6 +336,19 @@ fn dispatch(channels: &Channels, info: PushInfo) {
                 } else {
                     slot.state.notify.notify_waiters();
                 }
+            }
+        }
+        PushKind::SUnsubscribe => {
+            // The server dropped a shard channel (its slot moved), or we did:
+            // either way the waiters on it try the lock again.
+            if let Some(slot) = info
+                .data
+                .first()
+                .and_then(text)
+                .and_then(|c| std::str::from_utf8(c).ok())
+                .and_then(|c| channels.get(c))
+            {
+                slot.state.notify.notify_waiters();
             }
         }
         PushKind::Disconnection => {

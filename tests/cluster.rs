@@ -213,3 +213,158 @@ fn serves(line: &str, slot: i64) -> bool {
         }
     })
 }
+
+/// Three masters with a replica each.
+async fn cluster_with_replicas() -> Vec<RedisServer> {
+    let nodes: Vec<RedisServer> = (0..6)
+        .map(|_| {
+            RedisServer::start_with_args(&[
+                "--cluster-enabled",
+                "yes",
+                "--cluster-config-file",
+                "nodes.conf",
+                "--cluster-node-timeout",
+                "1000",
+                "--repl-diskless-sync-delay",
+                "0",
+            ])
+        })
+        .collect();
+    let addrs: Vec<String> = nodes
+        .iter()
+        .map(|n| format!("127.0.0.1:{}", n.port()))
+        .collect();
+    let out = Command::new("redis-cli")
+        .args(["--cluster", "create"])
+        .args(&addrs)
+        .args(["--cluster-replicas", "1", "--cluster-yes"])
+        .output()
+        .expect("redis-cli on PATH");
+    assert!(out.status.success(), "{out:?}");
+    for node in &nodes {
+        eventually(Duration::from_secs(30), || async {
+            let info = node.cmd(&["CLUSTER", "INFO"]).as_string().unwrap();
+            let replication = node.cmd(&["INFO", "replication"]).as_string().unwrap();
+            info.contains("cluster_state:ok")
+                && (replication.contains("role:master")
+                    || replication.contains("master_link_status:up"))
+        })
+        .await;
+    }
+    nodes
+}
+
+/// The node (index into `nodes`) that serves `slot` as master, and its
+/// replica.
+fn master_and_replica(nodes: &[RedisServer], slot: i64) -> (usize, usize) {
+    let table = nodes[0].cmd(&["CLUSTER", "NODES"]).as_string().unwrap();
+    let index_of = |port: &str| {
+        nodes
+            .iter()
+            .position(|n| n.port().to_string() == port)
+            .unwrap()
+    };
+    let port_of = |line: &str| {
+        let addr = line.split_whitespace().nth(1).unwrap();
+        addr.split('@')
+            .next()
+            .unwrap()
+            .rsplit(':')
+            .next()
+            .unwrap()
+            .to_owned()
+    };
+    let master = table
+        .lines()
+        .find(|line| line.contains("master") && serves(line, slot))
+        .expect("a master serves the slot");
+    let master_id = master.split_whitespace().next().unwrap();
+    let replica = table
+        .lines()
+        .find(|line| line.split_whitespace().nth(3) == Some(master_id))
+        .expect("the master has a replica");
+    (index_of(&port_of(master)), index_of(&port_of(replica)))
+}
+
+/// A manual failover moves a held lock's slot to the replica: the lock is
+/// kept (it was replicated), renewed on the new master, and its release
+/// wakes a waiter subscribed before the failover.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_survives_a_master_failover_and_its_release_wakes_the_waiter() {
+    let nodes = cluster_with_replicas().await;
+    // A lease that outlasts the failover's own pause of writes.
+    let watchdog = Duration::from_secs(3);
+    let connect = || {
+        ferrisson::Client::cluster_builder(nodes[..3].iter().map(RedisServer::url))
+            .watchdog_timeout(watchdog)
+            .build()
+    };
+    let a = soon(connect()).await.unwrap();
+    let b = soon(connect()).await.unwrap();
+    let name = "failover";
+    let slot = keyslot(&nodes[0], name);
+    let (master, replica) = master_and_replica(&nodes, slot);
+
+    let guard = soon(a.lock(name).lock()).await.unwrap();
+    let lock = b.lock(name);
+    let waiting = tokio::spawn(async move { lock.lock().await.unwrap() });
+    eventually(Duration::from_secs(5), || async {
+        nodes[master]
+            .cmd(&[
+                "PUBSUB",
+                "SHARDNUMSUB",
+                &format!("redisson_lock__channel:{{{name}}}"),
+            ])
+            .as_array()
+            .and_then(|a| a.get(1).and_then(|n| n.as_int()))
+            == Some(1)
+    })
+    .await;
+
+    // The replica takes over, with the lock it replicated.
+    nodes[replica].cmd(&["CLUSTER", "FAILOVER"]);
+    eventually(Duration::from_secs(20), || async {
+        let role = nodes[replica].cmd(&["ROLE"]);
+        role.as_array()
+            .and_then(|r| r.first().and_then(|v| v.as_string()))
+            .as_deref()
+            == Some("master")
+    })
+    .await;
+    assert_eq!(nodes[replica].cmd(&["EXISTS", name]).as_int(), Some(1));
+
+    // Renewals follow the slot: two watchdog timeouts later it is held.
+    tokio::time::sleep(watchdog * 2).await;
+    assert!(!guard.is_lease_lost(), "the lease was lost in the failover");
+    assert!(nodes[replica].cmd(&["PTTL", name]).as_int().unwrap() > 0);
+
+    // The server dropped the waiter's shard subscription when the slot
+    // moved; the client subscribed again, on a node of the slot's shard (a
+    // replica serves shard channels too).
+    let subscribers = |node: &RedisServer| {
+        let channel = format!("redisson_lock__channel:{{{name}}}");
+        node.cmd(&["PUBSUB", "SHARDNUMSUB", &channel])
+            .as_array()
+            .and_then(|a| a.get(1).and_then(|n| n.as_int()))
+            .unwrap_or(0)
+    };
+    eventually(Duration::from_secs(10), || async {
+        subscribers(&nodes[replica]) + subscribers(&nodes[master]) == 1
+    })
+    .await;
+    let released = Instant::now();
+    soon(guard.unlock()).await.unwrap();
+    let next = within(Duration::from_secs(10), waiting).await.unwrap();
+    println!("waiter woken {:?} after the release", released.elapsed());
+    // By the message: the lock's TTL (3 s) would take far longer.
+    assert!(
+        released.elapsed() < Duration::from_secs(1),
+        "{:?}",
+        released.elapsed()
+    );
+    soon(next.unlock()).await.unwrap();
+
+    // Scripts run on the new master (loaded again if it did not have them).
+    let again = soon(a.fenced_lock(name).lock()).await.unwrap();
+    soon(again.unlock()).await.unwrap();
+}
