@@ -164,6 +164,50 @@ impl Client {
         ClientBuilder {
             info,
             cluster,
+            #[cfg(feature = "sentinel")]
+            sentinel: None,
+            config: Config::default(),
+            #[cfg(feature = "tls")]
+            tls_root: None,
+        }
+    }
+
+    /// Starts a [`ClientBuilder`] for the master that the Redis Sentinels
+    /// at `sentinels` monitor as `service`. The client asks them for the
+    /// master, and asks again when the master stops answering as one (a
+    /// failover): commands and subscriptions then move to the new master,
+    /// without restarting anything. The master is reached without a
+    /// password (ACL users on a Sentinel-managed master are not supported
+    /// yet).
+    #[cfg(feature = "sentinel")]
+    pub fn sentinel_builder<T: IntoConnectionInfo>(
+        sentinels: impl IntoIterator<Item = T>,
+        service: impl Into<String>,
+    ) -> ClientBuilder {
+        let infos: redis::RedisResult<Vec<ConnectionInfo>> = sentinels
+            .into_iter()
+            .map(IntoConnectionInfo::into_connection_info)
+            .collect();
+        let service = service.into();
+        let (info, rest) = match infos {
+            Ok(mut infos) if !infos.is_empty() => {
+                let first = infos.remove(0);
+                (Ok(first), infos)
+            }
+            Ok(_) => (
+                Err(redis::RedisError::from((
+                    redis::ErrorKind::InvalidClientConfig,
+                    "sentinel mode needs at least one sentinel",
+                ))),
+                Vec::new(),
+            ),
+            Err(err) => (Err(err), Vec::new()),
+        };
+        ClientBuilder {
+            info,
+            #[cfg(feature = "cluster")]
+            cluster: None,
+            sentinel: Some((rest, service)),
             config: Config::default(),
             #[cfg(feature = "tls")]
             tls_root: None,
@@ -176,6 +220,8 @@ impl Client {
             info: url.into_connection_info(),
             #[cfg(feature = "cluster")]
             cluster: None,
+            #[cfg(feature = "sentinel")]
+            sentinel: None,
             config: Config::default(),
             #[cfg(feature = "tls")]
             tls_root: None,
@@ -288,6 +334,10 @@ pub struct ClientBuilder {
     /// More cluster nodes besides `info` (`None`: one server).
     #[cfg(feature = "cluster")]
     cluster: Option<Vec<ConnectionInfo>>,
+    /// More sentinels besides `info`, and the monitored service's name
+    /// (`None`: `info` is the server itself).
+    #[cfg(feature = "sentinel")]
+    sentinel: Option<(Vec<ConnectionInfo>, String)>,
     config: Config,
     /// PEM of the CA that signed the server's certificate, when it is not
     /// in the system's trust store.
@@ -394,6 +444,28 @@ impl ClientBuilder {
         let manager_config = ConnectionManagerConfig::new()
             .set_response_timeout(Some(self.config.response_timeout))
             .set_connection_timeout(Some(self.config.connection_timeout));
+        #[cfg(feature = "sentinel")]
+        if let Some((mut sentinels, service)) = self.sentinel {
+            sentinels.insert(0, info);
+            let (follower, master) = crate::sentinel::Follower::connect(
+                sentinels,
+                &service,
+                None,
+                manager_config.clone(),
+                self.config.response_timeout,
+            )
+            .await?;
+            let pubsub = PubSub::connect(master, manager_config).await?;
+            let addr = follower.master();
+            let client = Client::assemble(
+                Conn::Sentinel(std::sync::Arc::clone(&follower)),
+                pubsub,
+                self.config,
+                addr,
+            );
+            follower.attach(&client.inner.pubsub);
+            return Ok(client);
+        }
 
         // RESP3 on both: a connection closed by the server is noticed (and
         // reopened) at once, not by the next command failing.

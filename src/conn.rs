@@ -13,13 +13,20 @@ pub(crate) enum Conn {
     /// A Redis Cluster: each command goes to the node of its keys' slot.
     #[cfg(feature = "cluster")]
     Cluster(redis::cluster_async::ClusterConnection),
+    /// The master that Redis Sentinel names, followed across failovers.
+    #[cfg(feature = "sentinel")]
+    Sentinel(std::sync::Arc<crate::sentinel::Follower>),
 }
 
 impl Conn {
     /// Whether commands go to a cluster, where keys of one call must share
     /// a slot.
     pub(crate) fn is_cluster(&self) -> bool {
-        !matches!(self, Conn::Single(_))
+        #[cfg(feature = "cluster")]
+        if matches!(self, Conn::Cluster(_)) {
+            return true;
+        }
+        false
     }
 }
 
@@ -39,6 +46,8 @@ impl ConnectionLike for Conn {
             Conn::Single(conn) => conn.req_packed_command(cmd),
             #[cfg(feature = "cluster")]
             Conn::Cluster(conn) => conn.req_packed_command(cmd),
+            #[cfg(feature = "sentinel")]
+            Conn::Sentinel(follower) => Box::pin(follower.request(cmd)),
         }
     }
 
@@ -52,6 +61,10 @@ impl ConnectionLike for Conn {
             Conn::Single(conn) => conn.req_packed_commands(pipeline, offset, count),
             #[cfg(feature = "cluster")]
             Conn::Cluster(conn) => conn.req_packed_commands(pipeline, offset, count),
+            #[cfg(feature = "sentinel")]
+            Conn::Sentinel(follower) => {
+                Box::pin(follower.request_pipeline(pipeline, offset, count))
+            }
         }
     }
 
@@ -60,6 +73,8 @@ impl ConnectionLike for Conn {
             Conn::Single(conn) => conn.get_db(),
             #[cfg(feature = "cluster")]
             Conn::Cluster(conn) => conn.get_db(),
+            #[cfg(feature = "sentinel")]
+            Conn::Sentinel(follower) => follower.db(),
         }
     }
 }

@@ -15,6 +15,8 @@ mod lock;
 mod pubsub;
 mod rwlock;
 mod scripts;
+#[cfg(feature = "sentinel")]
+mod sentinel;
 mod sweeper;
 mod watchdog;
 

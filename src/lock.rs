@@ -517,8 +517,15 @@ impl Lock {
         waiter_ms: u64,
     ) -> Result<Option<LockGuard>> {
         let expired = |now: Instant| deadline.is_some_and(|d| now >= d);
-        if let Ok(guard) = self.attempt(field, lease_ms, waiter_ms).await? {
-            return Ok(Some(guard));
+        match self.attempt(field, lease_ms, waiter_ms).await {
+            Ok(Ok(guard)) => return Ok(Some(guard)),
+            Ok(Err(_)) => {}
+            // With time to wait, a connection failure is waited out like a
+            // held lock (see the loop below).
+            Err(err) if deadline.is_none() && err.may_wait_out() => {
+                tracing::debug!(lock = %self.name, error = %err, "no connection; waiting to try again");
+            }
+            Err(err) => return Err(err),
         }
         if expired(Instant::now()) {
             return Ok(None);
@@ -553,9 +560,11 @@ impl Lock {
                 Ok(Ok(guard)) => return Ok(Some(guard)),
                 Ok(Err(ttl)) => ttl,
                 // A waiter rides out a moment without a connection (a node
-                // failing over, a restart): the attempt never left, so
-                // trying again cannot take the lock twice.
-                Err(err) if err.was_not_sent() => {
+                // failing over, a restart). Mostly the attempt never left;
+                // a lost reply may have taken a hold, which then expires with
+                // its lease: no worse than failing the wait, which leaves the
+                // same hold behind.
+                Err(err) if err.may_wait_out() => {
                     tracing::debug!(lock = %self.name, error = %err, "no connection; waiting to try again");
                     NOT_SENT_PAUSE_MS
                 }

@@ -88,7 +88,8 @@ impl SubConn {
 
 /// The client's pub/sub side.
 pub(crate) struct PubSub {
-    conn: SubConn,
+    /// Replaced when a sentinel names a new master (`PubSub::follow`).
+    conn: std::sync::RwLock<SubConn>,
     channels: Arc<Channels>,
     subscribes_sent: AtomicU64,
 }
@@ -118,10 +119,53 @@ impl PubSub {
                 });
         let conn = client.get_connection_manager_with_config(config).await?;
         Ok(PubSub {
-            conn: SubConn::Single(conn),
+            conn: std::sync::RwLock::new(SubConn::Single(conn)),
             channels,
             subscribes_sent: AtomicU64::new(0),
         })
+    }
+
+    fn conn(&self) -> SubConn {
+        self.conn.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Moves the subscriptions to a new server (a master a sentinel named
+    /// after a failover): a new connection, every channel with waiters
+    /// subscribed again, and the waiters woken to try the lock again.
+    #[cfg(feature = "sentinel")]
+    pub(crate) async fn follow(
+        &self,
+        client: redis::Client,
+        config: redis::aio::ConnectionManagerConfig,
+    ) -> Result<()> {
+        let sink = Arc::clone(&self.channels);
+        let config =
+            config
+                .set_automatic_resubscription()
+                .set_push_sender(move |info: PushInfo| {
+                    dispatch(&sink, info);
+                    Ok::<(), std::convert::Infallible>(())
+                });
+        let conn = SubConn::Single(client.get_connection_manager_with_config(config).await?);
+        *self.conn.write().unwrap_or_else(|e| e.into_inner()) = conn.clone();
+        let states: Vec<(String, Arc<ChannelState>)> = self
+            .channels
+            .iter()
+            .filter(|slot| slot.waiters > 0)
+            .map(|slot| (slot.key().clone(), Arc::clone(&slot.state)))
+            .collect();
+        for (channel, state) in states {
+            let subscribed = state.subscribed.lock().await;
+            if *subscribed == Subscribed::Yes {
+                if let Err(err) = conn.subscribe(&channel).await {
+                    tracing::warn!(%channel, error = %err,
+                        "could not subscribe on the new master; waiters fall back to the lock's TTL");
+                }
+            }
+            drop(subscribed);
+            state.notify.notify_waiters();
+        }
+        Ok(())
     }
 
     /// Opens the subscription connection to a cluster from `builder`
@@ -160,7 +204,7 @@ impl PubSub {
             }
         });
         Ok(PubSub {
-            conn,
+            conn: std::sync::RwLock::new(conn),
             channels,
             subscribes_sent: AtomicU64::new(0),
         })
@@ -197,7 +241,7 @@ impl PubSub {
         if *subscribed != Subscribed::Yes {
             self.subscribes_sent.fetch_add(1, Ordering::Relaxed);
             *subscribed = Subscribed::Maybe;
-            self.conn.subscribe(&sub.channel).await?;
+            self.conn().subscribe(&sub.channel).await?;
             *subscribed = Subscribed::Yes;
         }
         drop(subscribed);
@@ -250,7 +294,7 @@ impl PubSub {
             return;
         }
         if *subscribed != Subscribed::No {
-            if let Err(err) = self.conn.unsubscribe(&channel).await {
+            if let Err(err) = self.conn().unsubscribe(&channel).await {
                 tracing::debug!(%channel, error = %err, "unsubscribe failed");
             }
             *subscribed = Subscribed::No;

@@ -1,0 +1,196 @@
+//! Redis Sentinel: a master, a replica and a sentinel, spawned by the test;
+//! the client follows the master through a failover. Runs with
+//! `--features sentinel` (README's test command uses `--all-features`).
+#![cfg(feature = "sentinel")]
+
+mod common;
+
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use common::{eventually, soon, within, RedisServer};
+use tokio::time::Instant;
+
+/// A `redis-server --sentinel` process monitoring `master` as `mymaster`;
+/// killed and its directory removed on drop.
+struct Sentinel {
+    port: u16,
+    child: Child,
+    dir: std::path::PathBuf,
+}
+
+impl Drop for Sentinel {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+impl Sentinel {
+    fn start(master: &RedisServer) -> Sentinel {
+        let port = common::server::free_port();
+        let dir =
+            std::env::temp_dir().join(format!("ferrisson-sentinel-{}-{port}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let conf = dir.join("sentinel.conf");
+        std::fs::write(
+            &conf,
+            format!(
+                "port {port}\nbind 127.0.0.1\ndir {}\n\
+                 sentinel monitor mymaster 127.0.0.1 {} 1\n\
+                 sentinel down-after-milliseconds mymaster 1000\n\
+                 sentinel failover-timeout mymaster 5000\nlogfile {}/sentinel.log\n",
+                dir.display(),
+                master.port(),
+                dir.display()
+            ),
+        )
+        .unwrap();
+        let child = Command::new("redis-server")
+            .arg(&conf)
+            .arg("--sentinel")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server on PATH");
+        let sentinel = Sentinel { port, child, dir };
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while sentinel.master_port().is_none() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the sentinel did not start"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        sentinel
+    }
+
+    fn cli(&self, args: &[&str]) -> String {
+        let out = Command::new("redis-cli")
+            .args(["-p", &self.port.to_string()])
+            .args(args)
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// The port of the master the sentinel names now.
+    fn master_port(&self) -> Option<u16> {
+        self.cli(&["SENTINEL", "GET-MASTER-ADDR-BY-NAME", "mymaster"])
+            .lines()
+            .nth(1)
+            .and_then(|port| port.trim().parse().ok())
+    }
+
+    fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_client_follows_the_master_through_a_failover() {
+    common::init_tracing();
+    let master = RedisServer::start();
+    let replica =
+        RedisServer::start_with_args(&["--replicaof", "127.0.0.1", &master.port().to_string()]);
+    eventually(Duration::from_secs(10), || async {
+        let info = replica.cmd(&["INFO", "replication"]).as_string().unwrap();
+        info.contains("master_link_status:up")
+    })
+    .await;
+    let sentinel = Sentinel::start(&master);
+    // The sentinel must know the replica, and be connected to it, to
+    // promote it.
+    eventually(Duration::from_secs(20), || async {
+        let replicas = sentinel.cli(&["SENTINEL", "REPLICAS", "mymaster"]);
+        replicas.contains(&replica.port().to_string()) && !replicas.contains("disconnected")
+    })
+    .await;
+
+    // A lease longer than the failover's gap, in which renewals still go
+    // to the old master and are not replicated: the new master's copy must
+    // outlive it (without replica sync a shorter lease can be lost there,
+    // and is then reported lost at the first renewal on the new master).
+    let watchdog = Duration::from_secs(10);
+    let connect = || {
+        ferrisson::Client::sentinel_builder([sentinel.url()], "mymaster")
+            .watchdog_timeout(watchdog)
+            .build()
+    };
+    let a = soon(connect()).await.unwrap();
+    let b = soon(connect()).await.unwrap();
+    let guard = soon(a.lock("followed").lock()).await.unwrap();
+    let lock = b.lock("followed");
+    let waiting = tokio::spawn(async move { lock.lock().await.unwrap() });
+    eventually(Duration::from_secs(5), || async { b.subscriptions() == 1 }).await;
+    eventually(Duration::from_secs(5), || async {
+        replica.cmd(&["EXISTS", "followed"]).as_int() == Some(1)
+    })
+    .await;
+
+    // The replica may need a moment more to count as promotable.
+    eventually(Duration::from_secs(20), || async {
+        sentinel
+            .cli(&["SENTINEL", "FAILOVER", "mymaster"])
+            .starts_with("OK")
+    })
+    .await;
+    eventually(Duration::from_secs(30), || async {
+        sentinel.master_port() == Some(replica.port())
+    })
+    .await;
+    // Once the old master is demoted, the client finds the new one by
+    // itself: a new lock lands there.
+    eventually(Duration::from_secs(30), || async {
+        master
+            .cmd(&["ROLE"])
+            .as_array()
+            .and_then(|r| r.first().and_then(|v| v.as_string()))
+            .as_deref()
+            == Some("slave")
+    })
+    .await;
+    let fresh = soon(a.lock("after").lock()).await.unwrap();
+    assert_eq!(replica.cmd(&["EXISTS", "after"]).as_int(), Some(1));
+    soon(fresh.unlock()).await.unwrap();
+
+    // The held lock: replication is asynchronous, so it may be kept or lost
+    // in the failover (renewals that reached the old master after the
+    // promotion were never replicated). What must hold: the client's view
+    // agrees with the new master's, by the next renewal at the latest.
+    let owner = guard.owner().to_owned();
+    eventually(Duration::from_secs(20), || async {
+        let on_master = replica.cmd(&["HEXISTS", "followed", &owner]).as_int() == Some(1);
+        on_master != guard.is_lease_lost()
+    })
+    .await;
+    let kept = !guard.is_lease_lost();
+    println!(
+        "the lock was {} in the failover",
+        if kept {
+            "kept"
+        } else {
+            "lost, and reported lost"
+        }
+    );
+    let released = Instant::now();
+    match guard.unlock().await {
+        Ok(()) => assert!(kept),
+        Err(err) => assert!(!kept && err.is_lease_lost(), "{err}"),
+    }
+    let next = within(Duration::from_secs(20), waiting).await.unwrap();
+    println!(
+        "the waiter got it {:?} after the release",
+        released.elapsed()
+    );
+    if kept {
+        // By the message (on the new master): the TTL (10 s) is far longer.
+        assert!(
+            released.elapsed() < Duration::from_secs(2),
+            "{:?}",
+            released.elapsed()
+        );
+    }
+    soon(next.unlock()).await.unwrap();
+}
