@@ -102,6 +102,25 @@ impl std::fmt::Debug for PubSub {
     }
 }
 
+/// A subscription connection to one server whose push messages go to
+/// `channels`, resubscribing by itself after a reconnect.
+async fn subscriber(
+    client: &redis::Client,
+    config: redis::aio::ConnectionManagerConfig,
+    channels: &Arc<Channels>,
+) -> Result<SubConn> {
+    let sink = Arc::clone(channels);
+    let config = config
+        .set_automatic_resubscription()
+        .set_push_sender(move |info: PushInfo| {
+            dispatch(&sink, info);
+            Ok::<(), std::convert::Infallible>(())
+        });
+    Ok(SubConn::Single(
+        client.get_connection_manager_with_config(config).await?,
+    ))
+}
+
 impl PubSub {
     /// Opens the subscription connection; `client` must speak RESP3.
     pub(crate) async fn connect(
@@ -109,17 +128,9 @@ impl PubSub {
         config: redis::aio::ConnectionManagerConfig,
     ) -> Result<PubSub> {
         let channels: Arc<Channels> = Arc::new(DashMap::new());
-        let sink = Arc::clone(&channels);
-        let config =
-            config
-                .set_automatic_resubscription()
-                .set_push_sender(move |info: PushInfo| {
-                    dispatch(&sink, info);
-                    Ok::<(), std::convert::Infallible>(())
-                });
-        let conn = client.get_connection_manager_with_config(config).await?;
+        let conn = subscriber(&client, config, &channels).await?;
         Ok(PubSub {
-            conn: std::sync::RwLock::new(SubConn::Single(conn)),
+            conn: std::sync::RwLock::new(conn),
             channels,
             subscribes_sent: AtomicU64::new(0),
         })
@@ -138,15 +149,7 @@ impl PubSub {
         client: redis::Client,
         config: redis::aio::ConnectionManagerConfig,
     ) -> Result<()> {
-        let sink = Arc::clone(&self.channels);
-        let config =
-            config
-                .set_automatic_resubscription()
-                .set_push_sender(move |info: PushInfo| {
-                    dispatch(&sink, info);
-                    Ok::<(), std::convert::Infallible>(())
-                });
-        let conn = SubConn::Single(client.get_connection_manager_with_config(config).await?);
+        let conn = subscriber(&client, config, &self.channels).await?;
         *self.conn.write().unwrap_or_else(|e| e.into_inner()) = conn.clone();
         let states: Vec<(String, Arc<ChannelState>)> = self
             .channels
