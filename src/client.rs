@@ -166,6 +166,8 @@ impl Client {
             cluster,
             #[cfg(feature = "sentinel")]
             sentinel: None,
+            #[cfg(feature = "sentinel")]
+            master_auth: None,
             config: Config::default(),
             #[cfg(feature = "tls")]
             tls_root: None,
@@ -176,9 +178,9 @@ impl Client {
     /// at `sentinels` monitor as `service`. The client asks them for the
     /// master, and asks again when the master stops answering as one (a
     /// failover): commands and subscriptions then move to the new master,
-    /// without restarting anything. The master is reached without a
-    /// password (ACL users on a Sentinel-managed master are not supported
-    /// yet).
+    /// without restarting anything. The sentinels' own user and password go
+    /// in their URLs; the master's are set with
+    /// [`ClientBuilder::sentinel_master_auth`].
     #[cfg(feature = "sentinel")]
     pub fn sentinel_builder<T: IntoConnectionInfo>(
         sentinels: impl IntoIterator<Item = T>,
@@ -208,6 +210,7 @@ impl Client {
             #[cfg(feature = "cluster")]
             cluster: None,
             sentinel: Some((rest, service)),
+            master_auth: None,
             config: Config::default(),
             #[cfg(feature = "tls")]
             tls_root: None,
@@ -222,6 +225,8 @@ impl Client {
             cluster: None,
             #[cfg(feature = "sentinel")]
             sentinel: None,
+            #[cfg(feature = "sentinel")]
+            master_auth: None,
             config: Config::default(),
             #[cfg(feature = "tls")]
             tls_root: None,
@@ -338,6 +343,9 @@ pub struct ClientBuilder {
     /// (`None`: `info` is the server itself).
     #[cfg(feature = "sentinel")]
     sentinel: Option<(Vec<ConnectionInfo>, String)>,
+    /// The user and password of the masters a sentinel names.
+    #[cfg(feature = "sentinel")]
+    master_auth: Option<redis::RedisConnectionInfo>,
     config: Config,
     /// PEM of the CA that signed the server's certificate, when it is not
     /// in the system's trust store.
@@ -414,6 +422,20 @@ impl ClientBuilder {
         self
     }
 
+    /// The ACL user (`None`: the default user) and password of the masters
+    /// the sentinels name, for [`Client::sentinel_builder`]; every
+    /// connection to a master (commands and subscriptions) authenticates
+    /// with them.
+    #[cfg(feature = "sentinel")]
+    pub fn sentinel_master_auth(mut self, username: Option<&str>, password: &str) -> Self {
+        let mut auth = redis::RedisConnectionInfo::default().set_password(password);
+        if let Some(username) = username {
+            auth = auth.set_username(username);
+        }
+        self.master_auth = Some(auth);
+        self
+    }
+
     /// Checks the settings and connects.
     ///
     /// # Errors
@@ -450,7 +472,7 @@ impl ClientBuilder {
             let (follower, master) = crate::sentinel::Follower::connect(
                 sentinels,
                 &service,
-                None,
+                self.master_auth,
                 manager_config.clone(),
                 self.config.response_timeout,
             )

@@ -29,6 +29,11 @@ impl Drop for Sentinel {
 
 impl Sentinel {
     fn start(master: &RedisServer) -> Sentinel {
+        Sentinel::start_with(master, "")
+    }
+
+    /// With `extra` lines in its configuration (e.g. the master's password).
+    fn start_with(master: &RedisServer, extra: &str) -> Sentinel {
         let port = common::server::free_port();
         let dir =
             std::env::temp_dir().join(format!("ferrisson-sentinel-{}-{port}", std::process::id()));
@@ -40,7 +45,7 @@ impl Sentinel {
                 "port {port}\nbind 127.0.0.1\ndir {}\n\
                  sentinel monitor mymaster 127.0.0.1 {} 1\n\
                  sentinel down-after-milliseconds mymaster 1000\n\
-                 sentinel failover-timeout mymaster 5000\nlogfile {}/sentinel.log\n",
+                 sentinel failover-timeout mymaster 5000\nlogfile {}/sentinel.log\n{extra}\n",
                 dir.display(),
                 master.port(),
                 dir.display()
@@ -193,4 +198,33 @@ async fn the_client_follows_the_master_through_a_failover() {
         );
     }
     soon(next.unlock()).await.unwrap();
+}
+
+/// A master with a password: the client authenticates every connection to
+/// it (commands and subscriptions); a wrong password is a clear error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_masters_password_is_used_for_every_connection() {
+    let master = RedisServer::start_with_args(&["--requirepass", "m4ster-pw"]);
+    let sentinel = Sentinel::start_with(&master, "sentinel auth-pass mymaster m4ster-pw");
+    let connect = |password: &'static str| {
+        ferrisson::Client::sentinel_builder([sentinel.url()], "mymaster")
+            .sentinel_master_auth(None, password)
+            .build()
+    };
+    let a = soon(connect("m4ster-pw")).await.unwrap();
+    let b = soon(connect("m4ster-pw")).await.unwrap();
+    let guard = soon(a.lock("guarded").lock()).await.unwrap();
+    let lock = b.lock("guarded");
+    let waiting = tokio::spawn(async move { lock.lock().await.unwrap() });
+    eventually(Duration::from_secs(5), || async { b.subscriptions() == 1 }).await;
+    let released = Instant::now();
+    soon(guard.unlock()).await.unwrap();
+    let next = within(Duration::from_secs(10), waiting).await.unwrap();
+    // Woken by the message on the authenticated subscription connection.
+    assert!(released.elapsed() < Duration::from_secs(5));
+    soon(next.unlock()).await.unwrap();
+    assert!(!format!("{a:?}").contains("m4ster-pw"));
+
+    let err = soon(connect("not-the-pw")).await.unwrap_err();
+    assert!(!err.to_string().contains("not-the-pw"), "{err}");
 }
