@@ -67,19 +67,17 @@ impl ClientInner {
         }
     }
 
-    /// With replica sync on, waits for the replicas to acknowledge this
-    /// connection's writes so far; `None` when sync is off (or the server
+    /// With replica sync on, waits for the replicas to acknowledge the
+    /// writes so far on the connection that carries `key`'s; `None` when sync is off (or the server
     /// refused WAIT), else whether enough did, and how many.
-    pub(crate) async fn replicated(&self) -> Option<(bool, u32)> {
+    pub(crate) async fn replicated(&self, key: &str) -> Option<(bool, u32)> {
         let sync = self.config.replica_sync?;
         if self.wait_refused.load(Ordering::Relaxed) {
             return None;
         }
-        let mut conn = self.conn.clone();
-        let acked: redis::RedisResult<u32> = redis::cmd("WAIT")
-            .arg(sync.replicas)
-            .arg(sync.timeout.as_millis() as u64)
-            .query_async(&mut conn)
+        let acked = self
+            .conn
+            .wait_for_replicas(key, sync.replicas, sync.timeout.as_millis() as u64)
             .await;
         match acked {
             Ok(acked) => Some((acked >= sync.replicas, acked)),
@@ -452,11 +450,6 @@ impl ClientBuilder {
         let addr = info.addr().to_string();
         #[cfg(feature = "cluster")]
         if let Some(mut nodes) = self.cluster {
-            if self.config.replica_sync.is_some() {
-                return Err(crate::Error::invalid(
-                    "replica sync is not supported on a cluster yet",
-                ));
-            }
             nodes.insert(0, info);
             let mut config = self.config;
             let (conn, pubsub, mode) = crate::cluster::connect(nodes, &config).await?;

@@ -30,6 +30,39 @@ impl Conn {
     }
 }
 
+impl Conn {
+    /// `WAIT replicas timeout` on the connection that carried the writes to
+    /// `key`: the command connection, or on a cluster the connection to the
+    /// master of `key`'s slot. Replies how many replicas acknowledged.
+    pub(crate) async fn wait_for_replicas(
+        &self,
+        key: &str,
+        replicas: u32,
+        timeout_ms: u64,
+    ) -> redis::RedisResult<u32> {
+        let mut wait = redis::cmd("WAIT");
+        wait.arg(replicas).arg(timeout_ms);
+        match self.clone() {
+            #[cfg(feature = "cluster")]
+            Conn::Cluster(mut conn) => {
+                use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
+                let route = Route::new(crate::keys::slot(key.as_bytes()), SlotAddr::Master);
+                let reply = conn
+                    .route_command(
+                        wait,
+                        RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route)),
+                    )
+                    .await?;
+                Ok(redis::from_redis_value(reply)?)
+            }
+            mut conn => {
+                let _ = key;
+                wait.query_async(&mut conn).await
+            }
+        }
+    }
+}
+
 impl std::fmt::Debug for Conn {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(if self.is_cluster() {

@@ -274,7 +274,7 @@ pub(crate) async fn release_hold(
         // The script wrote the latch; it only matters to resends of this
         // request: have it deleted rather than left to its TTL.
         inner.sweeper.discard(latch);
-        if let Some((false, acked)) = inner.replicated().await {
+        if let Some((false, acked)) = inner.replicated(name).await {
             tracing::warn!(lock = %name, acked,
                 "too few replicas acknowledged a release in time; it stands on the master");
         }

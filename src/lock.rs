@@ -746,9 +746,10 @@ impl Lock {
                 let guard =
                     LockGuard::new(self.client.clone(), kind, key, lease_ms, lease, runtime)
                         .with_token(token);
-                if let (Some((false, acked)), Some(sync)) =
-                    (inner.replicated().await, inner.config.replica_sync)
-                {
+                if let (Some((false, acked)), Some(sync)) = (
+                    inner.replicated(&self.name).await,
+                    inner.config.replica_sync,
+                ) {
                     // Only the master knows of this hold: give it back.
                     if let Err(err) = guard.unlock().await {
                         tracing::warn!(lock = %self.name, error = %err,

@@ -227,6 +227,8 @@ async fn cluster_with_replicas() -> Vec<RedisServer> {
                 "1000",
                 "--repl-diskless-sync-delay",
                 "0",
+                "--enable-debug-command",
+                "yes",
             ])
         })
         .collect();
@@ -367,4 +369,64 @@ async fn a_lock_survives_a_master_failover_and_its_release_wakes_the_waiter() {
     // Scripts run on the new master (loaded again if it did not have them).
     let again = soon(a.fenced_lock(name).lock()).await.unwrap();
     soon(again.unlock()).await.unwrap();
+}
+
+fn wait_calls(node: &RedisServer) -> u64 {
+    let info = node.cmd(&["INFO", "commandstats"]).as_string().unwrap();
+    info.lines()
+        .find_map(|line| line.strip_prefix("cmdstat_wait:calls="))
+        .and_then(|rest| rest.split(',').next())
+        .map_or(0, |n| n.parse().unwrap())
+}
+
+/// Replica sync on a cluster: WAIT goes to the master of the lock's slot,
+/// and an acquire its replica did not acknowledge is given back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replica_sync_waits_on_the_slots_master() {
+    let nodes = cluster_with_replicas().await;
+    let client = ferrisson::Client::cluster_builder(nodes[..3].iter().map(RedisServer::url))
+        .replica_sync(
+            1,
+            Duration::from_millis(500),
+            ferrisson::config::Unsynced::Fail,
+        )
+        .build()
+        .await
+        .unwrap();
+    let name = "synced";
+    let (master, replica) = master_and_replica(&nodes, keyslot(&nodes[0], name));
+    let guard = soon(client.lock(name).lock()).await.unwrap();
+    assert_eq!(
+        nodes[replica].cmd(&["DBSIZE"]).as_int(),
+        Some(1),
+        "not on the replica yet"
+    );
+    soon(guard.unlock()).await.unwrap();
+    assert_eq!(
+        wait_calls(&nodes[master]),
+        2,
+        "one WAIT per acquire and release"
+    );
+    let elsewhere: u64 = (0..nodes.len())
+        .filter(|&i| i != master)
+        .map(|i| wait_calls(&nodes[i]))
+        .sum();
+    assert_eq!(elsewhere, 0);
+
+    // The replica sleeps: the acquire is given back and fails.
+    let port = nodes[replica].port();
+    let sleeping = std::thread::spawn(move || {
+        Command::new("redis-cli")
+            .args(["-p", &port.to_string(), "DEBUG", "SLEEP", "1.5"])
+            .output()
+            .unwrap()
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let err = soon(client.lock(name).lock()).await.unwrap_err();
+    assert!(
+        matches!(err, ferrisson::Error::NotReplicated { .. }),
+        "{err}"
+    );
+    assert_eq!(nodes[master].cmd(&["EXISTS", name]).as_int(), Some(0));
+    sleeping.join().unwrap();
 }
