@@ -17,25 +17,36 @@ const WATCHDOG: Duration = Duration::from_millis(1200);
 /// Three masters, all slots covered; a dead master leaves the others
 /// serving their slots.
 async fn cluster() -> Vec<RedisServer> {
+    cluster_with_password(None).await
+}
+
+/// Three masters; with `password`, every node requires it.
+async fn cluster_with_password(password: Option<&str>) -> Vec<RedisServer> {
+    let mut args = vec![
+        "--cluster-enabled",
+        "yes",
+        "--cluster-config-file",
+        "nodes.conf",
+        "--cluster-node-timeout",
+        "1000",
+        "--cluster-require-full-coverage",
+        "no",
+    ];
+    if let Some(password) = password {
+        args.extend(["--requirepass", password, "--masterauth", password]);
+    }
     let nodes: Vec<RedisServer> = (0..3)
-        .map(|_| {
-            RedisServer::start_with_args(&[
-                "--cluster-enabled",
-                "yes",
-                "--cluster-config-file",
-                "nodes.conf",
-                "--cluster-node-timeout",
-                "1000",
-                "--cluster-require-full-coverage",
-                "no",
-            ])
-        })
+        .map(|_| RedisServer::start_with_args(&args))
         .collect();
     let addrs: Vec<String> = nodes
         .iter()
         .map(|n| format!("127.0.0.1:{}", n.port()))
         .collect();
-    let out = Command::new("redis-cli")
+    let mut create = Command::new("redis-cli");
+    if let Some(password) = password {
+        create.args(["-a", password, "--no-auth-warning"]);
+    }
+    let out = create
         .args(["--cluster", "create"])
         .args(&addrs)
         .args(["--cluster-replicas", "0", "--cluster-yes"])
@@ -429,4 +440,131 @@ async fn replica_sync_waits_on_the_slots_master() {
     );
     assert_eq!(nodes[master].cmd(&["EXISTS", name]).as_int(), Some(0));
     sleeping.join().unwrap();
+}
+
+/// The id of the node at `port`, from `CLUSTER NODES`.
+fn node_id(nodes: &[RedisServer], index: usize) -> String {
+    let table = nodes[0].cmd(&["CLUSTER", "NODES"]).as_string().unwrap();
+    let port = format!(":{}@", nodes[index].port());
+    table
+        .lines()
+        .find(|line| line.contains(&port))
+        .and_then(|line| line.split_whitespace().next())
+        .unwrap()
+        .to_owned()
+}
+
+/// Moves `slot`, with its keys, from the master `from` to the master `to`.
+fn move_slot(nodes: &[RedisServer], slot: i64, from: usize, to: usize) {
+    let (from_id, to_id) = (node_id(nodes, from), node_id(nodes, to));
+    let slot = slot.to_string();
+    nodes[to].cmd(&["CLUSTER", "SETSLOT", &slot, "IMPORTING", &from_id]);
+    nodes[from].cmd(&["CLUSTER", "SETSLOT", &slot, "MIGRATING", &to_id]);
+    let keys = nodes[from].cmd(&["CLUSTER", "GETKEYSINSLOT", &slot, "1000"]);
+    let port = nodes[to].port().to_string();
+    for key in keys.as_array().unwrap() {
+        let key = key.as_string().unwrap();
+        nodes[from].cmd(&["MIGRATE", "127.0.0.1", &port, &key, "0", "5000"]);
+    }
+    for node in nodes {
+        node.cmd(&["CLUSTER", "SETSLOT", &slot, "NODE", &to_id]);
+    }
+}
+
+/// Resharding moves a held lock's slot to another master: the lock moves
+/// with it and is renewed there, and the waiter's shard subscription
+/// follows, so the release wakes it at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resharded_slot_takes_its_lock_and_subscription_along() {
+    let nodes = cluster().await;
+    // A lease far longer than a wake-up by message.
+    let watchdog = Duration::from_secs(6);
+    let connect = || {
+        ferrisson::Client::cluster_builder(nodes.iter().map(RedisServer::url))
+            .watchdog_timeout(watchdog)
+            .build()
+    };
+    let a = soon(connect()).await.unwrap();
+    let b = soon(connect()).await.unwrap();
+    let name = "resharded";
+    let slot = keyslot(&nodes[0], name);
+    let table = nodes[0].cmd(&["CLUSTER", "NODES"]).as_string().unwrap();
+    let from = (0..3)
+        .find(|&i| {
+            table
+                .lines()
+                .any(|line| line.contains(&format!(":{}@", nodes[i].port())) && serves(line, slot))
+        })
+        .unwrap();
+    let to = (from + 1) % 3;
+
+    let guard = soon(a.lock(name).lock()).await.unwrap();
+    let lock = b.lock(name);
+    let waiting = tokio::spawn(async move { lock.lock().await.unwrap() });
+    eventually(Duration::from_secs(5), || async { b.subscriptions() == 1 }).await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+
+    move_slot(&nodes, slot, from, to);
+    assert_eq!(nodes[to].cmd(&["EXISTS", name]).as_int(), Some(1));
+    let channel = format!("redisson_lock__channel:{{{name}}}");
+    eventually(Duration::from_secs(10), || async {
+        nodes[to]
+            .cmd(&["PUBSUB", "SHARDNUMSUB", &channel])
+            .as_array()
+            .and_then(|a| a.get(1).and_then(|n| n.as_int()))
+            == Some(1)
+    })
+    .await;
+    // Renewed on the new node: two renewal periods later it is still held.
+    tokio::time::sleep(watchdog * 2 / 3).await;
+    assert!(!guard.is_lease_lost());
+    assert!(nodes[to].cmd(&["PTTL", name]).as_int().unwrap() > 0);
+
+    let released = Instant::now();
+    soon(guard.unlock()).await.unwrap();
+    let next = within(Duration::from_secs(10), waiting).await.unwrap();
+    assert!(
+        released.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        released.elapsed()
+    );
+    soon(next.unlock()).await.unwrap();
+}
+
+/// A cluster whose nodes require a password: every connection the client
+/// opens to any node (commands, subscriptions) authenticates.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_password_reaches_every_node() {
+    let nodes = cluster_with_password(Some("clu5ter-pw")).await;
+    let urls = || {
+        nodes
+            .iter()
+            .map(|n| format!("redis://:clu5ter-pw@127.0.0.1:{}/", n.port()))
+            .collect::<Vec<_>>()
+    };
+    let a = soon(ferrisson::Client::cluster_builder(urls()).build())
+        .await
+        .unwrap();
+    let b = soon(ferrisson::Client::cluster_builder(urls()).build())
+        .await
+        .unwrap();
+    let mut guards = Vec::new();
+    for i in 0..30 {
+        guards.push(soon(a.lock(format!("authed:{i}")).lock()).await.unwrap());
+    }
+    for node in &nodes {
+        assert!(node.cmd(&["DBSIZE"]).as_int().unwrap() > 0);
+    }
+    let lock = b.lock("authed:0");
+    let waiting = tokio::spawn(async move { lock.lock().await.unwrap() });
+    eventually(Duration::from_secs(5), || async { b.subscriptions() == 1 }).await;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let released = Instant::now();
+    for guard in guards {
+        soon(guard.unlock()).await.unwrap();
+    }
+    let next = within(Duration::from_secs(10), waiting).await.unwrap();
+    assert!(released.elapsed() < Duration::from_secs(10));
+    soon(next.unlock()).await.unwrap();
+    assert!(!format!("{a:?}").contains("clu5ter-pw"));
 }
