@@ -71,6 +71,15 @@ async fn client(nodes: &[RedisServer]) -> ferrisson::Client {
         .unwrap()
 }
 
+/// How many clients `node` counts on the shard channel of lock `name`.
+fn shard_subscribers(node: &RedisServer, name: &str) -> i64 {
+    let channel = format!("redisson_lock__channel:{{{name}}}");
+    node.cmd(&["PUBSUB", "SHARDNUMSUB", &channel])
+        .as_array()
+        .and_then(|a| a.get(1).and_then(|n| n.as_int()))
+        .unwrap_or(0)
+}
+
 fn keyslot(node: &RedisServer, key: &str) -> i64 {
     node.cmd(&["CLUSTER", "KEYSLOT", key]).as_int().unwrap()
 }
@@ -322,15 +331,7 @@ async fn a_lock_survives_a_master_failover_and_its_release_wakes_the_waiter() {
     let lock = b.lock(name);
     let waiting = tokio::spawn(async move { lock.lock().await.unwrap() });
     eventually(Duration::from_secs(5), || async {
-        nodes[master]
-            .cmd(&[
-                "PUBSUB",
-                "SHARDNUMSUB",
-                &format!("redisson_lock__channel:{{{name}}}"),
-            ])
-            .as_array()
-            .and_then(|a| a.get(1).and_then(|n| n.as_int()))
-            == Some(1)
+        shard_subscribers(&nodes[master], name) == 1
     })
     .await;
 
@@ -354,15 +355,8 @@ async fn a_lock_survives_a_master_failover_and_its_release_wakes_the_waiter() {
     // The server dropped the waiter's shard subscription when the slot
     // moved; the client subscribed again, on a node of the slot's shard (a
     // replica serves shard channels too).
-    let subscribers = |node: &RedisServer| {
-        let channel = format!("redisson_lock__channel:{{{name}}}");
-        node.cmd(&["PUBSUB", "SHARDNUMSUB", &channel])
-            .as_array()
-            .and_then(|a| a.get(1).and_then(|n| n.as_int()))
-            .unwrap_or(0)
-    };
     eventually(Duration::from_secs(10), || async {
-        subscribers(&nodes[replica]) + subscribers(&nodes[master]) == 1
+        shard_subscribers(&nodes[replica], name) + shard_subscribers(&nodes[master], name) == 1
     })
     .await;
     let released = Instant::now();
@@ -506,13 +500,8 @@ async fn a_resharded_slot_takes_its_lock_and_subscription_along() {
 
     move_slot(&nodes, slot, from, to);
     assert_eq!(nodes[to].cmd(&["EXISTS", name]).as_int(), Some(1));
-    let channel = format!("redisson_lock__channel:{{{name}}}");
     eventually(Duration::from_secs(10), || async {
-        nodes[to]
-            .cmd(&["PUBSUB", "SHARDNUMSUB", &channel])
-            .as_array()
-            .and_then(|a| a.get(1).and_then(|n| n.as_int()))
-            == Some(1)
+        shard_subscribers(&nodes[to], name) == 1
     })
     .await;
     // Renewed on the new node: two renewal periods later it is still held.
