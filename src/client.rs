@@ -141,35 +141,10 @@ impl Client {
     pub fn cluster_builder<T: IntoConnectionInfo>(
         nodes: impl IntoIterator<Item = T>,
     ) -> ClientBuilder {
-        let infos: redis::RedisResult<Vec<ConnectionInfo>> = nodes
-            .into_iter()
-            .map(IntoConnectionInfo::into_connection_info)
-            .collect();
-        let (info, cluster) = match infos {
-            Ok(mut infos) if !infos.is_empty() => {
-                let first = infos.remove(0);
-                (Ok(first), Some(infos))
-            }
-            Ok(_) => (
-                Err(redis::RedisError::from((
-                    redis::ErrorKind::InvalidClientConfig,
-                    "a cluster needs at least one node",
-                ))),
-                Some(Vec::new()),
-            ),
-            Err(err) => (Err(err), Some(Vec::new())),
-        };
-        ClientBuilder {
-            info,
-            cluster,
-            #[cfg(feature = "sentinel")]
-            sentinel: None,
-            #[cfg(feature = "sentinel")]
-            master_auth: None,
-            config: Config::default(),
-            #[cfg(feature = "tls")]
-            tls_root: None,
-        }
+        ClientBuilder::new(Target::Cluster(node_list(
+            nodes,
+            "a cluster needs at least one node",
+        )))
     }
 
     /// Starts a [`ClientBuilder`] for the master that the Redis Sentinels
@@ -184,51 +159,15 @@ impl Client {
         sentinels: impl IntoIterator<Item = T>,
         service: impl Into<String>,
     ) -> ClientBuilder {
-        let infos: redis::RedisResult<Vec<ConnectionInfo>> = sentinels
-            .into_iter()
-            .map(IntoConnectionInfo::into_connection_info)
-            .collect();
-        let service = service.into();
-        let (info, rest) = match infos {
-            Ok(mut infos) if !infos.is_empty() => {
-                let first = infos.remove(0);
-                (Ok(first), infos)
-            }
-            Ok(_) => (
-                Err(redis::RedisError::from((
-                    redis::ErrorKind::InvalidClientConfig,
-                    "sentinel mode needs at least one sentinel",
-                ))),
-                Vec::new(),
-            ),
-            Err(err) => (Err(err), Vec::new()),
-        };
-        ClientBuilder {
-            info,
-            #[cfg(feature = "cluster")]
-            cluster: None,
-            sentinel: Some((rest, service)),
-            master_auth: None,
-            config: Config::default(),
-            #[cfg(feature = "tls")]
-            tls_root: None,
-        }
+        ClientBuilder::new(Target::Sentinel {
+            sentinels: node_list(sentinels, "sentinel mode needs at least one sentinel"),
+            service: service.into(),
+        })
     }
 
     /// Starts a [`ClientBuilder`] for `url`.
     pub fn builder(url: impl IntoConnectionInfo) -> ClientBuilder {
-        ClientBuilder {
-            info: url.into_connection_info(),
-            #[cfg(feature = "cluster")]
-            cluster: None,
-            #[cfg(feature = "sentinel")]
-            sentinel: None,
-            #[cfg(feature = "sentinel")]
-            master_auth: None,
-            config: Config::default(),
-            #[cfg(feature = "tls")]
-            tls_root: None,
-        }
+        ClientBuilder::new(Target::Single(url.into_connection_info()))
     }
 
     /// A handle to the reentrant lock `name`. Nothing is sent to Redis until
@@ -333,14 +272,7 @@ impl Client {
 /// ```
 #[must_use = "a builder does nothing until `build` is awaited"]
 pub struct ClientBuilder {
-    info: redis::RedisResult<ConnectionInfo>,
-    /// More cluster nodes besides `info` (`None`: one server).
-    #[cfg(feature = "cluster")]
-    cluster: Option<Vec<ConnectionInfo>>,
-    /// More sentinels besides `info`, and the monitored service's name
-    /// (`None`: `info` is the server itself).
-    #[cfg(feature = "sentinel")]
-    sentinel: Option<(Vec<ConnectionInfo>, String)>,
+    target: Target,
     /// The user and password of the masters a sentinel names.
     #[cfg(feature = "sentinel")]
     master_auth: Option<redis::RedisConnectionInfo>,
@@ -351,19 +283,77 @@ pub struct ClientBuilder {
     tls_root: Option<Vec<u8>>,
 }
 
+/// What a client connects to.
+enum Target {
+    /// One server.
+    Single(redis::RedisResult<ConnectionInfo>),
+    /// A Redis Cluster, through any of these nodes.
+    #[cfg(feature = "cluster")]
+    Cluster(redis::RedisResult<Vec<ConnectionInfo>>),
+    /// The master the sentinels monitor as `service`.
+    #[cfg(feature = "sentinel")]
+    Sentinel {
+        sentinels: redis::RedisResult<Vec<ConnectionInfo>>,
+        service: String,
+    },
+}
+
+/// The connection infos of `nodes`; `empty` is the error for none.
+#[cfg(any(feature = "cluster", feature = "sentinel"))]
+fn node_list<T: IntoConnectionInfo>(
+    nodes: impl IntoIterator<Item = T>,
+    empty: &'static str,
+) -> redis::RedisResult<Vec<ConnectionInfo>> {
+    let nodes = nodes
+        .into_iter()
+        .map(IntoConnectionInfo::into_connection_info)
+        .collect::<redis::RedisResult<Vec<_>>>()?;
+    if nodes.is_empty() {
+        return Err(redis::RedisError::from((
+            redis::ErrorKind::InvalidClientConfig,
+            empty,
+        )));
+    }
+    Ok(nodes)
+}
+
 impl fmt::Debug for ClientBuilder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Host and port only: never the credentials.
+        let addrs: Vec<String> = match &self.target {
+            Target::Single(info) => info.iter().map(|i| i.addr().to_string()).collect(),
+            #[cfg(feature = "cluster")]
+            Target::Cluster(nodes) => nodes
+                .iter()
+                .flatten()
+                .map(|i| i.addr().to_string())
+                .collect(),
+            #[cfg(feature = "sentinel")]
+            Target::Sentinel { sentinels, .. } => sentinels
+                .iter()
+                .flatten()
+                .map(|i| i.addr().to_string())
+                .collect(),
+        };
         f.debug_struct("ClientBuilder")
-            .field(
-                "addr",
-                &self.info.as_ref().map(|i| i.addr().to_string()).ok(),
-            )
+            .field("addrs", &addrs)
             .field("config", &self.config)
             .finish()
     }
 }
 
 impl ClientBuilder {
+    fn new(target: Target) -> ClientBuilder {
+        ClientBuilder {
+            target,
+            #[cfg(feature = "sentinel")]
+            master_auth: None,
+            config: Config::default(),
+            #[cfg(feature = "tls")]
+            tls_root: None,
+        }
+    }
+
     /// The lease of locks taken without one, renewed by the watchdog every
     /// third of it. Default 30 s ([`DEFAULT_WATCHDOG_TIMEOUT`](crate::config::DEFAULT_WATCHDOG_TIMEOUT));
     /// at least 30 ms.
@@ -446,41 +436,43 @@ impl ClientBuilder {
     /// Cancel safe: a dropped call opens nothing that outlives it.
     pub async fn build(self) -> Result<Client> {
         self.config.validate()?;
-        let info = self.info?;
-        let addr = info.addr().to_string();
-        #[cfg(feature = "cluster")]
-        if let Some(mut nodes) = self.cluster {
-            nodes.insert(0, info);
-            let mut config = self.config;
-            let (conn, pubsub, mode) = crate::cluster::connect(nodes, &config).await?;
-            config.pubsub_mode = mode;
-            return Ok(Client::assemble(conn, pubsub, config, addr));
-        }
         let manager_config = ConnectionManagerConfig::new()
             .set_response_timeout(Some(self.config.response_timeout))
             .set_connection_timeout(Some(self.config.connection_timeout));
-        #[cfg(feature = "sentinel")]
-        if let Some((mut sentinels, service)) = self.sentinel {
-            sentinels.insert(0, info);
-            let (follower, master) = crate::sentinel::Follower::connect(
-                sentinels,
-                &service,
-                self.master_auth,
-                manager_config.clone(),
-                self.config.response_timeout,
-            )
-            .await?;
-            let pubsub = PubSub::connect(master, manager_config).await?;
-            let addr = follower.master();
-            let client = Client::assemble(
-                Conn::Sentinel(std::sync::Arc::clone(&follower)),
-                pubsub,
-                self.config,
-                addr,
-            );
-            follower.attach(&client.inner.pubsub);
-            return Ok(client);
-        }
+        let info = match self.target {
+            Target::Single(info) => info?,
+            #[cfg(feature = "cluster")]
+            Target::Cluster(nodes) => {
+                let nodes = nodes?;
+                let addr = nodes[0].addr().to_string();
+                let mut config = self.config;
+                let (conn, pubsub, mode) = crate::cluster::connect(nodes, &config).await?;
+                config.pubsub_mode = mode;
+                return Ok(Client::assemble(conn, pubsub, config, addr));
+            }
+            #[cfg(feature = "sentinel")]
+            Target::Sentinel { sentinels, service } => {
+                let (follower, master) = crate::sentinel::Follower::connect(
+                    sentinels?,
+                    &service,
+                    self.master_auth,
+                    manager_config.clone(),
+                    self.config.response_timeout,
+                )
+                .await?;
+                let pubsub = PubSub::connect(master, manager_config).await?;
+                let addr = follower.master();
+                let client = Client::assemble(
+                    Conn::Sentinel(std::sync::Arc::clone(&follower)),
+                    pubsub,
+                    self.config,
+                    addr,
+                );
+                follower.attach(&client.inner.pubsub);
+                return Ok(client);
+            }
+        };
+        let addr = info.addr().to_string();
 
         // RESP3 on both: a connection closed by the server is noticed (and
         // reopened) at once, not by the next command failing.

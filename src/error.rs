@@ -118,24 +118,17 @@ impl Error {
     }
 }
 
-/// Whether `err` says the connection failed (refused, dropped, timed out)
-/// rather than that Redis refused the command.
 impl Error {
     /// Whether a waiter may wait this failure out and try again: the
-    /// command surely did nothing, or the connection failed (a lost reply
-    /// may have taken a hold, which expires with its lease either way).
+    /// connection failed (a lost reply may have taken a hold, which expires
+    /// with its lease either way), no node serves the slot yet (a cluster
+    /// failover), or the server refused the write as a replica (a master
+    /// demoted by a failover).
     pub(crate) fn may_wait_out(&self) -> bool {
-        self.was_not_sent() || self.is_connection_error()
-    }
-
-    /// Whether the command surely did nothing: no connection to the node
-    /// (a cluster slot in failover), the connection was refused, or the
-    /// server refused writes as a replica (a master demoted by a failover).
-    pub(crate) fn was_not_sent(&self) -> bool {
         match self {
             Error::Redis(e) => {
-                e.kind() == redis::ErrorKind::ClusterConnectionNotFound
-                    || e.is_connection_refusal()
+                is_connection_failure(e)
+                    || e.kind() == redis::ErrorKind::ClusterConnectionNotFound
                     || e.code() == Some("READONLY")
             }
             _ => false,
@@ -143,6 +136,8 @@ impl Error {
     }
 }
 
+/// Whether `err` says the connection failed (refused, dropped, timed out)
+/// rather than that Redis refused the command.
 pub(crate) fn is_connection_failure(err: &redis::RedisError) -> bool {
     err.is_io_error()
         || err.is_connection_dropped()

@@ -151,22 +151,14 @@ impl PubSub {
     ) -> Result<()> {
         let conn = subscriber(&client, config, &self.channels).await?;
         *self.conn.write().unwrap_or_else(|e| e.into_inner()) = conn.clone();
-        let states: Vec<(String, Arc<ChannelState>)> = self
+        let channels: Vec<String> = self
             .channels
             .iter()
             .filter(|slot| slot.waiters > 0)
-            .map(|slot| (slot.key().clone(), Arc::clone(&slot.state)))
+            .map(|slot| slot.key().clone())
             .collect();
-        for (channel, state) in states {
-            let subscribed = state.subscribed.lock().await;
-            if *subscribed == Subscribed::Yes {
-                if let Err(err) = conn.subscribe(&channel).await {
-                    tracing::warn!(%channel, error = %err,
-                        "could not subscribe on the new master; waiters fall back to the lock's TTL");
-                }
-            }
-            drop(subscribed);
-            state.notify.notify_waiters();
+        for channel in channels {
+            resubscribe(&conn, &self.channels, channel).await;
         }
         Ok(())
     }
@@ -308,12 +300,11 @@ impl PubSub {
     }
 }
 
-/// One waiter's membership in a channel's subscription.
-/// Subscribes to `channel` again after the server dropped it, when local
-/// waiters still count on it (our own SUNSUBSCRIBE, sent when the last
-/// waiter left, finds none and stops here). The waiters were woken by the
-/// drop and try the lock again meanwhile.
-#[cfg(feature = "cluster")]
+/// Subscribes to `channel` on `conn` again (the server dropped it, or the
+/// subscriptions moved to a new master) when local waiters still count on
+/// it (our own SUNSUBSCRIBE, sent when the last waiter left, finds none and
+/// stops here), and wakes the waiters to try the lock again.
+#[cfg(any(feature = "cluster", feature = "sentinel"))]
 async fn resubscribe(conn: &SubConn, channels: &Channels, channel: String) {
     let Some(state) = channels
         .get(&channel)
@@ -326,15 +317,16 @@ async fn resubscribe(conn: &SubConn, channels: &Channels, channel: String) {
     if *subscribed != Subscribed::Yes {
         return;
     }
-    tracing::debug!(%channel, "shard channel moved; subscribing on its new node");
+    tracing::debug!(%channel, "subscribing again on the channel's new server");
     if let Err(err) = conn.subscribe(&channel).await {
         tracing::warn!(%channel, error = %err,
-            "could not subscribe again after the channel's slot moved; waiters fall back to the lock's TTL");
+            "could not subscribe again on the channel's new server; waiters fall back to the lock's TTL");
     }
     drop(subscribed);
     state.notify.notify_waiters();
 }
 
+/// One waiter's membership in a channel's subscription.
 #[derive(Debug)]
 pub(crate) struct Subscription {
     pubsub: Arc<PubSub>,

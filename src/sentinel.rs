@@ -41,9 +41,7 @@ impl std::fmt::Debug for Follower {
 }
 
 /// The master the sentinels name now, as a `redis` client speaking RESP3.
-async fn current_master(
-    sentinel: &mut SentinelClient,
-) -> RedisResult<(redis::Client, ConnectionInfo, String)> {
+async fn current_master(sentinel: &mut SentinelClient) -> RedisResult<(redis::Client, String)> {
     let client = sentinel.async_get_client().await?;
     let info = client.get_connection_info().clone();
     let addr = info.addr().to_string();
@@ -52,7 +50,7 @@ async fn current_master(
         .clone()
         .set_protocol(redis::ProtocolVersion::RESP3);
     let info = info.set_redis_settings(resp3);
-    Ok((redis::Client::open(info.clone())?, info, addr))
+    Ok((redis::Client::open(info)?, addr))
 }
 
 impl Follower {
@@ -74,7 +72,7 @@ impl Follower {
             rebuild.2.clone(),
             SentinelServerType::Master,
         )?;
-        let (client, _, addr) = current_master(&mut sentinel).await?;
+        let (client, addr) = current_master(&mut sentinel).await?;
         let conn = client
             .get_connection_manager_with_config(config.clone())
             .await?;
@@ -124,7 +122,7 @@ impl Follower {
         tracing::debug!(master = %self.master(), "asking the sentinels for the master");
         let mut sentinel = self.sentinel.lock().await;
         let asked = tokio::time::timeout(self.patience, current_master(&mut sentinel)).await;
-        let (client, _, addr) = match asked {
+        let (client, addr) = match asked {
             Ok(Ok(found)) => found,
             Ok(Err(err)) => {
                 tracing::warn!(error = %err, "the sentinels named no master");

@@ -17,11 +17,18 @@ const WATCHDOG: Duration = Duration::from_millis(1200);
 /// Three masters, all slots covered; a dead master leaves the others
 /// serving their slots.
 async fn cluster() -> Vec<RedisServer> {
-    cluster_with_password(None).await
+    make_cluster(0, None).await
 }
 
-/// Three masters; with `password`, every node requires it.
-async fn cluster_with_password(password: Option<&str>) -> Vec<RedisServer> {
+/// Three masters with a password on every node.
+async fn cluster_with_password(password: &str) -> Vec<RedisServer> {
+    make_cluster(0, Some(password)).await
+}
+
+/// Three masters, each with `replicas` replicas in sync; with `password`,
+/// every node requires it. A dead master leaves the others serving their
+/// slots, and a replica accepts DEBUG (to be paused).
+async fn make_cluster(replicas: usize, password: Option<&str>) -> Vec<RedisServer> {
     let mut args = vec![
         "--cluster-enabled",
         "yes",
@@ -31,11 +38,15 @@ async fn cluster_with_password(password: Option<&str>) -> Vec<RedisServer> {
         "1000",
         "--cluster-require-full-coverage",
         "no",
+        "--repl-diskless-sync-delay",
+        "0",
+        "--enable-debug-command",
+        "yes",
     ];
     if let Some(password) = password {
         args.extend(["--requirepass", password, "--masterauth", password]);
     }
-    let nodes: Vec<RedisServer> = (0..3)
+    let nodes: Vec<RedisServer> = (0..3 * (1 + replicas))
         .map(|_| RedisServer::start_with_args(&args))
         .collect();
     let addrs: Vec<String> = nodes
@@ -49,14 +60,17 @@ async fn cluster_with_password(password: Option<&str>) -> Vec<RedisServer> {
     let out = create
         .args(["--cluster", "create"])
         .args(&addrs)
-        .args(["--cluster-replicas", "0", "--cluster-yes"])
+        .args(["--cluster-replicas", &replicas.to_string(), "--cluster-yes"])
         .output()
         .expect("redis-cli on PATH");
     assert!(out.status.success(), "{out:?}");
     for node in &nodes {
-        eventually(Duration::from_secs(20), || async {
+        eventually(Duration::from_secs(30), || async {
             let info = node.cmd(&["CLUSTER", "INFO"]).as_string().unwrap();
+            let replication = node.cmd(&["INFO", "replication"]).as_string().unwrap();
             info.contains("cluster_state:ok")
+                && (replication.contains("role:master")
+                    || replication.contains("master_link_status:up"))
         })
         .await;
     }
@@ -236,44 +250,7 @@ fn serves(line: &str, slot: i64) -> bool {
 
 /// Three masters with a replica each.
 async fn cluster_with_replicas() -> Vec<RedisServer> {
-    let nodes: Vec<RedisServer> = (0..6)
-        .map(|_| {
-            RedisServer::start_with_args(&[
-                "--cluster-enabled",
-                "yes",
-                "--cluster-config-file",
-                "nodes.conf",
-                "--cluster-node-timeout",
-                "1000",
-                "--repl-diskless-sync-delay",
-                "0",
-                "--enable-debug-command",
-                "yes",
-            ])
-        })
-        .collect();
-    let addrs: Vec<String> = nodes
-        .iter()
-        .map(|n| format!("127.0.0.1:{}", n.port()))
-        .collect();
-    let out = Command::new("redis-cli")
-        .args(["--cluster", "create"])
-        .args(&addrs)
-        .args(["--cluster-replicas", "1", "--cluster-yes"])
-        .output()
-        .expect("redis-cli on PATH");
-    assert!(out.status.success(), "{out:?}");
-    for node in &nodes {
-        eventually(Duration::from_secs(30), || async {
-            let info = node.cmd(&["CLUSTER", "INFO"]).as_string().unwrap();
-            let replication = node.cmd(&["INFO", "replication"]).as_string().unwrap();
-            info.contains("cluster_state:ok")
-                && (replication.contains("role:master")
-                    || replication.contains("master_link_status:up"))
-        })
-        .await;
-    }
-    nodes
+    make_cluster(1, None).await
 }
 
 /// The node (index into `nodes`) that serves `slot` as master, and its
@@ -524,7 +501,7 @@ async fn a_resharded_slot_takes_its_lock_and_subscription_along() {
 /// opens to any node (commands, subscriptions) authenticates.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_password_reaches_every_node() {
-    let nodes = cluster_with_password(Some("clu5ter-pw")).await;
+    let nodes = cluster_with_password("clu5ter-pw").await;
     let urls = || {
         nodes
             .iter()

@@ -279,7 +279,7 @@ async fn rate(
     bench: &mut Bench,
     tasks: usize,
     run: Duration,
-    pair: impl Fn(usize, u64) -> futures_pair::PairFuture + Send + Sync + 'static,
+    pair: impl Fn(usize, u64) -> PairFuture + Send + Sync + 'static,
 ) -> Rate {
     let before = stats(bench).await;
     let cpu_before = process_cpu();
@@ -302,7 +302,7 @@ async fn rate(
 async fn pairs_per_second(
     tasks: usize,
     run: Duration,
-    pair: impl Fn(usize, u64) -> futures_pair::PairFuture + Send + Sync + 'static,
+    pair: impl Fn(usize, u64) -> PairFuture + Send + Sync + 'static,
 ) -> f64 {
     let pair = Arc::new(pair);
     let done = Arc::new(AtomicU64::new(0));
@@ -326,14 +326,9 @@ async fn pairs_per_second(
     done.load(Ordering::Relaxed) as f64 / start.elapsed().as_secs_f64()
 }
 
-mod futures_pair {
-    use std::future::Future;
-    use std::pin::Pin;
-
-    /// One lock + unlock (or one raw pair), boxed so that the three kinds
-    /// share one driver.
-    pub(crate) type PairFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
-}
+/// One lock + unlock (or one raw pair), boxed so that every kind shares
+/// one driver.
+type PairFuture = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
 
 /// Independent locks under concurrency, against raw pairs at the same
 /// concurrency over the same kind of connection.
