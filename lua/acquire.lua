@@ -1,16 +1,31 @@
--- Acquire, or re-enter, a reentrant lock (Redisson RLock layout).
+-- Acquire, or re-enter, a reentrant lock (Redisson RLock layout), safely
+-- resent per request id.
 --
 -- KEYS[1]  the lock hash, at the plain lock name
+-- KEYS[2]  the acquire latch, `ferrisson_acquire_latch:{name}:<request-id>`
 -- ARGV[1]  lease in milliseconds
 -- ARGV[2]  owner field, `<client-uuid>:<owner-id>`
+-- ARGV[3]  latch TTL in milliseconds (the lease)
 --
 -- Replies nil when the owner now holds the lock: the hold count was raised by
--- one and the key's TTL set to the lease. Otherwise replies the key's PTTL in
--- milliseconds (-1 when the key has no TTL), and changes nothing.
+-- one, the key's TTL set to the lease, and the latch written. Otherwise
+-- replies the key's PTTL in milliseconds (-1 when the key has no TTL), and
+-- changes nothing. A resend of a granted request (its latch exists and the
+-- owner still holds the lock) replies nil again without raising the count.
+-- A request given up by its client (latch `x`, see acquire_cancel.lua) that
+-- reaches Redis late changes nothing and replies -2.
 -- A key of another type fails with WRONGTYPE and changes nothing.
+local latch = redis.call('get', KEYS[2])
+if latch == 'x' then
+    return -2
+end
+if latch ~= false and redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
+    return nil
+end
 if redis.call('exists', KEYS[1]) == 0 or redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
     redis.call('hincrby', KEYS[1], ARGV[2], 1)
     redis.call('pexpire', KEYS[1], ARGV[1])
+    redis.call('set', KEYS[2], 1, 'px', ARGV[3])
     return nil
 end
 return redis.call('pttl', KEYS[1])

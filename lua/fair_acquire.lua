@@ -5,12 +5,14 @@
 -- KEYS[2]  the queue list, `redisson_lock_queue:{name}` (owner fields)
 -- KEYS[3]  the timeout sorted set, `redisson_lock_timeout:{name}` (member =
 --          owner field, score = epoch ms after which it counts as dead)
+-- KEYS[4]  the acquire latch, `ferrisson_acquire_latch:{name}:<request-id>`
 -- ARGV[1]  lease in milliseconds
 -- ARGV[2]  owner field, `<client-uuid>:<owner-id>`
 -- ARGV[3]  waiter timeout in milliseconds (how long a queued waiter may
 --          stay silent before it counts as dead)
 -- ARGV[4]  `1` to join the queue when the lock is taken, `0` for one
 --          attempt that leaves no trace
+-- ARGV[5]  latch TTL in milliseconds (the lease)
 --
 -- Dead waiters at the head of the queue (score <= now, by the server's
 -- clock) are dropped first. Replies nil when the owner now holds the lock
@@ -19,6 +21,19 @@
 -- most, in milliseconds, at least 1 for a queued waiter: a new waiter is
 -- queued with a score of the waiter before it (or the lock's TTL) plus the
 -- waiter timeout.
+--
+-- Safe to resend per request id: a granted request writes its latch (TTL:
+-- the lease); a resend while the latch exists and the owner holds the lock
+-- replies nil again and changes nothing. A request given up by its client
+-- (latch `x`, see acquire_cancel.lua) that reaches Redis late changes
+-- nothing and replies -2.
+local latch = redis.call('get', KEYS[4])
+if latch == 'x' then
+    return -2
+end
+if latch ~= false and redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
+    return nil
+end
 local time = redis.call('time')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 local wait = tonumber(ARGV[3])
@@ -43,11 +58,13 @@ if redis.call('exists', KEYS[1]) == 0
     end
     redis.call('hset', KEYS[1], ARGV[2], 1)
     redis.call('pexpire', KEYS[1], ARGV[1])
+    redis.call('set', KEYS[4], 1, 'px', ARGV[5])
     return nil
 end
 if redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
     redis.call('hincrby', KEYS[1], ARGV[2], 1)
     redis.call('pexpire', KEYS[1], ARGV[1])
+    redis.call('set', KEYS[4], 1, 'px', ARGV[5])
     return nil
 end
 local pttl = redis.call('pttl', KEYS[1])

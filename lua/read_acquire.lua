@@ -6,9 +6,11 @@
 --          `{name}:<owner-field>:rwlock_timeout`; hold n's key is
 --          `<prefix>:<n>`, built here because n is only known here (it
 --          shares the prefix's hash tag, so the lock's cluster slot)
+-- KEYS[3]  the acquire latch, `ferrisson_acquire_latch:{name}:<request-id>`
 -- ARGV[1]  lease in milliseconds
 -- ARGV[2]  read owner field, `<client-uuid>:<owner-id>`
 -- ARGV[3]  the same owner's write field, `<client-uuid>:<owner-id>:write`
+-- ARGV[4]  latch TTL in milliseconds (the lease)
 --
 -- Replies nil when the owner now holds one more read hold: its count rose
 -- by one, the hold's timeout key was set with the lease as TTL, and the
@@ -16,6 +18,19 @@
 -- take read holds (a downgrade). Otherwise replies the hash's PTTL in
 -- milliseconds and changes nothing: a writer holds it, or the name holds a
 -- plain lock (a hash without `mode`).
+--
+-- Safe to resend per request id: a granted request writes its latch (TTL:
+-- the lease); a resend while the latch exists and the owner holds the lock
+-- replies nil again and changes nothing. A request given up by its client
+-- (latch `x`, see acquire_cancel.lua) that reaches Redis late changes
+-- nothing and replies -2.
+local latch = redis.call('get', KEYS[3])
+if latch == 'x' then
+    return -2
+end
+if latch ~= false and redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
+    return nil
+end
 local mode = redis.call('hget', KEYS[1], 'mode')
 if mode == false then
     if redis.call('exists', KEYS[1]) == 1 then
@@ -24,6 +39,7 @@ if mode == false then
     redis.call('hset', KEYS[1], 'mode', 'read', ARGV[2], 1)
     redis.call('set', KEYS[2] .. ':1', 1, 'px', ARGV[1])
     redis.call('pexpire', KEYS[1], ARGV[1])
+    redis.call('set', KEYS[3], 1, 'px', ARGV[4])
     return nil
 end
 if mode == 'read' or (mode == 'write' and redis.call('hexists', KEYS[1], ARGV[3]) == 1) then
@@ -31,6 +47,7 @@ if mode == 'read' or (mode == 'write' and redis.call('hexists', KEYS[1], ARGV[3]
     redis.call('set', KEYS[2] .. ':' .. n, 1, 'px', ARGV[1])
     local ttl = redis.call('pttl', KEYS[1])
     redis.call('pexpire', KEYS[1], math.max(ttl, tonumber(ARGV[1])))
+    redis.call('set', KEYS[3], 1, 'px', ARGV[4])
     return nil
 end
 return redis.call('pttl', KEYS[1])

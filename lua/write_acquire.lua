@@ -2,15 +2,30 @@
 -- RReadWriteLock layout).
 --
 -- KEYS[1]  the lock hash, at the plain lock name
+-- KEYS[2]  the acquire latch, `ferrisson_acquire_latch:{name}:<request-id>`
 -- ARGV[1]  lease in milliseconds
 -- ARGV[2]  write owner field, `<client-uuid>:<owner-id>:write`
 -- ARGV[3]  the same owner's read field, `<client-uuid>:<owner-id>`
+-- ARGV[4]  latch TTL in milliseconds (the lease)
 --
 -- Replies nil when the owner now holds one more write hold (the hash's TTL
 -- is at least the lease). Replies -3 when the owner holds read holds and
 -- no write hold: waiting would wait for itself (no upgrade), so nothing
 -- changes and the caller is told. Otherwise replies the hash's PTTL in
 -- milliseconds and changes nothing.
+--
+-- Safe to resend per request id: a granted request writes its latch (TTL:
+-- the lease); a resend while the latch exists and the owner holds the lock
+-- replies nil again and changes nothing. A request given up by its client
+-- (latch `x`, see acquire_cancel.lua) that reaches Redis late changes
+-- nothing and replies -2.
+local latch = redis.call('get', KEYS[2])
+if latch == 'x' then
+    return -2
+end
+if latch ~= false and redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
+    return nil
+end
 local mode = redis.call('hget', KEYS[1], 'mode')
 if mode == false then
     if redis.call('exists', KEYS[1]) == 1 then
@@ -18,12 +33,14 @@ if mode == false then
     end
     redis.call('hset', KEYS[1], 'mode', 'write', ARGV[2], 1)
     redis.call('pexpire', KEYS[1], ARGV[1])
+    redis.call('set', KEYS[2], 1, 'px', ARGV[4])
     return nil
 end
 if mode == 'write' and redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
     redis.call('hincrby', KEYS[1], ARGV[2], 1)
     local ttl = redis.call('pttl', KEYS[1])
     redis.call('pexpire', KEYS[1], math.max(ttl, tonumber(ARGV[1])))
+    redis.call('set', KEYS[2], 1, 'px', ARGV[4])
     return nil
 end
 if mode == 'read' and redis.call('hexists', KEYS[1], ARGV[3]) == 1 then

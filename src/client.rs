@@ -16,7 +16,7 @@ use crate::lock::Kind;
 use crate::pubsub::PubSub;
 use crate::sweeper::Sweeper;
 use crate::watchdog::Registry;
-use crate::{Lock, ReadWriteLock, Result};
+use crate::{CountDownLatch, Lock, PermitExpirableSemaphore, ReadWriteLock, Result, Semaphore};
 
 /// A connection to Redis that hands out locks.
 ///
@@ -231,6 +231,27 @@ impl Client {
         ReadWriteLock::new(self.clone(), name.into())
     }
 
+    /// A handle to the semaphore `name`, Redisson's `RSemaphore`: a count
+    /// of permits that anyone takes and gives back (not owner-bound; see
+    /// [`Semaphore`]).
+    pub fn semaphore(&self, name: impl Into<String>) -> Semaphore {
+        Semaphore::new(self.clone(), name.into())
+    }
+
+    /// A handle to the permit-expirable semaphore `name`, Redisson's
+    /// `RPermitExpirableSemaphore`: each permit has an id and, optionally,
+    /// a lease after which it comes back by itself (see
+    /// [`PermitExpirableSemaphore`]).
+    pub fn permit_expirable_semaphore(&self, name: impl Into<String>) -> PermitExpirableSemaphore {
+        PermitExpirableSemaphore::new(self.clone(), name.into())
+    }
+
+    /// A handle to the count-down latch `name`, Redisson's
+    /// `RCountDownLatch` (see [`CountDownLatch`]).
+    pub fn count_down_latch(&self, name: impl Into<String>) -> CountDownLatch {
+        CountDownLatch::new(self.clone(), name.into())
+    }
+
     /// This client's UUID: the first half of every owner field it writes.
     pub fn id(&self) -> Uuid {
         self.inner.id
@@ -394,8 +415,9 @@ impl ClientBuilder {
         self
     }
 
-    /// How many times one release is sent when the connection fails
-    /// (resends are safe: see the unlock latch in the README). Default 4.
+    /// How many times one release, or one acquire, is sent when the
+    /// connection fails (resends are safe: the unlock and acquire latches,
+    /// see the README). Default 4.
     pub fn release_attempts(mut self, attempts: u32) -> Self {
         self.config.release_attempts = attempts;
         self
@@ -505,8 +527,12 @@ impl ClientBuilder {
                 .get_multiplexed_async_connection_with_config(&probe)
                 .await?,
         );
+        // Commands on a server that is down fail after one reconnect
+        // attempt (the default retries with backoff for about 9 s before a
+        // command hears of it); the next command tries again.
+        let command_config = manager_config.clone().set_number_of_retries(1);
         let conn = redis_client
-            .get_connection_manager_with_config(manager_config.clone())
+            .get_connection_manager_with_config(command_config)
             .await?;
         let pubsub = PubSub::connect(redis_client, manager_config).await?;
         Ok(Client::assemble(

@@ -19,8 +19,8 @@ pub const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(3);
 /// Default time to open a connection.
 pub const DEFAULT_CONNECTION_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Default number of sends of one release when the connection fails; the
-/// unlock latch makes the repeats safe.
+/// Default number of sends of one release or acquire when the connection
+/// fails; the unlock and acquire latches make the repeats safe.
 pub const DEFAULT_RELEASE_ATTEMPTS: u32 = 4;
 
 /// What an acquire does when too few replicas acknowledged it in time.
@@ -74,7 +74,7 @@ pub struct Config {
     pub response_timeout: Duration,
     /// Time to open a connection.
     pub connection_timeout: Duration,
-    /// Sends of one release when the connection fails.
+    /// Sends of one release, or one acquire, when the connection fails.
     pub release_attempts: u32,
     /// Waiting for replicas after writes; `None` (the default): no waiting.
     pub replica_sync: Option<ReplicaSync>,

@@ -40,6 +40,10 @@ pub trait DistributedLock: sealed::Sealed + Send + Sync + std::fmt::Debug {
     /// The lock's name.
     fn name(&self) -> &str;
 
+    /// The lease of a hold taken in watchdog mode: the watchdog timeout of
+    /// the lock's client.
+    fn watchdog_timeout(&self) -> Duration;
+
     /// Waits until the lock is held, in watchdog mode.
     ///
     /// # Cancel safety
@@ -105,6 +109,10 @@ impl sealed::Sealed for Lock {}
 impl DistributedLock for Lock {
     fn name(&self) -> &str {
         Lock::name(self)
+    }
+
+    fn watchdog_timeout(&self) -> Duration {
+        self.client().config().watchdog_timeout
     }
 
     async fn lock(&self) -> Result<LockGuard> {

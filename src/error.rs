@@ -72,6 +72,18 @@ pub enum Error {
         wanted: u32,
     },
 
+    /// A permit of a permit-expirable semaphore is not out: its lease ran
+    /// out and it went back to the semaphore, or it was released already.
+    #[error(
+        "permit {permit} of semaphore `{name}` is not out (its lease ran out, or it was released)"
+    )]
+    PermitNotOut {
+        /// The semaphore name.
+        name: String,
+        /// The permit id, 32 hex digits.
+        permit: String,
+    },
+
     /// A script replied something its contract does not allow.
     #[error("unexpected reply from the {script} script: {reply}")]
     UnexpectedReply {
@@ -88,6 +100,12 @@ impl Error {
         matches!(self, Error::NotHeld { .. })
     }
 
+    /// Whether a permit of a permit-expirable semaphore was not out (it
+    /// expired, or was released already).
+    pub fn is_permit_not_out(&self) -> bool {
+        matches!(self, Error::PermitNotOut { .. })
+    }
+
     /// Whether the caller's lease was lost.
     pub fn is_lease_lost(&self) -> bool {
         matches!(self, Error::LeaseLost { .. })
@@ -99,6 +117,15 @@ impl Error {
         match self {
             Error::Redis(e) => is_connection_failure(e),
             _ => false,
+        }
+    }
+
+    /// A wait without a deadline that returned without its result: a bug
+    /// of ours, reported rather than panicked on.
+    pub(crate) fn no_deadline(what: &'static str) -> Self {
+        Error::UnexpectedReply {
+            script: what,
+            reply: "gave up without a deadline".into(),
         }
     }
 
@@ -143,6 +170,33 @@ pub(crate) fn is_connection_failure(err: &redis::RedisError) -> bool {
         || err.is_connection_dropped()
         || err.is_timeout()
         || err.is_connection_refusal()
+}
+
+/// The longest name of a lock or other object, in bytes (64 KiB): every
+/// command carries the name, often more than once.
+pub const MAX_NAME_LEN: usize = 64 * 1024;
+
+/// Checks the name of a `what` (a lock, a semaphore...): not empty, at most
+/// [`MAX_NAME_LEN`] bytes.
+pub(crate) fn check_name(what: &str, name: &str) -> Result<()> {
+    if name.is_empty() {
+        return Err(Error::invalid(format!("{what} name must not be empty")));
+    }
+    if name.len() > MAX_NAME_LEN {
+        return Err(Error::invalid(format!(
+            "{what} name is {} bytes long; at most {MAX_NAME_LEN} are allowed",
+            name.len()
+        )));
+    }
+    Ok(())
+}
+
+/// Checks a count of permits: at least 1.
+pub(crate) fn check_permits(permits: u32) -> Result<u32> {
+    if permits == 0 {
+        return Err(Error::invalid("permits must be at least 1, got 0"));
+    }
+    Ok(permits)
 }
 
 /// Checks a duration argument: at least one millisecond, at most `max`.

@@ -16,6 +16,12 @@ use tokio::runtime::Handle;
 type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
 type Orphan<T> = Box<dyn FnOnce(T) -> BoxFuture<()> + Send + 'static>;
 
+/// The runtime of the caller, which a [`Finish`] moves unfinished work to.
+pub(crate) fn runtime() -> crate::Result<Handle> {
+    Handle::try_current()
+        .map_err(|_| crate::Error::invalid("ferrisson must be called from inside a tokio runtime"))
+}
+
 pub(crate) struct Finish<T: Send + 'static> {
     request: Option<BoxFuture<T>>,
     started: bool,

@@ -124,7 +124,13 @@ impl LockGuard {
             .map(Duration::from_millis)
     }
 
-    /// Whether the lease is known to be lost (see [`LockGuard::lease_lost`]).
+    /// Whether the lease is known to be lost (see [`LockGuard::lease_lost`]),
+    /// or has run out by this process's clock: the lease counted from the
+    /// send of the acquire, or in watchdog mode the watchdog timeout less the
+    /// drift margin counted from the send of the last renewal Redis
+    /// confirmed. So a holder that checks it right after a pause (a stopped
+    /// process, a starved runtime) learns the truth at once, before the
+    /// watchdog has run.
     pub fn is_lease_lost(&self) -> bool {
         self.hold().is_none_or(|h| h.lease.is_lost())
     }

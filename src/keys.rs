@@ -57,6 +57,22 @@ pub(crate) fn fencing_token(name: &str) -> String {
     prefix_name("redisson_lock_token", name)
 }
 
+/// The channel of a semaphore (either kind): `redisson_sc:{name}`.
+pub(crate) fn semaphore_channel(name: &str) -> String {
+    prefix_name("redisson_sc", name)
+}
+
+/// The permits a permit-expirable semaphore handed out: `{name}:timeout`.
+pub(crate) fn permit_timeouts(name: &str) -> String {
+    suffix_name(name, "timeout")
+}
+
+/// The channel of a count-down latch:
+/// `redisson_countdownlatch__channel__{name}` (no colon, as Redisson).
+pub(crate) fn latch_channel(name: &str) -> String {
+    format!("redisson_countdownlatch__channel__{}", tagged(name))
+}
+
 /// The latch key that makes one release request idempotent.
 pub(crate) fn unlock_latch(name: &str, request_id: &str) -> String {
     let mut key = prefix_name("redisson_unlock_latch", name);
@@ -113,6 +129,9 @@ mod tests {
             fair_queue(name),
             fencing_token(name),
             rwlock_timeout_prefix(name, "x:1") + ":1",
+            semaphore_channel(name),
+            permit_timeouts(name),
+            latch_channel(name),
         ] {
             assert_eq!(slot(key.as_bytes()), slot(b"orders:42"), "{key}");
         }
@@ -132,6 +151,12 @@ mod tests {
             fencing_token("orders:42"),
             "redisson_lock_token:{orders:42}"
         );
+        assert_eq!(semaphore_channel("jobs"), "redisson_sc:{jobs}");
+        assert_eq!(permit_timeouts("jobs"), "{jobs}:timeout");
+        assert_eq!(
+            latch_channel("boot"),
+            "redisson_countdownlatch__channel__{boot}"
+        );
     }
 
     #[test]
@@ -145,6 +170,11 @@ mod tests {
         assert_eq!(
             unlock_latch("a{b}c", "ff"),
             "redisson_unlock_latch:a{b}c:ff"
+        );
+        assert_eq!(permit_timeouts("{jobs}:1"), "{jobs}:1:timeout");
+        assert_eq!(
+            latch_channel("{boot}:1"),
+            "redisson_countdownlatch__channel__{boot}:1"
         );
     }
 }

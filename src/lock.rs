@@ -9,20 +9,16 @@ use tokio::time::Instant;
 
 use crate::config::Unsynced;
 use crate::config::MAX_DURATION;
-use crate::error::check_duration;
-use crate::finish::Finish;
+use crate::error::{check_duration, check_name, is_connection_failure};
+use crate::finish::{runtime, Finish};
 use crate::guard::{release_hold, LockGuard};
 use crate::scripts::{
-    ACQUIRE, FAIR_ACQUIRE, FAIR_FORCE_UNLOCK, FAIR_LEAVE, FENCED_ACQUIRE, FORCE_UNLOCK,
-    READ_ACQUIRE, UNLOCK_MESSAGE, WAKE_ALL_MESSAGE, WRITE_ACQUIRE,
+    ACQUIRE, ACQUIRE_CANCEL, FAIR_ACQUIRE, FAIR_FORCE_UNLOCK, FAIR_LEAVE, FENCED_ACQUIRE,
+    FORCE_UNLOCK, READ_ACQUIRE, UNLOCK_MESSAGE, WAKE_ALL_MESSAGE, WRITE_ACQUIRE,
 };
-use crate::watchdog::{HoldKey, LeaseState};
+use crate::watchdog::{renew_call, HoldKey, LeaseState};
 use crate::Backoff;
 use crate::{keys, Client, Error, Result};
-
-/// The longest lock name accepted, in bytes (64 KiB): every command carries
-/// the name, often more than once.
-pub const MAX_NAME_LEN: usize = 64 * 1024;
 
 /// How long a fair lock's queued waiter may stay silent before the others
 /// skip it, by default: 300 s, as Redisson.
@@ -192,18 +188,15 @@ impl Lock {
         }
     }
 
+    /// The client this handle belongs to.
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
     /// The hash field of the calling owner, `<client-uuid>:<owner-id>`;
     /// checks the name and owner.
     fn field(&self) -> Result<Arc<str>> {
-        if self.name.is_empty() {
-            return Err(Error::invalid("lock name must not be empty"));
-        }
-        if self.name.len() > MAX_NAME_LEN {
-            return Err(Error::invalid(format!(
-                "lock name is {} bytes long; at most {MAX_NAME_LEN} are allowed",
-                self.name.len()
-            )));
-        }
+        check_name("lock", &self.name)?;
         let owner = match &self.owner {
             Some(owner) => {
                 if owner.is_empty() {
@@ -242,8 +235,16 @@ impl Lock {
     /// Cancel safe: a dropped future leaves no hold in Redis, no registry
     /// entry and no subscription. An acquire already sent when the future is
     /// dropped is completed in the background and given back.
+    ///
+    /// Retry safe: an acquire whose reply is lost is sent again under the
+    /// same request id, and a resend of a granted request returns the first
+    /// outcome instead of taking a second hold; when no send got a reply,
+    /// the hold it may have taken is given back in the background (the
+    /// acquire latch, see the README's implementation notes).
     pub async fn lock(&self) -> Result<LockGuard> {
-        self.acquire(None, None).await?.ok_or_else(no_deadline)
+        self.acquire(None, None)
+            .await?
+            .ok_or_else(|| Error::no_deadline("acquire"))
     }
 
     /// Waits until the lock is held, for `lease` at most: no watchdog; the
@@ -258,7 +259,7 @@ impl Lock {
     pub async fn lock_with_lease(&self, lease: Duration) -> Result<LockGuard> {
         self.acquire(None, Some(lease))
             .await?
-            .ok_or_else(no_deadline)
+            .ok_or_else(|| Error::no_deadline("acquire"))
     }
 
     /// One attempt, watchdog mode: `Some(guard)` when the lock was free or
@@ -517,7 +518,7 @@ impl Lock {
         waiter_ms: u64,
     ) -> Result<Option<LockGuard>> {
         let expired = |now: Instant| deadline.is_some_and(|d| now >= d);
-        match self.attempt(field, lease_ms, waiter_ms).await {
+        match self.attempt(field, lease_ms, waiter_ms, deadline).await {
             Ok(Ok(guard)) => return Ok(Some(guard)),
             Ok(Err(_)) => {}
             // With time to wait, a connection failure is waited out like a
@@ -542,13 +543,32 @@ impl Lock {
             Kind::Fair => format!("{}:{field}", self.kind.channel(&self.name)),
             kind => kind.channel(&self.name),
         };
-        let subscribe = self.client.inner.pubsub.subscribe(channel);
-        let subscription = match deadline {
-            Some(deadline) => match tokio::time::timeout_at(deadline, subscribe).await {
-                Ok(subscription) => subscription?,
-                Err(_) => return Ok(None),
-            },
-            None => subscribe.await?,
+        let subscription = loop {
+            let subscribe = self.client.inner.pubsub.subscribe(channel.clone());
+            let subscribed = match deadline {
+                Some(deadline) => match tokio::time::timeout_at(deadline, subscribe).await {
+                    Ok(subscribed) => subscribed,
+                    Err(_) => return Ok(None),
+                },
+                None => subscribe.await,
+            };
+            match subscribed {
+                Ok(subscription) => break subscription,
+                // Without a deadline, a subscription connection that is
+                // down is waited out like the command connection: pause,
+                // try the lock again, subscribe again.
+                Err(err) if deadline.is_none() && err.may_wait_out() => {
+                    tracing::debug!(lock = %self.name, error = %err, "cannot subscribe; waiting to try again");
+                    tokio::time::sleep(Duration::from_millis(NOT_SENT_PAUSE_MS as u64)).await;
+                    match self.attempt(field, lease_ms, waiter_ms, deadline).await {
+                        Ok(Ok(guard)) => return Ok(Some(guard)),
+                        Ok(Err(_)) => {}
+                        Err(err) if err.may_wait_out() => {}
+                        Err(err) => return Err(err),
+                    }
+                }
+                Err(err) => return Err(err),
+            }
         };
         loop {
             let notified = subscription.notified();
@@ -556,7 +576,7 @@ impl Lock {
             // Registered before the attempt: an unlock published while the
             // attempt is in flight still wakes this waiter.
             notified.as_mut().enable();
-            let ttl = match self.attempt(field, lease_ms, waiter_ms).await {
+            let ttl = match self.attempt(field, lease_ms, waiter_ms, deadline).await {
                 Ok(Ok(guard)) => return Ok(Some(guard)),
                 Ok(Err(ttl)) => ttl,
                 // A waiter rides out a moment without a connection (a node
@@ -613,7 +633,7 @@ impl Lock {
                 pause = pause.min(deadline.saturating_duration_since(Instant::now()));
             }
             tokio::time::sleep(pause).await;
-            match self.attempt(field, lease_ms, waiter_ms).await? {
+            match self.attempt(field, lease_ms, waiter_ms, deadline).await? {
                 Ok(guard) => return Ok(Some(guard)),
                 Err(ms) => ttl = (ms >= 0).then(|| Duration::from_millis(ms as u64)),
             }
@@ -624,12 +644,14 @@ impl Lock {
     }
 
     /// One acquire attempt for `field`; `waiter_ms` > 0 queues a fair
-    /// lock's waiter with that waiter timeout.
+    /// lock's waiter with that waiter timeout. A retry-safe attempt is
+    /// resent on a connection failure once, and again until `deadline`.
     async fn attempt(
         &self,
         field: &Arc<str>,
         lease_ms: Option<u64>,
         waiter_ms: u64,
+        deadline: Option<Instant>,
     ) -> Result<Attempt> {
         let inner = &self.client.inner;
         let runtime = runtime()?;
@@ -647,67 +669,56 @@ impl Lock {
         let mut conn = inner.conn.clone();
         let (name, owner) = (Arc::clone(&key.0), Arc::clone(&key.1));
         let kind = self.kind;
+        // Acquires are safe to resend: each request has an id and leaves a
+        // latch, so that a resend after a lost reply returns the first
+        // outcome instead of taking a second hold.
+        let latch = acquire_latch(&name, &inner.request_id());
+        // The latch lives as long as the hold it records could: a resend
+        // or a settle within that time finds it, and it never outlives the
+        // hold's own TTL as granted.
+        let latch_ttl = ttl_ms;
+        let sends = inner.config.release_attempts.max(1);
+        let client = self.client.clone();
         let request = async move {
-            let pttl = |reply: Option<i64>| reply.map_or(Granted::Yes(None), Granted::No);
-            Ok(match kind {
-                Kind::Reentrant => pttl(
-                    ACQUIRE
-                        .key(&*name)
-                        .arg(ttl_ms)
-                        .arg(&*owner)
-                        .invoke_async(&mut conn)
-                        .await?,
-                ),
-                Kind::Fenced => {
-                    let reply: Vec<i64> = FENCED_ACQUIRE
-                        .key(&*name)
-                        .key(keys::fencing_token(&name))
-                        .arg(ttl_ms)
-                        .arg(&*owner)
-                        .invoke_async(&mut conn)
-                        .await?;
-                    match reply.as_slice() {
-                        [1, token] if *token > 0 => Granted::Yes(Some(*token as u64)),
-                        [0, ttl] => Granted::No(*ttl),
-                        other => Granted::Unexpected(format!("{other:?}")),
+            let mut sent = 0;
+            loop {
+                sent += 1;
+                let reply = send_acquire(
+                    kind, &mut conn, &name, &owner, &latch, ttl_ms, latch_ttl, waiter_ms,
+                )
+                .await;
+                // One resend always (a single lost reply must not fail a
+                // `try_lock`), more until the caller's deadline.
+                let resend =
+                    sent < sends && (sent == 1 || deadline.is_none_or(|d| Instant::now() < d));
+                match reply {
+                    Err(err) if resend && is_connection_failure(&err) => {
+                        tracing::debug!(lock = %name, error = %err, "acquire failed; sending it again");
+                        tokio::time::sleep(Duration::from_millis(100 * sent as u64)).await;
                     }
-                }
-                Kind::Fair => pttl(
-                    FAIR_ACQUIRE
-                        .key(&*name)
-                        .key(keys::fair_queue(&name))
-                        .key(keys::fair_timeouts(&name))
-                        .arg(ttl_ms)
-                        .arg(&*owner)
-                        .arg(waiter_ms)
-                        .arg(if waiter_ms > 0 { "1" } else { "0" })
-                        .invoke_async(&mut conn)
-                        .await?,
-                ),
-                Kind::Read => pttl(
-                    READ_ACQUIRE
-                        .key(&*name)
-                        .key(keys::rwlock_timeout_prefix(&name, &owner))
-                        .arg(ttl_ms)
-                        .arg(&*owner)
-                        .arg(format!("{owner}:write"))
-                        .invoke_async(&mut conn)
-                        .await?,
-                ),
-                Kind::Write => {
-                    let reply: Option<i64> = WRITE_ACQUIRE
-                        .key(&*name)
-                        .arg(ttl_ms)
-                        .arg(&*owner)
-                        .arg(owner.strip_suffix(":write").unwrap_or(&owner))
-                        .invoke_async(&mut conn)
-                        .await?;
-                    match reply {
-                        Some(UPGRADE) => Granted::Upgrade,
-                        other => pttl(other),
+                    Err(err) if is_connection_failure(&err) => {
+                        // No reply to any send: settle in the background
+                        // whether one took a hold, and give it back.
+                        let lease_ms = lease_ms.unwrap_or(watchdog_ms);
+                        tokio::spawn(settle_lost_acquire(
+                            client.clone(),
+                            kind,
+                            name.clone(),
+                            owner.clone(),
+                            latch.clone(),
+                            lease_ms,
+                            latch_ttl,
+                        ));
+                        return Err(err);
                     }
+                    Ok(Granted::Yes(token)) => {
+                        // Only resends of this request read the latch.
+                        client.inner.sweeper.discard(latch.clone());
+                        return Ok(Granted::Yes(token));
+                    }
+                    reply => return reply,
                 }
-            })
+            }
         };
         let client = self.client.clone();
         let (name, owner) = (Arc::clone(&key.0), Arc::clone(&key.1));
@@ -739,6 +750,19 @@ impl Lock {
                 owner: key.1.strip_suffix(":write").unwrap_or(&key.1).to_owned(),
             }),
             Granted::Yes(token) => {
+                let mut sent = sent;
+                let watchdog = inner.config.watchdog_timeout;
+                if lease_ms.is_none() && Instant::now() >= sent + watchdog / 3 {
+                    // The grant came back so late that its first renewal is
+                    // due (or, for all this client knows, its TTL already
+                    // ran out): confirm it is still held before handing out
+                    // a guard, as that renewal would.
+                    match self.confirm(&key).await {
+                        Ok((true, confirmed)) => sent = confirmed,
+                        Ok((false, _)) => return Ok(Err(0)),
+                        Err(err) => return Err(err),
+                    }
+                }
                 let lease = match lease_ms {
                     None => inner.registry.hold(key.clone(), sent, kind == Kind::Read),
                     Some(ms) => LeaseState::leased(sent + Duration::from_millis(ms)),
@@ -767,6 +791,35 @@ impl Lock {
                 Ok(Ok(guard))
             }
         }
+    }
+}
+
+impl Lock {
+    /// Renews `key` alone, as the watchdog would: whether its owner still
+    /// holds it, and when the renewal was sent. A caller that leaves
+    /// meanwhile has the hold given back in the background.
+    async fn confirm(&self, key: &HoldKey) -> Result<(bool, Instant)> {
+        let inner = &self.client.inner;
+        let call = renew_call(
+            self.kind == Kind::Read,
+            inner.config.watchdog_timeout,
+            std::iter::once(key),
+        );
+        let mut conn = inner.conn.clone();
+        let sent = Instant::now();
+        let request = async move { call.invoke_async::<Vec<i64>>(&mut conn).await };
+        let (client, kind) = (self.client.clone(), self.kind);
+        let (name, owner) = (Arc::clone(&key.0), Arc::clone(&key.1));
+        let give_back = move |reply: redis::RedisResult<Vec<i64>>| async move {
+            if reply.is_ok_and(|r| r == [1]) {
+                let lease_ms = client.inner.config.watchdog_timeout.as_millis() as u64;
+                let _ = release_hold(&client, kind, &name, &owner, lease_ms).await;
+            }
+        };
+        let reply = Finish::new(runtime()?, request, give_back)
+            .await
+            .map_err(|e| self.error(e))?;
+        Ok((reply == [1], sent))
     }
 }
 
@@ -813,11 +866,60 @@ impl Drop for QueueExit<'_> {
     }
 }
 
-/// Removes `field` from the fair lock `name`'s queue; failures are logged
-/// (the entry then counts as dead after the waiter timeout).
+/// Removes `field` from the fair lock `name`'s queue. A send that meets a
+/// failed connection is resent in the background until it gets through
+/// (for up to the waiter timeout); other failures are logged (the entry
+/// then counts as dead after the waiter timeout).
 async fn leave_queue(client: &Client, name: &str, field: &str, waiter_ms: u64) {
+    let failed = match send_leave(client, name, field, waiter_ms).await {
+        Ok(()) => return,
+        Err(err) if is_connection_failure(&err) => err,
+        Err(err) => {
+            tracing::warn!(lock = %name, owner = %field, error = %err,
+                "could not leave the fair lock's queue; the entry is skipped after the waiter timeout");
+            return;
+        }
+    };
+    // Leaving is idempotent (a second leave finds nobody to remove): resend
+    // it in the background until it gets through, for as long as the entry
+    // would hold the line up (the waiter timeout), so that the waiters
+    // behind it do not wait for the timeout.
+    tracing::debug!(lock = %name, owner = %field, error = %failed,
+        "leaving the fair lock's queue failed; sending it again in the background");
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        return;
+    };
+    let (client, name, field) = (client.clone(), name.to_owned(), field.to_owned());
+    runtime.spawn(async move {
+        let give_up = Instant::now() + Duration::from_millis(waiter_ms);
+        let mut pause = Duration::from_millis(50);
+        loop {
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(Duration::from_secs(1));
+            match send_leave(&client, &name, &field, waiter_ms).await {
+                Ok(()) => return,
+                Err(err) if is_connection_failure(&err) && Instant::now() < give_up => {
+                    tracing::debug!(lock = %name, error = %err, "leaving the fair lock's queue failed again");
+                }
+                Err(err) => {
+                    tracing::warn!(lock = %name, owner = %field, error = %err,
+                        "could not leave the fair lock's queue; the entry is skipped after the waiter timeout");
+                    return;
+                }
+            }
+        }
+    });
+}
+
+/// One send of the fair lock's leave script.
+async fn send_leave(
+    client: &Client,
+    name: &str,
+    field: &str,
+    waiter_ms: u64,
+) -> redis::RedisResult<()> {
     let mut conn = client.inner.conn.clone();
-    let left: redis::RedisResult<i64> = FAIR_LEAVE
+    FAIR_LEAVE
         .key(keys::fair_queue(name))
         .key(keys::fair_timeouts(name))
         .key(name)
@@ -826,12 +928,148 @@ async fn leave_queue(client: &Client, name: &str, field: &str, waiter_ms: u64) {
         .arg(waiter_ms)
         .arg(UNLOCK_MESSAGE)
         .arg(client.inner.publish())
-        .invoke_async(&mut conn)
-        .await;
-    if let Err(err) = left {
-        tracing::warn!(lock = %name, owner = %field, error = %err,
-            "could not leave the fair lock's queue; the entry is skipped after the waiter timeout");
+        .invoke_async::<i64>(&mut conn)
+        .await
+        .map(drop)
+}
+
+/// The acquire latch of one request: `ferrisson_acquire_latch:{name}:<id>`
+/// (brace rule as Redisson's latches, so it shares the lock's slot).
+pub(crate) fn acquire_latch(name: &str, request_id: &str) -> String {
+    let mut key = keys::prefix_name("ferrisson_acquire_latch", name);
+    key.push(':');
+    key.push_str(request_id);
+    key
+}
+
+/// Sends one acquire of `kind`'s script; `latch` makes resends of the same
+/// request safe.
+#[allow(clippy::too_many_arguments)]
+async fn send_acquire(
+    kind: Kind,
+    conn: &mut crate::conn::Conn,
+    name: &str,
+    owner: &str,
+    latch: &str,
+    ttl_ms: u64,
+    latch_ttl: u64,
+    waiter_ms: u64,
+) -> redis::RedisResult<Granted> {
+    let pttl = |reply: Option<i64>| reply.map_or(Granted::Yes(None), Granted::No);
+    Ok(match kind {
+        Kind::Reentrant => pttl(
+            ACQUIRE
+                .key(name)
+                .key(latch)
+                .arg(ttl_ms)
+                .arg(owner)
+                .arg(latch_ttl)
+                .invoke_async(conn)
+                .await?,
+        ),
+        Kind::Fenced => {
+            let reply: Vec<i64> = FENCED_ACQUIRE
+                .key(name)
+                .key(keys::fencing_token(name))
+                .key(latch)
+                .arg(ttl_ms)
+                .arg(owner)
+                .arg(latch_ttl)
+                .invoke_async(conn)
+                .await?;
+            match reply.as_slice() {
+                [1, token] if *token > 0 => Granted::Yes(Some(*token as u64)),
+                [0, ttl] => Granted::No(*ttl),
+                other => Granted::Unexpected(format!("{other:?}")),
+            }
+        }
+        Kind::Fair => pttl(
+            FAIR_ACQUIRE
+                .key(name)
+                .key(keys::fair_queue(name))
+                .key(keys::fair_timeouts(name))
+                .key(latch)
+                .arg(ttl_ms)
+                .arg(owner)
+                .arg(waiter_ms)
+                .arg(if waiter_ms > 0 { "1" } else { "0" })
+                .arg(latch_ttl)
+                .invoke_async(conn)
+                .await?,
+        ),
+        Kind::Read => pttl(
+            READ_ACQUIRE
+                .key(name)
+                .key(keys::rwlock_timeout_prefix(name, owner))
+                .key(latch)
+                .arg(ttl_ms)
+                .arg(owner)
+                .arg(format!("{owner}:write"))
+                .arg(latch_ttl)
+                .invoke_async(conn)
+                .await?,
+        ),
+        Kind::Write => {
+            let reply: Option<i64> = WRITE_ACQUIRE
+                .key(name)
+                .key(latch)
+                .arg(ttl_ms)
+                .arg(owner)
+                .arg(owner.strip_suffix(":write").unwrap_or(owner))
+                .arg(latch_ttl)
+                .invoke_async(conn)
+                .await?;
+            match reply {
+                Some(UPGRADE) => Granted::Upgrade,
+                other => pttl(other),
+            }
+        }
+    })
+}
+
+/// Settles an acquire request none of whose sends got a reply: marks it
+/// cancelled so that a late arrival changes nothing, or, when it was
+/// granted, gives the hold back. Tries for as long as the latch lives.
+async fn settle_lost_acquire(
+    client: Client,
+    kind: Kind,
+    name: Arc<str>,
+    owner: Arc<str>,
+    latch: String,
+    lease_ms: u64,
+    latch_ttl: u64,
+) {
+    let deadline = Instant::now() + Duration::from_millis(latch_ttl);
+    let mut conn = client.inner.conn.clone();
+    let mut pause = Duration::from_millis(100);
+    while Instant::now() < deadline {
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(Duration::from_secs(1));
+        let settled: redis::RedisResult<i64> = ACQUIRE_CANCEL
+            .key(&latch)
+            .arg(latch_ttl)
+            .invoke_async(&mut conn)
+            .await;
+        match settled {
+            Ok(0) => return,
+            Ok(_) => {
+                tracing::debug!(lock = %name, %owner, "an acquire whose reply was lost took a hold; giving it back");
+                if let Err(err) = release_hold(&client, kind, &name, &owner, lease_ms).await {
+                    tracing::warn!(lock = %name, %owner, error = %err,
+                        "could not give back a hold taken by an acquire whose reply was lost; it expires with its lease");
+                }
+                client.inner.sweeper.discard(latch);
+                return;
+            }
+            Err(err) if is_connection_failure(&err) => {}
+            Err(err) => {
+                tracing::warn!(lock = %name, error = %err, "could not settle an acquire whose reply was lost");
+                return;
+            }
+        }
     }
+    tracing::warn!(lock = %name, %owner,
+        "could not learn whether an acquire whose reply was lost took a hold; it expires with its lease");
 }
 
 /// What one acquire script call replied.
@@ -851,16 +1089,3 @@ const NOT_SENT_PAUSE_MS: i64 = 100;
 
 /// What the write acquire script replies to a refused upgrade.
 const UPGRADE: i64 = -3;
-
-fn runtime() -> Result<tokio::runtime::Handle> {
-    tokio::runtime::Handle::try_current()
-        .map_err(|_| Error::invalid("ferrisson must be called from inside a tokio runtime"))
-}
-
-fn no_deadline() -> Error {
-    // `acquire` without a deadline only returns with a guard or an error.
-    Error::UnexpectedReply {
-        script: "acquire",
-        reply: "gave up without a deadline".into(),
-    }
-}

@@ -23,6 +23,9 @@ use crate::Result;
 #[derive(Debug)]
 struct ChannelState {
     notify: Notify,
+    /// Every message wakes every waiter (semaphores and latches); else
+    /// message `0` wakes one (a lock's unlock).
+    broadcast: bool,
     /// Where SUBSCRIBE stands; the lock orders subscribe and unsubscribe of
     /// this channel.
     subscribed: Mutex<Subscribed>,
@@ -212,6 +215,22 @@ impl PubSub {
     /// Cancel safe: a dropped call leaves the waiter count as it was, and a
     /// subscription nobody waits on is dropped again.
     pub(crate) async fn subscribe(self: &Arc<Self>, channel: String) -> Result<Subscription> {
+        self.join(channel, false).await
+    }
+
+    /// [`PubSub::subscribe`] for a channel whose every message wakes every
+    /// waiter: a semaphore's new count, a latch's zero.
+    ///
+    /// # Cancel safety
+    /// As [`PubSub::subscribe`].
+    pub(crate) async fn subscribe_broadcast(
+        self: &Arc<Self>,
+        channel: String,
+    ) -> Result<Subscription> {
+        self.join(channel, true).await
+    }
+
+    async fn join(self: &Arc<Self>, channel: String, broadcast: bool) -> Result<Subscription> {
         let state = {
             let mut slot = self
                 .channels
@@ -220,6 +239,7 @@ impl PubSub {
                     waiters: 0,
                     state: Arc::new(ChannelState {
                         notify: Notify::new(),
+                        broadcast,
                         subscribed: Mutex::new(Subscribed::No),
                     }),
                 });
@@ -370,7 +390,7 @@ fn dispatch(channels: &Channels, info: PushInfo) {
                 return;
             };
             if let Some(slot) = channels.get(channel) {
-                if payload == crate::scripts::UNLOCK_MESSAGE.as_bytes() {
+                if !slot.state.broadcast && payload == crate::scripts::UNLOCK_MESSAGE.as_bytes() {
                     slot.state.notify.notify_one();
                 } else {
                     slot.state.notify.notify_waiters();
@@ -406,11 +426,12 @@ mod tests {
 
     use super::*;
 
-    fn slot() -> Slot {
+    fn slot(broadcast: bool) -> Slot {
         Slot {
             waiters: 2,
             state: Arc::new(ChannelState {
                 notify: Notify::new(),
+                broadcast,
                 subscribed: Mutex::new(Subscribed::Yes),
             }),
         }
@@ -428,8 +449,14 @@ mod tests {
 
     /// How many of two enabled waiters a push wakes.
     fn woken_by(info: PushInfo) -> usize {
+        woken_on(false, info)
+    }
+
+    /// How many of two enabled waiters a push wakes on a channel that
+    /// broadcasts or not.
+    fn woken_on(broadcast: bool, info: PushInfo) -> usize {
         let channels: Channels = DashMap::new();
-        channels.insert("ch".into(), slot());
+        channels.insert("ch".into(), slot(broadcast));
         let state = Arc::clone(&channels.get("ch").unwrap().state);
         let mut first = Box::pin(state.notify.notified());
         let mut second = Box::pin(state.notify.notified());
@@ -456,5 +483,11 @@ mod tests {
             data: vec![],
         };
         assert_eq!(woken_by(lost), 2);
+    }
+
+    #[test]
+    fn broadcast_channels_wake_all_on_every_message() {
+        assert_eq!(woken_on(true, message("ch", "0")), 2);
+        assert_eq!(woken_on(true, message("ch", "3")), 2);
     }
 }

@@ -13,6 +13,10 @@ pub(crate) static ACQUIRE: LazyLock<Script> =
 pub(crate) static FENCED_ACQUIRE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../lua/fenced_acquire.lua")));
 
+/// `lua/acquire_cancel.lua`: settle an acquire whose replies were lost.
+pub(crate) static ACQUIRE_CANCEL: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../lua/acquire_cancel.lua")));
+
 /// `lua/read_acquire.lua`: take or re-enter a read hold.
 pub(crate) static READ_ACQUIRE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../lua/read_acquire.lua")));
@@ -60,6 +64,34 @@ pub(crate) static RENEW: LazyLock<Script> =
 /// `lua/force_unlock.lua`: delete whoever holds it, wake waiters.
 pub(crate) static FORCE_UNLOCK: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../lua/force_unlock.lua")));
+
+/// `lua/semaphore_acquire.lua`: take permits when enough are available.
+pub(crate) static SEMAPHORE_ACQUIRE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../lua/semaphore_acquire.lua")));
+
+/// `lua/semaphore_release.lua`: add permits, publish the new count.
+pub(crate) static SEMAPHORE_RELEASE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../lua/semaphore_release.lua")));
+
+/// `lua/semaphore_drain.lua`: take every available permit.
+pub(crate) static SEMAPHORE_DRAIN: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../lua/semaphore_drain.lua")));
+
+/// `lua/set_if_missing.lua`: a semaphore's permits or a latch's count, once.
+pub(crate) static SET_IF_MISSING: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../lua/set_if_missing.lua")));
+
+/// `lua/expirable.lua`: every operation of a permit-expirable semaphore.
+pub(crate) static EXPIRABLE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../lua/expirable.lua")));
+
+/// `lua/latch_count_down.lua`: one count down; zero opens the latch.
+pub(crate) static LATCH_COUNT_DOWN: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../lua/latch_count_down.lua")));
+
+/// `lua/latch_delete.lua`: delete a latch, opening it.
+pub(crate) static LATCH_DELETE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../lua/latch_delete.lua")));
 
 /// The message a final release publishes: wakes one waiter.
 pub(crate) const UNLOCK_MESSAGE: &str = "0";

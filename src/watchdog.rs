@@ -29,30 +29,60 @@ use crate::scripts::{RENEW, RENEW_READ};
 pub(crate) type HoldKey = (Arc<str>, Arc<str>);
 
 /// What a guard knows of its lease.
+///
+/// Besides the flag the watchdog sets, every lease has a deadline by this
+/// process's clock: for a leased hold, the lease counted from when the
+/// acquire was sent; for a watchdog hold, the watchdog timeout (less the
+/// drift margin) counted from the request of the last renewal Redis
+/// confirmed, moved on by each confirmed renewal. So a holder that checks
+/// its guard right after a pause (a stopped process, a starved runtime)
+/// learns the lease is gone before the watchdog's own task has run.
 #[derive(Debug)]
 pub(crate) struct LeaseState {
     lost: watch::Sender<bool>,
-    /// For leased holds: when the lease runs out by the client's clock.
-    deadline: Option<Instant>,
+    /// The origin of `deadline`.
+    base: Instant,
+    /// Nanoseconds after `base` at which the lease runs out by this
+    /// process's clock.
+    deadline: AtomicU64,
+    /// A watchdog hold: [`LeaseState::wait_lost`] waits for the watchdog's
+    /// verdict (given at the same deadline), which forgets the hold before
+    /// telling its guards.
+    watched: bool,
 }
 
 impl LeaseState {
     pub(crate) fn leased(deadline: Instant) -> Arc<Self> {
+        LeaseState::new(deadline, false)
+    }
+
+    /// A watchdog hold's lease, good until `deadline` unless renewed.
+    fn watched(deadline: Instant) -> Arc<Self> {
+        LeaseState::new(deadline, true)
+    }
+
+    fn new(deadline: Instant, watched: bool) -> Arc<Self> {
+        let base = Instant::now();
         Arc::new(LeaseState {
             lost: watch::Sender::new(false),
-            deadline: Some(deadline),
+            base,
+            deadline: AtomicU64::new(nanos_after(base, deadline)),
+            watched,
         })
     }
 
-    fn watched() -> Arc<Self> {
-        Arc::new(LeaseState {
-            lost: watch::Sender::new(false),
-            deadline: None,
-        })
+    /// Moves the deadline on to `deadline`, never back.
+    fn extend(&self, deadline: Instant) {
+        self.deadline
+            .fetch_max(nanos_after(self.base, deadline), Ordering::Relaxed);
+    }
+
+    fn deadline(&self) -> Instant {
+        self.base + Duration::from_nanos(self.deadline.load(Ordering::Relaxed))
     }
 
     pub(crate) fn is_lost(&self) -> bool {
-        *self.lost.borrow() || self.deadline.is_some_and(|d| Instant::now() >= d)
+        *self.lost.borrow() || Instant::now() >= self.deadline()
     }
 
     pub(crate) fn mark_lost(&self) {
@@ -67,14 +97,27 @@ impl LeaseState {
                 std::future::pending::<()>().await;
             }
         };
-        match self.deadline {
-            Some(deadline) => tokio::select! {
-                _ = lost => {}
-                _ = tokio::time::sleep_until(deadline) => {}
-            },
-            None => lost.await,
+        if self.watched {
+            return lost.await;
+        }
+        tokio::pin!(lost);
+        loop {
+            let deadline = self.deadline();
+            tokio::select! {
+                _ = &mut lost => return,
+                _ = tokio::time::sleep_until(deadline) => {
+                    // A renewal may have moved the deadline meanwhile.
+                    if Instant::now() >= self.deadline() {
+                        return;
+                    }
+                }
+            }
         }
     }
+}
+
+fn nanos_after(base: Instant, at: Instant) -> u64 {
+    u64::try_from(at.saturating_duration_since(base).as_nanos()).unwrap_or(u64::MAX)
 }
 
 /// Most keys renewed by one script call, as in Redisson.
@@ -152,23 +195,34 @@ impl Registry {
     pub(crate) fn hold(&self, key: HoldKey, sent: Instant, read: bool) -> Arc<LeaseState> {
         let shared = &self.shared;
         match shared.map.entry(key) {
+            Entry::Occupied(mut held) if held.get().lease.is_lost() => {
+                // Lost by the clock, not yet forgotten by the watchdog: a
+                // new hold starts a new entry (the old one's schedule
+                // entries no longer match its id), and the old guards stay
+                // lost.
+                let old = held.get();
+                old.lease.mark_lost();
+                if let Some(due) = old.due {
+                    shared.lock_schedule().queue.remove(&(due, old.id));
+                }
+                let (lease, entry) = shared.new_entry(held.key().clone(), sent, read);
+                held.insert(entry);
+                lease
+            }
             Entry::Occupied(mut held) => {
-                held.get_mut().holds += 1;
-                Arc::clone(&held.get().lease)
+                // The re-entry reset the key's TTL too.
+                let held = held.get_mut();
+                held.holds += 1;
+                if sent > held.confirmed {
+                    held.confirmed = sent;
+                    held.lease
+                        .extend(sent + shared.timeout - drift_margin(shared.timeout));
+                }
+                Arc::clone(&held.lease)
             }
             Entry::Vacant(vacant) => {
-                let lease = LeaseState::watched();
-                let id = shared.next_id.fetch_add(1, Ordering::Relaxed);
-                let due = sent + shared.timeout / 3;
-                shared.enqueue(due, id, vacant.key().clone());
-                vacant.insert(Held {
-                    id,
-                    holds: 1,
-                    lease: Arc::clone(&lease),
-                    confirmed: sent,
-                    due: Some(due),
-                    read,
-                });
+                let (lease, entry) = shared.new_entry(vacant.key().clone(), sent, read);
+                vacant.insert(entry);
                 lease
             }
         }
@@ -209,6 +263,24 @@ impl Registry {
 }
 
 impl Shared {
+    /// A new entry for `key`, first acquired by a request sent at `sent`,
+    /// put on the schedule (the caller holds the map entry).
+    fn new_entry(&self, key: HoldKey, sent: Instant, read: bool) -> (Arc<LeaseState>, Held) {
+        let lease = LeaseState::watched(sent + self.timeout - drift_margin(self.timeout));
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let due = sent + self.timeout / 3;
+        self.enqueue(due, id, key);
+        let held = Held {
+            id,
+            holds: 1,
+            lease: Arc::clone(&lease),
+            confirmed: sent,
+            due: Some(due),
+            read,
+        };
+        (lease, held)
+    }
+
     fn lock_schedule(&self) -> std::sync::MutexGuard<'_, Schedule> {
         // Nothing panics while holding it; a poisoned one is still sound.
         self.schedule.lock().unwrap_or_else(|e| e.into_inner())
@@ -304,6 +376,8 @@ impl Shared {
             }
             if let Some(confirmed) = confirmed {
                 held.confirmed = confirmed;
+                held.lease
+                    .extend(confirmed + self.timeout - drift_margin(self.timeout));
             }
             held.due = Some(next);
             entries.push(((next, due.id), due.key.clone()));
@@ -397,6 +471,29 @@ async fn schedule(shared: Weak<Shared>, wake: Arc<Notify>) {
 }
 
 /// Renews one batch of keys in one script call sent at `sent`.
+/// One renewal script call for `holds` (all read holds, or none): each
+/// key's TTL reset to `timeout` if its owner still holds it; replies 1 or 0
+/// per hold, in order.
+pub(crate) fn renew_call<'a>(
+    read: bool,
+    timeout: Duration,
+    holds: impl Iterator<Item = &'a HoldKey>,
+) -> redis::ScriptInvocation<'static> {
+    let mut call = if read {
+        RENEW_READ.prepare_invoke()
+    } else {
+        RENEW.prepare_invoke()
+    };
+    call.arg(timeout.as_millis() as u64);
+    for (name, owner) in holds {
+        call.key(&**name).arg(&**owner);
+        if read {
+            call.key(keys::rwlock_timeout_prefix(name, owner));
+        }
+    }
+    call
+}
+
 async fn renew(shared: Arc<Shared>, batch: Vec<Due>, sent: Instant) {
     let timeout = shared.timeout;
     let deadline = batch
@@ -406,18 +503,7 @@ async fn renew(shared: Arc<Shared>, batch: Vec<Due>, sent: Instant) {
         .unwrap_or(sent + timeout);
     // A batch holds one kind only (`take_due`).
     let read = batch[0].read;
-    let mut call = if read {
-        RENEW_READ.prepare_invoke()
-    } else {
-        RENEW.prepare_invoke()
-    };
-    call.arg(timeout.as_millis() as u64);
-    for due in &batch {
-        call.key(&*due.key.0).arg(&*due.key.1);
-        if read {
-            call.key(keys::rwlock_timeout_prefix(&due.key.0, &due.key.1));
-        }
-    }
+    let call = renew_call(read, timeout, batch.iter().map(|due| &due.key));
     let mut conn = shared.conn.clone();
     let reply =
         match tokio::time::timeout_at(deadline, call.invoke_async::<Vec<i64>>(&mut conn)).await {

@@ -1,0 +1,99 @@
+-- Every operation on a permit-expirable semaphore (Redisson
+-- RPermitExpirableSemaphore layout), picked by ARGV[1].
+--
+-- KEYS[1]  the semaphore: a string holding the number of available permits
+-- KEYS[2]  the permits handed out, `{name}:timeout`: a sorted set whose
+--          members are permit ids (16 raw bytes) scored by the epoch ms at
+--          which the permit expires (ARGV[5] for a permit without a lease)
+-- KEYS[3]  the channel, `redisson_sc:{name}`
+-- ARGV[1]  the operation: acquire, release, update, available or drain
+-- ARGV[2]  the publish command, `publish` or `spublish`
+-- ARGV[3]  the permit id (acquire, release, update)
+-- ARGV[4]  the lease in ms, 0 for none (acquire, update)
+-- ARGV[5]  the score of a permit without a lease
+--
+-- First, by the server's clock, every permit whose lease ended goes back:
+-- removed from KEYS[2], added to KEYS[1], and the new count published.
+-- Then:
+--   acquire    takes one permit under the id: replies nil when taken;
+--              otherwise how many ms until the first lease ends (at least
+--              1), or -1 when no permit out has a lease
+--   release    gives the permit back: replies 1, or 0 when it is not out
+--              (it expired, or was released already)
+--   update     sets the permit's lease from now: replies 1, or 0 when it
+--              is not out
+--   available  replies the available permits
+--   drain      takes every available permit: replies how many
+local time = redis.call('time')
+local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+local forever = tonumber(ARGV[5])
+
+local function available()
+    local value = redis.call('get', KEYS[1])
+    if value == false then
+        return 0
+    end
+    local n = tonumber(value)
+    if n == nil then
+        return redis.error_reply('ERR the semaphore holds a value that is not an integer')
+    end
+    return n
+end
+
+local expired = redis.call('zremrangebyscore', KEYS[2], '-inf', now)
+if expired > 0 then
+    local value = redis.call('incrby', KEYS[1], expired)
+    redis.call(ARGV[2], KEYS[3], value)
+end
+
+local function expiry()
+    local lease = tonumber(ARGV[4])
+    if lease > 0 then
+        return now + lease
+    end
+    return forever
+end
+
+local op = ARGV[1]
+if op == 'acquire' then
+    local n = available()
+    if type(n) == 'table' then
+        return n
+    end
+    if n >= 1 then
+        redis.call('decrby', KEYS[1], 1)
+        redis.call('zadd', KEYS[2], expiry(), ARGV[3])
+        return nil
+    end
+    local first = redis.call('zrange', KEYS[2], 0, 0, 'withscores')
+    if first[2] == nil or tonumber(first[2]) >= forever then
+        return -1
+    end
+    return math.max(tonumber(first[2]) - now, 1)
+elseif op == 'release' then
+    if redis.call('zrem', KEYS[2], ARGV[3]) == 0 then
+        return 0
+    end
+    local value = redis.call('incrby', KEYS[1], 1)
+    redis.call(ARGV[2], KEYS[3], value)
+    return 1
+elseif op == 'update' then
+    if redis.call('zscore', KEYS[2], ARGV[3]) == false then
+        return 0
+    end
+    redis.call('zadd', KEYS[2], expiry(), ARGV[3])
+    return 1
+elseif op == 'available' then
+    return available()
+elseif op == 'drain' then
+    local n = available()
+    if type(n) == 'table' then
+        return n
+    end
+    if n <= 0 then
+        return 0
+    end
+    redis.call('decrby', KEYS[1], n)
+    return n
+end
+return redis.error_reply('ERR unknown operation ' .. tostring(op))

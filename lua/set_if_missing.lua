@@ -1,0 +1,16 @@
+-- Set a semaphore's permits or a latch's count once, and tell the waiters.
+--
+-- KEYS[1]  the semaphore or latch key
+-- KEYS[2]  its channel
+-- ARGV[1]  the value to set
+-- ARGV[2]  the message to publish: the permits for a semaphore, `1` for a
+--          latch
+-- ARGV[3]  the publish command, `publish` or `spublish`
+--
+-- Replies 1 when the key was set, 0 when it already existed (untouched).
+if redis.call('exists', KEYS[1]) == 1 then
+    return 0
+end
+redis.call('set', KEYS[1], ARGV[1])
+redis.call(ARGV[3], KEYS[2], ARGV[2])
+return 1

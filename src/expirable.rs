@@ -1,0 +1,541 @@
+//! The permit-expirable semaphore: permits with ids and leases, which come
+//! back by themselves when their holder dies.
+
+use std::fmt;
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::runtime::Handle;
+use tokio::time::Instant;
+
+use crate::config::MAX_DURATION;
+use crate::error::{check_duration, check_name};
+use crate::finish::{runtime, Finish};
+use crate::waiting::{deadline, wait_on, Tried};
+use crate::{keys, scripts::EXPIRABLE, Client, Error, Result};
+
+/// The score of a permit without a lease, as Redisson writes it
+/// (`Long.MAX_VALUE / 10000`): far beyond any expiry.
+const NO_EXPIRY: i64 = 922_337_203_685_477;
+
+/// A permit's id: 16 random bytes, shown as 32 hex digits, as in Redisson.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PermitId([u8; 16]);
+
+impl PermitId {
+    fn random() -> PermitId {
+        PermitId(*uuid::Uuid::new_v4().as_bytes())
+    }
+
+    /// The 16 bytes, as the sorted set stores them.
+    pub fn as_bytes(&self) -> &[u8; 16] {
+        &self.0
+    }
+}
+
+impl fmt::Display for PermitId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.iter().try_for_each(|b| write!(f, "{b:02x}"))
+    }
+}
+
+impl fmt::Debug for PermitId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "PermitId({self})")
+    }
+}
+
+impl FromStr for PermitId {
+    type Err = Error;
+
+    /// Parses 32 hex digits (either case), as [`PermitId`] displays and
+    /// Redisson hands out.
+    fn from_str(text: &str) -> Result<PermitId> {
+        let bad = || Error::invalid(format!("a permit id is 32 hex digits, got `{text}`"));
+        if text.len() != 32 || !text.is_ascii() {
+            return Err(bad());
+        }
+        let mut bytes = [0u8; 16];
+        for (i, byte) in bytes.iter_mut().enumerate() {
+            *byte = u8::from_str_radix(&text[2 * i..2 * i + 2], 16).map_err(|_| bad())?;
+        }
+        Ok(PermitId(bytes))
+    }
+}
+
+/// A semaphore whose permits have ids and, optionally, leases, from
+/// [`Client::permit_expirable_semaphore`]: Redisson's
+/// `RPermitExpirableSemaphore`, on the same keys.
+///
+/// Each acquire takes one permit and returns a [`Permit`] with its own id.
+/// A permit taken with a lease goes back to the semaphore when the lease
+/// runs out, by the Redis server's clock: every call on the semaphore, from
+/// any client, first takes back the permits whose lease ended, and a waiter
+/// wakes when the first lease it waits on ends. So a holder that dies loses
+/// its permit at most one lease later, with no one to clean up.
+///
+/// Layout: the available permits at the key `name`, the permits out in the
+/// sorted set `{name}:timeout` (member: the id's 16 bytes; score: when the
+/// lease ends, in epoch ms), the channel `redisson_sc:{name}`.
+///
+/// ```no_run
+/// # async fn run(client: ferrisson::Client) -> ferrisson::Result<()> {
+/// use std::time::Duration;
+/// let seats = client.permit_expirable_semaphore("gpu:seats");
+/// seats.try_set_permits(2).await?;
+/// let permit = seats.acquire_with_lease(Duration::from_secs(60)).await?;
+/// println!("seat {} is mine for a minute", permit.id());
+/// // ... work; if this process dies, the seat comes back within a minute ...
+/// seats.release(permit).await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct PermitExpirableSemaphore {
+    client: Client,
+    name: Arc<str>,
+}
+
+impl fmt::Debug for PermitExpirableSemaphore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PermitExpirableSemaphore")
+            .field("name", &self.name)
+            .finish_non_exhaustive()
+    }
+}
+
+/// One call of the script, with the arguments of `op`.
+fn call(
+    client: &Client,
+    name: &str,
+    op: &str,
+    id: Option<PermitId>,
+    lease_ms: u64,
+) -> redis::ScriptInvocation<'static> {
+    let mut invocation = EXPIRABLE.prepare_invoke();
+    invocation
+        .key(name)
+        .key(keys::permit_timeouts(name))
+        .key(keys::semaphore_channel(name))
+        .arg(op)
+        .arg(client.inner.publish())
+        .arg(id.map(|id| id.0.to_vec()).unwrap_or_default())
+        .arg(lease_ms)
+        .arg(NO_EXPIRY);
+    invocation
+}
+
+/// Gives permit `id` back; whether it was out.
+async fn give_back(client: &Client, name: &str, id: PermitId) -> Result<bool> {
+    let mut conn = client.inner.conn.clone();
+    let released: i64 = call(client, name, "release", Some(id), 0)
+        .invoke_async(&mut conn)
+        .await
+        .map_err(|e| Error::from_redis(e, name))?;
+    Ok(released == 1)
+}
+
+impl PermitExpirableSemaphore {
+    pub(crate) fn new(client: Client, name: String) -> PermitExpirableSemaphore {
+        PermitExpirableSemaphore {
+            client,
+            name: name.into(),
+        }
+    }
+
+    /// The semaphore's name, which is also its key.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn checked(&self) -> Result<()> {
+        check_name("semaphore", &self.name)
+    }
+
+    fn error(&self, err: redis::RedisError) -> Error {
+        Error::from_redis(err, &self.name)
+    }
+
+    /// Sets the number of permits, if the semaphore is not set yet; whether
+    /// it was set by this call (see [`Semaphore::try_set_permits`]).
+    ///
+    /// [`Semaphore::try_set_permits`]: crate::Semaphore::try_set_permits
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`], [`Error::WrongType`], [`Error::Redis`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe: once sent, the call completes in the background.
+    pub async fn try_set_permits(&self, permits: u32) -> Result<bool> {
+        self.counter().try_set_permits(permits).await
+    }
+
+    /// Adds `permits` new permits, and wakes the waiters.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a bad name or zero permits,
+    /// [`Error::WrongType`], [`Error::Redis`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe: once sent, the call completes in the background.
+    pub async fn add_permits(&self, permits: u32) -> Result<()> {
+        self.counter().add_permits(permits).await
+    }
+
+    /// The count of available permits alone: the key and channel of a
+    /// plain [`Semaphore`](crate::Semaphore) of the same name.
+    fn counter(&self) -> crate::Semaphore {
+        crate::Semaphore::new(self.client.clone(), self.name.to_string())
+    }
+
+    /// Takes one permit without a lease, waiting as long as it takes. The
+    /// permit is out until released: if its holder dies, it is lost, as a
+    /// [`Semaphore`](crate::Semaphore)'s; prefer
+    /// [`acquire_with_lease`](Self::acquire_with_lease).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`], [`Error::WrongType`], [`Error::Redis`]
+    /// for an error Redis replies (connection failures are waited out).
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a dropped future leaves no permit out. When the take
+    /// was already sent, it completes in the background and its permit is
+    /// given back.
+    pub async fn acquire(&self) -> Result<Permit> {
+        self.take(None, None)
+            .await?
+            .ok_or_else(|| Error::no_deadline("expirable"))
+    }
+
+    /// Takes one permit that comes back by itself after `lease`, waiting
+    /// as long as it takes.
+    ///
+    /// # Errors
+    /// As [`acquire`](Self::acquire), and [`Error::InvalidArgument`] for a
+    /// lease under 1 ms or over a year.
+    ///
+    /// # Cancel safety
+    /// As [`acquire`](Self::acquire).
+    pub async fn acquire_with_lease(&self, lease: Duration) -> Result<Permit> {
+        self.take(None, Some(lease))
+            .await?
+            .ok_or_else(|| Error::no_deadline("expirable"))
+    }
+
+    /// Takes one permit without a lease if one is available now.
+    ///
+    /// # Errors
+    /// As [`acquire`](Self::acquire), and connection failures.
+    ///
+    /// # Cancel safety
+    /// As [`acquire`](Self::acquire).
+    pub async fn try_acquire(&self) -> Result<Option<Permit>> {
+        self.take(Some(Duration::ZERO), None).await
+    }
+
+    /// Takes one permit without a lease, waiting at most `wait`.
+    ///
+    /// # Errors
+    /// As [`acquire`](Self::acquire), and [`Error::InvalidArgument`] for a
+    /// wait over a year; a connection failure on the first try is
+    /// returned (later ones are waited out within the wait).
+    ///
+    /// # Cancel safety
+    /// As [`acquire`](Self::acquire).
+    pub async fn try_acquire_for(&self, wait: Duration) -> Result<Option<Permit>> {
+        self.take(Some(wait), None).await
+    }
+
+    /// Takes one permit that comes back by itself after `lease`, waiting at
+    /// most `wait`.
+    ///
+    /// # Errors
+    /// As [`try_acquire_for`](Self::try_acquire_for), and
+    /// [`Error::InvalidArgument`] for a bad lease.
+    ///
+    /// # Cancel safety
+    /// As [`acquire`](Self::acquire).
+    pub async fn try_acquire_with_lease(
+        &self,
+        wait: Duration,
+        lease: Duration,
+    ) -> Result<Option<Permit>> {
+        self.take(Some(wait), Some(lease)).await
+    }
+
+    /// Gives the permit back and wakes the waiters.
+    ///
+    /// # Errors
+    /// [`Error::PermitNotOut`] when the permit's lease had run out (it went
+    /// back by itself, and may be someone else's now: nothing else is
+    /// touched); [`Error::Redis`] when the connection failed (a lost reply
+    /// is safe to retry with [`release_by_id`](Self::release_by_id): a
+    /// second release of one id finds it not out).
+    ///
+    /// # Cancel safety
+    /// Cancel safe: once sent, the release completes in the background.
+    pub async fn release(&self, permit: Permit) -> Result<()> {
+        permit.release().await
+    }
+
+    /// Gives back the permit `id`, taken by this or any other client (ids
+    /// travel as text: [`PermitId`] parses Redisson's).
+    ///
+    /// # Errors
+    /// As [`release`](Self::release).
+    ///
+    /// # Cancel safety
+    /// Cancel safe: once sent, the release completes in the background.
+    pub async fn release_by_id(&self, id: PermitId) -> Result<()> {
+        self.checked()?;
+        let (client, name) = (self.client.clone(), Arc::clone(&self.name));
+        let release = async move { give_back(&client, &name, id).await };
+        match Finish::detached(runtime()?, release).await? {
+            true => Ok(()),
+            false => Err(self.not_out(id)),
+        }
+    }
+
+    /// Sets a new lease on a permit that is still out, counted from now;
+    /// with `None`, the permit no longer expires.
+    ///
+    /// # Errors
+    /// [`Error::PermitNotOut`] when its lease had run out already (it is
+    /// not taken again), [`Error::InvalidArgument`] for a lease under 1 ms
+    /// or over a year, [`Error::Redis`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe: once sent, the update completes in the background; the
+    /// permit's local lease is only changed when it succeeded.
+    pub async fn update_lease(&self, permit: &mut Permit, lease: Option<Duration>) -> Result<()> {
+        self.checked()?;
+        let lease_ms = lease
+            .map(|lease| check_duration("lease", lease, MAX_DURATION))
+            .transpose()?;
+        let id = permit.id;
+        let sent = Instant::now();
+        let mut conn = self.client.inner.conn.clone();
+        let invocation = call(
+            &self.client,
+            &self.name,
+            "update",
+            Some(id),
+            lease_ms.unwrap_or(0),
+        );
+        let request = async move { invocation.invoke_async::<i64>(&mut conn).await };
+        let updated = Finish::detached(runtime()?, request)
+            .await
+            .map_err(|e| self.error(e))?;
+        if updated != 1 {
+            return Err(self.not_out(id));
+        }
+        permit.expires = lease_ms.map(|ms| sent + Duration::from_millis(ms));
+        Ok(())
+    }
+
+    /// How many permits are available now, after taking back the expired.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`], [`Error::WrongType`], [`Error::Redis`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe: once sent, the call completes in the background.
+    pub async fn available_permits(&self) -> Result<i64> {
+        self.count("available").await
+    }
+
+    /// Takes every available permit, after taking back the expired; how
+    /// many it took. Drained permits are not out: no id names them.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`], [`Error::WrongType`], [`Error::Redis`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe: once sent, the call completes in the background.
+    pub async fn drain_permits(&self) -> Result<i64> {
+        self.count("drain").await
+    }
+
+    async fn count(&self, op: &'static str) -> Result<i64> {
+        self.checked()?;
+        let mut conn = self.client.inner.conn.clone();
+        let invocation = call(&self.client, &self.name, op, None, 0);
+        let request = async move { invocation.invoke_async::<i64>(&mut conn).await };
+        Finish::detached(runtime()?, request)
+            .await
+            .map_err(|e| self.error(e))
+    }
+
+    fn not_out(&self, id: PermitId) -> Error {
+        Error::PermitNotOut {
+            name: self.name.to_string(),
+            permit: id.to_string(),
+        }
+    }
+
+    async fn take(
+        &self,
+        wait: Option<Duration>,
+        lease: Option<Duration>,
+    ) -> Result<Option<Permit>> {
+        self.checked()?;
+        let lease_ms = lease
+            .map(|lease| check_duration("lease", lease, MAX_DURATION))
+            .transpose()?;
+        let deadline = deadline(wait)?;
+        let runtime = runtime()?;
+        let attempt = || {
+            let (client, name) = (self.client.clone(), Arc::clone(&self.name));
+            let runtime = runtime.clone();
+            async move {
+                let id = PermitId::random();
+                let sent = Instant::now();
+                let mut conn = client.inner.conn.clone();
+                let invocation = call(&client, &name, "acquire", Some(id), lease_ms.unwrap_or(0));
+                let request =
+                    async move { invocation.invoke_async::<Option<i64>>(&mut conn).await };
+                let orphan = {
+                    let (client, name) = (client.clone(), Arc::clone(&name));
+                    move |reply: redis::RedisResult<Option<i64>>| async move {
+                        if let Ok(None) = reply {
+                            // The caller left after the permit was taken.
+                            if let Err(err) = give_back(&client, &name, id).await {
+                                tracing::warn!(semaphore = %name, permit = %id, error = %err,
+                                    "could not give back a permit taken by a cancelled acquire");
+                            }
+                        }
+                    }
+                };
+                match Finish::new(runtime.clone(), request, orphan).await {
+                    Ok(None) => Ok(Tried::Done(Permit {
+                        hold: Some(PermitHold {
+                            client,
+                            name,
+                            runtime,
+                        }),
+                        id,
+                        expires: lease_ms.map(|ms| sent + Duration::from_millis(ms)),
+                    })),
+                    Ok(Some(ms)) if ms > 0 => {
+                        Ok(Tried::Again(Some(Duration::from_millis(ms as u64))))
+                    }
+                    Ok(Some(_)) => Ok(Tried::Again(None)),
+                    Err(err) => Err(Error::from_redis(err, &name)),
+                }
+            }
+        };
+        let channel = keys::semaphore_channel(&self.name);
+        wait_on(&self.client, channel, deadline, attempt).await
+    }
+}
+
+/// One permit of a [`PermitExpirableSemaphore`], from its acquire.
+///
+/// Release it with [`Permit::release`] (or
+/// [`PermitExpirableSemaphore::release`]), which reports what happened.
+/// Dropping it releases it in the background on the runtime it was taken
+/// on, like a [`LockGuard`](crate::LockGuard): never blocking, never
+/// panicking, a failure only logged. [`Permit::forget`] keeps it out
+/// instead, to be released later by id, or to expire.
+#[must_use = "the permit is released as soon as it is dropped"]
+#[clippy::has_significant_drop]
+pub struct Permit {
+    hold: Option<PermitHold>,
+    id: PermitId,
+    /// When the lease ends by this process's clock (from the send of the
+    /// acquire); `None` without a lease.
+    expires: Option<Instant>,
+}
+
+struct PermitHold {
+    client: Client,
+    name: Arc<str>,
+    runtime: Handle,
+}
+
+impl fmt::Debug for Permit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Permit")
+            .field("id", &self.id)
+            .field("semaphore", &self.hold.as_ref().map(|h| &h.name))
+            .field("expires", &self.expires)
+            .finish()
+    }
+}
+
+impl Permit {
+    /// The permit's id.
+    pub fn id(&self) -> PermitId {
+        self.id
+    }
+
+    /// The name of the semaphore it came from.
+    pub fn semaphore(&self) -> &str {
+        self.hold.as_ref().map_or("", |h| &h.name)
+    }
+
+    /// How long until its lease ends, by this process's clock (counted from
+    /// the send of the acquire, so never later than the server's);
+    /// `None` for a permit without a lease.
+    pub fn remaining_lease(&self) -> Option<Duration> {
+        self.expires
+            .map(|at| at.saturating_duration_since(Instant::now()))
+    }
+
+    /// Whether its lease has ended, by this process's clock.
+    pub fn is_expired(&self) -> bool {
+        self.expires.is_some_and(|at| Instant::now() >= at)
+    }
+
+    /// Keeps the permit out: nothing is released, now or on drop.
+    /// Release it later with [`PermitExpirableSemaphore::release_by_id`],
+    /// or let its lease run out.
+    pub fn forget(mut self) {
+        self.hold = None;
+    }
+
+    /// Gives the permit back and wakes the waiters.
+    ///
+    /// # Errors
+    /// As [`PermitExpirableSemaphore::release`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe: once sent, the release completes in the background.
+    pub async fn release(mut self) -> Result<()> {
+        let Some(hold) = self.hold.take() else {
+            return Ok(());
+        };
+        let id = self.id;
+        let name = Arc::clone(&hold.name);
+        let runtime = hold.runtime.clone();
+        let release = async move { give_back(&hold.client, &hold.name, id).await };
+        match Finish::detached(runtime, release).await? {
+            true => Ok(()),
+            false => Err(Error::PermitNotOut {
+                name: name.to_string(),
+                permit: id.to_string(),
+            }),
+        }
+    }
+}
+
+impl Drop for Permit {
+    fn drop(&mut self) {
+        let Some(hold) = self.hold.take() else {
+            return;
+        };
+        let id = self.id;
+        let runtime = hold.runtime.clone();
+        // On a runtime that shut down, nothing is sent: the permit comes
+        // back with its lease, if it has one.
+        runtime.spawn(async move {
+            match give_back(&hold.client, &hold.name, id).await {
+                Ok(true) => {}
+                Ok(false) => tracing::debug!(semaphore = %hold.name, permit = %id,
+                    "dropped permit had expired already"),
+                Err(err) => tracing::warn!(semaphore = %hold.name, permit = %id, error = %err,
+                    "could not release a dropped permit"),
+            }
+        });
+    }
+}

@@ -1,0 +1,230 @@
+//! The count-down latch: waiters wait until a count reaches zero.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::error::check_name;
+use crate::finish::{runtime, Finish};
+use crate::scripts::{LATCH_COUNT_DOWN, LATCH_DELETE, UNLOCK_MESSAGE};
+use crate::semaphore::set_if_missing;
+use crate::waiting::{deadline, wait_on, Tried};
+use crate::{keys, Client, Error, Result};
+
+/// The message `try_set_count` publishes (Redisson's new-count message).
+const NEW_COUNT_MESSAGE: &str = "1";
+
+/// A distributed count-down latch, from [`Client::count_down_latch`]:
+/// Redisson's `RCountDownLatch`, on the same key and channel.
+///
+/// The latch is a count at the plain key `name`, set once with
+/// [`try_set_count`](CountDownLatch::try_set_count). Each
+/// [`count_down`](CountDownLatch::count_down) lowers it; at zero the key is
+/// deleted and every waiter, in every process, is woken by one message on
+/// `redisson_countdownlatch__channel__{name}`.
+///
+/// A latch that is not set is open: [`wait`](CountDownLatch::wait) returns
+/// at once. So set the count before anyone waits on it (a barrier's
+/// coordinator sets it, then starts the workers), or have waiters wait for
+/// it to be set by other means.
+///
+/// ```no_run
+/// # async fn run(client: ferrisson::Client) -> ferrisson::Result<()> {
+/// let ready = client.count_down_latch("deploy:42:ready");
+/// ready.try_set_count(3).await?;
+/// // ... each of three services, when warmed up:
+/// ready.count_down().await?;
+/// // ... and the traffic switch:
+/// ready.wait().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct CountDownLatch {
+    client: Client,
+    name: Arc<str>,
+}
+
+impl std::fmt::Debug for CountDownLatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CountDownLatch")
+            .field("name", &self.name)
+            .finish_non_exhaustive()
+    }
+}
+
+impl CountDownLatch {
+    pub(crate) fn new(client: Client, name: String) -> CountDownLatch {
+        CountDownLatch {
+            client,
+            name: name.into(),
+        }
+    }
+
+    /// The latch's name, which is also its key.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn checked(&self) -> Result<()> {
+        check_name("latch", &self.name)
+    }
+
+    fn error(&self, err: redis::RedisError) -> Error {
+        Error::from_redis(err, &self.name)
+    }
+
+    /// Sets the count, if the latch is not set (or has opened); whether
+    /// this call set it.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a bad name or a count of zero (a
+    /// latch at zero is open: there is nothing to set),
+    /// [`Error::WrongType`] when the key holds other data, [`Error::Redis`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe: once sent, the call completes in the background.
+    pub async fn try_set_count(&self, count: u64) -> Result<bool> {
+        self.checked()?;
+        if count == 0 {
+            return Err(Error::invalid(
+                "a latch count must be at least 1, got 0 (a latch at zero is open)",
+            ));
+        }
+        if count > i64::MAX as u64 {
+            return Err(Error::invalid(format!(
+                "a latch count must be at most {}, got {count}",
+                i64::MAX
+            )));
+        }
+        set_if_missing(
+            &self.client,
+            &self.name,
+            keys::latch_channel(&self.name),
+            count,
+            NEW_COUNT_MESSAGE.to_owned(),
+        )
+        .await
+    }
+
+    /// Lowers the count by one; at zero, opens the latch for every waiter.
+    /// On an open latch it does nothing. Returns the count left.
+    ///
+    /// A count-down is not repeated when its reply is lost (it is not
+    /// idempotent): the error then says the connection failed
+    /// ([`Error::is_connection_error`]), and the count may or may not have
+    /// moved.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`], [`Error::WrongType`], [`Error::Redis`]
+    /// (also when the key holds a string that is not a number).
+    ///
+    /// # Cancel safety
+    /// Cancel safe: once sent, the count-down completes in the background.
+    pub async fn count_down(&self) -> Result<u64> {
+        self.checked()?;
+        let mut conn = self.client.inner.conn.clone();
+        let (name, publish) = (Arc::clone(&self.name), self.client.inner.publish());
+        let request = async move {
+            LATCH_COUNT_DOWN
+                .key(&*name)
+                .key(keys::latch_channel(&name))
+                .arg(UNLOCK_MESSAGE)
+                .arg(publish)
+                .invoke_async::<u64>(&mut conn)
+                .await
+        };
+        Finish::detached(runtime()?, request)
+            .await
+            .map_err(|e| self.error(e))
+    }
+
+    /// The count now; 0 when the latch is open (or was never set).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`], [`Error::WrongType`], [`Error::Redis`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads.
+    pub async fn count(&self) -> Result<u64> {
+        self.checked()?;
+        let mut conn = self.client.inner.conn.clone();
+        let count: Option<i64> = redis::cmd("GET")
+            .arg(&*self.name)
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| self.error(e))?;
+        Ok(count.unwrap_or(0).max(0) as u64)
+    }
+
+    /// Waits until the latch is open (its count reached zero, or it was
+    /// deleted), as long as it takes. Woken by the latch's message; it
+    /// also looks again every third of the client's watchdog timeout, in
+    /// case a message was lost.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`], [`Error::WrongType`], [`Error::Redis`]
+    /// for an error Redis replies (connection failures are waited out).
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads; a dropped wait leaves its subscription.
+    pub async fn wait(&self) -> Result<()> {
+        match self.wait_until(None).await? {
+            true => Ok(()),
+            false => Err(Error::no_deadline("latch")),
+        }
+    }
+
+    /// Waits at most `timeout` for the latch to open; whether it did.
+    ///
+    /// # Errors
+    /// As [`CountDownLatch::wait`], and [`Error::InvalidArgument`] for a
+    /// timeout over a year; a connection failure on the first look is
+    /// returned (later ones are waited out within the timeout).
+    ///
+    /// # Cancel safety
+    /// As [`CountDownLatch::wait`].
+    pub async fn wait_for(&self, timeout: Duration) -> Result<bool> {
+        self.wait_until(Some(timeout)).await
+    }
+
+    async fn wait_until(&self, wait: Option<Duration>) -> Result<bool> {
+        self.checked()?;
+        let deadline = deadline(wait)?;
+        let attempt = || async {
+            Ok(match self.count().await? {
+                0 => Tried::Done(()),
+                _ => Tried::Again(None),
+            })
+        };
+        let channel = keys::latch_channel(&self.name);
+        Ok(wait_on(&self.client, channel, deadline, attempt)
+            .await?
+            .is_some())
+    }
+
+    /// Deletes the latch whatever its count, opening it for every waiter;
+    /// whether there was a latch.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`], [`Error::Redis`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe: once sent, the delete completes in the background.
+    pub async fn delete(&self) -> Result<bool> {
+        self.checked()?;
+        let mut conn = self.client.inner.conn.clone();
+        let (name, publish) = (Arc::clone(&self.name), self.client.inner.publish());
+        let request = async move {
+            LATCH_DELETE
+                .key(&*name)
+                .key(keys::latch_channel(&name))
+                .arg(UNLOCK_MESSAGE)
+                .arg(publish)
+                .invoke_async::<i64>(&mut conn)
+                .await
+        };
+        let deleted = Finish::detached(runtime()?, request)
+            .await
+            .map_err(|e| self.error(e))?;
+        Ok(deleted == 1)
+    }
+}

@@ -1,0 +1,279 @@
+//! The multi-lock: several locks taken as one, all or nothing.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::Poll;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::waiting::{deadline, pause_before_retry};
+use crate::{Backoff, DistributedLock, Error, LockGuard, Result};
+
+/// Several locks held as one: Redisson's `RedissonMultiLock`. The locks
+/// may be of any kind, from different clients and different Redis servers.
+///
+/// An acquire takes every lock or none: when one is busy, the ones already
+/// taken are released before anything waits. It never holds one lock
+/// while waiting for another, so two multi-locks over the same locks, in
+/// any order, cannot deadlock:
+///
+/// 1. wait (within the budget) for the first lock, holding nothing;
+/// 2. take each other lock with one attempt, no wait;
+/// 3. if one is busy, release everything taken, pause (from 1 ms, doubling
+///    up to 128 ms, with jitter, as [`Backoff::default`]), and go back to 1
+///    waiting for the busy one first.
+///
+/// One [`MultiLockGuard`] releases them all.
+///
+/// ```no_run
+/// # async fn run(a: ferrisson::Client, b: ferrisson::Client) -> ferrisson::Result<()> {
+/// use std::time::Duration;
+/// use ferrisson::{DistributedLock, MultiLock};
+/// // An account on one Redis, a ledger on another: both or neither.
+/// let both = MultiLock::new(vec![
+///     Box::new(a.lock("account:7")) as Box<dyn DistributedLock>,
+///     Box::new(b.fair_lock("ledger")),
+/// ]);
+/// if let Some(guard) = both.try_lock_for(Duration::from_secs(2)).await? {
+///     // ... move the money ...
+///     guard.unlock().await?;
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct MultiLock {
+    locks: Vec<Arc<dyn DistributedLock>>,
+    backoff: Backoff,
+}
+
+impl MultiLock {
+    /// A multi-lock over `locks`, taken in this order (after a busy lock,
+    /// that one first).
+    pub fn new(locks: Vec<Box<dyn DistributedLock>>) -> MultiLock {
+        MultiLock {
+            locks: locks.into_iter().map(Arc::from).collect(),
+            backoff: Backoff::default(),
+        }
+    }
+
+    /// The locks, in their order.
+    pub fn locks(&self) -> impl Iterator<Item = &dyn DistributedLock> {
+        self.locks.iter().map(|lock| &**lock)
+    }
+
+    /// Waits until every lock is held, each in watchdog mode.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a multi-lock without locks; any error
+    /// of one lock's acquire (whatever was taken is released first).
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a dropped future leaves no hold behind (the holds taken
+    /// so far are released in the background, and each lock's own acquire
+    /// is cancel safe).
+    pub async fn lock(&self) -> Result<MultiLockGuard> {
+        self.acquire(None, None)
+            .await?
+            .ok_or_else(|| Error::no_deadline("multi-lock"))
+    }
+
+    /// Waits until every lock is held, each for `lease` at most.
+    ///
+    /// # Errors
+    /// As [`MultiLock::lock`], and [`Error::InvalidArgument`] for a bad
+    /// lease.
+    ///
+    /// # Cancel safety
+    /// As [`MultiLock::lock`].
+    pub async fn lock_with_lease(&self, lease: Duration) -> Result<MultiLockGuard> {
+        self.acquire(None, Some(lease))
+            .await?
+            .ok_or_else(|| Error::no_deadline("multi-lock"))
+    }
+
+    /// One attempt at every lock, watchdog mode: all, or none and `None`.
+    ///
+    /// # Errors
+    /// As [`MultiLock::lock`].
+    ///
+    /// # Cancel safety
+    /// As [`MultiLock::lock`].
+    pub async fn try_lock(&self) -> Result<Option<MultiLockGuard>> {
+        self.acquire(Some(Duration::ZERO), None).await
+    }
+
+    /// Every lock within `wait` in all, watchdog mode; `None` when the
+    /// budget ran out (nothing is held then).
+    ///
+    /// # Errors
+    /// As [`MultiLock::lock`], and [`Error::InvalidArgument`] for a wait
+    /// over a year.
+    ///
+    /// # Cancel safety
+    /// As [`MultiLock::lock`].
+    pub async fn try_lock_for(&self, wait: Duration) -> Result<Option<MultiLockGuard>> {
+        self.acquire(Some(wait), None).await
+    }
+
+    /// Every lock within `wait` in all, each held for `lease` at most.
+    ///
+    /// # Errors
+    /// As [`MultiLock::try_lock_for`], and [`Error::InvalidArgument`] for
+    /// a bad lease.
+    ///
+    /// # Cancel safety
+    /// As [`MultiLock::lock`].
+    pub async fn try_lock_with_lease(
+        &self,
+        wait: Duration,
+        lease: Duration,
+    ) -> Result<Option<MultiLockGuard>> {
+        self.acquire(Some(wait), Some(lease)).await
+    }
+
+    async fn acquire(
+        &self,
+        wait: Option<Duration>,
+        lease: Option<Duration>,
+    ) -> Result<Option<MultiLockGuard>> {
+        if self.locks.is_empty() {
+            return Err(Error::invalid("a multi-lock needs at least one lock"));
+        }
+        let deadline = deadline(wait)?;
+        let mut first = 0;
+        let mut round = 0u32;
+        loop {
+            let remaining = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+            let lock = &self.locks[first];
+            let guard = match (remaining, lease) {
+                (None, None) => Some(lock.lock().await?),
+                (None, Some(lease)) => Some(lock.lock_with_lease(lease).await?),
+                (Some(wait), None) => lock.try_lock_for(wait).await?,
+                (Some(wait), Some(lease)) => lock.try_lock_with_lease(wait, lease).await?,
+            };
+            let Some(guard) = guard else {
+                return Ok(None);
+            };
+            // Dropped guards release in the background: an error or a
+            // cancelled call below leaves nothing held.
+            let mut held: Vec<(usize, LockGuard)> = vec![(first, guard)];
+            let mut busy = None;
+            for (i, lock) in self.locks.iter().enumerate().filter(|(i, _)| *i != first) {
+                let taken = match lease {
+                    None => lock.try_lock().await,
+                    Some(lease) => lock.try_lock_with_lease(Duration::ZERO, lease).await,
+                };
+                match taken {
+                    Ok(Some(guard)) => held.push((i, guard)),
+                    Ok(None) => {
+                        busy = Some(i);
+                        break;
+                    }
+                    Err(err) => {
+                        release_all(held.into_iter().map(|(_, g)| g)).await;
+                        return Err(err);
+                    }
+                }
+            }
+            let Some(busy) = busy else {
+                held.sort_by_key(|(i, _)| *i);
+                return Ok(Some(MultiLockGuard {
+                    guards: held.into_iter().map(|(_, g)| g).collect(),
+                }));
+            };
+            release_all(held.into_iter().map(|(_, g)| g)).await;
+            tracing::debug!(lock = %self.locks[busy].name(), "multi-lock: busy; released the rest to wait for it");
+            first = busy;
+            if !pause_before_retry(&self.backoff, &mut round, deadline).await {
+                return Ok(None);
+            }
+        }
+    }
+}
+
+/// Releases every guard, logging failures (each then expires with its
+/// lease).
+async fn release_all(guards: impl IntoIterator<Item = LockGuard>) {
+    for guard in guards {
+        let name = guard.name().to_owned();
+        if let Err(err) = guard.unlock().await {
+            tracing::warn!(lock = %name, error = %err, "could not release a lock of a multi-lock; it expires with its lease");
+        }
+    }
+}
+
+/// The holds of a [`MultiLock`], one per lock, in the multi-lock's order.
+/// Released all at once by [`MultiLockGuard::unlock`], or on drop (in the
+/// background, as [`LockGuard`]).
+#[must_use = "the locks are released as soon as the guard is dropped"]
+#[clippy::has_significant_drop]
+#[derive(Debug)]
+pub struct MultiLockGuard {
+    guards: Vec<LockGuard>,
+}
+
+impl MultiLockGuard {
+    /// The guard of each lock, in the multi-lock's order.
+    pub fn guards(&self) -> &[LockGuard] {
+        &self.guards
+    }
+
+    /// Whether any of the leases is known to be lost.
+    pub fn is_lease_lost(&self) -> bool {
+        self.guards.iter().any(LockGuard::is_lease_lost)
+    }
+
+    /// Resolves when any of the locks is known to be no longer held (see
+    /// [`LockGuard::lease_lost`]): the multi-lock no longer protects all.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only waits.
+    pub async fn lease_lost(&self) {
+        lost_count(&self.guards, 1).await;
+    }
+
+    /// Releases every hold, each as [`LockGuard::unlock`].
+    ///
+    /// # Errors
+    /// The first error of the releases; every release is tried.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: each release, once started, completes in the
+    /// background, and the ones not started yet are released on drop.
+    pub async fn unlock(self) -> Result<()> {
+        let mut first = None;
+        for guard in self.guards {
+            if let Err(err) = guard.unlock().await {
+                first.get_or_insert(err);
+            }
+        }
+        first.map_or(Ok(()), Err)
+    }
+}
+
+/// Resolves once at least `lost` of `guards` report their lease lost.
+pub(crate) async fn lost_count(guards: &[LockGuard], lost: usize) {
+    let mut waits: Vec<Option<Pin<Box<dyn Future<Output = ()> + Send + '_>>>> = guards
+        .iter()
+        .map(|g| Some(Box::pin(g.lease_lost()) as Pin<Box<dyn Future<Output = ()> + Send>>))
+        .collect();
+    let mut done = 0;
+    std::future::poll_fn(|cx| {
+        for wait in waits.iter_mut() {
+            if let Some(fut) = wait {
+                if fut.as_mut().poll(cx).is_ready() {
+                    *wait = None;
+                    done += 1;
+                }
+            }
+        }
+        if done >= lost {
+            Poll::Ready(())
+        } else {
+            Poll::Pending
+        }
+    })
+    .await
+}

@@ -1,0 +1,314 @@
+//! The semaphore: a count of permits in Redis, taken and given back by
+//! anyone.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::error::{check_name, check_permits};
+use crate::finish::{runtime, Finish};
+use crate::scripts::{SEMAPHORE_ACQUIRE, SEMAPHORE_DRAIN, SEMAPHORE_RELEASE, SET_IF_MISSING};
+use crate::waiting::{deadline, wait_on, Tried};
+use crate::{keys, Client, Error, Result};
+
+/// A distributed counting semaphore, from [`Client::semaphore`]: Redisson's
+/// `RSemaphore`, on the same key and channel.
+///
+/// The semaphore is a number of available permits, at the plain key
+/// `name`. [`acquire`](Semaphore::acquire) takes permits (waiting until
+/// enough are available), [`release`](Semaphore::release) gives them back
+/// and wakes the waiters through the channel `redisson_sc:{name}`.
+///
+/// # Not owner-bound
+/// As in Redisson, permits belong to nobody: any caller may release
+/// permits, whether or not it took them, and releases may raise the count
+/// above where it started. Nothing gives back the permits of a holder that
+/// crashed: they are lost until someone calls
+/// [`add_permits`](Semaphore::add_permits). When holders may die, use the
+/// [`PermitExpirableSemaphore`](crate::PermitExpirableSemaphore), whose
+/// permits carry a lease and come back by themselves.
+///
+/// A semaphore that was never set has no permits: set it once with
+/// [`try_set_permits`](Semaphore::try_set_permits).
+///
+/// ```no_run
+/// # async fn run(client: ferrisson::Client) -> ferrisson::Result<()> {
+/// let slots = client.semaphore("exports:slots");
+/// slots.try_set_permits(4).await?; // no-op when already set
+/// slots.acquire(1).await?;
+/// // ... at most four exports run at once, across every process ...
+/// slots.release(1).await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Semaphore {
+    client: Client,
+    name: Arc<str>,
+}
+
+impl std::fmt::Debug for Semaphore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Semaphore")
+            .field("name", &self.name)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Semaphore {
+    pub(crate) fn new(client: Client, name: String) -> Semaphore {
+        Semaphore {
+            client,
+            name: name.into(),
+        }
+    }
+
+    /// The semaphore's name, which is also its key.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn checked(&self) -> Result<()> {
+        check_name("semaphore", &self.name)
+    }
+
+    fn error(&self, err: redis::RedisError) -> Error {
+        Error::from_redis(err, &self.name)
+    }
+
+    /// Sets the number of permits, if the semaphore is not set yet; whether
+    /// it was set by this call. A set semaphore is left as it is, so every
+    /// process may call this at start-up. Zero is allowed: a semaphore
+    /// whose permits come from [`release`](Semaphore::release) alone.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a bad name, [`Error::WrongType`] when
+    /// the key holds other data, [`Error::Redis`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe: once sent, the call completes in the background.
+    pub async fn try_set_permits(&self, permits: u32) -> Result<bool> {
+        self.checked()?;
+        set_if_missing(
+            &self.client,
+            &self.name,
+            keys::semaphore_channel(&self.name),
+            permits,
+            permits.to_string(),
+        )
+        .await
+    }
+
+    /// Adds `permits` to the available ones (setting the semaphore if it
+    /// was not set) and wakes the waiters. The same as
+    /// [`release`](Semaphore::release), by another name, as in Redisson.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a bad name or zero permits,
+    /// [`Error::WrongType`] when the key holds other data, [`Error::Redis`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe: once sent, the call completes in the background.
+    pub async fn add_permits(&self, permits: u32) -> Result<()> {
+        self.release(permits).await
+    }
+
+    /// Gives `permits` back, whoever took them, and wakes the waiters.
+    ///
+    /// A release is not repeated when its reply is lost (the connection
+    /// dropped after the send): it may or may not have happened, and the
+    /// error says so ([`Error::is_connection_error`]); check with
+    /// [`available_permits`](Semaphore::available_permits) before giving
+    /// them again.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a bad name or zero permits,
+    /// [`Error::WrongType`] when the key holds other data, [`Error::Redis`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe: once sent, the release completes in the background.
+    pub async fn release(&self, permits: u32) -> Result<()> {
+        self.checked()?;
+        let permits = check_permits(permits)?;
+        give(&self.client, &self.name, permits)
+            .await
+            .map(drop)
+            .map_err(|e| self.error(e))
+    }
+
+    /// Takes `permits`, waiting as long as it takes until enough are
+    /// available. Waiters are woken by each release's message; with more
+    /// waiters than permits, which of them goes first is not defined.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a bad name or zero permits,
+    /// [`Error::WrongType`] when the key holds other data, [`Error::Redis`]
+    /// for an error Redis replies (connection failures are waited out).
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a dropped future takes no permits. When the take was
+    /// already sent, it completes in the background and the permits it
+    /// took are given back.
+    pub async fn acquire(&self, permits: u32) -> Result<()> {
+        match self.take(permits, None).await? {
+            true => Ok(()),
+            false => Err(Error::no_deadline("semaphore_acquire")),
+        }
+    }
+
+    /// Takes `permits` if they are available now; whether it did.
+    ///
+    /// # Errors
+    /// As [`Semaphore::acquire`], and connection failures.
+    ///
+    /// # Cancel safety
+    /// As [`Semaphore::acquire`].
+    pub async fn try_acquire(&self, permits: u32) -> Result<bool> {
+        self.take(permits, Some(Duration::ZERO)).await
+    }
+
+    /// Takes `permits`, waiting at most `wait` for them; whether it did.
+    ///
+    /// # Errors
+    /// As [`Semaphore::acquire`], and [`Error::InvalidArgument`] for a
+    /// wait over a year; a connection failure on the first try is
+    /// returned (later ones are waited out within the wait).
+    ///
+    /// # Cancel safety
+    /// As [`Semaphore::acquire`].
+    pub async fn try_acquire_for(&self, permits: u32, wait: Duration) -> Result<bool> {
+        self.take(permits, Some(wait)).await
+    }
+
+    /// How many permits are available now (negative only when a Redisson
+    /// client reduced the permits below zero).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`], [`Error::WrongType`], [`Error::Redis`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads.
+    pub async fn available_permits(&self) -> Result<i64> {
+        self.checked()?;
+        let mut conn = self.client.inner.conn.clone();
+        let value: Option<i64> = redis::cmd("GET")
+            .arg(&*self.name)
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| self.error(e))?;
+        Ok(value.unwrap_or(0))
+    }
+
+    /// Takes every available permit; how many it took.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`], [`Error::WrongType`], [`Error::Redis`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe: once sent, the call completes in the background (and
+    /// the permits stay taken).
+    pub async fn drain_permits(&self) -> Result<i64> {
+        self.checked()?;
+        let mut conn = self.client.inner.conn.clone();
+        let name = Arc::clone(&self.name);
+        let drain = async move {
+            SEMAPHORE_DRAIN
+                .key(&*name)
+                .invoke_async::<i64>(&mut conn)
+                .await
+        };
+        Finish::detached(runtime()?, drain)
+            .await
+            .map_err(|e| self.error(e))
+    }
+
+    async fn take(&self, permits: u32, wait: Option<Duration>) -> Result<bool> {
+        self.checked()?;
+        let permits = check_permits(permits)?;
+        let deadline = deadline(wait)?;
+        let runtime = runtime()?;
+        let attempt = || {
+            let (client, name) = (self.client.clone(), Arc::clone(&self.name));
+            let runtime = runtime.clone();
+            async move {
+                let mut conn = client.inner.conn.clone();
+                let key = Arc::clone(&name);
+                let request = async move {
+                    SEMAPHORE_ACQUIRE
+                        .key(&*key)
+                        .arg(permits)
+                        .invoke_async::<i64>(&mut conn)
+                        .await
+                };
+                let orphan = {
+                    let (client, name) = (client.clone(), Arc::clone(&name));
+                    move |reply: redis::RedisResult<i64>| async move {
+                        if reply.ok() == Some(1) {
+                            // The caller left after the permits were taken.
+                            if let Err(err) = give(&client, &name, permits).await {
+                                tracing::warn!(semaphore = %name, permits, error = %err,
+                                    "could not give back permits taken by a cancelled acquire");
+                            }
+                        }
+                    }
+                };
+                match Finish::new(runtime, request, orphan).await {
+                    Ok(1) => Ok(Tried::Done(())),
+                    Ok(_) => Ok(Tried::Again(None)),
+                    Err(err) => Err(Error::from_redis(err, &name)),
+                }
+            }
+        };
+        let channel = keys::semaphore_channel(&self.name);
+        Ok(wait_on(&self.client, channel, deadline, attempt)
+            .await?
+            .is_some())
+    }
+}
+
+/// Adds `permits` to the semaphore `name` and publishes the new count; the
+/// send completes in the background when the caller leaves.
+async fn give(client: &Client, name: &str, permits: u32) -> redis::RedisResult<i64> {
+    let mut conn = client.inner.conn.clone();
+    let publish = client.inner.publish();
+    let name = name.to_owned();
+    let request = async move {
+        SEMAPHORE_RELEASE
+            .key(&name)
+            .key(keys::semaphore_channel(&name))
+            .arg(permits)
+            .arg(publish)
+            .invoke_async::<i64>(&mut conn)
+            .await
+    };
+    match tokio::runtime::Handle::try_current() {
+        Ok(runtime) => Finish::detached(runtime, request).await,
+        Err(_) => request.await,
+    }
+}
+
+/// Sets `key` to `value` unless it exists, publishing `message` on
+/// `channel`; whether it was set. Shared by the semaphores and the latch.
+pub(crate) async fn set_if_missing(
+    client: &Client,
+    key: &str,
+    channel: String,
+    value: impl redis::ToRedisArgs + Send + 'static,
+    message: String,
+) -> Result<bool> {
+    let mut conn = client.inner.conn.clone();
+    let publish = client.inner.publish();
+    let owned = key.to_owned();
+    let request = async move {
+        SET_IF_MISSING
+            .key(&owned)
+            .key(channel)
+            .arg(value)
+            .arg(message)
+            .arg(publish)
+            .invoke_async::<i64>(&mut conn)
+            .await
+    };
+    let set = Finish::detached(runtime()?, request)
+        .await
+        .map_err(|e| Error::from_redis(e, key))?;
+    Ok(set == 1)
+}
