@@ -814,3 +814,36 @@ async fn a_leased_hold_inside_a_watchdog_hold_is_kept_and_released() {
     assert!(!exists(&server, "mixed"));
     settled(&client).await;
 }
+
+/// With the server down, a call fails within about a connection timeout
+/// (one reconnect attempt), not after the connection manager's default
+/// backoff of about 9 s; once the server is back, calls work again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_on_a_server_that_is_down_fails_fast() {
+    let mut server = RedisServer::start();
+    let client = soon(
+        ferrisson::Client::builder(server.url())
+            .watchdog_timeout(WATCHDOG)
+            .connection_timeout(Duration::from_millis(500))
+            .build(),
+    )
+    .await
+    .unwrap();
+    let lock = client.lock("down");
+    soon(lock.try_lock()).await.unwrap().unwrap().leak();
+    server.stop();
+    let mut slowest = Duration::ZERO;
+    for _ in 0..3 {
+        let started = std::time::Instant::now();
+        let err = soon(lock.try_lock()).await.unwrap_err();
+        assert!(err.is_connection_error(), "{err}");
+        slowest = slowest.max(started.elapsed());
+    }
+    println!("try_lock with the server down failed after {slowest:?} at most");
+    assert!(slowest < Duration::from_secs(3), "{slowest:?}");
+    server.restart();
+    eventually(Duration::from_secs(20), || async {
+        matches!(lock.try_lock().await, Ok(Some(_)))
+    })
+    .await;
+}

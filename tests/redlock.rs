@@ -1,0 +1,244 @@
+//! RedLock over five spawned `redis-server`s: it holds with two of them
+//! killed, refuses with three killed, and never has two holders at once.
+
+mod common;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::{exists, settled, soon, within, RedisServer};
+use ferrisson::{Client, DistributedLock, Error, RedLock};
+
+const WATCHDOG: Duration = Duration::from_millis(1500);
+
+/// One client per server, with short timeouts: a dead server must fail
+/// fast, not hold up a round.
+async fn connect_all(servers: &[RedisServer]) -> Vec<Client> {
+    let mut clients = Vec::new();
+    for server in servers {
+        clients.push(
+            soon(
+                Client::builder(server.url())
+                    .watchdog_timeout(WATCHDOG)
+                    .response_timeout(Duration::from_millis(300))
+                    .connection_timeout(Duration::from_millis(300))
+                    .build(),
+            )
+            .await
+            .expect("connect"),
+        );
+    }
+    clients
+}
+
+fn redlock(clients: &[Client], name: &str) -> RedLock {
+    RedLock::new(
+        clients
+            .iter()
+            .map(|c| Box::new(c.lock(name)) as Box<dyn DistributedLock>)
+            .collect(),
+    )
+}
+
+fn holders(servers: &[RedisServer], name: &str) -> usize {
+    servers.iter().filter(|s| exists(s, name)).count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn holds_with_two_servers_killed_refuses_with_three() {
+    let mut servers: Vec<RedisServer> = (0..5).map(|_| RedisServer::start()).collect();
+    let clients = connect_all(&servers).await;
+    let lock = redlock(&clients, "report");
+    assert_eq!(lock.quorum(), 3);
+    let lease = Duration::from_secs(10);
+
+    let guard = soon(lock.lock_with_lease(lease)).await.unwrap();
+    assert_eq!(guard.held(), 5);
+    let validity = guard.validity().unwrap();
+    assert!(validity <= lease && validity > lease / 2, "{validity:?}");
+    guard.unlock().await.unwrap();
+    assert_eq!(holders(&servers, "report"), 0);
+
+    servers[0].stop();
+    servers[1].stop();
+    let started = Instant::now();
+    let guard = soon(lock.try_lock_with_lease(Duration::from_secs(5), lease))
+        .await
+        .unwrap()
+        .expect("three of five make a majority");
+    println!(
+        "with 2 of 5 servers down: held on {} in {:?}",
+        guard.held(),
+        started.elapsed()
+    );
+    assert_eq!(guard.held(), 3);
+    assert_eq!(holders(&servers[2..], "report"), 3);
+    assert!(!guard.is_lease_lost());
+    guard.unlock().await.unwrap();
+    assert_eq!(holders(&servers[2..], "report"), 0);
+
+    // Watchdog mode too.
+    let guard = soon(lock.lock()).await.unwrap();
+    assert_eq!(guard.validity(), None);
+    guard.unlock().await.unwrap();
+
+    servers[2].stop();
+    let started = Instant::now();
+    let refused = soon(lock.try_lock_with_lease(Duration::from_secs(1), lease))
+        .await
+        .unwrap();
+    println!(
+        "with 3 of 5 servers down: refused after {:?}",
+        started.elapsed()
+    );
+    assert!(refused.is_none(), "two of five are not a majority");
+    assert_eq!(
+        holders(&servers[3..], "report"),
+        0,
+        "the minority taken was released"
+    );
+    assert!(soon(lock.try_lock()).await.unwrap().is_none());
+    assert_eq!(holders(&servers[3..], "report"), 0);
+}
+
+/// Three contenders, each with its own five clients, fight over one
+/// RedLock while a server is killed half way: never two holders at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn never_two_holders() {
+    let mut servers: Vec<RedisServer> = (0..5).map(|_| RedisServer::start()).collect();
+    let inside = Arc::new(AtomicUsize::new(0));
+    let overlaps = Arc::new(AtomicUsize::new(0));
+    let acquired = Arc::new(AtomicUsize::new(0));
+    const CONTENDERS: usize = 3;
+    const ROUNDS: usize = 30;
+    let mut tasks = Vec::new();
+    let mut all_clients = Vec::new();
+    for _ in 0..CONTENDERS {
+        let clients = connect_all(&servers).await;
+        let lock = redlock(&clients, "job");
+        all_clients.push(clients);
+        let (inside, overlaps, acquired) = (
+            Arc::clone(&inside),
+            Arc::clone(&overlaps),
+            Arc::clone(&acquired),
+        );
+        tasks.push(tokio::spawn(async move {
+            for round in 0..ROUNDS {
+                let guard = if round % 2 == 0 {
+                    lock.lock_with_lease(Duration::from_secs(10)).await.unwrap()
+                } else {
+                    lock.lock().await.unwrap()
+                };
+                acquired.fetch_add(1, Ordering::SeqCst);
+                if inside.fetch_add(1, Ordering::SeqCst) != 0 {
+                    overlaps.fetch_add(1, Ordering::SeqCst);
+                }
+                tokio::time::sleep(Duration::from_millis(1)).await;
+                inside.fetch_sub(1, Ordering::SeqCst);
+                guard.unlock().await.unwrap();
+            }
+        }));
+    }
+    let started = Instant::now();
+    // Half way, one server dies.
+    while acquired.load(Ordering::SeqCst) < CONTENDERS * ROUNDS / 2 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    servers[4].stop();
+    for task in tasks {
+        within(Duration::from_secs(120), task).await.unwrap();
+    }
+    println!(
+        "{} RedLock acquisitions by {CONTENDERS} contenders in {:?}, a server killed half way; overlaps {}",
+        acquired.load(Ordering::SeqCst),
+        started.elapsed(),
+        overlaps.load(Ordering::SeqCst)
+    );
+    assert_eq!(overlaps.load(Ordering::SeqCst), 0);
+    assert_eq!(holders(&servers[..4], "job"), 0);
+    for clients in &all_clients {
+        for client in &clients[..4] {
+            settled(client).await;
+        }
+    }
+}
+
+/// Errors that are not about reaching a server fail the call; an empty
+/// RedLock is refused; a majority held elsewhere refuses.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn errors_and_contention() {
+    let servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+    let clients = connect_all(&servers).await;
+    assert!(matches!(
+        RedLock::new(vec![]).try_lock().await,
+        Err(Error::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        redlock(&clients, "").try_lock().await,
+        Err(Error::InvalidArgument(_))
+    ));
+    servers[1].cmd(&["SET", "typed", "x"]);
+    assert!(matches!(
+        redlock(&clients, "typed").try_lock().await,
+        Err(Error::WrongType { .. })
+    ));
+    assert_eq!(
+        holders(&servers, "typed"),
+        1,
+        "only the foreign key is left"
+    );
+    // Two of three held by someone else: refused; one of three: granted.
+    let other = connect_all(&servers).await;
+    let a = other[0].lock("shared").lock().await.unwrap();
+    let b = other[1].lock("shared").lock().await.unwrap();
+    let lock = redlock(&clients, "shared");
+    assert!(lock.try_lock().await.unwrap().is_none());
+    assert_eq!(holders(&servers, "shared"), 2);
+    b.unlock().await.unwrap();
+    let guard = lock.try_lock().await.unwrap().expect("two of three");
+    assert_eq!(guard.held(), 2);
+    guard.unlock().await.unwrap();
+    a.unlock().await.unwrap();
+    assert_eq!(holders(&servers, "shared"), 0);
+}
+
+/// RedLock acquires dropped at random points, while another contender
+/// comes and goes, leave nothing held on any server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropped_acquires_leave_nothing() {
+    let servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+    let clients = connect_all(&servers).await;
+    let others = connect_all(&servers).await;
+    let lock = redlock(&clients, "cancel");
+    let hog = {
+        let lock = redlock(&others, "cancel");
+        tokio::spawn(async move {
+            for _ in 0..150 {
+                let guard = lock.lock().await.unwrap();
+                tokio::time::sleep(Duration::from_millis(1)).await;
+                guard.unlock().await.unwrap();
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+        })
+    };
+    let mut kept = 0;
+    for i in 0..600u64 {
+        let cut = Duration::from_micros((i * 7919) % 1500);
+        if let Ok(guard) =
+            tokio::time::timeout(cut, lock.lock_with_lease(Duration::from_secs(30))).await
+        {
+            kept += 1;
+            guard.unwrap().unlock().await.unwrap();
+        }
+    }
+    within(Duration::from_secs(60), hog).await.unwrap();
+    println!("600 RedLock acquires, {kept} completed, the rest dropped");
+    for client in clients.iter().chain(&others) {
+        settled(client).await;
+    }
+    common::eventually(Duration::from_secs(10), || async {
+        holders(&servers, "cancel") == 0
+    })
+    .await;
+}

@@ -1,0 +1,499 @@
+//! The semaphore and the permit-expirable semaphore against a real
+//! `redis-server`, one private server per test.
+
+mod common;
+
+use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::{
+    client, eventually, exists, next_message, settled, soon, within, RawSubscriber, RedisServer,
+};
+use ferrisson::{Error, PermitId};
+
+const WATCHDOG: Duration = Duration::from_secs(30);
+
+fn get(server: &RedisServer, key: &str) -> Option<String> {
+    server.cmd(&["GET", key]).as_string()
+}
+
+/// A small pseudo-random sequence for cancellation points, seeded per test.
+struct Jitter(u64);
+
+impl Jitter {
+    fn next(&mut self, below: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % below
+    }
+}
+
+/// Many tasks in two clients take and give back 1 or 2 permits of 3: the
+/// permits in use never exceed 3 (none is handed out twice), the count in
+/// Redis never goes negative, and every permit is back at the end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn permits_are_never_negative_nor_handed_out_twice() {
+    let server = RedisServer::start();
+    let clients = [
+        client(&server, WATCHDOG).await,
+        client(&server, WATCHDOG).await,
+    ];
+    assert!(soon(clients[0].semaphore("sem").try_set_permits(3))
+        .await
+        .unwrap());
+    let in_use = Arc::new(AtomicI64::new(0));
+    let peak = Arc::new(AtomicI64::new(0));
+    let negative = Arc::new(AtomicUsize::new(0));
+    const TASKS: usize = 10;
+    const ROUNDS: usize = 40;
+    let mut tasks = Vec::new();
+    for task in 0..TASKS {
+        let sem = clients[task % 2].semaphore("sem");
+        let (in_use, peak, negative) = (
+            Arc::clone(&in_use),
+            Arc::clone(&peak),
+            Arc::clone(&negative),
+        );
+        tasks.push(tokio::spawn(async move {
+            for round in 0..ROUNDS {
+                let n = 1 + ((task + round) % 2) as u32;
+                sem.acquire(n).await.unwrap();
+                let now = in_use.fetch_add(i64::from(n), Ordering::SeqCst) + i64::from(n);
+                peak.fetch_max(now, Ordering::SeqCst);
+                if sem.available_permits().await.unwrap() < 0 {
+                    negative.fetch_add(1, Ordering::SeqCst);
+                }
+                tokio::task::yield_now().await;
+                in_use.fetch_sub(i64::from(n), Ordering::SeqCst);
+                sem.release(n).await.unwrap();
+            }
+        }));
+    }
+    for task in tasks {
+        within(Duration::from_secs(120), task).await.unwrap();
+    }
+    let peak = peak.load(Ordering::SeqCst);
+    println!(
+        "{} acquisitions, peak permits in use {peak} of 3",
+        TASKS * ROUNDS
+    );
+    assert!(peak <= 3, "{peak} permits were in use at once");
+    assert_eq!(negative.load(Ordering::SeqCst), 0);
+    assert_eq!(get(&server, "sem").as_deref(), Some("3"));
+    for client in &clients {
+        settled(client).await;
+    }
+}
+
+/// A waiter is woken by the release's message, long before it would look
+/// again by itself (every 10 s with the default watchdog timeout).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_wakes_the_waiter() {
+    let server = RedisServer::start();
+    let (a, b) = (
+        client(&server, WATCHDOG).await,
+        client(&server, WATCHDOG).await,
+    );
+    assert!(a.semaphore("sem").try_set_permits(0).await.unwrap());
+    let sem = a.semaphore("sem");
+    let waiter = tokio::spawn(async move {
+        sem.acquire(2).await.unwrap();
+        Instant::now()
+    });
+    eventually(Duration::from_secs(10), || async { a.subscriptions() == 1 }).await;
+    b.semaphore("sem").release(1).await.unwrap();
+    // One permit is not enough for the waiter: it goes on waiting.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(!waiter.is_finished());
+    let released = Instant::now();
+    b.semaphore("sem").add_permits(1).await.unwrap();
+    let woke = within(Duration::from_secs(5), waiter).await.unwrap();
+    println!("release to acquire: {:?}", woke - released);
+    assert_eq!(get(&server, "sem").as_deref(), Some("0"));
+    settled(&a).await;
+}
+
+/// `try_acquire` and `try_acquire_for` give up without taking anything
+/// and without a subscription left behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tries_give_up_cleanly() {
+    let server = RedisServer::start();
+    let client = client(&server, WATCHDOG).await;
+    let sem = client.semaphore("sem");
+    assert!(
+        !sem.try_acquire(1).await.unwrap(),
+        "an unset semaphore has no permits"
+    );
+    sem.try_set_permits(2).await.unwrap();
+    assert!(!sem.try_acquire(3).await.unwrap());
+    let started = Instant::now();
+    assert!(!soon(sem.try_acquire_for(3, Duration::from_millis(300)))
+        .await
+        .unwrap());
+    assert!(started.elapsed() >= Duration::from_millis(300));
+    assert!(sem.try_acquire(2).await.unwrap());
+    assert_eq!(sem.available_permits().await.unwrap(), 0);
+    settled(&client).await;
+}
+
+/// PROTOCOL.md: the count is a string at the plain name, the channel is
+/// `redisson_sc:{name}` and carries the new count; setting is once only;
+/// drain takes what is there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_layout_is_redissons() {
+    let server = RedisServer::start();
+    let client = client(&server, WATCHDOG).await;
+    let sem = client.semaphore("jobs");
+    assert_eq!(sem.available_permits().await.unwrap(), 0);
+    let sub = RawSubscriber::new(&server, "redisson_sc:{jobs}");
+    assert!(sem.try_set_permits(5).await.unwrap());
+    assert_eq!(
+        server.cmd(&["TYPE", "jobs"]).as_string().as_deref(),
+        Some("string")
+    );
+    assert_eq!(get(&server, "jobs").as_deref(), Some("5"));
+    assert!(!sem.try_set_permits(9).await.unwrap(), "set only once");
+    assert_eq!(get(&server, "jobs").as_deref(), Some("5"));
+    let mut sub = sub;
+    let first = tokio::task::spawn_blocking(move || {
+        let m = sub.next_message(Duration::from_secs(10));
+        (m, sub)
+    });
+    let (message, sub) = first.await.unwrap();
+    assert_eq!(message, Some(("redisson_sc:{jobs}".into(), "5".into())));
+    sem.acquire(2).await.unwrap();
+    sem.release(1).await.unwrap();
+    assert_eq!(
+        next_message(sub).await,
+        Some(("redisson_sc:{jobs}".into(), "4".into()))
+    );
+    assert_eq!(sem.drain_permits().await.unwrap(), 4);
+    assert_eq!(get(&server, "jobs").as_deref(), Some("0"));
+    assert_eq!(sem.drain_permits().await.unwrap(), 0);
+    // A tagged name keeps its tag in the channel.
+    let sub = RawSubscriber::new(&server, "redisson_sc:{t}:1");
+    client.semaphore("{t}:1").release(1).await.unwrap();
+    assert_eq!(
+        next_message(sub).await,
+        Some(("redisson_sc:{t}:1".into(), "1".into()))
+    );
+}
+
+/// Bad input is refused with a clear error and writes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_is_refused() {
+    let server = RedisServer::start();
+    let client = client(&server, WATCHDOG).await;
+    let sem = client.semaphore("sem");
+    for result in [
+        sem.acquire(0).await.map(|_| ()),
+        sem.try_acquire(0).await.map(|_| ()),
+        sem.release(0).await,
+        sem.add_permits(0).await,
+        sem.try_acquire_for(1, Duration::from_secs(400 * 24 * 3600))
+            .await
+            .map(|_| ()),
+        client.semaphore("").try_set_permits(1).await.map(|_| ()),
+        client.semaphore("").available_permits().await.map(|_| ()),
+    ] {
+        assert!(
+            matches!(result, Err(Error::InvalidArgument(_))),
+            "{result:?}"
+        );
+    }
+    assert!(!exists(&server, "sem"));
+    server.cmd(&["HSET", "hash", "f", "1"]);
+    let hash = client.semaphore("hash");
+    assert!(matches!(
+        hash.try_acquire(1).await,
+        Err(Error::WrongType { .. })
+    ));
+    assert!(matches!(
+        hash.release(1).await,
+        Err(Error::WrongType { .. })
+    ));
+    assert!(matches!(
+        hash.available_permits().await,
+        Err(Error::WrongType { .. })
+    ));
+    server.cmd(&["SET", "text", "many"]);
+    let err = client.semaphore("text").try_acquire(1).await.unwrap_err();
+    assert!(err.to_string().contains("not an integer"), "{err}");
+    assert_eq!(get(&server, "text").as_deref(), Some("many"));
+}
+
+/// Thousands of acquires dropped at random points (before the send, in
+/// flight, while waiting) never leave a permit taken.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropped_acquires_take_nothing() {
+    let server = RedisServer::start();
+    let client = client(&server, WATCHDOG).await;
+    let sem = client.semaphore("sem");
+    sem.try_set_permits(2).await.unwrap();
+    // Another task takes every permit now and then, so that dropped
+    // acquires are also caught while waiting.
+    let stop = Arc::new(AtomicUsize::new(0));
+    let hog = {
+        let (sem, stop) = (sem.clone(), Arc::clone(&stop));
+        tokio::spawn(async move {
+            while stop.load(Ordering::SeqCst) == 0 {
+                sem.acquire(2).await.unwrap();
+                tokio::time::sleep(Duration::from_millis(1)).await;
+                sem.release(2).await.unwrap();
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+        })
+    };
+    let mut jitter = Jitter(0x9e37_79b9_7f4a_7c15);
+    let mut kept = 0;
+    for i in 0..1500 {
+        let cut = Duration::from_micros(jitter.next(600));
+        let n = 1 + (i % 2) as u32;
+        if let Ok(result) = tokio::time::timeout(cut, sem.acquire(n)).await {
+            result.unwrap();
+            kept += 1;
+            sem.release(n).await.unwrap();
+        }
+    }
+    stop.store(1, Ordering::SeqCst);
+    within(Duration::from_secs(20), hog).await.unwrap();
+    println!("1500 acquires, {kept} completed, the rest dropped");
+    eventually(Duration::from_secs(10), || async {
+        sem.available_permits().await.unwrap() == 2
+    })
+    .await;
+    settled(&client).await;
+}
+
+/// An expirable permit whose lease ends comes back by itself: a waiter
+/// gets it no earlier than the lease allows (and promptly after, woken by
+/// the lease's end), and the late holder's release says it was not out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expired_permits_come_back_by_themselves() {
+    let server = RedisServer::start();
+    let (a, b) = (
+        client(&server, WATCHDOG).await,
+        client(&server, WATCHDOG).await,
+    );
+    let sem = a.permit_expirable_semaphore("seats");
+    assert!(sem.try_set_permits(1).await.unwrap());
+    let lease = Duration::from_millis(400);
+    let sent = Instant::now();
+    let permit = sem.acquire_with_lease(lease).await.unwrap();
+    assert_eq!(permit.id().to_string().len(), 32);
+    assert!(permit.remaining_lease().unwrap() <= lease);
+    let other = b.permit_expirable_semaphore("seats");
+    let second = soon(other.acquire()).await.unwrap();
+    let gap = sent.elapsed();
+    println!("lease {lease:?}: the next holder got the permit after {gap:?}");
+    assert!(
+        gap >= lease,
+        "taken back after {gap:?}, before its lease of {lease:?}"
+    );
+    assert!(gap < lease + Duration::from_secs(3), "{gap:?}");
+    assert!(permit.is_expired());
+    let err = permit.release().await.unwrap_err();
+    assert!(err.is_permit_not_out(), "{err}");
+    // The late release gave nothing back: the new holder's permit is out.
+    assert_eq!(other.available_permits().await.unwrap(), 0);
+    second.release().await.unwrap();
+    assert_eq!(other.available_permits().await.unwrap(), 1);
+    settled(&a).await;
+    settled(&b).await;
+}
+
+/// PROTOCOL.md: the count at `name`, the permits out in `{name}:timeout`
+/// with the id's 16 raw bytes as member and the lease's end (epoch ms) as
+/// score, or Redisson's no-expiry score; ids travel as 32 hex digits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_expirable_layout_is_redissons() {
+    let server = RedisServer::start();
+    let client = client(&server, WATCHDOG).await;
+    let sem = client.permit_expirable_semaphore("gpu");
+    sem.try_set_permits(3).await.unwrap();
+    let leased = sem
+        .acquire_with_lease(Duration::from_secs(60))
+        .await
+        .unwrap();
+    let forever = sem.acquire().await.unwrap();
+    assert_eq!(get(&server, "gpu").as_deref(), Some("1"));
+    let raw = redis::Client::open(server.url()).unwrap();
+    let mut raw = raw.get_multiplexed_async_connection().await.unwrap();
+    let out: Vec<(Vec<u8>, f64)> = redis::cmd("ZRANGE")
+        .arg("{gpu}:timeout")
+        .arg(0)
+        .arg(-1)
+        .arg("WITHSCORES")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    assert_eq!(out.len(), 2);
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as f64;
+    assert_eq!(out[0].0, leased.id().as_bytes().to_vec());
+    assert!(
+        (out[0].1 - (now_ms + 60_000.0)).abs() < 5_000.0,
+        "{}",
+        out[0].1
+    );
+    assert_eq!(out[1].0, forever.id().as_bytes().to_vec());
+    assert_eq!(out[1].1, 922_337_203_685_477.0);
+    // Ids parse back, in either case, and nothing else does.
+    let text = forever.id().to_string();
+    assert_eq!(text.parse::<PermitId>().unwrap(), forever.id());
+    assert_eq!(
+        text.to_uppercase().parse::<PermitId>().unwrap(),
+        forever.id()
+    );
+    for bad in [
+        "",
+        "xyz",
+        &text[..31],
+        &format!("{text}0"),
+        &format!("{}g", &text[..31]),
+    ] {
+        assert!(bad.parse::<PermitId>().is_err(), "{bad}");
+    }
+    leased.release().await.unwrap();
+    forever.release().await.unwrap();
+    assert_eq!(get(&server, "gpu").as_deref(), Some("3"));
+    assert!(!exists(&server, "{gpu}:timeout"));
+}
+
+/// A lease can be renewed while the permit is out (not after), and a
+/// permit can be released by id from another client, once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leases_update_and_ids_release_once() {
+    let server = RedisServer::start();
+    let (a, b) = (
+        client(&server, WATCHDOG).await,
+        client(&server, WATCHDOG).await,
+    );
+    let sem = a.permit_expirable_semaphore("seats");
+    sem.try_set_permits(2).await.unwrap();
+    let mut permit = sem
+        .acquire_with_lease(Duration::from_millis(300))
+        .await
+        .unwrap();
+    sem.update_lease(&mut permit, Some(Duration::from_secs(60)))
+        .await
+        .unwrap();
+    assert!(permit.remaining_lease().unwrap() > Duration::from_secs(50));
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert_eq!(
+        sem.available_permits().await.unwrap(),
+        1,
+        "the renewed lease still holds"
+    );
+    // Handed to another process by id.
+    let id: PermitId = permit.id().to_string().parse().unwrap();
+    permit.forget();
+    let other = b.permit_expirable_semaphore("seats");
+    other.release_by_id(id).await.unwrap();
+    assert!(other
+        .release_by_id(id)
+        .await
+        .unwrap_err()
+        .is_permit_not_out());
+    assert_eq!(sem.available_permits().await.unwrap(), 2);
+
+    let mut short = sem
+        .acquire_with_lease(Duration::from_millis(100))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let err = sem
+        .update_lease(&mut short, Some(Duration::from_secs(60)))
+        .await
+        .unwrap_err();
+    assert!(err.is_permit_not_out(), "{err}");
+    assert_eq!(
+        sem.available_permits().await.unwrap(),
+        2,
+        "an expired permit is not taken again"
+    );
+    short.forget();
+    assert!(matches!(
+        sem.update_lease(&mut sem.acquire().await.unwrap(), Some(Duration::ZERO))
+            .await,
+        Err(Error::InvalidArgument(_))
+    ));
+}
+
+/// A dropped permit goes back by itself; a waiter on a semaphore whose
+/// permits have no lease waits for the release message.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropped_permits_go_back() {
+    let server = RedisServer::start();
+    let client = client(&server, WATCHDOG).await;
+    let sem = client.permit_expirable_semaphore("seats");
+    sem.try_set_permits(1).await.unwrap();
+    let permit = sem.acquire().await.unwrap();
+    let waiter = {
+        let sem = sem.clone();
+        tokio::spawn(async move { sem.acquire().await.unwrap() })
+    };
+    eventually(Duration::from_secs(10), || async {
+        client.subscriptions() == 1
+    })
+    .await;
+    drop(permit);
+    let second = within(Duration::from_secs(5), waiter).await.unwrap();
+    drop(second);
+    eventually(Duration::from_secs(10), || async {
+        sem.available_permits().await.unwrap() == 1
+    })
+    .await;
+    assert!(!exists(&server, "{seats}:timeout"));
+    settled(&client).await;
+}
+
+/// Expirable acquires dropped at random points leave no permit out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropped_expirable_acquires_leave_no_permit_out() {
+    let server = RedisServer::start();
+    let client = client(&server, WATCHDOG).await;
+    let sem = client.permit_expirable_semaphore("seats");
+    sem.try_set_permits(1).await.unwrap();
+    let stop = Arc::new(AtomicUsize::new(0));
+    let hog = {
+        let (sem, stop) = (sem.clone(), Arc::clone(&stop));
+        tokio::spawn(async move {
+            while stop.load(Ordering::SeqCst) == 0 {
+                let permit = sem.acquire().await.unwrap();
+                tokio::time::sleep(Duration::from_millis(1)).await;
+                permit.release().await.unwrap();
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+        })
+    };
+    let mut jitter = Jitter(0x2545_f491_4f6c_dd1d);
+    let mut kept = 0;
+    for i in 0..1500 {
+        let cut = Duration::from_micros(jitter.next(600));
+        let acquire = async {
+            if i % 2 == 0 {
+                sem.acquire().await
+            } else {
+                sem.acquire_with_lease(Duration::from_secs(60)).await
+            }
+        };
+        if let Ok(permit) = tokio::time::timeout(cut, acquire).await {
+            kept += 1;
+            permit.unwrap().release().await.unwrap();
+        }
+    }
+    stop.store(1, Ordering::SeqCst);
+    within(Duration::from_secs(20), hog).await.unwrap();
+    println!("1500 expirable acquires, {kept} completed, the rest dropped");
+    eventually(Duration::from_secs(10), || async {
+        sem.available_permits().await.unwrap() == 1
+    })
+    .await;
+    assert!(!exists(&server, "{seats}:timeout"));
+    settled(&client).await;
+}
