@@ -3,6 +3,8 @@
 
 #![allow(dead_code, unreachable_pub)]
 
+pub(crate) mod child;
+pub(crate) mod proxy;
 pub(crate) mod server;
 
 use std::future::Future;
@@ -26,8 +28,13 @@ pub(crate) async fn soon<F: Future>(fut: F) -> F::Output {
 
 /// A client with a short watchdog timeout, so tests see several renewals.
 pub(crate) async fn client(server: &RedisServer, watchdog: Duration) -> ferrisson::Client {
+    client_at(&server.url(), watchdog).await
+}
+
+/// [`client`] for a URL (a proxy's, say) rather than a server.
+pub(crate) async fn client_at(url: &str, watchdog: Duration) -> ferrisson::Client {
     soon(
-        ferrisson::Client::builder(server.url())
+        ferrisson::Client::builder(url)
             .watchdog_timeout(watchdog)
             .build(),
     )

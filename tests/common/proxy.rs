@@ -1,0 +1,228 @@
+//! A small TCP proxy between a client and a `redis-server`, for network
+//! faults: it can delay every chunk in both directions, black-hole all
+//! traffic (connections stay open, nothing gets through), drop every open
+//! connection, refuse new ones, or lose the reply to one command (forward the command, then
+//! swallow what the server answers and cut the connection).
+//!
+//! Threads and blocking sockets only; each connection has a reader and a
+//! writer thread per direction, so a delay keeps the order of the bytes.
+
+use std::io::{Read, Write};
+use std::net::{Shutdown, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
+use std::time::{Duration, Instant};
+
+#[derive(Debug, Default)]
+struct State {
+    /// Delay added to every chunk, each way, in microseconds.
+    latency_us: AtomicU64,
+    black_hole: AtomicBool,
+    /// New connections are closed at once (the server is unreachable).
+    refusing: AtomicBool,
+    /// A pattern of the command whose reply is to be lost.
+    lose_reply_to: Mutex<Option<Vec<u8>>>,
+    lost_replies: AtomicUsize,
+    /// Both sockets of every connection, to cut them.
+    open: Mutex<Vec<(TcpStream, TcpStream)>>,
+    accepted: AtomicUsize,
+    closed: AtomicBool,
+}
+
+/// A proxy listening on a free port of 127.0.0.1, forwarding to a server.
+#[derive(Debug)]
+pub(crate) struct Proxy {
+    port: u16,
+    state: Arc<State>,
+}
+
+impl Proxy {
+    /// Starts forwarding connections on a new port to `127.0.0.1:target`.
+    pub(crate) fn start(target: u16) -> Proxy {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind proxy");
+        let port = listener.local_addr().unwrap().port();
+        let state = Arc::new(State::default());
+        let shared = Arc::clone(&state);
+        std::thread::spawn(move || {
+            for client in listener.incoming() {
+                if shared.closed.load(Ordering::Relaxed) {
+                    return;
+                }
+                let Ok(client) = client else { continue };
+                if shared.refusing.load(Ordering::Relaxed) {
+                    let _ = client.shutdown(Shutdown::Both);
+                    continue;
+                }
+                let Ok(server) = TcpStream::connect(("127.0.0.1", target)) else {
+                    let _ = client.shutdown(Shutdown::Both);
+                    continue;
+                };
+                shared.accepted.fetch_add(1, Ordering::Relaxed);
+                connect(&shared, client, server);
+            }
+        });
+        Proxy { port, state }
+    }
+
+    /// `redis://127.0.0.1:<proxy port>/`.
+    pub(crate) fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    /// Delays every chunk by `latency`, each way.
+    pub(crate) fn set_latency(&self, latency: Duration) {
+        self.state
+            .latency_us
+            .store(latency.as_micros() as u64, Ordering::Relaxed);
+    }
+
+    /// While on, every byte read either way is thrown away; connections
+    /// stay open (and new ones are accepted), so the client sees silence,
+    /// not an error.
+    pub(crate) fn black_hole(&self, on: bool) {
+        self.state.black_hole.store(on, Ordering::Relaxed);
+    }
+
+    /// While on, the server is unreachable: every open connection is cut,
+    /// and new ones are closed as soon as they are accepted.
+    pub(crate) fn refuse(&self, on: bool) {
+        self.state.refusing.store(on, Ordering::Relaxed);
+        if on {
+            self.drop_connections();
+        }
+    }
+
+    /// Cuts every open connection (both sides).
+    pub(crate) fn drop_connections(&self) {
+        for (a, b) in self.state.open.lock().unwrap().drain(..) {
+            let _ = a.shutdown(Shutdown::Both);
+            let _ = b.shutdown(Shutdown::Both);
+        }
+    }
+
+    /// Loses the reply to the next command whose bytes contain `pattern`:
+    /// the command reaches the server, its reply is swallowed and the
+    /// connection cut.
+    pub(crate) fn lose_next_reply_to(&self, pattern: &str) {
+        *self.state.lose_reply_to.lock().unwrap() = Some(pattern.as_bytes().to_vec());
+    }
+
+    /// How many replies were lost so far.
+    pub(crate) fn lost_replies(&self) -> usize {
+        self.state.lost_replies.load(Ordering::Relaxed)
+    }
+
+    /// How many connections were accepted so far.
+    pub(crate) fn accepted(&self) -> usize {
+        self.state.accepted.load(Ordering::Relaxed)
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.state.closed.store(true, Ordering::Relaxed);
+        self.drop_connections();
+        // Wake the accept loop so that it sees `closed`.
+        let _ = TcpStream::connect(("127.0.0.1", self.port));
+    }
+}
+
+fn connect(state: &Arc<State>, client: TcpStream, server: TcpStream) {
+    let _ = client.set_nodelay(true);
+    let _ = server.set_nodelay(true);
+    state
+        .open
+        .lock()
+        .unwrap()
+        .push((client.try_clone().unwrap(), server.try_clone().unwrap()));
+    // Set by the client-to-server pump when it forwarded the command whose
+    // reply is to be lost.
+    let swallow = Arc::new(AtomicBool::new(false));
+    let cut = {
+        let (client, server) = (client.try_clone().unwrap(), server.try_clone().unwrap());
+        move || {
+            let _ = client.shutdown(Shutdown::Both);
+            let _ = server.shutdown(Shutdown::Both);
+        }
+    };
+    let cut: Arc<dyn Fn() + Send + Sync> = Arc::new(cut);
+    pump(
+        state,
+        client.try_clone().unwrap(),
+        server.try_clone().unwrap(),
+        Direction::ToServer,
+        Arc::clone(&swallow),
+        Arc::clone(&cut),
+    );
+    pump(state, server, client, Direction::ToClient, swallow, cut);
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Direction {
+    ToServer,
+    ToClient,
+}
+
+fn pump(
+    state: &Arc<State>,
+    mut from: TcpStream,
+    mut to: TcpStream,
+    direction: Direction,
+    swallow: Arc<AtomicBool>,
+    cut: Arc<dyn Fn() + Send + Sync>,
+) {
+    let (tx, rx) = mpsc::channel::<(Instant, Vec<u8>)>();
+    let reader_state = Arc::clone(state);
+    let reader_cut = Arc::clone(&cut);
+    std::thread::spawn(move || {
+        let state = reader_state;
+        let mut buf = vec![0u8; 64 * 1024];
+        loop {
+            let n = match from.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => n,
+            };
+            if state.black_hole.load(Ordering::Relaxed) {
+                continue;
+            }
+            let chunk = buf[..n].to_vec();
+            match direction {
+                Direction::ToServer => {
+                    let mut armed = state.lose_reply_to.lock().unwrap();
+                    if armed
+                        .as_ref()
+                        .is_some_and(|p| chunk.windows(p.len()).any(|w| w == p.as_slice()))
+                    {
+                        *armed = None;
+                        swallow.store(true, Ordering::Relaxed);
+                    }
+                }
+                Direction::ToClient => {
+                    if swallow.swap(false, Ordering::Relaxed) {
+                        state.lost_replies.fetch_add(1, Ordering::Relaxed);
+                        reader_cut();
+                        break;
+                    }
+                }
+            }
+            let at =
+                Instant::now() + Duration::from_micros(state.latency_us.load(Ordering::Relaxed));
+            if tx.send((at, chunk)).is_err() {
+                break;
+            }
+        }
+        reader_cut();
+    });
+    std::thread::spawn(move || {
+        for (at, chunk) in rx {
+            let now = Instant::now();
+            if at > now {
+                std::thread::sleep(at - now);
+            }
+            if to.write_all(&chunk).is_err() {
+                break;
+            }
+        }
+        cut();
+    });
+}

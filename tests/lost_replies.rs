@@ -1,0 +1,198 @@
+//! Lost replies: the command reaches Redis and runs, its reply never comes
+//! back (a TCP proxy in the test swallows it and cuts the connection).
+//! A release resent after a lost reply must not release twice (the unlock
+//! latch); an acquire resent after a lost reply must not take a second hold
+//! (the acquire latch), and one whose every reply was lost must have its
+//! hold given back.
+
+mod common;
+
+use std::time::Duration;
+
+use common::proxy::Proxy;
+use common::{eventually, soon, RedisServer};
+use ferrisson::Client;
+use tokio::time::Instant;
+
+const LEASE: Duration = Duration::from_secs(60);
+
+async fn proxied(proxy: &Proxy, timeouts: Duration) -> Client {
+    soon(
+        Client::builder(proxy.url())
+            .watchdog_timeout(Duration::from_secs(3))
+            .response_timeout(timeouts)
+            .connection_timeout(timeouts)
+            .build(),
+    )
+    .await
+    .unwrap()
+}
+
+/// Loads the scripts, so that the next command of a lock is its script.
+async fn warm_up(client: &Client) {
+    let rw = client.read_write_lock("warm-up:rw");
+    for lock in [
+        client.lock("warm-up"),
+        client.fenced_lock("warm-up:fenced"),
+        client.fair_lock("warm-up:fair"),
+        rw.read(),
+        rw.write(),
+    ] {
+        let guard = soon(lock.lock_with_lease(LEASE)).await.unwrap();
+        soon(guard.unlock()).await.unwrap();
+    }
+}
+
+fn hold_count(server: &RedisServer, name: &str, field: &str) -> i64 {
+    server
+        .cmd(&["HGET", name, field])
+        .as_string()
+        .map_or(0, |n| n.parse().unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_resent_after_a_lost_reply_releases_once() {
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port());
+    let client = proxied(&proxy, Duration::from_secs(3)).await;
+    warm_up(&client).await;
+    let lock = client.lock("lost:release").with_owner("job");
+    let field = format!("{}:job", client.id());
+    let outer = soon(lock.lock_with_lease(LEASE)).await.unwrap();
+    let inner = soon(lock.lock_with_lease(LEASE)).await.unwrap();
+    assert_eq!(hold_count(&server, "lost:release", &field), 2);
+
+    proxy.lose_next_reply_to("redisson_unlock_latch");
+    soon(inner.unlock()).await.unwrap();
+    assert_eq!(proxy.lost_replies(), 1, "no reply was lost");
+    let left = hold_count(&server, "lost:release", &field);
+    println!("release with its reply lost, resent: 2 holds -> {left}");
+    assert_eq!(left, 1, "the resent release released twice");
+
+    soon(outer.unlock()).await.unwrap();
+    assert!(!common::exists(&server, "lost:release"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acquire_resent_after_a_lost_reply_takes_one_hold() {
+    common::init_tracing();
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port());
+    let client = proxied(&proxy, Duration::from_secs(3)).await;
+    warm_up(&client).await;
+    let field = format!("{}:job", client.id());
+    for how in [
+        "lease", "watchdog", "try_lock", "fenced", "reentry", "spin", "fair", "read", "write",
+    ] {
+        let name = format!("lost:acquire:{how}");
+        let lock = match how {
+            "fenced" => client.fenced_lock(&name),
+            "spin" => client.spin_lock(&name),
+            "fair" => client.fair_lock(&name),
+            "read" => client.read_write_lock(&name).read(),
+            "write" => client.read_write_lock(&name).write(),
+            _ => client.lock(&name),
+        }
+        .with_owner("job");
+        let field = if how == "write" {
+            format!("{field}:write")
+        } else {
+            field.clone()
+        };
+        let outer = if how == "reentry" {
+            Some(soon(lock.lock_with_lease(LEASE)).await.unwrap())
+        } else {
+            None
+        };
+        let before = hold_count(&server, &name, &field);
+        proxy.lose_next_reply_to(&name);
+        let lost_before = proxy.lost_replies();
+        let guard = match how {
+            "watchdog" => soon(lock.lock()).await.unwrap(),
+            "try_lock" => soon(lock.try_lock_with_lease(Duration::ZERO, LEASE))
+                .await
+                .unwrap()
+                .expect("free"),
+            _ => soon(lock.lock_with_lease(LEASE)).await.unwrap(),
+        };
+        assert_eq!(
+            proxy.lost_replies(),
+            lost_before + 1,
+            "{how}: no reply lost"
+        );
+        let holds = hold_count(&server, &name, &field);
+        println!("{how}: acquire with its reply lost, resent: {before} holds -> {holds}");
+        assert_eq!(
+            holds,
+            before + 1,
+            "{how}: the resent acquire took two holds"
+        );
+        if how == "fenced" {
+            let counter = server
+                .cmd(&["GET", "redisson_lock_token:{lost:acquire:fenced}"])
+                .as_string()
+                .unwrap();
+            assert_eq!(
+                guard.token().map(|t| t.to_string()),
+                Some(counter),
+                "the resend drew a second token"
+            );
+        }
+        soon(guard.unlock()).await.unwrap();
+        if let Some(outer) = outer {
+            soon(outer.unlock()).await.unwrap();
+        }
+        assert!(!common::exists(&server, &name), "{how}: a hold was left");
+    }
+    assert_eq!(client.held_locks(), 0);
+}
+
+/// Every reply of an acquire lost (the first swallowed, then a black hole
+/// until the call gives up): the call fails, and the hold its first send
+/// took is given back once Redis can be reached, not left for its lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acquire_whose_replies_are_all_lost_gives_its_hold_back() {
+    common::init_tracing();
+    let server = RedisServer::start();
+    let proxy = std::sync::Arc::new(Proxy::start(server.port()));
+    let client = proxied(&proxy, Duration::from_millis(300)).await;
+    warm_up(&client).await;
+    let field = format!("{}:job", client.id());
+    let lock = client.lock("lost:all").with_owner("job");
+
+    proxy.lose_next_reply_to("lost:all");
+    let watcher = {
+        let proxy = std::sync::Arc::clone(&proxy);
+        std::thread::spawn(move || {
+            let deadline = std::time::Instant::now() + Duration::from_secs(20);
+            while proxy.lost_replies() == 0 && std::time::Instant::now() < deadline {
+                std::thread::sleep(Duration::from_micros(200));
+            }
+            proxy.black_hole(true);
+        })
+    };
+    let err = soon(lock.try_lock_with_lease(Duration::ZERO, LEASE))
+        .await
+        .unwrap_err();
+    watcher.join().unwrap();
+    assert!(err.is_connection_error(), "{err}");
+    // The first send ran: a hold nobody has a guard for.
+    assert_eq!(hold_count(&server, "lost:all", &field), 1);
+
+    let healed = Instant::now();
+    proxy.black_hole(false);
+    proxy.drop_connections();
+    eventually(Duration::from_secs(10), || async {
+        !common::exists(&server, "lost:all")
+    })
+    .await;
+    println!(
+        "acquire with every reply lost: call failed ({err}); its hold given back {:?} after \
+         Redis could be reached again (lease {LEASE:?})",
+        healed.elapsed()
+    );
+    // And the client locks normally afterwards.
+    let guard = soon(lock.lock_with_lease(LEASE)).await.unwrap();
+    assert_eq!(hold_count(&server, "lost:all", &field), 1);
+    soon(guard.unlock()).await.unwrap();
+}

@@ -1,0 +1,220 @@
+//! Network faults between the client and Redis, through a TCP proxy in the
+//! test: latency, dropped connections, and a black hole. The promise under
+//! test: when renewals cannot get through, the holder is told its lease is
+//! lost no later than the server lets the key expire, so it stops before
+//! another can start.
+
+mod common;
+
+use std::time::Duration;
+
+use common::proxy::Proxy;
+use common::{client, client_at, eventually, soon, within, RedisServer};
+use tokio::time::Instant;
+
+const WATCHDOG: Duration = Duration::from_millis(1500);
+
+/// The client's deadline is the watchdog timeout less a drift margin
+/// (a tenth of it) after the request of the last confirmed renewal.
+const MARGIN: Duration = Duration::from_millis(150);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_black_hole_loses_the_lease_before_the_server_expires_it() {
+    common::init_tracing();
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port());
+    let holder = client_at(&proxy.url(), WATCHDOG).await;
+    let other = client(&server, WATCHDOG).await;
+    let mut figures = Vec::new();
+    // Black-hole at several points of the renewal period.
+    for (round, offset) in [0u64, 170, 340, 420].into_iter().enumerate() {
+        let name = format!("black-hole:{round}");
+        let guard = soon(holder.lock(&name).lock()).await.unwrap();
+        let waiter = {
+            let lock = other.lock(&name);
+            tokio::spawn(async move {
+                let guard = lock.lock().await.unwrap();
+                (Instant::now(), guard)
+            })
+        };
+        eventually(Duration::from_secs(10), || async {
+            other.subscriptions() == 1
+        })
+        .await;
+        tokio::time::sleep(Duration::from_millis(offset)).await;
+        proxy.black_hole(true);
+        // The latest the server can let the key go: its TTL now (a renewal
+        // already on its way can only push that later).
+        let ttl = server.cmd(&["PTTL", &name]).as_int().unwrap();
+        let expires = Instant::now() + Duration::from_millis(ttl as u64);
+        within(WATCHDOG * 3, guard.lease_lost()).await;
+        let told = Instant::now();
+        let (acquired, next) = within(Duration::from_secs(20), waiter).await.unwrap();
+        println!(
+            "black hole {offset} ms into the period: holder told {:.0} ms before the server's \
+             expiry; next holder {:.0} ms after the holder was told",
+            (expires.saturating_duration_since(told)).as_secs_f64() * 1e3,
+            (acquired - told).as_secs_f64() * 1e3
+        );
+        assert!(
+            told <= expires,
+            "told after the server could expire the key"
+        );
+        assert!(
+            acquired > told,
+            "the next holder started before the first was told"
+        );
+        figures.push(expires.saturating_duration_since(told));
+        assert!(soon(guard.unlock()).await.unwrap_err().is_lease_lost());
+        soon(next.unlock()).await.unwrap();
+        proxy.black_hole(false);
+        proxy.drop_connections();
+        assert_eq!(holder.held_locks(), 0);
+    }
+    let least = figures.iter().min().unwrap();
+    println!(
+        "black hole: the holder was told at least {least:?} before expiry (margin {MARGIN:?})"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn latency_within_the_slack_keeps_the_lease() {
+    common::init_tracing();
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port());
+    let holder = client_at(&proxy.url(), WATCHDOG).await;
+    // 150 ms each way: a round trip of 300 ms against a renewal every
+    // 500 ms and 1350 ms of slack.
+    proxy.set_latency(Duration::from_millis(150));
+    let started = Instant::now();
+    let guard = soon(holder.lock("latency").lock()).await.unwrap();
+    let acquire = started.elapsed();
+    let held_from = Instant::now();
+    while held_from.elapsed() < WATCHDOG * 3 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(
+            !guard.is_lease_lost(),
+            "lost the lease at {:?} (acquire took {acquire:?})",
+            held_from.elapsed()
+        );
+        let ttl = server.cmd(&["PTTL", "latency"]).as_int().unwrap();
+        assert!(ttl > 0, "key expired under latency");
+    }
+    let started = Instant::now();
+    soon(guard.unlock()).await.unwrap();
+    println!(
+        "latency 150 ms each way: acquire {acquire:?}, release {:?}, lease kept over {:?}",
+        started.elapsed(),
+        WATCHDOG * 3
+    );
+    assert!(!common::exists(&server, "latency"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropped_connections_keep_the_lease_and_wake_waiters() {
+    common::init_tracing();
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port());
+    let build = || {
+        ferrisson::Client::builder(proxy.url())
+            .watchdog_timeout(WATCHDOG)
+            .build()
+    };
+    let holder = soon(build()).await.unwrap();
+    let waiting = soon(build()).await.unwrap();
+    let guard = soon(holder.lock("dropped").lock()).await.unwrap();
+    let waiter = {
+        let lock = waiting.lock("dropped");
+        tokio::spawn(async move { lock.lock().await.unwrap() })
+    };
+    eventually(Duration::from_secs(10), || async {
+        waiting.subscriptions() == 1
+    })
+    .await;
+    // Every connection cut every 300 ms, for three watchdog timeouts.
+    let cuts = (WATCHDOG * 3).as_millis() / 300;
+    for _ in 0..cuts {
+        proxy.drop_connections();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(
+            !guard.is_lease_lost(),
+            "a dropped connection cost the lease"
+        );
+    }
+    assert!(server.cmd(&["PTTL", "dropped"]).as_int().unwrap() > 0);
+    assert!(!waiter.is_finished(), "the waiter got a held lock");
+    let released = Instant::now();
+    soon(guard.unlock()).await.unwrap();
+    let next = within(Duration::from_secs(10), waiter).await.unwrap();
+    println!(
+        "{cuts} connection cuts over {:?}: lease kept; waiter woken {:?} after the release \
+         ({} connections accepted)",
+        WATCHDOG * 3,
+        released.elapsed(),
+        proxy.accepted()
+    );
+    soon(next.unlock()).await.unwrap();
+}
+
+/// `lock()` without a deadline rides out a connection cut: its attempt and
+/// its subscription may both meet the dead connections.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lock_rides_out_a_cut_just_before_it() {
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port());
+    let c = client_at(&proxy.url(), WATCHDOG).await;
+    let other = client(&server, WATCHDOG).await;
+    const ROUNDS: usize = 20;
+    for round in 0..ROUNDS {
+        // Held by another for a moment, so that the waiter subscribes.
+        let held = soon(other.lock("cut").lock_with_lease(Duration::from_millis(50)))
+            .await
+            .unwrap();
+        proxy.drop_connections();
+        let guard = soon(c.lock("cut").lock())
+            .await
+            .unwrap_or_else(|e| panic!("round {round}: {e}"));
+        soon(guard.unlock()).await.unwrap();
+        drop(held);
+    }
+    println!("{ROUNDS} cuts just before lock(): every lock() got the lock");
+}
+
+/// A fair-lock waiter whose wait ends while the server is unreachable
+/// cannot leave the queue at once; it leaves once the server is back, not
+/// after the waiter timeout (300 s), so the line behind it moves on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fair_waiter_leaves_the_queue_once_the_server_is_back() {
+    common::init_tracing();
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port());
+    let holder = client(&server, WATCHDOG).await;
+    let waiting = soon(
+        ferrisson::Client::builder(proxy.url())
+            .watchdog_timeout(WATCHDOG)
+            .response_timeout(Duration::from_millis(300))
+            .build(),
+    )
+    .await
+    .unwrap();
+    let guard = soon(holder.fair_lock("line").lock()).await.unwrap();
+    let queued = || server.cmd(&["LLEN", "redisson_lock_queue:{line}"]).as_int();
+    let waiter = {
+        let lock = waiting.fair_lock("line");
+        tokio::spawn(async move { lock.try_lock_for(Duration::from_millis(1500)).await })
+    };
+    eventually(Duration::from_secs(10), || async { queued() == Some(1) }).await;
+    proxy.refuse(true);
+    // It gives up: at the end of its wait, or with a connection error.
+    let gave_up = within(Duration::from_secs(20), waiter).await.unwrap();
+    assert!(!matches!(gave_up, Ok(Some(_))), "{gave_up:?}");
+    assert_eq!(queued(), Some(1), "the leave cannot have got through");
+    proxy.refuse(false);
+    let back = std::time::Instant::now();
+    eventually(Duration::from_secs(10), || async { queued() == Some(0) }).await;
+    println!(
+        "left the queue {:?} after the server came back",
+        back.elapsed()
+    );
+    soon(guard.unlock()).await.unwrap();
+}
