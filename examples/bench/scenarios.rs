@@ -26,14 +26,16 @@ static RELEASE: LazyLock<Script> =
 /// The protocol's two scripts called straight from redis-rs: what one lock
 /// and unlock cost the server, with no library code around them.
 async fn scripts_pair(conn: &mut ConnectionManager, key: &str, owner: &str) {
-    // Unique over the whole run: a latch left by an earlier release with the
-    // same id would make this release a resend, which releases nothing.
+    // Unique over the whole run: a latch left by an earlier request with the
+    // same id would make this one a resend, which changes nothing.
     static REQUESTS: AtomicU64 = AtomicU64::new(0);
     let request = REQUESTS.fetch_add(1, Ordering::Relaxed);
     let acquired: Option<i64> = ACQUIRE
         .key(key)
+        .key(format!("ferrisson_acquire_latch:{{{key}}}:{request:032x}"))
         .arg(30_000)
         .arg(owner)
+        .arg(30_000)
         .invoke_async(conn)
         .await
         .expect("acquire script");
