@@ -376,14 +376,15 @@ async fn leases_update_and_ids_release_once() {
     let sem = a.permit_expirable_semaphore("seats");
     sem.try_set_permits(2).await.unwrap();
     let mut permit = sem
-        .acquire_with_lease(Duration::from_millis(300))
+        .acquire_with_lease(Duration::from_millis(1000))
         .await
         .unwrap();
     sem.update_lease(&mut permit, Some(Duration::from_secs(60)))
         .await
         .unwrap();
     assert!(permit.remaining_lease().unwrap() > Duration::from_secs(50));
-    tokio::time::sleep(Duration::from_millis(600)).await;
+    // Past the first lease (time is the subject here).
+    tokio::time::sleep(Duration::from_millis(1500)).await;
     assert_eq!(
         sem.available_permits().await.unwrap(),
         1,
