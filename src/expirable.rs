@@ -12,7 +12,7 @@ use tokio::time::Instant;
 use crate::config::MAX_DURATION;
 use crate::error::{check_duration, check_name};
 use crate::finish::{runtime, Finish};
-use crate::waiting::{deadline, wait_on, Tried};
+use crate::waiting::{deadline, wait_on, Channel, Tried};
 use crate::{keys, scripts::EXPIRABLE, Client, Error, Result};
 
 /// The score of a permit without a lease, as Redisson writes it
@@ -424,7 +424,10 @@ impl PermitExpirableSemaphore {
                 }
             }
         };
-        let channel = keys::semaphore_channel(&self.name);
+        let channel = Channel {
+            name: keys::semaphore_channel(&self.name),
+            broadcast: true,
+        };
         wait_on(&self.client, channel, deadline, attempt).await
     }
 }

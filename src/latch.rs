@@ -7,7 +7,7 @@ use crate::error::check_name;
 use crate::finish::{runtime, Finish};
 use crate::scripts::{LATCH_COUNT_DOWN, LATCH_DELETE, UNLOCK_MESSAGE};
 use crate::semaphore::set_if_missing;
-use crate::waiting::{deadline, wait_on, Tried};
+use crate::waiting::{deadline, wait_on, Channel, Tried};
 use crate::{keys, Client, Error, Result};
 
 /// The message `try_set_count` publishes (Redisson's new-count message).
@@ -195,7 +195,10 @@ impl CountDownLatch {
                 _ => Tried::Again(None),
             })
         };
-        let channel = keys::latch_channel(&self.name);
+        let channel = Channel {
+            name: keys::latch_channel(&self.name),
+            broadcast: true,
+        };
         Ok(wait_on(&self.client, channel, deadline, attempt)
             .await?
             .is_some())

@@ -16,6 +16,7 @@ use crate::scripts::{
     ACQUIRE, ACQUIRE_CANCEL, FAIR_ACQUIRE, FAIR_FORCE_UNLOCK, FAIR_LEAVE, FENCED_ACQUIRE,
     FORCE_UNLOCK, READ_ACQUIRE, UNLOCK_MESSAGE, WAKE_ALL_MESSAGE, WRITE_ACQUIRE,
 };
+use crate::waiting::{self, Channel, Tried};
 use crate::watchdog::{renew_call, HoldKey, LeaseState};
 use crate::Backoff;
 use crate::{keys, Client, Error, Result};
@@ -477,12 +478,7 @@ impl Lock {
         let lease_ms = lease
             .map(|lease| check_duration("lease", lease, MAX_DURATION))
             .transpose()?;
-        if wait.is_some_and(|wait| wait > MAX_DURATION) {
-            return Err(Error::invalid(format!(
-                "wait must be at most {MAX_DURATION:?}, got {wait:?}"
-            )));
-        }
-        let deadline = wait.map(|wait| Instant::now() + wait);
+        let deadline = waiting::deadline(wait)?;
         // A fair lock's waiter joins the queue with its first attempt (one
         // attempt alone does not): whatever ends the wait other than the
         // lock takes it out again, at once.
@@ -517,130 +513,31 @@ impl Lock {
         deadline: Option<Instant>,
         waiter_ms: u64,
     ) -> Result<Option<LockGuard>> {
-        let expired = |now: Instant| deadline.is_some_and(|d| now >= d);
-        match self.attempt(field, lease_ms, waiter_ms, deadline).await {
-            Ok(Ok(guard)) => return Ok(Some(guard)),
-            Ok(Err(_)) => {}
-            // With time to wait, a connection failure is waited out like a
-            // held lock (see the loop below).
-            Err(err) if deadline.is_none() && err.may_wait_out() => {
-                tracing::debug!(lock = %self.name, error = %err, "no connection; waiting to try again");
-            }
-            Err(err) => return Err(err),
-        }
-        if expired(Instant::now()) {
-            return Ok(None);
-        }
-
-        if let Some(backoff) = self.spin {
-            return self
-                .spin(field, lease_ms, deadline, backoff, waiter_ms)
-                .await;
-        }
-
-        let channel = match self.kind {
-            // Each fair waiter is woken on its own channel.
-            Kind::Fair => format!("{}:{field}", self.kind.channel(&self.name)),
-            kind => kind.channel(&self.name),
-        };
-        let subscription = loop {
-            let subscribe = self.client.inner.pubsub.subscribe(channel.clone());
-            let subscribed = match deadline {
-                Some(deadline) => match tokio::time::timeout_at(deadline, subscribe).await {
-                    Ok(subscribed) => subscribed,
-                    Err(_) => return Ok(None),
+        let attempt = || async {
+            Ok(
+                match self.attempt(field, lease_ms, waiter_ms, deadline).await? {
+                    Ok(guard) => Tried::Done(guard),
+                    // The holder's TTL: the lock is free by then.
+                    Err(ttl) if ttl > 0 => Tried::Again(Some(Duration::from_millis(ttl as u64))),
+                    Err(0) => Tried::Again(Some(Duration::from_millis(1))),
+                    // No TTL: only a release (or a periodic look) frees it.
+                    Err(_) => Tried::Again(None),
                 },
-                None => subscribe.await,
-            };
-            match subscribed {
-                Ok(subscription) => break subscription,
-                // Without a deadline, a subscription connection that is
-                // down is waited out like the command connection: pause,
-                // try the lock again, subscribe again.
-                Err(err) if deadline.is_none() && err.may_wait_out() => {
-                    tracing::debug!(lock = %self.name, error = %err, "cannot subscribe; waiting to try again");
-                    tokio::time::sleep(Duration::from_millis(NOT_SENT_PAUSE_MS as u64)).await;
-                    match self.attempt(field, lease_ms, waiter_ms, deadline).await {
-                        Ok(Ok(guard)) => return Ok(Some(guard)),
-                        Ok(Err(_)) => {}
-                        Err(err) if err.may_wait_out() => {}
-                        Err(err) => return Err(err),
-                    }
-                }
-                Err(err) => return Err(err),
-            }
+            )
         };
-        loop {
-            let notified = subscription.notified();
-            tokio::pin!(notified);
-            // Registered before the attempt: an unlock published while the
-            // attempt is in flight still wakes this waiter.
-            notified.as_mut().enable();
-            let ttl = match self.attempt(field, lease_ms, waiter_ms, deadline).await {
-                Ok(Ok(guard)) => return Ok(Some(guard)),
-                Ok(Err(ttl)) => ttl,
-                // A waiter rides out a moment without a connection (a node
-                // failing over, a restart). Mostly the attempt never left;
-                // a lost reply may have taken a hold, which then expires with
-                // its lease: no worse than failing the wait, which leaves the
-                // same hold behind.
-                Err(err) if err.may_wait_out() => {
-                    tracing::debug!(lock = %self.name, error = %err, "no connection; waiting to try again");
-                    NOT_SENT_PAUSE_MS
-                }
-                Err(err) => return Err(err),
-            };
-            let now = Instant::now();
-            if expired(now) {
-                return Ok(None);
-            }
-            let mut pause = match ttl {
-                ttl if ttl > 0 => Duration::from_millis(ttl as u64),
-                0 => Duration::from_millis(1),
-                // No TTL: only a message (or a periodic look) frees it.
-                _ => self.client.inner.config.renewal_interval(),
-            };
-            if let Some(deadline) = deadline {
-                pause = pause.min(deadline - now);
-            }
-            tokio::select! {
-                _ = &mut notified => {}
-                _ = tokio::time::sleep(pause) => {}
-            }
+        if let Some(backoff) = self.spin {
+            return waiting::spin(backoff, deadline, attempt).await;
         }
-    }
-
-    /// The spin lock's wait: attempts spaced by `backoff`, each pause also
-    /// cut to the holder's TTL and the deadline; no subscription.
-    async fn spin(
-        &self,
-        field: &Arc<str>,
-        lease_ms: Option<u64>,
-        deadline: Option<Instant>,
-        backoff: Backoff,
-        waiter_ms: u64,
-    ) -> Result<Option<LockGuard>> {
-        let mut failed = 0u32;
-        // The holder's TTL from the last attempt: the lock is free by then.
-        let mut ttl: Option<Duration> = None;
-        loop {
-            let mut pause = backoff.pause(failed);
-            failed = failed.saturating_add(1);
-            if let Some(ttl) = ttl {
-                pause = pause.min(ttl + Duration::from_millis(1));
-            }
-            if let Some(deadline) = deadline {
-                pause = pause.min(deadline.saturating_duration_since(Instant::now()));
-            }
-            tokio::time::sleep(pause).await;
-            match self.attempt(field, lease_ms, waiter_ms, deadline).await? {
-                Ok(guard) => return Ok(Some(guard)),
-                Err(ms) => ttl = (ms >= 0).then(|| Duration::from_millis(ms as u64)),
-            }
-            if deadline.is_some_and(|d| Instant::now() >= d) {
-                return Ok(None);
-            }
-        }
+        let channel = Channel {
+            name: match self.kind {
+                // Each fair waiter is woken on its own channel.
+                Kind::Fair => format!("{}:{field}", self.kind.channel(&self.name)),
+                kind => kind.channel(&self.name),
+            },
+            // A release wakes one waiter.
+            broadcast: false,
+        };
+        waiting::wait_on(&self.client, channel, deadline, attempt).await
     }
 
     /// One acquire attempt for `field`; `waiter_ms` > 0 queues a fair
@@ -1083,9 +980,6 @@ enum Granted {
     /// The owner reads and asked to write: it would wait for itself.
     Upgrade,
 }
-
-/// How long a waiter pauses after an attempt that found no connection.
-const NOT_SENT_PAUSE_MS: i64 = 100;
 
 /// What the write acquire script replies to a refused upgrade.
 const UPGRADE: i64 = -3;

@@ -7,7 +7,7 @@ use std::time::Duration;
 use crate::error::{check_name, check_permits};
 use crate::finish::{runtime, Finish};
 use crate::scripts::{SEMAPHORE_ACQUIRE, SEMAPHORE_DRAIN, SEMAPHORE_RELEASE, SET_IF_MISSING};
-use crate::waiting::{deadline, wait_on, Tried};
+use crate::waiting::{deadline, wait_on, Channel, Tried};
 use crate::{keys, Client, Error, Result};
 
 /// A distributed counting semaphore, from [`Client::semaphore`]: Redisson's
@@ -257,7 +257,10 @@ impl Semaphore {
                 }
             }
         };
-        let channel = keys::semaphore_channel(&self.name);
+        let channel = Channel {
+            name: keys::semaphore_channel(&self.name),
+            broadcast: true,
+        };
         Ok(wait_on(&self.client, channel, deadline, attempt)
             .await?
             .is_some())

@@ -157,7 +157,8 @@ async fn dropped_connections_keep_the_lease_and_wake_waiters() {
 }
 
 /// `lock()` without a deadline rides out a connection cut: its attempt and
-/// its subscription may both meet the dead connections.
+/// its subscription (or, for a spin lock, its later tries) may meet the
+/// dead connections.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lock_rides_out_a_cut_just_before_it() {
     let server = RedisServer::start();
@@ -171,13 +172,71 @@ async fn lock_rides_out_a_cut_just_before_it() {
             .await
             .unwrap();
         proxy.drop_connections();
-        let guard = soon(c.lock("cut").lock())
+        // The spin lock, which has no subscription, in every other round.
+        let lock = match round % 2 {
+            0 => c.lock("cut"),
+            _ => c.spin_lock("cut"),
+        };
+        let guard = soon(lock.lock())
             .await
             .unwrap_or_else(|e| panic!("round {round}: {e}"));
         soon(guard.unlock()).await.unwrap();
         drop(held);
     }
-    println!("{ROUNDS} cuts just before lock(): every lock() got the lock");
+    println!("{ROUNDS} cuts just before lock() (lock and spin lock): every lock() got the lock");
+}
+
+/// A semaphore's `acquire()` and a latch's `wait()` ride out a connection
+/// cut just before them, as `lock()` does: their first try and their
+/// subscription may both meet the dead connections.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn semaphore_and_latch_waits_ride_out_a_cut_just_before_them() {
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port());
+    let c = client_at(&proxy.url(), WATCHDOG).await;
+    let other = client(&server, WATCHDOG).await;
+    assert!(soon(other.semaphore("cut:sem").try_set_permits(0))
+        .await
+        .unwrap());
+    const ROUNDS: usize = 20;
+    for round in 0..ROUNDS {
+        proxy.drop_connections();
+        let waiter = {
+            let semaphore = c.semaphore("cut:sem");
+            tokio::spawn(async move { semaphore.acquire(1).await })
+        };
+        // Woken by the release once subscribed; a failed wait ends early.
+        eventually(Duration::from_secs(10), || async {
+            c.subscriptions() == 1 || waiter.is_finished()
+        })
+        .await;
+        soon(other.semaphore("cut:sem").release(1)).await.unwrap();
+        within(Duration::from_secs(10), waiter)
+            .await
+            .unwrap()
+            .unwrap_or_else(|e| panic!("semaphore, round {round}: {e}"));
+
+        assert!(soon(other.count_down_latch("cut:latch").try_set_count(1))
+            .await
+            .unwrap());
+        proxy.drop_connections();
+        let waiter = {
+            let latch = c.count_down_latch("cut:latch");
+            tokio::spawn(async move { latch.wait().await })
+        };
+        eventually(Duration::from_secs(10), || async {
+            c.subscriptions() == 1 || waiter.is_finished()
+        })
+        .await;
+        soon(other.count_down_latch("cut:latch").count_down())
+            .await
+            .unwrap();
+        within(Duration::from_secs(10), waiter)
+            .await
+            .unwrap()
+            .unwrap_or_else(|e| panic!("latch, round {round}: {e}"));
+    }
+    println!("{ROUNDS} cuts just before acquire() and wait(): every one got through");
 }
 
 /// A fair-lock waiter whose wait ends while the server is unreachable
