@@ -46,8 +46,7 @@ pub const DEFAULT_FAIR_WAITER_TIMEOUT: Duration = Duration::from_secs(300);
 /// # Waiting
 /// Waiters subscribe to the lock's channel and are woken by the unlock
 /// message, not by polling; each wait is also bounded by the lock's
-/// remaining TTL and by a third of the client's watchdog timeout, so a lost
-/// message costs at most the shorter of the two.
+/// remaining TTL, so a lost message costs at most the rest of the lease.
 #[derive(Clone)]
 pub struct Lock {
     client: Client,
