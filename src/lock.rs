@@ -936,6 +936,34 @@ async fn settle_lost_acquire(
     lease_ms: u64,
     latch_ttl: u64,
 ) {
+    let give_back = {
+        let client = client.clone();
+        let name = Arc::clone(&name);
+        move || async move {
+            tracing::debug!(lock = %name, %owner, "an acquire whose reply was lost took a hold; giving it back");
+            if let Err(err) = release_hold(&client, kind, &name, &owner, lease_ms).await {
+                tracing::warn!(lock = %name, %owner, error = %err,
+                    "could not give back a hold taken by an acquire whose reply was lost; it expires with its lease");
+            }
+        }
+    };
+    settle_lost(client, &name, latch, latch_ttl, give_back).await;
+}
+
+/// Settles a request whose replies were all lost, by its acquire latch:
+/// marks it cancelled so that a late arrival changes nothing, or, when it
+/// was granted, runs `give_back`. Tries for as long as the latch lives.
+/// Shared by the locks and the semaphores.
+pub(crate) async fn settle_lost<F, Fut>(
+    client: Client,
+    name: &str,
+    latch: String,
+    latch_ttl: u64,
+    give_back: F,
+) where
+    F: FnOnce() -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
     let deadline = Instant::now() + Duration::from_millis(latch_ttl);
     let mut conn = client.inner.conn.clone();
     let mut pause = Duration::from_millis(100);
@@ -950,23 +978,20 @@ async fn settle_lost_acquire(
         match settled {
             Ok(0) => return,
             Ok(_) => {
-                tracing::debug!(lock = %name, %owner, "an acquire whose reply was lost took a hold; giving it back");
-                if let Err(err) = release_hold(&client, kind, &name, &owner, lease_ms).await {
-                    tracing::warn!(lock = %name, %owner, error = %err,
-                        "could not give back a hold taken by an acquire whose reply was lost; it expires with its lease");
-                }
+                give_back().await;
                 client.inner.sweeper.discard(latch);
                 return;
             }
             Err(err) if is_connection_failure(&err) => {}
             Err(err) => {
-                tracing::warn!(lock = %name, error = %err, "could not settle an acquire whose reply was lost");
+                tracing::warn!(%name, error = %err, "could not settle a request whose reply was lost");
                 return;
             }
         }
     }
-    tracing::warn!(lock = %name, %owner,
-        "could not learn whether an acquire whose reply was lost took a hold; it expires with its lease");
+    tracing::warn!(%name,
+        "could not learn whether a request whose reply was lost took a hold or permits; \
+         a hold expires with its lease");
 }
 
 /// What one acquire script call replied.

@@ -4,8 +4,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::error::{check_name, check_permits};
+use crate::error::{check_name, check_permits, is_connection_failure};
 use crate::finish::{runtime, Finish};
+use crate::lock::{acquire_latch, settle_lost};
 use crate::scripts::{SEMAPHORE_ACQUIRE, SEMAPHORE_DRAIN, SEMAPHORE_RELEASE, SET_IF_MISSING};
 use crate::waiting::{deadline, wait_on, Channel, Tried};
 use crate::{keys, Client, Error, Result};
@@ -230,13 +231,41 @@ impl Semaphore {
             let runtime = runtime.clone();
             async move {
                 let mut conn = client.inner.conn.clone();
-                let key = Arc::clone(&name);
-                let request = async move {
-                    SEMAPHORE_ACQUIRE
-                        .key(&*key)
-                        .arg(permits)
-                        .invoke_async::<i64>(&mut conn)
-                        .await
+                // A latch per request: should every reply be lost, whether
+                // the permits were taken is settled in the background, and
+                // given back if so (a resend with a fresh request follows).
+                let latch = acquire_latch(&name, &client.inner.request_id());
+                let latch_ttl = client.inner.config.watchdog_timeout.as_millis() as u64;
+                let request = {
+                    let (client, name) = (client.clone(), Arc::clone(&name));
+                    async move {
+                        let reply = SEMAPHORE_ACQUIRE
+                            .key(&*name)
+                            .key(&latch)
+                            .arg(permits)
+                            .arg(latch_ttl)
+                            .invoke_async::<i64>(&mut conn)
+                            .await;
+                        match &reply {
+                            Ok(1) => client.inner.sweeper.discard(latch),
+                            Err(err) if is_connection_failure(err) => {
+                                let give_back = {
+                                    let (client, name) = (client.clone(), Arc::clone(&name));
+                                    move || async move {
+                                        if let Err(err) = give(&client, &name, permits).await {
+                                            tracing::warn!(semaphore = %name, permits, error = %err,
+                                                "could not give back permits taken by an acquire whose reply was lost");
+                                        }
+                                    }
+                                };
+                                tokio::spawn(async move {
+                                    settle_lost(client, &name, latch, latch_ttl, give_back).await
+                                });
+                            }
+                            _ => {}
+                        }
+                        reply
+                    }
                 };
                 let orphan = {
                     let (client, name) = (client.clone(), Arc::clone(&name));

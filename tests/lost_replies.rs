@@ -196,3 +196,44 @@ async fn an_acquire_whose_replies_are_all_lost_gives_its_hold_back() {
     assert_eq!(hold_count(&server, "lost:all", &field), 1);
     soon(guard.unlock()).await.unwrap();
 }
+
+/// A semaphore acquire whose reply is lost: `try_acquire` fails with the
+/// connection error and the permit its send took is given back; `acquire()`
+/// waits the loss out and ends up with exactly one permit taken, not two.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_semaphore_acquire_whose_reply_is_lost_takes_no_extra_permit() {
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port());
+    let client = proxied(&proxy, Duration::from_secs(3)).await;
+    let semaphore = client.semaphore("lost:sem");
+    assert!(soon(semaphore.try_set_permits(2)).await.unwrap());
+    // Loads the script, so that the next command is the script itself.
+    assert!(soon(semaphore.try_acquire(1)).await.unwrap());
+    soon(semaphore.release(1)).await.unwrap();
+    let available = || server.cmd(&["GET", "lost:sem"]).as_string();
+
+    proxy.lose_next_reply_to("lost:sem");
+    let err = soon(semaphore.try_acquire(1)).await.unwrap_err();
+    assert_eq!(proxy.lost_replies(), 1, "no reply was lost");
+    assert!(err.is_connection_error(), "{err}");
+    let lost_at = Instant::now();
+    eventually(Duration::from_secs(10), || async {
+        available().as_deref() == Some("2")
+    })
+    .await;
+    println!(
+        "try_acquire with its reply lost: failed ({err}); its permit given back {:?} later",
+        lost_at.elapsed()
+    );
+
+    proxy.lose_next_reply_to("lost:sem");
+    soon(semaphore.acquire(1)).await.unwrap();
+    assert_eq!(proxy.lost_replies(), 2, "no reply was lost");
+    eventually(Duration::from_secs(10), || async {
+        available().as_deref() == Some("1")
+    })
+    .await;
+    println!("acquire() with its first reply lost: 2 permits -> 1");
+    soon(semaphore.release(1)).await.unwrap();
+    assert_eq!(available().as_deref(), Some("2"));
+}
