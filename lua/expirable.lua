@@ -6,18 +6,24 @@
 --          members are permit ids (16 raw bytes) scored by the epoch ms at
 --          which the permit expires (ARGV[5] for a permit without a lease)
 -- KEYS[3]  the channel, `redisson_sc:{name}`
+-- KEYS[4]  acquire only: the acquire latch,
+--          `ferrisson_acquire_latch:{name}:<request-id>`
 -- ARGV[1]  the operation: acquire, release, update, available or drain
 -- ARGV[2]  the publish command, `publish` or `spublish`
 -- ARGV[3]  the permit id (acquire, release, update)
 -- ARGV[4]  the lease in ms, 0 for none (acquire, update)
 -- ARGV[5]  the score of a permit without a lease
+-- ARGV[6]  acquire only: the latch TTL in milliseconds
 --
 -- First, by the server's clock, every permit whose lease ended goes back:
 -- removed from KEYS[2], added to KEYS[1], and the new count published.
 -- Then:
---   acquire    takes one permit under the id: replies nil when taken;
---              otherwise how many ms until the first lease ends (at least
---              1), or -1 when no permit out has a lease
+--   acquire    takes one permit under the id: replies nil when taken
+--              (and writes the latch, so that a request whose reply was
+--              lost can be settled, see acquire_cancel.lua); otherwise how
+--              many ms until the first lease ends (at least 1), or -1 when
+--              no permit out has a lease or the request was given up by its
+--              client (latch `x`)
 --   release    gives the permit back: replies 1, or 0 when it is not out
 --              (it expired, or was released already)
 --   update     sets the permit's lease from now: replies 1, or 0 when it
@@ -56,6 +62,9 @@ end
 
 local op = ARGV[1]
 if op == 'acquire' then
+    if redis.call('get', KEYS[4]) == 'x' then
+        return -1
+    end
     local n = available()
     if type(n) == 'table' then
         return n
@@ -63,6 +72,7 @@ if op == 'acquire' then
     if n >= 1 then
         redis.call('decrby', KEYS[1], 1)
         redis.call('zadd', KEYS[2], expiry(), ARGV[3])
+        redis.call('set', KEYS[4], 1, 'px', ARGV[6])
         return nil
     end
     local first = redis.call('zrange', KEYS[2], 0, 0, 'withscores')

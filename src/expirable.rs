@@ -10,8 +10,9 @@ use tokio::runtime::Handle;
 use tokio::time::Instant;
 
 use crate::config::MAX_DURATION;
-use crate::error::{check_duration, check_name};
+use crate::error::{check_duration, check_name, is_connection_failure};
 use crate::finish::{runtime, Finish};
+use crate::lock::{acquire_latch, settle_lost};
 use crate::waiting::{deadline, wait_on, Channel, Tried};
 use crate::{keys, scripts::EXPIRABLE, Client, Error, Result};
 
@@ -391,9 +392,38 @@ impl PermitExpirableSemaphore {
                 let id = PermitId::random();
                 let sent = Instant::now();
                 let mut conn = client.inner.conn.clone();
-                let invocation = call(&client, &name, "acquire", Some(id), lease_ms.unwrap_or(0));
-                let request =
-                    async move { invocation.invoke_async::<Option<i64>>(&mut conn).await };
+                // A latch per request, as the semaphore's: a permit taken by
+                // a request whose reply was lost is given back.
+                let latch = acquire_latch(&name, &client.inner.request_id());
+                let latch_ttl = client.inner.config.watchdog_timeout.as_millis() as u64;
+                let mut invocation =
+                    call(&client, &name, "acquire", Some(id), lease_ms.unwrap_or(0));
+                invocation.key(&latch).arg(latch_ttl);
+                let request = {
+                    let (client, name) = (client.clone(), Arc::clone(&name));
+                    async move {
+                        let reply = invocation.invoke_async::<Option<i64>>(&mut conn).await;
+                        match &reply {
+                            Ok(None) => client.inner.sweeper.discard(latch),
+                            Err(err) if is_connection_failure(err) => {
+                                let give_back = {
+                                    let (client, name) = (client.clone(), Arc::clone(&name));
+                                    move || async move {
+                                        if let Err(err) = give_back(&client, &name, id).await {
+                                            tracing::warn!(semaphore = %name, permit = %id, error = %err,
+                                                "could not give back a permit taken by an acquire whose reply was lost");
+                                        }
+                                    }
+                                };
+                                tokio::spawn(async move {
+                                    settle_lost(client, &name, latch, latch_ttl, give_back).await
+                                });
+                            }
+                            _ => {}
+                        }
+                        reply
+                    }
+                };
                 let orphan = {
                     let (client, name) = (client.clone(), Arc::clone(&name));
                     move |reply: redis::RedisResult<Option<i64>>| async move {

@@ -237,3 +237,38 @@ async fn a_semaphore_acquire_whose_reply_is_lost_takes_no_extra_permit() {
     soon(semaphore.release(1)).await.unwrap();
     assert_eq!(available().as_deref(), Some("2"));
 }
+
+/// The same for a permit-expirable semaphore: the permit taken under the
+/// id of a request whose reply was lost is given back, not left out
+/// (for ever, without a lease).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_expirable_acquire_whose_reply_is_lost_takes_no_extra_permit() {
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port());
+    let client = proxied(&proxy, Duration::from_secs(3)).await;
+    let semaphore = client.permit_expirable_semaphore("lost:seats");
+    assert!(soon(semaphore.try_set_permits(2)).await.unwrap());
+    // Loads the script, so that the next command is the script itself.
+    let permit = soon(semaphore.try_acquire()).await.unwrap().unwrap();
+    soon(permit.release()).await.unwrap();
+    let out = || {
+        server
+            .cmd(&["ZCARD", "{lost:seats}:timeout"])
+            .as_int()
+            .unwrap()
+    };
+
+    proxy.lose_next_reply_to("lost:seats");
+    let err = soon(semaphore.try_acquire()).await.unwrap_err();
+    assert_eq!(proxy.lost_replies(), 1, "no reply was lost");
+    assert!(err.is_connection_error(), "{err}");
+    eventually(Duration::from_secs(10), || async { out() == 0 }).await;
+
+    proxy.lose_next_reply_to("lost:seats");
+    let permit = soon(semaphore.acquire()).await.unwrap();
+    assert_eq!(proxy.lost_replies(), 2, "no reply was lost");
+    eventually(Duration::from_secs(10), || async { out() == 1 }).await;
+    println!("expirable: try_acquire with its reply lost gave its permit back; acquire() took 1 permit, not 2");
+    soon(permit.release()).await.unwrap();
+    assert_eq!(soon(semaphore.available_permits()).await.unwrap(), 2);
+}
