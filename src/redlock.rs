@@ -94,8 +94,9 @@ impl RedLock {
     /// [`Error::InvalidArgument`] for a RedLock without locks, or an error
     /// of a lock that is not about reaching its server (a bad name, a key
     /// of another type): those fail the call, after releasing what was
-    /// taken. A server that cannot be reached only counts against the
-    /// majority.
+    /// taken, when they arrive before the round ends (a round with a
+    /// majority ends after a grace; a later reply is not waited for). A
+    /// server that cannot be reached only counts against the majority.
     ///
     /// # Cancel safety
     /// Cancel safe: a dropped future leaves no hold behind (each lock's

@@ -54,11 +54,16 @@ async fn holds_with_two_servers_killed_refuses_with_three() {
     let lease = Duration::from_secs(10);
 
     let guard = soon(lock.lock_with_lease(lease)).await.unwrap();
-    assert_eq!(guard.held(), 5);
+    // All five, unless one answered later than the grace the round gives
+    // after the majority (a loaded machine): that one is given back.
+    assert!(guard.held() >= lock.quorum(), "{}", guard.held());
     let validity = guard.validity().unwrap();
     assert!(validity <= lease && validity > lease / 2, "{validity:?}");
     guard.unlock().await.unwrap();
-    assert_eq!(holders(&servers, "report"), 0);
+    common::eventually(Duration::from_secs(10), || async {
+        holders(&servers, "report") == 0
+    })
+    .await;
 
     servers[0].stop();
     servers[1].stop();
@@ -142,9 +147,10 @@ async fn never_two_holders() {
     }
     let started = Instant::now();
     // Half way, one server dies.
-    while acquired.load(Ordering::SeqCst) < CONTENDERS * ROUNDS / 2 {
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    common::eventually(Duration::from_secs(60), || async {
+        acquired.load(Ordering::SeqCst) >= CONTENDERS * ROUNDS / 2
+    })
+    .await;
     servers[4].stop();
     for task in tasks {
         within(Duration::from_secs(120), task).await.unwrap();
@@ -178,15 +184,18 @@ async fn errors_and_contention() {
         redlock(&clients, "").try_lock().await,
         Err(Error::InvalidArgument(_))
     ));
+    // On two of three, so that the round cannot end with a majority before
+    // both refusals are in.
     servers[1].cmd(&["SET", "typed", "x"]);
+    servers[2].cmd(&["SET", "typed", "x"]);
     assert!(matches!(
         redlock(&clients, "typed").try_lock().await,
         Err(Error::WrongType { .. })
     ));
     assert_eq!(
         holders(&servers, "typed"),
-        1,
-        "only the foreign key is left"
+        2,
+        "only the foreign keys are left"
     );
     // Two of three held by someone else: refused; one of three: granted.
     let other = connect_all(&servers).await;
