@@ -595,15 +595,17 @@ impl Lock {
                     }
                     Err(err) if is_connection_failure(&err) => {
                         // No reply to any send: settle in the background
-                        // whether one took a hold, and give it back.
-                        let lease_ms = lease_ms.unwrap_or(watchdog_ms);
+                        // whether one took a hold, and give it back. The
+                        // release resets the key's TTL to what this
+                        // acquire set (a leased re-entry inside a watchdog
+                        // hold keeps the watchdog's TTL).
                         tokio::spawn(settle_lost_acquire(
                             client.clone(),
                             kind,
                             name.clone(),
                             owner.clone(),
                             latch.clone(),
-                            lease_ms,
+                            ttl_ms,
                             latch_ttl,
                         ));
                         return Err(err);
@@ -625,9 +627,9 @@ impl Lock {
                 leave_queue(&client, &name, &owner, waiter_ms).await;
             }
             if let Ok(Granted::Yes(_)) = reply {
-                // The caller left after Redis granted the hold: undo it.
-                let lease_ms = lease_ms.unwrap_or(watchdog_ms);
-                if let Err(err) = release_hold(&client, kind, &name, &owner, lease_ms).await {
+                // The caller left after Redis granted the hold: undo it,
+                // leaving the key's TTL as this acquire set it.
+                if let Err(err) = release_hold(&client, kind, &name, &owner, ttl_ms).await {
                     tracing::warn!(lock = %name, %owner, error = %err,
                         "could not give back a hold taken by a cancelled acquire; it expires with its lease");
                 }

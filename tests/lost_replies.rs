@@ -43,6 +43,19 @@ async fn warm_up(client: &Client) {
     }
 }
 
+/// Black-holes the proxy as soon as it has lost a reply, so that every
+/// resend of that command goes unanswered too.
+fn black_hole_after_a_lost_reply(proxy: &std::sync::Arc<Proxy>) -> std::thread::JoinHandle<()> {
+    let proxy = std::sync::Arc::clone(proxy);
+    std::thread::spawn(move || {
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while proxy.lost_replies() == 0 && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        proxy.black_hole(true);
+    })
+}
+
 fn hold_count(server: &RedisServer, name: &str, field: &str) -> i64 {
     server
         .cmd(&["HGET", name, field])
@@ -161,16 +174,7 @@ async fn an_acquire_whose_replies_are_all_lost_gives_its_hold_back() {
     let lock = client.lock("lost:all").with_owner("job");
 
     proxy.lose_next_reply_to("lost:all");
-    let watcher = {
-        let proxy = std::sync::Arc::clone(&proxy);
-        std::thread::spawn(move || {
-            let deadline = std::time::Instant::now() + Duration::from_secs(20);
-            while proxy.lost_replies() == 0 && std::time::Instant::now() < deadline {
-                std::thread::sleep(Duration::from_micros(200));
-            }
-            proxy.black_hole(true);
-        })
-    };
+    let watcher = black_hole_after_a_lost_reply(&proxy);
     let err = soon(lock.try_lock_with_lease(Duration::ZERO, LEASE))
         .await
         .unwrap_err();
@@ -271,4 +275,49 @@ async fn an_expirable_acquire_whose_reply_is_lost_takes_no_extra_permit() {
     println!("expirable: try_acquire with its reply lost gave its permit back; acquire() took 1 permit, not 2");
     soon(permit.release()).await.unwrap();
     assert_eq!(soon(semaphore.available_permits()).await.unwrap(), 2);
+}
+
+/// A leased re-entry inside a watchdog hold whose every reply is lost: its
+/// hold is given back, and the key keeps the watchdog's TTL rather than the
+/// re-entry's short lease, under which the outer hold would expire.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_leased_reentry_is_given_back_without_shortening_the_ttl() {
+    let server = RedisServer::start();
+    let proxy = std::sync::Arc::new(Proxy::start(server.port()));
+    let timeouts = Duration::from_millis(300);
+    let client = soon(
+        Client::builder(proxy.url())
+            .watchdog_timeout(Duration::from_secs(10))
+            .response_timeout(timeouts)
+            .connection_timeout(timeouts)
+            .build(),
+    )
+    .await
+    .unwrap();
+    warm_up(&client).await;
+    let field = format!("{}:job", client.id());
+    let lock = client.lock("lost:reentry").with_owner("job");
+    let outer = soon(lock.lock()).await.unwrap();
+
+    proxy.lose_next_reply_to("lost:reentry");
+    let watcher = black_hole_after_a_lost_reply(&proxy);
+    let err = soon(lock.try_lock_with_lease(Duration::ZERO, Duration::from_millis(200)))
+        .await
+        .unwrap_err();
+    watcher.join().unwrap();
+    assert!(err.is_connection_error(), "{err}");
+    assert_eq!(hold_count(&server, "lost:reentry", &field), 2);
+
+    proxy.black_hole(false);
+    proxy.drop_connections();
+    eventually(Duration::from_secs(10), || async {
+        hold_count(&server, "lost:reentry", &field) == 1
+    })
+    .await;
+    let pttl = server.cmd(&["PTTL", "lost:reentry"]).as_int().unwrap();
+    println!("lost leased re-entry given back: 2 holds -> 1, key TTL {pttl} ms (watchdog 10 s)");
+    assert!(pttl > 1000, "the give-back cut the TTL to {pttl} ms");
+    assert!(!outer.is_lease_lost());
+    soon(outer.unlock()).await.unwrap();
+    assert!(!common::exists(&server, "lost:reentry"));
 }
