@@ -171,6 +171,14 @@ impl MultiLock {
                         busy = Some(i);
                         break;
                     }
+                    // A server out of reach for a moment: wait for that
+                    // lock first, which rides it out as a lock's own wait
+                    // does.
+                    Err(err) if err.may_wait_out() => {
+                        tracing::debug!(lock = %lock.name(), error = %err, "multi-lock: no connection");
+                        busy = Some(i);
+                        break;
+                    }
                     Err(err) => {
                         release_all(held.into_iter().map(|(_, g)| g)).await;
                         return Err(err);

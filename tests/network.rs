@@ -277,3 +277,43 @@ async fn a_fair_waiter_leaves_the_queue_once_the_server_is_back() {
     );
     soon(guard.unlock()).await.unwrap();
 }
+
+/// A multi-lock's `lock()` whose second lock's server cannot be reached for
+/// a while: it waits for that lock (holding nothing) instead of failing,
+/// and holds both once the server is back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_multi_lock_waits_out_a_server_out_of_reach() {
+    let (one, two) = (RedisServer::start(), RedisServer::start());
+    let proxy = Proxy::start(two.port());
+    let a = client(&one, WATCHDOG).await;
+    let b = client_at(&proxy.url(), WATCHDOG).await;
+    proxy.refuse(true);
+    proxy.drop_connections();
+    let waiter = {
+        let multi = ferrisson::MultiLock::new(vec![
+            Box::new(a.lock("multi:a")) as Box<dyn ferrisson::DistributedLock>,
+            Box::new(b.lock("multi:b")),
+        ]);
+        tokio::spawn(async move { multi.lock().await })
+    };
+    // Out of reach for a while (time is the subject): no error, and the
+    // first lock is not kept while it waits.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert!(!waiter.is_finished(), "{:?}", waiter.await);
+    eventually(Duration::from_secs(10), || async {
+        !common::exists(&one, "multi:a")
+    })
+    .await;
+    let back = Instant::now();
+    proxy.refuse(false);
+    let guard = within(Duration::from_secs(20), waiter)
+        .await
+        .unwrap()
+        .unwrap();
+    println!(
+        "multi-lock held both {:?} after the second server came back",
+        back.elapsed()
+    );
+    assert!(common::exists(&one, "multi:a") && common::exists(&two, "multi:b"));
+    soon(guard.unlock()).await.unwrap();
+}
