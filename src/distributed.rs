@@ -12,9 +12,9 @@ mod sealed {
     pub trait Sealed {}
 }
 
-/// The operations every ferrisson lock shares, so that code (and, later,
-/// a multi-lock) can hold any of them as `Box<dyn DistributedLock>` or
-/// `&dyn DistributedLock`.
+/// The operations every ferrisson lock shares, so that code (and a
+/// [`MultiLock`](crate::MultiLock) or [`RedLock`](crate::RedLock)) can hold
+/// any of them as `Box<dyn DistributedLock>` or `&dyn DistributedLock`.
 ///
 /// Sealed: only this crate implements it, so methods can be added without
 /// breaking anyone. Each method behaves, fails and is cancel safe as the

@@ -143,12 +143,10 @@ impl Error {
             Error::Redis(err)
         }
     }
-}
 
-impl Error {
     /// Whether a waiter may wait this failure out and try again: the
-    /// connection failed (a lost reply may have taken a hold, which expires
-    /// with its lease either way), no node serves the slot yet (a cluster
+    /// connection failed (what a request whose reply was lost took is given
+    /// back, see the acquire latch), no node serves the slot yet (a cluster
     /// failover), or the server refused the write as a replica (a master
     /// demoted by a failover).
     pub(crate) fn may_wait_out(&self) -> bool {

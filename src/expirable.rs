@@ -12,7 +12,7 @@ use tokio::time::Instant;
 use crate::config::MAX_DURATION;
 use crate::error::{check_duration, check_name, is_connection_failure};
 use crate::finish::{runtime, Finish};
-use crate::lock::{acquire_latch, settle_lost};
+use crate::lock::settle_lost;
 use crate::waiting::{deadline, wait_on, Channel, Tried};
 use crate::{keys, scripts::EXPIRABLE, Client, Error, Result};
 
@@ -394,7 +394,7 @@ impl PermitExpirableSemaphore {
                 let mut conn = client.inner.conn.clone();
                 // A latch per request, as the semaphore's: a permit taken by
                 // a request whose reply was lost is given back.
-                let latch = acquire_latch(&name, &client.inner.request_id());
+                let latch = keys::acquire_latch(&name, &client.inner.request_id());
                 let latch_ttl = client.inner.config.watchdog_timeout.as_millis() as u64;
                 let mut invocation =
                     call(&client, &name, "acquire", Some(id), lease_ms.unwrap_or(0));

@@ -75,7 +75,19 @@ pub(crate) fn latch_channel(name: &str) -> String {
 
 /// The latch key that makes one release request idempotent.
 pub(crate) fn unlock_latch(name: &str, request_id: &str) -> String {
-    let mut key = prefix_name("redisson_unlock_latch", name);
+    request_latch("redisson_unlock_latch", name, request_id)
+}
+
+/// The latch key of one acquire request (a lock's or a semaphore's):
+/// `ferrisson_acquire_latch:{name}:<id>`, with the brace rule of Redisson's
+/// latches, so it shares the object's slot. It makes a resend safe, and
+/// lets a request whose replies were all lost be settled.
+pub(crate) fn acquire_latch(name: &str, request_id: &str) -> String {
+    request_latch("ferrisson_acquire_latch", name, request_id)
+}
+
+fn request_latch(prefix: &str, name: &str, request_id: &str) -> String {
+    let mut key = prefix_name(prefix, name);
     key.push(':');
     key.push_str(request_id);
     key
@@ -132,6 +144,7 @@ mod tests {
             semaphore_channel(name),
             permit_timeouts(name),
             latch_channel(name),
+            acquire_latch(name, "ff"),
         ] {
             assert_eq!(slot(key.as_bytes()), slot(b"orders:42"), "{key}");
         }

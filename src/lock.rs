@@ -569,7 +569,7 @@ impl Lock {
         // Acquires are safe to resend: each request has an id and leaves a
         // latch, so that a resend after a lost reply returns the first
         // outcome instead of taking a second hold.
-        let latch = acquire_latch(&name, &inner.request_id());
+        let latch = keys::acquire_latch(&name, &inner.request_id());
         // The latch lives as long as the hold it records could: a resend
         // or a settle within that time finds it, and it never outlives the
         // hold's own TTL as granted.
@@ -751,7 +751,7 @@ impl Drop for QueueExit<'_> {
         if !self.armed {
             return;
         }
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        let Ok(runtime) = runtime() else {
             // No runtime: the entry counts as dead after the waiter timeout.
             return;
         };
@@ -785,7 +785,7 @@ async fn leave_queue(client: &Client, name: &str, field: &str, waiter_ms: u64) {
     // behind it do not wait for the timeout.
     tracing::debug!(lock = %name, owner = %field, error = %failed,
         "leaving the fair lock's queue failed; sending it again in the background");
-    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+    let Ok(runtime) = runtime() else {
         return;
     };
     let (client, name, field) = (client.clone(), name.to_owned(), field.to_owned());
@@ -830,15 +830,6 @@ async fn send_leave(
         .invoke_async::<i64>(&mut conn)
         .await
         .map(drop)
-}
-
-/// The acquire latch of one request: `ferrisson_acquire_latch:{name}:<id>`
-/// (brace rule as Redisson's latches, so it shares the lock's slot).
-pub(crate) fn acquire_latch(name: &str, request_id: &str) -> String {
-    let mut key = keys::prefix_name("ferrisson_acquire_latch", name);
-    key.push(':');
-    key.push_str(request_id);
-    key
 }
 
 /// Sends one acquire of `kind`'s script; `latch` makes resends of the same

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use crate::error::{check_name, check_permits, is_connection_failure};
 use crate::finish::{runtime, Finish};
-use crate::lock::{acquire_latch, settle_lost};
+use crate::lock::settle_lost;
 use crate::scripts::{SEMAPHORE_ACQUIRE, SEMAPHORE_DRAIN, SEMAPHORE_RELEASE, SET_IF_MISSING};
 use crate::waiting::{deadline, wait_on, Channel, Tried};
 use crate::{keys, Client, Error, Result};
@@ -129,7 +129,9 @@ impl Semaphore {
     pub async fn release(&self, permits: u32) -> Result<()> {
         self.checked()?;
         let permits = check_permits(permits)?;
-        give(&self.client, &self.name, permits)
+        let (client, name) = (self.client.clone(), Arc::clone(&self.name));
+        let release = async move { give(&client, &name, permits).await };
+        Finish::detached(runtime()?, release)
             .await
             .map(drop)
             .map_err(|e| self.error(e))
@@ -234,7 +236,7 @@ impl Semaphore {
                 // A latch per request: should every reply be lost, whether
                 // the permits were taken is settled in the background, and
                 // given back if so (a resend with a fresh request follows).
-                let latch = acquire_latch(&name, &client.inner.request_id());
+                let latch = keys::acquire_latch(&name, &client.inner.request_id());
                 let latch_ttl = client.inner.config.watchdog_timeout.as_millis() as u64;
                 let request = {
                     let (client, name) = (client.clone(), Arc::clone(&name));
@@ -296,25 +298,16 @@ impl Semaphore {
     }
 }
 
-/// Adds `permits` to the semaphore `name` and publishes the new count; the
-/// send completes in the background when the caller leaves.
+/// Adds `permits` to the semaphore `name` and publishes the new count.
 async fn give(client: &Client, name: &str, permits: u32) -> redis::RedisResult<i64> {
     let mut conn = client.inner.conn.clone();
-    let publish = client.inner.publish();
-    let name = name.to_owned();
-    let request = async move {
-        SEMAPHORE_RELEASE
-            .key(&name)
-            .key(keys::semaphore_channel(&name))
-            .arg(permits)
-            .arg(publish)
-            .invoke_async::<i64>(&mut conn)
-            .await
-    };
-    match tokio::runtime::Handle::try_current() {
-        Ok(runtime) => Finish::detached(runtime, request).await,
-        Err(_) => request.await,
-    }
+    SEMAPHORE_RELEASE
+        .key(name)
+        .key(keys::semaphore_channel(name))
+        .arg(permits)
+        .arg(client.inner.publish())
+        .invoke_async::<i64>(&mut conn)
+        .await
 }
 
 /// Sets `key` to `value` unless it exists, publishing `message` on

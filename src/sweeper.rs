@@ -1,11 +1,12 @@
-//! Deletes the unlock latches of finished releases, many keys per command.
+//! Deletes the latches of finished requests, many keys per command.
 //!
 //! Every release writes a latch key, `redisson_unlock_latch:{name}:<id>`,
-//! that only matters to resends of that release (see the release script).
-//! Once the reply is in, the client deletes it, as Redisson does; the latch
-//! would also expire by itself after its TTL. Deleting each latch with its
-//! own DEL adds a third command to every lock and unlock pair, so latches
-//! are collected here for a few milliseconds and deleted together.
+//! and every granted acquire one, `ferrisson_acquire_latch:{name}:<id>`,
+//! that only matter to resends of that request (see the scripts). Once the
+//! reply is in, the client deletes it, as Redisson does for its unlock
+//! latch; a latch would also expire by itself after its TTL. Deleting each
+//! latch with its own DEL adds a command to every lock and unlock pair, so
+//! latches are collected here for a few milliseconds and deleted together.
 
 use std::time::Duration;
 
@@ -58,7 +59,7 @@ async fn sweep(mut latches: mpsc::UnboundedReceiver<String>, mut conn: Conn) {
             redis::cmd("DEL").arg(&keys).query_async(&mut conn).await;
         if let Err(err) = deleted {
             tracing::debug!(keys = keys.len(), error = %err,
-                "could not delete unlock latches; they expire by themselves");
+                "could not delete latches; they expire by themselves");
         }
         keys.clear();
     }

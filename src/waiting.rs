@@ -46,8 +46,9 @@ pub(crate) struct Channel {
 /// A moment without a connection (a cut, a restart, a failover) is waited
 /// out: a try or a subscription that meets one pauses 100 ms and tries
 /// again. Only the first try of a call with a deadline returns it, so that
-/// a `try_lock_for` on a dead server fails at once rather than at the end
-/// of its wait.
+/// a `try_lock_for` on a dead server fails with its first try (the sends
+/// that try makes, see `release_attempts`) rather than at the end of its
+/// wait.
 ///
 /// # Cancel safety
 /// Cancel safe if each `attempt` is: a dropped wait leaves its
