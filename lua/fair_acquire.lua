@@ -73,10 +73,17 @@ if mine == false then
     if ARGV[4] ~= '1' then
         return math.max(pttl, 0)
     end
+    -- Queued behind the last waiter's timeout, or behind the holder's TTL
+    -- when the last entry has no score (a queue left half-written, which
+    -- Redisson's script guards against the same way).
     local last = redis.call('lindex', KEYS[2], -1)
+    local last_score = false
+    if last ~= false and last ~= ARGV[2] then
+        last_score = redis.call('zscore', KEYS[3], last)
+    end
     local ahead = math.max(pttl, 0)
-    if last ~= false then
-        ahead = math.max(0, tonumber(redis.call('zscore', KEYS[3], last)) - now)
+    if last_score ~= false then
+        ahead = math.max(0, tonumber(last_score) - now)
     end
     mine = ahead + wait + now
     if redis.call('zadd', KEYS[3], mine, ARGV[2]) == 1 then

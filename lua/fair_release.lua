@@ -14,7 +14,8 @@
 --
 -- Dead waiters at the head of the queue are dropped first. Replies 1 when
 -- this was the last hold (the hash is deleted and the first waiter woken on
--- its own channel), 0 when holds remain, nil when the owner holds nothing.
+-- its own channel), 0 when holds remain, nil when the owner holds nothing
+-- (when the hash is gone altogether, the first waiter is woken all the same).
 -- A retry with the same request id replies what the first call replied.
 local done = redis.call('get', KEYS[5])
 if done ~= false then
@@ -33,6 +34,15 @@ while true do
     end
     redis.call('zrem', KEYS[3], head)
     redis.call('lpop', KEYS[2])
+end
+if redis.call('exists', KEYS[1]) == 0 then
+    -- Already gone (expired or force-unlocked): whoever is first in line
+    -- may take it now, so wake them, as Redisson does.
+    local head = redis.call('lindex', KEYS[2], 0)
+    if head ~= false then
+        redis.call(ARGV[4], KEYS[4] .. ':' .. head, ARGV[1])
+    end
+    return nil
 end
 if redis.call('hexists', KEYS[1], ARGV[3]) == 0 then
     return nil

@@ -270,3 +270,66 @@ async fn dropped_fair_lock_futures_leave_nothing() {
     let guard = soon(holder.fair_lock("line").lock()).await.unwrap();
     soon(guard.unlock()).await.unwrap();
 }
+
+/// A queue whose last entry has no score in the timeout set (half written,
+/// by a crashed client or by hand) does not break the acquire: a new waiter
+/// queues behind the holder's TTL, and the entry without a score is dropped
+/// once it reaches the head.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queue_entry_without_a_score_breaks_nothing() {
+    let server = RedisServer::start();
+    let holder = client(&server, WATCHDOG).await;
+    let waiters = client(&server, WATCHDOG).await;
+    let held = soon(holder.fair_lock("line").lock()).await.unwrap();
+    let first = waiters.fair_lock("line");
+    let first = tokio::spawn(async move { first.lock().await });
+    eventually(Duration::from_secs(5), || async {
+        queue(&server).len() == 1
+    })
+    .await;
+    server.cmd(&["RPUSH", QUEUE, "ghost:1"]);
+    let second = waiters.fair_lock("line");
+    let gave_up = soon(second.try_lock_for(Duration::from_millis(200))).await;
+    assert!(matches!(gave_up, Ok(None)), "{gave_up:?}");
+    soon(held.unlock()).await.unwrap();
+    let guard = within(Duration::from_secs(5), first)
+        .await
+        .unwrap()
+        .unwrap();
+    soon(guard.unlock()).await.unwrap();
+    let guard = soon(second.lock()).await.unwrap();
+    assert!(
+        queue(&server).is_empty(),
+        "the entry without a score is gone"
+    );
+    soon(guard.unlock()).await.unwrap();
+    settled(&waiters).await;
+}
+
+/// A release that finds the lock already gone (expired, or deleted behind
+/// the holder's back) still wakes the first waiter, as Redisson's does: the
+/// waiter does not sit out the rest of the TTL it last saw.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_that_finds_the_lock_gone_still_wakes_the_first_waiter() {
+    let server = RedisServer::start();
+    // A long watchdog timeout: a waiter that is not woken looks again only
+    // after the TTL it saw, 30 s.
+    let watchdog = Duration::from_secs(30);
+    let holder = client(&server, watchdog).await;
+    let waiters = client(&server, watchdog).await;
+    let held = soon(holder.fair_lock("line").lock()).await.unwrap();
+    let lock = waiters.fair_lock("line");
+    let waiting = tokio::spawn(async move { lock.lock().await });
+    eventually(Duration::from_secs(5), || async {
+        queue(&server).len() == 1
+    })
+    .await;
+    server.cmd(&["DEL", "line"]);
+    assert!(soon(held.unlock()).await.is_err(), "nothing was held");
+    let guard = within(Duration::from_secs(5), waiting)
+        .await
+        .unwrap()
+        .unwrap();
+    soon(guard.unlock()).await.unwrap();
+    settled(&waiters).await;
+}
