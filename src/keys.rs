@@ -69,8 +69,13 @@ pub(crate) fn permit_timeouts(name: &str) -> String {
 
 /// The channel of a count-down latch:
 /// `redisson_countdownlatch__channel__{name}` (no colon, as Redisson).
+///
+/// Unlike every other channel, Redisson builds this one by plain
+/// concatenation: the name is wrapped in braces even when it already holds a
+/// `{` (`boot{eu}` gives `redisson_countdownlatch__channel__{boot{eu}}`).
+/// Java and Rust waiters hear each other only on that exact name.
 pub(crate) fn latch_channel(name: &str) -> String {
-    format!("redisson_countdownlatch__channel__{}", tagged(name))
+    format!("redisson_countdownlatch__channel__{{{name}}}")
 }
 
 /// The latch key that makes one release request idempotent.
@@ -185,9 +190,14 @@ mod tests {
             "redisson_unlock_latch:a{b}c:ff"
         );
         assert_eq!(permit_timeouts("{jobs}:1"), "{jobs}:1:timeout");
+        // Redisson wraps the latch's name in braces whatever it holds.
         assert_eq!(
             latch_channel("{boot}:1"),
-            "redisson_countdownlatch__channel__{boot}:1"
+            "redisson_countdownlatch__channel__{{boot}:1}"
+        );
+        assert_eq!(
+            latch_channel("boot{eu}"),
+            "redisson_countdownlatch__channel__{boot{eu}}"
         );
     }
 }

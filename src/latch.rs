@@ -20,7 +20,8 @@ const NEW_COUNT_MESSAGE: &str = "1";
 /// [`try_set_count`](CountDownLatch::try_set_count). Each
 /// [`count_down`](CountDownLatch::count_down) lowers it; at zero the key is
 /// deleted and every waiter, in every process, is woken by one message on
-/// `redisson_countdownlatch__channel__{name}`.
+/// `redisson_countdownlatch__channel__{name}` (the name wrapped in braces
+/// whatever it holds, as Redisson builds it).
 ///
 /// A latch that is not set is open: [`wait`](CountDownLatch::wait) returns
 /// at once. So set the count before anyone waits on it (a barrier's
