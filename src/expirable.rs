@@ -54,7 +54,8 @@ impl FromStr for PermitId {
     /// Redisson hands out.
     fn from_str(text: &str) -> Result<PermitId> {
         let bad = || Error::invalid(format!("a permit id is 32 hex digits, got `{text}`"));
-        if text.len() != 32 || !text.is_ascii() {
+        // Only hex digits: `u8::from_str_radix` alone would take a sign.
+        if text.len() != 32 || !text.bytes().all(|b| b.is_ascii_hexdigit()) {
             return Err(bad());
         }
         let mut bytes = [0u8; 16];

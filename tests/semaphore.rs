@@ -355,6 +355,10 @@ async fn the_expirable_layout_is_redissons() {
         &text[..31],
         &format!("{text}0"),
         &format!("{}g", &text[..31]),
+        // A sign is not a hex digit, even where a number parser takes it.
+        &format!("+{}", &text[1..]),
+        &format!("{}+f{}", &text[..4], &text[6..]),
+        &format!("-{}", &text[1..]),
     ] {
         assert!(bad.parse::<PermitId>().is_err(), "{bad}");
     }
