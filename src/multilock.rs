@@ -25,7 +25,10 @@ use crate::{Backoff, DistributedLock, Error, LockGuard, Result};
 ///    up to 128 ms, with jitter, as [`Backoff::default`]), and go back to 1
 ///    waiting for the busy one first.
 ///
-/// One [`MultiLockGuard`] releases them all.
+/// One [`MultiLockGuard`] releases them all. An acquire that returns
+/// without a guard (`None` or an error) holds nothing: the locks it took
+/// were released, all at once, before it returned. A release that fails
+/// (a server out of reach) leaves that hold to expire with its lease.
 ///
 /// ```no_run
 /// # async fn run(a: ferrisson::Client, b: ferrisson::Client) -> ferrisson::Result<()> {
@@ -201,15 +204,23 @@ impl MultiLock {
     }
 }
 
-/// Releases every guard, logging failures (each then expires with its
-/// lease).
+/// Releases every guard at once, logging failures (each then expires with
+/// its lease).
 async fn release_all(guards: impl IntoIterator<Item = LockGuard>) {
-    for guard in guards {
+    let _ = unlock_all(guards.into_iter().collect()).await;
+}
+
+/// Releases every guard at once; the outcome of each release, in order.
+pub(crate) async fn unlock_all(guards: Vec<LockGuard>) -> Vec<Result<()>> {
+    futures_util::future::join_all(guards.into_iter().map(|guard| async move {
         let name = guard.name().to_owned();
-        if let Err(err) = guard.unlock().await {
-            tracing::warn!(lock = %name, error = %err, "could not release a lock of a multi-lock; it expires with its lease");
+        let released = guard.unlock().await;
+        if let Err(err) = &released {
+            tracing::debug!(lock = %name, error = %err, "could not release one lock; it expires with its lease");
         }
-    }
+        released
+    }))
+    .await
 }
 
 /// The holds of a [`MultiLock`], one per lock, in the multi-lock's order.
@@ -242,22 +253,21 @@ impl MultiLockGuard {
         lost_count(&self.guards, 1).await;
     }
 
-    /// Releases every hold, each as [`LockGuard::unlock`].
+    /// Releases every hold, each as [`LockGuard::unlock`], all at once: a
+    /// server that does not answer holds up no other release.
     ///
     /// # Errors
     /// The first error of the releases; every release is tried.
     ///
     /// # Cancel safety
-    /// Cancel safe: each release, once started, completes in the
-    /// background, and the ones not started yet are released on drop.
+    /// Cancel safe: the releases are sent at once, and each, once started,
+    /// completes in the background.
     pub async fn unlock(self) -> Result<()> {
-        let mut first = None;
-        for guard in self.guards {
-            if let Err(err) = guard.unlock().await {
-                first.get_or_insert(err);
-            }
-        }
-        first.map_or(Ok(()), Err)
+        unlock_all(self.guards)
+            .await
+            .into_iter()
+            .find_map(Result::err)
+            .map_or(Ok(()), Err)
     }
 }
 

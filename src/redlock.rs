@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::multilock::lost_count;
+use crate::multilock::{lost_count, unlock_all};
 use crate::waiting::{deadline, pause_before_retry};
 use crate::{Backoff, DistributedLock, Error, LockGuard, Result};
 
@@ -19,14 +19,21 @@ use crate::{Backoff, DistributedLock, Error, LockGuard, Result};
 /// Each round tries every lock at once, each with one attempt (bounded by
 /// a tenth of the lease, at least 10 ms and at most 1 s, so a server that
 /// does not answer cannot hold the round up; and cut short once a majority
-/// answered yes, after a grace as long again, or once a majority is out of
-/// reach). The round wins when a
+/// answered yes, after a grace as long again). The round wins when a
 /// majority was taken and time is left of the lease once the round's
 /// elapsed time and a clock-drift allowance (1% of the lease plus 2 ms)
-/// are taken off. Otherwise every lock taken is released and, while the
-/// wait allows, a new round starts after a pause with jitter. In watchdog
-/// mode the lease is the smallest watchdog timeout of the locks' clients,
-/// and each client's watchdog renews its own lock.
+/// are taken off. Otherwise the round waits for every attempt still in
+/// flight (each within its bound), releases every lock taken, all at once,
+/// and, while the wait allows, a new round starts after a pause with
+/// jitter. In watchdog mode the lease is the smallest watchdog timeout of
+/// the locks' clients, and each client's watchdog renews its own lock.
+///
+/// So an acquire that returns without a guard (`None` or an error) holds
+/// nothing on any server that answered: its holds were released before it
+/// returned. Only an attempt that had not answered within its bound (a
+/// silent or partitioned server) is given back in the background, as a
+/// dropped lock acquire is, and may sit on that server until then, or at
+/// most until its lease ends.
 ///
 /// # What it guarantees, and what it does not
 /// Redisson deprecated its `RedLock`, and the critique it answered
@@ -249,11 +256,13 @@ impl RedLock {
 type Attempt = std::result::Result<Result<Option<LockGuard>>, tokio::time::error::Elapsed>;
 
 /// Polls every attempt in the caller's task (so each lock's default owner
-/// is the caller, as when it calls the lock itself) until all are done, or
-/// until more cannot change the outcome: a majority is out of reach, or it
-/// was reached and the others had a grace as long again as that took (plus
-/// 5 ms). Attempts cut short are dropped, which leaves nothing held, and
-/// come back as `None`.
+/// is the caller, as when it calls the lock itself) until all are done,
+/// each within its own bound. One shortcut: once a majority was taken, the
+/// others have a grace as long again as that took (plus 5 ms), and the
+/// attempts still running then are dropped (which leaves nothing held: a
+/// dropped acquire gives back in the background) and come back as `None`.
+/// A round without a majority waits for every attempt, so that what they
+/// took is released before the round returns.
 async fn gather<'a>(
     mut attempts: Vec<Pin<Box<dyn Future<Output = Attempt> + Send + 'a>>>,
     quorum: usize,
@@ -275,7 +284,7 @@ async fn gather<'a>(
             .iter()
             .filter(|out| matches!(out, Some(Ok(Ok(Some(_))))))
             .count();
-        if done == n || won + (n - done) < quorum {
+        if done == n {
             return Poll::Ready(());
         }
         if won >= quorum {
@@ -295,13 +304,10 @@ async fn gather<'a>(
     outputs
 }
 
+/// Releases every guard at once (a silent server holds up only its own
+/// release), logging failures: each of those holds expires with its lease.
 async fn release_all(guards: Vec<LockGuard>) {
-    for guard in guards {
-        let name = guard.name().to_owned();
-        if let Err(err) = guard.unlock().await {
-            tracing::debug!(lock = %name, error = %err, "RedLock: could not release one lock; it expires with its lease");
-        }
-    }
+    let _ = unlock_all(guards).await;
 }
 
 /// A RedLock held on a majority of its servers, from [`RedLock`]'s acquire.
@@ -357,7 +363,8 @@ impl RedLockGuard {
         }
     }
 
-    /// Releases the lock on every server it was taken on.
+    /// Releases the lock on every server it was taken on, all at once: a
+    /// server that does not answer holds up no other release.
     ///
     /// # Errors
     /// The first error, when fewer than a majority of the releases
@@ -366,13 +373,13 @@ impl RedLockGuard {
     /// an error by itself.)
     ///
     /// # Cancel safety
-    /// Cancel safe: each release, once started, completes in the
-    /// background, and the ones not started yet are released on drop.
+    /// Cancel safe: the releases are sent at once, and each, once started,
+    /// completes in the background.
     pub async fn unlock(self) -> Result<()> {
         let mut released = 0;
         let mut first = None;
-        for guard in self.guards {
-            match guard.unlock().await {
+        for outcome in unlock_all(self.guards).await {
+            match outcome {
                 Ok(()) => released += 1,
                 Err(err) => {
                     first.get_or_insert(err);

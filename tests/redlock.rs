@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use common::proxy::Proxy;
 use common::{exists, settled, soon, within, RedisServer};
 use ferrisson::{Client, DistributedLock, Error, RedLock};
 
@@ -250,4 +251,114 @@ async fn dropped_acquires_leave_nothing() {
         holders(&servers, "cancel") == 0
     })
     .await;
+}
+
+/// A client for `url` whose RedLock attempts have a roomy bound: a watchdog
+/// timeout of 5 s gives each attempt 500 ms.
+async fn roomy_client(url: String) -> Client {
+    soon(
+        Client::builder(url)
+            .watchdog_timeout(Duration::from_secs(5))
+            .build(),
+    )
+    .await
+    .expect("connect")
+}
+
+/// Whether `name` shows up on `server` at any look, 5 ms apart, over
+/// `span`: a hold that an acquire left behind in flight would.
+async fn ever_held(server: &RedisServer, name: &str, span: Duration) -> bool {
+    let until = Instant::now() + span;
+    while Instant::now() < until {
+        if exists(server, name) {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    false
+}
+
+/// An acquire that returns without a guard holds nothing once it returns,
+/// even when a server answers after the outcome was decided: the round
+/// waits for that answer and releases what it took before returning.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acquire_without_a_guard_holds_nothing_once_it_returns() {
+    let servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+    let slow = Proxy::start(servers[0].port());
+    let clients = vec![
+        roomy_client(slow.url()).await,
+        roomy_client(servers[1].url()).await,
+        roomy_client(servers[2].url()).await,
+    ];
+    // The first server answers 60 ms late; the other two answer at once.
+    slow.set_latency(Duration::from_millis(30));
+
+    // Two refusals decide the round before the slow grant is in.
+    servers[1].cmd(&["SET", "typed", "x"]);
+    servers[2].cmd(&["SET", "typed", "x"]);
+    let failed = soon(redlock(&clients, "typed").try_lock()).await;
+    assert!(matches!(failed, Err(Error::WrongType { .. })), "{failed:?}");
+    assert!(
+        !ever_held(&servers[0], "typed", Duration::from_millis(500)).await,
+        "a hold of the failed acquire showed up after it returned"
+    );
+
+    // Two of three held elsewhere: `None`, and nothing of ours left.
+    let others = connect_all(&servers).await;
+    let a = soon(others[1].lock("shared").lock()).await.unwrap();
+    let b = soon(others[2].lock("shared").lock()).await.unwrap();
+    assert!(soon(redlock(&clients, "shared").try_lock())
+        .await
+        .unwrap()
+        .is_none());
+    assert!(
+        !ever_held(&servers[0], "shared", Duration::from_millis(500)).await,
+        "a hold of the refused acquire showed up after it returned"
+    );
+    soon(a.unlock()).await.unwrap();
+    soon(b.unlock()).await.unwrap();
+    for client in clients.iter().chain(&others) {
+        settled(client).await;
+    }
+}
+
+/// A guard's release goes to every server at once: a silent server holds
+/// up only its own release, not the others'.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_server_does_not_hold_up_the_other_releases() {
+    let servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+    let silent = Proxy::start(servers[0].port());
+    let mut urls = vec![silent.url()];
+    urls.extend(servers[1..].iter().map(RedisServer::url));
+    // The client's default timeouts: a release to a silent server takes
+    // its time to give up.
+    let mut clients = Vec::new();
+    for url in urls {
+        clients.push(roomy_client(url).await);
+    }
+    let lock = redlock(&clients, "release");
+    let guard = soon(lock.lock_with_lease(Duration::from_secs(30)))
+        .await
+        .unwrap();
+    assert_eq!(guard.held(), 3);
+    silent.black_hole(true);
+    let started = Instant::now();
+    let unlock = tokio::spawn(guard.unlock());
+    common::eventually(Duration::from_secs(2), || async {
+        holders(&servers[1..], "release") == 0
+    })
+    .await;
+    let others_released = started.elapsed();
+    println!("the two answering servers released in {others_released:?}");
+    // Two of three released: a majority, so the unlock succeeds once the
+    // silent server's release gives up.
+    within(Duration::from_secs(60), unlock)
+        .await
+        .unwrap()
+        .unwrap();
+    println!(
+        "the silent server's release gave up after {:?}",
+        started.elapsed()
+    );
+    silent.black_hole(false);
 }
