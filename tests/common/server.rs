@@ -183,19 +183,36 @@ impl RedisServer {
     ///
     /// Panics on any I/O or protocol error (for example when the server is stopped).
     pub fn cmd(&self, args: &[&str]) -> RespValue {
-        let result = connect(self.port, IO_TIMEOUT).and_then(|stream| {
-            let mut reader = BufReader::new(stream);
-            self.authenticate(&mut reader)?;
-            reader.get_mut().write_all(&encode_command(args))?;
-            read_value(&mut reader)
-        });
-        match result {
+        match self.try_cmd(args) {
             Ok(value) => value,
             Err(err) => panic!(
                 "command {args:?} to redis on port {} failed: {err}",
                 self.port
             ),
         }
+    }
+
+    /// [`RedisServer::cmd`], with a failed connection returned instead of a
+    /// panic: for looks inside an `eventually` wait while the server may be
+    /// switching roles, restarting or cut off, where Redis dropping the
+    /// connection means "not yet", not a failure.
+    pub fn try_cmd(&self, args: &[&str]) -> io::Result<RespValue> {
+        connect(self.port, IO_TIMEOUT).and_then(|stream| {
+            let mut reader = BufReader::new(stream);
+            self.authenticate(&mut reader)?;
+            reader.get_mut().write_all(&encode_command(args))?;
+            read_value(&mut reader)
+        })
+    }
+
+    /// The first element of `ROLE` (`master`, `slave`, `sentinel`), or
+    /// `None` while the server cannot be asked (see
+    /// [`RedisServer::try_cmd`]).
+    pub fn role(&self) -> Option<String> {
+        self.try_cmd(&["ROLE"])
+            .ok()?
+            .as_array()
+            .and_then(|r| r.first().and_then(|v| v.as_string()))
     }
 
     /// The password given with `--requirepass`, if any.
