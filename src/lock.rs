@@ -570,10 +570,15 @@ impl Lock {
         // latch, so that a resend after a lost reply returns the first
         // outcome instead of taking a second hold.
         let latch = keys::acquire_latch(&name, &inner.request_id());
-        // The latch lives as long as the hold it records could: a resend
-        // or a settle within that time finds it, and it never outlives the
-        // hold's own TTL as granted.
-        let latch_ttl = ttl_ms;
+        // The latch lives as long as the request may be resent or settled
+        // (the resend window, as a release's latch), and at least as long as
+        // the hold it records. Were it shorter than the resends, a resend of
+        // a granted re-entry that arrives after it would count the hold
+        // twice. (A resend after the hold itself ran out, while the same
+        // owner holds the lock through another request, is taken as
+        // granted: one more reason to give concurrent branches their own
+        // owners.)
+        let latch_ttl = ttl_ms.max(inner.config.unlock_latch_ttl_ms());
         let sends = inner.config.release_attempts.max(1);
         let client = self.client.clone();
         let request = async move {

@@ -321,3 +321,55 @@ async fn a_lost_leased_reentry_is_given_back_without_shortening_the_ttl() {
     soon(outer.unlock()).await.unwrap();
     assert!(!common::exists(&server, "lost:reentry"));
 }
+
+/// A re-entry whose reply is lost and whose resend gets through only after
+/// the hold's own TTL (a short watchdog timeout here) still finds its
+/// acquire latch: the latch lives as long as the request may be resent, so
+/// the resend answers "granted" instead of counting the hold twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resend_later_than_the_holds_ttl_still_counts_once() {
+    let server = RedisServer::start();
+    let proxy = std::sync::Arc::new(Proxy::start(server.port()));
+    let timeouts = Duration::from_millis(300);
+    let client = soon(
+        Client::builder(proxy.url())
+            .watchdog_timeout(Duration::from_millis(600))
+            .response_timeout(timeouts)
+            .connection_timeout(timeouts)
+            .release_attempts(12)
+            .build(),
+    )
+    .await
+    .unwrap();
+    warm_up(&client).await;
+    let field = format!("{}:job", client.id());
+    let lock = client.lock("lost:late").with_owner("job");
+    let outer = soon(lock.lock()).await.unwrap();
+
+    proxy.lose_next_reply_to("lost:late");
+    let inner = {
+        let lock = lock.clone();
+        tokio::spawn(async move { lock.try_lock_for(Duration::from_secs(20)).await })
+    };
+    // Unreachable from the moment the reply is lost, for twice the hold's
+    // TTL; the hash is kept alive by hand meanwhile (its watchdog cannot
+    // reach it), as a renewal through another path would.
+    eventually(Duration::from_secs(10), || async {
+        proxy.lost_replies() == 1
+    })
+    .await;
+    proxy.refuse(true);
+    server.cmd(&["PEXPIRE", "lost:late", "60000"]);
+    assert_eq!(hold_count(&server, "lost:late", &field), 2);
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    proxy.refuse(false);
+
+    let inner = soon(inner).await.unwrap().unwrap().expect("granted");
+    assert_eq!(
+        hold_count(&server, "lost:late", &field),
+        2,
+        "the resend counted the re-entry a second time"
+    );
+    drop(outer);
+    soon(inner.unlock()).await.ok();
+}
