@@ -664,7 +664,12 @@ impl Lock {
                     match self.confirm(&key).await {
                         Ok((true, confirmed)) => sent = confirmed,
                         Ok((false, _)) => return Ok(Err(0)),
-                        Err(err) => return Err(err),
+                        Err(err) => {
+                            // No guard goes out for this grant: give the
+                            // hold back now rather than at its TTL's end.
+                            self.give_back_in_background(&key, ttl_ms, &runtime);
+                            return Err(err);
+                        }
                     }
                 }
                 let lease = match lease_ms {
@@ -699,6 +704,24 @@ impl Lock {
 }
 
 impl Lock {
+    /// Releases one hold of `key` that no guard will own, in the
+    /// background; `ttl_ms` is what the acquire set as the key's TTL.
+    fn give_back_in_background(
+        &self,
+        key: &HoldKey,
+        ttl_ms: u64,
+        runtime: &tokio::runtime::Handle,
+    ) {
+        let (client, kind) = (self.client.clone(), self.kind);
+        let (name, owner) = (Arc::clone(&key.0), Arc::clone(&key.1));
+        runtime.spawn(async move {
+            if let Err(err) = release_hold(&client, kind, &name, &owner, ttl_ms).await {
+                tracing::warn!(lock = %name, %owner, error = %err,
+                    "could not give back a hold whose grant could not be confirmed; it expires with its lease");
+            }
+        });
+    }
+
     /// Renews `key` alone, as the watchdog would: whether its owner still
     /// holds it, and when the renewal was sent. A caller that leaves
     /// meanwhile has the hold given back in the background.

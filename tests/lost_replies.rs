@@ -373,3 +373,48 @@ async fn a_resend_later_than_the_holds_ttl_still_counts_once() {
     drop(outer);
     soon(inner.unlock()).await.ok();
 }
+
+/// A grant that comes back so late that its first renewal is due is
+/// confirmed before a guard is handed out; when that confirm fails (its
+/// reply lost), the acquire fails and the hold it was granted is given back
+/// at once, not left until its TTL ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_grant_whose_confirm_fails_is_given_back() {
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port());
+    let watchdog = Duration::from_secs(6);
+    let client = soon(
+        Client::builder(proxy.url())
+            .watchdog_timeout(watchdog)
+            .response_timeout(Duration::from_secs(10))
+            .connection_timeout(Duration::from_secs(10))
+            .build(),
+    )
+    .await
+    .unwrap();
+    warm_up(&client).await;
+    // The grant's round trip (2.2 s) outlasts a third of the watchdog
+    // timeout (2 s): the acquire confirms it with a renewal, whose reply is
+    // lost (the renewal runs on the server, so the key's TTL is renewed).
+    proxy.set_latency(Duration::from_millis(1100));
+    let renew = redis::Script::new(include_str!("../lua/renew.lua"));
+    proxy.lose_next_reply_to(renew.get_hash());
+    let lock = client.lock("lost:confirm").with_owner("job");
+    let failed = soon(lock.try_lock()).await;
+    assert!(
+        matches!(&failed, Err(err) if err.is_connection_error()),
+        "{failed:?}"
+    );
+    assert_eq!(proxy.lost_replies(), 1);
+    proxy.set_latency(Duration::ZERO);
+    let returned = Instant::now();
+    eventually(Duration::from_secs(3), || async {
+        !common::exists(&server, "lost:confirm")
+    })
+    .await;
+    println!(
+        "the late grant was given back {:?} after the acquire failed",
+        returned.elapsed()
+    );
+    common::settled(&client).await;
+}
