@@ -396,7 +396,10 @@ impl PermitExpirableSemaphore {
                 // A latch per request, as the semaphore's: a permit taken by
                 // a request whose reply was lost is given back.
                 let latch = keys::acquire_latch(&name, &client.inner.request_id());
-                let latch_ttl = client.inner.config.watchdog_timeout.as_millis() as u64;
+                // It outlives every resend and settle of the request.
+                let config = &client.inner.config;
+                let latch_ttl =
+                    (config.watchdog_timeout.as_millis() as u64).max(config.unlock_latch_ttl_ms());
                 let mut invocation =
                     call(&client, &name, "acquire", Some(id), lease_ms.unwrap_or(0));
                 invocation.key(&latch).arg(latch_ttl);

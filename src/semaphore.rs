@@ -237,7 +237,10 @@ impl Semaphore {
                 // the permits were taken is settled in the background, and
                 // given back if so (a resend with a fresh request follows).
                 let latch = keys::acquire_latch(&name, &client.inner.request_id());
-                let latch_ttl = client.inner.config.watchdog_timeout.as_millis() as u64;
+                // It outlives every resend and settle of the request.
+                let config = &client.inner.config;
+                let latch_ttl =
+                    (config.watchdog_timeout.as_millis() as u64).max(config.unlock_latch_ttl_ms());
                 let request = {
                     let (client, name) = (client.clone(), Arc::clone(&name));
                     async move {
