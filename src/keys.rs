@@ -78,6 +78,21 @@ pub(crate) fn latch_channel(name: &str) -> String {
     format!("redisson_countdownlatch__channel__{{{name}}}")
 }
 
+/// [`latch_channel`] for a client on a Redis Cluster, where the channel
+/// travels in the scripts' KEYS and must share the name's slot. Redisson's
+/// form does for a name without braces; for a name with its own hash tag
+/// it lands in another slot, where Redisson's own calls fail (CROSSSLOT),
+/// so there is no Java client to agree with and the name's tag is kept,
+/// as the other channels do.
+pub(crate) fn cluster_latch_channel(name: &str) -> String {
+    let channel = latch_channel(name);
+    if slot(channel.as_bytes()) == slot(name.as_bytes()) {
+        channel
+    } else {
+        format!("redisson_countdownlatch__channel__{name}")
+    }
+}
+
 /// The latch key that makes one release request idempotent.
 pub(crate) fn unlock_latch(name: &str, request_id: &str) -> String {
     request_latch("redisson_unlock_latch", name, request_id)
@@ -198,6 +213,15 @@ mod tests {
         assert_eq!(
             latch_channel("boot{eu}"),
             "redisson_countdownlatch__channel__{boot{eu}}"
+        );
+        // On a cluster, only where Redisson's form shares the name's slot.
+        assert_eq!(
+            cluster_latch_channel("boot"),
+            "redisson_countdownlatch__channel__{boot}"
+        );
+        assert_eq!(
+            cluster_latch_channel("{boot}:1"),
+            "redisson_countdownlatch__channel__{boot}:1"
         );
     }
 }

@@ -53,6 +53,16 @@ impl std::fmt::Debug for CountDownLatch {
 }
 
 impl CountDownLatch {
+    /// The latch's channel: Redisson's name, except on a cluster where
+    /// that would leave the name's slot (see `keys::cluster_latch_channel`).
+    fn channel_name(&self) -> String {
+        if self.client.inner.conn.is_cluster() {
+            keys::cluster_latch_channel(&self.name)
+        } else {
+            keys::latch_channel(&self.name)
+        }
+    }
+
     pub(crate) fn new(client: Client, name: String) -> CountDownLatch {
         CountDownLatch {
             client,
@@ -99,7 +109,7 @@ impl CountDownLatch {
         set_if_missing(
             &self.client,
             &self.name,
-            keys::latch_channel(&self.name),
+            self.channel_name(),
             count,
             NEW_COUNT_MESSAGE.to_owned(),
         )
@@ -124,10 +134,11 @@ impl CountDownLatch {
         self.checked()?;
         let mut conn = self.client.inner.conn.clone();
         let (name, publish) = (Arc::clone(&self.name), self.client.inner.publish());
+        let channel = self.channel_name();
         let request = async move {
             LATCH_COUNT_DOWN
                 .key(&*name)
-                .key(keys::latch_channel(&name))
+                .key(&channel)
                 .arg(UNLOCK_MESSAGE)
                 .arg(publish)
                 .invoke_async::<u64>(&mut conn)
@@ -197,7 +208,7 @@ impl CountDownLatch {
             })
         };
         let channel = Channel {
-            name: keys::latch_channel(&self.name),
+            name: self.channel_name(),
             broadcast: true,
         };
         Ok(wait_on(&self.client, channel, deadline, attempt)
@@ -217,10 +228,11 @@ impl CountDownLatch {
         self.checked()?;
         let mut conn = self.client.inner.conn.clone();
         let (name, publish) = (Arc::clone(&self.name), self.client.inner.publish());
+        let channel = self.channel_name();
         let request = async move {
             LATCH_DELETE
                 .key(&*name)
-                .key(keys::latch_channel(&name))
+                .key(&channel)
                 .arg(UNLOCK_MESSAGE)
                 .arg(publish)
                 .invoke_async::<i64>(&mut conn)
