@@ -133,11 +133,11 @@ async fn a_waiter_that_gives_up_leaves_the_line() {
     let held = soon(holder.fair_lock("line").lock()).await.unwrap();
     let timeout = Duration::from_secs(60);
 
-    // First in line: gives up after 500 ms.
+    // First in line: gives up after 3 s (time for the others to queue).
     let first = waiters.fair_lock("line").with_waiter_timeout(timeout);
     let gives_up = tokio::spawn(async move {
         first
-            .try_lock_for(Duration::from_millis(500))
+            .try_lock_for(Duration::from_secs(3))
             .await
             .unwrap()
             .is_none()

@@ -56,6 +56,21 @@ fn black_hole_after_a_lost_reply(proxy: &std::sync::Arc<Proxy>) -> std::thread::
     })
 }
 
+/// Waits until the sweeper has deleted the latches of granted acquires:
+/// its batched DEL names the lock, so one still to come could take the
+/// reply loss armed for the lock's next command. (Latches of settled
+/// requests, `x`, stay until their TTL and send nothing more.)
+async fn swept(server: &RedisServer) {
+    eventually(Duration::from_secs(10), || async {
+        let keys = server.cmd(&["KEYS", "ferrisson_acquire_latch:*"]);
+        keys.as_array().unwrap().iter().all(|key| {
+            let key = key.as_string().unwrap();
+            server.cmd(&["GET", &key]).as_string().as_deref() == Some("x")
+        })
+    })
+    .await;
+}
+
 fn hold_count(server: &RedisServer, name: &str, field: &str) -> i64 {
     server
         .cmd(&["HGET", name, field])
@@ -118,6 +133,7 @@ async fn an_acquire_resent_after_a_lost_reply_takes_one_hold() {
             None
         };
         let before = hold_count(&server, &name, &field);
+        swept(&server).await;
         proxy.lose_next_reply_to(&name);
         let lost_before = proxy.lost_replies();
         let guard = match how {
@@ -173,6 +189,7 @@ async fn an_acquire_whose_replies_are_all_lost_gives_its_hold_back() {
     let field = format!("{}:job", client.id());
     let lock = client.lock("lost:all").with_owner("job");
 
+    swept(&server).await;
     proxy.lose_next_reply_to("lost:all");
     let watcher = black_hole_after_a_lost_reply(&proxy);
     let err = soon(lock.try_lock_with_lease(Duration::ZERO, LEASE))
@@ -216,6 +233,7 @@ async fn a_semaphore_acquire_whose_reply_is_lost_takes_no_extra_permit() {
     soon(semaphore.release(1)).await.unwrap();
     let available = || server.cmd(&["GET", "lost:sem"]).as_string();
 
+    swept(&server).await;
     proxy.lose_next_reply_to("lost:sem");
     let err = soon(semaphore.try_acquire(1)).await.unwrap_err();
     assert_eq!(proxy.lost_replies(), 1, "no reply was lost");
@@ -230,6 +248,7 @@ async fn a_semaphore_acquire_whose_reply_is_lost_takes_no_extra_permit() {
         lost_at.elapsed()
     );
 
+    swept(&server).await;
     proxy.lose_next_reply_to("lost:sem");
     soon(semaphore.acquire(1)).await.unwrap();
     assert_eq!(proxy.lost_replies(), 2, "no reply was lost");
@@ -262,12 +281,14 @@ async fn an_expirable_acquire_whose_reply_is_lost_takes_no_extra_permit() {
             .unwrap()
     };
 
+    swept(&server).await;
     proxy.lose_next_reply_to("lost:seats");
     let err = soon(semaphore.try_acquire()).await.unwrap_err();
     assert_eq!(proxy.lost_replies(), 1, "no reply was lost");
     assert!(err.is_connection_error(), "{err}");
     eventually(Duration::from_secs(10), || async { out() == 0 }).await;
 
+    swept(&server).await;
     proxy.lose_next_reply_to("lost:seats");
     let permit = soon(semaphore.acquire()).await.unwrap();
     assert_eq!(proxy.lost_replies(), 2, "no reply was lost");
@@ -299,6 +320,7 @@ async fn a_lost_leased_reentry_is_given_back_without_shortening_the_ttl() {
     let lock = client.lock("lost:reentry").with_owner("job");
     let outer = soon(lock.lock()).await.unwrap();
 
+    swept(&server).await;
     proxy.lose_next_reply_to("lost:reentry");
     let watcher = black_hole_after_a_lost_reply(&proxy);
     let err = soon(lock.try_lock_with_lease(Duration::ZERO, Duration::from_millis(200)))
@@ -346,6 +368,7 @@ async fn a_resend_later_than_the_holds_ttl_still_counts_once() {
     let lock = client.lock("lost:late").with_owner("job");
     let outer = soon(lock.lock()).await.unwrap();
 
+    swept(&server).await;
     proxy.lose_next_reply_to("lost:late");
     let inner = {
         let lock = lock.clone();
@@ -353,13 +376,25 @@ async fn a_resend_later_than_the_holds_ttl_still_counts_once() {
     };
     // Unreachable from the moment the reply is lost, for twice the hold's
     // TTL; the hash is kept alive by hand meanwhile (its watchdog cannot
-    // reach it), as a renewal through another path would.
-    eventually(Duration::from_secs(10), || async {
-        proxy.lost_replies() == 1
-    })
-    .await;
-    proxy.refuse(true);
-    server.cmd(&["PEXPIRE", "lost:late", "60000"]);
+    // reach it), as a renewal through another path would. A thread does
+    // both at once, before the hash's last renewed TTL can run out.
+    let watcher = {
+        let proxy = std::sync::Arc::clone(&proxy);
+        let port = server.port().to_string();
+        std::thread::spawn(move || {
+            let deadline = std::time::Instant::now() + Duration::from_secs(20);
+            while proxy.lost_replies() == 0 && std::time::Instant::now() < deadline {
+                std::thread::sleep(Duration::from_micros(200));
+            }
+            proxy.refuse(true);
+            let kept = std::process::Command::new("redis-cli")
+                .args(["-p", &port, "PEXPIRE", "lost:late", "60000"])
+                .output()
+                .expect("redis-cli on PATH");
+            assert!(kept.status.success(), "{kept:?}");
+        })
+    };
+    watcher.join().unwrap();
     assert_eq!(hold_count(&server, "lost:late", &field), 2);
     tokio::time::sleep(Duration::from_millis(1200)).await;
     proxy.refuse(false);
