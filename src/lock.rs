@@ -239,9 +239,12 @@ impl Lock {
     ///
     /// Retry safe: an acquire whose reply is lost is sent again under the
     /// same request id, and a resend of a granted request returns the first
-    /// outcome instead of taking a second hold; when no send got a reply,
-    /// the hold it may have taken is given back in the background (the
-    /// acquire latch, see the README's implementation notes).
+    /// outcome instead of taking a second hold. The tries of one wait share
+    /// that request (a new one after a resend window), so a wait through an
+    /// outage settles it once: when the wait ends without the lock, a hold
+    /// one of its unanswered sends may have taken is given back in the
+    /// background (the acquire latch, see the README's implementation
+    /// notes).
     pub async fn lock(&self) -> Result<LockGuard> {
         self.acquire(None, None)
             .await?
@@ -513,9 +516,15 @@ impl Lock {
         deadline: Option<Instant>,
         waiter_ms: u64,
     ) -> Result<Option<LockGuard>> {
+        // One request id for the whole wait (renewed when it grows old):
+        // sends whose replies were lost are settled once, when it goes.
+        let request = RequestSlot::default();
         let attempt = || async {
             Ok(
-                match self.attempt(field, lease_ms, waiter_ms, deadline).await? {
+                match self
+                    .attempt(&request, field, lease_ms, waiter_ms, deadline)
+                    .await?
+                {
                     Ok(guard) => Tried::Done(guard),
                     // The holder's TTL: the lock is free by then.
                     Err(ttl) if ttl > 0 => Tried::Again(Some(Duration::from_millis(ttl as u64))),
@@ -540,11 +549,13 @@ impl Lock {
         waiting::wait_on(&self.client, channel, deadline, attempt).await
     }
 
-    /// One acquire attempt for `field`; `waiter_ms` > 0 queues a fair
-    /// lock's waiter with that waiter timeout. A retry-safe attempt is
-    /// resent on a connection failure once, and again until `deadline`.
+    /// One acquire attempt for `field`, under the wait's `request`;
+    /// `waiter_ms` > 0 queues a fair lock's waiter with that waiter
+    /// timeout. A retry-safe attempt is resent on a connection failure
+    /// once, and again until `deadline`.
     async fn attempt(
         &self,
+        request: &RequestSlot,
         field: &Arc<str>,
         lease_ms: Option<u64>,
         waiter_ms: u64,
@@ -568,27 +579,34 @@ impl Lock {
         let kind = self.kind;
         // Acquires are safe to resend: each request has an id and leaves a
         // latch, so that a resend after a lost reply returns the first
-        // outcome instead of taking a second hold.
-        let latch = keys::acquire_latch(&name, &inner.request_id());
-        // The latch lives as long as the request may be resent or settled
-        // (the resend window, as a release's latch), and at least as long as
-        // the hold it records. Were it shorter than the resends, a resend of
-        // a granted re-entry that arrives after it would count the hold
-        // twice. (A resend after the hold itself ran out, while the same
-        // owner holds the lock through another request, is taken as
-        // granted: one more reason to give concurrent branches their own
-        // owners.)
-        let latch_ttl = ttl_ms.max(inner.config.unlock_latch_ttl_ms());
+        // outcome instead of taking a second hold. The attempts of one wait
+        // share their request while it is young enough (see `Request`).
+        let request = request.get(ttl_ms, || Request {
+            client: self.client.clone(),
+            kind,
+            name: Arc::clone(&name),
+            owner: Arc::clone(&owner),
+            latch: keys::acquire_latch(&name, &inner.request_id()),
+            latch_ttl: Request::latch_ttl(&inner.config, ttl_ms),
+            born: Instant::now(),
+            outcome: std::sync::Mutex::new(Outcome::default()),
+            runtime: runtime.clone(),
+        });
         let sends = inner.config.release_attempts.max(1);
         let client = self.client.clone();
         let request = async move {
+            let (latch, latch_ttl) = (&request.latch, request.latch_ttl);
             let mut sent = 0;
             loop {
                 sent += 1;
                 let reply = send_acquire(
-                    kind, &mut conn, &name, &owner, &latch, ttl_ms, latch_ttl, waiter_ms,
+                    kind, &mut conn, &name, &owner, latch, ttl_ms, latch_ttl, waiter_ms,
                 )
                 .await;
+                if matches!(&reply, Err(err) if is_connection_failure(err)) {
+                    // Perhaps it reached Redis: its outcome is unknown.
+                    request.lost(ttl_ms);
+                }
                 // One resend always (a single lost reply must not fail a
                 // `try_lock`), more until the caller's deadline.
                 let resend =
@@ -598,26 +616,12 @@ impl Lock {
                         tracing::debug!(lock = %name, error = %err, "acquire failed; sending it again");
                         tokio::time::sleep(Duration::from_millis(100 * sent as u64)).await;
                     }
-                    Err(err) if is_connection_failure(&err) => {
-                        // No reply to any send: settle in the background
-                        // whether one took a hold, and give it back. The
-                        // release resets the key's TTL to what this
-                        // acquire set (a leased re-entry inside a watchdog
-                        // hold keeps the watchdog's TTL).
-                        tokio::spawn(settle_lost_acquire(
-                            client.clone(),
-                            kind,
-                            name.clone(),
-                            owner.clone(),
-                            latch.clone(),
-                            ttl_ms,
-                            latch_ttl,
-                        ));
-                        return Err(err);
-                    }
+                    // A request still unknown is settled when the wait lets
+                    // it go (`Request`'s drop): once per request, not per
+                    // attempt.
+                    Err(err) => return Err(err),
                     Ok(Granted::Yes(token)) => {
-                        // Only resends of this request read the latch.
-                        client.inner.sweeper.discard(latch.clone());
+                        request.granted(&client);
                         return Ok(Granted::Yes(token));
                     }
                     reply => return reply,
@@ -1013,6 +1017,135 @@ pub(crate) async fn settle_lost<F, Fut>(
     tracing::warn!(%name,
         "could not learn whether a request whose reply was lost took a hold or permits; \
          a hold expires with its lease");
+}
+
+/// The acquire request of one wait, shared by its attempts: every send of
+/// it carries its id, whose latch makes it count once however many sends
+/// reach Redis. A send whose reply is lost leaves the outcome unknown until
+/// a later send of the same request answers; a request that is never
+/// granted while its outcome is unknown is settled once, when its last user
+/// lets it go (the wait, or an attempt finishing in the background).
+struct Request {
+    client: Client,
+    kind: Kind,
+    name: Arc<str>,
+    owner: Arc<str>,
+    latch: String,
+    latch_ttl: u64,
+    born: Instant,
+    outcome: std::sync::Mutex<Outcome>,
+    runtime: tokio::runtime::Handle,
+}
+
+#[derive(Default)]
+struct Outcome {
+    /// Some send got no reply; the TTL it set, should it have been granted.
+    lost: Option<u64>,
+    /// A send was granted: the request is spent.
+    granted: bool,
+}
+
+impl Request {
+    /// The latch lives as long as any send of the request may reach Redis
+    /// or be settled, and at least as long as the hold it records (were it
+    /// shorter, a send that arrives after it would count a granted re-entry
+    /// twice). A request is reused for one resend window after its birth,
+    /// and each attempt's sends fit in one more window; hence the sum.
+    fn latch_ttl(config: &crate::config::Config, ttl_ms: u64) -> u64 {
+        let window = config.unlock_latch_ttl_ms();
+        ttl_ms.max(window).saturating_add(window)
+    }
+
+    /// Whether a new attempt setting `ttl_ms` may send this request again.
+    fn reusable(&self, ttl_ms: u64) -> bool {
+        let config = &self.client.inner.config;
+        let young = self.born.elapsed() < Duration::from_millis(config.unlock_latch_ttl_ms());
+        let spent = self.outcome.lock().is_ok_and(|o| o.granted);
+        young && !spent && self.latch_ttl >= Request::latch_ttl(config, ttl_ms)
+    }
+
+    fn lost(&self, ttl_ms: u64) {
+        if let Ok(mut outcome) = self.outcome.lock() {
+            outcome.lost = Some(ttl_ms);
+        }
+    }
+
+    /// A send was granted. Its latch then only matters to sends whose
+    /// replies were lost: none, and it is deleted; some, and it is marked
+    /// cancelled, so that such a send, arriving after the hold is gone,
+    /// changes nothing instead of taking a hold nobody owns.
+    fn granted(&self, client: &Client) {
+        let lost = match self.outcome.lock() {
+            Ok(mut outcome) => {
+                outcome.granted = true;
+                outcome.lost.is_some()
+            }
+            Err(_) => true,
+        };
+        if !lost {
+            client.inner.sweeper.discard(self.latch.clone());
+            return;
+        }
+        let mut conn = client.inner.conn.clone();
+        let (latch, latch_ttl) = (self.latch.clone(), self.latch_ttl);
+        let name = Arc::clone(&self.name);
+        self.runtime.spawn(async move {
+            let cancelled: redis::RedisResult<()> = redis::cmd("SET")
+                .arg(&latch)
+                .arg("x")
+                .arg("PX")
+                .arg(latch_ttl)
+                .query_async(&mut conn)
+                .await;
+            if let Err(err) = cancelled {
+                tracing::warn!(lock = %name, error = %err,
+                    "could not close a granted request that had a lost send; it closes with its latch's TTL");
+            }
+        });
+    }
+}
+
+impl Drop for Request {
+    fn drop(&mut self) {
+        let outcome = std::mem::take(self.outcome.get_mut().unwrap_or_else(|p| p.into_inner()));
+        let (false, Some(ttl_ms)) = (outcome.granted, outcome.lost) else {
+            return;
+        };
+        // No send of it is in flight any more: settle whether one took a
+        // hold, and give it back. The release resets the key's TTL to what
+        // that send set (a leased re-entry inside a watchdog hold keeps the
+        // watchdog's TTL).
+        self.runtime.spawn(settle_lost_acquire(
+            self.client.clone(),
+            self.kind,
+            Arc::clone(&self.name),
+            Arc::clone(&self.owner),
+            std::mem::take(&mut self.latch),
+            ttl_ms,
+            self.latch_ttl,
+        ));
+    }
+}
+
+/// The request the attempts of one wait send, replaced when it is spent or
+/// too old to send again.
+#[derive(Default)]
+struct RequestSlot(std::sync::Mutex<Option<Arc<Request>>>);
+
+impl RequestSlot {
+    fn get(&self, ttl_ms: u64, new: impl FnOnce() -> Request) -> Arc<Request> {
+        let mut slot = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        match slot.as_ref() {
+            Some(request) if request.reusable(ttl_ms) => Arc::clone(request),
+            _ => {
+                // The old request, if any, is settled once its last send
+                // is over.
+                let request = Arc::new(new());
+                *slot = Some(Arc::clone(&request));
+                request
+            }
+        }
+    }
 }
 
 /// What one acquire script call replied.

@@ -453,3 +453,125 @@ async fn a_late_grant_whose_confirm_fails_is_given_back() {
     );
     common::settled(&client).await;
 }
+
+/// A `lock()` wait keeps one request id across its attempts: an attempt
+/// whose reply was lost is followed by sends of the same request (which
+/// count once, whatever the lost one did), and the request is settled once
+/// for the whole wait (here by its own grant), not one settle task and one
+/// latch per failed attempt.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_wait_is_one_request_across_lost_replies() {
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port());
+    let holder = common::client(&server, Duration::from_secs(3)).await;
+    // One send per try: a lost reply fails the try.
+    let waiter = soon(
+        Client::builder(proxy.url())
+            .watchdog_timeout(Duration::from_secs(3))
+            .response_timeout(Duration::from_millis(300))
+            .connection_timeout(Duration::from_millis(300))
+            .release_attempts(1)
+            .build(),
+    )
+    .await
+    .unwrap();
+    warm_up(&waiter).await;
+    let held = soon(holder.lock("one-request").lock()).await.unwrap();
+    let monitor = Monitor::start(&server);
+    let wait = {
+        let lock = waiter.lock("one-request").with_owner("job");
+        tokio::spawn(async move { lock.lock().await })
+    };
+    let channel = "redisson_lock__channel:{one-request}";
+    eventually(Duration::from_secs(10), || async {
+        common::subscribers(&server, channel) == 1
+    })
+    .await;
+    // Wake the waiter into a try whose reply is lost, twice.
+    for lost in 1..=2 {
+        proxy.lose_next_reply_to("ferrisson_acquire_latch:{one-request}");
+        server.cmd(&["PUBLISH", channel, "0"]);
+        eventually(Duration::from_secs(10), || async {
+            proxy.lost_replies() == lost
+        })
+        .await;
+    }
+    soon(held.unlock()).await.unwrap();
+    let guard = soon(wait).await.unwrap().unwrap();
+    let field = format!("{}:job", waiter.id());
+    assert_eq!(hold_count(&server, "one-request", &field), 1);
+
+    let latches = monitor.latches_sent_by(&field, "one-request");
+    assert_eq!(latches.len(), 1, "one request id per wait: {latches:?}");
+    // Granted after lost sends, its latch is closed (`x`), so that a lost
+    // send arriving late changes nothing.
+    let latch = latches.into_iter().next().unwrap();
+    eventually(Duration::from_secs(5), || async {
+        server.cmd(&["GET", &latch]).as_string().as_deref() == Some("x")
+    })
+    .await;
+    soon(guard.unlock()).await.unwrap();
+}
+
+/// The commands a server runs, by `MONITOR`, read on a thread.
+struct Monitor {
+    server_port: u16,
+    lines: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+impl Monitor {
+    fn start(server: &RedisServer) -> Monitor {
+        use std::io::{BufRead, Write};
+        let mut stream = std::net::TcpStream::connect(("127.0.0.1", server.port())).unwrap();
+        stream.write_all(b"MONITOR\r\n").unwrap();
+        let mut reader = std::io::BufReader::new(stream);
+        let mut first = String::new();
+        reader.read_line(&mut first).unwrap();
+        assert_eq!(first.trim_end(), "+OK");
+        let lines = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let seen = std::sync::Arc::clone(&lines);
+        std::thread::spawn(move || {
+            for line in reader.lines() {
+                let Ok(line) = line else { return };
+                seen.lock().unwrap().push(line);
+            }
+        });
+        Monitor {
+            server_port: server.port(),
+            lines,
+        }
+    }
+
+    /// The acquire latches of `name` named by the commands run so far that
+    /// name `field` as well (the acquires of that owner).
+    fn latches_sent_by(&self, field: &str, name: &str) -> std::collections::BTreeSet<String> {
+        // A marker after them: once it is seen, so is all before it.
+        let marker = format!("monitor-marker-{}", self.server_port);
+        let mut conn = redis::Client::open(format!("redis://127.0.0.1:{}/", self.server_port))
+            .unwrap()
+            .get_connection()
+            .unwrap();
+        let _: String = redis::cmd("ECHO").arg(&marker).query(&mut conn).unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while !self
+            .lines
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|l| l.contains(&marker))
+        {
+            assert!(std::time::Instant::now() < deadline, "MONITOR fell silent");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let prefix = format!("ferrisson_acquire_latch:{{{name}}}:");
+        self.lines
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|line| line.contains(field))
+            .flat_map(|line| line.split('"'))
+            .filter(|word| word.starts_with(&prefix))
+            .map(str::to_owned)
+            .collect()
+    }
+}
