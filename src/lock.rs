@@ -497,6 +497,13 @@ impl Lock {
             waiter_ms,
             armed: queue,
         };
+        if queue {
+            // A leave of an earlier wait by this owner, still being resent,
+            // must not take out the entry this wait is about to make (were
+            // this future dropped meanwhile, `exit` leaves anew).
+            let key: HoldKey = (Arc::clone(&self.name), Arc::clone(&field));
+            self.client.inner.leaves.cancel(&key).await;
+        }
         let result = self.wait_for(&field, lease_ms, deadline, waiter_ms).await;
         match result {
             Ok(Some(_)) => exit.armed = false,
@@ -633,7 +640,12 @@ impl Lock {
         let give_back = move |reply: redis::RedisResult<Granted>| async move {
             if waiter_ms > 0 && !matches!(reply, Ok(Granted::Yes(_))) {
                 // Perhaps queued by this very attempt: leave the line.
-                leave_queue(&client, &name, &owner, waiter_ms).await;
+                // (Registered only now: a new wait by the same owner that
+                // queued before this reply came in can still lose its entry
+                // to this leave, and then queues again at its next try.)
+                let key: HoldKey = (name.clone(), owner.clone());
+                let leave = client.inner.leaves.start(&key);
+                leave_queue(&client, &key, leave, waiter_ms).await;
             }
             if let Ok(Granted::Yes(_)) = reply {
                 // The caller left after Redis granted the hold: undo it,
@@ -767,13 +779,10 @@ struct QueueExit<'a> {
 impl QueueExit<'_> {
     async fn leave(&mut self) {
         if std::mem::take(&mut self.armed) {
-            leave_queue(
-                &self.lock.client,
-                &self.lock.name,
-                &self.field,
-                self.waiter_ms,
-            )
-            .await;
+            let client = &self.lock.client;
+            let key: HoldKey = (Arc::clone(&self.lock.name), Arc::clone(&self.field));
+            let leave = client.inner.leaves.start(&key);
+            leave_queue(client, &key, leave, self.waiter_ms).await;
         }
     }
 }
@@ -787,58 +796,130 @@ impl Drop for QueueExit<'_> {
             // No runtime: the entry counts as dead after the waiter timeout.
             return;
         };
-        let (client, name, field) = (
-            self.lock.client.clone(),
-            Arc::clone(&self.lock.name),
-            Arc::clone(&self.field),
-        );
+        let client = self.lock.client.clone();
+        let key: HoldKey = (Arc::clone(&self.lock.name), Arc::clone(&self.field));
+        // Registered now, not in the task: a new wait of the same owner,
+        // started right after this drop, finds it and cancels it.
+        let leave = client.inner.leaves.start(&key);
         let waiter_ms = self.waiter_ms;
-        runtime.spawn(async move { leave_queue(&client, &name, &field, waiter_ms).await });
+        runtime.spawn(async move { leave_queue(&client, &key, leave, waiter_ms).await });
     }
 }
 
-/// Removes `field` from the fair lock `name`'s queue. A send that meets a
-/// failed connection is resent in the background until it gets through
-/// (for up to the waiter timeout); other failures are logged (the entry
-/// then counts as dead after the waiter timeout).
-async fn leave_queue(client: &Client, name: &str, field: &str, waiter_ms: u64) {
-    let failed = match send_leave(client, name, field, waiter_ms).await {
-        Ok(()) => return,
-        Err(err) if is_connection_failure(&err) => err,
-        Err(err) => {
-            tracing::warn!(lock = %name, owner = %field, error = %err,
-                "could not leave the fair lock's queue; the entry is skipped after the waiter timeout");
+/// Fair-queue leaves still being sent, by lock name and owner field. A
+/// leave that met a failed connection is resent in the background; should
+/// the owner queue again meanwhile, a late resend would take out its new
+/// entry. So a queueing acquire first cancels its owner's pending leave
+/// ([`PendingLeaves::cancel`]), and waits for a send of it in flight.
+#[derive(Default)]
+pub(crate) struct PendingLeaves(dashmap::DashMap<HoldKey, Arc<PendingLeave>>);
+
+pub(crate) struct PendingLeave {
+    cancelled: std::sync::atomic::AtomicBool,
+    /// Held across each send: a cancel waits for the send in flight.
+    sending: tokio::sync::Mutex<()>,
+}
+
+impl PendingLeaves {
+    /// Registers a leave of `key` (an older one pending is cancelled: the
+    /// new one covers it).
+    fn start(&self, key: &HoldKey) -> Arc<PendingLeave> {
+        let leave = Arc::new(PendingLeave {
+            cancelled: std::sync::atomic::AtomicBool::new(false),
+            sending: tokio::sync::Mutex::new(()),
+        });
+        if let Some(older) = self.0.insert(key.clone(), Arc::clone(&leave)) {
+            older.cancelled.store(true, Ordering::Release);
+        }
+        leave
+    }
+
+    /// Cancels the pending leave of `key`, if any, once its send in flight
+    /// (if any) is over. Cancel safe: the leave is cancelled at once.
+    async fn cancel(&self, key: &HoldKey) {
+        let Some((_, leave)) = self.0.remove(key) else {
             return;
+        };
+        leave.cancelled.store(true, Ordering::Release);
+        drop(leave.sending.lock().await);
+    }
+
+    /// Forgets `leave` once it is done (unless a newer one took its place).
+    fn finish(&self, key: &HoldKey, leave: &Arc<PendingLeave>) {
+        self.0
+            .remove_if(key, |_, pending| Arc::ptr_eq(pending, leave));
+    }
+}
+
+impl std::fmt::Debug for PendingLeaves {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PendingLeaves")
+            .field("len", &self.0.len())
+            .finish()
+    }
+}
+
+impl PendingLeave {
+    /// Sends the leave unless it was cancelled: `None` when cancelled.
+    async fn send(
+        &self,
+        client: &Client,
+        key: &HoldKey,
+        waiter_ms: u64,
+    ) -> Option<redis::RedisResult<()>> {
+        let _sending = self.sending.lock().await;
+        if self.cancelled.load(Ordering::Acquire) {
+            return None;
+        }
+        Some(send_leave(client, &key.0, &key.1, waiter_ms).await)
+    }
+}
+
+/// Removes `key`'s owner from the fair lock's queue, as the registered
+/// `leave`. A send that meets a failed connection is resent in the
+/// background until it gets through (for up to the waiter timeout), unless
+/// the owner queues again meanwhile (which cancels it); other failures are
+/// logged (the entry then counts as dead after the waiter timeout).
+async fn leave_queue(client: &Client, key: &HoldKey, leave: Arc<PendingLeave>, waiter_ms: u64) {
+    let name = &key.0;
+    let failed = match leave.send(client, key, waiter_ms).await {
+        None | Some(Ok(())) => return client.inner.leaves.finish(key, &leave),
+        Some(Err(err)) if is_connection_failure(&err) => err,
+        Some(Err(err)) => {
+            tracing::warn!(lock = %name, owner = %key.1, error = %err,
+                "could not leave the fair lock's queue; the entry is skipped after the waiter timeout");
+            return client.inner.leaves.finish(key, &leave);
         }
     };
     // Leaving is idempotent (a second leave finds nobody to remove): resend
     // it in the background until it gets through, for as long as the entry
     // would hold the line up (the waiter timeout), so that the waiters
     // behind it do not wait for the timeout.
-    tracing::debug!(lock = %name, owner = %field, error = %failed,
+    tracing::debug!(lock = %name, owner = %key.1, error = %failed,
         "leaving the fair lock's queue failed; sending it again in the background");
     let Ok(runtime) = runtime() else {
-        return;
+        return client.inner.leaves.finish(key, &leave);
     };
-    let (client, name, field) = (client.clone(), name.to_owned(), field.to_owned());
+    let (client, key) = (client.clone(), key.clone());
     runtime.spawn(async move {
         let give_up = Instant::now() + Duration::from_millis(waiter_ms);
         let mut pause = Duration::from_millis(50);
         loop {
             tokio::time::sleep(pause).await;
             pause = (pause * 2).min(Duration::from_secs(1));
-            match send_leave(&client, &name, &field, waiter_ms).await {
-                Ok(()) => return,
-                Err(err) if is_connection_failure(&err) && Instant::now() < give_up => {
-                    tracing::debug!(lock = %name, error = %err, "leaving the fair lock's queue failed again");
+            match leave.send(&client, &key, waiter_ms).await {
+                None | Some(Ok(())) => break,
+                Some(Err(err)) if is_connection_failure(&err) && Instant::now() < give_up => {
+                    tracing::debug!(lock = %key.0, error = %err, "leaving the fair lock's queue failed again");
                 }
-                Err(err) => {
-                    tracing::warn!(lock = %name, owner = %field, error = %err,
+                Some(Err(err)) => {
+                    tracing::warn!(lock = %key.0, owner = %key.1, error = %err,
                         "could not leave the fair lock's queue; the entry is skipped after the waiter timeout");
-                    return;
+                    break;
                 }
             }
         }
+        client.inner.leaves.finish(&key, &leave);
     });
 }
 

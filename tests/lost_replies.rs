@@ -513,6 +513,51 @@ async fn one_wait_is_one_request_across_lost_replies() {
     soon(guard.unlock()).await.unwrap();
 }
 
+/// A fair lock's queue leave whose reply was lost is resent in the
+/// background; when the owner queues again meanwhile, the resend is
+/// cancelled and the new entry stays in the line.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_queue_leave_does_not_take_out_a_newer_entry() {
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port());
+    let holder = common::client(&server, Duration::from_secs(30)).await;
+    let waiter = proxied(&proxy, Duration::from_millis(300)).await;
+    warm_up(&waiter).await;
+    let leave = include_str!("../lua/fair_leave.lua");
+    server.cmd(&["SCRIPT", "LOAD", leave]);
+    let held = soon(holder.fair_lock("stale").lock()).await.unwrap();
+    let lock = waiter.fair_lock("stale").with_owner("job");
+    let field = format!("{}:job", waiter.id());
+    let queued = || {
+        server
+            .cmd(&["LPOS", "redisson_lock_queue:{stale}", &field])
+            .as_int()
+            .is_some()
+    };
+
+    // The wait ends; its leave runs on the server, but its reply is lost.
+    proxy.lose_next_reply_to(redis::Script::new(leave).get_hash());
+    let timed_out = soon(lock.try_lock_for(Duration::from_millis(300))).await;
+    assert!(matches!(timed_out, Ok(None)), "{timed_out:?}");
+    assert_eq!(proxy.lost_replies(), 1);
+    assert!(!queued());
+    // The same owner waits again at once: queued anew.
+    let wait = {
+        let lock = lock.clone();
+        tokio::spawn(async move { lock.lock().await })
+    };
+    eventually(Duration::from_secs(10), || async { queued() }).await;
+    // The leave's resend was due 50 ms after its loss; the entry stays.
+    let watched = Instant::now();
+    while watched.elapsed() < Duration::from_secs(1) {
+        assert!(queued(), "a stale leave took the new entry out");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    soon(held.unlock()).await.unwrap();
+    let guard = soon(wait).await.unwrap().unwrap();
+    soon(guard.unlock()).await.unwrap();
+}
+
 /// The commands a server runs, by `MONITOR`, read on a thread.
 struct Monitor {
     server_port: u16,
