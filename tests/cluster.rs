@@ -27,7 +27,7 @@ async fn cluster_with_password(password: &str) -> Vec<RedisServer> {
 
 /// Three masters, each with `replicas` replicas in sync; with `password`,
 /// every node requires it. A dead master leaves the others serving their
-/// slots, and a replica accepts DEBUG (to be paused).
+/// slots.
 async fn make_cluster(replicas: usize, password: Option<&str>) -> Vec<RedisServer> {
     let mut args = vec![
         "--cluster-enabled",
@@ -40,8 +40,6 @@ async fn make_cluster(replicas: usize, password: Option<&str>) -> Vec<RedisServe
         "no",
         "--repl-diskless-sync-delay",
         "0",
-        "--enable-debug-command",
-        "yes",
     ];
     if let Some(password) = password {
         args.extend(["--requirepass", password, "--masterauth", password]);
@@ -428,22 +426,16 @@ async fn replica_sync_waits_on_the_slots_master() {
         .sum();
     assert_eq!(elsewhere, 0);
 
-    // The replica sleeps: the acquire is given back and fails.
-    let port = nodes[replica].port();
-    let sleeping = std::thread::spawn(move || {
-        Command::new("redis-cli")
-            .args(["-p", &port.to_string(), "DEBUG", "SLEEP", "1.5"])
-            .output()
-            .unwrap()
-    });
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    let err = soon(client.lock(name).lock()).await.unwrap_err();
+    // The replica is frozen: the acquire is given back and fails.
+    nodes[replica].freeze();
+    let err = soon(client.lock(name).lock()).await;
+    nodes[replica].thaw();
+    let err = err.unwrap_err();
     assert!(
         matches!(err, ferrisson::Error::NotReplicated { .. }),
         "{err}"
     );
     assert_eq!(nodes[master].cmd(&["EXISTS", name]).as_int(), Some(0));
-    sleeping.join().unwrap();
 }
 
 /// The id of the node at `port`, from `CLUSTER NODES`.
@@ -506,7 +498,10 @@ async fn a_resharded_slot_takes_its_lock_and_subscription_along() {
     let lock = b.lock(name);
     let waiting = tokio::spawn(async move { lock.lock().await.unwrap() });
     eventually(Duration::from_secs(5), || async { b.subscriptions() == 1 }).await;
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    eventually(Duration::from_secs(5), || async {
+        shard_subscribers(&nodes[from], name) == 1
+    })
+    .await;
 
     move_slot(&nodes, slot, from, to);
     assert_eq!(nodes[to].cmd(&["EXISTS", name]).as_int(), Some(1));

@@ -91,8 +91,9 @@ async fn a_dead_waiter_is_skipped_after_its_timeout() {
     let server = RedisServer::start();
     let client = client(&server, WATCHDOG).await;
     let held = soon(client.fair_lock("line").lock()).await.unwrap();
-    // A waiter of another process that died in line: dead 800 ms from now.
-    let dead_at = server_now(&server) + 800;
+    // A waiter of another process that died in line: dead 2 s from now
+    // (the live waiter must queue behind it before then).
+    let dead_at = server_now(&server) + 2000;
     server.cmd(&["RPUSH", QUEUE, "dead-client:1"]);
     server.cmd(&["ZADD", TIMEOUTS, &dead_at.to_string(), "dead-client:1"]);
 

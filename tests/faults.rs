@@ -175,12 +175,13 @@ async fn a_killed_holder_frees_the_lock_when_its_lease_runs_out() {
         );
         // No earlier than the server's TTL allows (1 ms of PTTL rounding).
         assert!(late >= -(MS as i128), "acquired {late} ns before expiry");
-        // No later than the lease plus a margin.
-        assert!(gap <= lease + 500 * MS, "acquired {gap} ns after the kill");
+        // No later than the lease plus a margin (roomy: a loaded machine
+        // can be slow to wake the waiter).
+        assert!(gap <= lease + 1500 * MS, "acquired {gap} ns after the kill");
         if lease_ms > 0 {
             // A lease is counted from the acquire the holder sent.
             assert!(acquired >= sent + lease, "before the lease ran out");
-            assert!(acquired <= received + lease + 500 * MS);
+            assert!(acquired <= received + lease + 1500 * MS);
         }
         soon(guard.unlock()).await.unwrap();
     }

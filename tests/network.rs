@@ -260,7 +260,8 @@ async fn a_fair_waiter_leaves_the_queue_once_the_server_is_back() {
     let queued = || server.cmd(&["LLEN", "redisson_lock_queue:{line}"]).as_int();
     let waiter = {
         let lock = waiting.fair_lock("line");
-        tokio::spawn(async move { lock.try_lock_for(Duration::from_millis(1500)).await })
+        // Long enough to be queued before the outage, on a loaded machine too.
+        tokio::spawn(async move { lock.try_lock_for(Duration::from_secs(3)).await })
     };
     eventually(Duration::from_secs(10), || async { queued() == Some(1) }).await;
     proxy.refuse(true);

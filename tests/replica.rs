@@ -22,16 +22,11 @@ fn stat(server: &RedisServer, command: &str, field: &str) -> u64 {
         .map_or(0, |n| n.parse().unwrap())
 }
 
-/// A master and a replica in sync; the replica accepts DEBUG, to be paused.
+/// A master and a replica in sync.
 async fn pair() -> (RedisServer, RedisServer) {
     let master = RedisServer::start();
-    let replica = RedisServer::start_with_args(&[
-        "--replicaof",
-        "127.0.0.1",
-        &master.port().to_string(),
-        "--enable-debug-command",
-        "yes",
-    ]);
+    let replica =
+        RedisServer::start_with_args(&["--replicaof", "127.0.0.1", &master.port().to_string()]);
     eventually(Duration::from_secs(10), || async {
         let info = replica.cmd(&["INFO", "replication"]).as_string().unwrap();
         info.contains("master_link_status:up")
@@ -48,16 +43,17 @@ async fn synced_client(master: &RedisServer, on_unsynced: Unsynced) -> ferrisson
         .unwrap()
 }
 
-/// Blocks the replica for `pause` (it acknowledges nothing meanwhile).
-fn pause_replica(replica: &RedisServer, pause: Duration) -> std::thread::JoinHandle<()> {
-    let port = replica.port();
-    let secs = format!("{:.3}", pause.as_secs_f64());
+/// Freezes the replica for `pause` (it acknowledges nothing meanwhile):
+/// frozen when this returns, thawed by the returned thread.
+fn pause_replica(
+    replica: &std::sync::Arc<RedisServer>,
+    pause: Duration,
+) -> std::thread::JoinHandle<()> {
+    replica.freeze();
+    let replica = std::sync::Arc::clone(replica);
     std::thread::spawn(move || {
-        let out = std::process::Command::new("redis-cli")
-            .args(["-p", &port.to_string(), "DEBUG", "SLEEP", &secs])
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "{out:?}");
+        std::thread::sleep(pause);
+        replica.thaw();
     })
 }
 
@@ -82,8 +78,8 @@ async fn an_unacknowledged_acquire_is_given_back_and_fails() {
     let warm = soon(client.lock("warm").lock()).await.unwrap();
     soon(warm.unlock()).await.unwrap();
 
+    let replica = std::sync::Arc::new(replica);
     let sleeping = pause_replica(&replica, Duration::from_millis(1500));
-    tokio::time::sleep(Duration::from_millis(100)).await;
     let err = soon(client.lock("unsynced").lock()).await.unwrap_err();
     assert!(
         matches!(
@@ -112,8 +108,8 @@ async fn an_unacknowledged_acquire_is_retried_within_the_wait() {
     let warm = soon(client.lock("warm").lock()).await.unwrap();
     soon(warm.unlock()).await.unwrap();
 
+    let replica = std::sync::Arc::new(replica);
     let sleeping = pause_replica(&replica, Duration::from_millis(3000));
-    tokio::time::sleep(Duration::from_millis(100)).await;
     // One attempt (about 1 s: the acquire's WAIT, then the give-back's):
     // given back, no lock.
     assert!(soon(client.lock("retried").try_lock())

@@ -380,7 +380,7 @@ async fn leases_update_and_ids_release_once() {
     let sem = a.permit_expirable_semaphore("seats");
     sem.try_set_permits(2).await.unwrap();
     let mut permit = sem
-        .acquire_with_lease(Duration::from_millis(1000))
+        .acquire_with_lease(Duration::from_millis(2000))
         .await
         .unwrap();
     sem.update_lease(&mut permit, Some(Duration::from_secs(60)))
@@ -388,7 +388,7 @@ async fn leases_update_and_ids_release_once() {
         .unwrap();
     assert!(permit.remaining_lease().unwrap() > Duration::from_secs(50));
     // Past the first lease (time is the subject here).
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    tokio::time::sleep(Duration::from_millis(2500)).await;
     assert_eq!(
         sem.available_permits().await.unwrap(),
         1,

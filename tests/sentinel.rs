@@ -35,9 +35,7 @@ impl Sentinel {
     /// With `extra` lines in its configuration (e.g. the master's password).
     fn start_with(master: &RedisServer, extra: &str) -> Sentinel {
         let port = common::server::free_port();
-        let dir =
-            std::env::temp_dir().join(format!("ferrisson-sentinel-{}-{port}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = common::server::unique_dir();
         let conf = dir.join("sentinel.conf");
         std::fs::write(
             &conf,

@@ -24,12 +24,7 @@ impl Drop for Certificates {
 
 impl Certificates {
     fn new() -> Certificates {
-        let dir = std::env::temp_dir().join(format!(
-            "ferrisson-tls-{}-{}",
-            std::process::id(),
-            common::server::free_port()
-        ));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = common::server::unique_dir();
         let run = |args: &[&str]| {
             let out = Command::new("openssl")
                 .args(args)

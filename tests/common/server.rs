@@ -145,6 +145,28 @@ impl RedisServer {
         }
     }
 
+    /// Freezes the server process (SIGSTOP): it reads, answers and
+    /// replicates nothing until [`RedisServer::thaw`]. Frozen when this
+    /// returns.
+    pub fn freeze(&self) {
+        self.signal("STOP");
+    }
+
+    /// Lets a frozen server run again (SIGCONT).
+    pub fn thaw(&self) {
+        self.signal("CONT");
+    }
+
+    fn signal(&self, signal: &str) {
+        let pid = self.child.as_ref().expect("a running server").id();
+        let status = Command::new("kill")
+            .arg(format!("-{signal}"))
+            .arg(pid.to_string())
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill -{signal} {pid} failed");
+    }
+
     /// Stops the server, then starts it again on the same port, in the same directory
     /// and with the same arguments, and waits until it answers.
     ///
@@ -532,6 +554,13 @@ fn redis_binary() -> OsString {
 
 /// Creates a new directory under the system temp dir whose name is unique across
 /// threads and processes (pid + counter + current nanoseconds).
+/// A new empty directory under the system's temp dir, unique within and
+/// across processes (for files a test writes beside its servers).
+#[allow(dead_code, unreachable_pub)]
+pub fn unique_dir() -> PathBuf {
+    create_unique_dir()
+}
+
 fn create_unique_dir() -> PathBuf {
     let base = std::env::temp_dir();
     let mut last_error = None;
