@@ -5,7 +5,7 @@
 -- KEYS[2]  the acquire latch, `ferrisson_acquire_latch:{name}:<request-id>`
 -- ARGV[1]  lease in milliseconds
 -- ARGV[2]  owner field, `<client-uuid>:<owner-id>`
--- ARGV[3]  latch TTL in milliseconds (the lease)
+-- ARGV[3]  latch TTL in milliseconds (at least the lease)
 --
 -- Replies nil when the owner now holds the lock: the hold count was raised by
 -- one, the key's TTL set to the lease, and the latch written. Otherwise

@@ -12,7 +12,7 @@
 --          stay silent before it counts as dead)
 -- ARGV[4]  `1` to join the queue when the lock is taken, `0` for one
 --          attempt that leaves no trace
--- ARGV[5]  latch TTL in milliseconds (the lease)
+-- ARGV[5]  latch TTL in milliseconds (at least the lease)
 --
 -- Dead waiters at the head of the queue (score <= now, by the server's
 -- clock) are dropped first. Replies nil when the owner now holds the lock
@@ -23,7 +23,7 @@
 -- waiter timeout.
 --
 -- Safe to resend per request id: a granted request writes its latch (TTL:
--- the lease); a resend while the latch exists and the owner holds the lock
+-- ARGV's latch TTL); a resend while the latch exists and the owner holds the lock
 -- replies nil again and changes nothing. A request given up by its client
 -- (latch `x`, see acquire_cancel.lua) that reaches Redis late changes
 -- nothing and replies -2.

@@ -10,7 +10,7 @@
 -- ARGV[1]  lease in milliseconds
 -- ARGV[2]  read owner field, `<client-uuid>:<owner-id>`
 -- ARGV[3]  the same owner's write field, `<client-uuid>:<owner-id>:write`
--- ARGV[4]  latch TTL in milliseconds (the lease)
+-- ARGV[4]  latch TTL in milliseconds (at least the lease)
 --
 -- Replies nil when the owner now holds one more read hold: its count rose
 -- by one, the hold's timeout key was set with the lease as TTL, and the
@@ -20,7 +20,7 @@
 -- plain lock (a hash without `mode`).
 --
 -- Safe to resend per request id: a granted request writes its latch (TTL:
--- the lease); a resend while the latch exists and the owner holds the lock
+-- ARGV's latch TTL); a resend while the latch exists and the owner holds the lock
 -- replies nil again and changes nothing. A request given up by its client
 -- (latch `x`, see acquire_cancel.lua) that reaches Redis late changes
 -- nothing and replies -2.

@@ -6,7 +6,7 @@
 -- ARGV[1]  lease in milliseconds
 -- ARGV[2]  write owner field, `<client-uuid>:<owner-id>:write`
 -- ARGV[3]  the same owner's read field, `<client-uuid>:<owner-id>`
--- ARGV[4]  latch TTL in milliseconds (the lease)
+-- ARGV[4]  latch TTL in milliseconds (at least the lease)
 --
 -- Replies nil when the owner now holds one more write hold (the hash's TTL
 -- is at least the lease). Replies -3 when the owner holds read holds and
@@ -15,7 +15,7 @@
 -- milliseconds and changes nothing.
 --
 -- Safe to resend per request id: a granted request writes its latch (TTL:
--- the lease); a resend while the latch exists and the owner holds the lock
+-- ARGV's latch TTL); a resend while the latch exists and the owner holds the lock
 -- replies nil again and changes nothing. A request given up by its client
 -- (latch `x`, see acquire_cancel.lua) that reaches Redis late changes
 -- nothing and replies -2.

@@ -588,17 +588,20 @@ impl Lock {
         // latch, so that a resend after a lost reply returns the first
         // outcome instead of taking a second hold. The attempts of one wait
         // share their request while it is young enough (see `Request`).
-        let request = request.get(ttl_ms, || Request {
-            client: self.client.clone(),
-            kind,
-            name: Arc::clone(&name),
-            owner: Arc::clone(&owner),
-            latch: keys::acquire_latch(&name, &inner.request_id()),
-            latch_ttl: Request::latch_ttl(&inner.config, ttl_ms),
-            born: Instant::now(),
-            outcome: std::sync::Mutex::new(Outcome::default()),
-            runtime: runtime.clone(),
-        });
+        let request = request
+            .get(ttl_ms, || Request {
+                client: self.client.clone(),
+                kind,
+                name: Arc::clone(&name),
+                owner: Arc::clone(&owner),
+                latch: keys::acquire_latch(&name, &inner.request_id()),
+                latch_ttl: Request::latch_ttl(&inner.config, ttl_ms),
+                born: Instant::now(),
+                outcome: std::sync::Mutex::new(Outcome::default()),
+                runtime: runtime.clone(),
+            })
+            .await
+            .map_err(|e| self.error(e))?;
         let sends = inner.config.release_attempts.max(1);
         let client = self.client.clone();
         let request = async move {
@@ -779,10 +782,17 @@ struct QueueExit<'a> {
 impl QueueExit<'_> {
     async fn leave(&mut self) {
         if std::mem::take(&mut self.armed) {
-            let client = &self.lock.client;
+            let client = self.lock.client.clone();
             let key: HoldKey = (Arc::clone(&self.lock.name), Arc::clone(&self.field));
             let leave = client.inner.leaves.start(&key);
-            leave_queue(client, &key, leave, self.waiter_ms).await;
+            let waiter_ms = self.waiter_ms;
+            let send = async move { leave_queue(&client, &key, leave, waiter_ms).await };
+            // Runs to its end (and forgets its pending entry) even if the
+            // caller is dropped meanwhile.
+            match runtime() {
+                Ok(runtime) => Finish::detached(runtime, send).await,
+                Err(_) => send.await,
+            }
         }
     }
 }
@@ -1030,9 +1040,10 @@ async fn send_acquire(
     })
 }
 
-/// Settles an acquire request none of whose sends got a reply: marks it
-/// cancelled so that a late arrival changes nothing, or, when it was
-/// granted, gives the hold back. Tries for as long as the latch lives.
+/// Settles an acquire request some send of which got no reply and none of
+/// which was granted: marks it cancelled so that a late arrival changes
+/// nothing, or, when a lost send was granted, gives the hold back. Tries
+/// for as long as the latch lives.
 async fn settle_lost_acquire(
     client: Client,
     kind: Kind,
@@ -1137,18 +1148,59 @@ impl Request {
         ttl_ms.max(window).saturating_add(window)
     }
 
-    /// Whether a new attempt setting `ttl_ms` may send this request again.
+    /// Whether a new attempt setting `ttl_ms` may send this request again:
+    /// not granted yet, within one resend window of its birth, and, after
+    /// a lost send, within that send's TTL (while a hold it may have taken
+    /// still stands, a resend's "granted" means that hold).
     fn reusable(&self, ttl_ms: u64) -> bool {
         let config = &self.client.inner.config;
-        let young = self.born.elapsed() < Duration::from_millis(config.unlock_latch_ttl_ms());
-        let spent = self.outcome.lock().is_ok_and(|o| o.granted);
-        young && !spent && self.latch_ttl >= Request::latch_ttl(config, ttl_ms)
+        let outcome = self.outcome.lock().unwrap_or_else(|p| p.into_inner());
+        let limit = config
+            .unlock_latch_ttl_ms()
+            .min(outcome.lost.unwrap_or(u64::MAX));
+        !outcome.granted
+            && self.born.elapsed() < Duration::from_millis(limit)
+            && self.latch_ttl >= Request::latch_ttl(config, ttl_ms)
     }
 
     fn lost(&self, ttl_ms: u64) {
         if let Ok(mut outcome) = self.outcome.lock() {
-            outcome.lost = Some(ttl_ms);
+            // The longest TTL a lost send set: the one a settle restores.
+            outcome.lost = Some(outcome.lost.map_or(ttl_ms, |t| t.max(ttl_ms)));
         }
+    }
+
+    /// Whether the request must be settled: a send of it got no reply and
+    /// none was granted.
+    fn unsettled(&self) -> bool {
+        let outcome = self.outcome.lock().unwrap_or_else(|p| p.into_inner());
+        !outcome.granted && outcome.lost.is_some()
+    }
+
+    /// Settles the request now, once: marks it cancelled, or gives back
+    /// the hold a lost send took. A connection failure leaves it
+    /// unsettled (its drop, or the next call, tries again).
+    async fn settle_now(&self) -> redis::RedisResult<()> {
+        let mut conn = self.client.inner.conn.clone();
+        let granted: i64 = ACQUIRE_CANCEL
+            .key(&self.latch)
+            .arg(self.latch_ttl)
+            .invoke_async(&mut conn)
+            .await?;
+        let ttl_ms = {
+            let mut outcome = self.outcome.lock().unwrap_or_else(|p| p.into_inner());
+            outcome.lost.take()
+        };
+        if let (1, Some(ttl_ms)) = (granted, ttl_ms) {
+            let (name, owner) = (&self.name, &self.owner);
+            tracing::debug!(lock = %name, %owner, "an acquire whose reply was lost took a hold; giving it back");
+            if let Err(err) = release_hold(&self.client, self.kind, name, owner, ttl_ms).await {
+                tracing::warn!(lock = %name, %owner, error = %err,
+                    "could not give back a hold taken by an acquire whose reply was lost; it expires with its lease");
+            }
+            self.client.inner.sweeper.discard(self.latch.clone());
+        }
+        Ok(())
     }
 
     /// A send was granted. Its latch then only matters to sends whose
@@ -1192,8 +1244,9 @@ impl Drop for Request {
         let (false, Some(ttl_ms)) = (outcome.granted, outcome.lost) else {
             return;
         };
-        // No send of it is in flight any more: settle whether one took a
-        // hold, and give it back. The release resets the key's TTL to what
+        // Nobody sends it any more (a send that timed out may still wait
+        // in Redis: the settle comes later on the same connection): settle
+        // whether one took a hold, and give it back. The release resets the key's TTL to what
         // that send set (a leased re-entry inside a watchdog hold keeps the
         // watchdog's TTL).
         self.runtime.spawn(settle_lost_acquire(
@@ -1214,18 +1267,33 @@ impl Drop for Request {
 struct RequestSlot(std::sync::Mutex<Option<Arc<Request>>>);
 
 impl RequestSlot {
-    fn get(&self, ttl_ms: u64, new: impl FnOnce() -> Request) -> Arc<Request> {
-        let mut slot = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        match slot.as_ref() {
-            Some(request) if request.reusable(ttl_ms) => Arc::clone(request),
-            _ => {
-                // The old request, if any, is settled once its last send
-                // is over.
-                let request = Arc::new(new());
-                *slot = Some(Arc::clone(&request));
-                request
+    /// The request to send next: the current one while reusable, else a
+    /// new one. An unsettled old request is settled first, so that a hold
+    /// it took is never given back after the new request took one (the
+    /// give-back would take the new hold's count). Cancel safe: an old
+    /// request dropped mid-settle settles in the background.
+    async fn get(
+        &self,
+        ttl_ms: u64,
+        new: impl FnOnce() -> Request,
+    ) -> redis::RedisResult<Arc<Request>> {
+        let old = {
+            let mut slot = self.0.lock().unwrap_or_else(|p| p.into_inner());
+            match slot.as_ref() {
+                Some(request) if request.reusable(ttl_ms) => return Ok(Arc::clone(request)),
+                _ => slot.take(),
+            }
+        };
+        if let Some(old) = old.filter(|old| old.unsettled()) {
+            if let Err(err) = old.settle_now().await {
+                // Tried again by the next attempt (or by its drop).
+                *self.0.lock().unwrap_or_else(|p| p.into_inner()) = Some(old);
+                return Err(err);
             }
         }
+        let request = Arc::new(new());
+        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = Some(Arc::clone(&request));
+        Ok(request)
     }
 }
 

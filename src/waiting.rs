@@ -114,7 +114,8 @@ where
             Ok(Tried::Done(done)) => return Ok(Some(done)),
             Ok(Tried::Again(hint)) => hint.unwrap_or(look_again),
             // A try that met no connection mostly never left; one whose
-            // reply was lost is settled by the attempt itself.
+            // reply was lost is settled with the request it sent (when the
+            // wait lets that request go).
             Err(err) if err.may_wait_out() => {
                 tracing::debug!(channel = %name, error = %err, "no connection; waiting to try again");
                 NO_CONNECTION_PAUSE

@@ -464,12 +464,14 @@ async fn one_wait_is_one_request_across_lost_replies() {
     let server = RedisServer::start();
     let proxy = Proxy::start(server.port());
     let holder = common::client(&server, Duration::from_secs(3)).await;
-    // One send per try: a lost reply fails the try.
+    // One send per try: a lost reply (the proxy cuts the connection)
+    // fails the try. The request is reused for one resend window, here
+    // 6.5 s: the whole wait fits in it on a loaded machine too.
     let waiter = soon(
         Client::builder(proxy.url())
             .watchdog_timeout(Duration::from_secs(3))
-            .response_timeout(Duration::from_millis(300))
-            .connection_timeout(Duration::from_millis(300))
+            .response_timeout(Duration::from_secs(5))
+            .connection_timeout(Duration::from_secs(5))
             .release_attempts(1)
             .build(),
     )
@@ -510,6 +512,74 @@ async fn one_wait_is_one_request_across_lost_replies() {
         server.cmd(&["GET", &latch]).as_string().as_deref() == Some("x")
     })
     .await;
+    soon(guard.unlock()).await.unwrap();
+}
+
+/// A wait whose lost send took a hold that then ran out (its lease ended
+/// during an outage) moves on to a new request, and settles the old one
+/// first: giving back the old hold afterwards would take the new hold's
+/// count, leaving a guard that holds nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replaced_request_is_settled_before_the_next_one_is_sent() {
+    let server = RedisServer::start();
+    let proxy = std::sync::Arc::new(Proxy::start(server.port()));
+    let waiter = soon(
+        Client::builder(proxy.url())
+            .watchdog_timeout(Duration::from_secs(3))
+            // A resend window of 1.8 s: the outage outlasts it.
+            .response_timeout(Duration::from_millis(300))
+            .connection_timeout(Duration::from_millis(300))
+            .release_attempts(1)
+            .build(),
+    )
+    .await
+    .unwrap();
+    warm_up(&waiter).await;
+    swept(&server).await;
+    let field = format!("{}:job", waiter.id());
+    let lease = Duration::from_millis(1500);
+
+    // The acquire is granted, its reply lost; Redis stays out of reach
+    // until that hold's lease and the resend window are over (time is
+    // the subject).
+    proxy.lose_next_reply_to("replaced");
+    let watcher = {
+        let proxy = std::sync::Arc::clone(&proxy);
+        std::thread::spawn(move || {
+            let deadline = std::time::Instant::now() + Duration::from_secs(20);
+            while proxy.lost_replies() == 0 && std::time::Instant::now() < deadline {
+                std::thread::sleep(Duration::from_micros(200));
+            }
+            proxy.refuse(true);
+            proxy.drop_connections();
+        })
+    };
+    let wait = {
+        let lock = waiter.lock("replaced").with_owner("job");
+        tokio::spawn(async move { lock.lock_with_lease(lease).await })
+    };
+    watcher.join().unwrap();
+    let lost = Instant::now();
+    assert_eq!(hold_count(&server, "replaced", &field), 1);
+    eventually(Duration::from_secs(10), || async {
+        !common::exists(&server, "replaced")
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(2500).saturating_sub(lost.elapsed())).await;
+    proxy.refuse(false);
+
+    let guard = soon(wait).await.unwrap().unwrap();
+    assert_eq!(hold_count(&server, "replaced", &field), 1);
+    // The old request's settle came before the new grant, not after it.
+    let watched = Instant::now();
+    while watched.elapsed() < Duration::from_millis(500) {
+        assert_eq!(
+            hold_count(&server, "replaced", &field),
+            1,
+            "the old request's give-back took the new hold"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     soon(guard.unlock()).await.unwrap();
 }
 
