@@ -47,8 +47,8 @@ pub(crate) struct ClientInner {
     pub(crate) pubsub: Arc<PubSub>,
     pub(crate) registry: Registry,
     pub(crate) sweeper: Sweeper,
-    /// Fair-queue leaves still being sent.
-    pub(crate) leaves: crate::lock::PendingLeaves,
+    /// The fair-lock waits in progress, by lock and owner.
+    pub(crate) fair_owners: crate::lock::FairOwners,
     /// Release request ids are this plus a count: 32 hex digits, unique per
     /// client, without a call to the system's random source per release.
     request_base: u128,
@@ -557,7 +557,7 @@ impl Client {
                 pubsub: Arc::new(pubsub),
                 registry,
                 sweeper,
-                leaves: Default::default(),
+                fair_owners: Default::default(),
                 request_base: Uuid::new_v4().as_u128(),
                 requests: AtomicU64::new(0),
                 wait_refused: AtomicBool::new(false),

@@ -496,13 +496,15 @@ impl Lock {
             field: Arc::clone(&field),
             waiter_ms,
             armed: queue,
+            wait: None,
         };
         if queue {
-            // A leave of an earlier wait by this owner, still being resent,
-            // must not take out the entry this wait is about to make (were
-            // this future dropped meanwhile, `exit` leaves anew).
+            // While this wait goes on, no leave of this owner's entry (one
+            // of an earlier wait, still being resent or sent late) takes it
+            // out: the entry is this wait's too. (Were this future dropped
+            // meanwhile, `exit` leaves anew.)
             let key: HoldKey = (Arc::clone(&self.name), Arc::clone(&field));
-            self.client.inner.leaves.cancel(&key).await;
+            exit.wait = Some(FairOwners::begin_wait(&self.client, &key).await);
         }
         let result = self.wait_for(&field, lease_ms, deadline, waiter_ms).await;
         match result {
@@ -642,13 +644,10 @@ impl Lock {
         let (name, owner) = (Arc::clone(&key.0), Arc::clone(&key.1));
         let give_back = move |reply: redis::RedisResult<Granted>| async move {
             if waiter_ms > 0 && !matches!(reply, Ok(Granted::Yes(_))) {
-                // Perhaps queued by this very attempt: leave the line.
-                // (Registered only now: a new wait by the same owner that
-                // queued before this reply came in can still lose its entry
-                // to this leave, and then queues again at its next try.)
+                // Perhaps queued by this very attempt: leave the line
+                // (unless a newer wait of the owner is in it).
                 let key: HoldKey = (name.clone(), owner.clone());
-                let leave = client.inner.leaves.start(&key);
-                leave_queue(&client, &key, leave, waiter_ms).await;
+                leave_queue(FairOwners::use_of(&client, &key), waiter_ms).await;
             }
             if let Ok(Granted::Yes(_)) = reply {
                 // The caller left after Redis granted the hold: undo it,
@@ -777,18 +776,19 @@ struct QueueExit<'a> {
     field: Arc<str>,
     waiter_ms: u64,
     armed: bool,
+    /// The wait in progress, ended before the leave (which another wait of
+    /// the same owner in progress would skip).
+    wait: Option<OwnerUse>,
 }
 
 impl QueueExit<'_> {
     async fn leave(&mut self) {
+        self.wait = None;
         if std::mem::take(&mut self.armed) {
-            let client = self.lock.client.clone();
             let key: HoldKey = (Arc::clone(&self.lock.name), Arc::clone(&self.field));
-            let leave = client.inner.leaves.start(&key);
-            let waiter_ms = self.waiter_ms;
-            let send = async move { leave_queue(&client, &key, leave, waiter_ms).await };
-            // Runs to its end (and forgets its pending entry) even if the
-            // caller is dropped meanwhile.
+            let leave = FairOwners::use_of(&self.lock.client, &key);
+            let send = leave_queue(leave, self.waiter_ms);
+            // Runs to its end even if the caller is dropped meanwhile.
             match runtime() {
                 Ok(runtime) => Finish::detached(runtime, send).await,
                 Err(_) => send.await,
@@ -799,6 +799,7 @@ impl QueueExit<'_> {
 
 impl Drop for QueueExit<'_> {
     fn drop(&mut self) {
+        self.wait = None;
         if !self.armed {
             return;
         }
@@ -806,130 +807,151 @@ impl Drop for QueueExit<'_> {
             // No runtime: the entry counts as dead after the waiter timeout.
             return;
         };
-        let client = self.lock.client.clone();
         let key: HoldKey = (Arc::clone(&self.lock.name), Arc::clone(&self.field));
-        // Registered now, not in the task: a new wait of the same owner,
-        // started right after this drop, finds it and cancels it.
-        let leave = client.inner.leaves.start(&key);
-        let waiter_ms = self.waiter_ms;
-        runtime.spawn(async move { leave_queue(&client, &key, leave, waiter_ms).await });
+        let leave = FairOwners::use_of(&self.lock.client, &key);
+        runtime.spawn(leave_queue(leave, self.waiter_ms));
     }
 }
 
-/// Fair-queue leaves still being sent, by lock name and owner field. A
-/// leave that met a failed connection is resent in the background; should
-/// the owner queue again meanwhile, a late resend would take out its new
-/// entry. So a queueing acquire first cancels its owner's pending leave
-/// ([`PendingLeaves::cancel`]), and waits for a send of it in flight.
+/// The fair-lock waits of each owner in progress, by lock name and owner
+/// field. An owner has one queue entry, shared by its waits: a leave (at
+/// the end of a wait, resent after a failed connection, or sent by an
+/// abandoned attempt once its reply is in) is sent only while none of that
+/// owner's waits is in progress, so a late leave cannot take out the entry
+/// of a newer wait. An entry lives while it is used ([`OwnerUse`]).
 #[derive(Default)]
-pub(crate) struct PendingLeaves(dashmap::DashMap<HoldKey, Arc<PendingLeave>>);
+pub(crate) struct FairOwners(dashmap::DashMap<HoldKey, Arc<FairOwner>>);
 
-pub(crate) struct PendingLeave {
-    cancelled: std::sync::atomic::AtomicBool,
-    /// Held across each send: a cancel waits for the send in flight.
+pub(crate) struct FairOwner {
+    /// The owner's waits in progress.
+    waits: std::sync::atomic::AtomicUsize,
+    /// Held across each leave's send: a wait that begins waits for the
+    /// send in flight, and the sends after it see the wait.
     sending: tokio::sync::Mutex<()>,
 }
 
-impl PendingLeaves {
-    /// Registers a leave of `key` (an older one pending is cancelled: the
-    /// new one covers it).
-    fn start(&self, key: &HoldKey) -> Arc<PendingLeave> {
-        let leave = Arc::new(PendingLeave {
-            cancelled: std::sync::atomic::AtomicBool::new(false),
-            sending: tokio::sync::Mutex::new(()),
-        });
-        if let Some(older) = self.0.insert(key.clone(), Arc::clone(&leave)) {
-            older.cancelled.store(true, Ordering::Release);
+/// One use of an owner's entry: a wait in progress (`wait`), or a leave
+/// still to be sent. The last use removes the entry.
+struct OwnerUse {
+    client: Client,
+    key: HoldKey,
+    owner: Arc<FairOwner>,
+    wait: bool,
+}
+
+impl FairOwners {
+    fn use_of(client: &Client, key: &HoldKey) -> OwnerUse {
+        let owner = client
+            .inner
+            .fair_owners
+            .0
+            .entry(key.clone())
+            .or_insert_with(|| {
+                Arc::new(FairOwner {
+                    waits: std::sync::atomic::AtomicUsize::new(0),
+                    sending: tokio::sync::Mutex::new(()),
+                })
+            })
+            .clone();
+        OwnerUse {
+            client: client.clone(),
+            key: key.clone(),
+            owner,
+            wait: false,
         }
-        leave
     }
 
-    /// Cancels the pending leave of `key`, if any, once its send in flight
-    /// (if any) is over. Cancel safe: the leave is cancelled at once.
-    async fn cancel(&self, key: &HoldKey) {
-        let Some((_, leave)) = self.0.remove(key) else {
-            return;
-        };
-        leave.cancelled.store(true, Ordering::Release);
-        drop(leave.sending.lock().await);
-    }
-
-    /// Forgets `leave` once it is done (unless a newer one took its place).
-    fn finish(&self, key: &HoldKey, leave: &Arc<PendingLeave>) {
-        self.0
-            .remove_if(key, |_, pending| Arc::ptr_eq(pending, leave));
+    /// Begins a wait of `key`'s owner, once a leave's send in flight is
+    /// over. Cancel safe: dropped, the wait is over.
+    async fn begin_wait(client: &Client, key: &HoldKey) -> OwnerUse {
+        let mut wait = FairOwners::use_of(client, key);
+        wait.owner.waits.fetch_add(1, Ordering::AcqRel);
+        wait.wait = true;
+        drop(wait.owner.sending.lock().await);
+        wait
     }
 }
 
-impl std::fmt::Debug for PendingLeaves {
+impl Drop for OwnerUse {
+    fn drop(&mut self) {
+        if self.wait {
+            self.owner.waits.fetch_sub(1, Ordering::AcqRel);
+        }
+        // Every other use clones the entry through the map, under the
+        // shard's lock: a count of two (the map's and this one) is final.
+        self.client
+            .inner
+            .fair_owners
+            .0
+            .remove_if(&self.key, |_, owner| {
+                Arc::ptr_eq(owner, &self.owner) && Arc::strong_count(owner) == 2
+            });
+    }
+}
+
+impl std::fmt::Debug for FairOwners {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PendingLeaves")
-            .field("len", &self.0.len())
+        f.debug_struct("FairOwners")
+            .field("owners", &self.0.len())
             .finish()
     }
 }
 
-impl PendingLeave {
-    /// Sends the leave unless it was cancelled: `None` when cancelled.
-    async fn send(
-        &self,
-        client: &Client,
-        key: &HoldKey,
-        waiter_ms: u64,
-    ) -> Option<redis::RedisResult<()>> {
-        let _sending = self.sending.lock().await;
-        if self.cancelled.load(Ordering::Acquire) {
+impl OwnerUse {
+    /// Sends a leave unless a wait of the owner is in progress: `None`
+    /// then (that wait leaves when it ends).
+    async fn send_leave(&self, waiter_ms: u64) -> Option<redis::RedisResult<()>> {
+        let _sending = self.owner.sending.lock().await;
+        if self.owner.waits.load(Ordering::Acquire) > 0 {
             return None;
         }
-        Some(send_leave(client, &key.0, &key.1, waiter_ms).await)
+        Some(send_leave(&self.client, &self.key.0, &self.key.1, waiter_ms).await)
     }
 }
 
-/// Removes `key`'s owner from the fair lock's queue, as the registered
-/// `leave`. A send that meets a failed connection is resent in the
-/// background until it gets through (for up to the waiter timeout), unless
-/// the owner queues again meanwhile (which cancels it); other failures are
-/// logged (the entry then counts as dead after the waiter timeout).
-async fn leave_queue(client: &Client, key: &HoldKey, leave: Arc<PendingLeave>, waiter_ms: u64) {
-    let name = &key.0;
-    let failed = match leave.send(client, key, waiter_ms).await {
-        None | Some(Ok(())) => return client.inner.leaves.finish(key, &leave),
+/// Removes the owner of `leave` from the fair lock's queue, unless one of
+/// its waits is in progress. A send that meets a failed connection is
+/// resent in the background until it gets through (for up to the waiter
+/// timeout); other failures are logged (the entry then counts as dead
+/// after the waiter timeout).
+async fn leave_queue(leave: OwnerUse, waiter_ms: u64) {
+    let (name, owner) = (Arc::clone(&leave.key.0), Arc::clone(&leave.key.1));
+    let failed = match leave.send_leave(waiter_ms).await {
+        None | Some(Ok(())) => return,
         Some(Err(err)) if is_connection_failure(&err) => err,
         Some(Err(err)) => {
-            tracing::warn!(lock = %name, owner = %key.1, error = %err,
+            tracing::warn!(lock = %name, %owner, error = %err,
                 "could not leave the fair lock's queue; the entry is skipped after the waiter timeout");
-            return client.inner.leaves.finish(key, &leave);
+            return;
         }
     };
     // Leaving is idempotent (a second leave finds nobody to remove): resend
     // it in the background until it gets through, for as long as the entry
     // would hold the line up (the waiter timeout), so that the waiters
     // behind it do not wait for the timeout.
-    tracing::debug!(lock = %name, owner = %key.1, error = %failed,
+    tracing::debug!(lock = %name, %owner, error = %failed,
         "leaving the fair lock's queue failed; sending it again in the background");
     let Ok(runtime) = runtime() else {
-        return client.inner.leaves.finish(key, &leave);
+        return;
     };
-    let (client, key) = (client.clone(), key.clone());
     runtime.spawn(async move {
         let give_up = Instant::now() + Duration::from_millis(waiter_ms);
         let mut pause = Duration::from_millis(50);
         loop {
             tokio::time::sleep(pause).await;
             pause = (pause * 2).min(Duration::from_secs(1));
-            match leave.send(&client, &key, waiter_ms).await {
-                None | Some(Ok(())) => break,
+            match leave.send_leave(waiter_ms).await {
+                None | Some(Ok(())) => return,
                 Some(Err(err)) if is_connection_failure(&err) && Instant::now() < give_up => {
-                    tracing::debug!(lock = %key.0, error = %err, "leaving the fair lock's queue failed again");
+                    tracing::debug!(lock = %name, error = %err, "leaving the fair lock's queue failed again");
                 }
                 Some(Err(err)) => {
-                    tracing::warn!(lock = %key.0, owner = %key.1, error = %err,
+                    tracing::warn!(lock = %name, %owner, error = %err,
                         "could not leave the fair lock's queue; the entry is skipped after the waiter timeout");
-                    break;
+                    return;
                 }
             }
         }
-        client.inner.leaves.finish(&key, &leave);
     });
 }
 
