@@ -72,11 +72,18 @@ async fn make_cluster(replicas: usize, password: Option<&str>) -> Vec<RedisServe
             };
             let info = look(&["CLUSTER", "INFO"]);
             let replication = look(&["INFO", "replication"]);
+            // A master counts a replica in WAIT once it acknowledges,
+            // not as soon as its link is up.
+            let master = replication.contains("role:master")
+                && (replicas == 0 || common::replicas_acknowledge(node, replicas));
             info.contains("cluster_state:ok")
-                && (replication.contains("role:master")
-                    || replication.contains("master_link_status:up"))
+                && (master || replication.contains("master_link_status:up"))
         })
         .await;
+    }
+    // The tests count commands from here on (the WAITs above excluded).
+    for node in &nodes {
+        node.cmd(&["CONFIG", "RESETSTAT"]);
     }
     nodes
 }

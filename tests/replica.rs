@@ -32,6 +32,14 @@ async fn pair() -> (RedisServer, RedisServer) {
         info.contains("master_link_status:up")
     })
     .await;
+    // WAIT counts the replica once it acknowledges, not as soon as its
+    // link is up.
+    eventually(Duration::from_secs(10), || async {
+        common::replicas_acknowledge(&master, 1)
+    })
+    .await;
+    // The tests count commands from here on (the WAITs above excluded).
+    master.cmd(&["CONFIG", "RESETSTAT"]);
     (master, replica)
 }
 

@@ -141,3 +141,14 @@ pub(crate) async fn count_under_lock(
         .as_string()
         .map_or(0, |n| n.parse().unwrap())
 }
+
+/// Whether `master`'s WAIT counts `replicas` replicas yet (within 1 s): a
+/// replica whose link is up may not acknowledge for a moment.
+#[allow(dead_code)]
+pub(crate) fn replicas_acknowledge(master: &RedisServer, replicas: usize) -> bool {
+    master
+        .try_cmd(&["WAIT", &replicas.to_string(), "1000"])
+        .ok()
+        .and_then(|acked| acked.as_int())
+        == Some(replicas as i64)
+}
