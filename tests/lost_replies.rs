@@ -43,19 +43,6 @@ async fn warm_up(client: &Client) {
     }
 }
 
-/// Black-holes the proxy as soon as it has lost a reply, so that every
-/// resend of that command goes unanswered too.
-fn black_hole_after_a_lost_reply(proxy: &std::sync::Arc<Proxy>) -> std::thread::JoinHandle<()> {
-    let proxy = std::sync::Arc::clone(proxy);
-    std::thread::spawn(move || {
-        let deadline = std::time::Instant::now() + Duration::from_secs(20);
-        while proxy.lost_replies() == 0 && std::time::Instant::now() < deadline {
-            std::thread::sleep(Duration::from_micros(200));
-        }
-        proxy.black_hole(true);
-    })
-}
-
 /// Waits until the sweeper has deleted the latches of granted acquires:
 /// its batched DEL names the lock, so one still to come could take the
 /// reply loss armed for the lock's next command. (Latches of settled
@@ -190,12 +177,11 @@ async fn an_acquire_whose_replies_are_all_lost_gives_its_hold_back() {
     let lock = client.lock("lost:all").with_owner("job");
 
     swept(&server).await;
-    proxy.lose_next_reply_to("lost:all");
-    let watcher = black_hole_after_a_lost_reply(&proxy);
+    proxy.lose_next_reply_to_then_black_hole("lost:all");
     let err = soon(lock.try_lock_with_lease(Duration::ZERO, LEASE))
         .await
         .unwrap_err();
-    watcher.join().unwrap();
+    assert_eq!(proxy.lost_replies(), 1);
     assert!(err.is_connection_error(), "{err}");
     // The first send ran: a hold nobody has a guard for.
     assert_eq!(hold_count(&server, "lost:all", &field), 1);
@@ -321,12 +307,11 @@ async fn a_lost_leased_reentry_is_given_back_without_shortening_the_ttl() {
     let outer = soon(lock.lock()).await.unwrap();
 
     swept(&server).await;
-    proxy.lose_next_reply_to("lost:reentry");
-    let watcher = black_hole_after_a_lost_reply(&proxy);
+    proxy.lose_next_reply_to_then_black_hole("lost:reentry");
     let err = soon(lock.try_lock_with_lease(Duration::ZERO, Duration::from_millis(200)))
         .await
         .unwrap_err();
-    watcher.join().unwrap();
+    assert_eq!(proxy.lost_replies(), 1);
     assert!(err.is_connection_error(), "{err}");
     assert_eq!(hold_count(&server, "lost:reentry", &field), 2);
 
@@ -369,15 +354,16 @@ async fn a_resend_later_than_the_holds_ttl_still_counts_once() {
     let outer = soon(lock.lock()).await.unwrap();
 
     swept(&server).await;
-    proxy.lose_next_reply_to("lost:late");
+    proxy.lose_next_reply_to_then_refuse("lost:late");
     let inner = {
         let lock = lock.clone();
         tokio::spawn(async move { lock.try_lock_for(Duration::from_secs(20)).await })
     };
-    // Unreachable from the moment the reply is lost, for twice the hold's
-    // TTL; the hash is kept alive by hand meanwhile (its watchdog cannot
-    // reach it), as a renewal through another path would. A thread does
-    // both at once, before the hash's last renewed TTL can run out.
+    // Unreachable from the moment the reply is lost (the proxy refuses at
+    // once), for twice the hold's TTL; the hash is kept alive by hand
+    // meanwhile (its watchdog cannot reach it), as a renewal through
+    // another path would, by a thread, before the hash's last renewed TTL
+    // can run out.
     let watcher = {
         let proxy = std::sync::Arc::clone(&proxy);
         let port = server.port().to_string();
@@ -386,7 +372,6 @@ async fn a_resend_later_than_the_holds_ttl_still_counts_once() {
             while proxy.lost_replies() == 0 && std::time::Instant::now() < deadline {
                 std::thread::sleep(Duration::from_micros(200));
             }
-            proxy.refuse(true);
             let kept = std::process::Command::new("redis-cli")
                 .args(["-p", &port, "PEXPIRE", "lost:late", "60000"])
                 .output()
@@ -522,7 +507,7 @@ async fn one_wait_is_one_request_across_lost_replies() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replaced_request_is_settled_before_the_next_one_is_sent() {
     let server = RedisServer::start();
-    let proxy = std::sync::Arc::new(Proxy::start(server.port()));
+    let proxy = Proxy::start(server.port());
     let waiter = soon(
         Client::builder(proxy.url())
             .watchdog_timeout(Duration::from_secs(3))
@@ -542,23 +527,17 @@ async fn a_replaced_request_is_settled_before_the_next_one_is_sent() {
     // The acquire is granted, its reply lost; Redis stays out of reach
     // until that hold's lease and the resend window are over (time is
     // the subject).
-    proxy.lose_next_reply_to("replaced");
-    let watcher = {
-        let proxy = std::sync::Arc::clone(&proxy);
-        std::thread::spawn(move || {
-            let deadline = std::time::Instant::now() + Duration::from_secs(20);
-            while proxy.lost_replies() == 0 && std::time::Instant::now() < deadline {
-                std::thread::sleep(Duration::from_micros(200));
-            }
-            proxy.refuse(true);
-            proxy.drop_connections();
-        })
-    };
+    // (Refused by the proxy itself at the loss: a resend slipping through
+    // first would be granted the hold before the outage.)
+    proxy.lose_next_reply_to_then_refuse("replaced");
     let wait = {
         let lock = waiter.lock("replaced").with_owner("job");
         tokio::spawn(async move { lock.lock_with_lease(lease).await })
     };
-    watcher.join().unwrap();
+    eventually(Duration::from_secs(10), || async {
+        proxy.lost_replies() == 1
+    })
+    .await;
     let lost = Instant::now();
     assert_eq!(hold_count(&server, "replaced", &field), 1);
     eventually(Duration::from_secs(10), || async {

@@ -23,6 +23,10 @@ struct State {
     /// A pattern of the command whose reply is to be lost.
     lose_reply_to: Mutex<Option<Vec<u8>>>,
     lost_replies: AtomicUsize,
+    /// Refuse (and cut everything) at the moment that reply is lost.
+    refuse_after_loss: AtomicBool,
+    /// Black-hole at the moment that reply is lost.
+    black_hole_after_loss: AtomicBool,
     /// Both sockets of every connection, to cut them.
     open: Mutex<Vec<(TcpStream, TcpStream)>>,
     accepted: AtomicUsize,
@@ -105,6 +109,24 @@ impl Proxy {
     /// connection cut.
     pub(crate) fn lose_next_reply_to(&self, pattern: &str) {
         *self.state.lose_reply_to.lock().unwrap() = Some(pattern.as_bytes().to_vec());
+    }
+
+    /// As [`Proxy::lose_next_reply_to`], and the server becomes
+    /// unreachable at that very moment (as [`Proxy::refuse`]), so that no
+    /// other command gets through after the lost one.
+    pub(crate) fn lose_next_reply_to_then_refuse(&self, pattern: &str) {
+        self.state.refuse_after_loss.store(true, Ordering::Relaxed);
+        self.lose_next_reply_to(pattern);
+    }
+
+    /// As [`Proxy::lose_next_reply_to`], and the proxy black-holes
+    /// everything from that very moment (as [`Proxy::black_hole`]), so
+    /// that every resend of the command goes unanswered too.
+    pub(crate) fn lose_next_reply_to_then_black_hole(&self, pattern: &str) {
+        self.state
+            .black_hole_after_loss
+            .store(true, Ordering::Relaxed);
+        self.lose_next_reply_to(pattern);
     }
 
     /// How many replies were lost so far.
@@ -199,6 +221,16 @@ fn pump(
                 }
                 Direction::ToClient => {
                     if swallow.swap(false, Ordering::Relaxed) {
+                        if state.black_hole_after_loss.swap(false, Ordering::Relaxed) {
+                            state.black_hole.store(true, Ordering::Relaxed);
+                        }
+                        if state.refuse_after_loss.swap(false, Ordering::Relaxed) {
+                            state.refusing.store(true, Ordering::Relaxed);
+                            for (a, b) in state.open.lock().unwrap().drain(..) {
+                                let _ = a.shutdown(Shutdown::Both);
+                                let _ = b.shutdown(Shutdown::Both);
+                            }
+                        }
                         state.lost_replies.fetch_add(1, Ordering::Relaxed);
                         reader_cut();
                         break;
