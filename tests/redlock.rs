@@ -142,7 +142,13 @@ async fn never_two_holders() {
                 }
                 tokio::time::sleep(Duration::from_millis(1)).await;
                 inside.fetch_sub(1, Ordering::SeqCst);
-                guard.unlock().await.unwrap();
+                // Held on a bare majority that includes the server killed
+                // meanwhile, fewer than a majority can be released: an error
+                // by the contract (those holds end with their lease), and
+                // only then.
+                if let Err(err) = guard.unlock().await {
+                    assert!(err.is_connection_error(), "{err}");
+                }
             }
         }));
     }
