@@ -2,10 +2,7 @@
 
 mod backoff;
 mod client;
-#[cfg(feature = "cluster")]
-mod cluster;
 pub mod config;
-mod conn;
 mod distributed;
 mod error;
 mod expirable;
@@ -15,13 +12,10 @@ mod keys;
 mod latch;
 mod lock;
 mod multilock;
-mod pubsub;
 mod redlock;
 mod rwlock;
 mod scripts;
 mod semaphore;
-#[cfg(feature = "sentinel")]
-mod sentinel;
 mod sweeper;
 mod waiting;
 mod watchdog;

@@ -982,7 +982,7 @@ async fn send_leave(
 #[allow(clippy::too_many_arguments)]
 async fn send_acquire(
     kind: Kind,
-    conn: &mut crate::conn::Conn,
+    conn: &mut crate::client::conn::Conn,
     name: &str,
     owner: &str,
     latch: &str,

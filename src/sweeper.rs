@@ -10,7 +10,7 @@
 
 use std::time::Duration;
 
-use crate::conn::Conn;
+use crate::client::conn::Conn;
 use tokio::sync::mpsc;
 
 /// How long the first latch of a batch waits for others.

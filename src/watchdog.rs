@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
-use crate::conn::Conn;
+use crate::client::conn::Conn;
 use dashmap::mapref::entry::Entry;
 use dashmap::DashMap;
 use tokio::sync::{watch, Notify};

@@ -1,19 +1,30 @@
 //! The client: connections, identity, registry and pub/sub, shared by every
 //! lock it hands out.
 
+mod builder;
+#[cfg(feature = "cluster")]
+mod cluster;
+pub(crate) mod conn;
+pub(crate) mod pubsub;
+#[cfg(feature = "sentinel")]
+pub(crate) mod sentinel;
+
+#[cfg(any(feature = "cluster", feature = "sentinel"))]
+use builder::node_list;
+pub use builder::ClientBuilder;
+use builder::Target;
+use conn::Conn;
+use pubsub::PubSub;
+
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
 
-use redis::aio::ConnectionManagerConfig;
-use redis::{ConnectionInfo, IntoConnectionInfo, ProtocolVersion};
+use redis::IntoConnectionInfo;
 use uuid::Uuid;
 
 use crate::config::Config;
-use crate::conn::Conn;
 use crate::lock::Kind;
-use crate::pubsub::PubSub;
 use crate::sweeper::Sweeper;
 use crate::watchdog::Registry;
 use crate::{CountDownLatch, Lock, PermitExpirableSemaphore, ReadWriteLock, Result, Semaphore};
@@ -279,270 +290,6 @@ impl Client {
     /// How many SUBSCRIBE commands this client has sent since it started.
     pub fn subscribes_sent(&self) -> u64 {
         self.inner.pubsub.subscribes_sent()
-    }
-}
-
-/// Settings for a [`Client`], from [`Client::builder`].
-///
-/// ```no_run
-/// # async fn run() -> ferrisson::Result<()> {
-/// use std::time::Duration;
-/// let client = ferrisson::Client::builder("redis://127.0.0.1/")
-///     .watchdog_timeout(Duration::from_secs(30))
-///     .build()
-///     .await?;
-/// # Ok(()) }
-/// ```
-#[must_use = "a builder does nothing until `build` is awaited"]
-pub struct ClientBuilder {
-    target: Target,
-    /// The user and password of the masters a sentinel names.
-    #[cfg(feature = "sentinel")]
-    master_auth: Option<redis::RedisConnectionInfo>,
-    config: Config,
-    /// PEM of the CA that signed the server's certificate, when it is not
-    /// in the system's trust store.
-    #[cfg(feature = "tls")]
-    tls_root: Option<Vec<u8>>,
-}
-
-/// What a client connects to.
-enum Target {
-    /// One server.
-    Single(redis::RedisResult<ConnectionInfo>),
-    /// A Redis Cluster, through any of these nodes.
-    #[cfg(feature = "cluster")]
-    Cluster(redis::RedisResult<Vec<ConnectionInfo>>),
-    /// The master the sentinels monitor as `service`.
-    #[cfg(feature = "sentinel")]
-    Sentinel {
-        sentinels: redis::RedisResult<Vec<ConnectionInfo>>,
-        service: String,
-    },
-}
-
-/// The connection infos of `nodes`; `empty` is the error for none.
-#[cfg(any(feature = "cluster", feature = "sentinel"))]
-fn node_list<T: IntoConnectionInfo>(
-    nodes: impl IntoIterator<Item = T>,
-    empty: &'static str,
-) -> redis::RedisResult<Vec<ConnectionInfo>> {
-    let nodes = nodes
-        .into_iter()
-        .map(IntoConnectionInfo::into_connection_info)
-        .collect::<redis::RedisResult<Vec<_>>>()?;
-    if nodes.is_empty() {
-        return Err(redis::RedisError::from((
-            redis::ErrorKind::InvalidClientConfig,
-            empty,
-        )));
-    }
-    Ok(nodes)
-}
-
-impl fmt::Debug for ClientBuilder {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        // Host and port only: never the credentials.
-        let addrs: Vec<String> = match &self.target {
-            Target::Single(info) => info.iter().map(|i| i.addr().to_string()).collect(),
-            #[cfg(feature = "cluster")]
-            Target::Cluster(nodes) => nodes
-                .iter()
-                .flatten()
-                .map(|i| i.addr().to_string())
-                .collect(),
-            #[cfg(feature = "sentinel")]
-            Target::Sentinel { sentinels, .. } => sentinels
-                .iter()
-                .flatten()
-                .map(|i| i.addr().to_string())
-                .collect(),
-        };
-        f.debug_struct("ClientBuilder")
-            .field("addrs", &addrs)
-            .field("config", &self.config)
-            .finish()
-    }
-}
-
-impl ClientBuilder {
-    fn new(target: Target) -> ClientBuilder {
-        ClientBuilder {
-            target,
-            #[cfg(feature = "sentinel")]
-            master_auth: None,
-            config: Config::default(),
-            #[cfg(feature = "tls")]
-            tls_root: None,
-        }
-    }
-
-    /// The lease of locks taken without one, renewed by the watchdog every
-    /// third of it. Default 30 s ([`DEFAULT_WATCHDOG_TIMEOUT`](crate::config::DEFAULT_WATCHDOG_TIMEOUT));
-    /// at least 30 ms.
-    pub fn watchdog_timeout(mut self, timeout: Duration) -> Self {
-        self.config.watchdog_timeout = timeout;
-        self
-    }
-
-    /// How long Redis has to answer one command. Default 3 s.
-    pub fn response_timeout(mut self, timeout: Duration) -> Self {
-        self.config.response_timeout = timeout;
-        self
-    }
-
-    /// How long opening a connection may take. Default 5 s.
-    pub fn connection_timeout(mut self, timeout: Duration) -> Self {
-        self.config.connection_timeout = timeout;
-        self
-    }
-
-    /// Waits after each acquire and release until `replicas` replicas
-    /// acknowledged it, for `timeout` at most (`WAIT`); an acquire that too
-    /// few acknowledged is given back and, by `on_unsynced`, fails or is
-    /// tried again. A release that too few acknowledged is logged. When the
-    /// server refuses `WAIT` (some managed services do), the client says so
-    /// once in a warning and stops waiting. See [`ReplicaSync`](crate::config::ReplicaSync).
-    pub fn replica_sync(
-        mut self,
-        replicas: u32,
-        timeout: Duration,
-        on_unsynced: crate::config::Unsynced,
-    ) -> Self {
-        self.config.replica_sync = Some(crate::config::ReplicaSync {
-            replicas,
-            timeout,
-            on_unsynced,
-        });
-        self
-    }
-
-    /// How many times one release, or one acquire, is sent when the
-    /// connection fails (resends are safe: the unlock and acquire latches,
-    /// see the README). Default 4.
-    pub fn release_attempts(mut self, attempts: u32) -> Self {
-        self.config.release_attempts = attempts;
-        self
-    }
-
-    /// Trusts the certificate authority in `pem` (one or more PEM
-    /// certificates) for `rediss://` connections, instead of the system's
-    /// trust store: for servers with certificates from a private CA.
-    #[cfg(feature = "tls")]
-    pub fn tls_root_certificate(mut self, pem: impl Into<Vec<u8>>) -> Self {
-        self.tls_root = Some(pem.into());
-        self
-    }
-
-    /// The ACL user (`None`: the default user) and password of the masters
-    /// the sentinels name, for [`Client::sentinel_builder`]; every
-    /// connection to a master (commands and subscriptions) authenticates
-    /// with them.
-    #[cfg(feature = "sentinel")]
-    pub fn sentinel_master_auth(mut self, username: Option<&str>, password: &str) -> Self {
-        let mut auth = redis::RedisConnectionInfo::default().set_password(password);
-        if let Some(username) = username {
-            auth = auth.set_username(username);
-        }
-        self.master_auth = Some(auth);
-        self
-    }
-
-    /// Checks the settings and connects.
-    ///
-    /// # Errors
-    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for
-    /// impossible settings (a watchdog timeout under 30 ms, a zero timeout);
-    /// [`Error::Redis`](crate::Error::Redis) for a malformed URL or an
-    /// unreachable Redis.
-    ///
-    /// # Cancel safety
-    /// Cancel safe: a dropped call opens nothing that outlives it.
-    pub async fn build(self) -> Result<Client> {
-        self.config.validate()?;
-        let manager_config = ConnectionManagerConfig::new()
-            .set_response_timeout(Some(self.config.response_timeout))
-            .set_connection_timeout(Some(self.config.connection_timeout));
-        let info = match self.target {
-            Target::Single(info) => info?,
-            #[cfg(feature = "cluster")]
-            Target::Cluster(nodes) => {
-                let nodes = nodes?;
-                let addr = nodes[0].addr().to_string();
-                let mut config = self.config;
-                let (conn, pubsub, mode) = crate::cluster::connect(nodes, &config).await?;
-                config.pubsub_mode = mode;
-                return Ok(Client::assemble(conn, pubsub, config, addr));
-            }
-            #[cfg(feature = "sentinel")]
-            Target::Sentinel { sentinels, service } => {
-                let (follower, master) = crate::sentinel::Follower::connect(
-                    sentinels?,
-                    &service,
-                    self.master_auth,
-                    manager_config.clone(),
-                    self.config.response_timeout,
-                )
-                .await?;
-                let pubsub = PubSub::connect(master, manager_config).await?;
-                let addr = follower.master();
-                let client = Client::assemble(
-                    Conn::Sentinel(std::sync::Arc::clone(&follower)),
-                    pubsub,
-                    self.config,
-                    addr,
-                );
-                follower.attach(&client.inner.pubsub);
-                return Ok(client);
-            }
-        };
-        let addr = info.addr().to_string();
-
-        // RESP3 on both: a connection closed by the server is noticed (and
-        // reopened) at once, not by the next command failing.
-        let resp3 = info
-            .redis_settings()
-            .clone()
-            .set_protocol(ProtocolVersion::RESP3);
-        let info = info.set_redis_settings(resp3);
-        #[cfg(feature = "tls")]
-        let redis_client = match self.tls_root {
-            Some(pem) => redis::Client::build_with_tls(
-                info,
-                redis::TlsCertificates {
-                    client_tls: None,
-                    root_cert: Some(pem),
-                },
-            )?,
-            None => redis::Client::open(info)?,
-        };
-        #[cfg(not(feature = "tls"))]
-        let redis_client = redis::Client::open(info)?;
-        // One plain connection first: a refused password, a bad certificate
-        // or an unreachable server fails here at once, where the managers
-        // would retry it with backoff for seconds.
-        let probe = redis::AsyncConnectionConfig::new()
-            .set_connection_timeout(Some(self.config.connection_timeout))
-            .set_response_timeout(Some(self.config.response_timeout));
-        drop(
-            redis_client
-                .get_multiplexed_async_connection_with_config(&probe)
-                .await?,
-        );
-        // Commands on a server that is down fail after one reconnect
-        // attempt (the default retries with backoff for about 9 s before a
-        // command hears of it); the next command tries again.
-        let command_config = manager_config.clone().set_number_of_retries(1);
-        let conn = redis_client
-            .get_connection_manager_with_config(command_config)
-            .await?;
-        let pubsub = PubSub::connect(redis_client, manager_config).await?;
-        Ok(Client::assemble(
-            Conn::Single(conn),
-            pubsub,
-            self.config,
-            addr,
-        ))
     }
 }
 

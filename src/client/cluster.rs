@@ -3,9 +3,9 @@
 use redis::cluster::ClusterClientBuilder;
 use redis::{ConnectionInfo, ProtocolVersion};
 
+use crate::client::conn::Conn;
+use crate::client::pubsub::PubSub;
 use crate::config::{Config, PubSubMode};
-use crate::conn::Conn;
-use crate::pubsub::PubSub;
 use crate::Result;
 
 /// Opens the command and subscription connections to the cluster behind

@@ -15,7 +15,7 @@ pub(crate) enum Conn {
     Cluster(redis::cluster_async::ClusterConnection),
     /// The master that Redis Sentinel names, followed across failovers.
     #[cfg(feature = "sentinel")]
-    Sentinel(std::sync::Arc<crate::sentinel::Follower>),
+    Sentinel(std::sync::Arc<crate::client::sentinel::Follower>),
 }
 
 impl Conn {

@@ -11,7 +11,7 @@ use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServerType};
 use redis::{Cmd, ConnectionInfo, Pipeline, RedisResult, Value};
 
-use crate::pubsub::PubSub;
+use crate::client::pubsub::PubSub;
 use crate::Result;
 
 /// The command connection to whichever server is the master.
