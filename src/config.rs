@@ -10,6 +10,10 @@ pub const DEFAULT_WATCHDOG_TIMEOUT: Duration = Duration::from_secs(30);
 /// period (a third) leaves no room for a round trip.
 pub const MIN_WATCHDOG_TIMEOUT: Duration = Duration::from_millis(30);
 
+/// The longest name of a lock or other object, in bytes (64 KiB): every
+/// command carries the name, often more than once.
+pub const MAX_NAME_LEN: usize = 64 * 1024;
+
 /// The largest lease, watchdog timeout or wait any call accepts (one year).
 pub const MAX_DURATION: Duration = Duration::from_secs(365 * 24 * 3600);
 

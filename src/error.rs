@@ -1,7 +1,5 @@
 //! The one error type of the crate.
 
-use std::time::Duration;
-
 /// The result type of every fallible ferrisson call.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
@@ -168,66 +166,4 @@ pub(crate) fn is_connection_failure(err: &redis::RedisError) -> bool {
         || err.is_connection_dropped()
         || err.is_timeout()
         || err.is_connection_refusal()
-}
-
-/// The longest name of a lock or other object, in bytes (64 KiB): every
-/// command carries the name, often more than once.
-pub const MAX_NAME_LEN: usize = 64 * 1024;
-
-/// Checks the name of a `what` (a lock, a semaphore...): not empty, at most
-/// [`MAX_NAME_LEN`] bytes.
-pub(crate) fn check_name(what: &str, name: &str) -> Result<()> {
-    if name.is_empty() {
-        return Err(Error::invalid(format!("{what} name must not be empty")));
-    }
-    if name.len() > MAX_NAME_LEN {
-        return Err(Error::invalid(format!(
-            "{what} name is {} bytes long; at most {MAX_NAME_LEN} are allowed",
-            name.len()
-        )));
-    }
-    Ok(())
-}
-
-/// Checks a count of permits: at least 1.
-pub(crate) fn check_permits(permits: u32) -> Result<u32> {
-    if permits == 0 {
-        return Err(Error::invalid("permits must be at least 1, got 0"));
-    }
-    Ok(permits)
-}
-
-/// Checks a duration argument: at least one millisecond, at most `max`.
-pub(crate) fn check_duration(what: &str, value: Duration, max: Duration) -> Result<u64> {
-    let ms = value.as_millis();
-    if ms == 0 {
-        return Err(Error::invalid(format!(
-            "{what} must be at least 1 ms, got {value:?}"
-        )));
-    }
-    if value > max {
-        return Err(Error::invalid(format!(
-            "{what} must be at most {max:?}, got {value:?}"
-        )));
-    }
-    // `max` keeps this far below u64::MAX.
-    Ok(ms as u64)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn durations_are_checked() {
-        let max = Duration::from_secs(10);
-        assert_eq!(
-            check_duration("lease", Duration::from_millis(5), max).unwrap(),
-            5
-        );
-        assert!(check_duration("lease", Duration::ZERO, max).is_err());
-        assert!(check_duration("lease", Duration::from_micros(999), max).is_err());
-        let err = check_duration("lease", Duration::from_secs(11), max).unwrap_err();
-        assert!(err.to_string().contains("at most"), "{err}");
-    }
 }

@@ -9,11 +9,12 @@ use std::time::Duration;
 use tokio::runtime::Handle;
 use tokio::time::Instant;
 
+use crate::args;
 use crate::config::MAX_DURATION;
-use crate::error::{check_duration, check_name, is_connection_failure};
+use crate::error::is_connection_failure;
 use crate::finish::{runtime, Finish};
 use crate::lock::settle_lost;
-use crate::waiting::{deadline, wait_on, Channel, Tried};
+use crate::waiting::{wait_on, Channel, Tried};
 use crate::{keys, scripts::EXPIRABLE, Client, Error, Result};
 
 /// The score of a permit without a lease, as Redisson writes it
@@ -151,7 +152,7 @@ impl PermitExpirableSemaphore {
     }
 
     fn checked(&self) -> Result<()> {
-        check_name("semaphore", &self.name)
+        args::name("semaphore", &self.name)
     }
 
     fn error(&self, err: redis::RedisError) -> Error {
@@ -312,7 +313,7 @@ impl PermitExpirableSemaphore {
     pub async fn update_lease(&self, permit: &mut Permit, lease: Option<Duration>) -> Result<()> {
         self.checked()?;
         let lease_ms = lease
-            .map(|lease| check_duration("lease", lease, MAX_DURATION))
+            .map(|lease| args::duration("lease", lease, MAX_DURATION))
             .transpose()?;
         let id = permit.id;
         let sent = Instant::now();
@@ -382,9 +383,9 @@ impl PermitExpirableSemaphore {
     ) -> Result<Option<Permit>> {
         self.checked()?;
         let lease_ms = lease
-            .map(|lease| check_duration("lease", lease, MAX_DURATION))
+            .map(|lease| args::duration("lease", lease, MAX_DURATION))
             .transpose()?;
-        let deadline = deadline(wait)?;
+        let deadline = args::deadline(wait)?;
         let runtime = runtime()?;
         let attempt = || {
             let (client, name) = (self.client.clone(), Arc::clone(&self.name));

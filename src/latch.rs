@@ -3,11 +3,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::error::check_name;
+use crate::args;
 use crate::finish::{runtime, Finish};
 use crate::scripts::{LATCH_COUNT_DOWN, LATCH_DELETE, UNLOCK_MESSAGE};
 use crate::semaphore::set_if_missing;
-use crate::waiting::{deadline, wait_on, Channel, Tried};
+use crate::waiting::{wait_on, Channel, Tried};
 use crate::{keys, Client, Error, Result};
 
 /// The message `try_set_count` publishes (Redisson's new-count message).
@@ -76,7 +76,7 @@ impl CountDownLatch {
     }
 
     fn checked(&self) -> Result<()> {
-        check_name("latch", &self.name)
+        args::name("latch", &self.name)
     }
 
     fn error(&self, err: redis::RedisError) -> Error {
@@ -200,7 +200,7 @@ impl CountDownLatch {
 
     async fn wait_until(&self, wait: Option<Duration>) -> Result<bool> {
         self.checked()?;
-        let deadline = deadline(wait)?;
+        let deadline = args::deadline(wait)?;
         let attempt = || async {
             Ok(match self.count().await? {
                 0 => Tried::Done(()),

@@ -1,5 +1,6 @@
 #![doc = include_str!("../README.md")]
 
+mod args;
 mod backoff;
 mod client;
 pub mod config;
@@ -23,8 +24,9 @@ mod watchdog;
 pub use backoff::Backoff;
 pub use client::{Client, ClientBuilder};
 pub use config::Config;
+pub use config::MAX_NAME_LEN;
 pub use distributed::DistributedLock;
-pub use error::{Error, Result, MAX_NAME_LEN};
+pub use error::{Error, Result};
 pub use expirable::{Permit, PermitExpirableSemaphore, PermitId};
 pub use guard::LockGuard;
 pub use latch::CountDownLatch;

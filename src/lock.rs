@@ -7,9 +7,10 @@ use std::time::Duration;
 use redis::AsyncCommands;
 use tokio::time::Instant;
 
+use crate::args;
 use crate::config::Unsynced;
 use crate::config::MAX_DURATION;
-use crate::error::{check_duration, check_name, is_connection_failure};
+use crate::error::is_connection_failure;
 use crate::finish::{runtime, Finish};
 use crate::guard::{release_hold, LockGuard};
 use crate::scripts::{
@@ -197,7 +198,7 @@ impl Lock {
     /// The hash field of the calling owner, `<client-uuid>:<owner-id>`;
     /// checks the name and owner.
     fn field(&self) -> Result<Arc<str>> {
-        check_name("lock", &self.name)?;
+        args::name("lock", &self.name)?;
         let owner = match &self.owner {
             Some(owner) => {
                 if owner.is_empty() {
@@ -479,15 +480,15 @@ impl Lock {
     ) -> Result<Option<LockGuard>> {
         let field = self.field()?;
         let lease_ms = lease
-            .map(|lease| check_duration("lease", lease, MAX_DURATION))
+            .map(|lease| args::duration("lease", lease, MAX_DURATION))
             .transpose()?;
-        let deadline = waiting::deadline(wait)?;
+        let deadline = args::deadline(wait)?;
         // A fair lock's waiter joins the queue with its first attempt (one
         // attempt alone does not): whatever ends the wait other than the
         // lock takes it out again, at once.
         let queue = self.kind == Kind::Fair && wait != Some(Duration::ZERO);
         let waiter_ms = if queue {
-            check_duration("waiter timeout", self.waiter_timeout, MAX_DURATION)?
+            args::duration("waiter timeout", self.waiter_timeout, MAX_DURATION)?
         } else {
             0
         };

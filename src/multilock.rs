@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::waiting::{deadline, pause_before_retry};
+use crate::args;
+use crate::waiting::pause_before_retry;
 use crate::{Backoff, DistributedLock, Error, LockGuard, Result};
 
 /// Several locks held as one: Redisson's `RedissonMultiLock`. The locks
@@ -144,7 +145,7 @@ impl MultiLock {
         if self.locks.is_empty() {
             return Err(Error::invalid("a multi-lock needs at least one lock"));
         }
-        let deadline = deadline(wait)?;
+        let deadline = args::deadline(wait)?;
         let mut first = 0;
         let mut round = 0u32;
         loop {

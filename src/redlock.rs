@@ -8,8 +8,9 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::args;
 use crate::multilock::{lost_count, unlock_all};
-use crate::waiting::{deadline, pause_before_retry};
+use crate::waiting::pause_before_retry;
 use crate::{Backoff, DistributedLock, Error, LockGuard, Result};
 
 /// The RedLock algorithm over locks on N independent Redis masters
@@ -175,7 +176,7 @@ impl RedLock {
         if self.locks.is_empty() {
             return Err(Error::invalid("a RedLock needs at least one lock"));
         }
-        let deadline = deadline(wait)?;
+        let deadline = args::deadline(wait)?;
         let mut round = 0u32;
         loop {
             if let Some(guard) = self.round(lease).await? {

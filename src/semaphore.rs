@@ -4,11 +4,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::error::{check_name, check_permits, is_connection_failure};
+use crate::args;
+use crate::error::is_connection_failure;
 use crate::finish::{runtime, Finish};
 use crate::lock::settle_lost;
 use crate::scripts::{SEMAPHORE_ACQUIRE, SEMAPHORE_DRAIN, SEMAPHORE_RELEASE, SET_IF_MISSING};
-use crate::waiting::{deadline, wait_on, Channel, Tried};
+use crate::waiting::{wait_on, Channel, Tried};
 use crate::{keys, Client, Error, Result};
 
 /// A distributed counting semaphore, from [`Client::semaphore`]: Redisson's
@@ -68,7 +69,7 @@ impl Semaphore {
     }
 
     fn checked(&self) -> Result<()> {
-        check_name("semaphore", &self.name)
+        args::name("semaphore", &self.name)
     }
 
     fn error(&self, err: redis::RedisError) -> Error {
@@ -128,7 +129,7 @@ impl Semaphore {
     /// Cancel safe: once sent, the release completes in the background.
     pub async fn release(&self, permits: u32) -> Result<()> {
         self.checked()?;
-        let permits = check_permits(permits)?;
+        let permits = args::permits(permits)?;
         let (client, name) = (self.client.clone(), Arc::clone(&self.name));
         let release = async move { give(&client, &name, permits).await };
         Finish::detached(runtime()?, release)
@@ -225,8 +226,8 @@ impl Semaphore {
 
     async fn take(&self, permits: u32, wait: Option<Duration>) -> Result<bool> {
         self.checked()?;
-        let permits = check_permits(permits)?;
-        let deadline = deadline(wait)?;
+        let permits = args::permits(permits)?;
+        let deadline = args::deadline(wait)?;
         let runtime = runtime()?;
         let attempt = || {
             let (client, name) = (self.client.clone(), Arc::clone(&self.name));

@@ -7,8 +7,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::config::MAX_DURATION;
-use crate::{Backoff, Client, Error, Result};
+use crate::{Backoff, Client, Result};
 
 /// What one try gave.
 pub(crate) enum Tried<T> {
@@ -210,17 +209,6 @@ fn cut_to(deadline: Option<Instant>, pause: Duration) -> Option<Duration> {
             let now = Instant::now();
             (now < deadline).then(|| pause.min(deadline - now))
         }
-    }
-}
-
-/// The deadline of a wait, checked.
-pub(crate) fn deadline(wait: Option<Duration>) -> Result<Option<Instant>> {
-    match wait {
-        Some(wait) if wait > MAX_DURATION => Err(Error::invalid(format!(
-            "wait must be at most {MAX_DURATION:?}, got {wait:?}"
-        ))),
-        Some(wait) => Ok(Some(Instant::now() + wait)),
-        None => Ok(None),
     }
 }
 
