@@ -34,9 +34,11 @@ end
 if latch ~= false and redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
     return nil
 end
+local wait = tonumber(ARGV[3])
+-- shared: purge dead waiters (the server's time, then every queue head
+-- whose timeout has passed, or that has none, leaves the line)
 local time = redis.call('time')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
-local wait = tonumber(ARGV[3])
 while true do
     local head = redis.call('lindex', KEYS[2], 0)
     if head == false then
@@ -49,6 +51,7 @@ while true do
     redis.call('zrem', KEYS[3], head)
     redis.call('lpop', KEYS[2])
 end
+-- end shared
 if redis.call('exists', KEYS[1]) == 0
     and (redis.call('exists', KEYS[2]) == 0 or redis.call('lindex', KEYS[2], 0) == ARGV[2]) then
     redis.call('lpop', KEYS[2])

@@ -17,6 +17,8 @@ end
 if kind ~= 'hash' then
     return redis.error_reply('WRONGTYPE the key holds a ' .. kind .. ', not a lock hash')
 end
+-- shared: purge dead waiters (the server's time, then every queue head
+-- whose timeout has passed, or that has none, leaves the line)
 local time = redis.call('time')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 while true do
@@ -31,6 +33,7 @@ while true do
     redis.call('zrem', KEYS[3], head)
     redis.call('lpop', KEYS[2])
 end
+-- end shared
 redis.call('del', KEYS[1])
 local next = redis.call('lindex', KEYS[2], 0)
 if next ~= false then

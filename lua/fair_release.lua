@@ -17,10 +17,15 @@
 -- its own channel), 0 when holds remain, nil when the owner holds nothing
 -- (when the hash is gone altogether, the first waiter is woken all the same).
 -- A retry with the same request id replies what the first call replied.
-local done = redis.call('get', KEYS[5])
+local unlock_latch = KEYS[5]
+-- shared: replay a finished release
+local done = redis.call('get', unlock_latch)
 if done ~= false then
     return tonumber(done)
 end
+-- end shared
+-- shared: purge dead waiters (the server's time, then every queue head
+-- whose timeout has passed, or that has none, leaves the line)
 local time = redis.call('time')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 while true do
@@ -35,6 +40,7 @@ while true do
     redis.call('zrem', KEYS[3], head)
     redis.call('lpop', KEYS[2])
 end
+-- end shared
 if redis.call('exists', KEYS[1]) == 0 then
     -- Already gone (expired or force-unlocked): whoever is first in line
     -- may take it now, so wake them, as Redisson does.
@@ -47,16 +53,18 @@ end
 if redis.call('hexists', KEYS[1], ARGV[3]) == 0 then
     return nil
 end
+-- shared: drop one hold (with holds left, the lease is reset and 0 replied)
 local left = redis.call('hincrby', KEYS[1], ARGV[3], -1)
 if left > 0 then
     redis.call('pexpire', KEYS[1], ARGV[2])
-    redis.call('set', KEYS[5], 0, 'px', ARGV[5])
+    redis.call('set', unlock_latch, 0, 'px', ARGV[5])
     return 0
 end
+-- end shared
 redis.call('del', KEYS[1])
 local next = redis.call('lindex', KEYS[2], 0)
 if next ~= false then
     redis.call(ARGV[4], KEYS[4] .. ':' .. next, ARGV[1])
 end
-redis.call('set', KEYS[5], 1, 'px', ARGV[5])
+redis.call('set', unlock_latch, 1, 'px', ARGV[5])
 return 1

@@ -17,10 +17,13 @@
 -- becomes the longest remaining read hold's), nil when the owner holds no
 -- read hold. A retry with the same request id replies what the first call
 -- replied, without releasing again.
-local done = redis.call('get', KEYS[5])
+local unlock_latch = KEYS[5]
+-- shared: replay a finished release
+local done = redis.call('get', unlock_latch)
 if done ~= false then
     return tonumber(done)
 end
+-- end shared
 local mode = redis.call('hget', KEYS[1], 'mode')
 if mode == false or redis.call('hexists', KEYS[1], ARGV[2]) == 0 then
     return nil
@@ -43,15 +46,15 @@ if redis.call('hlen', KEYS[1]) > 1 then
     end
     if longest > 0 then
         redis.call('pexpire', KEYS[1], longest)
-        redis.call('set', KEYS[5], 0, 'px', ARGV[4])
+        redis.call('set', unlock_latch, 0, 'px', ARGV[4])
         return 0
     end
     if mode == 'write' then
-        redis.call('set', KEYS[5], 0, 'px', ARGV[4])
+        redis.call('set', unlock_latch, 0, 'px', ARGV[4])
         return 0
     end
 end
 redis.call('del', KEYS[1])
 redis.call(ARGV[3], KEYS[2], ARGV[1])
-redis.call('set', KEYS[5], 1, 'px', ARGV[4])
+redis.call('set', unlock_latch, 1, 'px', ARGV[4])
 return 1

@@ -13,20 +13,25 @@
 -- published), 0 when holds remain (count lowered, TTL reset to the lease),
 -- nil when the owner holds nothing. A retry with the same request id replies
 -- what the first call replied, without releasing again.
-local done = redis.call('get', KEYS[3])
+local unlock_latch = KEYS[3]
+-- shared: replay a finished release
+local done = redis.call('get', unlock_latch)
 if done ~= false then
     return tonumber(done)
 end
+-- end shared
 if redis.call('hexists', KEYS[1], ARGV[3]) == 0 then
     return nil
 end
+-- shared: drop one hold (with holds left, the lease is reset and 0 replied)
 local left = redis.call('hincrby', KEYS[1], ARGV[3], -1)
 if left > 0 then
     redis.call('pexpire', KEYS[1], ARGV[2])
-    redis.call('set', KEYS[3], 0, 'px', ARGV[5])
+    redis.call('set', unlock_latch, 0, 'px', ARGV[5])
     return 0
 end
+-- end shared
 redis.call('del', KEYS[1])
 redis.call(ARGV[4], KEYS[2], ARGV[1])
-redis.call('set', KEYS[3], 1, 'px', ARGV[5])
+redis.call('set', unlock_latch, 1, 'px', ARGV[5])
 return 1

@@ -14,19 +14,24 @@
 -- `read`; the message is published either way, so waiting readers can
 -- enter), nil when the owner holds no write hold. A retry with the same
 -- request id replies what the first call replied.
-local done = redis.call('get', KEYS[3])
+local unlock_latch = KEYS[3]
+-- shared: replay a finished release
+local done = redis.call('get', unlock_latch)
 if done ~= false then
     return tonumber(done)
 end
+-- end shared
 if redis.call('hget', KEYS[1], 'mode') ~= 'write' or redis.call('hexists', KEYS[1], ARGV[3]) == 0 then
     return nil
 end
+-- shared: drop one hold (with holds left, the lease is reset and 0 replied)
 local left = redis.call('hincrby', KEYS[1], ARGV[3], -1)
 if left > 0 then
     redis.call('pexpire', KEYS[1], ARGV[2])
-    redis.call('set', KEYS[3], 0, 'px', ARGV[5])
+    redis.call('set', unlock_latch, 0, 'px', ARGV[5])
     return 0
 end
+-- end shared
 redis.call('hdel', KEYS[1], ARGV[3])
 if redis.call('hlen', KEYS[1]) == 1 then
     redis.call('del', KEYS[1])
@@ -34,5 +39,5 @@ else
     redis.call('hset', KEYS[1], 'mode', 'read')
 end
 redis.call(ARGV[4], KEYS[2], ARGV[1])
-redis.call('set', KEYS[3], 1, 'px', ARGV[5])
+redis.call('set', unlock_latch, 1, 'px', ARGV[5])
 return 1

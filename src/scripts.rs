@@ -98,3 +98,76 @@ pub(crate) const UNLOCK_MESSAGE: &str = "0";
 
 /// The message a write-lock release publishes: wakes every waiter.
 pub(crate) const WAKE_ALL_MESSAGE: &str = "1";
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    /// Every `-- shared: NAME` ... `-- end shared` block under `lua/`, by name:
+    /// (file, block text) for each copy.
+    fn shared_blocks() -> BTreeMap<String, Vec<(String, String)>> {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/lua");
+        let mut blocks: BTreeMap<String, Vec<(String, String)>> = BTreeMap::new();
+        let mut files: Vec<_> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|entry| entry.unwrap().path())
+            .filter(|path| path.extension().is_some_and(|ext| ext == "lua"))
+            .collect();
+        files.sort();
+        for path in files {
+            let file = path.file_name().unwrap().to_string_lossy().into_owned();
+            let text = std::fs::read_to_string(&path).unwrap();
+            let mut open: Option<(String, String)> = None;
+            for line in text.lines() {
+                if let Some(name) = line.strip_prefix("-- shared: ") {
+                    assert!(
+                        open.is_none(),
+                        "{file}: a shared block opens inside another"
+                    );
+                    // The name ends where its comment's parenthesis opens.
+                    let name = name.split(" (").next().unwrap().trim().to_owned();
+                    open = Some((name, String::new()));
+                } else if line == "-- end shared" {
+                    let (name, body) = open.take().unwrap_or_else(|| {
+                        panic!("{file}: `-- end shared` without an opening line")
+                    });
+                    blocks.entry(name).or_default().push((file.clone(), body));
+                } else if let Some((_, body)) = open.as_mut() {
+                    body.push_str(line);
+                    body.push('\n');
+                }
+            }
+            assert!(open.is_none(), "{file}: a shared block is never closed");
+        }
+        blocks
+    }
+
+    #[test]
+    fn shared_lua_blocks_are_identical_in_every_script() {
+        let blocks = shared_blocks();
+        for name in [
+            "purge dead waiters",
+            "replay a finished release",
+            "drop one hold",
+        ] {
+            assert!(
+                blocks.contains_key(name),
+                "no script has the shared block {name:?}"
+            );
+        }
+        for (name, copies) in &blocks {
+            assert!(
+                copies.len() >= 2,
+                "the shared block {name:?} has one copy only, in {}",
+                copies[0].0
+            );
+            let (first_file, first) = &copies[0];
+            for (file, body) in &copies[1..] {
+                assert_eq!(
+                    body, first,
+                    "the shared block {name:?} differs between {first_file} and {file}"
+                );
+            }
+        }
+    }
+}
