@@ -9,11 +9,11 @@ use std::time::Duration;
 use tokio::runtime::Handle;
 use tokio::time::Instant;
 
+use crate::acquire_latch::settle_lost;
 use crate::args;
 use crate::config::MAX_DURATION;
 use crate::error::is_connection_failure;
 use crate::finish::{runtime, Finish};
-use crate::lock::settle_lost;
 use crate::waiting::{wait_on, Channel, Tried};
 use crate::{keys, scripts::EXPIRABLE, Client, Error, Result};
 

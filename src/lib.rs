@@ -1,5 +1,6 @@
 #![doc = include_str!("../README.md")]
 
+mod acquire_latch;
 mod args;
 mod backoff;
 mod client;
@@ -8,13 +9,11 @@ mod distributed;
 mod error;
 mod expirable;
 mod finish;
-mod guard;
 mod keys;
 mod latch;
 mod lock;
 mod multilock;
 mod redlock;
-mod rwlock;
 mod scripts;
 mod semaphore;
 mod sweeper;
@@ -28,10 +27,8 @@ pub use config::MAX_NAME_LEN;
 pub use distributed::DistributedLock;
 pub use error::{Error, Result};
 pub use expirable::{Permit, PermitExpirableSemaphore, PermitId};
-pub use guard::LockGuard;
 pub use latch::CountDownLatch;
-pub use lock::{Lock, DEFAULT_FAIR_WAITER_TIMEOUT};
+pub use lock::{Lock, LockGuard, ReadWriteLock, DEFAULT_FAIR_WAITER_TIMEOUT};
 pub use multilock::{MultiLock, MultiLockGuard};
 pub use redlock::{RedLock, RedLockGuard};
-pub use rwlock::ReadWriteLock;
 pub use semaphore::Semaphore;

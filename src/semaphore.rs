@@ -4,10 +4,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::acquire_latch::settle_lost;
 use crate::args;
 use crate::error::is_connection_failure;
 use crate::finish::{runtime, Finish};
-use crate::lock::settle_lost;
 use crate::scripts::{SEMAPHORE_ACQUIRE, SEMAPHORE_DRAIN, SEMAPHORE_RELEASE, SET_IF_MISSING};
 use crate::waiting::{wait_on, Channel, Tried};
 use crate::{keys, Client, Error, Result};

@@ -1,0 +1,448 @@
+//! The locks: the shared core and `Lock` (the reentrant lock); each kind's
+//! differences in `kind`, the acquire steps in `acquire`, the release in
+//! `release`, the fair queue in `queue`.
+
+mod acquire;
+mod guard;
+mod kind;
+mod queue;
+mod release;
+mod rwlock;
+
+pub use guard::LockGuard;
+pub(crate) use kind::Kind;
+pub use kind::DEFAULT_FAIR_WAITER_TIMEOUT;
+pub(crate) use queue::FairOwners;
+pub(crate) use release::release_hold;
+pub use rwlock::ReadWriteLock;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::AsyncCommands;
+
+use crate::args;
+use crate::finish::{runtime, Finish};
+use crate::scripts::{FAIR_FORCE_UNLOCK, FORCE_UNLOCK, UNLOCK_MESSAGE, WAKE_ALL_MESSAGE};
+use crate::watchdog::HoldKey;
+use crate::Backoff;
+use crate::{keys, Client, Error, Result};
+
+/// A reentrant distributed lock, from [`Client::lock`].
+///
+/// The handle is cheap (`Clone`, `Send + Sync`) and holds nothing by itself:
+/// each successful acquire returns a [`LockGuard`], and the lock is held
+/// while any guard of it is.
+///
+/// # Owners and reentrancy
+/// Holds belong to an *owner*: by default the tokio task that calls, as
+/// Redisson uses the Java thread. A task that already holds the lock
+/// re-enters it at once (the hold count rises); any other task, or any other
+/// [`Client`], waits. Code outside a tokio task (the body of
+/// `#[tokio::main]`, which runs in `block_on`) is owned by its thread.
+///
+/// When the work that releases a lock is not the task that took it (a guard
+/// handed to a spawned task that takes the lock again, a job that spans
+/// several tasks), name the owner yourself with [`Lock::with_owner`]: every
+/// handle with the same owner id on the same client shares the holds.
+///
+/// # Waiting
+/// Waiters subscribe to the lock's channel and are woken by the unlock
+/// message, not by polling; each wait is also bounded by the lock's
+/// remaining TTL, so a lost message costs at most the rest of the lease.
+#[derive(Clone)]
+pub struct Lock {
+    client: Client,
+    name: Arc<str>,
+    owner: Option<Arc<str>>,
+    /// `Some`: a spin lock, which polls instead of subscribing.
+    spin: Option<Backoff>,
+    kind: Kind,
+    /// Fair lock: how long a queued waiter may stay silent before the
+    /// others skip it.
+    waiter_timeout: Duration,
+}
+
+impl std::fmt::Debug for Lock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Lock")
+            .field("name", &self.name)
+            .field("owner", &self.owner)
+            .field("spin", &self.spin)
+            .field("kind", &self.kind)
+            .field("waiter_timeout", &self.waiter_timeout)
+            .field("client", &self.client.inner.id)
+            .finish()
+    }
+}
+
+static NEXT_THREAD_OWNER: AtomicU64 = AtomicU64::new(1);
+
+thread_local! {
+    static THREAD_OWNER: u64 = NEXT_THREAD_OWNER.fetch_add(1, Ordering::Relaxed);
+}
+
+/// The owner id of the caller: its tokio task, or else its thread.
+fn current_owner_id() -> String {
+    match tokio::task::try_id() {
+        Some(id) => format!("task-{id}"),
+        None => format!("thread-{}", THREAD_OWNER.with(|n| *n)),
+    }
+}
+
+/// The result of one acquire attempt: a guard, or the holder's PTTL in ms.
+pub(crate) type Attempt = std::result::Result<LockGuard, i64>;
+
+impl Lock {
+    pub(crate) fn new(client: Client, name: String) -> Lock {
+        Lock {
+            client,
+            name: name.into(),
+            owner: None,
+            spin: None,
+            kind: Kind::Reentrant,
+            waiter_timeout: DEFAULT_FAIR_WAITER_TIMEOUT,
+        }
+    }
+
+    /// The same fair lock, with waiters that count as dead after `timeout`
+    /// of silence (default 300 s, as Redisson): a waiter whose process died
+    /// blocks the queue that long at most. It only matters to a fair lock
+    /// ([`Client::fair_lock`]); a bad value is reported by the first call.
+    pub fn with_waiter_timeout(&self, timeout: Duration) -> Lock {
+        Lock {
+            waiter_timeout: timeout,
+            ..self.clone()
+        }
+    }
+
+    pub(crate) fn of_kind(client: Client, name: String, kind: Kind) -> Lock {
+        Lock {
+            kind,
+            ..Lock::new(client, name)
+        }
+    }
+
+    pub(crate) fn spinning(client: Client, name: String) -> Lock {
+        Lock {
+            spin: Some(Backoff::default()),
+            ..Lock::new(client, name)
+        }
+    }
+
+    /// The same lock, waiting as a spin lock: no subscription, attempts
+    /// spaced by `backoff` (see [`Client::spin_lock`]).
+    pub fn with_backoff(&self, backoff: Backoff) -> Lock {
+        Lock {
+            spin: Some(backoff),
+            ..self.clone()
+        }
+    }
+
+    /// The backoff of a spin-lock handle; `None` for a handle that waits for
+    /// unlock messages.
+    pub fn backoff(&self) -> Option<Backoff> {
+        self.spin
+    }
+
+    /// The lock's name: the Redis key of its hash.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The same lock, owned by `owner` instead of the calling task.
+    ///
+    /// Use it when holds must be shared or released across tasks: every
+    /// handle with the same owner id on the same client re-enters the other's
+    /// holds. The id must be non-empty and must not end in `:write` (that
+    /// suffix marks Redisson's write-lock holders); a bad id is reported by
+    /// the first call.
+    pub fn with_owner(&self, owner: impl Into<String>) -> Lock {
+        Lock {
+            owner: Some(owner.into().into()),
+            ..self.clone()
+        }
+    }
+
+    /// The client this handle belongs to.
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    /// The hash field of the calling owner, `<client-uuid>:<owner-id>`;
+    /// checks the name and owner.
+    fn field(&self) -> Result<Arc<str>> {
+        args::name("lock", &self.name)?;
+        let owner = match &self.owner {
+            Some(owner) => {
+                if owner.is_empty() {
+                    return Err(Error::invalid("owner id must not be empty"));
+                }
+                if owner.ends_with(":write") {
+                    return Err(Error::invalid(format!(
+                        "owner id `{owner}` must not end in `:write`"
+                    )));
+                }
+                owner.to_string()
+            }
+            None => current_owner_id(),
+        };
+        let suffix = if self.kind == Kind::Write {
+            ":write"
+        } else {
+            ""
+        };
+        Ok(format!("{}:{owner}{suffix}", self.client.inner.id).into())
+    }
+
+    /// Waits until the lock is held, then keeps it alive with the watchdog
+    /// until the guard is released.
+    ///
+    /// The lease is the client's watchdog timeout (default 30 s), renewed
+    /// every third of it while the guard lives; if the process dies the lock
+    /// frees itself at most one watchdog timeout later.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a bad name or owner,
+    /// [`Error::WrongType`] when the key holds other data,
+    /// [`Error::Redis`] when Redis fails.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a dropped future leaves no hold in Redis, no registry
+    /// entry and no subscription. An acquire already sent when the future is
+    /// dropped is completed in the background and given back.
+    ///
+    /// Retry safe: an acquire whose reply is lost is sent again under the
+    /// same request id, and a resend of a granted request returns the first
+    /// outcome instead of taking a second hold. The tries of one wait share
+    /// that request (a new one after a resend window), so a wait through an
+    /// outage settles it once: when the wait ends without the lock, a hold
+    /// one of its unanswered sends may have taken is given back in the
+    /// background (the acquire latch, see the README's implementation
+    /// notes).
+    pub async fn lock(&self) -> Result<LockGuard> {
+        self.acquire(None, None)
+            .await?
+            .ok_or_else(|| Error::no_deadline("acquire"))
+    }
+
+    /// Waits until the lock is held, for `lease` at most: no watchdog; the
+    /// lock frees itself when the lease runs out, released or not.
+    ///
+    /// # Errors
+    /// As [`Lock::lock`], and [`Error::InvalidArgument`] for a lease under
+    /// 1 ms or over [`MAX_DURATION`](crate::config::MAX_DURATION).
+    ///
+    /// # Cancel safety
+    /// Cancel safe, as [`Lock::lock`].
+    pub async fn lock_with_lease(&self, lease: Duration) -> Result<LockGuard> {
+        self.acquire(None, Some(lease))
+            .await?
+            .ok_or_else(|| Error::no_deadline("acquire"))
+    }
+
+    /// One attempt, watchdog mode: `Some(guard)` when the lock was free or
+    /// already held by this owner, `None` when someone else holds it.
+    ///
+    /// # Errors
+    /// As [`Lock::lock`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe, as [`Lock::lock`].
+    pub async fn try_lock(&self) -> Result<Option<LockGuard>> {
+        self.acquire(Some(Duration::ZERO), None).await
+    }
+
+    /// Waits at most `wait` for the lock, watchdog mode. A zero wait makes
+    /// one attempt.
+    ///
+    /// # Errors
+    /// As [`Lock::lock`], and [`Error::InvalidArgument`] for a wait over
+    /// [`MAX_DURATION`](crate::config::MAX_DURATION).
+    ///
+    /// # Cancel safety
+    /// Cancel safe, as [`Lock::lock`].
+    pub async fn try_lock_for(&self, wait: Duration) -> Result<Option<LockGuard>> {
+        self.acquire(Some(wait), None).await
+    }
+
+    /// Waits at most `wait` for the lock, held for `lease` at most.
+    ///
+    /// # Errors
+    /// As [`Lock::lock_with_lease`] and [`Lock::try_lock_for`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe, as [`Lock::lock`].
+    pub async fn try_lock_with_lease(
+        &self,
+        wait: Duration,
+        lease: Duration,
+    ) -> Result<Option<LockGuard>> {
+        self.acquire(Some(wait), Some(lease)).await
+    }
+
+    /// Whether anyone holds the lock.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a bad name, [`Error::Redis`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads.
+    pub async fn is_locked(&self) -> Result<bool> {
+        self.field()?;
+        let mut conn = self.client.inner.conn.clone();
+        let mode = match self.kind {
+            Kind::Reentrant | Kind::Fenced | Kind::Fair => {
+                return conn.exists(&*self.name).await.map_err(|e| self.error(e));
+            }
+            Kind::Read => "read",
+            Kind::Write => "write",
+        };
+        let held: Option<String> = conn
+            .hget(&*self.name, "mode")
+            .await
+            .map_err(|e| self.error(e))?;
+        Ok(held.as_deref() == Some(mode))
+    }
+
+    /// Whether this handle's owner (by default, the calling task) holds the
+    /// lock.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`], [`Error::WrongType`], [`Error::Redis`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads.
+    pub async fn is_held_by_current_task(&self) -> Result<bool> {
+        let field = self.field()?;
+        let mut conn = self.client.inner.conn.clone();
+        conn.hexists(&*self.name, &*field)
+            .await
+            .map_err(|e| self.error(e))
+    }
+
+    /// How many holds this handle's owner has on the lock (0 when none).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`], [`Error::WrongType`], [`Error::Redis`],
+    /// and [`Error::UnexpectedReply`] when the field is not a count.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads.
+    pub async fn hold_count(&self) -> Result<u32> {
+        let field = self.field()?;
+        let mut conn = self.client.inner.conn.clone();
+        let count: Option<String> = conn
+            .hget(&*self.name, &*field)
+            .await
+            .map_err(|e| self.error(e))?;
+        match count {
+            None => Ok(0),
+            Some(text) => text.parse().map_err(|_| Error::UnexpectedReply {
+                script: "hold count (HGET)",
+                reply: text,
+            }),
+        }
+    }
+
+    /// How long until the lock expires: `None` when nobody holds it (or the
+    /// key has no TTL, which no Redisson or ferrisson lock has).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`], [`Error::Redis`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads.
+    pub async fn remaining_ttl(&self) -> Result<Option<Duration>> {
+        self.field()?;
+        let mut conn = self.client.inner.conn.clone();
+        let ms: i64 = conn.pttl(&*self.name).await.map_err(|e| self.error(e))?;
+        Ok((ms >= 0).then(|| Duration::from_millis(ms as u64)))
+    }
+
+    /// Deletes the lock whoever holds it and wakes a waiter. Returns whether
+    /// there was a lock to delete. The holders' guards learn it at their next
+    /// renewal (`lease_lost`) or release (an error).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`], [`Error::WrongType`] (the key holds other
+    /// data, which is left alone), [`Error::Redis`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe: once sent, the delete completes in the background.
+    pub async fn force_unlock(&self) -> Result<bool> {
+        self.field()?;
+        let mut conn = self.client.inner.conn.clone();
+        let name = Arc::clone(&self.name);
+        let kind = self.kind;
+        let publish = self.client.inner.publish();
+        let request = async move {
+            if kind == Kind::Fair {
+                return FAIR_FORCE_UNLOCK
+                    .key(&*name)
+                    .key(keys::fair_queue(&name))
+                    .key(keys::fair_timeouts(&name))
+                    .key(kind.channel(&name))
+                    .arg(UNLOCK_MESSAGE)
+                    .arg(publish)
+                    .invoke_async::<i64>(&mut conn)
+                    .await;
+            }
+            FORCE_UNLOCK
+                .key(&*name)
+                .key(kind.channel(&name))
+                .arg(match kind {
+                    Kind::Reentrant | Kind::Fenced | Kind::Fair => UNLOCK_MESSAGE,
+                    Kind::Read | Kind::Write => WAKE_ALL_MESSAGE,
+                })
+                .arg(publish)
+                .invoke_async::<i64>(&mut conn)
+                .await
+        };
+        let reply = Finish::detached(runtime()?, request)
+            .await
+            .map_err(|e| self.error(e))?;
+        match reply {
+            0 => Ok(false),
+            1 => Ok(true),
+            other => Err(Error::UnexpectedReply {
+                script: "force_unlock",
+                reply: other.to_string(),
+            }),
+        }
+    }
+
+    /// Releases one hold of this handle's owner without a guard, as
+    /// Redisson's `unlock()` does: for holds whose guard was given up with
+    /// [`LockGuard::leak`]. Prefer [`LockGuard::unlock`] otherwise: a guard
+    /// still alive for the released hold would release another one when it
+    /// goes.
+    ///
+    /// # Errors
+    /// [`Error::NotHeld`] when the owner holds nothing on this lock (as in
+    /// Redisson, unlocking what you do not hold is an error);
+    /// [`Error::InvalidArgument`], [`Error::WrongType`], [`Error::Redis`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe: once started, the release runs to its end in the
+    /// background if the future is dropped.
+    pub async fn unlock(&self) -> Result<()> {
+        let field = self.field()?;
+        let client = self.client.clone();
+        let name = Arc::clone(&self.name);
+        let kind = self.kind;
+        let release = async move {
+            let key: HoldKey = (name, field);
+            let inner = &client.inner;
+            let watchdog_ms = inner.config.watchdog_timeout.as_millis() as u64;
+            inner.registry.release_any(&key);
+            release_hold(&client, kind, &key.0, &key.1, watchdog_ms).await
+        };
+        Finish::detached(runtime()?, release).await
+    }
+
+    fn error(&self, err: redis::RedisError) -> Error {
+        Error::from_redis(err, &self.name)
+    }
+}
