@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use crate::{Lock, LockGuard, Result};
+use crate::{LockGuard, Result};
 
 /// Keeps the trait's implementations in this crate.
 #[allow(unreachable_pub)]
@@ -12,14 +12,18 @@ mod sealed {
     pub trait Sealed {}
 }
 
+pub(crate) use sealed::Sealed;
+
 /// The operations every ferrisson lock shares, so that code (and a
 /// [`MultiLock`](crate::MultiLock) or [`RedLock`](crate::RedLock)) can hold
 /// any of them as `Box<dyn DistributedLock>` or `&dyn DistributedLock`.
 ///
 /// Sealed: only this crate implements it, so methods can be added without
 /// breaking anyone. Each method behaves, fails and is cancel safe as the
-/// inherent method of the same name on the lock kind; on [`Lock`] (the
-/// reentrant lock and the spin lock) see [`Lock::lock`] and its siblings.
+/// inherent method of the same name on the lock type (see
+/// [`Lock::lock`](crate::Lock::lock) and its siblings). A
+/// [`FencedLock`](crate::FencedLock)'s acquires return its guard turned
+/// into a [`LockGuard`] here, without its token.
 ///
 /// ```no_run
 /// # async fn run(client: ferrisson::Client) -> ferrisson::Result<()> {
@@ -84,6 +88,12 @@ pub trait DistributedLock: sealed::Sealed + Send + Sync + std::fmt::Debug {
     /// Cancel safe: it only reads.
     async fn is_locked(&self) -> Result<bool>;
 
+    /// Whether the calling owner holds the lock.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads.
+    async fn is_held_by_current_task(&self) -> Result<bool>;
+
     /// How many holds the calling owner has.
     ///
     /// # Cancel safety
@@ -101,57 +111,11 @@ pub trait DistributedLock: sealed::Sealed + Send + Sync + std::fmt::Debug {
     /// # Cancel safety
     /// Cancel safe: once sent, the delete completes in the background.
     async fn force_unlock(&self) -> Result<bool>;
-}
 
-impl sealed::Sealed for Lock {}
-
-#[async_trait]
-impl DistributedLock for Lock {
-    fn name(&self) -> &str {
-        Lock::name(self)
-    }
-
-    fn watchdog_timeout(&self) -> Duration {
-        self.client().config().watchdog_timeout
-    }
-
-    async fn lock(&self) -> Result<LockGuard> {
-        Lock::lock(self).await
-    }
-
-    async fn lock_with_lease(&self, lease: Duration) -> Result<LockGuard> {
-        Lock::lock_with_lease(self, lease).await
-    }
-
-    async fn try_lock(&self) -> Result<Option<LockGuard>> {
-        Lock::try_lock(self).await
-    }
-
-    async fn try_lock_for(&self, wait: Duration) -> Result<Option<LockGuard>> {
-        Lock::try_lock_for(self, wait).await
-    }
-
-    async fn try_lock_with_lease(
-        &self,
-        wait: Duration,
-        lease: Duration,
-    ) -> Result<Option<LockGuard>> {
-        Lock::try_lock_with_lease(self, wait, lease).await
-    }
-
-    async fn is_locked(&self) -> Result<bool> {
-        Lock::is_locked(self).await
-    }
-
-    async fn hold_count(&self) -> Result<u32> {
-        Lock::hold_count(self).await
-    }
-
-    async fn remaining_ttl(&self) -> Result<Option<Duration>> {
-        Lock::remaining_ttl(self).await
-    }
-
-    async fn force_unlock(&self) -> Result<bool> {
-        Lock::force_unlock(self).await
-    }
+    /// Releases one hold of the calling owner without a guard.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: once started, the release runs to its end in the
+    /// background.
+    async fn unlock(&self) -> Result<()>;
 }

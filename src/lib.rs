@@ -28,7 +28,10 @@ pub use distributed::DistributedLock;
 pub use error::{Error, Result};
 pub use expirable::{Permit, PermitExpirableSemaphore, PermitId};
 pub use latch::CountDownLatch;
-pub use lock::{Lock, LockGuard, ReadWriteLock, DEFAULT_FAIR_WAITER_TIMEOUT};
+pub use lock::{
+    FairLock, FencedGuard, FencedLock, Lock, LockGuard, ReadLock, ReadWriteLock, SpinLock,
+    WriteLock, DEFAULT_FAIR_WAITER_TIMEOUT,
+};
 pub use multilock::{MultiLock, MultiLockGuard};
 pub use redlock::{RedLock, RedLockGuard};
 pub use semaphore::Semaphore;

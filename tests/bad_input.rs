@@ -6,23 +6,27 @@ mod common;
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::time::Duration;
 
 use common::{client, soon, RedisServer};
 use ferrisson::config::MAX_DURATION;
-use ferrisson::{Client, Error, Lock, LockGuard, MAX_NAME_LEN};
+use ferrisson::{Client, DistributedLock, Error, LockGuard, MAX_NAME_LEN};
 
-const KINDS: [&str; 6] = ["reentrant", "spin", "fenced", "fair", "read", "write"];
+const KINDS: [&str; 6] = common::LOCK_KINDS;
 
-fn handle(client: &Client, kind: &str, name: &str) -> Lock {
-    match kind {
-        "spin" => client.spin_lock(name),
-        "fenced" => client.fenced_lock(name),
-        "fair" => client.fair_lock(name),
-        "read" => client.read_write_lock(name).read(),
-        "write" => client.read_write_lock(name).write(),
-        _ => client.lock(name),
-    }
+fn handle(client: &Client, kind: &str, name: &str) -> Arc<dyn DistributedLock> {
+    handle_owned(client, kind, name, None)
+}
+
+/// [`handle`], owned by `owner` when one is given.
+fn handle_owned(
+    client: &Client,
+    kind: &str,
+    name: &str,
+    owner: Option<&str>,
+) -> Arc<dyn DistributedLock> {
+    Arc::from(common::owned_lock_of(client, kind, name, owner))
 }
 
 /// What a call must give.
@@ -47,13 +51,17 @@ type Call = Pin<Box<dyn Future<Output = ferrisson::Result<Option<LockGuard>>> + 
 
 /// The acquire calls of a handle, each with a good lease and wait unless
 /// the case varies them.
-fn calls(lock: &Lock, lease: Duration, wait: Duration) -> Vec<(&'static str, Call)> {
+fn calls(
+    lock: &Arc<dyn DistributedLock>,
+    lease: Duration,
+    wait: Duration,
+) -> Vec<(&'static str, Call)> {
     let (a, b, c, d, e) = (
-        lock.clone(),
-        lock.clone(),
-        lock.clone(),
-        lock.clone(),
-        lock.clone(),
+        Arc::clone(lock),
+        Arc::clone(lock),
+        Arc::clone(lock),
+        Arc::clone(lock),
+        Arc::clone(lock),
     );
     vec![
         ("lock", Box::pin(async move { a.lock().await.map(Some) })),
@@ -206,10 +214,7 @@ async fn refused_inputs_give_their_error_and_write_nothing() {
     let mut refused = 0;
     for (case, name, lease, wait, owner, text) in &table {
         for kind in KINDS {
-            let mut lock = handle(&client, kind, name);
-            if let Some(owner) = owner {
-                lock = lock.with_owner(*owner);
-            }
+            let lock = handle_owned(&client, kind, name, *owner);
             for (call, fut) in calls(&lock, *lease, *wait) {
                 // Lease and wait cases only apply to the calls that take one.
                 let applies = match *text {

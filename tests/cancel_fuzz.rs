@@ -16,7 +16,7 @@ use std::task::Poll;
 use std::time::Duration;
 
 use common::{client, eventually, soon, within, RedisServer};
-use ferrisson::{Client, Lock, LockGuard};
+use ferrisson::{Client, DistributedLock, LockGuard};
 
 const KINDS: [&str; 6] = ["reentrant", "spin", "fenced", "fair", "read", "write"];
 
@@ -31,21 +31,16 @@ impl Rng {
     }
 }
 
-fn handle(client: &Client, kind: &str) -> Lock {
-    let name = format!("fuzz:{kind}");
+fn handle(client: &Client, kind: &str) -> Box<dyn DistributedLock> {
     match kind {
-        "spin" => client.spin_lock(name),
-        "fenced" => client.fenced_lock(name),
-        "fair" => client.fair_lock(name),
-        "read" => client.read_write_lock("fuzz:rw").read(),
-        "write" => client.read_write_lock("fuzz:rw").write(),
-        _ => client.lock(name),
+        "read" | "write" => common::lock_of(client, kind, "fuzz:rw"),
+        _ => common::lock_of(client, kind, &format!("fuzz:{kind}")),
     }
 }
 
 type Acquire = Pin<Box<dyn Future<Output = ferrisson::Result<Option<LockGuard>>> + Send>>;
 
-fn acquire(lock: Lock, op: u64, wait_us: u64) -> Acquire {
+fn acquire(lock: Box<dyn DistributedLock>, op: u64, wait_us: u64) -> Acquire {
     let lease = Duration::from_secs(30);
     let wait = Duration::from_micros(wait_us);
     match op {

@@ -29,9 +29,9 @@ async fn tokens_rise_strictly_across_holders_and_reentries() {
         tasks.push(tokio::spawn(async move {
             for _ in 0..ROUNDS {
                 let outer = lock.lock().await.unwrap();
-                seen.lock().unwrap().push(outer.token().unwrap());
+                seen.lock().unwrap().push(outer.token());
                 let inner = lock.lock().await.unwrap();
-                seen.lock().unwrap().push(inner.token().unwrap());
+                seen.lock().unwrap().push(inner.token());
                 inner.unlock().await.unwrap();
                 outer.unlock().await.unwrap();
             }
@@ -60,7 +60,7 @@ async fn the_token_counter_is_redissons() {
     let server = RedisServer::start();
     let client = client(&server, WATCHDOG).await;
     let guard = soon(client.fenced_lock("{user}:7").lock()).await.unwrap();
-    assert_eq!(guard.token(), Some(1));
+    assert_eq!(guard.token(), 1);
     assert_eq!(
         server
             .cmd(&["GET", "redisson_lock_token:{user}:7"])
@@ -78,13 +78,12 @@ async fn the_token_counter_is_redissons() {
         server.cmd(&["TYPE", "{user}:7"]).as_string().as_deref(),
         Some("hash")
     );
-    // The same hash: the same owner re-enters through a plain handle, and
-    // a plain guard carries no token.
+    // The same hash: the same owner re-enters through a plain handle (whose
+    // guard has no token: the type has no such call).
     let plain = soon(client.lock("{user}:7").try_lock())
         .await
         .unwrap()
         .expect("the owner re-enters");
-    assert_eq!(plain.token(), None);
     soon(plain.unlock()).await.unwrap();
     soon(guard.unlock()).await.unwrap();
     settled(&client).await;
@@ -94,7 +93,7 @@ async fn the_token_counter_is_redissons() {
     .await;
     // The counter outlives the lock: the next token is higher still.
     let next = soon(client.fenced_lock("{user}:7").lock()).await.unwrap();
-    assert!(next.token().unwrap() > 1);
+    assert!(next.token() > 1);
     soon(next.unlock()).await.unwrap();
 }
 
@@ -126,9 +125,9 @@ async fn a_stale_holders_write_is_refused_by_token() {
         .await
         .unwrap();
     assert!(fresh.token() > stale.token());
-    assert!(write(fresh.token().unwrap()));
+    assert!(write(fresh.token()));
     // `a` wakes and writes with its old token: refused.
-    assert!(!write(stale.token().unwrap()));
+    assert!(!write(stale.token()));
     assert!(stale.is_lease_lost());
     assert!(soon(stale.unlock()).await.unwrap_err().is_lease_lost());
     soon(fresh.unlock()).await.unwrap();
@@ -155,6 +154,6 @@ async fn dropped_fenced_lock_futures_leave_no_hold() {
         .unwrap()
         .parse()
         .unwrap();
-    assert_eq!(guard.token(), Some(drawn));
+    assert_eq!(guard.token(), drawn);
     soon(guard.unlock()).await.unwrap();
 }

@@ -12,22 +12,17 @@ use ferrisson::{Client, DistributedLock, Error, MultiLock};
 
 const WATCHDOG: Duration = Duration::from_millis(1500);
 
-fn multi(locks: Vec<ferrisson::Lock>) -> MultiLock {
-    MultiLock::new(
-        locks
-            .into_iter()
-            .map(|l| Box::new(l) as Box<dyn DistributedLock>)
-            .collect(),
-    )
+fn multi(locks: Vec<Box<dyn DistributedLock>>) -> MultiLock {
+    MultiLock::new(locks)
 }
 
 /// Locks `a` (first server) and `b`, `c` (second server), as seen by `client_a`
 /// and `client_b`.
-fn abc(client_a: &Client, client_b: &Client) -> Vec<ferrisson::Lock> {
+fn abc(client_a: &Client, client_b: &Client) -> Vec<Box<dyn DistributedLock>> {
     vec![
-        client_a.lock("a"),
-        client_b.lock("b"),
-        client_b.fair_lock("c"),
+        Box::new(client_a.lock("a")),
+        Box::new(client_b.lock("b")),
+        Box::new(client_b.fair_lock("c")),
     ]
 }
 

@@ -174,8 +174,8 @@ async fn lock_rides_out_a_cut_just_before_it() {
         proxy.drop_connections();
         // The spin lock, which has no subscription, in every other round.
         let lock = match round % 2 {
-            0 => c.lock("cut"),
-            _ => c.spin_lock("cut"),
+            0 => common::lock_of(&c, "reentrant", "cut"),
+            _ => common::lock_of(&c, "spin", "cut"),
         };
         let guard = soon(lock.lock())
             .await

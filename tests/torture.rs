@@ -44,6 +44,7 @@ const KINDS_WITHOUT_SEMAPHORE: &str = "0,1,2,3,4,6,7,8";
 /// What one section holds, of any kind.
 enum Held {
     Lock(ferrisson::LockGuard),
+    Fenced(ferrisson::FencedGuard),
     Multi(ferrisson::MultiLockGuard),
     Red(ferrisson::RedLockGuard),
     Permits(ferrisson::Semaphore),
@@ -53,7 +54,7 @@ enum Held {
 impl Held {
     fn token(&self) -> u64 {
         match self {
-            Held::Lock(guard) => guard.token().unwrap_or(0),
+            Held::Fenced(guard) => guard.token(),
             _ => 0,
         }
     }
@@ -61,6 +62,7 @@ impl Held {
     fn is_lost(&self) -> bool {
         match self {
             Held::Lock(guard) => guard.is_lease_lost(),
+            Held::Fenced(guard) => guard.is_lease_lost(),
             Held::Multi(guard) => guard.is_lease_lost(),
             Held::Red(guard) => guard.is_lease_lost(),
             Held::Permits(_) => false,
@@ -71,6 +73,7 @@ impl Held {
     async fn unlock(self) -> ferrisson::Result<()> {
         match self {
             Held::Lock(guard) => guard.unlock().await,
+            Held::Fenced(guard) => guard.unlock().await,
             Held::Multi(guard) => guard.unlock().await,
             Held::Red(guard) => guard.unlock().await,
             Held::Permits(semaphore) => semaphore.release(1).await,
@@ -153,14 +156,22 @@ async fn take(
             }
             .map(Held::Red)
         }
+        "fenced" => {
+            let lock = client.fenced_lock(name);
+            match way {
+                Way::Watchdog => Some(lock.lock().await.unwrap()),
+                Way::Lease => Some(lock.lock_with_lease(lease).await.unwrap()),
+                Way::Within(wait) => lock.try_lock_for(wait).await.unwrap(),
+            }
+            .map(Held::Fenced)
+        }
         _ => {
-            let lock = match kind {
-                "spin" => client.spin_lock(name),
-                "fenced" => client.fenced_lock(name),
-                "fair" => client.fair_lock(name).with_waiter_timeout(waiter),
-                "rw" if read => client.read_write_lock(name).read(),
-                "rw" => client.read_write_lock(name).write(),
-                _ => client.lock(name),
+            let lock: Box<dyn ferrisson::DistributedLock> = match kind {
+                "spin" => Box::new(client.spin_lock(name)),
+                "fair" => Box::new(client.fair_lock(name).with_waiter_timeout(waiter)),
+                "rw" if read => Box::new(client.read_write_lock(name).read()),
+                "rw" => Box::new(client.read_write_lock(name).write()),
+                _ => Box::new(client.lock(name)),
             };
             match way {
                 Way::Watchdog => Some(lock.lock().await.unwrap()),

@@ -24,10 +24,12 @@ use redis::IntoConnectionInfo;
 use uuid::Uuid;
 
 use crate::config::Config;
-use crate::lock::Kind;
 use crate::sweeper::Sweeper;
 use crate::watchdog::Registry;
-use crate::{CountDownLatch, Lock, PermitExpirableSemaphore, ReadWriteLock, Result, Semaphore};
+use crate::{
+    CountDownLatch, FairLock, FencedLock, Lock, PermitExpirableSemaphore, ReadWriteLock, Result,
+    Semaphore, SpinLock,
+};
 
 /// A connection to Redis that hands out locks.
 ///
@@ -194,28 +196,28 @@ impl Client {
     /// Redisson's `RLock` and `RSpinLock`), but its waiters poll with
     /// exponential backoff and jitter ([`Backoff`](crate::Backoff), 1 ms up
     /// to 128 ms by default; change it with
-    /// [`Lock::with_backoff`]) instead of subscribing.
+    /// [`SpinLock::with_backoff`]) instead of subscribing.
     ///
     /// For very many locks with waiters, where one subscription per lock
     /// name costs too much. The price: a waiter learns of a release up to
     /// one pause late, and polling waiters cost Redis one call per pause.
-    pub fn spin_lock(&self, name: impl Into<String>) -> Lock {
-        Lock::spinning(self.clone(), name.into())
+    pub fn spin_lock(&self, name: impl Into<String>) -> SpinLock {
+        SpinLock::new(self.clone(), name.into())
     }
 
     /// A handle to the fenced lock `name`: the reentrant lock (same hash,
     /// waits, watchdog and release), and every successful acquire, re-entry
     /// included, also draws a fencing token from the counter
     /// `redisson_lock_token:{name}`, as Redisson's `RFencedLock`:
-    /// [`LockGuard::token`](crate::LockGuard::token). Tokens rise strictly
+    /// [`FencedGuard::token`](crate::FencedGuard::token). Tokens rise strictly
     /// across all holders, forever (the counter has no TTL).
     ///
     /// A lease can run out while its holder is paused; the lock alone cannot
     /// stop that holder's late write. The token can: the protected resource
     /// keeps the highest token it has seen and refuses lower ones
     /// (`cargo run --example fencing`).
-    pub fn fenced_lock(&self, name: impl Into<String>) -> Lock {
-        Lock::of_kind(self.clone(), name.into(), Kind::Fenced)
+    pub fn fenced_lock(&self, name: impl Into<String>) -> FencedLock {
+        FencedLock::new(self.clone(), name.into())
     }
 
     /// A handle to the fair lock `name`, Redisson's `RFairLock`: the
@@ -229,11 +231,11 @@ impl Client {
     /// - A waiter whose process died is skipped once it has been silent for
     ///   the waiter timeout (default
     ///   [`DEFAULT_FAIR_WAITER_TIMEOUT`](crate::DEFAULT_FAIR_WAITER_TIMEOUT),
-    ///   300 s; [`Lock::with_waiter_timeout`]): until then the line waits
+    ///   300 s; [`FairLock::with_waiter_timeout`]): until then the line waits
     ///   for it, which is the price of fairness.
     /// - `try_lock()` (one attempt) does not join the queue.
-    pub fn fair_lock(&self, name: impl Into<String>) -> Lock {
-        Lock::of_kind(self.clone(), name.into(), Kind::Fair)
+    pub fn fair_lock(&self, name: impl Into<String>) -> FairLock {
+        FairLock::new(self.clone(), name.into())
     }
 
     /// A handle to the read-write lock `name`, Redisson's `RReadWriteLock`:

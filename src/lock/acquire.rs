@@ -8,7 +8,7 @@ use tokio::time::Instant;
 
 use super::queue::{leave_queue, FairOwners, QueueExit};
 use super::{release_hold, LockGuard};
-use super::{Attempt, Kind, Lock};
+use super::{Attempt, Kind, LockCore};
 use crate::acquire_latch::settle_lost;
 use crate::args;
 use crate::config::Unsynced;
@@ -22,7 +22,7 @@ use crate::waiting::{self, Channel, Tried};
 use crate::watchdog::{renew_call, HoldKey, LeaseState};
 use crate::{keys, Client, Error, Result};
 
-impl Lock {
+impl LockCore {
     /// Acquires within `wait` (`None`: no limit), with `lease` (`None`:
     /// watchdog mode).
     pub(super) async fn acquire(
@@ -38,11 +38,11 @@ impl Lock {
         // A fair lock's waiter joins the queue with its first attempt (one
         // attempt alone does not): whatever ends the wait other than the
         // lock takes it out again, at once.
-        let queue = self.kind == Kind::Fair && wait != Some(Duration::ZERO);
-        let waiter_ms = if queue {
-            args::duration("waiter timeout", self.waiter_timeout, MAX_DURATION)?
-        } else {
-            0
+        let waiter_timeout = self.kind.waiter_timeout();
+        let queue = waiter_timeout.is_some() && wait != Some(Duration::ZERO);
+        let waiter_ms = match waiter_timeout {
+            Some(timeout) if queue => args::duration("waiter timeout", timeout, MAX_DURATION)?,
+            _ => 0,
         };
         let mut exit = QueueExit {
             lock: self,
@@ -96,13 +96,13 @@ impl Lock {
                 },
             )
         };
-        if let Some(backoff) = self.spin {
+        if let Some(backoff) = self.kind.backoff() {
             return waiting::spin(backoff, deadline, attempt).await;
         }
         let channel = Channel {
             name: match self.kind {
                 // Each fair waiter is woken on its own channel.
-                Kind::Fair => format!("{}:{field}", self.kind.channel(&self.name)),
+                Kind::Fair { .. } => format!("{}:{field}", self.kind.channel(&self.name)),
                 kind => kind.channel(&self.name),
             },
             // A release wakes one waiter.
@@ -274,7 +274,7 @@ impl Lock {
     }
 }
 
-impl Lock {
+impl LockCore {
     /// Releases one hold of `key` that no guard will own, in the
     /// background; `ttl_ms` is what the acquire set as the key's TTL.
     fn give_back_in_background(
@@ -336,7 +336,7 @@ async fn send_acquire(
 ) -> redis::RedisResult<Granted> {
     let pttl = |reply: Option<i64>| reply.map_or(Granted::Yes(None), Granted::No);
     Ok(match kind {
-        Kind::Reentrant => pttl(
+        Kind::Reentrant | Kind::Spin(_) => pttl(
             ACQUIRE
                 .key(name)
                 .key(latch)
@@ -362,7 +362,7 @@ async fn send_acquire(
                 other => Granted::Unexpected(format!("{other:?}")),
             }
         }
-        Kind::Fair => pttl(
+        Kind::Fair { .. } => pttl(
             FAIR_ACQUIRE
                 .key(name)
                 .key(keys::fair_queue(name))

@@ -85,17 +85,8 @@ impl LockGuard {
         self
     }
 
-    /// The fencing token this acquire drew, for a guard of a fenced lock
-    /// ([`Client::fenced_lock`](crate::Client::fenced_lock)); `None` for
-    /// other locks.
-    ///
-    /// Tokens of one lock name rise strictly with every acquire, re-entries
-    /// included, across all clients and forever. Send it with every write
-    /// to the resource the lock protects, and have the resource refuse a
-    /// token lower than the highest it has seen: a holder whose lease ran
-    /// out unnoticed (a long pause) is then refused instead of overwriting
-    /// the next holder's work.
-    pub fn token(&self) -> Option<u64> {
+    /// The fencing token a fenced acquire drew; `None` for other locks.
+    pub(crate) fn token(&self) -> Option<u64> {
         self.token
     }
 

@@ -2,18 +2,23 @@
 
 use std::time::Duration;
 
-use crate::keys;
+use crate::{keys, Backoff};
 
 /// How long a fair lock's queued waiter may stay silent before the others
 /// skip it, by default: 300 s, as Redisson.
 pub const DEFAULT_FAIR_WAITER_TIMEOUT: Duration = Duration::from_secs(300);
 
-/// Which lock of the family a handle is: it picks the scripts, the hash
-/// field, the channel and the renewal.
+/// Which lock of the family a handle is, with the settings only that kind
+/// has: it picks the scripts, the hash field, the channel, the renewal and
+/// the way waiters wait. Every per-kind difference is a `match` on it, so a
+/// new kind makes the compiler list each place to decide.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Kind {
     /// Redisson's `RLock`.
     Reentrant,
+    /// `RSpinLock`: `RLock`'s hash and scripts; its waiters poll with this
+    /// backoff instead of subscribing.
+    Spin(Backoff),
     /// `RFencedLock`: `RLock` plus a token counter.
     Fenced,
     /// The read side of `RReadWriteLock`.
@@ -22,7 +27,11 @@ pub(crate) enum Kind {
     Write,
     /// `RFairLock`: `RLock` with a queue of waiters, each woken on its own
     /// channel.
-    Fair,
+    Fair {
+        /// How long a queued waiter may stay silent before the others
+        /// skip it.
+        waiter_timeout: Duration,
+    },
 }
 
 impl Kind {
@@ -30,8 +39,26 @@ impl Kind {
     /// to; for the fair lock, the prefix of each waiter's own channel.
     pub(crate) fn channel(self, name: &str) -> String {
         match self {
-            Kind::Reentrant | Kind::Fenced | Kind::Fair => keys::lock_channel(name),
+            Kind::Reentrant | Kind::Spin(_) | Kind::Fenced | Kind::Fair { .. } => {
+                keys::lock_channel(name)
+            }
             Kind::Read | Kind::Write => keys::rwlock_channel(name),
+        }
+    }
+
+    /// A spin lock's backoff; `None` for the kinds that subscribe.
+    pub(crate) fn backoff(self) -> Option<Backoff> {
+        match self {
+            Kind::Spin(backoff) => Some(backoff),
+            _ => None,
+        }
+    }
+
+    /// A fair lock's waiter timeout; `None` for the kinds without a queue.
+    pub(crate) fn waiter_timeout(self) -> Option<Duration> {
+        match self {
+            Kind::Fair { waiter_timeout } => Some(waiter_timeout),
+            _ => None,
         }
     }
 }

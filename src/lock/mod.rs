@@ -3,18 +3,25 @@
 //! `release`, the fair queue in `queue`.
 
 mod acquire;
+mod face;
+mod fair;
+mod fenced;
 mod guard;
 mod kind;
 mod queue;
 mod release;
 mod rwlock;
+mod spin;
 
+pub use fair::FairLock;
+pub use fenced::{FencedGuard, FencedLock};
 pub use guard::LockGuard;
 pub(crate) use kind::Kind;
 pub use kind::DEFAULT_FAIR_WAITER_TIMEOUT;
 pub(crate) use queue::FairOwners;
 pub(crate) use release::release_hold;
-pub use rwlock::ReadWriteLock;
+pub use rwlock::{ReadLock, ReadWriteLock, WriteLock};
+pub use spin::SpinLock;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -26,9 +33,46 @@ use crate::args;
 use crate::finish::{runtime, Finish};
 use crate::scripts::{FAIR_FORCE_UNLOCK, FORCE_UNLOCK, UNLOCK_MESSAGE, WAKE_ALL_MESSAGE};
 use crate::watchdog::HoldKey;
-use crate::Backoff;
 use crate::{keys, Client, Error, Result};
 
+/// What every lock handle is: a name on a client, an owner and a kind.
+/// The public types ([`Lock`], [`SpinLock`], [`FairLock`], [`FencedLock`],
+/// [`ReadLock`], [`WriteLock`]) are thin faces over it.
+#[derive(Clone)]
+pub(crate) struct LockCore {
+    client: Client,
+    name: Arc<str>,
+    owner: Option<Arc<str>>,
+    kind: Kind,
+}
+
+impl LockCore {
+    /// Writes the handle's fields under the face's name `what`.
+    fn debug_as(&self, what: &str, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct(what)
+            .field("name", &self.name)
+            .field("owner", &self.owner)
+            .field("kind", &self.kind)
+            .field("client", &self.client.inner.id)
+            .finish()
+    }
+}
+
+static NEXT_THREAD_OWNER: AtomicU64 = AtomicU64::new(1);
+
+thread_local! {
+    static THREAD_OWNER: u64 = NEXT_THREAD_OWNER.fetch_add(1, Ordering::Relaxed);
+}
+
+/// The owner id of the caller: its tokio task, or else its thread.
+fn current_owner_id() -> String {
+    match tokio::task::try_id() {
+        Some(id) => format!("task-{id}"),
+        None => format!("thread-{}", THREAD_OWNER.with(|n| *n)),
+    }
+}
+
+/// The result of one acquire attempt: a guard, or the holder's PTTL in ms.
 /// A reentrant distributed lock, from [`Client::lock`].
 ///
 /// The handle is cheap (`Clone`, `Send + Sync`) and holds nothing by itself:
@@ -53,101 +97,45 @@ use crate::{keys, Client, Error, Result};
 /// remaining TTL, so a lost message costs at most the rest of the lease.
 #[derive(Clone)]
 pub struct Lock {
-    client: Client,
-    name: Arc<str>,
-    owner: Option<Arc<str>>,
-    /// `Some`: a spin lock, which polls instead of subscribing.
-    spin: Option<Backoff>,
-    kind: Kind,
-    /// Fair lock: how long a queued waiter may stay silent before the
-    /// others skip it.
-    waiter_timeout: Duration,
+    core: LockCore,
 }
-
-impl std::fmt::Debug for Lock {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Lock")
-            .field("name", &self.name)
-            .field("owner", &self.owner)
-            .field("spin", &self.spin)
-            .field("kind", &self.kind)
-            .field("waiter_timeout", &self.waiter_timeout)
-            .field("client", &self.client.inner.id)
-            .finish()
-    }
-}
-
-static NEXT_THREAD_OWNER: AtomicU64 = AtomicU64::new(1);
-
-thread_local! {
-    static THREAD_OWNER: u64 = NEXT_THREAD_OWNER.fetch_add(1, Ordering::Relaxed);
-}
-
-/// The owner id of the caller: its tokio task, or else its thread.
-fn current_owner_id() -> String {
-    match tokio::task::try_id() {
-        Some(id) => format!("task-{id}"),
-        None => format!("thread-{}", THREAD_OWNER.with(|n| *n)),
-    }
-}
-
-/// The result of one acquire attempt: a guard, or the holder's PTTL in ms.
-pub(crate) type Attempt = std::result::Result<LockGuard, i64>;
 
 impl Lock {
     pub(crate) fn new(client: Client, name: String) -> Lock {
         Lock {
+            core: LockCore::new(client, name, Kind::Reentrant),
+        }
+    }
+}
+
+face::lock_face!(Lock, guard: LockGuard = face::plain);
+
+pub(crate) type Attempt = std::result::Result<LockGuard, i64>;
+
+impl LockCore {
+    pub(crate) fn new(client: Client, name: String, kind: Kind) -> LockCore {
+        LockCore {
             client,
             name: name.into(),
             owner: None,
-            spin: None,
-            kind: Kind::Reentrant,
-            waiter_timeout: DEFAULT_FAIR_WAITER_TIMEOUT,
-        }
-    }
-
-    /// The same fair lock, with waiters that count as dead after `timeout`
-    /// of silence (default 300 s, as Redisson): a waiter whose process died
-    /// blocks the queue that long at most. It only matters to a fair lock
-    /// ([`Client::fair_lock`]); a bad value is reported by the first call.
-    pub fn with_waiter_timeout(&self, timeout: Duration) -> Lock {
-        Lock {
-            waiter_timeout: timeout,
-            ..self.clone()
-        }
-    }
-
-    pub(crate) fn of_kind(client: Client, name: String, kind: Kind) -> Lock {
-        Lock {
             kind,
-            ..Lock::new(client, name)
         }
     }
 
-    pub(crate) fn spinning(client: Client, name: String) -> Lock {
-        Lock {
-            spin: Some(Backoff::default()),
-            ..Lock::new(client, name)
-        }
+    pub(crate) fn kind(&self) -> Kind {
+        self.kind
     }
 
-    /// The same lock, waiting as a spin lock: no subscription, attempts
-    /// spaced by `backoff` (see [`Client::spin_lock`]).
-    pub fn with_backoff(&self, backoff: Backoff) -> Lock {
-        Lock {
-            spin: Some(backoff),
+    /// The same handle with another kind (a new backoff or waiter timeout).
+    pub(crate) fn with_kind(&self, kind: Kind) -> LockCore {
+        LockCore {
+            kind,
             ..self.clone()
         }
-    }
-
-    /// The backoff of a spin-lock handle; `None` for a handle that waits for
-    /// unlock messages.
-    pub fn backoff(&self) -> Option<Backoff> {
-        self.spin
     }
 
     /// The lock's name: the Redis key of its hash.
-    pub fn name(&self) -> &str {
+    pub(crate) fn name(&self) -> &str {
         &self.name
     }
 
@@ -158,15 +146,15 @@ impl Lock {
     /// holds. The id must be non-empty and must not end in `:write` (that
     /// suffix marks Redisson's write-lock holders); a bad id is reported by
     /// the first call.
-    pub fn with_owner(&self, owner: impl Into<String>) -> Lock {
-        Lock {
+    pub(crate) fn with_owner(&self, owner: impl Into<String>) -> LockCore {
+        LockCore {
             owner: Some(owner.into().into()),
             ..self.clone()
         }
     }
 
     /// The client this handle belongs to.
-    pub fn client(&self) -> &Client {
+    pub(crate) fn client(&self) -> &Client {
         &self.client
     }
 
@@ -221,7 +209,7 @@ impl Lock {
     /// one of its unanswered sends may have taken is given back in the
     /// background (the acquire latch, see the README's implementation
     /// notes).
-    pub async fn lock(&self) -> Result<LockGuard> {
+    pub(crate) async fn lock(&self) -> Result<LockGuard> {
         self.acquire(None, None)
             .await?
             .ok_or_else(|| Error::no_deadline("acquire"))
@@ -231,12 +219,12 @@ impl Lock {
     /// lock frees itself when the lease runs out, released or not.
     ///
     /// # Errors
-    /// As [`Lock::lock`], and [`Error::InvalidArgument`] for a lease under
+    /// As [`crate::Lock::lock`], and [`Error::InvalidArgument`] for a lease under
     /// 1 ms or over [`MAX_DURATION`](crate::config::MAX_DURATION).
     ///
     /// # Cancel safety
-    /// Cancel safe, as [`Lock::lock`].
-    pub async fn lock_with_lease(&self, lease: Duration) -> Result<LockGuard> {
+    /// Cancel safe, as [`crate::Lock::lock`].
+    pub(crate) async fn lock_with_lease(&self, lease: Duration) -> Result<LockGuard> {
         self.acquire(None, Some(lease))
             .await?
             .ok_or_else(|| Error::no_deadline("acquire"))
@@ -246,11 +234,11 @@ impl Lock {
     /// already held by this owner, `None` when someone else holds it.
     ///
     /// # Errors
-    /// As [`Lock::lock`].
+    /// As [`crate::Lock::lock`].
     ///
     /// # Cancel safety
-    /// Cancel safe, as [`Lock::lock`].
-    pub async fn try_lock(&self) -> Result<Option<LockGuard>> {
+    /// Cancel safe, as [`crate::Lock::lock`].
+    pub(crate) async fn try_lock(&self) -> Result<Option<LockGuard>> {
         self.acquire(Some(Duration::ZERO), None).await
     }
 
@@ -258,23 +246,23 @@ impl Lock {
     /// one attempt.
     ///
     /// # Errors
-    /// As [`Lock::lock`], and [`Error::InvalidArgument`] for a wait over
+    /// As [`crate::Lock::lock`], and [`Error::InvalidArgument`] for a wait over
     /// [`MAX_DURATION`](crate::config::MAX_DURATION).
     ///
     /// # Cancel safety
-    /// Cancel safe, as [`Lock::lock`].
-    pub async fn try_lock_for(&self, wait: Duration) -> Result<Option<LockGuard>> {
+    /// Cancel safe, as [`crate::Lock::lock`].
+    pub(crate) async fn try_lock_for(&self, wait: Duration) -> Result<Option<LockGuard>> {
         self.acquire(Some(wait), None).await
     }
 
     /// Waits at most `wait` for the lock, held for `lease` at most.
     ///
     /// # Errors
-    /// As [`Lock::lock_with_lease`] and [`Lock::try_lock_for`].
+    /// As [`crate::Lock::lock_with_lease`] and [`crate::Lock::try_lock_for`].
     ///
     /// # Cancel safety
-    /// Cancel safe, as [`Lock::lock`].
-    pub async fn try_lock_with_lease(
+    /// Cancel safe, as [`crate::Lock::lock`].
+    pub(crate) async fn try_lock_with_lease(
         &self,
         wait: Duration,
         lease: Duration,
@@ -289,11 +277,11 @@ impl Lock {
     ///
     /// # Cancel safety
     /// Cancel safe: it only reads.
-    pub async fn is_locked(&self) -> Result<bool> {
+    pub(crate) async fn is_locked(&self) -> Result<bool> {
         self.field()?;
         let mut conn = self.client.inner.conn.clone();
         let mode = match self.kind {
-            Kind::Reentrant | Kind::Fenced | Kind::Fair => {
+            Kind::Reentrant | Kind::Spin(_) | Kind::Fenced | Kind::Fair { .. } => {
                 return conn.exists(&*self.name).await.map_err(|e| self.error(e));
             }
             Kind::Read => "read",
@@ -314,7 +302,7 @@ impl Lock {
     ///
     /// # Cancel safety
     /// Cancel safe: it only reads.
-    pub async fn is_held_by_current_task(&self) -> Result<bool> {
+    pub(crate) async fn is_held_by_current_task(&self) -> Result<bool> {
         let field = self.field()?;
         let mut conn = self.client.inner.conn.clone();
         conn.hexists(&*self.name, &*field)
@@ -330,7 +318,7 @@ impl Lock {
     ///
     /// # Cancel safety
     /// Cancel safe: it only reads.
-    pub async fn hold_count(&self) -> Result<u32> {
+    pub(crate) async fn hold_count(&self) -> Result<u32> {
         let field = self.field()?;
         let mut conn = self.client.inner.conn.clone();
         let count: Option<String> = conn
@@ -354,7 +342,7 @@ impl Lock {
     ///
     /// # Cancel safety
     /// Cancel safe: it only reads.
-    pub async fn remaining_ttl(&self) -> Result<Option<Duration>> {
+    pub(crate) async fn remaining_ttl(&self) -> Result<Option<Duration>> {
         self.field()?;
         let mut conn = self.client.inner.conn.clone();
         let ms: i64 = conn.pttl(&*self.name).await.map_err(|e| self.error(e))?;
@@ -371,14 +359,14 @@ impl Lock {
     ///
     /// # Cancel safety
     /// Cancel safe: once sent, the delete completes in the background.
-    pub async fn force_unlock(&self) -> Result<bool> {
+    pub(crate) async fn force_unlock(&self) -> Result<bool> {
         self.field()?;
         let mut conn = self.client.inner.conn.clone();
         let name = Arc::clone(&self.name);
         let kind = self.kind;
         let publish = self.client.inner.publish();
         let request = async move {
-            if kind == Kind::Fair {
+            if matches!(kind, Kind::Fair { .. }) {
                 return FAIR_FORCE_UNLOCK
                     .key(&*name)
                     .key(keys::fair_queue(&name))
@@ -393,7 +381,9 @@ impl Lock {
                 .key(&*name)
                 .key(kind.channel(&name))
                 .arg(match kind {
-                    Kind::Reentrant | Kind::Fenced | Kind::Fair => UNLOCK_MESSAGE,
+                    Kind::Reentrant | Kind::Spin(_) | Kind::Fenced | Kind::Fair { .. } => {
+                        UNLOCK_MESSAGE
+                    }
                     Kind::Read | Kind::Write => WAKE_ALL_MESSAGE,
                 })
                 .arg(publish)
@@ -427,7 +417,7 @@ impl Lock {
     /// # Cancel safety
     /// Cancel safe: once started, the release runs to its end in the
     /// background if the future is dropped.
-    pub async fn unlock(&self) -> Result<()> {
+    pub(crate) async fn unlock(&self) -> Result<()> {
         let field = self.field()?;
         let client = self.client.clone();
         let name = Arc::clone(&self.name);

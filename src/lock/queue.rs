@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::Lock;
+use super::LockCore;
 use crate::error::is_connection_failure;
 use crate::finish::{runtime, Finish};
 use crate::scripts::{FAIR_LEAVE, UNLOCK_MESSAGE};
@@ -18,7 +18,7 @@ use crate::{keys, Client};
 /// the lock: at once with [`QueueExit::leave`], or in the background when
 /// dropped armed (an error, or the caller's future dropped).
 pub(super) struct QueueExit<'a> {
-    pub(super) lock: &'a Lock,
+    pub(super) lock: &'a LockCore,
     pub(super) field: Arc<str>,
     pub(super) waiter_ms: u64,
     pub(super) armed: bool,

@@ -44,7 +44,7 @@ pub(crate) async fn release_hold(
             // The others share one shape: the hash, their own keys, the
             // channel and the latch; message, lease, owner, publish, TTL.
             let (script, queue, message) = match kind {
-                Kind::Fair => (&*FAIR_RELEASE, true, UNLOCK_MESSAGE),
+                Kind::Fair { .. } => (&*FAIR_RELEASE, true, UNLOCK_MESSAGE),
                 Kind::Write => (&*WRITE_RELEASE, false, WAKE_ALL_MESSAGE),
                 _ => (&*RELEASE, false, UNLOCK_MESSAGE),
             };

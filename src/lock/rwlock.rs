@@ -2,15 +2,16 @@
 
 use std::sync::Arc;
 
-use crate::lock::Kind;
-use crate::{Client, Lock};
+use super::face;
+use super::{Kind, LockCore};
+use crate::{Client, LockGuard};
 
 /// A read-write lock, from [`Client::read_write_lock`]: many readers or one
 /// writer, on Redisson's `RReadWriteLock` layout, so Java services using
 /// Redisson share it.
 ///
-/// Its two sides are [`Lock`] handles ([`read`](Self::read),
-/// [`write`](Self::write)) with the whole [`Lock`] API: waits, leases,
+/// Its two sides, [`ReadLock`] ([`read`](Self::read)) and [`WriteLock`]
+/// ([`write`](Self::write)), have the whole API of a [`Lock`](crate::Lock): waits, leases,
 /// watchdog, guards, owners, cancel safety, [`DistributedLock`](crate::DistributedLock).
 ///
 /// - **Reentrant on both sides**, per owner.
@@ -70,12 +71,36 @@ impl ReadWriteLock {
     }
 
     /// The read side: shared among readers, excluded by a writer.
-    pub fn read(&self) -> Lock {
-        Lock::of_kind(self.client.clone(), self.name.to_string(), Kind::Read)
+    pub fn read(&self) -> ReadLock {
+        ReadLock {
+            core: LockCore::new(self.client.clone(), self.name.to_string(), Kind::Read),
+        }
     }
 
     /// The write side: one holder, excluding readers and other writers.
-    pub fn write(&self) -> Lock {
-        Lock::of_kind(self.client.clone(), self.name.to_string(), Kind::Write)
+    pub fn write(&self) -> WriteLock {
+        WriteLock {
+            core: LockCore::new(self.client.clone(), self.name.to_string(), Kind::Write),
+        }
     }
 }
+
+/// The read side of a [`ReadWriteLock`], from [`ReadWriteLock::read`]:
+/// shared among readers, excluded by a writer. Each read hold has its own
+/// timeout key, so a crashed reader's holds expire one by one.
+#[derive(Clone)]
+pub struct ReadLock {
+    core: LockCore,
+}
+
+face::lock_face!(ReadLock, guard: LockGuard = face::plain);
+
+/// The write side of a [`ReadWriteLock`], from [`ReadWriteLock::write`]:
+/// one holder, excluding readers and other writers; its release wakes
+/// every waiter.
+#[derive(Clone)]
+pub struct WriteLock {
+    core: LockCore,
+}
+
+face::lock_face!(WriteLock, guard: LockGuard = face::plain);

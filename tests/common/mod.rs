@@ -103,7 +103,7 @@ pub(crate) fn subscribers(server: &RedisServer, channel: &str) -> i64 {
 /// excludes), and returns the counter's final value.
 pub(crate) async fn count_under_lock(
     server: &RedisServer,
-    locks: Vec<ferrisson::Lock>,
+    locks: Vec<impl ferrisson::DistributedLock + 'static>,
     rounds: usize,
     key: &str,
 ) -> i64 {
@@ -151,4 +151,47 @@ pub(crate) fn replicas_acknowledge(master: &RedisServer, replicas: usize) -> boo
         .ok()
         .and_then(|acked| acked.as_int())
         == Some(replicas as i64)
+}
+
+/// The lock types, by the names the tests give them.
+pub(crate) const LOCK_KINDS: [&str; 6] = ["reentrant", "spin", "fenced", "fair", "read", "write"];
+
+/// A handle to the lock `name` of `kind` (one of [`LOCK_KINDS`]; the read
+/// and write sides are those of the read-write lock `name`), as a trait
+/// object so that a test can treat every kind alike.
+pub(crate) fn lock_of(
+    client: &ferrisson::Client,
+    kind: &str,
+    name: &str,
+) -> Box<dyn ferrisson::DistributedLock> {
+    owned_lock_of(client, kind, name, None)
+}
+
+/// [`lock_of`], owned by `owner` when one is given.
+pub(crate) fn owned_lock_of(
+    client: &ferrisson::Client,
+    kind: &str,
+    name: &str,
+    owner: Option<&str>,
+) -> Box<dyn ferrisson::DistributedLock> {
+    macro_rules! owned {
+        ($lock:expr) => {{
+            let lock = $lock;
+            match owner {
+                Some(owner) => {
+                    Box::new(lock.with_owner(owner)) as Box<dyn ferrisson::DistributedLock>
+                }
+                None => Box::new(lock),
+            }
+        }};
+    }
+    match kind {
+        "spin" => owned!(client.spin_lock(name)),
+        "fenced" => owned!(client.fenced_lock(name)),
+        "fair" => owned!(client.fair_lock(name)),
+        "read" => owned!(client.read_write_lock(name).read()),
+        "write" => owned!(client.read_write_lock(name).write()),
+        "reentrant" => owned!(client.lock(name)),
+        other => panic!("no lock kind {other:?}"),
+    }
 }

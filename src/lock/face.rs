@@ -1,0 +1,313 @@
+//! What every public lock type shares, written once: `lock_face!` gives a
+//! thin type over [`LockCore`](super::LockCore) the calls, `Debug`, the
+//! seal and the [`DistributedLock`](crate::DistributedLock) impl that every
+//! lock has. A type says only what is its own (its settings, its guard).
+
+/// Implements the shared calls of a lock face, a struct with one field
+/// `core: LockCore`. Its acquires return `$guard`, made from a
+/// [`LockGuard`](crate::LockGuard) by `$wrap` (and turned back into one by
+/// `From` for the trait).
+macro_rules! lock_face {
+    ($face:ident, guard: $guard:ty = $wrap:path) => {
+        impl $face {
+            /// The lock's name: the Redis key of its hash.
+            pub fn name(&self) -> &str {
+                self.core.name()
+            }
+
+            /// The client this handle belongs to.
+            pub fn client(&self) -> &$crate::Client {
+                self.core.client()
+            }
+
+            /// The same lock, owned by `owner` instead of the calling task.
+            ///
+            /// Use it when holds must be shared or released across tasks:
+            /// every handle with the same owner id on the same client
+            /// re-enters the other's holds. The id must be non-empty and must
+            /// not end in `:write` (that suffix marks Redisson's write-lock
+            /// holders); a bad id is reported by the first call.
+            pub fn with_owner(&self, owner: impl Into<String>) -> $face {
+                $face {
+                    core: self.core.with_owner(owner),
+                }
+            }
+
+            /// Waits until the lock is held, then keeps it alive with the
+            /// watchdog until the guard is released.
+            ///
+            /// The lease is the client's watchdog timeout (default 30 s),
+            /// renewed every third of it while the guard lives; if the
+            /// process dies the lock frees itself at most one watchdog
+            /// timeout later.
+            ///
+            /// # Errors
+            /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for
+            /// a bad name or owner,
+            /// [`Error::WrongType`](crate::Error::WrongType) when the key
+            /// holds other data, [`Error::Redis`](crate::Error::Redis) when
+            /// Redis fails.
+            ///
+            /// # Cancel safety
+            /// Cancel safe: a dropped future leaves no hold in Redis, no
+            /// registry entry, no queue entry and no subscription. An acquire
+            /// already sent when the future is dropped is completed in the
+            /// background and given back.
+            ///
+            /// Retry safe: an acquire whose reply is lost is sent again under
+            /// the same request id, and a resend of a granted request returns
+            /// the first outcome instead of taking a second hold. The tries
+            /// of one wait share that request, so a wait through an outage
+            /// settles it once: when the wait ends without the lock, a hold
+            /// one of its unanswered sends may have taken is given back in
+            /// the background.
+            pub async fn lock(&self) -> $crate::Result<$guard> {
+                self.core.lock().await.map($wrap)
+            }
+
+            /// Waits until the lock is held, for `lease` at most: no
+            /// watchdog; the lock frees itself when the lease runs out,
+            /// released or not.
+            ///
+            /// # Errors
+            #[doc = concat!("As [`", stringify!($face), "::lock`], and")]
+            /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for
+            /// a lease under 1 ms or over
+            /// [`MAX_DURATION`](crate::config::MAX_DURATION).
+            ///
+            /// # Cancel safety
+            #[doc = concat!("Cancel safe, as [`", stringify!($face), "::lock`].")]
+            pub async fn lock_with_lease(
+                &self,
+                lease: std::time::Duration,
+            ) -> $crate::Result<$guard> {
+                self.core.lock_with_lease(lease).await.map($wrap)
+            }
+
+            /// One attempt, watchdog mode: `Some(guard)` when the lock was
+            /// free or already held by this owner, `None` when someone else
+            /// holds it. A fair lock's single attempt does not join the
+            /// queue.
+            ///
+            /// # Errors
+            #[doc = concat!("As [`", stringify!($face), "::lock`].")]
+            ///
+            /// # Cancel safety
+            #[doc = concat!("Cancel safe, as [`", stringify!($face), "::lock`].")]
+            pub async fn try_lock(&self) -> $crate::Result<Option<$guard>> {
+                Ok(self.core.try_lock().await?.map($wrap))
+            }
+
+            /// Waits at most `wait` for the lock, watchdog mode. A zero wait
+            /// makes one attempt.
+            ///
+            /// # Errors
+            #[doc = concat!("As [`", stringify!($face), "::lock`], and")]
+            /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for
+            /// a wait over [`MAX_DURATION`](crate::config::MAX_DURATION).
+            ///
+            /// # Cancel safety
+            #[doc = concat!("Cancel safe, as [`", stringify!($face), "::lock`].")]
+            pub async fn try_lock_for(
+                &self,
+                wait: std::time::Duration,
+            ) -> $crate::Result<Option<$guard>> {
+                Ok(self.core.try_lock_for(wait).await?.map($wrap))
+            }
+
+            /// Waits at most `wait` for the lock, held for `lease` at most.
+            ///
+            /// # Errors
+            #[doc = concat!("As [`", stringify!($face), "::lock_with_lease`] and [`", stringify!($face), "::try_lock_for`].")]
+            ///
+            /// # Cancel safety
+            #[doc = concat!("Cancel safe, as [`", stringify!($face), "::lock`].")]
+            pub async fn try_lock_with_lease(
+                &self,
+                wait: std::time::Duration,
+                lease: std::time::Duration,
+            ) -> $crate::Result<Option<$guard>> {
+                Ok(self
+                    .core
+                    .try_lock_with_lease(wait, lease)
+                    .await?
+                    .map($wrap))
+            }
+
+            /// Whether anyone holds the lock (a read or write side: whether
+            /// it is held in that mode).
+            ///
+            /// # Errors
+            /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for
+            /// a bad name, [`Error::Redis`](crate::Error::Redis).
+            ///
+            /// # Cancel safety
+            /// Cancel safe: it only reads.
+            pub async fn is_locked(&self) -> $crate::Result<bool> {
+                self.core.is_locked().await
+            }
+
+            /// Whether this handle's owner (by default, the calling task)
+            /// holds the lock.
+            ///
+            /// # Errors
+            /// [`Error::InvalidArgument`](crate::Error::InvalidArgument),
+            /// [`Error::WrongType`](crate::Error::WrongType),
+            /// [`Error::Redis`](crate::Error::Redis).
+            ///
+            /// # Cancel safety
+            /// Cancel safe: it only reads.
+            pub async fn is_held_by_current_task(&self) -> $crate::Result<bool> {
+                self.core.is_held_by_current_task().await
+            }
+
+            /// How many holds this handle's owner has on the lock (0 when
+            /// none).
+            ///
+            /// # Errors
+            /// [`Error::InvalidArgument`](crate::Error::InvalidArgument),
+            /// [`Error::WrongType`](crate::Error::WrongType),
+            /// [`Error::Redis`](crate::Error::Redis), and
+            /// [`Error::UnexpectedReply`](crate::Error::UnexpectedReply) when
+            /// the field is not a count.
+            ///
+            /// # Cancel safety
+            /// Cancel safe: it only reads.
+            pub async fn hold_count(&self) -> $crate::Result<u32> {
+                self.core.hold_count().await
+            }
+
+            /// How long until the lock expires: `None` when nobody holds it
+            /// (or the key has no TTL, which no Redisson or ferrisson lock
+            /// has).
+            ///
+            /// # Errors
+            /// [`Error::InvalidArgument`](crate::Error::InvalidArgument),
+            /// [`Error::Redis`](crate::Error::Redis).
+            ///
+            /// # Cancel safety
+            /// Cancel safe: it only reads.
+            pub async fn remaining_ttl(&self) -> $crate::Result<Option<std::time::Duration>> {
+                self.core.remaining_ttl().await
+            }
+
+            /// Deletes the lock whoever holds it and wakes a waiter. Returns
+            /// whether there was a lock to delete. The holders' guards learn
+            /// it at their next renewal (`lease_lost`) or release (an error).
+            ///
+            /// # Errors
+            /// [`Error::InvalidArgument`](crate::Error::InvalidArgument),
+            /// [`Error::WrongType`](crate::Error::WrongType) (the key holds
+            /// other data, which is left alone),
+            /// [`Error::Redis`](crate::Error::Redis).
+            ///
+            /// # Cancel safety
+            /// Cancel safe: once sent, the delete completes in the
+            /// background.
+            pub async fn force_unlock(&self) -> $crate::Result<bool> {
+                self.core.force_unlock().await
+            }
+
+            /// Releases one hold of this handle's owner without a guard, as
+            /// Redisson's `unlock()` does: for holds whose guard was given up
+            /// with [`LockGuard::leak`](crate::LockGuard::leak). Prefer the
+            /// guard's `unlock` otherwise: a guard still alive for the
+            /// released hold would release another one when it goes.
+            ///
+            /// # Errors
+            /// [`Error::NotHeld`](crate::Error::NotHeld) when the owner holds
+            /// nothing on this lock (as in Redisson, unlocking what you do
+            /// not hold is an error);
+            /// [`Error::InvalidArgument`](crate::Error::InvalidArgument),
+            /// [`Error::WrongType`](crate::Error::WrongType),
+            /// [`Error::Redis`](crate::Error::Redis).
+            ///
+            /// # Cancel safety
+            /// Cancel safe: once started, the release runs to its end in the
+            /// background if the future is dropped.
+            pub async fn unlock(&self) -> $crate::Result<()> {
+                self.core.unlock().await
+            }
+        }
+
+        impl std::fmt::Debug for $face {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                self.core.debug_as(stringify!($face), f)
+            }
+        }
+
+        impl $crate::distributed::Sealed for $face {}
+
+        #[async_trait::async_trait]
+        impl $crate::DistributedLock for $face {
+            fn name(&self) -> &str {
+                self.core.name()
+            }
+
+            fn watchdog_timeout(&self) -> std::time::Duration {
+                self.core.client().config().watchdog_timeout
+            }
+
+            async fn lock(&self) -> $crate::Result<$crate::LockGuard> {
+                self.core.lock().await
+            }
+
+            async fn lock_with_lease(
+                &self,
+                lease: std::time::Duration,
+            ) -> $crate::Result<$crate::LockGuard> {
+                self.core.lock_with_lease(lease).await
+            }
+
+            async fn try_lock(&self) -> $crate::Result<Option<$crate::LockGuard>> {
+                self.core.try_lock().await
+            }
+
+            async fn try_lock_for(
+                &self,
+                wait: std::time::Duration,
+            ) -> $crate::Result<Option<$crate::LockGuard>> {
+                self.core.try_lock_for(wait).await
+            }
+
+            async fn try_lock_with_lease(
+                &self,
+                wait: std::time::Duration,
+                lease: std::time::Duration,
+            ) -> $crate::Result<Option<$crate::LockGuard>> {
+                self.core.try_lock_with_lease(wait, lease).await
+            }
+
+            async fn is_locked(&self) -> $crate::Result<bool> {
+                self.core.is_locked().await
+            }
+
+            async fn is_held_by_current_task(&self) -> $crate::Result<bool> {
+                self.core.is_held_by_current_task().await
+            }
+
+            async fn hold_count(&self) -> $crate::Result<u32> {
+                self.core.hold_count().await
+            }
+
+            async fn remaining_ttl(&self) -> $crate::Result<Option<std::time::Duration>> {
+                self.core.remaining_ttl().await
+            }
+
+            async fn force_unlock(&self) -> $crate::Result<bool> {
+                self.core.force_unlock().await
+            }
+
+            async fn unlock(&self) -> $crate::Result<()> {
+                self.core.unlock().await
+            }
+        }
+    };
+}
+
+pub(crate) use lock_face;
+
+/// The guard of every face but the fenced lock's, as it is.
+pub(crate) fn plain(guard: crate::LockGuard) -> crate::LockGuard {
+    guard
+}

@@ -1,0 +1,120 @@
+//! The fenced lock: Redisson's `RFencedLock`, and its guard with a token.
+
+use std::time::Duration;
+
+use super::face;
+use super::{Kind, LockCore};
+use crate::{Client, LockGuard, Result};
+
+/// A fenced lock, from [`Client::fenced_lock`]: the reentrant lock (same
+/// hash, waits, watchdog and release), and every successful acquire,
+/// re-entry included, also draws a fencing token from the counter
+/// `redisson_lock_token:{name}`, as Redisson's `RFencedLock`:
+/// [`FencedGuard::token`]. Tokens rise strictly across all holders, forever
+/// (the counter has no TTL).
+///
+/// A lease can run out while its holder is paused; the lock alone cannot
+/// stop that holder's late write. The token can: the protected resource
+/// keeps the highest token it has seen and refuses lower ones
+/// (`cargo run --example fencing`).
+///
+/// Everything else (owners, reentrancy, leases, the watchdog, cancel
+/// safety) is as [`Lock`](crate::Lock)'s.
+#[derive(Clone)]
+pub struct FencedLock {
+    core: LockCore,
+}
+
+impl FencedLock {
+    pub(crate) fn new(client: Client, name: String) -> FencedLock {
+        FencedLock {
+            core: LockCore::new(client, name, Kind::Fenced),
+        }
+    }
+}
+
+face::lock_face!(FencedLock, guard: FencedGuard = FencedGuard::new);
+
+/// One hold of a [`FencedLock`], with the fencing token its acquire drew.
+///
+/// It is a [`LockGuard`] otherwise (release, drop, lease), and turns into
+/// one with `LockGuard::from` (the token is then gone).
+#[must_use = "the hold is released in the background as soon as the guard is dropped"]
+#[derive(Debug)]
+pub struct FencedGuard {
+    guard: LockGuard,
+    token: u64,
+}
+
+impl FencedGuard {
+    /// Wraps a guard of a fenced lock. Every fenced acquire draws a token
+    /// (the script's reply is refused without one), so it is always there.
+    fn new(guard: LockGuard) -> FencedGuard {
+        let token = guard.token().unwrap_or_default();
+        debug_assert!(token > 0, "a fenced acquire always draws a token");
+        FencedGuard { guard, token }
+    }
+
+    /// The fencing token this acquire drew.
+    ///
+    /// Tokens of one lock name rise strictly with every acquire, re-entries
+    /// included, across all clients and forever. Send it with every write
+    /// to the resource the lock protects, and have the resource refuse a
+    /// token lower than the highest it has seen: a holder whose lease ran
+    /// out unnoticed (a long pause) is then refused instead of overwriting
+    /// the next holder's work.
+    pub fn token(&self) -> u64 {
+        self.token
+    }
+
+    /// The lock's name.
+    pub fn name(&self) -> &str {
+        self.guard.name()
+    }
+
+    /// The owner field of this hold, `<client-uuid>:<owner-id>`.
+    pub fn owner(&self) -> &str {
+        self.guard.owner()
+    }
+
+    /// The lease this hold was taken with; `None` in watchdog mode.
+    pub fn lease(&self) -> Option<Duration> {
+        self.guard.lease()
+    }
+
+    /// As [`LockGuard::is_lease_lost`].
+    pub fn is_lease_lost(&self) -> bool {
+        self.guard.is_lease_lost()
+    }
+
+    /// As [`LockGuard::lease_lost`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only waits.
+    pub async fn lease_lost(&self) {
+        self.guard.lease_lost().await
+    }
+
+    /// As [`LockGuard::leak`].
+    pub fn leak(self) {
+        self.guard.leak()
+    }
+
+    /// As [`LockGuard::unlock`].
+    ///
+    /// # Errors
+    /// As [`LockGuard::unlock`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe: once started, the release runs to its end in the
+    /// background if the future is dropped.
+    pub async fn unlock(self) -> Result<()> {
+        self.guard.unlock().await
+    }
+}
+
+impl From<FencedGuard> for LockGuard {
+    fn from(guard: FencedGuard) -> LockGuard {
+        guard.guard
+    }
+}
