@@ -9,10 +9,9 @@ use std::time::Duration;
 use tokio::runtime::Handle;
 use tokio::time::Instant;
 
-use crate::acquire_latch::settle_lost;
+use crate::acquire_latch::{send_latched, GiveBack};
 use crate::args;
 use crate::config::MAX_DURATION;
-use crate::error::is_connection_failure;
 use crate::finish::{runtime, Finish};
 use crate::waiting::{wait_on, Channel, Tried};
 use crate::{keys, scripts::EXPIRABLE, Client, Error, Result};
@@ -387,83 +386,67 @@ impl PermitExpirableSemaphore {
             .transpose()?;
         let deadline = args::deadline(wait)?;
         let runtime = runtime()?;
-        let attempt = || {
-            let (client, name) = (self.client.clone(), Arc::clone(&self.name));
-            let runtime = runtime.clone();
-            async move {
-                let id = PermitId::random();
-                let sent = Instant::now();
-                let mut conn = client.inner.conn.clone();
-                // A latch per request, as the semaphore's: a permit taken by
-                // a request whose reply was lost is given back.
-                let latch = keys::acquire_latch(&name, &client.inner.request_id());
-                // It outlives every resend and settle of the request.
-                let config = &client.inner.config;
-                let latch_ttl =
-                    (config.watchdog_timeout.as_millis() as u64).max(config.unlock_latch_ttl_ms());
-                let mut invocation =
-                    call(&client, &name, "acquire", Some(id), lease_ms.unwrap_or(0));
-                invocation.key(&latch).arg(latch_ttl);
-                let request = {
-                    let (client, name) = (client.clone(), Arc::clone(&name));
-                    async move {
-                        let reply = invocation.invoke_async::<Option<i64>>(&mut conn).await;
-                        match &reply {
-                            Ok(None) => client.inner.sweeper.discard(latch),
-                            Err(err) if is_connection_failure(err) => {
-                                let give_back = {
-                                    let (client, name) = (client.clone(), Arc::clone(&name));
-                                    move || async move {
-                                        if let Err(err) = give_back(&client, &name, id).await {
-                                            tracing::warn!(semaphore = %name, permit = %id, error = %err,
-                                                "could not give back a permit taken by an acquire whose reply was lost");
-                                        }
-                                    }
-                                };
-                                tokio::spawn(async move {
-                                    settle_lost(client, &name, latch, latch_ttl, give_back).await
-                                });
-                            }
-                            _ => {}
-                        }
-                        reply
-                    }
-                };
-                let orphan = {
-                    let (client, name) = (client.clone(), Arc::clone(&name));
-                    move |reply: redis::RedisResult<Option<i64>>| async move {
-                        if let Ok(None) = reply {
-                            // The caller left after the permit was taken.
-                            if let Err(err) = give_back(&client, &name, id).await {
-                                tracing::warn!(semaphore = %name, permit = %id, error = %err,
-                                    "could not give back a permit taken by a cancelled acquire");
-                            }
-                        }
-                    }
-                };
-                match Finish::new(runtime.clone(), request, orphan).await {
-                    Ok(None) => Ok(Tried::Done(Permit {
-                        hold: Some(PermitHold {
-                            client,
-                            name,
-                            runtime,
-                        }),
-                        id,
-                        expires: lease_ms.map(|ms| sent + Duration::from_millis(ms)),
-                    })),
-                    Ok(Some(ms)) if ms > 0 => {
-                        Ok(Tried::Again(Some(Duration::from_millis(ms as u64))))
-                    }
-                    Ok(Some(_)) => Ok(Tried::Again(None)),
-                    Err(err) => Err(Error::from_redis(err, &name)),
-                }
-            }
-        };
+        let attempt = || self.try_take(lease_ms, runtime.clone());
         let channel = Channel {
             name: keys::semaphore_channel(&self.name),
             broadcast: true,
         };
         wait_on(&self.client, channel, deadline, attempt).await
+    }
+
+    /// One latched attempt to take a permit with a new id: the permit, or
+    /// wait (until the first permit out expires, when one will).
+    async fn try_take(&self, lease_ms: Option<u64>, runtime: Handle) -> Result<Tried<Permit>> {
+        let id = PermitId::random();
+        let sent = Instant::now();
+        let build = |latch: &str, latch_ttl: u64| {
+            let mut call = call(
+                &self.client,
+                &self.name,
+                "acquire",
+                Some(id),
+                lease_ms.unwrap_or(0),
+            );
+            call.key(latch).arg(latch_ttl);
+            call
+        };
+        let give_back = {
+            let (client, name) = (self.client.clone(), Arc::clone(&self.name));
+            move |why: GiveBack| {
+                let (client, name) = (client.clone(), Arc::clone(&name));
+                async move {
+                    if let Err(err) = give_back(&client, &name, id).await {
+                        tracing::warn!(semaphore = %name, permit = %id, error = %err, why = why.why(),
+                            "could not give back a permit an acquire took");
+                    }
+                }
+            }
+        };
+        // The script replies nil for a permit taken, else how long to wait.
+        let granted = |reply: &Option<i64>| reply.is_none();
+        let reply = send_latched(
+            &self.client,
+            &self.name,
+            runtime.clone(),
+            build,
+            granted,
+            give_back,
+        )
+        .await
+        .map_err(|e| self.error(e))?;
+        Ok(match reply {
+            None => Tried::Done(Permit {
+                hold: Some(PermitHold {
+                    client: self.client.clone(),
+                    name: Arc::clone(&self.name),
+                    runtime,
+                }),
+                id,
+                expires: lease_ms.map(|ms| sent + Duration::from_millis(ms)),
+            }),
+            Some(ms) if ms > 0 => Tried::Again(Some(Duration::from_millis(ms as u64))),
+            Some(_) => Tried::Again(None),
+        })
     }
 }
 

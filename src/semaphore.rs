@@ -4,9 +4,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::acquire_latch::settle_lost;
+use tokio::runtime::Handle;
+
+use crate::acquire_latch::{send_latched, GiveBack};
 use crate::args;
-use crate::error::is_connection_failure;
 use crate::finish::{runtime, Finish};
 use crate::scripts::{SEMAPHORE_ACQUIRE, SEMAPHORE_DRAIN, SEMAPHORE_RELEASE, SET_IF_MISSING};
 use crate::waiting::{wait_on, Channel, Tried};
@@ -229,69 +230,7 @@ impl Semaphore {
         let permits = args::permits(permits)?;
         let deadline = args::deadline(wait)?;
         let runtime = runtime()?;
-        let attempt = || {
-            let (client, name) = (self.client.clone(), Arc::clone(&self.name));
-            let runtime = runtime.clone();
-            async move {
-                let mut conn = client.inner.conn.clone();
-                // A latch per request: should every reply be lost, whether
-                // the permits were taken is settled in the background, and
-                // given back if so (a resend with a fresh request follows).
-                let latch = keys::acquire_latch(&name, &client.inner.request_id());
-                // It outlives every resend and settle of the request.
-                let config = &client.inner.config;
-                let latch_ttl =
-                    (config.watchdog_timeout.as_millis() as u64).max(config.unlock_latch_ttl_ms());
-                let request = {
-                    let (client, name) = (client.clone(), Arc::clone(&name));
-                    async move {
-                        let reply = SEMAPHORE_ACQUIRE
-                            .key(&*name)
-                            .key(&latch)
-                            .arg(permits)
-                            .arg(latch_ttl)
-                            .invoke_async::<i64>(&mut conn)
-                            .await;
-                        match &reply {
-                            Ok(1) => client.inner.sweeper.discard(latch),
-                            Err(err) if is_connection_failure(err) => {
-                                let give_back = {
-                                    let (client, name) = (client.clone(), Arc::clone(&name));
-                                    move || async move {
-                                        if let Err(err) = give(&client, &name, permits).await {
-                                            tracing::warn!(semaphore = %name, permits, error = %err,
-                                                "could not give back permits taken by an acquire whose reply was lost");
-                                        }
-                                    }
-                                };
-                                tokio::spawn(async move {
-                                    settle_lost(client, &name, latch, latch_ttl, give_back).await
-                                });
-                            }
-                            _ => {}
-                        }
-                        reply
-                    }
-                };
-                let orphan = {
-                    let (client, name) = (client.clone(), Arc::clone(&name));
-                    move |reply: redis::RedisResult<i64>| async move {
-                        if reply.ok() == Some(1) {
-                            // The caller left after the permits were taken.
-                            if let Err(err) = give(&client, &name, permits).await {
-                                tracing::warn!(semaphore = %name, permits, error = %err,
-                                    "could not give back permits taken by a cancelled acquire");
-                            }
-                        }
-                    }
-                };
-                match Finish::new(runtime, request, orphan).await {
-                    Ok(1) => Ok(Tried::Done(())),
-                    Ok(_) => Ok(Tried::Again(None)),
-                    Err(err) => Err(Error::from_redis(err, &name)),
-                }
-            }
-        };
+        let attempt = || self.try_take(permits, runtime.clone());
         let channel = Channel {
             name: keys::semaphore_channel(&self.name),
             broadcast: true,
@@ -299,6 +238,34 @@ impl Semaphore {
         Ok(wait_on(&self.client, channel, deadline, attempt)
             .await?
             .is_some())
+    }
+
+    /// One latched attempt to take `permits`: done, or wait for the next
+    /// release.
+    async fn try_take(&self, permits: u32, runtime: Handle) -> Result<Tried<()>> {
+        let build = |latch: &str, latch_ttl: u64| {
+            let mut call = SEMAPHORE_ACQUIRE.prepare_invoke();
+            call.key(&*self.name).key(latch).arg(permits).arg(latch_ttl);
+            call
+        };
+        let give_back = {
+            let (client, name) = (self.client.clone(), Arc::clone(&self.name));
+            move |why: GiveBack| {
+                let (client, name) = (client.clone(), Arc::clone(&name));
+                async move {
+                    if let Err(err) = give(&client, &name, permits).await {
+                        tracing::warn!(semaphore = %name, permits, error = %err, why = why.why(),
+                            "could not give back permits an acquire took");
+                    }
+                }
+            }
+        };
+        let granted = |reply: &i64| *reply == 1;
+        match send_latched(&self.client, &self.name, runtime, build, granted, give_back).await {
+            Ok(1) => Ok(Tried::Done(())),
+            Ok(_) => Ok(Tried::Again(None)),
+            Err(err) => Err(self.error(err)),
+        }
     }
 }
 
