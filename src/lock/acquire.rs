@@ -69,7 +69,7 @@ impl LockCore {
         result
     }
 
-    /// The attempts and waits of [`Lock::acquire`] until `deadline`.
+    /// The attempts and waits of [`LockCore::acquire`] until `deadline`.
     /// `waiter_ms` > 0: a fair lock's waiter, queued by its attempts.
     async fn wait_for(
         &self,
@@ -80,21 +80,23 @@ impl LockCore {
     ) -> Result<Option<LockGuard>> {
         // One request id for the whole wait (renewed when it grows old):
         // sends whose replies were lost are settled once, when it goes.
-        let request = RequestSlot::default();
+        let slot = RequestSlot::default();
+        let req = AcquireRequest {
+            key: (Arc::clone(&self.name), Arc::clone(field)),
+            lease_ms,
+            waiter_ms,
+            deadline,
+            slot: &slot,
+        };
         let attempt = || async {
-            Ok(
-                match self
-                    .attempt(&request, field, lease_ms, waiter_ms, deadline)
-                    .await?
-                {
-                    Ok(guard) => Tried::Done(guard),
-                    // The holder's TTL: the lock is free by then.
-                    Err(ttl) if ttl > 0 => Tried::Again(Some(Duration::from_millis(ttl as u64))),
-                    Err(0) => Tried::Again(Some(Duration::from_millis(1))),
-                    // No TTL: only a release (or a periodic look) frees it.
-                    Err(_) => Tried::Again(None),
-                },
-            )
+            Ok(match self.attempt(&req).await? {
+                Ok(guard) => Tried::Done(guard),
+                // The holder's TTL: the lock is free by then.
+                Err(ttl) if ttl > 0 => Tried::Again(Some(Duration::from_millis(ttl as u64))),
+                Err(0) => Tried::Again(Some(Duration::from_millis(1))),
+                // No TTL: only a release (or a periodic look) frees it.
+                Err(_) => Tried::Again(None),
+            })
         };
         if let Some(backoff) = self.kind.backoff() {
             return waiting::spin(backoff, deadline, attempt).await;
@@ -111,39 +113,68 @@ impl LockCore {
         waiting::wait_on(&self.client, channel, deadline, attempt).await
     }
 
-    /// One acquire attempt for `field`, under the wait's `request`;
-    /// `waiter_ms` > 0 queues a fair lock's waiter with that waiter
-    /// timeout. A retry-safe attempt is resent on a connection failure
-    /// once, and again until `deadline`.
-    async fn attempt(
-        &self,
-        request: &RequestSlot,
-        field: &Arc<str>,
-        lease_ms: Option<u64>,
-        waiter_ms: u64,
-        deadline: Option<Instant>,
-    ) -> Result<Attempt> {
-        let inner = &self.client.inner;
+    /// One acquire attempt: send the wait's request (resent on a lost
+    /// reply), confirm a grant that came back late, make the guard, and
+    /// check the replicas. `Err(ttl)` when someone else holds the lock.
+    async fn attempt(&self, req: &AcquireRequest<'_>) -> Result<Attempt> {
         let runtime = runtime()?;
-        let key: HoldKey = (Arc::clone(&self.name), Arc::clone(field));
-        let watchdog_ms = inner.config.watchdog_timeout.as_millis() as u64;
-        // A leased hold taken inside a watchdog hold must not shorten the
-        // key's TTL below what the watchdog's schedule expects.
-        let ttl_ms = match lease_ms {
-            None => watchdog_ms,
-            Some(ms) if inner.registry.contains(&key) => ms.max(watchdog_ms),
-            Some(ms) => ms,
-        };
-
+        let ttl_ms = self.hold_ttl(req);
         let sent = Instant::now();
-        let mut conn = inner.conn.clone();
-        let (name, owner) = (Arc::clone(&key.0), Arc::clone(&key.1));
-        let kind = self.kind;
-        // Acquires are safe to resend: each request has an id and leaves a
-        // latch, so that a resend after a lost reply returns the first
-        // outcome instead of taking a second hold. The attempts of one wait
-        // share their request while it is young enough (see `Request`).
-        let request = request
+        let token = match self.send_latched(req, ttl_ms, &runtime).await? {
+            Granted::Yes(token) => token,
+            Granted::No(ttl) => return Ok(Err(ttl)),
+            Granted::Unexpected(reply) => {
+                return Err(Error::UnexpectedReply {
+                    script: "fenced_acquire",
+                    reply,
+                })
+            }
+            Granted::Upgrade => {
+                let owner = &req.key.1;
+                return Err(Error::UpgradeRefused {
+                    name: self.name.to_string(),
+                    owner: owner.strip_suffix(":write").unwrap_or(owner).to_owned(),
+                });
+            }
+        };
+        let Some(sent) = self.confirm_if_late(req, sent, ttl_ms, &runtime).await? else {
+            return Ok(Err(0));
+        };
+        let guard = self.hold(req, sent, token, runtime);
+        self.check_replicas(guard).await
+    }
+
+    /// The TTL the acquire sets: the lease, or the watchdog timeout. A
+    /// leased hold taken inside a watchdog hold must not shorten the key's
+    /// TTL below what the watchdog's schedule expects.
+    fn hold_ttl(&self, req: &AcquireRequest<'_>) -> u64 {
+        let inner = &self.client.inner;
+        let watchdog_ms = inner.config.watchdog_timeout.as_millis() as u64;
+        match req.lease_ms {
+            None => watchdog_ms,
+            Some(ms) if inner.registry.contains(&req.key) => ms.max(watchdog_ms),
+            Some(ms) => ms,
+        }
+    }
+
+    /// Sends the wait's request, resending it under the same id on a
+    /// connection failure (once always, more until the deadline). Safe to
+    /// resend: the request's acquire latch makes a resend return the first
+    /// outcome instead of taking a second hold. A caller that leaves gets
+    /// its grant given back (and a fair waiter's queue entry left).
+    async fn send_latched(
+        &self,
+        req: &AcquireRequest<'_>,
+        ttl_ms: u64,
+        runtime: &tokio::runtime::Handle,
+    ) -> Result<Granted> {
+        let inner = &self.client.inner;
+        let (name, owner) = (Arc::clone(&req.key.0), Arc::clone(&req.key.1));
+        let (kind, waiter_ms, deadline) = (self.kind, req.waiter_ms, req.deadline);
+        // The attempts of one wait share their request while it is young
+        // enough (see `Request`).
+        let request = req
+            .slot
             .get(ttl_ms, || Request {
                 client: self.client.clone(),
                 kind,
@@ -159,7 +190,8 @@ impl LockCore {
             .map_err(|e| self.error(e))?;
         let sends = inner.config.release_attempts.max(1);
         let client = self.client.clone();
-        let request = async move {
+        let mut conn = inner.conn.clone();
+        let send = async move {
             let (latch, latch_ttl) = (&request.latch, request.latch_ttl);
             let mut sent = 0;
             loop {
@@ -194,7 +226,7 @@ impl LockCore {
             }
         };
         let client = self.client.clone();
-        let (name, owner) = (Arc::clone(&key.0), Arc::clone(&key.1));
+        let (name, owner) = (Arc::clone(&req.key.0), Arc::clone(&req.key.1));
         let give_back = move |reply: redis::RedisResult<Granted>| async move {
             if waiter_ms > 0 && !matches!(reply, Ok(Granted::Yes(_))) {
                 // Perhaps queued by this very attempt: leave the line
@@ -211,67 +243,105 @@ impl LockCore {
                 }
             }
         };
-        let reply = Finish::new(runtime.clone(), request, give_back)
+        Finish::new(runtime.clone(), send, give_back)
             .await
-            .map_err(|e| self.error(e))?;
-        match reply {
-            Granted::No(ttl) => Ok(Err(ttl)),
-            Granted::Unexpected(reply) => Err(Error::UnexpectedReply {
-                script: "fenced_acquire",
-                reply,
-            }),
-            Granted::Upgrade => Err(Error::UpgradeRefused {
-                name: self.name.to_string(),
-                owner: key.1.strip_suffix(":write").unwrap_or(&key.1).to_owned(),
-            }),
-            Granted::Yes(token) => {
-                let mut sent = sent;
-                let watchdog = inner.config.watchdog_timeout;
-                if lease_ms.is_none() && Instant::now() >= sent + watchdog / 3 {
-                    // The grant came back so late that its first renewal is
-                    // due (or, for all this client knows, its TTL already
-                    // ran out): confirm it is still held before handing out
-                    // a guard, as that renewal would.
-                    match self.confirm(&key).await {
-                        Ok((true, confirmed)) => sent = confirmed,
-                        Ok((false, _)) => return Ok(Err(0)),
-                        Err(err) => {
-                            // No guard goes out for this grant: give the
-                            // hold back now rather than at its TTL's end.
-                            self.give_back_in_background(&key, ttl_ms, &runtime);
-                            return Err(err);
-                        }
-                    }
-                }
-                let lease = match lease_ms {
-                    None => inner.registry.hold(key.clone(), sent, kind == Kind::Read),
-                    Some(ms) => LeaseState::leased(sent + Duration::from_millis(ms)),
-                };
-                let guard =
-                    LockGuard::new(self.client.clone(), kind, key, lease_ms, lease, runtime)
-                        .with_token(token);
-                if let (Some((false, acked)), Some(sync)) = (
-                    inner.replicated(&self.name).await,
-                    inner.config.replica_sync,
-                ) {
-                    // Only the master knows of this hold: give it back.
-                    if let Err(err) = guard.unlock().await {
-                        tracing::warn!(lock = %self.name, error = %err,
-                            "could not give back a hold the replicas did not acknowledge; it expires with its lease");
-                    }
-                    return match sync.on_unsynced {
-                        Unsynced::Retry => Ok(Err(sync.timeout.as_millis() as i64)),
-                        _ => Err(Error::NotReplicated {
-                            name: self.name.to_string(),
-                            acked,
-                            wanted: sync.replicas,
-                        }),
-                    };
-                }
-                Ok(Ok(guard))
+            .map_err(|e| self.error(e))
+    }
+
+    /// When a watchdog-mode grant came back so late that its first renewal
+    /// is due (or, for all this client knows, its TTL already ran out),
+    /// confirms it is still held before a guard goes out, as that renewal
+    /// would. The time the hold's lease counts from; `None` when it is no
+    /// longer held. A failed confirm gives the hold back at once rather than
+    /// at its TTL's end.
+    async fn confirm_if_late(
+        &self,
+        req: &AcquireRequest<'_>,
+        sent: Instant,
+        ttl_ms: u64,
+        runtime: &tokio::runtime::Handle,
+    ) -> Result<Option<Instant>> {
+        let watchdog = self.client.inner.config.watchdog_timeout;
+        if req.lease_ms.is_some() || Instant::now() < sent + watchdog / 3 {
+            return Ok(Some(sent));
+        }
+        match self.confirm(&req.key).await {
+            Ok((true, confirmed)) => Ok(Some(confirmed)),
+            Ok((false, _)) => Ok(None),
+            Err(err) => {
+                self.give_back_in_background(&req.key, ttl_ms, runtime);
+                Err(err)
             }
         }
     }
+
+    /// The guard of a grant: registered with the watchdog, or leased from
+    /// `sent`.
+    fn hold(
+        &self,
+        req: &AcquireRequest<'_>,
+        sent: Instant,
+        token: Option<u64>,
+        runtime: tokio::runtime::Handle,
+    ) -> LockGuard {
+        let inner = &self.client.inner;
+        let key = req.key.clone();
+        let lease = match req.lease_ms {
+            None => inner
+                .registry
+                .hold(key.clone(), sent, self.kind == Kind::Read),
+            Some(ms) => LeaseState::leased(sent + Duration::from_millis(ms)),
+        };
+        LockGuard::new(
+            self.client.clone(),
+            self.kind,
+            key,
+            req.lease_ms,
+            lease,
+            runtime,
+        )
+        .with_token(token)
+    }
+
+    /// With replica sync configured: waits for the replicas to acknowledge
+    /// the hold, and gives it back when too few did (then retries later or
+    /// fails, as configured).
+    async fn check_replicas(&self, guard: LockGuard) -> Result<Attempt> {
+        let inner = &self.client.inner;
+        if let (Some((false, acked)), Some(sync)) = (
+            inner.replicated(&self.name).await,
+            inner.config.replica_sync,
+        ) {
+            // Only the master knows of this hold: give it back.
+            if let Err(err) = guard.unlock().await {
+                tracing::warn!(lock = %self.name, error = %err,
+                    "could not give back a hold the replicas did not acknowledge; it expires with its lease");
+            }
+            return match sync.on_unsynced {
+                Unsynced::Retry => Ok(Err(sync.timeout.as_millis() as i64)),
+                _ => Err(Error::NotReplicated {
+                    name: self.name.to_string(),
+                    acked,
+                    wanted: sync.replicas,
+                }),
+            };
+        }
+        Ok(Ok(guard))
+    }
+}
+
+/// What every attempt of one wait asks for.
+struct AcquireRequest<'a> {
+    /// The lock's name and the owner's field.
+    key: HoldKey,
+    /// The lease; `None` in watchdog mode.
+    lease_ms: Option<u64>,
+    /// A fair lock's waiter timeout when the wait queues; else 0.
+    waiter_ms: u64,
+    /// When the wait ends; resends stop there too.
+    deadline: Option<Instant>,
+    /// The request id the attempts share.
+    slot: &'a RequestSlot,
 }
 
 impl LockCore {
