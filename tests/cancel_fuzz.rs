@@ -5,50 +5,24 @@
 //! hold nothing but the fencing counter, the client's registry must be
 //! empty, and no subscription may be left, locally or on the server.
 //!
-//! The seed is printed; `FERRISSON_FUZZ_SEED=<n>` replays one, and
+//! The seed is printed; `FERRISSON_SEED=<n>` replays one, and
 //! `FERRISSON_TORTURE=long` runs ten times as many futures.
 
 mod common;
 
-use std::future::Future;
-use std::pin::Pin;
-use std::task::Poll;
 use std::time::Duration;
 
+use common::cancel::{acquire, poll_at_most};
+use common::rng::{announced_seed, Rng};
 use common::{client, eventually, soon, within, RedisServer};
-use ferrisson::{Client, DistributedLock, LockGuard};
+use ferrisson::{Client, DistributedLock};
 
 const KINDS: [&str; 6] = ["reentrant", "spin", "fenced", "fair", "read", "write"];
-
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D) % n
-    }
-}
 
 fn handle(client: &Client, kind: &str) -> Box<dyn DistributedLock> {
     match kind {
         "read" | "write" => common::lock_of(client, kind, "fuzz:rw"),
         _ => common::lock_of(client, kind, &format!("fuzz:{kind}")),
-    }
-}
-
-type Acquire = Pin<Box<dyn Future<Output = ferrisson::Result<Option<LockGuard>>> + Send>>;
-
-fn acquire(lock: Box<dyn DistributedLock>, op: u64, wait_us: u64) -> Acquire {
-    let lease = Duration::from_secs(30);
-    let wait = Duration::from_micros(wait_us);
-    match op {
-        0 => Box::pin(async move { lock.lock().await.map(Some) }),
-        1 => Box::pin(async move { lock.lock_with_lease(lease).await.map(Some) }),
-        2 => Box::pin(async move { lock.try_lock().await }),
-        3 => Box::pin(async move { lock.try_lock_for(wait).await }),
-        _ => Box::pin(async move { lock.try_lock_with_lease(wait, lease).await }),
     }
 }
 
@@ -64,7 +38,7 @@ struct Tally {
 }
 
 async fn fuzz(client: Client, seed: u64, futures: usize, kinds: &'static [&'static str]) -> Tally {
-    let mut rng = Rng(seed | 1);
+    let mut rng = Rng::new(seed);
     let mut tally = Tally::default();
     for _ in 0..futures {
         let kind = kinds[rng.below(kinds.len() as u64) as usize];
@@ -75,16 +49,7 @@ async fn fuzz(client: Client, seed: u64, futures: usize, kinds: &'static [&'stat
                 None
             }
             1 => {
-                let polls = 1 + rng.below(6);
-                let mut done = None;
-                for _ in 0..polls {
-                    let step = std::future::poll_fn(|cx| Poll::Ready(fut.as_mut().poll(cx))).await;
-                    if let Poll::Ready(out) = step {
-                        done = Some(out);
-                        break;
-                    }
-                    tokio::task::yield_now().await;
-                }
+                let done = poll_at_most(&mut fut, 1 + rng.below(6)).await;
                 if done.is_none() {
                     tally.dropped_after_polls += 1;
                 }
@@ -134,10 +99,7 @@ async fn fuzz(client: Client, seed: u64, futures: usize, kinds: &'static [&'stat
 async fn dropped_acquires_leave_nothing_behind() {
     common::init_tracing();
     let long = std::env::var("FERRISSON_TORTURE").is_ok_and(|v| v == "long");
-    let seed: u64 = std::env::var("FERRISSON_FUZZ_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| uuid::Uuid::new_v4().as_u64_pair().0);
+    let seed = announced_seed("cancel fuzz");
     let total = if long { 60_000 } else { 6_000 };
     const TASKS: usize = 4;
     let server = RedisServer::start();
@@ -241,10 +203,7 @@ async fn dropped_acquires_over_a_cutting_network_leave_nothing_behind() {
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::Arc;
     let long = std::env::var("FERRISSON_TORTURE").is_ok_and(|v| v == "long");
-    let seed: u64 = std::env::var("FERRISSON_FUZZ_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| uuid::Uuid::new_v4().as_u64_pair().0);
+    let seed = announced_seed("cancel fuzz");
     let total = if long { 20_000 } else { 2_000 };
     let server = RedisServer::start();
     let proxy = Arc::new(common::proxy::Proxy::start(server.port()));

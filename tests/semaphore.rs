@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use common::rng::Rng;
 use common::{
     client, eventually, exists, next_message, settled, soon, within, RawSubscriber, RedisServer,
 };
@@ -16,18 +17,6 @@ const WATCHDOG: Duration = Duration::from_secs(30);
 
 fn get(server: &RedisServer, key: &str) -> Option<String> {
     server.cmd(&["GET", key]).as_string()
-}
-
-/// A small pseudo-random sequence for cancellation points, seeded per test.
-struct Jitter(u64);
-
-impl Jitter {
-    fn next(&mut self, below: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % below
-    }
 }
 
 /// Many tasks in two clients take and give back 1 or 2 permits of 3: the
@@ -246,10 +235,10 @@ async fn dropped_acquires_take_nothing() {
             }
         })
     };
-    let mut jitter = Jitter(0x9e37_79b9_7f4a_7c15);
+    let mut jitter = Rng::from_env("semaphore cancellation");
     let mut kept = 0;
     for i in 0..1500 {
-        let cut = Duration::from_micros(jitter.next(600));
+        let cut = Duration::from_micros(jitter.below(600));
         let n = 1 + (i % 2) as u32;
         if let Ok(result) = tokio::time::timeout(cut, sem.acquire(n)).await {
             result.unwrap();
@@ -476,10 +465,10 @@ async fn dropped_expirable_acquires_leave_no_permit_out() {
             }
         })
     };
-    let mut jitter = Jitter(0x2545_f491_4f6c_dd1d);
+    let mut jitter = Rng::from_env("expirable cancellation");
     let mut kept = 0;
     for i in 0..1500 {
-        let cut = Duration::from_micros(jitter.next(600));
+        let cut = Duration::from_micros(jitter.below(600));
         let acquire = async {
             if i % 2 == 0 {
                 sem.acquire().await

@@ -20,6 +20,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use common::child::{self, ChildProcess};
+use common::rng::Rng;
 use common::RedisServer;
 
 /// The lock names and kinds: one of each kind. The read-write lock's
@@ -188,21 +189,6 @@ fn long() -> bool {
 }
 
 /// A tiny deterministic generator: xorshift64*.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
-
 /// The child side: `TASKS` tasks, each making `ROUNDS` acquisitions.
 #[test]
 fn torture_child() {
@@ -232,7 +218,7 @@ async fn worker() {
         let url = url.clone();
         let kinds = kinds.clone();
         handles.push(tokio::spawn(async move {
-            let mut rng = Rng(seed.wrapping_mul(1000).wrapping_add(task) | 1);
+            let mut rng = Rng::new(seed.wrapping_mul(1000).wrapping_add(task));
             let raw = redis::Client::open(url.as_str()).unwrap();
             let mut raw = raw.get_multiplexed_async_connection().await.unwrap();
             for _ in 0..rounds {

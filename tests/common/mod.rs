@@ -3,8 +3,14 @@
 
 #![allow(dead_code, unreachable_pub)]
 
+pub(crate) mod cancel;
 pub(crate) mod child;
+#[cfg(feature = "cluster")]
+pub(crate) mod cluster;
 pub(crate) mod proxy;
+pub(crate) mod rng;
+#[cfg(feature = "sentinel")]
+pub(crate) mod sentinel;
 pub(crate) mod server;
 
 use std::future::Future;
