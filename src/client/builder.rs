@@ -196,8 +196,14 @@ impl ClientBuilder {
         let manager_config = ConnectionManagerConfig::new()
             .set_response_timeout(Some(self.config.response_timeout))
             .set_connection_timeout(Some(self.config.connection_timeout));
-        let info = match self.target {
-            Target::Single(info) => info?,
+        match self.target {
+            Target::Single(info) => {
+                #[cfg(feature = "tls")]
+                let tls_root = self.tls_root;
+                #[cfg(not(feature = "tls"))]
+                let tls_root = None;
+                connect_single(info?, tls_root, self.config, manager_config).await
+            }
             #[cfg(feature = "cluster")]
             Target::Cluster(nodes) => {
                 let nodes = nodes?;
@@ -205,7 +211,7 @@ impl ClientBuilder {
                 let mut config = self.config;
                 let (conn, pubsub, mode) = super::cluster::connect(nodes, &config).await?;
                 config.pubsub_mode = mode;
-                return Ok(Client::assemble(conn, pubsub, config, addr));
+                Ok(Client::assemble(conn, pubsub, config, addr))
             }
             #[cfg(feature = "sentinel")]
             Target::Sentinel { sentinels, service } => {
@@ -226,55 +232,57 @@ impl ClientBuilder {
                     addr,
                 );
                 follower.attach(&client.inner.pubsub);
-                return Ok(client);
+                Ok(client)
             }
-        };
-        let addr = info.addr().to_string();
-
-        // RESP3 on both: a connection closed by the server is noticed (and
-        // reopened) at once, not by the next command failing.
-        let resp3 = info
-            .redis_settings()
-            .clone()
-            .set_protocol(ProtocolVersion::RESP3);
-        let info = info.set_redis_settings(resp3);
-        #[cfg(feature = "tls")]
-        let redis_client = match self.tls_root {
-            Some(pem) => redis::Client::build_with_tls(
-                info,
-                redis::TlsCertificates {
-                    client_tls: None,
-                    root_cert: Some(pem),
-                },
-            )?,
-            None => redis::Client::open(info)?,
-        };
-        #[cfg(not(feature = "tls"))]
-        let redis_client = redis::Client::open(info)?;
-        // One plain connection first: a refused password, a bad certificate
-        // or an unreachable server fails here at once, where the managers
-        // would retry it with backoff for seconds.
-        let probe = redis::AsyncConnectionConfig::new()
-            .set_connection_timeout(Some(self.config.connection_timeout))
-            .set_response_timeout(Some(self.config.response_timeout));
-        drop(
-            redis_client
-                .get_multiplexed_async_connection_with_config(&probe)
-                .await?,
-        );
-        // Commands on a server that is down fail after one reconnect
-        // attempt (the default retries with backoff for about 9 s before a
-        // command hears of it); the next command tries again.
-        let command_config = manager_config.clone().set_number_of_retries(1);
-        let conn = redis_client
-            .get_connection_manager_with_config(command_config)
-            .await?;
-        let pubsub = PubSub::connect(redis_client, manager_config).await?;
-        Ok(Client::assemble(
-            Conn::Single(conn),
-            pubsub,
-            self.config,
-            addr,
-        ))
+        }
     }
+}
+
+/// Connects a client to one server, over TLS with `tls_root` as the CA
+/// when given (feature `tls`).
+async fn connect_single(
+    info: ConnectionInfo,
+    tls_root: Option<Vec<u8>>,
+    config: Config,
+    manager_config: ConnectionManagerConfig,
+) -> Result<Client> {
+    let addr = info.addr().to_string();
+    // RESP3 on both: a connection closed by the server is noticed (and
+    // reopened) at once, not by the next command failing.
+    let resp3 = info
+        .redis_settings()
+        .clone()
+        .set_protocol(ProtocolVersion::RESP3);
+    let info = info.set_redis_settings(resp3);
+    let redis_client = match tls_root {
+        #[cfg(feature = "tls")]
+        Some(pem) => redis::Client::build_with_tls(
+            info,
+            redis::TlsCertificates {
+                client_tls: None,
+                root_cert: Some(pem),
+            },
+        )?,
+        _ => redis::Client::open(info)?,
+    };
+    // One plain connection first: a refused password, a bad certificate or
+    // an unreachable server fails here at once, where the managers would
+    // retry it with backoff for seconds.
+    let probe = redis::AsyncConnectionConfig::new()
+        .set_connection_timeout(Some(config.connection_timeout))
+        .set_response_timeout(Some(config.response_timeout));
+    drop(
+        redis_client
+            .get_multiplexed_async_connection_with_config(&probe)
+            .await?,
+    );
+    // Commands on a server that is down fail after one reconnect attempt
+    // (the default retries with backoff for about 9 s before a command
+    // hears of it); the next command tries again.
+    let command_config = manager_config.clone().set_number_of_retries(1);
+    let conn = redis_client
+        .get_connection_manager_with_config(command_config)
+        .await?;
+    let pubsub = PubSub::connect(redis_client, manager_config).await?;
+    Ok(Client::assemble(Conn::Single(conn), pubsub, config, addr))
 }
