@@ -1,4 +1,616 @@
-#![doc = include_str!("../README.md")]
+//! Distributed locks and other synchronizers on Redis, on the same keys as
+//! [Redisson](https://redisson.org), the Java library.
+//!
+//! You run several replicas of a service, and one of them at a time must do a
+//! thing: a cron job, a plan rotation, a payment. Or you come from Java, know
+//! Redisson's `RLock`, and want a Rust service and a Java service to exclude
+//! each other on the same lock names. ferrisson's reentrant lock, [`Lock`]:
+//!
+//! - survives a crashed holder: every hold has a lease, and a dead process's
+//!   hold ends when the lease runs out;
+//! - stays alive while its holder works: a watchdog renews the lease every
+//!   third of it, and tells the holder if the lease is ever lost;
+//! - wakes the next waiter as soon as it is released, by pub/sub, not polling;
+//! - is reentrant per owner (by default the tokio task), with a hold count;
+//! - keeps Redisson's exact layout in Redis (keys, hash fields, channels,
+//!   messages, and what each script does), so it excludes a Java service that
+//!   uses Redisson on the same name.
+//!
+//! The rest of Redisson's family sits around it, on Redisson's layouts too:
+//! spin, fenced, fair and read-write locks, two semaphores, a count-down latch,
+//! a multi-lock and RedLock. ferrisson needs Redis 6 or later (it speaks RESP3)
+//! and a tokio runtime.
+//!
+//! ```rust,no_run
+//! use std::time::Duration;
+//! # async fn run() -> ferrisson::Result<()> {
+//! # let (wait, lease) = (Duration::from_secs(1), Duration::from_secs(10));
+//! let client = ferrisson::Client::builder("redis://127.0.0.1/")
+//!     .watchdog_timeout(Duration::from_secs(30)) // the default; renewed every 10 s
+//!     .build()
+//!     .await?;
+//! let lock = client.lock("orders:42");      // cheap, Clone, Send + Sync
+//!
+//! let guard = lock.lock().await?;                          // waits; watchdog mode
+//! let again = lock.lock().await?;                          // same task: re-enters
+//! assert_eq!(lock.hold_count().await?, 2);
+//! again.unlock().await?;                                   // one hold less
+//! guard.unlock().await?;                                   // last hold: deleted, waiter woken
+//!
+//! let guard = lock.lock_with_lease(lease).await?;          // expires after `lease`
+//! guard.unlock().await?;
+//! let maybe = lock.try_lock().await?;                      // one attempt
+//! let maybe = lock.try_lock_for(wait).await?;              // waits at most `wait`
+//! let maybe = lock.try_lock_with_lease(wait, lease).await?;
+//!
+//! lock.is_locked().await?;                  // anyone holds it
+//! lock.is_held_by_current_task().await?;    // this owner holds it
+//! lock.remaining_ttl().await?;              // Option<Duration>
+//! lock.force_unlock().await?;               // whoever holds it; wakes a waiter
+//! client.id();                              // this client's UUID
+//! # Ok(()) }
+//! ```
+//!
+//! # Which synchronizer do I need?
+//!
+//! | You need | Type | From | Redisson |
+//! |---|---|---|---|
+//! | one holder at a time, reentrant | [`Lock`] | [`Client::lock`] | `RLock` (`getLock`) |
+//! | the same, for very many locks with waiters: waiters poll, no subscription | [`SpinLock`] | [`Client::spin_lock`] | `getSpinLock` |
+//! | one holder, and a token so the resource can refuse a late writer | [`FencedLock`] | [`Client::fenced_lock`] | `RFencedLock` |
+//! | one holder, served in arrival order | [`FairLock`] | [`Client::fair_lock`] | `getFairLock` |
+//! | many readers or one writer | [`ReadWriteLock`] ([`ReadLock`], [`WriteLock`]) | [`Client::read_write_lock`] | `RReadWriteLock` |
+//! | at most N at a time; anyone may give permits back | [`Semaphore`] | [`Client::semaphore`] | `RSemaphore` |
+//! | at most N at a time; a dead holder's permit comes back by itself | [`PermitExpirableSemaphore`] ([`Permit`]) | [`Client::permit_expirable_semaphore`] | `RPermitExpirableSemaphore` |
+//! | wait until N things have happened | [`CountDownLatch`] | [`Client::count_down_latch`] | `RCountDownLatch` |
+//! | several locks as one, all or none | [`MultiLock`] | [`MultiLock::new`] | `RedissonMultiLock` |
+//! | one lock over independent masters, held by a majority | [`RedLock`] | [`RedLock::new`] | `RedissonRedLock` (deprecated) |
+//!
+//! Every handle is cheap to clone, and sends nothing until it is used. The
+//! locks ([`Lock`], [`SpinLock`], [`FencedLock`], [`FairLock`], [`ReadLock`]
+//! and [`WriteLock`]) all have the API of [`Lock`] above: waits, leases, the
+//! watchdog, guards and owners. Each implements the sealed [`DistributedLock`]
+//! trait, so code can take `&dyn DistributedLock` or keep a
+//! `Vec<Box<dyn DistributedLock>>`, and a [`MultiLock`] or [`RedLock`] can
+//! hold any of them.
+//!
+//! **Spin lock.** The same hash and scripts as [`Lock`], so it excludes
+//! `client.lock(name)` holders and Redisson's `RLock` on that name. Its waiters
+//! never subscribe. They try again after an exponential pause with jitter,
+//! 1 ms doubling to 128 ms by default ([`Backoff`], set with
+//! [`SpinLock::with_backoff`]), never longer than the holder's remaining TTL.
+//! It suits very many locks with waiters, where one subscription per name costs
+//! too much. The price: a hand-off up to one pause late, and a call per pause.
+//!
+//! **Fenced lock.** The reentrant lock plus Redisson's fencing counter
+//! `redisson_lock_token:{name}`. Every acquire, re-entry included, returns a
+//! token ([`FencedGuard::token`]) higher than any before it on that name, from
+//! any client, forever. A lease can run out while its holder is paused (a GC
+//! pause, a swap storm, a stopped VM), and the lock cannot stop that holder's
+//! late write; the token can. Send it with each write, and let the resource
+//! refuse a token lower than the highest it has accepted:
+//!
+//! ```rust,no_run
+//! # async fn run(client: ferrisson::Client, highest: &mut u64) -> ferrisson::Result<()> {
+//! let guard = client.fenced_lock("ledger").lock().await?;
+//! let token = guard.token();
+//! if token >= *highest {
+//!     *highest = token; // the resource's side: accept, and remember
+//!     // ... write ...
+//! }
+//! guard.unlock().await?;
+//! # Ok(()) }
+//! ```
+//!
+//! `cargo run --example fencing` shows a stale holder refused. A dropped or
+//! failed acquire may have drawn a token: tokens rise strictly but may skip.
+//!
+//! **Fair lock.** The reentrant lock, granted in the order waiters arrived,
+//! across every client and process. The line is a list with a sorted set of
+//! deadlines, and each waiter is woken on its own channel when its turn comes.
+//! A waiter that gives up (its wait ran out, its future was dropped) leaves the
+//! line at once, unless another wait of the same owner is still in line: an
+//! owner has one entry, which its last wait takes out. A late leave of an
+//! earlier wait never takes out a newer one's. A waiter whose process died
+//! holds up the line until its waiter timeout (300 s by default, as Redisson;
+//! [`FairLock::with_waiter_timeout`]), and is then skipped: that is the price
+//! of fairness. `try_lock()` makes one attempt and never joins the line.
+//! `cargo run --example fair_queue` serves five workers in arrival order.
+//!
+//! **Read-write lock.** [`ReadWriteLock::read`] admits many holders,
+//! [`ReadWriteLock::write`] one. A writer may take read holds (a downgrade:
+//! when it lets the write go, its reads remain and other readers may enter). A
+//! reader asking for the write lock would wait for itself, so it gets
+//! [`Error::UpgradeRefused`] at once instead. Each read hold has its own
+//! timeout key, so a crashed reader's holds expire one by one while live
+//! readers, renewed by the watchdog, carry on. Releasing the write lock wakes
+//! every waiter. `cargo run --example read_write` shows readers overlapping and
+//! a writer alone.
+//!
+//! **Semaphore.** A number of permits at the key `name`, set once with
+//! `try_set_permits(n)` (every process may call it; the first one sets it).
+//! Take them with `acquire(n)` (it waits, woken by each release's message),
+//! `try_acquire(n)` or `try_acquire_for(n, wait)`. Give them back with
+//! `release(n)` or `add_permits(n)`; read them with `available_permits()`;
+//! empty them with `drain_permits()`. As in Redisson, **permits belong to
+//! nobody**: anyone may release them, and the permits of a holder that crashed
+//! are lost until someone adds them back. `cargo run --example rate_limit` caps
+//! a partner API at three calls in flight across three replicas.
+//!
+//! **Permit-expirable semaphore.** For holders that may die. Each acquire takes
+//! one permit and returns a [`Permit`] with its own id. With
+//! `acquire_with_lease(lease)` the permit also has a lease, after which it goes
+//! back by itself, by the server's clock: every call on the semaphore, from any
+//! client, first takes back the expired permits, and a waiter wakes when the
+//! first lease it waits on ends. Release a permit with `release(permit)`, or
+//! `release_by_id` from anywhere; renew its lease with `update_lease`. A
+//! dropped permit is released in the background, like a guard. Releasing a
+//! permit that expired is [`Error::PermitNotOut`], never a release of someone
+//! else's.
+//!
+//! ```rust,no_run
+//! use std::time::Duration;
+//! # async fn run(client: ferrisson::Client) -> ferrisson::Result<()> {
+//! let seats = client.permit_expirable_semaphore("gpu:seats");
+//! seats.try_set_permits(2).await?;
+//! let permit = seats.acquire_with_lease(Duration::from_secs(60)).await?;
+//! // ... if this process dies here, the seat is back within a minute ...
+//! permit.release().await?;
+//! # Ok(()) }
+//! ```
+//!
+//! **Count-down latch.** `try_set_count(n)`, `count_down()`, `count()`,
+//! `wait()`, `wait_for(timeout)` and `delete()`. At zero Redis deletes the key,
+//! and one message opens every waiter in every process. A latch that was never
+//! set is open, so set it before anyone waits. `cargo run --example
+//! startup_barrier` switches traffic once four replicas are warm.
+//!
+//! **Multi-lock.** Several locks held as one, all or nothing: any lock kinds,
+//! from different clients and servers. It never holds one lock while waiting
+//! for another. It waits for one lock while holding nothing, then takes the
+//! others without waiting; when one is busy, it releases everything and waits
+//! for that one first. So two multi-locks over the same locks, in any order,
+//! cannot deadlock. One [`MultiLockGuard`] releases them all, and reports a
+//! lost lease when any lease is lost.
+//!
+//! **RedLock.** The RedLock algorithm over one lock per independent Redis
+//! master. It is held when a majority (`N/2 + 1`) was taken within the validity
+//! time (the lease, less the round's elapsed time and a drift allowance), and
+//! released everywhere otherwise. With five servers it holds with two of them
+//! down, and refuses with three down. Redisson deprecated it, and so should
+//! you, mostly: its safety rests on bounded clock drift, on no process pausing
+//! past the validity, and on restarted servers staying down for a lease, and
+//! nothing checks any of that. It has no single counter for fencing tokens.
+//! For correctness, use one fenced lock and have the resource refuse stale
+//! tokens. Use RedLock only to survive the loss of a minority of servers
+//! without replication. [`RedLock`]'s own docs say more.
+//!
+//! # Owners and reentrancy
+//!
+//! A hold belongs to an owner. By default the owner is the calling tokio task,
+//! as Redisson uses the Java thread. The same task re-enters (the hold count
+//! rises); any other task, or any other [`Client`], waits. Code outside a task
+//! (the body of `#[tokio::main]`) is owned by its thread. A guard is
+//! `Send + 'static` and may move into another task, but its hold still belongs
+//! to the task that took it.
+//!
+//! When one logical owner spans several tasks, name it:
+//! `lock.with_owner("job-17")` ([`Lock::with_owner`]). Every handle with that
+//! owner id on the same client shares its holds, and [`Lock::unlock`] releases
+//! one of them without a guard (for holds given up with [`LockGuard::leak`]).
+//! Releasing what you do not hold is an error ([`Error::NotHeld`]), as in
+//! Redisson.
+//!
+//! Semaphores and the latch have no owners: their permits and counts belong to
+//! nobody.
+//!
+//! # Guards and drop
+//!
+//! Each successful acquire returns its own guard: a [`LockGuard`] (a
+//! [`FencedGuard`] for the fenced lock, a [`MultiLockGuard`] or a
+//! [`RedLockGuard`]), also when it re-entered. A guard is `#[must_use]`.
+//! `guard.unlock().await` is the documented path: it reports a lost lease or a
+//! failed release. Dropping a guard releases it in the background, on the
+//! runtime it was taken on. That never blocks and never panics, but it is not
+//! immediate, and a failure is only logged. If that runtime is gone, nothing is
+//! sent, and the lock frees itself when its lease runs out. A dropped [`Permit`]
+//! is released the same way.
+//!
+//! A guard tells its holder when the lock is no longer its own, so long work
+//! can stop instead of running unprotected:
+//!
+//! ```rust,no_run
+//! # async fn work() {}
+//! # async fn run(lock: ferrisson::Lock) -> ferrisson::Result<()> {
+//! let guard = lock.lock().await?;
+//! tokio::select! {
+//!     _ = work() => guard.unlock().await?,
+//!     _ = guard.lease_lost() => eprintln!("lease lost: stopped"),
+//! }
+//! # Ok(()) }
+//! ```
+//!
+//! [`LockGuard::is_lease_lost`] answers the same question without waiting.
+//!
+//! # Cancel safety
+//!
+//! Every async method is cancel safe, and its docs say how. A `lock()` or
+//! `try_lock_for()` future dropped at any point leaves no hold in Redis, no
+//! entry in the watchdog registry, no fair-queue entry and no subscription. An
+//! acquire already sent when the future is dropped is completed in the
+//! background and given back. A dropped `unlock()` still completes its release.
+//! Dropped acquires and waits of the semaphores, the latch, the multi-lock and
+//! RedLock leave nothing behind either.
+//!
+//! Acquires of every lock kind, and of both semaphores, are also safe to send
+//! again. When the connection fails before the reply comes, the same request is
+//! sent again: once, and more while the caller's wait lasts, up to
+//! `release_attempts` sends ([`ClientBuilder::release_attempts`]). A resend of
+//! a request that was granted returns the first outcome (and the first fencing
+//! token) instead of taking a second hold. The tries of one wait send the same
+//! request. When no send got a reply, the call fails with the connection error
+//! and the request is settled in the background: given back if it was granted,
+//! marked cancelled if it was not, so that it changes nothing should it still
+//! reach Redis.
+//!
+//! # Errors
+//!
+//! One enum, [`Error`], `#[non_exhaustive]`:
+//!
+//! - `Redis`: Redis refused the command or could not be reached.
+//!   [`Error::is_connection_error`] says whether retrying may help.
+//! - `NotHeld`: a release by a non-owner, or after the lease ran out.
+//! - `LeaseLost`: the guard knew its lease was gone, so nothing was sent.
+//! - `InvalidArgument`: an empty or over-long name (over [`MAX_NAME_LEN`]), a
+//!   zero or over-a-year lease or wait, a watchdog timeout under 30 ms, a bad
+//!   owner id. Zero permits, a latch count of zero and an empty multi-lock are
+//!   refused too.
+//! - `WrongType`: the key holds other data. It is left alone.
+//! - `UpgradeRefused`: a reader asked for the write lock.
+//! - `NotReplicated`: replica sync is on and too few replicas acknowledged an
+//!   acquire; the hold was given back.
+//! - `PermitNotOut`: a permit of a permit-expirable semaphore that expired or
+//!   was released already.
+//! - `UnexpectedReply`: a script replied something its contract does not allow.
+//!
+//! Not getting the lock within a wait is `Ok(None)` (`false` for semaphores and
+//! latches), not an error. Nothing panics on any input.
+//!
+//! # Guarantees
+//!
+//! What ferrisson promises, and where each promise ends. The fault suite checks
+//! them against real servers, real processes and a real network proxy; its
+//! figures are in `docs/faults.md` in the repository.
+//!
+//! **Leases run on Redis's clock.** A hold lasts until it is released, or until
+//! its lease runs out on the server. In watchdog mode the lease is the watchdog
+//! timeout (30 s by default), renewed every third of it while a guard lives. A
+//! crashed process's lock is free at most one watchdog timeout after its last
+//! renewal, and not before its TTL runs out.
+//!
+//! **What the watchdog promises.**
+//!
+//! - A renewal never recreates a lock that is gone.
+//! - When a renewal finds the lock gone (it expired during a stall, it was
+//!   force-unlocked, Redis restarted), every guard on it sees `lease_lost()`
+//!   resolve, and a warning is logged.
+//! - When Redis cannot be reached, renewals are retried until the lease would
+//!   run out, less a margin (a tenth of the timeout, at most 1 s), counted from
+//!   the send of the last renewal Redis confirmed. So the holder is told before
+//!   the server can let the key expire.
+//! - Every lease also has a deadline by the local clock: a leased hold's runs
+//!   from the send of its acquire, a watchdog hold's from the send of its last
+//!   confirmed renewal (the timeout less the margin).
+//!   [`LockGuard::is_lease_lost`] checks it. A holder that wakes from a pause
+//!   learns that its lease is gone before any other code of it runs, without
+//!   waiting for the watchdog task. Its `unlock()` then fails with `LeaseLost`
+//!   and sends nothing, so a new holder's hold is untouched.
+//! - An acquire whose reply comes after its first renewal was due (a paused
+//!   server, high latency) is confirmed with a renewal before its guard is
+//!   handed out.
+//! - A leased hold has no watchdog. Its `lease_lost()` resolves when the lease
+//!   runs out by the local clock.
+//!
+//! **What no lock can promise.**
+//!
+//! - A pause longer than the lease, inside the holder. A frozen process
+//!   (SIGSTOP, swapping, a long blocking call on the runtime) cannot stop when
+//!   its lease runs out, and another holder may start before it wakes. The
+//!   measures above only make it notice first thing on waking. Code that
+//!   checked its guard, then froze, then writes, writes late.
+//! - A clock that jumps. The client's deadline runs on its own clock. The
+//!   margin covers a drift of a tenth of the timeout between the client's and
+//!   the server's clocks over one lease, not a jump.
+//! - When a resource must never accept a stale holder's write, a lock is not
+//!   enough: use fencing tokens ([`Client::fenced_lock`]).
+//!
+//! **Failover and fencing.**
+//!
+//! - Redis replication is asynchronous. A lock written to a master that fails
+//!   before replicating it is lost on the promoted replica, and two holders can
+//!   exist. Replica sync (WAIT, see [Deployments](#deployments)) narrows that
+//!   window. It does not close it.
+//! - Fencing closes the gap where the resource can check. Pass `guard.token()`
+//!   with every write, and have the resource refuse a token lower than the
+//!   highest it has seen. A late writer (a frozen holder; a holder whose lock
+//!   was lost on failover before the counter was) is then refused instead of
+//!   overwriting the next holder's work.
+//! - The token counter is replicated like the lock, so a failover that loses
+//!   writes can hand the same token out twice.
+//!
+//! **Waiting.**
+//!
+//! - A lost wake-up message (a reconnect at the wrong moment) costs at most the
+//!   lock's remaining TTL, or, on a permit-expirable semaphore with leased
+//!   permits out, the time until the first lease ends: each wait is bounded by
+//!   it. A semaphore or latch waiter with no such bound looks again every third
+//!   of the watchdog timeout.
+//! - A waiter already waiting rides out connection failures (refused, dropped,
+//!   no node for the slot, a demoted master's READONLY) and tries again.
+//! - A fair-lock waiter that gives up while the server is unreachable has its
+//!   leave resent in the background until it gets through, so the line behind
+//!   it does not wait out the waiter timeout.
+//!
+//! **Connection errors and resent calls.**
+//!
+//! - A call that fails with a connection error can be retried once the
+//!   connection is back. Both connections reopen by themselves.
+//! - A call on a server that is down fails after one reconnect attempt (about
+//!   the connection timeout), not after the connection manager's default
+//!   backoff of about 9 s.
+//! - Releases are resent safely (the unlock latch), and so are acquires (the
+//!   acquire latch, see [Cancel safety](#cancel-safety)): a lost reply neither
+//!   takes a second hold nor leaves one behind.
+//! - One case escapes the acquire latch. If a granted hold is deleted behind
+//!   its owner's back (a force unlock, or a release that shortened the key's
+//!   TTL), and the same owner takes the lock again before the latch expires,
+//!   settling the old request gives back that newer hold.
+//!
+//! **Semaphores and the latch.**
+//!
+//! - A semaphore's permits are not owner-bound and have no lease: a holder
+//!   that dies keeps its permits forever. Use the permit-expirable semaphore,
+//!   whose permits come back at most one lease later, by the server's clock.
+//! - Permits in use never exceed the permits set, and a count never goes
+//!   negative through ferrisson. (A Redisson client's `reducePermits` may take
+//!   it below zero.)
+//! - Acquires are cancel safe (permits taken by a dropped call are given back)
+//!   and safe against lost replies: an acquire writes an acquire latch as the
+//!   locks' do, and the permits taken by a request whose reply was lost are
+//!   given back.
+//! - A release or a count-down whose reply is lost is not resent: it is not
+//!   idempotent, and the error says the connection failed.
+//!
+//! **Multi-lock and RedLock.**
+//!
+//! - A multi-lock is as safe as each of its locks, and adds no deadlock.
+//! - RedLock is safe only under timing assumptions (see [`RedLock`]). It
+//!   survives the loss of a minority of its servers.
+//! - After an acquire of either returns without a guard (`None` or an error),
+//!   it holds nothing: the locks it took were released, all at once, before it
+//!   returned, and a RedLock round first waits for its attempts still in flight
+//!   (each within its bound) to release what they took. The one exception: an
+//!   attempt whose server had not answered within that bound is given back in
+//!   the background, and may sit on that server until then, or until its lease
+//!   ends.
+//! - A guard's release goes to every server at once, so a silent server holds
+//!   up no other release.
+//!
+//! **Clocks in a fleet shared with Redisson.** Two objects keep times as epoch
+//! milliseconds in Redis: the fair lock's queue deadlines and the
+//! permit-expirable semaphore's leases. ferrisson's scripts read the Redis
+//! server's clock (`TIME`). Redisson computes those times on each Java client's
+//! own clock and passes them in. When Java and Rust clients share such an
+//! object, a JVM whose clock runs ahead takes permits back (or skips fair
+//! waiters) early: with 5 s of skew, a one-permit semaphore was seen with two
+//! holders. Keep every client host on NTP, with skew well under a lease (or
+//! under the fair lock's waiter timeout), or keep fair locks and
+//! permit-expirable semaphores to one language. The other objects (locks,
+//! read-write locks, semaphores, the latch) use only TTLs, which the server
+//! keeps, and are not affected.
+//!
+//! # Deployments
+//!
+//! ## One server, with ACL users and TLS
+//!
+//! A user and password go in the URL, and every connection the client opens
+//! (commands and subscriptions) authenticates with them. The user needs the
+//! lock keys, the `redisson_*` channels (`&*` or narrower) and the commands the
+//! scripts use (`+@all`, or `+@scripting +@hash +@string +@keyspace +@pubsub
+//! +@list +@sortedset`). `rediss://` needs the crate's `tls` feature (OpenSSL,
+//! through native-tls). A private CA is trusted with
+//! `ClientBuilder::tls_root_certificate`:
+//!
+//! ```rust,no_run
+//! # #[cfg(feature = "tls")]
+//! # async fn run(ca_pem: Vec<u8>) -> ferrisson::Result<()> {
+//! let client = ferrisson::Client::builder("rediss://locker:secret@redis.internal:6380/")
+//!     .tls_root_certificate(ca_pem) // PEM; omit it to use the system's trust store
+//!     .build()
+//!     .await?;
+//! # Ok(()) }
+//! ```
+//!
+//! A refused password, an untrusted certificate or an unreachable server fails
+//! `build()` at once with [`Error::Redis`], whose text carries the server's or
+//! the TLS library's reason. Secrets never appear in the `Debug` output of a
+//! client, builder, lock or guard: they print the host and port only.
+//!
+//! ## Replica sync
+//!
+//! With a replica behind the master, a fresh lock exists only on the master
+//! until replication carries it over. If the master fails in between, the
+//! promoted replica has no lock, and a second holder can get in. Replica sync
+//! narrows that window, as Redisson's `checkLockSyncedSlaves` does: after each
+//! acquire and release the client sends `WAIT replicas timeout`. An acquire
+//! that too few replicas acknowledged is given back, then fails with
+//! [`Error::NotReplicated`] or is tried again within the call's wait
+//! ([`config::Unsynced`]):
+//!
+//! ```rust,no_run
+//! # async fn run() -> ferrisson::Result<()> {
+//! use std::time::Duration;
+//! use ferrisson::config::Unsynced;
+//! let client = ferrisson::Client::builder("redis://master.internal/")
+//!     .replica_sync(1, Duration::from_millis(500), Unsynced::Retry)
+//!     .build()
+//!     .await?;
+//! # Ok(()) }
+//! ```
+//!
+//! It does not make replication synchronous. A replica that acknowledged can
+//! still lag behind on the next write, and WAIT says nothing of which replica
+//! will be promoted. Fencing tokens remain the way to make a resource refuse a
+//! stale holder. A server that refuses WAIT (some managed services do) gets one
+//! attempt and a warning; the client then locks without sync. Releases that too
+//! few replicas acknowledged are logged, not undone.
+//!
+//! ## Redis Cluster
+//!
+//! With the crate's `cluster` feature, `Client::cluster_builder(nodes)`
+//! connects through the `redis` crate's cluster connection. Any of the nodes
+//! will do; the rest are discovered.
+//!
+//! ```rust,no_run
+//! # #[cfg(feature = "cluster")]
+//! # async fn run() -> ferrisson::Result<()> {
+//! let client = ferrisson::Client::cluster_builder([
+//!     "redis://10.0.0.1:7000/",
+//!     "redis://10.0.0.2:7000/",
+//! ])
+//! .build()
+//! .await?;
+//! let guard = client.lock("orders:42").lock().await?; // same API as on one server
+//! guard.unlock().await?;
+//! # Ok(()) }
+//! ```
+//!
+//! - Every key and channel of a lock carries its name's hash tag (Redisson's
+//!   brace rule), so each script runs on the one node that owns the slot.
+//!   Scripts are loaded on every master when a node answers NOSCRIPT.
+//! - Watchdog renewals are batched per slot (a script's keys must share one),
+//!   still 100 keys at most per call.
+//! - Unlock messages use sharded pub/sub (SPUBLISH inside the scripts,
+//!   SSUBSCRIBE) when the cluster supports it, probed with `PUBSUB
+//!   SHARDNUMSUB` as Redisson does; classic pub/sub otherwise. The mode is
+//!   [`Config::pubsub_mode`] (`client.config().pubsub_mode`). A Java service
+//!   sharing the locks must use the same mode, or the two do not hear each
+//!   other's unlocks.
+//! - A master that dies takes its slots' locks with it until its replica is
+//!   promoted (asynchronous replication: a fresh lock may be lost, as on one
+//!   server). Locks on the other masters carry on. Replica sync works here too:
+//!   WAIT goes to the master of the lock's slot, on the connection that carried
+//!   the write.
+//! - When a slot moves (a failover, a resharding), the server drops its shard
+//!   subscriptions. The client subscribes again (the cluster connection routes
+//!   it to a node of the slot's shard) and wakes the waiters to try again. A
+//!   waiter whose attempt found no connection to the slot's node (mid-failover)
+//!   waits and tries again instead of failing: that attempt never left.
+//!
+//! `tests/cluster.rs` runs against clusters made by `redis-cli --cluster
+//! create`. With three masters: locks on every node, re-entry and renewals,
+//! wake-ups by sharded messages, the slot of every key, and a master killed
+//! while locks on the others are held. With three masters and a replica each: a
+//! held lock survives `CLUSTER FAILOVER` (kept, renewed on the new master,
+//! scripts loaded again), and its release wakes, within milliseconds, a waiter
+//! that subscribed before the failover. Also: a slot moved by resharding
+//! (`CLUSTER SETSLOT`, `MIGRATE`) takes a held lock and its waiter's
+//! subscription along; replica sync waits on the slot's master; and nodes that
+//! require a password get it on every connection.
+//!
+//! ## Sentinel
+//!
+//! With the crate's `sentinel` feature, `Client::sentinel_builder(sentinels,
+//! service)` asks the sentinels (through the `redis` crate's sentinel client)
+//! for the master of `service`. It asks again whenever a command says the
+//! server is no longer the master (READONLY) or cannot be reached. Commands and
+//! subscriptions then move to the new master, without restarting anything.
+//! Waiters ride out the switch and keep waiting.
+//!
+//! ```rust,no_run
+//! # #[cfg(feature = "sentinel")]
+//! # async fn run() -> ferrisson::Result<()> {
+//! let client = ferrisson::Client::sentinel_builder(
+//!     ["redis://10.0.0.1:26379/", "redis://10.0.0.2:26379/"],
+//!     "mymaster",
+//! )
+//! .sentinel_master_auth(Some("locker"), "secret") // the masters' ACL user
+//! .build()
+//! .await?;
+//! # Ok(()) }
+//! ```
+//!
+//! What a failover does to a lock held across it: replication is asynchronous,
+//! and until the old master is demoted it keeps accepting the holder's
+//! renewals, which never reach the promoted replica. If that window is longer
+//! than what was left of the lease, the lock is gone on the new master. The
+//! holder is then told (`lease_lost()`, and `unlock()` returns `LeaseLost`) at
+//! its first renewal on the new master, and a waiter gets the lock.
+//! `tests/sentinel.rs` (one master, one replica, one sentinel,
+//! `SENTINEL FAILOVER`, a 10 s lease) sees exactly that: the lock is lost and
+//! reported lost, and the client follows the new master. Replica sync narrows
+//! the window for acquires and releases, not for renewals; fencing tokens are
+//! what make a resource refuse the old holder. The sentinels' own credentials
+//! go in their URLs. The masters' go in `sentinel_master_auth(user, password)`,
+//! used by every connection to a master.
+//!
+//! # Redisson compatibility
+//!
+//! ferrisson keeps Redisson's layout exactly, so the two exclude each other on
+//! the same names:
+//!
+//! - a lock is a hash at the plain name: field `<client-uuid>:<owner-id>`,
+//!   value the hold count, TTL the lease. ferrisson's owner ids are
+//!   `task-<id>`, `thread-<n>` or yours; Redisson's are Java thread ids;
+//! - a final release publishes `0` on `redisson_lock__channel:{name}`, and runs
+//!   under Redisson's unlock latch, so a resent release answers the first
+//!   answer instead of releasing twice;
+//! - the watchdog default is 30 s, renewed every 10 s, as Redisson's
+//!   `lockWatchdogTimeout`;
+//! - the fair lock, read-write lock, fenced lock, both semaphores and the
+//!   count-down latch use Redisson's keys, channels and messages too.
+//!
+//! Every key, field, channel and message, per synchronizer, and the contract
+//! every script keeps, are in `lua/README.md` in the repository. The Lua
+//! scripts in `lua/` are ours, written from that layout. On a cluster both
+//! sides must use the same pub/sub mode (see [Redis Cluster](#redis-cluster)),
+//! and in a mixed fleet mind the clocks (see [Guarantees](#guarantees)).
+//!
+//! # How it works
+//!
+//! - Each client has two RESP3 connections (`redis::aio::ConnectionManager`):
+//!   one for commands, one for subscriptions. Both reconnect by themselves.
+//!   Subscriptions are renewed on reconnect, and waiters are woken to try again.
+//! - Scripts are compiled in (`include_str!`) and run with EVALSHA. They are
+//!   loaded again on NOSCRIPT (after `SCRIPT FLUSH` or a restart).
+//! - The watchdog registry is keyed by (lock, owner), and emptied by the last
+//!   local release of each key ([`Client::held_locks`]). Each key keeps its
+//!   own schedule: a third of the timeout after its last confirmed renewal. One
+//!   scheduler task per client renews together every key due within a short
+//!   window (the timeout / 30, at most 1 s: early, never late), up to 100 keys
+//!   per script call, as Redisson does. Keys taken together stay together, so
+//!   100 000 held locks cost about 1 000 calls a period, not 100 000.
+//! - Waiters on one lock name share one subscription per client
+//!   ([`Client::subscriptions`]). An unlock message `0` wakes one of them, so
+//!   one release costs about one acquire attempt.
+//! - Each release's unlock latch is deleted afterwards, as Redisson does, but in
+//!   batches: one DEL of up to 512 latches every 5 ms at most, rather than a
+//!   third command for every lock and unlock. Acquire latches go in the same
+//!   batches, so the retry-safe acquire adds no round trip.
+//!
+//! What all this costs, against the limit of one round trip to acquire and one
+//! to release, is measured by `cargo run --release --example bench`. The
+//! figures are in `docs/benchmarks.md` in the repository.
+//!
+//! # Cargo features
+//!
+//! | feature | what it adds |
+//! |---|---|
+//! | `tls` | `rediss://` URLs, through the `redis` crate's native-tls support (OpenSSL on Linux: needs libssl-dev to build); `ClientBuilder::tls_root_certificate` |
+//! | `cluster` | Redis Cluster, through the `redis` crate's async cluster connection; `Client::cluster_builder` |
+//! | `sentinel` | Redis Sentinel: the master is found, and found again after a failover; `Client::sentinel_builder`, `ClientBuilder::sentinel_master_auth` |
+//!
+//! None is on by default.
 
 mod acquire_latch;
 mod args;
@@ -35,3 +647,8 @@ pub use lock::{
 pub use multilock::{MultiLock, MultiLockGuard};
 pub use redlock::{RedLock, RedLockGuard};
 pub use semaphore::Semaphore;
+
+/// README.md's examples, compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

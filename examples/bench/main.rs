@@ -6,8 +6,8 @@
 //! scenarios. Each measures ferrisson and, in the same run and over the
 //! same kind of connection (one multiplexed RESP3 `ConnectionManager`), the
 //! raw baseline it is compared with: EVALSHA of a trivial script. The
-//! figures are printed as Markdown tables, then the targets of the
-//! README's Performance section are checked and printed.
+//! figures are printed as Markdown tables, then the targets of
+//! `docs/benchmarks.md` are checked and printed.
 //!
 //! Exits with status 1 when a scenario breaks a promise rather than being
 //! slow: a lost update under the lock, a lease lost by the watchdog, more
@@ -94,7 +94,7 @@ impl Options {
     }
 }
 
-/// One target of the README, as measured.
+/// One target of `docs/benchmarks.md`, as measured.
 #[derive(Debug)]
 pub(crate) struct Check {
     pub(crate) target: &'static str,
@@ -251,7 +251,7 @@ async fn main() {
     }
     let elapsed = started.elapsed();
 
-    println!("\nTargets (README, Performance)\n");
+    println!("\nTargets (docs/benchmarks.md)\n");
     for check in &bench.checks {
         println!(
             "- [{}] {}: {}",

@@ -167,7 +167,7 @@ impl Table {
         self.rows.push(cells);
     }
 
-    /// Markdown, so that the output can go into the README as it is.
+    /// Markdown, so that the output can go into `docs/benchmarks.md` as it is.
     pub(crate) fn print(&self) {
         let widths: Vec<usize> = (0..self.heads.len())
             .map(|i| {

@@ -1,5 +1,5 @@
 //! The seven scenarios of the benchmark. Each prints its table, records
-//! the README's targets it measures, and returns its figures as JSON.
+//! the targets of `docs/benchmarks.md` it measures, and returns its figures as JSON.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock, Mutex};

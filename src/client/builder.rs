@@ -152,7 +152,7 @@ impl ClientBuilder {
 
     /// How many times one release, or one acquire, is sent when the
     /// connection fails (resends are safe: the unlock and acquire latches,
-    /// see the README). Default 4.
+    /// see `lua/README.md`). Default 4.
     pub fn release_attempts(mut self, attempts: u32) -> Self {
         self.config.release_attempts = attempts;
         self

@@ -193,7 +193,7 @@ impl Client {
 
     /// A handle to the spin lock `name`: the reentrant lock's hash and
     /// scripts (it excludes [`Client::lock`] holders of the same name, and
-    /// Redisson's `RLock` and `RSpinLock`), but its waiters poll with
+    /// Redisson's `getLock` and `getSpinLock`), but its waiters poll with
     /// exponential backoff and jitter ([`Backoff`](crate::Backoff), 1 ms up
     /// to 128 ms by default; change it with
     /// [`SpinLock::with_backoff`]) instead of subscribing.
@@ -220,7 +220,7 @@ impl Client {
         FencedLock::new(self.clone(), name.into())
     }
 
-    /// A handle to the fair lock `name`, Redisson's `RFairLock`: the
+    /// A handle to the fair lock `name`, Redisson's `getFairLock`: the
     /// reentrant lock, granted first come, first served across every client
     /// and process, through a queue of waiters
     /// (`redisson_lock_queue:{name}`, `redisson_lock_timeout:{name}`).

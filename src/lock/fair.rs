@@ -1,4 +1,4 @@
-//! The fair lock: Redisson's `RFairLock`.
+//! The fair lock: Redisson's `getFairLock` (`RedissonFairLock`).
 
 use std::time::Duration;
 
@@ -9,7 +9,7 @@ use crate::{Client, LockGuard};
 /// A fair lock, from [`Client::fair_lock`]: the reentrant lock, granted
 /// first come, first served across every client and process, through a
 /// queue of waiters (`redisson_lock_queue:{name}`,
-/// `redisson_lock_timeout:{name}`), as Redisson's `RFairLock`.
+/// `redisson_lock_timeout:{name}`), as Redisson's `getFairLock`.
 ///
 /// - Each waiter is woken on its own channel when its turn comes.
 /// - A waiter that gives up (its wait ran out, its future was dropped, an

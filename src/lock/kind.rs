@@ -16,7 +16,7 @@ pub const DEFAULT_FAIR_WAITER_TIMEOUT: Duration = Duration::from_secs(300);
 pub(crate) enum Kind {
     /// Redisson's `RLock`.
     Reentrant,
-    /// `RSpinLock`: `RLock`'s hash and scripts; its waiters poll with this
+    /// `getSpinLock`: `RLock`'s hash and scripts; its waiters poll with this
     /// backoff instead of subscribing.
     Spin(Backoff),
     /// `RFencedLock`: `RLock` plus a token counter.
@@ -25,7 +25,7 @@ pub(crate) enum Kind {
     Read,
     /// The write side of `RReadWriteLock`: fields end in `:write`.
     Write,
-    /// `RFairLock`: `RLock` with a queue of waiters, each woken on its own
+    /// `getFairLock`: `RLock` with a queue of waiters, each woken on its own
     /// channel.
     Fair {
         /// How long a queued waiter may stay silent before the others

@@ -207,8 +207,7 @@ impl LockCore {
     /// that request (a new one after a resend window), so a wait through an
     /// outage settles it once: when the wait ends without the lock, a hold
     /// one of its unanswered sends may have taken is given back in the
-    /// background (the acquire latch, see the README's implementation
-    /// notes).
+    /// background (the acquire latch, see `lua/README.md`).
     pub(crate) async fn lock(&self) -> Result<LockGuard> {
         self.acquire(None, None)
             .await?

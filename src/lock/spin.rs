@@ -1,4 +1,4 @@
-//! The spin lock: Redisson's `RSpinLock`.
+//! The spin lock: Redisson's `getSpinLock` (`RedissonSpinLock`).
 
 use super::face;
 use super::{Kind, LockCore};
@@ -6,7 +6,7 @@ use crate::{Backoff, Client, LockGuard};
 
 /// A spin lock, from [`Client::spin_lock`]: the reentrant lock's hash and
 /// scripts (it excludes [`Lock`](crate::Lock) holders of the same name, and
-/// Redisson's `RLock` and `RSpinLock`), but its waiters poll with
+/// Redisson's `getLock` and `getSpinLock`), but its waiters poll with
 /// exponential backoff and jitter instead of subscribing.
 ///
 /// For very many locks with waiters, where one subscription per lock name
