@@ -23,7 +23,9 @@
 --              lost can be settled, see acquire_cancel.lua); otherwise how
 --              many ms until the first lease ends (at least 1), or -1 when
 --              no permit out has a lease or the request was given up by its
---              client (latch `x`)
+--              client (latch `x`). A resend of a request already granted
+--              (latch `1`) takes nothing more: nil while its permit is
+--              out, -1 once it is not (it expired)
 --   release    gives the permit back: replies 1, or 0 when it is not out
 --              (it expired, or was released already)
 --   update     sets the permit's lease from now: replies 1, or 0 when it
@@ -62,8 +64,15 @@ end
 
 local op = ARGV[1]
 if op == 'acquire' then
-    if redis.call('get', KEYS[4]) == 'x' then
+    local latch = redis.call('get', KEYS[4])
+    if latch == 'x' then
         return -1
+    end
+    if latch == '1' then
+        if redis.call('zscore', KEYS[2], ARGV[3]) == false then
+            return -1
+        end
+        return nil
     end
     local n = available()
     if type(n) == 'table' then

@@ -7,11 +7,16 @@
 --
 -- Replies 1 when they were taken (and writes the latch, so that a request
 -- whose reply was lost can be settled, see acquire_cancel.lua), 0 when
--- fewer are available (a missing key counts as no permits). A request given
--- up by its client (latch `x`) that reaches Redis late takes nothing and
--- replies 0. A value that is not an integer is an error.
-if redis.call('get', KEYS[2]) == 'x' then
+-- fewer are available (a missing key counts as no permits). A resend of a
+-- request already granted (latch `1`) takes nothing more and replies 1. A
+-- request given up by its client (latch `x`) that reaches Redis late takes
+-- nothing and replies 0. A value that is not an integer is an error.
+local latch = redis.call('get', KEYS[2])
+if latch == 'x' then
     return 0
+end
+if latch == '1' then
+    return 1
 end
 local value = redis.call('get', KEYS[1])
 if value == false then

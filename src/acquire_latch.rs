@@ -2,10 +2,12 @@
 //!
 //! Every acquire script takes an *acquire latch* key named by its request
 //! id: a resend of the same request counts once, and a request whose
-//! replies were all lost is settled here, by that latch.
+//! replies were all lost is settled here, by that latch. The attempts of
+//! one wait share one [`Request`] (kept in a [`RequestSlot`]); what a grant
+//! took, and how it is given back, is the [`Taken`] of each synchronizer.
 
 use std::future::Future;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use redis::{FromRedisValue, ScriptInvocation};
@@ -82,64 +84,295 @@ impl GiveBack {
     }
 }
 
-/// The TTL of a semaphore's acquire latch: it outlives every resend and
-/// settle of its request.
-fn permit_latch_ttl(config: &crate::config::Config) -> u64 {
-    (config.watchdog_timeout.as_millis() as u64).max(config.unlock_latch_ttl_ms())
+/// What a granted acquire took (a hold, permits, a permit by id), and how
+/// to give it back when nobody will own it.
+pub(crate) trait Taken: Send + Sync + 'static {
+    /// Undoes one grant of the request on `name`; `ttl_ms` is the longest
+    /// TTL a send of it set (a lock's give-back restores it). Logs its own
+    /// failure, saying `why`.
+    fn give_back(
+        &self,
+        client: &Client,
+        name: &str,
+        ttl_ms: u64,
+        why: GiveBack,
+    ) -> impl Future<Output = ()> + Send;
 }
 
-/// Sends one latched acquire of `name` and returns its reply; the script is
-/// built by `build` from the latch key and its TTL (milliseconds), and
-/// `granted` tells a grant from a refusal.
+/// The acquire request of one wait, shared by its attempts: every send of
+/// it carries its id, whose latch makes it count once however many sends
+/// reach Redis (a resend of a granted request is answered as granted). A
+/// send whose reply is lost leaves the outcome unknown until a later send
+/// of the same request answers; a request that is never granted while its
+/// outcome is unknown is settled once, when its last user lets it go (the
+/// wait, or an attempt finishing in the background).
+pub(crate) struct Request<T: Taken> {
+    client: Client,
+    name: Arc<str>,
+    taken: Arc<T>,
+    /// The acquire latch key.
+    pub(crate) latch: String,
+    /// Its TTL (ms).
+    pub(crate) latch_ttl: u64,
+    /// When it was made: before its first send, so before any grant.
+    pub(crate) born: Instant,
+    outcome: Mutex<Outcome>,
+    runtime: Handle,
+}
+
+#[derive(Default)]
+struct Outcome {
+    /// Some send got no reply; the longest TTL such a send set (or how long
+    /// what it took lasts), should it have been granted.
+    lost: Option<u64>,
+    /// A send was granted: the request is spent.
+    granted: bool,
+}
+
+impl<T: Taken> Request<T> {
+    /// A new request on `name` whose sends set at most `ttl_ms` (0 when
+    /// what they take does not expire).
+    pub(crate) fn new(
+        client: &Client,
+        name: &Arc<str>,
+        taken: T,
+        ttl_ms: u64,
+        runtime: Handle,
+    ) -> Self {
+        let inner = &client.inner;
+        Request {
+            client: client.clone(),
+            name: Arc::clone(name),
+            taken: Arc::new(taken),
+            latch: keys::acquire_latch(name, &inner.request_id()),
+            latch_ttl: Self::latch_ttl(&inner.config, ttl_ms),
+            born: Instant::now(),
+            outcome: Mutex::new(Outcome::default()),
+            runtime,
+        }
+    }
+
+    /// What a grant of it takes.
+    pub(crate) fn taken(&self) -> &T {
+        &self.taken
+    }
+
+    /// The latch lives as long as any send of the request may reach Redis
+    /// or be settled, and at least as long as the hold it records (were it
+    /// shorter, a send that arrives after it would count a granted re-entry
+    /// twice). A request is reused for one resend window after its birth,
+    /// and each attempt's sends fit in one more window; hence the sum.
+    fn latch_ttl(config: &crate::config::Config, ttl_ms: u64) -> u64 {
+        let window = config.unlock_latch_ttl_ms();
+        ttl_ms.max(window).saturating_add(window)
+    }
+
+    /// Whether a new attempt setting `ttl_ms` may send this request again:
+    /// not granted yet, within one resend window of its birth, and, after
+    /// a lost send, within that send's TTL (while what it may have taken
+    /// still stands, a resend's "granted" means that).
+    fn reusable(&self, ttl_ms: u64) -> bool {
+        let config = &self.client.inner.config;
+        let outcome = self.outcome.lock().unwrap_or_else(|p| p.into_inner());
+        let limit = config
+            .unlock_latch_ttl_ms()
+            .min(outcome.lost.unwrap_or(u64::MAX));
+        !outcome.granted
+            && self.born.elapsed() < Duration::from_millis(limit)
+            && self.latch_ttl >= Self::latch_ttl(config, ttl_ms)
+    }
+
+    /// A send got no reply: perhaps it reached Redis and took what lasts
+    /// `ttl_ms`.
+    pub(crate) fn lost(&self, ttl_ms: u64) {
+        let mut outcome = self.outcome.lock().unwrap_or_else(|p| p.into_inner());
+        outcome.lost = Some(outcome.lost.map_or(ttl_ms, |t| t.max(ttl_ms)));
+    }
+
+    /// Whether the request must be settled: a send of it got no reply and
+    /// none was granted.
+    fn unsettled(&self) -> bool {
+        let outcome = self.outcome.lock().unwrap_or_else(|p| p.into_inner());
+        !outcome.granted && outcome.lost.is_some()
+    }
+
+    /// Settles the request now, once: marks it cancelled, or gives back
+    /// what a lost send took. A connection failure leaves it unsettled
+    /// (its drop, or the next call, tries again).
+    async fn settle_now(&self) -> redis::RedisResult<()> {
+        let mut conn = self.client.inner.conn.clone();
+        let granted: i64 = ACQUIRE_CANCEL
+            .key(&self.latch)
+            .arg(self.latch_ttl)
+            .invoke_async(&mut conn)
+            .await?;
+        let ttl_ms = {
+            let mut outcome = self.outcome.lock().unwrap_or_else(|p| p.into_inner());
+            outcome.lost.take()
+        };
+        if let (1, Some(ttl_ms)) = (granted, ttl_ms) {
+            tracing::debug!(name = %self.name, "an acquire whose reply was lost was granted; giving it back");
+            self.taken
+                .give_back(&self.client, &self.name, ttl_ms, GiveBack::ReplyLost)
+                .await;
+            self.client.inner.sweeper.discard(self.latch.clone());
+        }
+        Ok(())
+    }
+
+    /// A send was granted. Its latch then only matters to sends whose
+    /// replies were lost: none, and it is deleted; some, and it is marked
+    /// cancelled, so that such a send, arriving after what it took is gone,
+    /// changes nothing instead of taking what nobody owns.
+    pub(crate) fn granted(&self) {
+        let lost = {
+            let mut outcome = self.outcome.lock().unwrap_or_else(|p| p.into_inner());
+            outcome.granted = true;
+            outcome.lost.is_some()
+        };
+        let client = &self.client;
+        if !lost {
+            client.inner.sweeper.discard(self.latch.clone());
+            return;
+        }
+        let mut conn = client.inner.conn.clone();
+        let (latch, latch_ttl) = (self.latch.clone(), self.latch_ttl);
+        let name = Arc::clone(&self.name);
+        self.runtime.spawn(async move {
+            let cancelled: redis::RedisResult<()> = redis::cmd("SET")
+                .arg(&latch)
+                .arg("x")
+                .arg("PX")
+                .arg(latch_ttl)
+                .query_async(&mut conn)
+                .await;
+            if let Err(err) = cancelled {
+                tracing::warn!(%name, error = %err,
+                    "could not close a granted request that had a lost send; it closes with its latch's TTL");
+            }
+        });
+    }
+}
+
+impl<T: Taken> Drop for Request<T> {
+    fn drop(&mut self) {
+        let outcome = std::mem::take(self.outcome.get_mut().unwrap_or_else(|p| p.into_inner()));
+        let (false, Some(ttl_ms)) = (outcome.granted, outcome.lost) else {
+            return;
+        };
+        // Nobody sends it any more (a send that timed out may still wait
+        // in Redis: the settle comes later on the same connection): settle
+        // whether one was granted, and give back what it took.
+        let (client, name, taken) = (
+            self.client.clone(),
+            Arc::clone(&self.name),
+            Arc::clone(&self.taken),
+        );
+        let latch = std::mem::take(&mut self.latch);
+        let latch_ttl = self.latch_ttl;
+        self.runtime.spawn(async move {
+            let give_back = {
+                let (client, name) = (client.clone(), Arc::clone(&name));
+                move || async move {
+                    tracing::debug!(%name, "an acquire whose reply was lost was granted; giving it back");
+                    taken
+                        .give_back(&client, &name, ttl_ms, GiveBack::ReplyLost)
+                        .await;
+                }
+            };
+            settle_lost(client, &name, latch, latch_ttl, give_back).await;
+        });
+    }
+}
+
+/// The request the attempts of one wait send, replaced when it is spent or
+/// too old to send again.
+pub(crate) struct RequestSlot<T: Taken>(Mutex<Option<Arc<Request<T>>>>);
+
+impl<T: Taken> Default for RequestSlot<T> {
+    fn default() -> Self {
+        RequestSlot(Mutex::new(None))
+    }
+}
+
+impl<T: Taken> RequestSlot<T> {
+    /// The request to send next: the current one while reusable by a send
+    /// setting `ttl_ms`, else a new one. An unsettled old request is
+    /// settled first, so that what it took is never given back after the
+    /// new request took its own (a lock's give-back would take the new
+    /// hold's count). Cancel safe: an old request dropped mid-settle
+    /// settles in the background.
+    pub(crate) async fn get(
+        &self,
+        ttl_ms: u64,
+        new: impl FnOnce() -> Request<T>,
+    ) -> redis::RedisResult<Arc<Request<T>>> {
+        let old = {
+            let mut slot = self.0.lock().unwrap_or_else(|p| p.into_inner());
+            match slot.as_ref() {
+                Some(request) if request.reusable(ttl_ms) => return Ok(Arc::clone(request)),
+                _ => slot.take(),
+            }
+        };
+        if let Some(old) = old.filter(|old| old.unsettled()) {
+            if let Err(err) = old.settle_now().await {
+                // Tried again by the next attempt (or by its drop).
+                *self.0.lock().unwrap_or_else(|p| p.into_inner()) = Some(old);
+                return Err(err);
+            }
+        }
+        let request = Arc::new(new());
+        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = Some(Arc::clone(&request));
+        Ok(request)
+    }
+}
+
+/// Sends `request` once, for the semaphores, and returns the reply; the
+/// script is built by `build` from the latch key and its TTL
+/// (milliseconds), and `granted` tells a grant from a refusal. `lasts_ms`:
+/// how long what a grant takes lasts (`u64::MAX` for ever), which bounds
+/// the reuse of a request with a lost send.
 ///
 /// Whatever becomes of the caller, a grant is never left behind:
-/// - granted and answered: the latch is swept;
-/// - every reply lost: the request is settled in the background by its
-///   latch ([`settle_lost`]), and a grant found there is given back;
+/// - granted and answered: the latch is swept (or closed after a lost send);
+/// - reply lost: the request is resent by the wait's next attempt, or, when
+///   the wait ends first, settled in the background by its latch, and a
+///   grant found there is given back;
 /// - granted after the caller's future was dropped: given back.
-///
-/// `give_back` undoes one grant; it logs its own failure.
 ///
 /// # Cancel safety
 /// Cancel safe: once sent, the request runs to its end on `runtime`.
-pub(crate) async fn send_latched<R, G, Fut>(
-    client: &Client,
-    name: &Arc<str>,
+pub(crate) async fn send_once<T, R>(
+    request: Arc<Request<T>>,
     runtime: Handle,
     build: impl FnOnce(&str, u64) -> ScriptInvocation<'static>,
     granted: fn(&R) -> bool,
-    give_back: G,
+    lasts_ms: u64,
 ) -> redis::RedisResult<R>
 where
+    T: Taken,
     R: FromRedisValue + Send + 'static,
-    G: Fn(GiveBack) -> Fut + Clone + Send + Sync + 'static,
-    Fut: Future<Output = ()> + Send + 'static,
 {
-    let latch = keys::acquire_latch(name, &client.inner.request_id());
-    let latch_ttl = permit_latch_ttl(&client.inner.config);
-    let invocation = build(&latch, latch_ttl);
-    let mut conn = client.inner.conn.clone();
-    let request = {
-        let (client, name, give_back) = (client.clone(), Arc::clone(name), give_back.clone());
-        async move {
-            let reply = invocation.invoke_async::<R>(&mut conn).await;
-            match &reply {
-                Ok(reply) if granted(reply) => client.inner.sweeper.discard(latch),
-                Err(err) if is_connection_failure(err) => {
-                    let give_back = move || give_back(GiveBack::ReplyLost);
-                    tokio::spawn(async move {
-                        settle_lost(client, &name, latch, latch_ttl, give_back).await
-                    });
-                }
-                _ => {}
-            }
-            reply
+    let invocation = build(&request.latch, request.latch_ttl);
+    let mut conn = request.client.inner.conn.clone();
+    let taken = Arc::clone(&request.taken);
+    let (client, name) = (request.client.clone(), Arc::clone(&request.name));
+    let send = async move {
+        let reply = invocation.invoke_async::<R>(&mut conn).await;
+        match &reply {
+            Ok(reply) if granted(reply) => request.granted(),
+            // Perhaps it reached Redis: its outcome is unknown.
+            Err(err) if is_connection_failure(err) => request.lost(lasts_ms),
+            _ => {}
         }
+        reply
     };
     let orphan = move |reply: redis::RedisResult<R>| async move {
         if reply.as_ref().is_ok_and(granted) {
-            give_back(GiveBack::CallerLeft).await;
+            taken
+                .give_back(&client, &name, 0, GiveBack::CallerLeft)
+                .await;
         }
     };
-    Finish::new(runtime, request, orphan).await
+    Finish::new(runtime, send, orphan).await
 }

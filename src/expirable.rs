@@ -9,10 +9,11 @@ use std::time::Duration;
 use tokio::runtime::Handle;
 use tokio::time::Instant;
 
-use crate::acquire_latch::{send_latched, GiveBack};
+use crate::acquire_latch::{send_once, GiveBack, Request, RequestSlot, Taken};
 use crate::args;
 use crate::config::MAX_DURATION;
 use crate::finish::{runtime, Finish};
+use crate::object::Object;
 use crate::waiting::{wait_on, Channel, Tried};
 use crate::{keys, scripts::EXPIRABLE, Client, Error, Result};
 
@@ -94,14 +95,13 @@ impl FromStr for PermitId {
 /// ```
 #[derive(Clone)]
 pub struct PermitExpirableSemaphore {
-    client: Client,
-    name: Arc<str>,
+    obj: Object,
 }
 
 impl fmt::Debug for PermitExpirableSemaphore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("PermitExpirableSemaphore")
-            .field("name", &self.name)
+            .field("name", &self.obj.name)
             .finish_non_exhaustive()
     }
 }
@@ -140,22 +140,13 @@ async fn give_back(client: &Client, name: &str, id: PermitId) -> Result<bool> {
 impl PermitExpirableSemaphore {
     pub(crate) fn new(client: Client, name: String) -> PermitExpirableSemaphore {
         PermitExpirableSemaphore {
-            client,
-            name: name.into(),
+            obj: Object::new(client, name, "semaphore"),
         }
     }
 
     /// The semaphore's name, which is also its key.
     pub fn name(&self) -> &str {
-        &self.name
-    }
-
-    fn checked(&self) -> Result<()> {
-        args::name("semaphore", &self.name)
-    }
-
-    fn error(&self, err: redis::RedisError) -> Error {
-        Error::from_redis(err, &self.name)
+        &self.obj.name
     }
 
     /// Sets the number of permits, if the semaphore is not set yet; whether
@@ -187,7 +178,7 @@ impl PermitExpirableSemaphore {
     /// The count of available permits alone: the key and channel of a
     /// plain [`Semaphore`](crate::Semaphore) of the same name.
     fn counter(&self) -> crate::Semaphore {
-        crate::Semaphore::new(self.client.clone(), self.name.to_string())
+        crate::Semaphore::new(self.obj.client.clone(), self.obj.name.to_string())
     }
 
     /// Takes one permit without a lease, waiting as long as it takes. The
@@ -289,8 +280,8 @@ impl PermitExpirableSemaphore {
     /// # Cancel safety
     /// Cancel safe: once sent, the release completes in the background.
     pub async fn release_by_id(&self, id: PermitId) -> Result<()> {
-        self.checked()?;
-        let (client, name) = (self.client.clone(), Arc::clone(&self.name));
+        self.obj.checked()?;
+        let (client, name) = (self.obj.client.clone(), Arc::clone(&self.obj.name));
         let release = async move { give_back(&client, &name, id).await };
         match Finish::detached(runtime()?, release).await? {
             true => Ok(()),
@@ -310,24 +301,22 @@ impl PermitExpirableSemaphore {
     /// Cancel safe: once sent, the update completes in the background; the
     /// permit's local lease is only changed when it succeeded.
     pub async fn update_lease(&self, permit: &mut Permit, lease: Option<Duration>) -> Result<()> {
-        self.checked()?;
+        self.obj.checked()?;
         let lease_ms = lease
             .map(|lease| args::duration("lease", lease, MAX_DURATION))
             .transpose()?;
         let id = permit.id;
         let sent = Instant::now();
-        let mut conn = self.client.inner.conn.clone();
+        let mut conn = self.obj.conn();
         let invocation = call(
-            &self.client,
-            &self.name,
+            &self.obj.client,
+            &self.obj.name,
             "update",
             Some(id),
             lease_ms.unwrap_or(0),
         );
         let request = async move { invocation.invoke_async::<i64>(&mut conn).await };
-        let updated = Finish::detached(runtime()?, request)
-            .await
-            .map_err(|e| self.error(e))?;
+        let updated = self.obj.finish(request).await?;
         if updated != 1 {
             return Err(self.not_out(id));
         }
@@ -359,18 +348,16 @@ impl PermitExpirableSemaphore {
     }
 
     async fn count(&self, op: &'static str) -> Result<i64> {
-        self.checked()?;
-        let mut conn = self.client.inner.conn.clone();
-        let invocation = call(&self.client, &self.name, op, None, 0);
+        self.obj.checked()?;
+        let mut conn = self.obj.conn();
+        let invocation = call(&self.obj.client, &self.obj.name, op, None, 0);
         let request = async move { invocation.invoke_async::<i64>(&mut conn).await };
-        Finish::detached(runtime()?, request)
-            .await
-            .map_err(|e| self.error(e))
+        self.obj.finish(request).await
     }
 
     fn not_out(&self, id: PermitId) -> Error {
         Error::PermitNotOut {
-            name: self.name.to_string(),
+            name: self.obj.name.to_string(),
             permit: id.to_string(),
         }
     }
@@ -380,29 +367,42 @@ impl PermitExpirableSemaphore {
         wait: Option<Duration>,
         lease: Option<Duration>,
     ) -> Result<Option<Permit>> {
-        self.checked()?;
+        self.obj.checked()?;
         let lease_ms = lease
             .map(|lease| args::duration("lease", lease, MAX_DURATION))
             .transpose()?;
         let deadline = args::deadline(wait)?;
         let runtime = runtime()?;
-        let attempt = || self.try_take(lease_ms, runtime.clone());
+        // One request (and permit id) for the whole wait, renewed when it
+        // grows old: a resend after a lost reply takes one permit.
+        let slot = RequestSlot::default();
+        let attempt = || self.try_take(lease_ms, &slot, runtime.clone());
         let channel = Channel {
-            name: keys::semaphore_channel(&self.name),
+            name: keys::semaphore_channel(&self.obj.name),
             broadcast: true,
         };
-        wait_on(&self.client, channel, deadline, attempt).await
+        wait_on(&self.obj.client, channel, deadline, attempt).await
     }
 
-    /// One latched attempt to take a permit with a new id: the permit, or
-    /// wait (until the first permit out expires, when one will).
-    async fn try_take(&self, lease_ms: Option<u64>, runtime: Handle) -> Result<Tried<Permit>> {
-        let id = PermitId::random();
-        let sent = Instant::now();
+    /// One attempt of the wait's request to take a permit under the
+    /// request's id: the permit, or wait (until the first permit out
+    /// expires, when one will).
+    async fn try_take(
+        &self,
+        lease_ms: Option<u64>,
+        slot: &RequestSlot<PermitOut>,
+        runtime: Handle,
+    ) -> Result<Tried<Permit>> {
+        let new = || {
+            let out = PermitOut(PermitId::random());
+            Request::new(&self.obj.client, &self.obj.name, out, 0, runtime.clone())
+        };
+        let request = slot.get(0, new).await.map_err(|e| self.obj.error(e))?;
+        let (id, born) = (request.taken().0, request.born);
         let build = |latch: &str, latch_ttl: u64| {
             let mut call = call(
-                &self.client,
-                &self.name,
+                &self.obj.client,
+                &self.obj.name,
                 "acquire",
                 Some(id),
                 lease_ms.unwrap_or(0),
@@ -410,43 +410,40 @@ impl PermitExpirableSemaphore {
             call.key(latch).arg(latch_ttl);
             call
         };
-        let give_back = {
-            let (client, name) = (self.client.clone(), Arc::clone(&self.name));
-            move |why: GiveBack| {
-                let (client, name) = (client.clone(), Arc::clone(&name));
-                async move {
-                    if let Err(err) = give_back(&client, &name, id).await {
-                        tracing::warn!(semaphore = %name, permit = %id, error = %err, why = why.why(),
-                            "could not give back a permit an acquire took");
-                    }
-                }
-            }
-        };
         // The script replies nil for a permit taken, else how long to wait.
         let granted = |reply: &Option<i64>| reply.is_none();
-        let reply = send_latched(
-            &self.client,
-            &self.name,
-            runtime.clone(),
-            build,
-            granted,
-            give_back,
-        )
-        .await
-        .map_err(|e| self.error(e))?;
+        let lasts_ms = lease_ms.unwrap_or(u64::MAX);
+        let reply = send_once(request, runtime.clone(), build, granted, lasts_ms)
+            .await
+            .map_err(|e| self.obj.error(e))?;
         Ok(match reply {
+            // The lease counts from the request's first send at the latest.
             None => Tried::Done(Permit {
                 hold: Some(PermitHold {
-                    client: self.client.clone(),
-                    name: Arc::clone(&self.name),
+                    client: self.obj.client.clone(),
+                    name: Arc::clone(&self.obj.name),
                     runtime,
                 }),
                 id,
-                expires: lease_ms.map(|ms| sent + Duration::from_millis(ms)),
+                expires: lease_ms.map(|ms| born + Duration::from_millis(ms)),
             }),
             Some(ms) if ms > 0 => Tried::Again(Some(Duration::from_millis(ms as u64))),
             Some(_) => Tried::Again(None),
         })
+    }
+}
+
+/// A permit-expirable semaphore's grant: the permit of one id, given back
+/// by its release.
+struct PermitOut(PermitId);
+
+impl Taken for PermitOut {
+    async fn give_back(&self, client: &Client, name: &str, _ttl_ms: u64, why: GiveBack) {
+        let id = self.0;
+        if let Err(err) = give_back(client, name, id).await {
+            tracing::warn!(semaphore = %name, permit = %id, error = %err, why = why.why(),
+                "could not give back a permit an acquire took");
+        }
     }
 }
 

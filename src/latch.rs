@@ -4,9 +4,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::args;
-use crate::finish::{runtime, Finish};
+use crate::object::Object;
 use crate::scripts::{LATCH_COUNT_DOWN, LATCH_DELETE, UNLOCK_MESSAGE};
-use crate::semaphore::set_if_missing;
 use crate::waiting::{wait_on, Channel, Tried};
 use crate::{keys, Client, Error, Result};
 
@@ -40,14 +39,13 @@ const NEW_COUNT_MESSAGE: &str = "1";
 /// ```
 #[derive(Clone)]
 pub struct CountDownLatch {
-    client: Client,
-    name: Arc<str>,
+    obj: Object,
 }
 
 impl std::fmt::Debug for CountDownLatch {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("CountDownLatch")
-            .field("name", &self.name)
+            .field("name", &self.obj.name)
             .finish_non_exhaustive()
     }
 }
@@ -56,31 +54,22 @@ impl CountDownLatch {
     /// The latch's channel: Redisson's name, except on a cluster where
     /// that would leave the name's slot (see `keys::cluster_latch_channel`).
     fn channel_name(&self) -> String {
-        if self.client.inner.conn.is_cluster() {
-            keys::cluster_latch_channel(&self.name)
+        if self.obj.client.inner.conn.is_cluster() {
+            keys::cluster_latch_channel(&self.obj.name)
         } else {
-            keys::latch_channel(&self.name)
+            keys::latch_channel(&self.obj.name)
         }
     }
 
     pub(crate) fn new(client: Client, name: String) -> CountDownLatch {
         CountDownLatch {
-            client,
-            name: name.into(),
+            obj: Object::new(client, name, "latch"),
         }
     }
 
     /// The latch's name, which is also its key.
     pub fn name(&self) -> &str {
-        &self.name
-    }
-
-    fn checked(&self) -> Result<()> {
-        args::name("latch", &self.name)
-    }
-
-    fn error(&self, err: redis::RedisError) -> Error {
-        Error::from_redis(err, &self.name)
+        &self.obj.name
     }
 
     /// Sets the count, if the latch is not set (or has opened); whether
@@ -94,7 +83,7 @@ impl CountDownLatch {
     /// # Cancel safety
     /// Cancel safe: once sent, the call completes in the background.
     pub async fn try_set_count(&self, count: u64) -> Result<bool> {
-        self.checked()?;
+        self.obj.checked()?;
         if count == 0 {
             return Err(Error::invalid(
                 "a latch count must be at least 1, got 0 (a latch at zero is open)",
@@ -106,14 +95,10 @@ impl CountDownLatch {
                 i64::MAX
             )));
         }
-        set_if_missing(
-            &self.client,
-            &self.name,
-            self.channel_name(),
-            count,
-            NEW_COUNT_MESSAGE.to_owned(),
-        )
-        .await
+        let message = NEW_COUNT_MESSAGE.to_owned();
+        self.obj
+            .set_if_missing(self.channel_name(), count, message)
+            .await
     }
 
     /// Lowers the count by one; at zero, opens the latch for every waiter.
@@ -131,9 +116,9 @@ impl CountDownLatch {
     /// # Cancel safety
     /// Cancel safe: once sent, the count-down completes in the background.
     pub async fn count_down(&self) -> Result<u64> {
-        self.checked()?;
-        let mut conn = self.client.inner.conn.clone();
-        let (name, publish) = (Arc::clone(&self.name), self.client.inner.publish());
+        self.obj.checked()?;
+        let mut conn = self.obj.conn();
+        let (name, publish) = (Arc::clone(&self.obj.name), self.obj.client.inner.publish());
         let channel = self.channel_name();
         let request = async move {
             LATCH_COUNT_DOWN
@@ -144,9 +129,7 @@ impl CountDownLatch {
                 .invoke_async::<u64>(&mut conn)
                 .await
         };
-        Finish::detached(runtime()?, request)
-            .await
-            .map_err(|e| self.error(e))
+        self.obj.finish(request).await
     }
 
     /// The count now; 0 when the latch is open (or was never set).
@@ -157,13 +140,13 @@ impl CountDownLatch {
     /// # Cancel safety
     /// Cancel safe: it only reads.
     pub async fn count(&self) -> Result<u64> {
-        self.checked()?;
-        let mut conn = self.client.inner.conn.clone();
+        self.obj.checked()?;
+        let mut conn = self.obj.conn();
         let count: Option<i64> = redis::cmd("GET")
-            .arg(&*self.name)
+            .arg(&*self.obj.name)
             .query_async(&mut conn)
             .await
-            .map_err(|e| self.error(e))?;
+            .map_err(|e| self.obj.error(e))?;
         Ok(count.unwrap_or(0).max(0) as u64)
     }
 
@@ -199,7 +182,7 @@ impl CountDownLatch {
     }
 
     async fn wait_until(&self, wait: Option<Duration>) -> Result<bool> {
-        self.checked()?;
+        self.obj.checked()?;
         let deadline = args::deadline(wait)?;
         let attempt = || async {
             Ok(match self.count().await? {
@@ -211,7 +194,7 @@ impl CountDownLatch {
             name: self.channel_name(),
             broadcast: true,
         };
-        Ok(wait_on(&self.client, channel, deadline, attempt)
+        Ok(wait_on(&self.obj.client, channel, deadline, attempt)
             .await?
             .is_some())
     }
@@ -225,9 +208,9 @@ impl CountDownLatch {
     /// # Cancel safety
     /// Cancel safe: once sent, the delete completes in the background.
     pub async fn delete(&self) -> Result<bool> {
-        self.checked()?;
-        let mut conn = self.client.inner.conn.clone();
-        let (name, publish) = (Arc::clone(&self.name), self.client.inner.publish());
+        self.obj.checked()?;
+        let mut conn = self.obj.conn();
+        let (name, publish) = (Arc::clone(&self.obj.name), self.obj.client.inner.publish());
         let channel = self.channel_name();
         let request = async move {
             LATCH_DELETE
@@ -238,9 +221,7 @@ impl CountDownLatch {
                 .invoke_async::<i64>(&mut conn)
                 .await
         };
-        let deleted = Finish::detached(runtime()?, request)
-            .await
-            .map_err(|e| self.error(e))?;
+        let deleted = self.obj.finish(request).await?;
         Ok(deleted == 1)
     }
 }

@@ -376,8 +376,9 @@
 //!   it below zero.)
 //! - Acquires are cancel safe (permits taken by a dropped call are given back)
 //!   and safe against lost replies: an acquire writes an acquire latch as the
-//!   locks' do, and the permits taken by a request whose reply was lost are
-//!   given back.
+//!   locks' do, the tries of one wait resend one request (which takes its
+//!   permits once), and the permits taken by a request whose reply was lost
+//!   when the wait ended are given back.
 //! - A release or a count-down whose reply is lost is not resent: it is not
 //!   idempotent, and the error says the connection failed.
 //!
@@ -625,6 +626,7 @@ mod keys;
 mod latch;
 mod lock;
 mod multilock;
+mod object;
 mod redlock;
 mod scripts;
 mod semaphore;

@@ -6,10 +6,11 @@ use std::time::Duration;
 
 use tokio::runtime::Handle;
 
-use crate::acquire_latch::{send_latched, GiveBack};
+use crate::acquire_latch::{send_once, GiveBack, Request, RequestSlot, Taken};
 use crate::args;
-use crate::finish::{runtime, Finish};
-use crate::scripts::{SEMAPHORE_ACQUIRE, SEMAPHORE_DRAIN, SEMAPHORE_RELEASE, SET_IF_MISSING};
+use crate::finish::runtime;
+use crate::object::Object;
+use crate::scripts::{SEMAPHORE_ACQUIRE, SEMAPHORE_DRAIN, SEMAPHORE_RELEASE};
 use crate::waiting::{wait_on, Channel, Tried};
 use crate::{keys, Client, Error, Result};
 
@@ -44,14 +45,13 @@ use crate::{keys, Client, Error, Result};
 /// ```
 #[derive(Clone)]
 pub struct Semaphore {
-    client: Client,
-    name: Arc<str>,
+    obj: Object,
 }
 
 impl std::fmt::Debug for Semaphore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Semaphore")
-            .field("name", &self.name)
+            .field("name", &self.obj.name)
             .finish_non_exhaustive()
     }
 }
@@ -59,22 +59,13 @@ impl std::fmt::Debug for Semaphore {
 impl Semaphore {
     pub(crate) fn new(client: Client, name: String) -> Semaphore {
         Semaphore {
-            client,
-            name: name.into(),
+            obj: Object::new(client, name, "semaphore"),
         }
     }
 
     /// The semaphore's name, which is also its key.
     pub fn name(&self) -> &str {
-        &self.name
-    }
-
-    fn checked(&self) -> Result<()> {
-        args::name("semaphore", &self.name)
-    }
-
-    fn error(&self, err: redis::RedisError) -> Error {
-        Error::from_redis(err, &self.name)
+        &self.obj.name
     }
 
     /// Sets the number of permits, if the semaphore is not set yet; whether
@@ -89,15 +80,11 @@ impl Semaphore {
     /// # Cancel safety
     /// Cancel safe: once sent, the call completes in the background.
     pub async fn try_set_permits(&self, permits: u32) -> Result<bool> {
-        self.checked()?;
-        set_if_missing(
-            &self.client,
-            &self.name,
-            keys::semaphore_channel(&self.name),
-            permits,
-            permits.to_string(),
-        )
-        .await
+        self.obj.checked()?;
+        let channel = keys::semaphore_channel(&self.obj.name);
+        self.obj
+            .set_if_missing(channel, permits, permits.to_string())
+            .await
     }
 
     /// Adds `permits` to the available ones (setting the semaphore if it
@@ -129,14 +116,11 @@ impl Semaphore {
     /// # Cancel safety
     /// Cancel safe: once sent, the release completes in the background.
     pub async fn release(&self, permits: u32) -> Result<()> {
-        self.checked()?;
+        self.obj.checked()?;
         let permits = args::permits(permits)?;
-        let (client, name) = (self.client.clone(), Arc::clone(&self.name));
+        let (client, name) = (self.obj.client.clone(), Arc::clone(&self.obj.name));
         let release = async move { give(&client, &name, permits).await };
-        Finish::detached(runtime()?, release)
-            .await
-            .map(drop)
-            .map_err(|e| self.error(e))
+        self.obj.finish(release).await.map(drop)
     }
 
     /// Takes `permits`, waiting as long as it takes until enough are
@@ -192,13 +176,13 @@ impl Semaphore {
     /// # Cancel safety
     /// Cancel safe: it only reads.
     pub async fn available_permits(&self) -> Result<i64> {
-        self.checked()?;
-        let mut conn = self.client.inner.conn.clone();
+        self.obj.checked()?;
+        let mut conn = self.obj.conn();
         let value: Option<i64> = redis::cmd("GET")
-            .arg(&*self.name)
+            .arg(&*self.obj.name)
             .query_async(&mut conn)
             .await
-            .map_err(|e| self.error(e))?;
+            .map_err(|e| self.obj.error(e))?;
         Ok(value.unwrap_or(0))
     }
 
@@ -211,60 +195,80 @@ impl Semaphore {
     /// Cancel safe: once sent, the call completes in the background (and
     /// the permits stay taken).
     pub async fn drain_permits(&self) -> Result<i64> {
-        self.checked()?;
-        let mut conn = self.client.inner.conn.clone();
-        let name = Arc::clone(&self.name);
+        self.obj.checked()?;
+        let mut conn = self.obj.conn();
+        let name = Arc::clone(&self.obj.name);
         let drain = async move {
             SEMAPHORE_DRAIN
                 .key(&*name)
                 .invoke_async::<i64>(&mut conn)
                 .await
         };
-        Finish::detached(runtime()?, drain)
-            .await
-            .map_err(|e| self.error(e))
+        self.obj.finish(drain).await
     }
 
     async fn take(&self, permits: u32, wait: Option<Duration>) -> Result<bool> {
-        self.checked()?;
+        self.obj.checked()?;
         let permits = args::permits(permits)?;
         let deadline = args::deadline(wait)?;
         let runtime = runtime()?;
-        let attempt = || self.try_take(permits, runtime.clone());
+        // One request id for the whole wait (renewed when it grows old): a
+        // resend after a lost reply takes the permits once.
+        let slot = RequestSlot::default();
+        let attempt = || self.try_take(permits, &slot, runtime.clone());
         let channel = Channel {
-            name: keys::semaphore_channel(&self.name),
+            name: keys::semaphore_channel(&self.obj.name),
             broadcast: true,
         };
-        Ok(wait_on(&self.client, channel, deadline, attempt)
+        Ok(wait_on(&self.obj.client, channel, deadline, attempt)
             .await?
             .is_some())
     }
 
-    /// One latched attempt to take `permits`: done, or wait for the next
-    /// release.
-    async fn try_take(&self, permits: u32, runtime: Handle) -> Result<Tried<()>> {
+    /// One attempt of the wait's request to take `permits`: done, or wait
+    /// for the next release.
+    async fn try_take(
+        &self,
+        permits: u32,
+        slot: &RequestSlot<Permits>,
+        runtime: Handle,
+    ) -> Result<Tried<()>> {
+        let new = || {
+            Request::new(
+                &self.obj.client,
+                &self.obj.name,
+                Permits(permits),
+                0,
+                runtime.clone(),
+            )
+        };
+        let request = slot.get(0, new).await.map_err(|e| self.obj.error(e))?;
         let build = |latch: &str, latch_ttl: u64| {
             let mut call = SEMAPHORE_ACQUIRE.prepare_invoke();
-            call.key(&*self.name).key(latch).arg(permits).arg(latch_ttl);
+            call.key(&*self.obj.name)
+                .key(latch)
+                .arg(permits)
+                .arg(latch_ttl);
             call
         };
-        let give_back = {
-            let (client, name) = (self.client.clone(), Arc::clone(&self.name));
-            move |why: GiveBack| {
-                let (client, name) = (client.clone(), Arc::clone(&name));
-                async move {
-                    if let Err(err) = give(&client, &name, permits).await {
-                        tracing::warn!(semaphore = %name, permits, error = %err, why = why.why(),
-                            "could not give back permits an acquire took");
-                    }
-                }
-            }
-        };
         let granted = |reply: &i64| *reply == 1;
-        match send_latched(&self.client, &self.name, runtime, build, granted, give_back).await {
+        match send_once(request, runtime, build, granted, u64::MAX).await {
             Ok(1) => Ok(Tried::Done(())),
             Ok(_) => Ok(Tried::Again(None)),
-            Err(err) => Err(self.error(err)),
+            Err(err) => Err(self.obj.error(err)),
+        }
+    }
+}
+
+/// A semaphore's grant: permits, given back by a release of as many.
+struct Permits(u32);
+
+impl Taken for Permits {
+    async fn give_back(&self, client: &Client, name: &str, _ttl_ms: u64, why: GiveBack) {
+        let permits = self.0;
+        if let Err(err) = give(client, name, permits).await {
+            tracing::warn!(semaphore = %name, permits, error = %err, why = why.why(),
+                "could not give back permits an acquire took");
         }
     }
 }
@@ -279,32 +283,4 @@ async fn give(client: &Client, name: &str, permits: u32) -> redis::RedisResult<i
         .arg(client.inner.publish())
         .invoke_async::<i64>(&mut conn)
         .await
-}
-
-/// Sets `key` to `value` unless it exists, publishing `message` on
-/// `channel`; whether it was set. Shared by the semaphores and the latch.
-pub(crate) async fn set_if_missing(
-    client: &Client,
-    key: &str,
-    channel: String,
-    value: impl redis::ToRedisArgs + Send + 'static,
-    message: String,
-) -> Result<bool> {
-    let mut conn = client.inner.conn.clone();
-    let publish = client.inner.publish();
-    let owned = key.to_owned();
-    let request = async move {
-        SET_IF_MISSING
-            .key(&owned)
-            .key(channel)
-            .arg(value)
-            .arg(message)
-            .arg(publish)
-            .invoke_async::<i64>(&mut conn)
-            .await
-    };
-    let set = Finish::detached(runtime()?, request)
-        .await
-        .map_err(|e| Error::from_redis(e, key))?;
-    Ok(set == 1)
 }

@@ -200,7 +200,9 @@ async fn an_acquire_whose_replies_are_all_lost_gives_its_hold_back() {
 
 /// A semaphore acquire whose reply is lost: `try_acquire` fails with the
 /// connection error and the permit its send took is given back; `acquire()`
-/// waits the loss out and ends up with exactly one permit taken, not two.
+/// waits the loss out and ends up with exactly one permit taken, not two:
+/// its next attempt resends the same request, which is answered "granted"
+/// by its latch (nothing is given back and taken anew).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_semaphore_acquire_whose_reply_is_lost_takes_no_extra_permit() {
     let server = RedisServer::start();
@@ -229,21 +231,34 @@ async fn a_semaphore_acquire_whose_reply_is_lost_takes_no_extra_permit() {
     );
 
     swept(&server).await;
+    let monitor = Monitor::start(&server);
     proxy.lose_next_reply_to("lost:sem");
     soon(semaphore.acquire(1)).await.unwrap();
     assert_eq!(proxy.lost_replies(), 2, "no reply was lost");
-    eventually(Duration::from_secs(10), || async {
-        available().as_deref() == Some("1")
+    assert_eq!(available().as_deref(), Some("1"));
+    let latches = monitor.latches_sent_by("lost:sem", "lost:sem");
+    assert_eq!(latches.len(), 1, "one request id per wait: {latches:?}");
+    assert_eq!(
+        monitor.publishes_on("redisson_sc:{lost:sem}"),
+        0,
+        "the resend gave back and took again"
+    );
+    // Granted after a lost send, its latch is closed (`x`), so that the
+    // lost send, should it arrive late, changes nothing.
+    let latch = latches.into_iter().next().unwrap();
+    eventually(Duration::from_secs(5), || async {
+        server.cmd(&["GET", &latch]).as_string().as_deref() == Some("x")
     })
     .await;
-    println!("acquire() with its first reply lost: 2 permits -> 1");
+    println!("acquire() with its first reply lost, resent: 2 permits -> 1, one request");
     soon(semaphore.release(1)).await.unwrap();
     assert_eq!(available().as_deref(), Some("2"));
 }
 
 /// The same for a permit-expirable semaphore: the permit taken under the
 /// id of a request whose reply was lost is given back, not left out
-/// (for ever, without a lease).
+/// (for ever, without a lease); a wait resends its request, and gets the
+/// permit its lost send took.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_expirable_acquire_whose_reply_is_lost_takes_no_extra_permit() {
     let server = RedisServer::start();
@@ -269,11 +284,26 @@ async fn an_expirable_acquire_whose_reply_is_lost_takes_no_extra_permit() {
     eventually(Duration::from_secs(10), || async { out() == 0 }).await;
 
     swept(&server).await;
+    let monitor = Monitor::start(&server);
     proxy.lose_next_reply_to("lost:seats");
     let permit = soon(semaphore.acquire()).await.unwrap();
     assert_eq!(proxy.lost_replies(), 2, "no reply was lost");
-    eventually(Duration::from_secs(10), || async { out() == 1 }).await;
-    println!("expirable: try_acquire with its reply lost gave its permit back; acquire() took 1 permit, not 2");
+    assert_eq!(out(), 1);
+    let latches = monitor.latches_sent_by("lost:seats", "lost:seats");
+    assert_eq!(latches.len(), 1, "one request id per wait: {latches:?}");
+    assert_eq!(
+        monitor.publishes_on("redisson_sc:{lost:seats}"),
+        0,
+        "the resend gave back and took again"
+    );
+    // Granted after a lost send, its latch is closed (`x`), so that the
+    // lost send, should it arrive late, changes nothing.
+    let latch = latches.into_iter().next().unwrap();
+    eventually(Duration::from_secs(5), || async {
+        server.cmd(&["GET", &latch]).as_string().as_deref() == Some("x")
+    })
+    .await;
+    println!("expirable: try_acquire with its reply lost gave its permit back; acquire() resent its request and took 1 permit, not 2");
     soon(permit.release()).await.unwrap();
     assert_eq!(soon(semaphore.available_permits()).await.unwrap(), 2);
 }
@@ -633,6 +663,28 @@ impl Monitor {
     /// The acquire latches of `name` named by the commands run so far that
     /// name `field` as well (the acquires of that owner).
     fn latches_sent_by(&self, field: &str, name: &str) -> std::collections::BTreeSet<String> {
+        let prefix = format!("ferrisson_acquire_latch:{{{name}}}:");
+        self.seen()
+            .iter()
+            .filter(|line| line.contains(field))
+            .flat_map(|line| line.split('"'))
+            .filter(|word| word.starts_with(&prefix))
+            .map(str::to_owned)
+            .collect()
+    }
+
+    /// How many of the commands run so far (scripts' own commands too)
+    /// are a `PUBLISH` on `channel`.
+    fn publishes_on(&self, channel: &str) -> usize {
+        let publish = format!("\"publish\" \"{channel}\"");
+        self.seen()
+            .iter()
+            .filter(|line| line.to_lowercase().contains(&publish))
+            .count()
+    }
+
+    /// The commands run so far.
+    fn seen(&self) -> Vec<String> {
         // A marker after them: once it is seen, so is all before it.
         let marker = format!("monitor-marker-{}", self.server_port);
         let mut conn = redis::Client::open(format!("redis://127.0.0.1:{}/", self.server_port))
@@ -651,15 +703,6 @@ impl Monitor {
             assert!(std::time::Instant::now() < deadline, "MONITOR fell silent");
             std::thread::sleep(Duration::from_millis(5));
         }
-        let prefix = format!("ferrisson_acquire_latch:{{{name}}}:");
-        self.lines
-            .lock()
-            .unwrap()
-            .iter()
-            .filter(|line| line.contains(field))
-            .flat_map(|line| line.split('"'))
-            .filter(|word| word.starts_with(&prefix))
-            .map(str::to_owned)
-            .collect()
+        self.lines.lock().unwrap().clone()
     }
 }

@@ -9,15 +9,13 @@ use tokio::time::Instant;
 use super::queue::{leave_queue, FairOwners, QueueExit};
 use super::{release_hold, LockGuard};
 use super::{Attempt, Kind, LockCore};
-use crate::acquire_latch::settle_lost;
+use crate::acquire_latch::{GiveBack, Request, RequestSlot, Taken};
 use crate::args;
 use crate::config::Unsynced;
 use crate::config::MAX_DURATION;
 use crate::error::is_connection_failure;
 use crate::finish::{runtime, Finish};
-use crate::scripts::{
-    ACQUIRE, ACQUIRE_CANCEL, FAIR_ACQUIRE, FENCED_ACQUIRE, READ_ACQUIRE, WRITE_ACQUIRE,
-};
+use crate::scripts::{ACQUIRE, FAIR_ACQUIRE, FENCED_ACQUIRE, READ_ACQUIRE, WRITE_ACQUIRE};
 use crate::waiting::{self, Channel, Tried};
 use crate::watchdog::{renew_call, HoldKey, LeaseState};
 use crate::{keys, Client, Error, Result};
@@ -56,8 +54,8 @@ impl LockCore {
             // of an earlier wait, still being resent or sent late) takes it
             // out: the entry is this wait's too. (Were this future dropped
             // meanwhile, `exit` leaves anew.)
-            let key: HoldKey = (Arc::clone(&self.name), Arc::clone(&field));
-            exit.wait = Some(FairOwners::begin_wait(&self.client, &key).await);
+            let key: HoldKey = (Arc::clone(&self.obj.name), Arc::clone(&field));
+            exit.wait = Some(FairOwners::begin_wait(&self.obj.client, &key).await);
         }
         let result = self.wait_for(&field, lease_ms, deadline, waiter_ms).await;
         match result {
@@ -82,7 +80,7 @@ impl LockCore {
         // sends whose replies were lost are settled once, when it goes.
         let slot = RequestSlot::default();
         let req = AcquireRequest {
-            key: (Arc::clone(&self.name), Arc::clone(field)),
+            key: (Arc::clone(&self.obj.name), Arc::clone(field)),
             lease_ms,
             waiter_ms,
             deadline,
@@ -104,13 +102,13 @@ impl LockCore {
         let channel = Channel {
             name: match self.kind {
                 // Each fair waiter is woken on its own channel.
-                Kind::Fair { .. } => format!("{}:{field}", self.kind.channel(&self.name)),
-                kind => kind.channel(&self.name),
+                Kind::Fair { .. } => format!("{}:{field}", self.kind.channel(&self.obj.name)),
+                kind => kind.channel(&self.obj.name),
             },
             // A release wakes one waiter.
             broadcast: false,
         };
-        waiting::wait_on(&self.client, channel, deadline, attempt).await
+        waiting::wait_on(&self.obj.client, channel, deadline, attempt).await
     }
 
     /// One acquire attempt: send the wait's request (resent on a lost
@@ -132,7 +130,7 @@ impl LockCore {
             Granted::Upgrade => {
                 let owner = &req.key.1;
                 return Err(Error::UpgradeRefused {
-                    name: self.name.to_string(),
+                    name: self.obj.name.to_string(),
                     owner: owner.strip_suffix(":write").unwrap_or(owner).to_owned(),
                 });
             }
@@ -148,7 +146,7 @@ impl LockCore {
     /// leased hold taken inside a watchdog hold must not shorten the key's
     /// TTL below what the watchdog's schedule expects.
     fn hold_ttl(&self, req: &AcquireRequest<'_>) -> u64 {
-        let inner = &self.client.inner;
+        let inner = &self.obj.client.inner;
         let watchdog_ms = inner.config.watchdog_timeout.as_millis() as u64;
         match req.lease_ms {
             None => watchdog_ms,
@@ -168,28 +166,18 @@ impl LockCore {
         ttl_ms: u64,
         runtime: &tokio::runtime::Handle,
     ) -> Result<Granted> {
-        let inner = &self.client.inner;
+        let inner = &self.obj.client.inner;
         let (name, owner) = (Arc::clone(&req.key.0), Arc::clone(&req.key.1));
         let (kind, waiter_ms, deadline) = (self.kind, req.waiter_ms, req.deadline);
         // The attempts of one wait share their request while it is young
         // enough (see `Request`).
-        let request = req
-            .slot
-            .get(ttl_ms, || Request {
-                client: self.client.clone(),
-                kind,
-                name: Arc::clone(&name),
-                owner: Arc::clone(&owner),
-                latch: keys::acquire_latch(&name, &inner.request_id()),
-                latch_ttl: Request::latch_ttl(&inner.config, ttl_ms),
-                born: Instant::now(),
-                outcome: std::sync::Mutex::new(Outcome::default()),
-                runtime: runtime.clone(),
-            })
-            .await
-            .map_err(|e| self.error(e))?;
+        let hold = Hold {
+            kind,
+            owner: Arc::clone(&owner),
+        };
+        let new = || Request::new(&self.obj.client, &name, hold, ttl_ms, runtime.clone());
+        let request = req.slot.get(ttl_ms, new).await.map_err(|e| self.error(e))?;
         let sends = inner.config.release_attempts.max(1);
-        let client = self.client.clone();
         let mut conn = inner.conn.clone();
         let send = async move {
             let (latch, latch_ttl) = (&request.latch, request.latch_ttl);
@@ -218,14 +206,14 @@ impl LockCore {
                     // attempt.
                     Err(err) => return Err(err),
                     Ok(Granted::Yes(token)) => {
-                        request.granted(&client);
+                        request.granted();
                         return Ok(Granted::Yes(token));
                     }
                     reply => return reply,
                 }
             }
         };
-        let client = self.client.clone();
+        let client = self.obj.client.clone();
         let (name, owner) = (Arc::clone(&req.key.0), Arc::clone(&req.key.1));
         let give_back = move |reply: redis::RedisResult<Granted>| async move {
             if waiter_ms > 0 && !matches!(reply, Ok(Granted::Yes(_))) {
@@ -237,10 +225,9 @@ impl LockCore {
             if let Ok(Granted::Yes(_)) = reply {
                 // The caller left after Redis granted the hold: undo it,
                 // leaving the key's TTL as this acquire set it.
-                if let Err(err) = release_hold(&client, kind, &name, &owner, ttl_ms).await {
-                    tracing::warn!(lock = %name, %owner, error = %err,
-                        "could not give back a hold taken by a cancelled acquire; it expires with its lease");
-                }
+                let hold = Hold { kind, owner };
+                hold.give_back(&client, &name, ttl_ms, GiveBack::CallerLeft)
+                    .await;
             }
         };
         Finish::new(runtime.clone(), send, give_back)
@@ -261,7 +248,7 @@ impl LockCore {
         ttl_ms: u64,
         runtime: &tokio::runtime::Handle,
     ) -> Result<Option<Instant>> {
-        let watchdog = self.client.inner.config.watchdog_timeout;
+        let watchdog = self.obj.client.inner.config.watchdog_timeout;
         if req.lease_ms.is_some() || Instant::now() < sent + watchdog / 3 {
             return Ok(Some(sent));
         }
@@ -284,7 +271,7 @@ impl LockCore {
         token: Option<u64>,
         runtime: tokio::runtime::Handle,
     ) -> LockGuard {
-        let inner = &self.client.inner;
+        let inner = &self.obj.client.inner;
         let key = req.key.clone();
         let lease = match req.lease_ms {
             None => inner
@@ -293,7 +280,7 @@ impl LockCore {
             Some(ms) => LeaseState::leased(sent + Duration::from_millis(ms)),
         };
         LockGuard::new(
-            self.client.clone(),
+            self.obj.client.clone(),
             self.kind,
             key,
             req.lease_ms,
@@ -307,20 +294,20 @@ impl LockCore {
     /// the hold, and gives it back when too few did (then retries later or
     /// fails, as configured).
     async fn check_replicas(&self, guard: LockGuard) -> Result<Attempt> {
-        let inner = &self.client.inner;
+        let inner = &self.obj.client.inner;
         if let (Some((false, acked)), Some(sync)) = (
-            inner.replicated(&self.name).await,
+            inner.replicated(&self.obj.name).await,
             inner.config.replica_sync,
         ) {
             // Only the master knows of this hold: give it back.
             if let Err(err) = guard.unlock().await {
-                tracing::warn!(lock = %self.name, error = %err,
+                tracing::warn!(lock = %self.obj.name, error = %err,
                     "could not give back a hold the replicas did not acknowledge; it expires with its lease");
             }
             return match sync.on_unsynced {
                 Unsynced::Retry => Ok(Err(sync.timeout.as_millis() as i64)),
                 _ => Err(Error::NotReplicated {
-                    name: self.name.to_string(),
+                    name: self.obj.name.to_string(),
                     acked,
                     wanted: sync.replicas,
                 }),
@@ -341,7 +328,7 @@ struct AcquireRequest<'a> {
     /// When the wait ends; resends stop there too.
     deadline: Option<Instant>,
     /// The request id the attempts share.
-    slot: &'a RequestSlot,
+    slot: &'a RequestSlot<Hold>,
 }
 
 impl LockCore {
@@ -353,7 +340,7 @@ impl LockCore {
         ttl_ms: u64,
         runtime: &tokio::runtime::Handle,
     ) {
-        let (client, kind) = (self.client.clone(), self.kind);
+        let (client, kind) = (self.obj.client.clone(), self.kind);
         let (name, owner) = (Arc::clone(&key.0), Arc::clone(&key.1));
         runtime.spawn(async move {
             if let Err(err) = release_hold(&client, kind, &name, &owner, ttl_ms).await {
@@ -367,7 +354,7 @@ impl LockCore {
     /// holds it, and when the renewal was sent. A caller that leaves
     /// meanwhile has the hold given back in the background.
     async fn confirm(&self, key: &HoldKey) -> Result<(bool, Instant)> {
-        let inner = &self.client.inner;
+        let inner = &self.obj.client.inner;
         let call = renew_call(
             self.kind == Kind::Read,
             inner.config.watchdog_timeout,
@@ -376,7 +363,7 @@ impl LockCore {
         let mut conn = inner.conn.clone();
         let sent = Instant::now();
         let request = async move { call.invoke_async::<Vec<i64>>(&mut conn).await };
-        let (client, kind) = (self.client.clone(), self.kind);
+        let (client, kind) = (self.obj.client.clone(), self.kind);
         let (name, owner) = (Arc::clone(&key.0), Arc::clone(&key.1));
         let give_back = move |reply: redis::RedisResult<Vec<i64>>| async move {
             if reply.is_ok_and(|r| r == [1]) {
@@ -476,216 +463,21 @@ async fn send_acquire(
     })
 }
 
-/// Settles an acquire request some send of which got no reply and none of
-/// which was granted: marks it cancelled so that a late arrival changes
-/// nothing, or, when a lost send was granted, gives the hold back. Tries
-/// for as long as the latch lives.
-async fn settle_lost_acquire(
-    client: Client,
+/// A lock's grant: one hold of an owner, given back by one release.
+pub(super) struct Hold {
     kind: Kind,
-    name: Arc<str>,
     owner: Arc<str>,
-    latch: String,
-    lease_ms: u64,
-    latch_ttl: u64,
-) {
-    let give_back = {
-        let client = client.clone();
-        let name = Arc::clone(&name);
-        move || async move {
-            tracing::debug!(lock = %name, %owner, "an acquire whose reply was lost took a hold; giving it back");
-            if let Err(err) = release_hold(&client, kind, &name, &owner, lease_ms).await {
-                tracing::warn!(lock = %name, %owner, error = %err,
-                    "could not give back a hold taken by an acquire whose reply was lost; it expires with its lease");
-            }
-        }
-    };
-    settle_lost(client, &name, latch, latch_ttl, give_back).await;
 }
 
-/// The acquire request of one wait, shared by its attempts: every send of
-/// it carries its id, whose latch makes it count once however many sends
-/// reach Redis. A send whose reply is lost leaves the outcome unknown until
-/// a later send of the same request answers; a request that is never
-/// granted while its outcome is unknown is settled once, when its last user
-/// lets it go (the wait, or an attempt finishing in the background).
-struct Request {
-    client: Client,
-    kind: Kind,
-    name: Arc<str>,
-    owner: Arc<str>,
-    latch: String,
-    latch_ttl: u64,
-    born: Instant,
-    outcome: std::sync::Mutex<Outcome>,
-    runtime: tokio::runtime::Handle,
-}
-
-#[derive(Default)]
-struct Outcome {
-    /// Some send got no reply; the TTL it set, should it have been granted.
-    lost: Option<u64>,
-    /// A send was granted: the request is spent.
-    granted: bool,
-}
-
-impl Request {
-    /// The latch lives as long as any send of the request may reach Redis
-    /// or be settled, and at least as long as the hold it records (were it
-    /// shorter, a send that arrives after it would count a granted re-entry
-    /// twice). A request is reused for one resend window after its birth,
-    /// and each attempt's sends fit in one more window; hence the sum.
-    fn latch_ttl(config: &crate::config::Config, ttl_ms: u64) -> u64 {
-        let window = config.unlock_latch_ttl_ms();
-        ttl_ms.max(window).saturating_add(window)
-    }
-
-    /// Whether a new attempt setting `ttl_ms` may send this request again:
-    /// not granted yet, within one resend window of its birth, and, after
-    /// a lost send, within that send's TTL (while a hold it may have taken
-    /// still stands, a resend's "granted" means that hold).
-    fn reusable(&self, ttl_ms: u64) -> bool {
-        let config = &self.client.inner.config;
-        let outcome = self.outcome.lock().unwrap_or_else(|p| p.into_inner());
-        let limit = config
-            .unlock_latch_ttl_ms()
-            .min(outcome.lost.unwrap_or(u64::MAX));
-        !outcome.granted
-            && self.born.elapsed() < Duration::from_millis(limit)
-            && self.latch_ttl >= Request::latch_ttl(config, ttl_ms)
-    }
-
-    fn lost(&self, ttl_ms: u64) {
-        if let Ok(mut outcome) = self.outcome.lock() {
-            // The longest TTL a lost send set: the one a settle restores.
-            outcome.lost = Some(outcome.lost.map_or(ttl_ms, |t| t.max(ttl_ms)));
+impl Taken for Hold {
+    async fn give_back(&self, client: &Client, name: &str, ttl_ms: u64, why: GiveBack) {
+        // The release resets the key's TTL to what the acquire set (a
+        // leased re-entry inside a watchdog hold keeps the watchdog's TTL).
+        let owner = &self.owner;
+        if let Err(err) = release_hold(client, self.kind, name, owner, ttl_ms).await {
+            tracing::warn!(lock = %name, %owner, error = %err, why = why.why(),
+                "could not give back a hold an acquire took; it expires with its lease");
         }
-    }
-
-    /// Whether the request must be settled: a send of it got no reply and
-    /// none was granted.
-    fn unsettled(&self) -> bool {
-        let outcome = self.outcome.lock().unwrap_or_else(|p| p.into_inner());
-        !outcome.granted && outcome.lost.is_some()
-    }
-
-    /// Settles the request now, once: marks it cancelled, or gives back
-    /// the hold a lost send took. A connection failure leaves it
-    /// unsettled (its drop, or the next call, tries again).
-    async fn settle_now(&self) -> redis::RedisResult<()> {
-        let mut conn = self.client.inner.conn.clone();
-        let granted: i64 = ACQUIRE_CANCEL
-            .key(&self.latch)
-            .arg(self.latch_ttl)
-            .invoke_async(&mut conn)
-            .await?;
-        let ttl_ms = {
-            let mut outcome = self.outcome.lock().unwrap_or_else(|p| p.into_inner());
-            outcome.lost.take()
-        };
-        if let (1, Some(ttl_ms)) = (granted, ttl_ms) {
-            let (name, owner) = (&self.name, &self.owner);
-            tracing::debug!(lock = %name, %owner, "an acquire whose reply was lost took a hold; giving it back");
-            if let Err(err) = release_hold(&self.client, self.kind, name, owner, ttl_ms).await {
-                tracing::warn!(lock = %name, %owner, error = %err,
-                    "could not give back a hold taken by an acquire whose reply was lost; it expires with its lease");
-            }
-            self.client.inner.sweeper.discard(self.latch.clone());
-        }
-        Ok(())
-    }
-
-    /// A send was granted. Its latch then only matters to sends whose
-    /// replies were lost: none, and it is deleted; some, and it is marked
-    /// cancelled, so that such a send, arriving after the hold is gone,
-    /// changes nothing instead of taking a hold nobody owns.
-    fn granted(&self, client: &Client) {
-        let lost = match self.outcome.lock() {
-            Ok(mut outcome) => {
-                outcome.granted = true;
-                outcome.lost.is_some()
-            }
-            Err(_) => true,
-        };
-        if !lost {
-            client.inner.sweeper.discard(self.latch.clone());
-            return;
-        }
-        let mut conn = client.inner.conn.clone();
-        let (latch, latch_ttl) = (self.latch.clone(), self.latch_ttl);
-        let name = Arc::clone(&self.name);
-        self.runtime.spawn(async move {
-            let cancelled: redis::RedisResult<()> = redis::cmd("SET")
-                .arg(&latch)
-                .arg("x")
-                .arg("PX")
-                .arg(latch_ttl)
-                .query_async(&mut conn)
-                .await;
-            if let Err(err) = cancelled {
-                tracing::warn!(lock = %name, error = %err,
-                    "could not close a granted request that had a lost send; it closes with its latch's TTL");
-            }
-        });
-    }
-}
-
-impl Drop for Request {
-    fn drop(&mut self) {
-        let outcome = std::mem::take(self.outcome.get_mut().unwrap_or_else(|p| p.into_inner()));
-        let (false, Some(ttl_ms)) = (outcome.granted, outcome.lost) else {
-            return;
-        };
-        // Nobody sends it any more (a send that timed out may still wait
-        // in Redis: the settle comes later on the same connection): settle
-        // whether one took a hold, and give it back. The release resets the key's TTL to what
-        // that send set (a leased re-entry inside a watchdog hold keeps the
-        // watchdog's TTL).
-        self.runtime.spawn(settle_lost_acquire(
-            self.client.clone(),
-            self.kind,
-            Arc::clone(&self.name),
-            Arc::clone(&self.owner),
-            std::mem::take(&mut self.latch),
-            ttl_ms,
-            self.latch_ttl,
-        ));
-    }
-}
-
-/// The request the attempts of one wait send, replaced when it is spent or
-/// too old to send again.
-#[derive(Default)]
-struct RequestSlot(std::sync::Mutex<Option<Arc<Request>>>);
-
-impl RequestSlot {
-    /// The request to send next: the current one while reusable, else a
-    /// new one. An unsettled old request is settled first, so that a hold
-    /// it took is never given back after the new request took one (the
-    /// give-back would take the new hold's count). Cancel safe: an old
-    /// request dropped mid-settle settles in the background.
-    async fn get(
-        &self,
-        ttl_ms: u64,
-        new: impl FnOnce() -> Request,
-    ) -> redis::RedisResult<Arc<Request>> {
-        let old = {
-            let mut slot = self.0.lock().unwrap_or_else(|p| p.into_inner());
-            match slot.as_ref() {
-                Some(request) if request.reusable(ttl_ms) => return Ok(Arc::clone(request)),
-                _ => slot.take(),
-            }
-        };
-        if let Some(old) = old.filter(|old| old.unsettled()) {
-            if let Err(err) = old.settle_now().await {
-                // Tried again by the next attempt (or by its drop).
-                *self.0.lock().unwrap_or_else(|p| p.into_inner()) = Some(old);
-                return Err(err);
-            }
-        }
-        let request = Arc::new(new());
-        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = Some(Arc::clone(&request));
-        Ok(request)
     }
 }
 

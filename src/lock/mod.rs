@@ -29,8 +29,8 @@ use std::time::Duration;
 
 use redis::AsyncCommands;
 
-use crate::args;
 use crate::finish::{runtime, Finish};
+use crate::object::Object;
 use crate::scripts::{FAIR_FORCE_UNLOCK, FORCE_UNLOCK, UNLOCK_MESSAGE, WAKE_ALL_MESSAGE};
 use crate::watchdog::HoldKey;
 use crate::{keys, Client, Error, Result};
@@ -40,8 +40,8 @@ use crate::{keys, Client, Error, Result};
 /// [`ReadLock`], [`WriteLock`]) are thin faces over it.
 #[derive(Clone)]
 pub(crate) struct LockCore {
-    client: Client,
-    name: Arc<str>,
+    /// The lock's name on its client.
+    obj: Object,
     owner: Option<Arc<str>>,
     kind: Kind,
 }
@@ -50,10 +50,10 @@ impl LockCore {
     /// Writes the handle's fields under the face's name `what`.
     fn debug_as(&self, what: &str, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct(what)
-            .field("name", &self.name)
+            .field("name", &self.obj.name)
             .field("owner", &self.owner)
             .field("kind", &self.kind)
-            .field("client", &self.client.inner.id)
+            .field("client", &self.obj.client.inner.id)
             .finish()
     }
 }
@@ -115,8 +115,7 @@ pub(crate) type Attempt = std::result::Result<LockGuard, i64>;
 impl LockCore {
     pub(crate) fn new(client: Client, name: String, kind: Kind) -> LockCore {
         LockCore {
-            client,
-            name: name.into(),
+            obj: Object::new(client, name, "lock"),
             owner: None,
             kind,
         }
@@ -136,7 +135,7 @@ impl LockCore {
 
     /// The lock's name: the Redis key of its hash.
     pub(crate) fn name(&self) -> &str {
-        &self.name
+        &self.obj.name
     }
 
     /// The same lock, owned by `owner` instead of the calling task.
@@ -155,13 +154,13 @@ impl LockCore {
 
     /// The client this handle belongs to.
     pub(crate) fn client(&self) -> &Client {
-        &self.client
+        &self.obj.client
     }
 
     /// The hash field of the calling owner, `<client-uuid>:<owner-id>`;
     /// checks the name and owner.
     fn field(&self) -> Result<Arc<str>> {
-        args::name("lock", &self.name)?;
+        self.obj.checked()?;
         let owner = match &self.owner {
             Some(owner) => {
                 if owner.is_empty() {
@@ -181,7 +180,7 @@ impl LockCore {
         } else {
             ""
         };
-        Ok(format!("{}:{owner}{suffix}", self.client.inner.id).into())
+        Ok(format!("{}:{owner}{suffix}", self.obj.client.inner.id).into())
     }
 
     /// Waits until the lock is held, then keeps it alive with the watchdog
@@ -278,16 +277,19 @@ impl LockCore {
     /// Cancel safe: it only reads.
     pub(crate) async fn is_locked(&self) -> Result<bool> {
         self.field()?;
-        let mut conn = self.client.inner.conn.clone();
+        let mut conn = self.obj.client.inner.conn.clone();
         let mode = match self.kind {
             Kind::Reentrant | Kind::Spin(_) | Kind::Fenced | Kind::Fair { .. } => {
-                return conn.exists(&*self.name).await.map_err(|e| self.error(e));
+                return conn
+                    .exists(&*self.obj.name)
+                    .await
+                    .map_err(|e| self.error(e));
             }
             Kind::Read => "read",
             Kind::Write => "write",
         };
         let held: Option<String> = conn
-            .hget(&*self.name, "mode")
+            .hget(&*self.obj.name, "mode")
             .await
             .map_err(|e| self.error(e))?;
         Ok(held.as_deref() == Some(mode))
@@ -303,8 +305,8 @@ impl LockCore {
     /// Cancel safe: it only reads.
     pub(crate) async fn is_held_by_current_task(&self) -> Result<bool> {
         let field = self.field()?;
-        let mut conn = self.client.inner.conn.clone();
-        conn.hexists(&*self.name, &*field)
+        let mut conn = self.obj.client.inner.conn.clone();
+        conn.hexists(&*self.obj.name, &*field)
             .await
             .map_err(|e| self.error(e))
     }
@@ -319,9 +321,9 @@ impl LockCore {
     /// Cancel safe: it only reads.
     pub(crate) async fn hold_count(&self) -> Result<u32> {
         let field = self.field()?;
-        let mut conn = self.client.inner.conn.clone();
+        let mut conn = self.obj.client.inner.conn.clone();
         let count: Option<String> = conn
-            .hget(&*self.name, &*field)
+            .hget(&*self.obj.name, &*field)
             .await
             .map_err(|e| self.error(e))?;
         match count {
@@ -343,8 +345,11 @@ impl LockCore {
     /// Cancel safe: it only reads.
     pub(crate) async fn remaining_ttl(&self) -> Result<Option<Duration>> {
         self.field()?;
-        let mut conn = self.client.inner.conn.clone();
-        let ms: i64 = conn.pttl(&*self.name).await.map_err(|e| self.error(e))?;
+        let mut conn = self.obj.client.inner.conn.clone();
+        let ms: i64 = conn
+            .pttl(&*self.obj.name)
+            .await
+            .map_err(|e| self.error(e))?;
         Ok((ms >= 0).then(|| Duration::from_millis(ms as u64)))
     }
 
@@ -360,10 +365,10 @@ impl LockCore {
     /// Cancel safe: once sent, the delete completes in the background.
     pub(crate) async fn force_unlock(&self) -> Result<bool> {
         self.field()?;
-        let mut conn = self.client.inner.conn.clone();
-        let name = Arc::clone(&self.name);
+        let mut conn = self.obj.client.inner.conn.clone();
+        let name = Arc::clone(&self.obj.name);
         let kind = self.kind;
-        let publish = self.client.inner.publish();
+        let publish = self.obj.client.inner.publish();
         let request = async move {
             if matches!(kind, Kind::Fair { .. }) {
                 return FAIR_FORCE_UNLOCK
@@ -418,8 +423,8 @@ impl LockCore {
     /// background if the future is dropped.
     pub(crate) async fn unlock(&self) -> Result<()> {
         let field = self.field()?;
-        let client = self.client.clone();
-        let name = Arc::clone(&self.name);
+        let client = self.obj.client.clone();
+        let name = Arc::clone(&self.obj.name);
         let kind = self.kind;
         let release = async move {
             let key: HoldKey = (name, field);
@@ -432,6 +437,6 @@ impl LockCore {
     }
 
     fn error(&self, err: redis::RedisError) -> Error {
-        Error::from_redis(err, &self.name)
+        self.obj.error(err)
     }
 }

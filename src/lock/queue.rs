@@ -31,8 +31,8 @@ impl QueueExit<'_> {
     pub(super) async fn leave(&mut self) {
         self.wait = None;
         if std::mem::take(&mut self.armed) {
-            let key: HoldKey = (Arc::clone(&self.lock.name), Arc::clone(&self.field));
-            let leave = FairOwners::use_of(&self.lock.client, &key);
+            let key: HoldKey = (Arc::clone(&self.lock.obj.name), Arc::clone(&self.field));
+            let leave = FairOwners::use_of(&self.lock.obj.client, &key);
             let send = leave_queue(leave, self.waiter_ms);
             // Runs to its end even if the caller is dropped meanwhile.
             match runtime() {
@@ -53,8 +53,8 @@ impl Drop for QueueExit<'_> {
             // No runtime: the entry counts as dead after the waiter timeout.
             return;
         };
-        let key: HoldKey = (Arc::clone(&self.lock.name), Arc::clone(&self.field));
-        let leave = FairOwners::use_of(&self.lock.client, &key);
+        let key: HoldKey = (Arc::clone(&self.lock.obj.name), Arc::clone(&self.field));
+        let leave = FairOwners::use_of(&self.lock.obj.client, &key);
         runtime.spawn(leave_queue(leave, self.waiter_ms));
     }
 }

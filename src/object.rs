@@ -1,0 +1,99 @@
+//! What every handle is: a name on a client.
+//!
+//! A synchronizer's handle ([`Semaphore`](crate::Semaphore),
+//! [`CountDownLatch`](crate::CountDownLatch), a lock's core...) is an
+//! [`Object`] and what is its own: the object checks the name before a
+//! call writes anything, maps Redis's errors to the crate's under that
+//! name, and runs a call that finishes even if its caller leaves.
+
+use std::future::Future;
+use std::sync::Arc;
+
+use crate::client::conn::Conn;
+use crate::finish::{runtime, Finish};
+use crate::scripts::SET_IF_MISSING;
+use crate::{args, Client, Error, Result};
+
+/// A name on a client, and what kind of thing it names (for errors).
+#[derive(Clone)]
+pub(crate) struct Object {
+    pub(crate) client: Client,
+    pub(crate) name: Arc<str>,
+    /// What the name is checked as: "lock", "semaphore", "latch".
+    what: &'static str,
+}
+
+impl Object {
+    pub(crate) fn new(client: Client, name: String, what: &'static str) -> Object {
+        Object {
+            client,
+            name: name.into(),
+            what,
+        }
+    }
+
+    /// Refuses a bad name ([`Error::InvalidArgument`]); every call checks
+    /// it before it sends anything.
+    pub(crate) fn checked(&self) -> Result<()> {
+        args::name(self.what, &self.name)
+    }
+
+    /// The crate's error for what Redis replied about this object.
+    pub(crate) fn error(&self, err: redis::RedisError) -> Error {
+        Error::from_redis(err, &self.name)
+    }
+
+    /// A handle on the client's connection.
+    pub(crate) fn conn(&self) -> Conn {
+        self.client.inner.conn.clone()
+    }
+
+    /// Runs `request` to its end on the current runtime, even when the
+    /// caller's future is dropped after it was sent (see [`Finish`]).
+    pub(crate) async fn finish<T, F>(&self, request: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: Future<Output = redis::RedisResult<T>> + Send + 'static,
+    {
+        Finish::detached(runtime()?, request)
+            .await
+            .map_err(|e| self.error(e))
+    }
+
+    /// Sets the object's key to `value` unless it exists, publishing
+    /// `message` on `channel`; whether it was set. A semaphore's permits
+    /// and a latch's count are set so, once.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: once sent, the call completes in the background.
+    pub(crate) async fn set_if_missing(
+        &self,
+        channel: String,
+        value: impl redis::ToRedisArgs + Send + 'static,
+        message: String,
+    ) -> Result<bool> {
+        let mut conn = self.conn();
+        let publish = self.client.inner.publish();
+        let key = Arc::clone(&self.name);
+        let request = async move {
+            SET_IF_MISSING
+                .key(&*key)
+                .key(channel)
+                .arg(value)
+                .arg(message)
+                .arg(publish)
+                .invoke_async::<i64>(&mut conn)
+                .await
+        };
+        Ok(self.finish(request).await? == 1)
+    }
+}
+
+impl std::fmt::Debug for Object {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Object")
+            .field("name", &self.name)
+            .field("what", &self.what)
+            .finish_non_exhaustive()
+    }
+}
