@@ -236,23 +236,31 @@ async fn a_semaphore_acquire_whose_reply_is_lost_takes_no_extra_permit() {
     soon(semaphore.acquire(1)).await.unwrap();
     assert_eq!(proxy.lost_replies(), 2, "no reply was lost");
     assert_eq!(available().as_deref(), Some("1"));
-    let latches = monitor.latches_sent_by("lost:sem", "lost:sem");
+    resent_once(&server, &monitor, "lost:sem").await;
+    println!("acquire() with its first reply lost, resent: 2 permits -> 1, one request");
+    soon(semaphore.release(1)).await.unwrap();
+    assert_eq!(available().as_deref(), Some("2"));
+}
+
+/// Checks that the one semaphore acquire seen by `monitor`, whose first
+/// reply was lost, sent one request, took its permits once (nothing given
+/// back and taken anew: no release published), and had its latch closed
+/// (`x`) on its grant, so that the lost send, arriving late, changes
+/// nothing.
+async fn resent_once(server: &RedisServer, monitor: &Monitor, name: &str) {
+    let latches = monitor.latches_sent_by(name, name);
     assert_eq!(latches.len(), 1, "one request id per wait: {latches:?}");
+    let channel = format!("redisson_sc:{{{name}}}");
     assert_eq!(
-        monitor.publishes_on("redisson_sc:{lost:sem}"),
+        monitor.publishes_on(&channel),
         0,
         "the resend gave back and took again"
     );
-    // Granted after a lost send, its latch is closed (`x`), so that the
-    // lost send, should it arrive late, changes nothing.
     let latch = latches.into_iter().next().unwrap();
     eventually(Duration::from_secs(5), || async {
         server.cmd(&["GET", &latch]).as_string().as_deref() == Some("x")
     })
     .await;
-    println!("acquire() with its first reply lost, resent: 2 permits -> 1, one request");
-    soon(semaphore.release(1)).await.unwrap();
-    assert_eq!(available().as_deref(), Some("2"));
 }
 
 /// The same for a permit-expirable semaphore: the permit taken under the
@@ -289,20 +297,7 @@ async fn an_expirable_acquire_whose_reply_is_lost_takes_no_extra_permit() {
     let permit = soon(semaphore.acquire()).await.unwrap();
     assert_eq!(proxy.lost_replies(), 2, "no reply was lost");
     assert_eq!(out(), 1);
-    let latches = monitor.latches_sent_by("lost:seats", "lost:seats");
-    assert_eq!(latches.len(), 1, "one request id per wait: {latches:?}");
-    assert_eq!(
-        monitor.publishes_on("redisson_sc:{lost:seats}"),
-        0,
-        "the resend gave back and took again"
-    );
-    // Granted after a lost send, its latch is closed (`x`), so that the
-    // lost send, should it arrive late, changes nothing.
-    let latch = latches.into_iter().next().unwrap();
-    eventually(Duration::from_secs(5), || async {
-        server.cmd(&["GET", &latch]).as_string().as_deref() == Some("x")
-    })
-    .await;
+    resent_once(&server, &monitor, "lost:seats").await;
     println!("expirable: try_acquire with its reply lost gave its permit back; acquire() resent its request and took 1 permit, not 2");
     soon(permit.release()).await.unwrap();
     assert_eq!(soon(semaphore.available_permits()).await.unwrap(), 2);
