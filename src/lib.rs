@@ -613,23 +613,38 @@
 //!
 //! None is on by default.
 
+// The synchronizers.
+mod count_down_latch;
+mod distributed;
+mod expirable;
+mod lock;
+mod multilock;
+mod redlock;
+mod semaphore;
+
+pub use count_down_latch::CountDownLatch;
+pub use distributed::DistributedLock;
+pub use expirable::{Permit, PermitExpirableSemaphore, PermitId};
+pub use lock::{
+    FairLock, FencedGuard, FencedLock, Lock, LockGuard, ReadLock, ReadWriteLock, SpinLock,
+    WriteLock, DEFAULT_FAIR_WAITER_TIMEOUT,
+};
+pub use multilock::{MultiLock, MultiLockGuard};
+pub use redlock::{RedLock, RedLockGuard};
+pub use semaphore::Semaphore;
+
+// What they share: the client and its settings, errors, and the machinery
+// under every handle.
 mod acquire_latch;
 mod args;
 mod backoff;
 mod client;
 pub mod config;
-mod distributed;
 mod error;
-mod expirable;
 mod finish;
 mod keys;
-mod latch;
-mod lock;
-mod multilock;
 mod object;
-mod redlock;
 mod scripts;
-mod semaphore;
 mod sweeper;
 mod waiting;
 mod watchdog;
@@ -638,17 +653,7 @@ pub use backoff::Backoff;
 pub use client::{Client, ClientBuilder};
 pub use config::Config;
 pub use config::MAX_NAME_LEN;
-pub use distributed::DistributedLock;
 pub use error::{Error, Result};
-pub use expirable::{Permit, PermitExpirableSemaphore, PermitId};
-pub use latch::CountDownLatch;
-pub use lock::{
-    FairLock, FencedGuard, FencedLock, Lock, LockGuard, ReadLock, ReadWriteLock, SpinLock,
-    WriteLock, DEFAULT_FAIR_WAITER_TIMEOUT,
-};
-pub use multilock::{MultiLock, MultiLockGuard};
-pub use redlock::{RedLock, RedLockGuard};
-pub use semaphore::Semaphore;
 
 /// README.md's examples, compiled and run as doctests.
 #[cfg(doctest)]
