@@ -1,11 +1,14 @@
 -- Acquire, or re-enter, a reentrant lock (Redisson RLock layout), safely
--- resent per request id.
+-- resent per request id; or acquire a non-reentrant lock (Redisson
+-- RNonReentrantLock: the same hash, a hold count of 1).
 --
 -- KEYS[1]  the lock hash, at the plain lock name
 -- KEYS[2]  the acquire latch, `ferrisson_acquire_latch:{name}:<request-id>`
 -- ARGV[1]  lease in milliseconds
 -- ARGV[2]  owner field, `<client-uuid>:<owner-id>`
 -- ARGV[3]  latch TTL in milliseconds (at least the lease)
+-- ARGV[4]  `0` non-reentrant: a holder asking again is refused with -4 and
+--          nothing changes; `1` (or absent) reentrant
 --
 -- Replies nil when the owner now holds the lock: the hold count was raised by
 -- one, the key's TTL set to the lease, and the latch written. Otherwise
@@ -22,7 +25,11 @@ end
 if latch ~= false and redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
     return nil
 end
-if redis.call('exists', KEYS[1]) == 0 or redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
+local mine = redis.call('hexists', KEYS[1], ARGV[2]) == 1
+if mine and ARGV[4] == '0' then
+    return -4
+end
+if mine or redis.call('exists', KEYS[1]) == 0 then
     redis.call('hincrby', KEYS[1], ARGV[2], 1)
     redis.call('pexpire', KEYS[1], ARGV[1])
     redis.call('set', KEYS[2], 1, 'px', ARGV[3])

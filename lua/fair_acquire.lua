@@ -13,6 +13,9 @@
 -- ARGV[4]  `1` to join the queue when the lock is taken, `0` for one
 --          attempt that leaves no trace
 -- ARGV[5]  latch TTL in milliseconds (at least the lease)
+-- ARGV[6]  `0` non-reentrant (Redisson RNonReentrantFairLock): a holder
+--          asking again is refused with -4, and nothing changes; `1` (or
+--          absent) reentrant
 --
 -- Dead waiters at the head of the queue (score <= now, by the server's
 -- clock) are dropped first. Replies nil when the owner now holds the lock
@@ -33,6 +36,9 @@ if latch == 'x' then
 end
 if latch ~= false and redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
     return nil
+end
+if ARGV[6] == '0' and redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
+    return -4
 end
 local wait = tonumber(ARGV[3])
 -- shared: purge dead waiters (the server's time, then every queue head

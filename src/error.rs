@@ -58,6 +58,21 @@ pub enum Error {
         owner: String,
     },
 
+    /// The owner asked again for a non-reentrant lock it holds: re-entering
+    /// would let two critical sections of one owner (two branches of one
+    /// `join!`, say) run at once, so it is refused, as Redisson's
+    /// `RNonReentrantLock` refuses it. Nothing was taken; the first hold
+    /// stands.
+    #[error(
+        "owner `{owner}` already holds the non-reentrant lock `{name}`; it cannot take it again"
+    )]
+    NonReentrantReacquire {
+        /// The lock name.
+        name: String,
+        /// The owner field, `<client-uuid>:<owner-id>`.
+        owner: String,
+    },
+
     /// Replica sync is on and too few replicas acknowledged an acquire in
     /// time: the hold was given back.
     #[error("lock `{name}`: {acked} of {wanted} replicas acknowledged the acquire in time; it was given back")]

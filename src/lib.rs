@@ -59,6 +59,7 @@
 //! | the same, for very many locks with waiters: waiters poll, no subscription | [`SpinLock`] | [`Client::spin_lock`] | `getSpinLock` |
 //! | one holder, and a token so the resource can refuse a late writer | [`FencedLock`] | [`Client::fenced_lock`] | `RFencedLock` |
 //! | one holder, served in arrival order | [`FairLock`] | [`Client::fair_lock`] | `getFairLock` |
+//! | one holder, never re-entered: its holder asking again is refused (see [the hazard](#owners-and-reentrancy)) | [`NonReentrantLock`], [`NonReentrantFairLock`] | [`Client::non_reentrant_lock`], [`Client::non_reentrant_fair_lock`] | `getNonReentrantLock`, `getNonReentrantFairLock` |
 //! | many readers or one writer | [`ReadWriteLock`] ([`ReadLock`], [`WriteLock`]) | [`Client::read_write_lock`] | `RReadWriteLock` |
 //! | at most N at a time; anyone may give permits back | [`Semaphore`] | [`Client::semaphore`] | `RSemaphore` |
 //! | at most N at a time; a dead holder's permit comes back by itself | [`PermitExpirableSemaphore`] ([`Permit`]) | [`Client::permit_expirable_semaphore`] | `RPermitExpirableSemaphore` |
@@ -67,8 +68,9 @@
 //! | one lock over independent masters, held by a majority | [`RedLock`] | [`RedLock::new`] | `RedissonRedLock` (deprecated) |
 //!
 //! Every handle is cheap to clone, and sends nothing until it is used. The
-//! locks ([`Lock`], [`SpinLock`], [`FencedLock`], [`FairLock`], [`ReadLock`]
-//! and [`WriteLock`]) all have the API of [`Lock`] above: waits, leases, the
+//! locks ([`Lock`], [`SpinLock`], [`FencedLock`], [`FairLock`],
+//! [`NonReentrantLock`], [`NonReentrantFairLock`], [`ReadLock`] and
+//! [`WriteLock`]) all have the API of [`Lock`] above: waits, leases, the
 //! watchdog, guards and owners. Each implements the sealed [`DistributedLock`]
 //! trait, so code can take `&dyn DistributedLock` or keep a
 //! `Vec<Box<dyn DistributedLock>>`, and a [`MultiLock`] or [`RedLock`] can
@@ -200,6 +202,27 @@
 //! one of them without a guard (for holds given up with [`LockGuard::leak`]).
 //! Releasing what you do not hold is an error ([`Error::NotHeld`]), as in
 //! Redisson.
+//!
+//! **The hazard: futures that share a task share an owner.** Futures polled
+//! inside one task (the branches of `join!` or `select!`, the items of
+//! `FuturesUnordered` or `buffer_unordered`) all run as that task. On a
+//! reentrant lock the second of them re-enters the first one's hold, and two
+//! "critical sections" run at once. Two fixes:
+//! - a [`NonReentrantLock`] (or [`NonReentrantFairLock`]), Redisson's
+//!   `getNonReentrantLock`: the holder asking again is refused with
+//!   [`Error::NonReentrantReacquire`] instead of let in;
+//! - one explicit owner per concurrent branch (`with_owner`), so that the
+//!   branches wait for each other.
+//!
+//! ```rust,no_run
+//! # async fn run(client: ferrisson::Client) -> ferrisson::Result<()> {
+//! let lock = client.lock("report");
+//! let (a, b) = tokio::join!(
+//!     lock.with_owner("branch-a").lock(),
+//!     lock.with_owner("branch-b").lock(), // waits until branch-a lets go
+//! );
+//! # drop((a, b)); Ok(()) }
+//! ```
 //!
 //! Semaphores and the latch have no owners: their permits and counts belong to
 //! nobody.
@@ -626,8 +649,8 @@ pub use count_down_latch::CountDownLatch;
 pub use distributed::DistributedLock;
 pub use expirable::{Permit, PermitExpirableSemaphore, PermitId};
 pub use lock::{
-    FairLock, FencedGuard, FencedLock, Lock, LockGuard, ReadLock, ReadWriteLock, SpinLock,
-    WriteLock, DEFAULT_FAIR_WAITER_TIMEOUT,
+    FairLock, FencedGuard, FencedLock, Lock, LockGuard, NonReentrantFairLock, NonReentrantLock,
+    ReadLock, ReadWriteLock, SpinLock, WriteLock, DEFAULT_FAIR_WAITER_TIMEOUT,
 };
 pub use multilock::{MultiLock, MultiLockGuard};
 pub use redlock::{RedLock, RedLockGuard};

@@ -13,7 +13,7 @@ use common::{client, soon, RedisServer};
 use ferrisson::config::MAX_DURATION;
 use ferrisson::{Client, DistributedLock, Error, LockGuard, MAX_NAME_LEN};
 
-const KINDS: [&str; 6] = common::LOCK_KINDS;
+const KINDS: [&str; 8] = common::LOCK_KINDS;
 
 fn handle(client: &Client, kind: &str, name: &str) -> Arc<dyn DistributedLock> {
     handle_owned(client, kind, name, None)

@@ -36,6 +36,7 @@ async fn scripts_pair(conn: &mut ConnectionManager, key: &str, owner: &str) {
         .arg(30_000)
         .arg(owner)
         .arg(30_000)
+        .arg("1")
         .invoke_async(conn)
         .await
         .expect("acquire script");

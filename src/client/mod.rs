@@ -27,8 +27,8 @@ use crate::config::Config;
 use crate::sweeper::Sweeper;
 use crate::watchdog::Registry;
 use crate::{
-    CountDownLatch, FairLock, FencedLock, Lock, PermitExpirableSemaphore, ReadWriteLock, Result,
-    Semaphore, SpinLock,
+    CountDownLatch, FairLock, FencedLock, Lock, NonReentrantFairLock, NonReentrantLock,
+    PermitExpirableSemaphore, ReadWriteLock, Result, Semaphore, SpinLock,
 };
 
 /// A connection to Redis that hands out locks.
@@ -189,6 +189,24 @@ impl Client {
     /// the handle is used; a bad name is reported by the first call.
     pub fn lock(&self, name: impl Into<String>) -> Lock {
         Lock::new(self.clone(), name.into())
+    }
+
+    /// A handle to the non-reentrant lock `name`, Redisson's
+    /// `getNonReentrantLock`: the reentrant lock's hash (it excludes
+    /// [`Client::lock`] holders of the same name), but an owner that holds
+    /// it and asks again is refused
+    /// ([`Error::NonReentrantReacquire`](crate::Error::NonReentrantReacquire))
+    /// instead of re-entering. For code whose futures share a task (`join!`,
+    /// `select!`, `buffer_unordered`): see [`NonReentrantLock`].
+    pub fn non_reentrant_lock(&self, name: impl Into<String>) -> NonReentrantLock {
+        NonReentrantLock::new(self.clone(), name.into())
+    }
+
+    /// A handle to the non-reentrant fair lock `name`, Redisson's
+    /// `getNonReentrantFairLock`: the [`FairLock`] whose holder is refused
+    /// when it asks again, as [`Client::non_reentrant_lock`]'s.
+    pub fn non_reentrant_fair_lock(&self, name: impl Into<String>) -> NonReentrantFairLock {
+        NonReentrantFairLock::new(self.clone(), name.into())
     }
 
     /// A handle to the spin lock `name`: the reentrant lock's hash and

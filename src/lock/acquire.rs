@@ -127,6 +127,12 @@ impl LockCore {
                     reply,
                 })
             }
+            Granted::Reacquire => {
+                return Err(Error::NonReentrantReacquire {
+                    name: self.obj.name.to_string(),
+                    owner: req.key.1.to_string(),
+                })
+            }
             Granted::Upgrade => {
                 let owner = &req.key.1;
                 return Err(Error::UpgradeRefused {
@@ -391,15 +397,21 @@ async fn send_acquire(
     latch_ttl: u64,
     waiter_ms: u64,
 ) -> redis::RedisResult<Granted> {
-    let pttl = |reply: Option<i64>| reply.map_or(Granted::Yes(None), Granted::No);
+    let pttl = |reply: Option<i64>| match reply {
+        None => Granted::Yes(None),
+        Some(REACQUIRE) => Granted::Reacquire,
+        Some(ttl) => Granted::No(ttl),
+    };
+    let reentrant = if kind.reentrant() { "1" } else { "0" };
     Ok(match kind {
-        Kind::Reentrant | Kind::Spin(_) => pttl(
+        Kind::Reentrant | Kind::NonReentrant | Kind::Spin(_) => pttl(
             ACQUIRE
                 .key(name)
                 .key(latch)
                 .arg(ttl_ms)
                 .arg(owner)
                 .arg(latch_ttl)
+                .arg(reentrant)
                 .invoke_async(conn)
                 .await?,
         ),
@@ -430,6 +442,7 @@ async fn send_acquire(
                 .arg(waiter_ms)
                 .arg(if waiter_ms > 0 { "1" } else { "0" })
                 .arg(latch_ttl)
+                .arg(reentrant)
                 .invoke_async(conn)
                 .await?,
         ),
@@ -491,7 +504,13 @@ enum Granted {
     Unexpected(String),
     /// The owner reads and asked to write: it would wait for itself.
     Upgrade,
+    /// The owner holds a non-reentrant lock and asked for it again.
+    Reacquire,
 }
 
 /// What the write acquire script replies to a refused upgrade.
 const UPGRADE: i64 = -3;
+
+/// What the acquire scripts reply to a non-reentrant lock's holder that
+/// asks again.
+const REACQUIRE: i64 = -4;

@@ -32,6 +32,7 @@ impl FairLock {
     pub(crate) fn new(client: Client, name: String) -> FairLock {
         let kind = Kind::Fair {
             waiter_timeout: DEFAULT_FAIR_WAITER_TIMEOUT,
+            reentrant: true,
         };
         FairLock {
             core: LockCore::new(client, name, kind),
@@ -44,20 +45,14 @@ impl FairLock {
     /// [`MAX_DURATION`](crate::config::MAX_DURATION)) is reported by the
     /// first wait.
     pub fn with_waiter_timeout(&self, timeout: Duration) -> FairLock {
-        let kind = Kind::Fair {
-            waiter_timeout: timeout,
-        };
         FairLock {
-            core: self.core.with_kind(kind),
+            core: self.core.with_waiter_timeout(timeout),
         }
     }
 
     /// How long a queued waiter may stay silent before the others skip it.
     pub fn waiter_timeout(&self) -> Duration {
-        self.core
-            .kind()
-            .waiter_timeout()
-            .unwrap_or(DEFAULT_FAIR_WAITER_TIMEOUT)
+        self.core.waiter_timeout()
     }
 }
 

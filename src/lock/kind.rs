@@ -16,6 +16,9 @@ pub const DEFAULT_FAIR_WAITER_TIMEOUT: Duration = Duration::from_secs(300);
 pub(crate) enum Kind {
     /// Redisson's `RLock`.
     Reentrant,
+    /// `getNonReentrantLock`: `RLock`'s hash; a re-acquire by the holder
+    /// is refused instead of re-entering.
+    NonReentrant,
     /// `getSpinLock`: `RLock`'s hash and scripts; its waiters poll with this
     /// backoff instead of subscribing.
     Spin(Backoff),
@@ -26,11 +29,14 @@ pub(crate) enum Kind {
     /// The write side of `RReadWriteLock`: fields end in `:write`.
     Write,
     /// `getFairLock`: `RLock` with a queue of waiters, each woken on its own
-    /// channel.
+    /// channel (`getNonReentrantFairLock` when not `reentrant`).
     Fair {
         /// How long a queued waiter may stay silent before the others
         /// skip it.
         waiter_timeout: Duration,
+        /// Whether the holder may take it again (a hold count), or is
+        /// refused.
+        reentrant: bool,
     },
 }
 
@@ -39,9 +45,11 @@ impl Kind {
     /// to; for the fair lock, the prefix of each waiter's own channel.
     pub(crate) fn channel(self, name: &str) -> String {
         match self {
-            Kind::Reentrant | Kind::Spin(_) | Kind::Fenced | Kind::Fair { .. } => {
-                keys::lock_channel(name)
-            }
+            Kind::Reentrant
+            | Kind::NonReentrant
+            | Kind::Spin(_)
+            | Kind::Fenced
+            | Kind::Fair { .. } => keys::lock_channel(name),
             Kind::Read | Kind::Write => keys::rwlock_channel(name),
         }
     }
@@ -57,8 +65,19 @@ impl Kind {
     /// A fair lock's waiter timeout; `None` for the kinds without a queue.
     pub(crate) fn waiter_timeout(self) -> Option<Duration> {
         match self {
-            Kind::Fair { waiter_timeout } => Some(waiter_timeout),
+            Kind::Fair { waiter_timeout, .. } => Some(waiter_timeout),
             _ => None,
+        }
+    }
+
+    /// Whether the holder may take the lock again (its hold count goes
+    /// up), rather than being refused with
+    /// [`Error::NonReentrantReacquire`](crate::Error::NonReentrantReacquire).
+    pub(crate) fn reentrant(self) -> bool {
+        match self {
+            Kind::NonReentrant => false,
+            Kind::Fair { reentrant, .. } => reentrant,
+            Kind::Reentrant | Kind::Spin(_) | Kind::Fenced | Kind::Read | Kind::Write => true,
         }
     }
 }

@@ -8,6 +8,7 @@ mod fair;
 mod fenced;
 mod guard;
 mod kind;
+mod non_reentrant;
 mod queue;
 mod release;
 mod rwlock;
@@ -18,6 +19,7 @@ pub use fenced::{FencedGuard, FencedLock};
 pub use guard::LockGuard;
 pub(crate) use kind::Kind;
 pub use kind::DEFAULT_FAIR_WAITER_TIMEOUT;
+pub use non_reentrant::{NonReentrantFairLock, NonReentrantLock};
 pub(crate) use queue::FairOwners;
 pub(crate) use release::release_hold;
 pub use rwlock::{ReadLock, ReadWriteLock, WriteLock};
@@ -131,6 +133,22 @@ impl LockCore {
             kind,
             ..self.clone()
         }
+    }
+
+    /// The same fair lock (reentrant or not), with waiters that count as
+    /// dead after `timeout` of silence.
+    pub(crate) fn with_waiter_timeout(&self, timeout: Duration) -> LockCore {
+        self.with_kind(Kind::Fair {
+            waiter_timeout: timeout,
+            reentrant: self.kind.reentrant(),
+        })
+    }
+
+    /// A fair lock's waiter timeout.
+    pub(crate) fn waiter_timeout(&self) -> Duration {
+        self.kind
+            .waiter_timeout()
+            .unwrap_or(DEFAULT_FAIR_WAITER_TIMEOUT)
     }
 
     /// The lock's name: the Redis key of its hash.
@@ -279,7 +297,11 @@ impl LockCore {
         self.field()?;
         let mut conn = self.obj.client.inner.conn.clone();
         let mode = match self.kind {
-            Kind::Reentrant | Kind::Spin(_) | Kind::Fenced | Kind::Fair { .. } => {
+            Kind::Reentrant
+            | Kind::NonReentrant
+            | Kind::Spin(_)
+            | Kind::Fenced
+            | Kind::Fair { .. } => {
                 return conn
                     .exists(&*self.obj.name)
                     .await
@@ -385,9 +407,11 @@ impl LockCore {
                 .key(&*name)
                 .key(kind.channel(&name))
                 .arg(match kind {
-                    Kind::Reentrant | Kind::Spin(_) | Kind::Fenced | Kind::Fair { .. } => {
-                        UNLOCK_MESSAGE
-                    }
+                    Kind::Reentrant
+                    | Kind::NonReentrant
+                    | Kind::Spin(_)
+                    | Kind::Fenced
+                    | Kind::Fair { .. } => UNLOCK_MESSAGE,
                     Kind::Read | Kind::Write => WAKE_ALL_MESSAGE,
                 })
                 .arg(publish)

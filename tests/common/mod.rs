@@ -160,7 +160,16 @@ pub(crate) fn replicas_acknowledge(master: &RedisServer, replicas: usize) -> boo
 }
 
 /// The lock types, by the names the tests give them.
-pub(crate) const LOCK_KINDS: [&str; 6] = ["reentrant", "spin", "fenced", "fair", "read", "write"];
+pub(crate) const LOCK_KINDS: [&str; 8] = [
+    "reentrant",
+    "spin",
+    "fenced",
+    "fair",
+    "read",
+    "write",
+    "non-reentrant",
+    "non-reentrant fair",
+];
 
 /// A handle to the lock `name` of `kind` (one of [`LOCK_KINDS`]; the read
 /// and write sides are those of the read-write lock `name`), as a trait
@@ -198,6 +207,8 @@ pub(crate) fn owned_lock_of(
         "read" => owned!(client.read_write_lock(name).read()),
         "write" => owned!(client.read_write_lock(name).write()),
         "reentrant" => owned!(client.lock(name)),
+        "non-reentrant" => owned!(client.non_reentrant_lock(name)),
+        "non-reentrant fair" => owned!(client.non_reentrant_fair_lock(name)),
         other => panic!("no lock kind {other:?}"),
     }
 }
