@@ -94,6 +94,19 @@ pub trait DistributedLock: sealed::Sealed + Send + Sync + std::fmt::Debug {
     /// Cancel safe: it only reads.
     async fn is_held_by_current_task(&self) -> Result<bool>;
 
+    /// Whether `owner` of this handle's client holds the lock (Redisson's
+    /// `isHeldByThread`).
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads.
+    async fn is_held_by(&self, owner: &str) -> Result<bool>;
+
+    /// What the lock holds now: holders, TTL, and each kind's own state.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads.
+    async fn info(&self) -> Result<crate::LockInfo>;
+
     /// How many holds the calling owner has.
     ///
     /// # Cancel safety

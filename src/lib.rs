@@ -649,8 +649,9 @@ pub use count_down_latch::CountDownLatch;
 pub use distributed::DistributedLock;
 pub use expirable::{Permit, PermitExpirableSemaphore, PermitId};
 pub use lock::{
-    FairLock, FencedGuard, FencedLock, Lock, LockGuard, NonReentrantFairLock, NonReentrantLock,
-    ReadLock, ReadWriteLock, SpinLock, WriteLock, DEFAULT_FAIR_WAITER_TIMEOUT,
+    FairLock, FencedGuard, FencedLock, Lock, LockGuard, LockHolder, LockInfo, LockMode,
+    NonReentrantFairLock, NonReentrantLock, QueuedWaiter, ReadLock, ReadWriteLock, SpinLock,
+    WriteLock, DEFAULT_FAIR_WAITER_TIMEOUT,
 };
 pub use multilock::{MultiLock, MultiLockGuard};
 pub use redlock::{RedLock, RedLockGuard};

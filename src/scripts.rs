@@ -13,6 +13,10 @@ pub(crate) static ACQUIRE: LazyLock<Script> =
 pub(crate) static FENCED_ACQUIRE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../lua/fenced_acquire.lua")));
 
+/// `lua/lock_info.lua`: what a lock holds, read in one call.
+pub(crate) static LOCK_INFO: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../lua/lock_info.lua")));
+
 /// `lua/acquire_cancel.lua`: settle an acquire whose replies were lost.
 pub(crate) static ACQUIRE_CANCEL: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../lua/acquire_cancel.lua")));

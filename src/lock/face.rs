@@ -161,6 +161,44 @@ macro_rules! lock_face {
                 self.core.is_held_by_current_task().await
             }
 
+            /// Whether `owner` of this handle's client holds the lock, as
+            /// Redisson's `isHeldByThread`: the owner id given to
+            /// `with_owner`, or `task-<id>` / `thread-<n>` for the default
+            /// owners.
+            ///
+            /// # Errors
+            /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for
+            /// a bad name or owner id,
+            /// [`Error::WrongType`](crate::Error::WrongType),
+            /// [`Error::Redis`](crate::Error::Redis).
+            ///
+            /// # Cancel safety
+            /// Cancel safe: it only reads.
+            pub async fn is_held_by(&self, owner: &str) -> $crate::Result<bool> {
+                self.core.is_held_by(owner).await
+            }
+
+            /// What the lock holds now, read in one call: its holders
+            /// (client id, owner id, hold count), its TTL, and what only
+            /// some kinds have (a read-write lock's mode, a fair lock's
+            /// queue, a fenced lock's token). It shows holds of any
+            /// Redisson-layout client. Redisson has no single counterpart;
+            /// it answers what `isLocked`, `getHoldCount`,
+            /// `remainTimeToLive` and `isHeldByThread` answer one by one.
+            ///
+            /// # Errors
+            /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for
+            /// a bad name, [`Error::WrongType`](crate::Error::WrongType),
+            /// [`Error::Redis`](crate::Error::Redis), and
+            /// [`Error::UnexpectedReply`](crate::Error::UnexpectedReply)
+            /// when a hold count is not a number.
+            ///
+            /// # Cancel safety
+            /// Cancel safe: it only reads.
+            pub async fn info(&self) -> $crate::Result<$crate::LockInfo> {
+                self.core.info().await
+            }
+
             /// How many holds this handle's owner has on the lock (0 when
             /// none).
             ///
@@ -284,6 +322,14 @@ macro_rules! lock_face {
 
             async fn is_held_by_current_task(&self) -> $crate::Result<bool> {
                 self.core.is_held_by_current_task().await
+            }
+
+            async fn is_held_by(&self, owner: &str) -> $crate::Result<bool> {
+                self.core.is_held_by(owner).await
+            }
+
+            async fn info(&self) -> $crate::Result<$crate::LockInfo> {
+                self.core.info().await
             }
 
             async fn hold_count(&self) -> $crate::Result<u32> {

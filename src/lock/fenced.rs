@@ -33,6 +33,23 @@ impl FencedLock {
     }
 }
 
+impl FencedLock {
+    /// The lock's current token: the last one drawn by any holder of this
+    /// name, by a GET of its counter (no acquire); `None` when none was
+    /// ever drawn. Redisson's `RFencedLock.getToken`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for a bad
+    /// name, [`Error::Redis`](crate::Error::Redis) (also when the counter
+    /// holds something that is not a number).
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads.
+    pub async fn current_token(&self) -> Result<Option<u64>> {
+        self.core.current_token().await
+    }
+}
+
 face::lock_face!(FencedLock, guard: FencedGuard = FencedGuard::new);
 
 /// One hold of a [`FencedLock`], with the fencing token its acquire drew.

@@ -1,0 +1,180 @@
+//! What a lock holds right now: `info()` on every lock kind.
+
+use std::time::Duration;
+
+use super::{Kind, LockCore};
+use crate::scripts::LOCK_INFO;
+use crate::{keys, Error, Result};
+
+/// What a lock holds, read in one call by `info()` (on every lock type):
+/// its holders, its TTL, and what only some kinds have (a read-write
+/// lock's mode, a fair lock's queue, a fenced lock's token).
+///
+/// It reads Redisson's layout, so it shows locks taken by Redisson clients
+/// too (their owner id is the Java thread id). It is a snapshot: the lock
+/// may change as soon as it is read.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct LockInfo {
+    /// Who holds the lock, and how many holds each has; empty when it is
+    /// free. A read-write lock lists its readers (and its writer, whose
+    /// read holds, if any, come as a second entry).
+    pub holders: Vec<LockHolder>,
+    /// How long until the lock expires; `None` when it is free.
+    pub ttl: Option<Duration>,
+    /// A read-write lock's mode; `None` when it is free, and for the other
+    /// kinds.
+    pub mode: Option<LockMode>,
+    /// A fair lock's waiters in line, first in line first; empty for the
+    /// other kinds.
+    pub queue: Vec<QueuedWaiter>,
+    /// A fenced lock's current token (the last one drawn); `None` for the
+    /// other kinds, or when none was ever drawn.
+    pub token: Option<u64>,
+}
+
+/// One holder of a lock, in [`LockInfo::holders`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LockHolder {
+    /// The holding client's id ([`Client::id`](crate::Client::id), or a
+    /// Redisson client's UUID).
+    pub client_id: String,
+    /// The owner within that client: `task-<id>`, `thread-<n>`, the id
+    /// given to `with_owner`, or a Redisson client's thread id.
+    pub owner_id: String,
+    /// How many holds it has (re-entries count).
+    pub holds: u32,
+    /// Whether these are write holds of a read-write lock.
+    pub write: bool,
+}
+
+/// A read-write lock's mode, in [`LockInfo::mode`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LockMode {
+    /// Held by readers (and perhaps a writer's own read holds).
+    Read,
+    /// Held by a writer.
+    Write,
+}
+
+/// One waiter in a fair lock's line, in [`LockInfo::queue`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct QueuedWaiter {
+    /// The waiting client's id.
+    pub client_id: String,
+    /// The owner within that client.
+    pub owner_id: String,
+    /// Its place in line, 0 for the first.
+    pub position: usize,
+    /// How long until the others skip it as dead unless it shows itself
+    /// again (by the server's clock); `None` when its entry has no
+    /// deadline.
+    pub timeout: Option<Duration>,
+}
+
+/// Splits an owner field, `<client-id>:<owner-id>`, at its first colon (a
+/// client id is a UUID, which has none).
+fn split_field(field: &str) -> (String, String) {
+    match field.split_once(':') {
+        Some((client, owner)) => (client.to_owned(), owner.to_owned()),
+        None => (field.to_owned(), String::new()),
+    }
+}
+
+/// What `lock_info.lua` replies: hash, PTTL, queue, scores, now, token.
+type Reply = (Vec<String>, i64, Vec<String>, Vec<String>, i64, i64);
+
+impl LockCore {
+    /// What the lock holds now, read in one call.
+    pub(crate) async fn info(&self) -> Result<LockInfo> {
+        self.obj.checked()?;
+        let name = &*self.obj.name;
+        let mut call = LOCK_INFO.prepare_invoke();
+        call.key(name);
+        match self.kind {
+            Kind::Fair { .. } => {
+                call.key(keys::fair_queue(name))
+                    .key(keys::fair_timeouts(name))
+                    .arg("fair");
+            }
+            Kind::Fenced => {
+                call.key(keys::fencing_token(name)).arg("fenced");
+            }
+            _ => {
+                call.arg("plain");
+            }
+        }
+        let mut conn = self.obj.conn();
+        let (hash, pttl, queue, scores, now, token): Reply = call
+            .invoke_async(&mut conn)
+            .await
+            .map_err(|e| self.error(e))?;
+        let mut info = LockInfo {
+            ttl: (pttl > 0).then(|| Duration::from_millis(pttl as u64)),
+            token: u64::try_from(token).ok(),
+            ..LockInfo::default()
+        };
+        for pair in hash.chunks_exact(2) {
+            let (field, value) = (&pair[0], &pair[1]);
+            if field == "mode" {
+                info.mode = match value.as_str() {
+                    "read" => Some(LockMode::Read),
+                    "write" => Some(LockMode::Write),
+                    _ => None,
+                };
+                continue;
+            }
+            let holds = value.parse().map_err(|_| Error::UnexpectedReply {
+                script: "lock_info",
+                reply: format!("hold count {value:?} of {field:?}"),
+            })?;
+            let (field, write) = match field.strip_suffix(":write") {
+                Some(owner) if matches!(self.kind, Kind::Read | Kind::Write) => (owner, true),
+                _ => (field.as_str(), false),
+            };
+            let (client_id, owner_id) = split_field(field);
+            info.holders.push(LockHolder {
+                client_id,
+                owner_id,
+                holds,
+                write,
+            });
+        }
+        let deadlines: std::collections::HashMap<&str, f64> = scores
+            .chunks_exact(2)
+            .filter_map(|pair| Some((pair[0].as_str(), pair[1].parse().ok()?)))
+            .collect();
+        for (position, field) in queue.iter().enumerate() {
+            let (client_id, owner_id) = split_field(field);
+            let timeout = deadlines
+                .get(field.as_str())
+                .map(|&at| Duration::from_millis((at as i64).saturating_sub(now).max(0) as u64));
+            info.queue.push(QueuedWaiter {
+                client_id,
+                owner_id,
+                position,
+                timeout,
+            });
+        }
+        Ok(info)
+    }
+
+    /// Whether `owner` of this client holds the lock.
+    pub(crate) async fn is_held_by(&self, owner: &str) -> Result<bool> {
+        self.with_owner(owner).is_held_by_current_task().await
+    }
+
+    /// A fenced lock's current token, by a GET of its counter.
+    pub(crate) async fn current_token(&self) -> Result<Option<u64>> {
+        self.obj.checked()?;
+        let mut conn = self.obj.conn();
+        let token: Option<u64> = redis::cmd("GET")
+            .arg(keys::fencing_token(&self.obj.name))
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| self.error(e))?;
+        Ok(token)
+    }
+}
