@@ -112,6 +112,28 @@ impl FencedGuard {
         self.guard.lease_lost().await
     }
 
+    /// As [`LockGuard::extend`]: the token stays the same.
+    ///
+    /// # Errors
+    /// As [`LockGuard::extend`].
+    ///
+    /// # Cancel safety
+    /// As [`LockGuard::extend`].
+    pub async fn extend(&mut self, lease: Duration) -> Result<()> {
+        self.guard.extend(lease).await
+    }
+
+    /// As [`LockGuard::keep_alive`].
+    ///
+    /// # Errors
+    /// As [`LockGuard::keep_alive`].
+    ///
+    /// # Cancel safety
+    /// As [`LockGuard::keep_alive`].
+    pub async fn keep_alive(&mut self) -> Result<()> {
+        self.guard.keep_alive().await
+    }
+
     /// As [`LockGuard::leak`].
     pub fn leak(self) {
         self.guard.leak()

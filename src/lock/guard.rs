@@ -4,10 +4,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::runtime::Handle;
+use tokio::time::Instant;
 
 use super::{release_hold, Kind};
 use crate::finish::Finish;
-use crate::watchdog::{HoldKey, LeaseState};
+use crate::watchdog::{renew_call, HoldKey, LeaseState};
 use crate::{Client, Error, Result};
 
 /// One hold of a [`Lock`](crate::Lock), from a successful acquire.
@@ -143,6 +144,82 @@ impl LockGuard {
         }
     }
 
+    /// Extends a leased hold: its lease becomes `lease` from now, in Redis
+    /// (the key's TTL) and here, if the owner still holds the lock. An
+    /// extension may also shorten the lease. The key's TTL is the owner's
+    /// for all its holds of this lock; when the owner also holds it in
+    /// watchdog mode, the TTL stays at least the watchdog timeout.
+    ///
+    /// # Errors
+    /// - [`Error::InvalidArgument`] for a lease under 1 ms or over
+    ///   [`MAX_DURATION`](crate::config::MAX_DURATION), and for a
+    ///   watchdog-mode guard (the watchdog renews it).
+    /// - [`Error::LeaseLost`] when the lease was already known lost:
+    ///   nothing is sent.
+    /// - [`Error::NotHeld`] when Redis says the owner no longer holds the
+    ///   lock (its lease ran out, or it was force-unlocked); the guard then
+    ///   counts its lease as lost.
+    /// - [`Error::Redis`] when the call fails; the lease stays as it was.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a dropped future leaves the guard's lease as it was
+    /// (the key's TTL may have been extended in Redis, which only makes
+    /// the guard's own count the more careful one).
+    pub async fn extend(&mut self, lease: Duration) -> Result<()> {
+        let lease_ms = crate::args::duration("lease", lease, crate::config::MAX_DURATION)?;
+        let hold = self.live_hold()?;
+        if hold.lease_ms.is_none() {
+            return Err(Error::invalid(
+                "a watchdog-mode hold is renewed by the watchdog; extend is for leased holds",
+            ));
+        }
+        let inner = &hold.client.inner;
+        let watched = inner.registry.contains(&hold.key);
+        let ttl = match watched {
+            true => lease.max(inner.config.watchdog_timeout),
+            false => lease,
+        };
+        let sent = hold.renew(ttl).await?;
+        hold.lease = LeaseState::leased(sent + lease);
+        hold.lease_ms = Some(lease_ms);
+        Ok(())
+    }
+
+    /// Hands a leased hold to the watchdog: from now on it is renewed
+    /// while the guard lives, as if it had been taken in watchdog mode
+    /// (its key's TTL becomes the watchdog timeout at once). A
+    /// watchdog-mode guard is left as it is.
+    ///
+    /// # Errors
+    /// As [`LockGuard::extend`], but for the watchdog-mode refusal.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a dropped future leaves the hold leased as it was (the
+    /// key's TTL may have been extended in Redis).
+    pub async fn keep_alive(&mut self) -> Result<()> {
+        let hold = self.live_hold()?;
+        if hold.lease_ms.is_none() {
+            return Ok(());
+        }
+        let inner = &hold.client.inner;
+        let sent = hold.renew(inner.config.watchdog_timeout).await?;
+        hold.lease = inner
+            .registry
+            .hold(hold.key.clone(), sent, hold.kind == Kind::Read);
+        hold.lease_ms = None;
+        Ok(())
+    }
+
+    /// The hold, while its lease is not known lost.
+    fn live_hold(&mut self) -> Result<&mut Hold> {
+        match self.hold.as_mut() {
+            Some(hold) if !hold.lease.is_lost() => Ok(hold),
+            hold => Err(Error::LeaseLost {
+                name: hold.map_or_else(String::new, |h| h.key.0.to_string()),
+            }),
+        }
+    }
+
     /// Gives up the guard but keeps the hold: nothing is released, now or on
     /// drop. In watchdog mode the watchdog goes on renewing it. Release it
     /// later with [`Lock::unlock`](crate::Lock::unlock) from the same owner,
@@ -178,6 +255,27 @@ impl LockGuard {
 }
 
 impl Hold {
+    /// Sets the key's TTL to `ttl` if the owner still holds it, as a
+    /// renewal does; when the renewal was sent. A refusal marks the lease
+    /// lost and is [`Error::NotHeld`].
+    async fn renew(&self, ttl: Duration) -> Result<Instant> {
+        let call = renew_call(self.kind == Kind::Read, ttl, std::iter::once(&self.key));
+        let mut conn = self.client.inner.conn.clone();
+        let sent = Instant::now();
+        let renewed: Vec<i64> = call
+            .invoke_async(&mut conn)
+            .await
+            .map_err(|e| Error::from_redis(e, &self.key.0))?;
+        if renewed != [1] {
+            self.lease.mark_lost();
+            return Err(Error::NotHeld {
+                name: self.key.0.to_string(),
+                owner: self.key.1.to_string(),
+            });
+        }
+        Ok(sent)
+    }
+
     async fn release(self) -> Result<()> {
         let inner = &self.client.inner;
         let watchdog = self.lease_ms.is_none();

@@ -1,0 +1,126 @@
+//! Lease extension against a real `redis-server`, one private server per
+//! test: `LockGuard::extend` (owner-checked) and `LockGuard::keep_alive`
+//! (a leased hold handed to the watchdog), on every lock kind.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{client, owned_lock_of, settled, soon, RedisServer, LOCK_KINDS};
+use ferrisson::Error;
+
+const WATCHDOG: Duration = Duration::from_millis(1200);
+
+fn pttl(server: &RedisServer, name: &str) -> i64 {
+    server.cmd(&["PTTL", name]).as_int().unwrap()
+}
+
+/// A leased hold extended while held: the key's TTL and the guard's lease
+/// both become the new lease (from 300 ms to 30 s), on every kind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leased_hold_is_extended_while_held() {
+    let server = RedisServer::start();
+    let client = client(&server, WATCHDOG).await;
+    for kind in LOCK_KINDS {
+        let name = format!("extend:{}", kind.replace(' ', "-"));
+        let lock = owned_lock_of(&client, kind, &name, Some("o"));
+        let mut guard = soon(lock.lock_with_lease(Duration::from_millis(300)))
+            .await
+            .unwrap();
+        soon(guard.extend(Duration::from_secs(30))).await.unwrap();
+        let ttl = pttl(&server, &name);
+        println!("{kind}: extended from 300 ms to 30 s: PTTL {ttl} ms");
+        assert!(ttl > 10_000, "{kind}: PTTL {ttl}");
+        assert_eq!(guard.lease(), Some(Duration::from_secs(30)), "{kind}");
+        assert!(!guard.is_lease_lost(), "{kind}");
+        soon(guard.unlock()).await.unwrap();
+        assert_eq!(server.cmd(&["EXISTS", &name]).as_int(), Some(0), "{kind}");
+    }
+    settled(&client).await;
+}
+
+/// An extension is owner-checked: once the lock is gone (force-unlocked
+/// here), it is refused with `NotHeld` and the guard counts its lease as
+/// lost; a second try sends nothing and says `LeaseLost`. Nothing is
+/// recreated.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_extension_of_a_hold_that_is_gone_is_refused() {
+    let server = RedisServer::start();
+    let client = client(&server, WATCHDOG).await;
+    for kind in LOCK_KINDS {
+        let name = format!("gone:{}", kind.replace(' ', "-"));
+        let lock = owned_lock_of(&client, kind, &name, Some("o"));
+        let mut guard = soon(lock.lock_with_lease(Duration::from_secs(30)))
+            .await
+            .unwrap();
+        assert!(soon(lock.force_unlock()).await.unwrap(), "{kind}");
+        let err = soon(guard.extend(Duration::from_secs(30)))
+            .await
+            .unwrap_err();
+        assert!(matches!(err, Error::NotHeld { .. }), "{kind}: {err}");
+        assert!(guard.is_lease_lost(), "{kind}");
+        let err = soon(guard.extend(Duration::from_secs(30)))
+            .await
+            .unwrap_err();
+        assert!(matches!(err, Error::LeaseLost { .. }), "{kind}: {err}");
+        let err = soon(guard.keep_alive()).await.unwrap_err();
+        assert!(matches!(err, Error::LeaseLost { .. }), "{kind}: {err}");
+        assert_eq!(server.cmd(&["EXISTS", &name]).as_int(), Some(0), "{kind}");
+        drop(guard);
+    }
+    settled(&client).await;
+}
+
+/// A watchdog-mode guard: `extend` is refused (the watchdog renews it),
+/// `keep_alive` changes nothing; a bad lease is refused before anything is
+/// sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watchdog_guards_and_bad_leases() {
+    let server = RedisServer::start();
+    let client = client(&server, WATCHDOG).await;
+    let lock = client.lock("watched");
+    let mut guard = soon(lock.lock()).await.unwrap();
+    let err = soon(guard.extend(Duration::from_secs(5)))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::InvalidArgument(_)), "{err}");
+    soon(guard.keep_alive()).await.unwrap();
+    assert_eq!(guard.lease(), None);
+    soon(guard.unlock()).await.unwrap();
+
+    let mut leased = soon(lock.lock_with_lease(Duration::from_secs(5)))
+        .await
+        .unwrap();
+    for bad in [Duration::ZERO, Duration::from_secs(u64::MAX / 4)] {
+        let err = soon(leased.extend(bad)).await.unwrap_err();
+        assert!(matches!(err, Error::InvalidArgument(_)), "{bad:?}: {err}");
+    }
+    assert_eq!(leased.lease(), Some(Duration::from_secs(5)));
+    soon(leased.unlock()).await.unwrap();
+    settled(&client).await;
+}
+
+/// A leased hold handed to the watchdog outlives its lease and several
+/// watchdog timeouts, renewed, and is released as any watchdog hold.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keep_alive_hands_a_leased_hold_to_the_watchdog() {
+    let server = RedisServer::start();
+    let client = client(&server, WATCHDOG).await;
+    for kind in ["reentrant", "read", "fair"] {
+        let name = format!("kept:{kind}");
+        let lock = owned_lock_of(&client, kind, &name, Some("o"));
+        let mut guard = soon(lock.lock_with_lease(Duration::from_millis(400)))
+            .await
+            .unwrap();
+        soon(guard.keep_alive()).await.unwrap();
+        assert_eq!(guard.lease(), None, "{kind}");
+        assert_eq!(client.held_locks(), 1, "{kind}");
+        // Time is the subject: past the lease and two watchdog timeouts.
+        tokio::time::sleep(WATCHDOG * 2 + Duration::from_millis(400)).await;
+        assert!(!guard.is_lease_lost(), "{kind}");
+        assert!(soon(lock.is_held_by("o")).await.unwrap(), "{kind}");
+        soon(guard.unlock()).await.unwrap();
+        assert_eq!(server.cmd(&["EXISTS", &name]).as_int(), Some(0), "{kind}");
+    }
+    settled(&client).await;
+}
