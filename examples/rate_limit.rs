@@ -56,9 +56,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             let (slots, partner) = (slots.clone(), Arc::clone(&partner));
             workers.push(tokio::spawn(async move {
                 for _ in 0..CALLS_PER_WORKER {
-                    slots.acquire(1).await?;
+                    slots.acquire().await?;
                     partner.call().await;
-                    slots.release(1).await?;
+                    slots.release().await?;
                 }
                 Ok::<_, ferrisson::Error>(())
             }));

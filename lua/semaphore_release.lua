@@ -1,13 +1,21 @@
--- Give permits to a semaphore (a release, or permits added), and tell the
--- waiters.
+-- Give permits to a semaphore (a release, or permits added or taken away),
+-- and tell the waiters.
 --
 -- KEYS[1]  the semaphore: a string holding the number of available permits
 -- KEYS[2]  its channel, `redisson_sc:{name}`
--- ARGV[1]  how many permits, at least 1
+-- ARGV[1]  how many permits, non-zero; negative takes them away
+--          (Redisson's addPermits(-n)), which may leave the count below zero
 -- ARGV[2]  the publish command, `publish` or `spublish`
+-- ARGV[3]  `1`: only if the semaphore exists (release-if-exists); `0` or
+--          absent: a missing semaphore counts as 0 permits
 --
 -- Replies the new number of available permits, which is also the message
--- published. A value that is not an integer is an error (INCRBY's).
+-- published; nil, with nothing written or published, when ARGV[3] is `1` and
+-- the semaphore does not exist. The key's TTL, if it has one, is kept. A
+-- value that is not an integer is an error (INCRBY's).
+if ARGV[3] == '1' and redis.call('exists', KEYS[1]) == 0 then
+    return nil
+end
 local value = redis.call('incrby', KEYS[1], ARGV[1])
 redis.call(ARGV[2], KEYS[2], value)
 return value

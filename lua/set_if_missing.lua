@@ -6,11 +6,18 @@
 -- ARGV[2]  the message to publish: the permits for a semaphore, `1` for a
 --          latch
 -- ARGV[3]  the publish command, `publish` or `spublish`
+-- ARGV[4]  the key's TTL in milliseconds; `0` or absent for none
+--          (Redisson's trySetPermits(permits, timeToLive))
 --
 -- Replies 1 when the key was set, 0 when it already existed (untouched).
 if redis.call('exists', KEYS[1]) == 1 then
     return 0
 end
-redis.call('set', KEYS[1], ARGV[1])
+local ttl = tonumber(ARGV[4] or '0')
+if ttl > 0 then
+    redis.call('set', KEYS[1], ARGV[1], 'px', ttl)
+else
+    redis.call('set', KEYS[1], ARGV[1])
+end
 redis.call(ARGV[3], KEYS[2], ARGV[2])
 return 1

@@ -97,7 +97,7 @@ impl CountDownLatch {
         }
         let message = NEW_COUNT_MESSAGE.to_owned();
         self.obj
-            .set_if_missing(self.channel_name(), count, message)
+            .set_if_missing(self.channel_name(), count, message, None)
             .await
     }
 

@@ -172,7 +172,7 @@ impl PermitExpirableSemaphore {
     /// # Cancel safety
     /// Cancel safe: once sent, the call completes in the background.
     pub async fn add_permits(&self, permits: u32) -> Result<()> {
-        self.counter().add_permits(permits).await
+        self.counter().release_many(permits).await
     }
 
     /// The count of available permits alone: the key and channel of a

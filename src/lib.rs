@@ -394,9 +394,10 @@
 //! - A semaphore's permits are not owner-bound and have no lease: a holder
 //!   that dies keeps its permits forever. Use the permit-expirable semaphore,
 //!   whose permits come back at most one lease later, by the server's clock.
-//! - Permits in use never exceed the permits set, and a count never goes
-//!   negative through ferrisson. (A Redisson client's `reducePermits` may take
-//!   it below zero.)
+//! - Permits in use never exceed the permits set, and ferrisson's acquires
+//!   never take the count below zero. Taking permits away
+//!   ([`Semaphore::add_permits`] with a negative number, Redisson's
+//!   `addPermits(-n)`) may; acquires then wait until releases bring it back.
 //! - Acquires are cancel safe (permits taken by a dropped call are given back)
 //!   and safe against lost replies: an acquire writes an acquire latch as the
 //!   locks' do, the tries of one wait resend one request (which takes its

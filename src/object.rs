@@ -61,8 +61,9 @@ impl Object {
     }
 
     /// Sets the object's key to `value` unless it exists, publishing
-    /// `message` on `channel`; whether it was set. A semaphore's permits
-    /// and a latch's count are set so, once.
+    /// `message` on `channel`; whether it was set. With `ttl_ms`, the key
+    /// expires that long after. A semaphore's permits and a latch's count
+    /// are set so, once.
     ///
     /// # Cancel safety
     /// Cancel safe: once sent, the call completes in the background.
@@ -71,6 +72,7 @@ impl Object {
         channel: String,
         value: impl redis::ToRedisArgs + Send + 'static,
         message: String,
+        ttl_ms: Option<u64>,
     ) -> Result<bool> {
         let mut conn = self.conn();
         let publish = self.client.inner.publish();
@@ -82,6 +84,7 @@ impl Object {
                 .arg(value)
                 .arg(message)
                 .arg(publish)
+                .arg(ttl_ms.unwrap_or(0))
                 .invoke_async::<i64>(&mut conn)
                 .await
         };

@@ -8,6 +8,7 @@ use tokio::runtime::Handle;
 
 use crate::acquire_latch::{send_once, GiveBack, Request, RequestSlot, Taken};
 use crate::args;
+use crate::config::MAX_DURATION;
 use crate::finish::runtime;
 use crate::object::Object;
 use crate::scripts::{SEMAPHORE_ACQUIRE, SEMAPHORE_DRAIN, SEMAPHORE_RELEASE};
@@ -38,9 +39,9 @@ use crate::{keys, Client, Error, Result};
 /// # async fn run(client: ferrisson::Client) -> ferrisson::Result<()> {
 /// let slots = client.semaphore("exports:slots");
 /// slots.try_set_permits(4).await?; // no-op when already set
-/// slots.acquire(1).await?;
+/// slots.acquire().await?;
 /// // ... at most four exports run at once, across every process ...
-/// slots.release(1).await?;
+/// slots.release().await?;
 /// # Ok(()) }
 /// ```
 #[derive(Clone)]
@@ -72,6 +73,7 @@ impl Semaphore {
     /// it was set by this call. A set semaphore is left as it is, so every
     /// process may call this at start-up. Zero is allowed: a semaphore
     /// whose permits come from [`release`](Semaphore::release) alone.
+    /// Redisson's `trySetPermits`.
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for a bad name, [`Error::WrongType`] when
@@ -80,90 +82,217 @@ impl Semaphore {
     /// # Cancel safety
     /// Cancel safe: once sent, the call completes in the background.
     pub async fn try_set_permits(&self, permits: u32) -> Result<bool> {
+        self.set_permits_once(permits, None).await
+    }
+
+    /// As [`try_set_permits`](Semaphore::try_set_permits), and the
+    /// semaphore's key expires `ttl` later (the permits with it): Redisson's
+    /// `trySetPermits(permits, timeToLive)`. Later releases keep that TTL.
+    ///
+    /// # Errors
+    /// As [`try_set_permits`](Semaphore::try_set_permits), and
+    /// [`Error::InvalidArgument`] for a TTL under 1 ms or over
+    /// [`MAX_DURATION`](crate::config::MAX_DURATION).
+    ///
+    /// # Cancel safety
+    /// Cancel safe: once sent, the call completes in the background.
+    pub async fn try_set_permits_with_ttl(&self, permits: u32, ttl: Duration) -> Result<bool> {
+        let ttl_ms = args::duration("ttl", ttl, MAX_DURATION)?;
+        self.set_permits_once(permits, Some(ttl_ms)).await
+    }
+
+    async fn set_permits_once(&self, permits: u32, ttl_ms: Option<u64>) -> Result<bool> {
         self.obj.checked()?;
         let channel = keys::semaphore_channel(&self.obj.name);
         self.obj
-            .set_if_missing(channel, permits, permits.to_string())
+            .set_if_missing(channel, permits, permits.to_string(), ttl_ms)
             .await
     }
 
     /// Adds `permits` to the available ones (setting the semaphore if it
-    /// was not set) and wakes the waiters. The same as
-    /// [`release`](Semaphore::release), by another name, as in Redisson.
+    /// was not set) and wakes the waiters; a negative number takes them
+    /// away, as Redisson's `addPermits(-n)` does. Taking away may leave the
+    /// count below zero: acquires then wait until releases bring it back
+    /// above what they ask.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] for a bad name or zero permits,
-    /// [`Error::WrongType`] when the key holds other data, [`Error::Redis`].
+    /// [`Error::InvalidArgument`] for a bad name, zero permits, or more
+    /// than `u32::MAX` either way; [`Error::WrongType`] when the key holds
+    /// other data, [`Error::Redis`].
     ///
     /// # Cancel safety
     /// Cancel safe: once sent, the call completes in the background.
-    pub async fn add_permits(&self, permits: u32) -> Result<()> {
-        self.release(permits).await
+    pub async fn add_permits(&self, permits: i64) -> Result<()> {
+        self.obj.checked()?;
+        if permits == 0 || permits.unsigned_abs() > u64::from(u32::MAX) {
+            return Err(Error::invalid(format!(
+                "permits to add must be non-zero and at most {} either way, got {permits}",
+                u32::MAX
+            )));
+        }
+        self.give(permits, false).await.map(drop)
     }
 
-    /// Gives `permits` back, whoever took them, and wakes the waiters.
+    /// Gives one permit back, whoever took it, and wakes the waiters.
+    /// Redisson's `release()`.
     ///
     /// A release is not repeated when its reply is lost (the connection
     /// dropped after the send): it may or may not have happened, and the
     /// error says so ([`Error::is_connection_error`]); check with
     /// [`available_permits`](Semaphore::available_permits) before giving
-    /// them again.
+    /// it again.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] for a bad name or zero permits,
-    /// [`Error::WrongType`] when the key holds other data, [`Error::Redis`].
+    /// [`Error::InvalidArgument`] for a bad name, [`Error::WrongType`] when
+    /// the key holds other data, [`Error::Redis`].
     ///
     /// # Cancel safety
     /// Cancel safe: once sent, the release completes in the background.
-    pub async fn release(&self, permits: u32) -> Result<()> {
-        self.obj.checked()?;
-        let permits = args::permits(permits)?;
-        let (client, name) = (self.obj.client.clone(), Arc::clone(&self.obj.name));
-        let release = async move { give(&client, &name, permits).await };
-        self.obj.finish(release).await.map(drop)
+    pub async fn release(&self) -> Result<()> {
+        self.release_many(1).await
     }
 
-    /// Takes `permits`, waiting as long as it takes until enough are
-    /// available. Waiters are woken by each release's message; with more
-    /// waiters than permits, which of them goes first is not defined.
+    /// Gives `permits` back, as [`release`](Semaphore::release) gives one:
+    /// Redisson's `release(permits)`.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] for a bad name or zero permits,
-    /// [`Error::WrongType`] when the key holds other data, [`Error::Redis`]
-    /// for an error Redis replies (connection failures are waited out).
+    /// As [`release`](Semaphore::release), and [`Error::InvalidArgument`]
+    /// for zero permits.
+    ///
+    /// # Cancel safety
+    /// As [`release`](Semaphore::release).
+    pub async fn release_many(&self, permits: u32) -> Result<()> {
+        self.obj.checked()?;
+        let permits = args::permits(permits)?;
+        self.give(permits.into(), false).await.map(drop)
+    }
+
+    /// Gives `permits` back only if the semaphore exists (it was set and
+    /// not deleted, and its TTL, if any, has not run out); whether it did.
+    /// A semaphore that is gone stays gone: nothing is written.
+    ///
+    /// # Errors
+    /// As [`release_many`](Semaphore::release_many).
+    ///
+    /// # Cancel safety
+    /// As [`release`](Semaphore::release).
+    pub async fn release_if_exists(&self, permits: u32) -> Result<bool> {
+        self.obj.checked()?;
+        let permits = args::permits(permits)?;
+        Ok(self.give(permits.into(), true).await?.is_some())
+    }
+
+    /// Adds `permits` (negative: takes them away), only if the key exists
+    /// when `if_exists`; the new count, `None` when nothing was done.
+    async fn give(&self, permits: i64, if_exists: bool) -> Result<Option<i64>> {
+        let (client, name) = (self.obj.client.clone(), Arc::clone(&self.obj.name));
+        let release = async move { give(&client, &name, permits, if_exists).await };
+        self.obj.finish(release).await
+    }
+
+    /// Deletes the semaphore (its permits with it); whether it existed.
+    /// Waiters go on waiting: a semaphore that is not set has no permits.
+    /// Redisson's `delete()`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a bad name, [`Error::Redis`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe: once sent, the delete completes in the background.
+    pub async fn delete(&self) -> Result<bool> {
+        self.obj.checked()?;
+        let mut conn = self.obj.conn();
+        let name = Arc::clone(&self.obj.name);
+        let delete = async move {
+            redis::cmd("DEL")
+                .arg(&*name)
+                .query_async::<i64>(&mut conn)
+                .await
+        };
+        Ok(self.obj.finish(delete).await? == 1)
+    }
+
+    /// Takes one permit, waiting as long as it takes until one is
+    /// available: Redisson's `acquire()`. Waiters are woken by each
+    /// release's message; with more waiters than permits, which of them
+    /// goes first is not defined.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a bad name, [`Error::WrongType`] when
+    /// the key holds other data, [`Error::Redis`] for an error Redis
+    /// replies (connection failures are waited out).
     ///
     /// # Cancel safety
     /// Cancel safe: a dropped future takes no permits. When the take was
     /// already sent, it completes in the background and the permits it
     /// took are given back.
-    pub async fn acquire(&self, permits: u32) -> Result<()> {
+    pub async fn acquire(&self) -> Result<()> {
+        self.acquire_many(1).await
+    }
+
+    /// Takes `permits` at once, waiting as long as it takes:
+    /// Redisson's `acquire(permits)`.
+    ///
+    /// # Errors
+    /// As [`acquire`](Semaphore::acquire), and [`Error::InvalidArgument`]
+    /// for zero permits.
+    ///
+    /// # Cancel safety
+    /// As [`acquire`](Semaphore::acquire).
+    pub async fn acquire_many(&self, permits: u32) -> Result<()> {
         match self.take(permits, None).await? {
             true => Ok(()),
             false => Err(Error::no_deadline("semaphore_acquire")),
         }
     }
 
+    /// Takes one permit if one is available now; whether it did.
+    /// Redisson's `tryAcquire()`.
+    ///
+    /// # Errors
+    /// As [`acquire`](Semaphore::acquire), and connection failures.
+    ///
+    /// # Cancel safety
+    /// As [`acquire`](Semaphore::acquire).
+    pub async fn try_acquire(&self) -> Result<bool> {
+        self.try_acquire_many(1).await
+    }
+
     /// Takes `permits` if they are available now; whether it did.
     ///
     /// # Errors
-    /// As [`Semaphore::acquire`], and connection failures.
+    /// As [`try_acquire`](Semaphore::try_acquire), and
+    /// [`Error::InvalidArgument`] for zero permits.
     ///
     /// # Cancel safety
-    /// As [`Semaphore::acquire`].
-    pub async fn try_acquire(&self, permits: u32) -> Result<bool> {
+    /// As [`acquire`](Semaphore::acquire).
+    pub async fn try_acquire_many(&self, permits: u32) -> Result<bool> {
         self.take(permits, Some(Duration::ZERO)).await
+    }
+
+    /// Takes one permit, waiting at most `wait` for it; whether it did.
+    ///
+    /// # Errors
+    /// As [`acquire`](Semaphore::acquire), and [`Error::InvalidArgument`]
+    /// for a wait over [`MAX_DURATION`](crate::config::MAX_DURATION); a
+    /// connection failure on the first try is returned (later ones are
+    /// waited out within the wait).
+    ///
+    /// # Cancel safety
+    /// As [`acquire`](Semaphore::acquire).
+    pub async fn try_acquire_for(&self, wait: Duration) -> Result<bool> {
+        self.take(1, Some(wait)).await
     }
 
     /// Takes `permits`, waiting at most `wait` for them; whether it did.
     ///
     /// # Errors
-    /// As [`Semaphore::acquire`], and [`Error::InvalidArgument`] for a
-    /// wait over a year; a connection failure on the first try is
-    /// returned (later ones are waited out within the wait).
+    /// As [`try_acquire_for`](Semaphore::try_acquire_for), and
+    /// [`Error::InvalidArgument`] for zero permits.
     ///
     /// # Cancel safety
-    /// As [`Semaphore::acquire`].
-    pub async fn try_acquire_for(&self, permits: u32, wait: Duration) -> Result<bool> {
+    /// As [`acquire`](Semaphore::acquire).
+    pub async fn try_acquire_many_for(&self, permits: u32, wait: Duration) -> Result<bool> {
         self.take(permits, Some(wait)).await
     }
 
@@ -266,21 +395,29 @@ struct Permits(u32);
 impl Taken for Permits {
     async fn give_back(&self, client: &Client, name: &str, _ttl_ms: u64, why: GiveBack) {
         let permits = self.0;
-        if let Err(err) = give(client, name, permits).await {
+        if let Err(err) = give(client, name, permits.into(), false).await {
             tracing::warn!(semaphore = %name, permits, error = %err, why = why.why(),
                 "could not give back permits an acquire took");
         }
     }
 }
 
-/// Adds `permits` to the semaphore `name` and publishes the new count.
-async fn give(client: &Client, name: &str, permits: u32) -> redis::RedisResult<i64> {
+/// Adds `permits` (negative: takes them away) to the semaphore `name` and
+/// publishes the new count; only if it exists when `if_exists`. The new
+/// count, `None` when it did not exist.
+async fn give(
+    client: &Client,
+    name: &str,
+    permits: i64,
+    if_exists: bool,
+) -> redis::RedisResult<Option<i64>> {
     let mut conn = client.inner.conn.clone();
     SEMAPHORE_RELEASE
         .key(name)
         .key(keys::semaphore_channel(name))
         .arg(permits)
         .arg(client.inner.publish())
-        .invoke_async::<i64>(&mut conn)
+        .arg(if if_exists { "1" } else { "0" })
+        .invoke_async::<Option<i64>>(&mut conn)
         .await
 }

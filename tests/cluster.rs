@@ -391,11 +391,11 @@ async fn semaphores_and_latches_wake_by_sharded_messages() {
         assert!(soon(sem.try_set_permits(0)).await.unwrap());
         let waiting = {
             let sem = b.semaphore(name);
-            tokio::spawn(async move { sem.acquire(1).await.unwrap() })
+            tokio::spawn(async move { sem.acquire().await.unwrap() })
         };
         eventually(Duration::from_secs(10), || async { b.subscriptions() == 1 }).await;
         let released = Instant::now();
-        soon(sem.release(1)).await.unwrap();
+        soon(sem.release()).await.unwrap();
         within(Duration::from_secs(10), waiting).await.unwrap();
         assert!(
             released.elapsed() < Duration::from_secs(3),

@@ -211,13 +211,13 @@ async fn a_semaphore_acquire_whose_reply_is_lost_takes_no_extra_permit() {
     let semaphore = client.semaphore("lost:sem");
     assert!(soon(semaphore.try_set_permits(2)).await.unwrap());
     // Loads the script, so that the next command is the script itself.
-    assert!(soon(semaphore.try_acquire(1)).await.unwrap());
-    soon(semaphore.release(1)).await.unwrap();
+    assert!(soon(semaphore.try_acquire()).await.unwrap());
+    soon(semaphore.release()).await.unwrap();
     let available = || server.cmd(&["GET", "lost:sem"]).as_string();
 
     swept(&server).await;
     proxy.lose_next_reply_to("lost:sem");
-    let err = soon(semaphore.try_acquire(1)).await.unwrap_err();
+    let err = soon(semaphore.try_acquire()).await.unwrap_err();
     assert_eq!(proxy.lost_replies(), 1, "no reply was lost");
     assert!(err.is_connection_error(), "{err}");
     let lost_at = Instant::now();
@@ -233,12 +233,12 @@ async fn a_semaphore_acquire_whose_reply_is_lost_takes_no_extra_permit() {
     swept(&server).await;
     let monitor = Monitor::start(&server);
     proxy.lose_next_reply_to("lost:sem");
-    soon(semaphore.acquire(1)).await.unwrap();
+    soon(semaphore.acquire()).await.unwrap();
     assert_eq!(proxy.lost_replies(), 2, "no reply was lost");
     assert_eq!(available().as_deref(), Some("1"));
     resent_once(&server, &monitor, "lost:sem").await;
     println!("acquire() with its first reply lost, resent: 2 permits -> 1, one request");
-    soon(semaphore.release(1)).await.unwrap();
+    soon(semaphore.release()).await.unwrap();
     assert_eq!(available().as_deref(), Some("2"));
 }
 

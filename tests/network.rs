@@ -203,14 +203,14 @@ async fn semaphore_and_latch_waits_ride_out_a_cut_just_before_them() {
         proxy.drop_connections();
         let waiter = {
             let semaphore = c.semaphore("cut:sem");
-            tokio::spawn(async move { semaphore.acquire(1).await })
+            tokio::spawn(async move { semaphore.acquire().await })
         };
         // Woken by the release once subscribed; a failed wait ends early.
         eventually(Duration::from_secs(10), || async {
             c.subscriptions() == 1 || waiter.is_finished()
         })
         .await;
-        soon(other.semaphore("cut:sem").release(1)).await.unwrap();
+        soon(other.semaphore("cut:sem").release()).await.unwrap();
         within(Duration::from_secs(10), waiter)
             .await
             .unwrap()

@@ -48,7 +48,7 @@ async fn permits_are_never_negative_nor_handed_out_twice() {
         tasks.push(tokio::spawn(async move {
             for round in 0..ROUNDS {
                 let n = 1 + ((task + round) % 2) as u32;
-                sem.acquire(n).await.unwrap();
+                sem.acquire_many(n).await.unwrap();
                 let now = in_use.fetch_add(i64::from(n), Ordering::SeqCst) + i64::from(n);
                 peak.fetch_max(now, Ordering::SeqCst);
                 if sem.available_permits().await.unwrap() < 0 {
@@ -56,7 +56,7 @@ async fn permits_are_never_negative_nor_handed_out_twice() {
                 }
                 tokio::task::yield_now().await;
                 in_use.fetch_sub(i64::from(n), Ordering::SeqCst);
-                sem.release(n).await.unwrap();
+                sem.release_many(n).await.unwrap();
             }
         }));
     }
@@ -88,11 +88,11 @@ async fn a_release_wakes_the_waiter() {
     assert!(a.semaphore("sem").try_set_permits(0).await.unwrap());
     let sem = a.semaphore("sem");
     let waiter = tokio::spawn(async move {
-        sem.acquire(2).await.unwrap();
+        sem.acquire_many(2).await.unwrap();
         Instant::now()
     });
     eventually(Duration::from_secs(10), || async { a.subscriptions() == 1 }).await;
-    b.semaphore("sem").release(1).await.unwrap();
+    b.semaphore("sem").release().await.unwrap();
     // One permit is not enough for the waiter: it goes on waiting.
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert!(!waiter.is_finished());
@@ -112,17 +112,19 @@ async fn tries_give_up_cleanly() {
     let client = client(&server, WATCHDOG).await;
     let sem = client.semaphore("sem");
     assert!(
-        !sem.try_acquire(1).await.unwrap(),
+        !sem.try_acquire().await.unwrap(),
         "an unset semaphore has no permits"
     );
     sem.try_set_permits(2).await.unwrap();
-    assert!(!sem.try_acquire(3).await.unwrap());
+    assert!(!sem.try_acquire_many(3).await.unwrap());
     let started = Instant::now();
-    assert!(!soon(sem.try_acquire_for(3, Duration::from_millis(300)))
-        .await
-        .unwrap());
+    assert!(
+        !soon(sem.try_acquire_many_for(3, Duration::from_millis(300)))
+            .await
+            .unwrap()
+    );
     assert!(started.elapsed() >= Duration::from_millis(300));
-    assert!(sem.try_acquire(2).await.unwrap());
+    assert!(sem.try_acquire_many(2).await.unwrap());
     assert_eq!(sem.available_permits().await.unwrap(), 0);
     settled(&client).await;
 }
@@ -152,8 +154,8 @@ async fn the_layout_is_redissons() {
     });
     let (message, sub) = first.await.unwrap();
     assert_eq!(message, Some(("redisson_sc:{jobs}".into(), "5".into())));
-    sem.acquire(2).await.unwrap();
-    sem.release(1).await.unwrap();
+    sem.acquire_many(2).await.unwrap();
+    sem.release().await.unwrap();
     assert_eq!(
         next_message(sub).await,
         Some(("redisson_sc:{jobs}".into(), "4".into()))
@@ -163,11 +165,81 @@ async fn the_layout_is_redissons() {
     assert_eq!(sem.drain_permits().await.unwrap(), 0);
     // A tagged name keeps its tag in the channel.
     let sub = RawSubscriber::new(&server, "redisson_sc:{t}:1");
-    client.semaphore("{t}:1").release(1).await.unwrap();
+    client.semaphore("{t}:1").release().await.unwrap();
     assert_eq!(
         next_message(sub).await,
         Some(("redisson_sc:{t}:1".into(), "1".into()))
     );
+}
+
+/// The calls Redisson users migrate with: one-permit shorthands, permits
+/// taken away by `add_permits(-n)` (the count may go below zero; the new
+/// count is published as any release's), `release_if_exists`,
+/// `try_set_permits_with_ttl`, `delete`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redissons_other_calls() {
+    let server = RedisServer::start();
+    let client = client(&server, WATCHDOG).await;
+    let sem = client.semaphore("calls");
+    // A missing semaphore is not created by release_if_exists.
+    assert!(!soon(sem.release_if_exists(2)).await.unwrap());
+    assert!(!exists(&server, "calls"));
+    assert!(soon(sem.try_set_permits(3)).await.unwrap());
+    assert!(soon(sem.release_if_exists(2)).await.unwrap());
+    assert_eq!(get(&server, "calls").as_deref(), Some("5"));
+
+    // One permit each.
+    assert!(soon(sem.try_acquire()).await.unwrap());
+    soon(sem.acquire()).await.unwrap();
+    assert!(soon(sem.try_acquire_for(Duration::from_millis(10)))
+        .await
+        .unwrap());
+    assert_eq!(get(&server, "calls").as_deref(), Some("2"));
+
+    // Taking permits away publishes the new count; below zero is allowed,
+    // and acquires wait until releases bring it back.
+    let sub = RawSubscriber::new(&server, "redisson_sc:{calls}");
+    soon(sem.add_permits(-5)).await.unwrap();
+    assert_eq!(
+        next_message(sub).await,
+        Some(("redisson_sc:{calls}".into(), "-3".into()))
+    );
+    assert_eq!(soon(sem.available_permits()).await.unwrap(), -3);
+    assert!(!soon(sem.try_acquire()).await.unwrap());
+    soon(sem.add_permits(4)).await.unwrap();
+    assert!(soon(sem.try_acquire()).await.unwrap());
+    assert_eq!(get(&server, "calls").as_deref(), Some("0"));
+    for bad in [0, i64::MAX, -(i64::from(u32::MAX) + 1)] {
+        let err = soon(sem.add_permits(bad)).await.unwrap_err();
+        assert!(matches!(err, Error::InvalidArgument(_)), "{bad}: {err}");
+    }
+    assert_eq!(get(&server, "calls").as_deref(), Some("0"));
+
+    // Deleted: gone, and release_if_exists leaves it gone.
+    assert!(soon(sem.delete()).await.unwrap());
+    assert!(!soon(sem.delete()).await.unwrap());
+    assert!(!exists(&server, "calls"));
+    assert!(!soon(sem.release_if_exists(1)).await.unwrap());
+    assert!(!exists(&server, "calls"));
+
+    // Set once with a TTL; releases keep it.
+    let ttl = Duration::from_secs(20);
+    assert!(soon(sem.try_set_permits_with_ttl(2, ttl)).await.unwrap());
+    assert!(!soon(sem.try_set_permits_with_ttl(7, ttl)).await.unwrap());
+    assert_eq!(get(&server, "calls").as_deref(), Some("2"));
+    soon(sem.release()).await.unwrap();
+    let pttl = server.cmd(&["PTTL", "calls"]).as_int().unwrap();
+    assert!(pttl > 0 && pttl <= 20_000, "PTTL {pttl}");
+    let err = soon(
+        client
+            .semaphore("other")
+            .try_set_permits_with_ttl(1, Duration::ZERO),
+    )
+    .await
+    .unwrap_err();
+    assert!(matches!(err, Error::InvalidArgument(_)), "{err}");
+    assert!(!exists(&server, "other"));
+    settled(&client).await;
 }
 
 /// Bad input is refused with a clear error and writes nothing.
@@ -177,11 +249,11 @@ async fn bad_input_is_refused() {
     let client = client(&server, WATCHDOG).await;
     let sem = client.semaphore("sem");
     for result in [
-        sem.acquire(0).await.map(|_| ()),
-        sem.try_acquire(0).await.map(|_| ()),
-        sem.release(0).await,
+        sem.acquire_many(0).await.map(|_| ()),
+        sem.try_acquire_many(0).await.map(|_| ()),
+        sem.release_many(0).await,
         sem.add_permits(0).await,
-        sem.try_acquire_for(1, Duration::from_secs(400 * 24 * 3600))
+        sem.try_acquire_for(Duration::from_secs(400 * 24 * 3600))
             .await
             .map(|_| ()),
         client.semaphore("").try_set_permits(1).await.map(|_| ()),
@@ -196,19 +268,16 @@ async fn bad_input_is_refused() {
     server.cmd(&["HSET", "hash", "f", "1"]);
     let hash = client.semaphore("hash");
     assert!(matches!(
-        hash.try_acquire(1).await,
+        hash.try_acquire().await,
         Err(Error::WrongType { .. })
     ));
-    assert!(matches!(
-        hash.release(1).await,
-        Err(Error::WrongType { .. })
-    ));
+    assert!(matches!(hash.release().await, Err(Error::WrongType { .. })));
     assert!(matches!(
         hash.available_permits().await,
         Err(Error::WrongType { .. })
     ));
     server.cmd(&["SET", "text", "many"]);
-    let err = client.semaphore("text").try_acquire(1).await.unwrap_err();
+    let err = client.semaphore("text").try_acquire().await.unwrap_err();
     assert!(err.to_string().contains("not an integer"), "{err}");
     assert_eq!(get(&server, "text").as_deref(), Some("many"));
 }
@@ -228,9 +297,9 @@ async fn dropped_acquires_take_nothing() {
         let (sem, stop) = (sem.clone(), Arc::clone(&stop));
         tokio::spawn(async move {
             while stop.load(Ordering::SeqCst) == 0 {
-                sem.acquire(2).await.unwrap();
+                sem.acquire_many(2).await.unwrap();
                 tokio::time::sleep(Duration::from_millis(1)).await;
-                sem.release(2).await.unwrap();
+                sem.release_many(2).await.unwrap();
                 tokio::time::sleep(Duration::from_millis(2)).await;
             }
         })
@@ -240,10 +309,10 @@ async fn dropped_acquires_take_nothing() {
     for i in 0..1500 {
         let cut = Duration::from_micros(jitter.below(600));
         let n = 1 + (i % 2) as u32;
-        if let Ok(result) = tokio::time::timeout(cut, sem.acquire(n)).await {
+        if let Ok(result) = tokio::time::timeout(cut, sem.acquire_many(n)).await {
             result.unwrap();
             kept += 1;
-            sem.release(n).await.unwrap();
+            sem.release_many(n).await.unwrap();
         }
     }
     stop.store(1, Ordering::SeqCst);

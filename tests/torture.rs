@@ -77,7 +77,7 @@ impl Held {
             Held::Fenced(guard) => guard.unlock().await,
             Held::Multi(guard) => guard.unlock().await,
             Held::Red(guard) => guard.unlock().await,
-            Held::Permits(semaphore) => semaphore.release(1).await,
+            Held::Permits(semaphore) => semaphore.release().await,
             Held::Permit(permit) => permit.release().await,
         }
     }
@@ -116,8 +116,8 @@ async fn take(
         "semaphore" => {
             let semaphore = client.semaphore(name);
             let got = match way {
-                Way::Within(wait) => semaphore.try_acquire_for(1, wait).await.unwrap(),
-                _ => semaphore.acquire(1).await.map(|()| true).unwrap(),
+                Way::Within(wait) => semaphore.try_acquire_for(wait).await.unwrap(),
+                _ => semaphore.acquire().await.map(|()| true).unwrap(),
             };
             got.then_some(Held::Permits(semaphore))
         }
