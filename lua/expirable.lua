@@ -8,29 +8,39 @@
 -- KEYS[3]  the channel, `redisson_sc:{name}`
 -- KEYS[4]  acquire only: the acquire latch,
 --          `ferrisson_acquire_latch:{name}:<request-id>`
--- ARGV[1]  the operation: acquire, release, update, available or drain
+-- ARGV[1]  the operation: acquire, release, update, lease, available,
+--          out, total, set or drain
 -- ARGV[2]  the publish command, `publish` or `spublish`
--- ARGV[3]  the permit id (acquire, release, update)
--- ARGV[4]  the lease in ms, 0 for none (acquire, update)
+-- ARGV[3]  the permit ids, 16 raw bytes each, concatenated (acquire,
+--          release: one or more; update, lease: one)
+-- ARGV[4]  the lease in ms, 0 for none (acquire, update); the total (set)
 -- ARGV[5]  the score of a permit without a lease
 -- ARGV[6]  acquire only: the latch TTL in milliseconds
 --
 -- First, by the server's clock, every permit whose lease ended goes back:
 -- removed from KEYS[2], added to KEYS[1], and the new count published.
 -- Then:
---   acquire    takes one permit under the id: replies nil when taken
+--   acquire    takes one permit per id, all or none: replies nil when taken
 --              (and writes the latch, so that a request whose reply was
 --              lost can be settled, see acquire_cancel.lua); otherwise how
 --              many ms until the first lease ends (at least 1), or -1 when
 --              no permit out has a lease or the request was given up by its
 --              client (latch `x`). A resend of a request already granted
---              (latch `1`) takes nothing more: nil while its permit is
---              out, -1 once it is not (it expired)
---   release    gives the permit back: replies 1, or 0 when it is not out
---              (it expired, or was released already)
+--              (latch `1`) takes nothing more: nil while all its permits
+--              are out, -1 once one is not (it expired)
+--   release    gives every permit back, all or none: replies 1, or -i when
+--              the i-th id is not out (it expired, or was released
+--              already), and then gives back none
 --   update     sets the permit's lease from now: replies 1, or 0 when it
 --              is not out
+--   lease      replies the ms left of the permit's lease (by the server's
+--              clock), -1 when it has none, -2 when it is not out
 --   available  replies the available permits
+--   out        replies how many permits are out
+--   total      replies available plus out
+--   set        makes the total ARGV[4] (the available count becomes that
+--              less the permits out, perhaps below zero), publishes the new
+--              available count, and replies it
 --   drain      takes every available permit: replies how many
 local time = redis.call('time')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
@@ -54,6 +64,14 @@ if expired > 0 then
     redis.call(ARGV[2], KEYS[3], value)
 end
 
+local function permit_ids()
+    local ids = {}
+    for i = 1, #ARGV[3], 16 do
+        ids[#ids + 1] = string.sub(ARGV[3], i, i + 15)
+    end
+    return ids
+end
+
 local function expiry()
     local lease = tonumber(ARGV[4])
     if lease > 0 then
@@ -68,9 +86,12 @@ if op == 'acquire' then
     if latch == 'x' then
         return -1
     end
+    local ids = permit_ids()
     if latch == '1' then
-        if redis.call('zscore', KEYS[2], ARGV[3]) == false then
-            return -1
+        for _, id in ipairs(ids) do
+            if redis.call('zscore', KEYS[2], id) == false then
+                return -1
+            end
         end
         return nil
     end
@@ -78,9 +99,12 @@ if op == 'acquire' then
     if type(n) == 'table' then
         return n
     end
-    if n >= 1 then
-        redis.call('decrby', KEYS[1], 1)
-        redis.call('zadd', KEYS[2], expiry(), ARGV[3])
+    if n >= #ids then
+        redis.call('decrby', KEYS[1], #ids)
+        local at = expiry()
+        for _, id in ipairs(ids) do
+            redis.call('zadd', KEYS[2], at, id)
+        end
         redis.call('set', KEYS[4], 1, 'px', ARGV[6])
         return nil
     end
@@ -90,10 +114,16 @@ if op == 'acquire' then
     end
     return math.max(tonumber(first[2]) - now, 1)
 elseif op == 'release' then
-    if redis.call('zrem', KEYS[2], ARGV[3]) == 0 then
-        return 0
+    local ids = permit_ids()
+    for i, id in ipairs(ids) do
+        if redis.call('zscore', KEYS[2], id) == false then
+            return -i
+        end
     end
-    local value = redis.call('incrby', KEYS[1], 1)
+    for _, id in ipairs(ids) do
+        redis.call('zrem', KEYS[2], id)
+    end
+    local value = redis.call('incrby', KEYS[1], #ids)
     redis.call(ARGV[2], KEYS[3], value)
     return 1
 elseif op == 'update' then
@@ -102,8 +132,34 @@ elseif op == 'update' then
     end
     redis.call('zadd', KEYS[2], expiry(), ARGV[3])
     return 1
+elseif op == 'lease' then
+    local score = redis.call('zscore', KEYS[2], ARGV[3])
+    if score == false then
+        return -2
+    end
+    if tonumber(score) >= forever then
+        return -1
+    end
+    return math.max(tonumber(score) - now, 0)
 elseif op == 'available' then
     return available()
+elseif op == 'out' then
+    return redis.call('zcard', KEYS[2])
+elseif op == 'total' then
+    local n = available()
+    if type(n) == 'table' then
+        return n
+    end
+    return n + redis.call('zcard', KEYS[2])
+elseif op == 'set' then
+    local n = available()
+    if type(n) == 'table' then
+        return n
+    end
+    local value = tonumber(ARGV[4]) - redis.call('zcard', KEYS[2])
+    redis.call('set', KEYS[1], value)
+    redis.call(ARGV[2], KEYS[3], value)
+    return value
 elseif op == 'drain' then
     local n = available()
     if type(n) == 'table' then

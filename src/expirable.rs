@@ -107,12 +107,14 @@ impl fmt::Debug for PermitExpirableSemaphore {
 }
 
 /// One call of the script, with the arguments of `op`.
+/// One call of the script, with the arguments of `op`: `ids` (their raw
+/// bytes, concatenated) and `number` (a lease in ms, or the total).
 fn call(
     client: &Client,
     name: &str,
     op: &str,
-    id: Option<PermitId>,
-    lease_ms: u64,
+    ids: &[PermitId],
+    number: u64,
 ) -> redis::ScriptInvocation<'static> {
     let mut invocation = EXPIRABLE.prepare_invoke();
     invocation
@@ -121,20 +123,28 @@ fn call(
         .key(keys::semaphore_channel(name))
         .arg(op)
         .arg(client.inner.publish())
-        .arg(id.map(|id| id.0.to_vec()).unwrap_or_default())
-        .arg(lease_ms)
+        .arg(ids.iter().flat_map(|id| id.0).collect::<Vec<u8>>())
+        .arg(number)
         .arg(NO_EXPIRY);
     invocation
 }
 
-/// Gives permit `id` back; whether it was out.
-async fn give_back(client: &Client, name: &str, id: PermitId) -> Result<bool> {
+/// Gives back the permits `ids`, all or none: `Ok(None)` when they were
+/// all out, else the first that was not (and none was given back).
+async fn give_back(client: &Client, name: &str, ids: &[PermitId]) -> Result<Option<PermitId>> {
     let mut conn = client.inner.conn.clone();
-    let released: i64 = call(client, name, "release", Some(id), 0)
+    let released: i64 = call(client, name, "release", ids, 0)
         .invoke_async(&mut conn)
         .await
         .map_err(|e| Error::from_redis(e, name))?;
-    Ok(released == 1)
+    match released {
+        1 => Ok(None),
+        missing if missing < 0 => Ok(ids.get((-missing - 1) as usize).copied()),
+        other => Err(Error::UnexpectedReply {
+            script: "expirable release",
+            reply: other.to_string(),
+        }),
+    }
 }
 
 impl PermitExpirableSemaphore {
@@ -256,6 +266,41 @@ impl PermitExpirableSemaphore {
         self.take(Some(wait), Some(lease)).await
     }
 
+    /// Takes `permits` permits at once, all or none, each with its own id
+    /// and with `lease` (`None`: no lease), waiting as long as it takes:
+    /// Redisson's `acquire(permits)`.
+    ///
+    /// # Errors
+    /// As [`acquire`](Self::acquire), and [`Error::InvalidArgument`] for
+    /// zero permits, more than 100 000 at once, or a bad lease.
+    ///
+    /// # Cancel safety
+    /// As [`acquire`](Self::acquire): a dropped future leaves none of them
+    /// out.
+    pub async fn acquire_many(&self, permits: u32, lease: Option<Duration>) -> Result<Vec<Permit>> {
+        self.take_many(permits, None, lease)
+            .await?
+            .ok_or_else(|| Error::no_deadline("expirable"))
+    }
+
+    /// Takes `permits` permits at once, all or none, waiting at most
+    /// `wait` (zero: one attempt): Redisson's `tryAcquire(permits, ...)`.
+    ///
+    /// # Errors
+    /// As [`acquire_many`](Self::acquire_many) and
+    /// [`try_acquire_for`](Self::try_acquire_for).
+    ///
+    /// # Cancel safety
+    /// As [`acquire`](Self::acquire).
+    pub async fn try_acquire_many(
+        &self,
+        permits: u32,
+        wait: Duration,
+        lease: Option<Duration>,
+    ) -> Result<Option<Vec<Permit>>> {
+        self.take_many(permits, Some(wait), lease).await
+    }
+
     /// Gives the permit back and wakes the waiters.
     ///
     /// # Errors
@@ -280,12 +325,47 @@ impl PermitExpirableSemaphore {
     /// # Cancel safety
     /// Cancel safe: once sent, the release completes in the background.
     pub async fn release_by_id(&self, id: PermitId) -> Result<()> {
+        self.release_many(&[id]).await
+    }
+
+    /// Gives back the permit `id` if it is out; whether it was (Redisson's
+    /// `tryRelease`).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`], [`Error::WrongType`], [`Error::Redis`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe: once sent, the release completes in the background.
+    pub async fn try_release(&self, id: PermitId) -> Result<bool> {
+        match self.release_many(&[id]).await {
+            Ok(()) => Ok(true),
+            Err(Error::PermitNotOut { .. }) => Ok(false),
+            Err(err) => Err(err),
+        }
+    }
+
+    /// Gives back the permits `ids`, all or none (Redisson's
+    /// `release(permitIds)`): when one of them is not out, none is given
+    /// back and the error names it.
+    ///
+    /// # Errors
+    /// [`Error::PermitNotOut`] naming the first id that is not out;
+    /// [`Error::InvalidArgument`] for no ids; [`Error::WrongType`],
+    /// [`Error::Redis`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe: once sent, the release completes in the background.
+    pub async fn release_many(&self, ids: &[PermitId]) -> Result<()> {
         self.obj.checked()?;
+        if ids.is_empty() {
+            return Err(Error::invalid("no permit ids to release"));
+        }
         let (client, name) = (self.obj.client.clone(), Arc::clone(&self.obj.name));
-        let release = async move { give_back(&client, &name, id).await };
+        let ids = ids.to_vec();
+        let release = async move { give_back(&client, &name, &ids).await };
         match Finish::detached(runtime()?, release).await? {
-            true => Ok(()),
-            false => Err(self.not_out(id)),
+            None => Ok(()),
+            Some(id) => Err(self.not_out(id)),
         }
     }
 
@@ -301,27 +381,95 @@ impl PermitExpirableSemaphore {
     /// Cancel safe: once sent, the update completes in the background; the
     /// permit's local lease is only changed when it succeeded.
     pub async fn update_lease(&self, permit: &mut Permit, lease: Option<Duration>) -> Result<()> {
+        let sent = Instant::now();
+        let lease_ms = self.update(permit.id, lease).await?;
+        permit.expires = lease_ms.map(|ms| sent + Duration::from_millis(ms));
+        Ok(())
+    }
+
+    /// As [`update_lease`](Self::update_lease), for the permit `id` taken
+    /// by this or any other client (Redisson's `updateLeaseTime`); the
+    /// holder's [`Permit`], if any, keeps its own count of its lease.
+    ///
+    /// # Errors
+    /// As [`update_lease`](Self::update_lease).
+    ///
+    /// # Cancel safety
+    /// Cancel safe: once sent, the update completes in the background.
+    pub async fn update_lease_by_id(&self, id: PermitId, lease: Option<Duration>) -> Result<()> {
+        self.update(id, lease).await.map(drop)
+    }
+
+    /// Sets the lease of `id`; the lease in ms it set.
+    async fn update(&self, id: PermitId, lease: Option<Duration>) -> Result<Option<u64>> {
         self.obj.checked()?;
         let lease_ms = lease
             .map(|lease| args::duration("lease", lease, MAX_DURATION))
             .transpose()?;
-        let id = permit.id;
-        let sent = Instant::now();
-        let mut conn = self.obj.conn();
-        let invocation = call(
-            &self.obj.client,
-            &self.obj.name,
-            "update",
-            Some(id),
-            lease_ms.unwrap_or(0),
-        );
-        let request = async move { invocation.invoke_async::<i64>(&mut conn).await };
-        let updated = self.obj.finish(request).await?;
+        let updated = self.run("update", &[id], lease_ms.unwrap_or(0)).await?;
         if updated != 1 {
             return Err(self.not_out(id));
         }
-        permit.expires = lease_ms.map(|ms| sent + Duration::from_millis(ms));
-        Ok(())
+        Ok(lease_ms)
+    }
+
+    /// What is left of the lease of the permit `id`, by the server's clock
+    /// (Redisson's `getLeaseTime`-style read): `None` for a permit without
+    /// a lease.
+    ///
+    /// # Errors
+    /// [`Error::PermitNotOut`] when the permit is not out;
+    /// [`Error::InvalidArgument`], [`Error::WrongType`], [`Error::Redis`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads (and takes back expired permits, as every
+    /// call does).
+    pub async fn lease_of(&self, id: PermitId) -> Result<Option<Duration>> {
+        self.obj.checked()?;
+        match self.run("lease", &[id], 0).await? {
+            -2 => Err(self.not_out(id)),
+            -1 => Ok(None),
+            ms => Ok(Some(Duration::from_millis(ms.max(0) as u64))),
+        }
+    }
+
+    /// How many permits are out now (Redisson's `acquiredPermits`), after
+    /// taking back the expired.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`], [`Error::WrongType`], [`Error::Redis`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe: once sent, the call completes in the background.
+    pub async fn acquired_permits(&self) -> Result<i64> {
+        self.count("out").await
+    }
+
+    /// The total of permits: available plus out (Redisson's `getPermits`),
+    /// after taking back the expired.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`], [`Error::WrongType`], [`Error::Redis`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe: once sent, the call completes in the background.
+    pub async fn permits(&self) -> Result<i64> {
+        self.count("total").await
+    }
+
+    /// Makes the total of permits `permits` (Redisson's `setPermits`): the
+    /// available count becomes `permits` less those out (below zero when
+    /// more are out; they are not taken back), and waiters are woken.
+    /// Returns the new available count.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`], [`Error::WrongType`], [`Error::Redis`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe: once sent, the call completes in the background.
+    pub async fn set_permits(&self, permits: u32) -> Result<i64> {
+        self.obj.checked()?;
+        self.run("set", &[], permits.into()).await
     }
 
     /// How many permits are available now, after taking back the expired.
@@ -349,8 +497,13 @@ impl PermitExpirableSemaphore {
 
     async fn count(&self, op: &'static str) -> Result<i64> {
         self.obj.checked()?;
+        self.run(op, &[], 0).await
+    }
+
+    /// Runs `op` to its end, even if the caller leaves.
+    async fn run(&self, op: &'static str, ids: &[PermitId], number: u64) -> Result<i64> {
         let mut conn = self.obj.conn();
-        let invocation = call(&self.obj.client, &self.obj.name, op, None, 0);
+        let invocation = call(&self.obj.client, &self.obj.name, op, ids, number);
         let request = async move { invocation.invoke_async::<i64>(&mut conn).await };
         self.obj.finish(request).await
     }
@@ -367,16 +520,35 @@ impl PermitExpirableSemaphore {
         wait: Option<Duration>,
         lease: Option<Duration>,
     ) -> Result<Option<Permit>> {
+        Ok(self
+            .take_many(1, wait, lease)
+            .await?
+            .and_then(|mut permits| permits.pop()))
+    }
+
+    /// Takes `n` permits at once, all or none.
+    async fn take_many(
+        &self,
+        n: u32,
+        wait: Option<Duration>,
+        lease: Option<Duration>,
+    ) -> Result<Option<Vec<Permit>>> {
         self.obj.checked()?;
+        let n = args::permits(n)?;
+        if n > MAX_PERMITS_AT_ONCE {
+            return Err(Error::invalid(format!(
+                "at most {MAX_PERMITS_AT_ONCE} permits are taken at once, got {n}"
+            )));
+        }
         let lease_ms = lease
             .map(|lease| args::duration("lease", lease, MAX_DURATION))
             .transpose()?;
         let deadline = args::deadline(wait)?;
         let runtime = runtime()?;
-        // One request (and permit id) for the whole wait, renewed when it
-        // grows old: a resend after a lost reply takes one permit.
+        // One request (and its permit ids) for the whole wait, renewed when
+        // it grows old: a resend after a lost reply takes the permits once.
         let slot = RequestSlot::default();
-        let attempt = || self.try_take(lease_ms, &slot, runtime.clone());
+        let attempt = || self.try_take(n, lease_ms, &slot, runtime.clone());
         let channel = Channel {
             name: keys::semaphore_channel(&self.obj.name),
             broadcast: true,
@@ -384,33 +556,29 @@ impl PermitExpirableSemaphore {
         wait_on(&self.obj.client, channel, deadline, attempt).await
     }
 
-    /// One attempt of the wait's request to take a permit under the
-    /// request's id: the permit, or wait (until the first permit out
+    /// One attempt of the wait's request to take `n` permits under the
+    /// request's ids: the permits, or wait (until the first permit out
     /// expires, when one will).
     async fn try_take(
         &self,
+        n: u32,
         lease_ms: Option<u64>,
-        slot: &RequestSlot<PermitOut>,
+        slot: &RequestSlot<PermitsOut>,
         runtime: Handle,
-    ) -> Result<Tried<Permit>> {
+    ) -> Result<Tried<Vec<Permit>>> {
         let new = || {
-            let out = PermitOut(PermitId::random());
+            let out = PermitsOut((0..n).map(|_| PermitId::random()).collect());
             Request::new(&self.obj.client, &self.obj.name, out, 0, runtime.clone())
         };
         let request = slot.get(0, new).await.map_err(|e| self.obj.error(e))?;
-        let (id, born) = (request.taken().0, request.born);
+        let (ids, born) = (request.taken().0.clone(), request.born);
         let build = |latch: &str, latch_ttl: u64| {
-            let mut call = call(
-                &self.obj.client,
-                &self.obj.name,
-                "acquire",
-                Some(id),
-                lease_ms.unwrap_or(0),
-            );
+            let lease = lease_ms.unwrap_or(0);
+            let mut call = call(&self.obj.client, &self.obj.name, "acquire", &ids, lease);
             call.key(latch).arg(latch_ttl);
             call
         };
-        // The script replies nil for a permit taken, else how long to wait.
+        // The script replies nil for permits taken, else how long to wait.
         let granted = |reply: &Option<i64>| reply.is_none();
         let lasts_ms = lease_ms.unwrap_or(u64::MAX);
         let reply = send_once(request, runtime.clone(), build, granted, lasts_ms)
@@ -418,31 +586,40 @@ impl PermitExpirableSemaphore {
             .map_err(|e| self.obj.error(e))?;
         Ok(match reply {
             // The lease counts from the request's first send at the latest.
-            None => Tried::Done(Permit {
-                hold: Some(PermitHold {
-                    client: self.obj.client.clone(),
-                    name: Arc::clone(&self.obj.name),
-                    runtime,
-                }),
-                id,
-                expires: lease_ms.map(|ms| born + Duration::from_millis(ms)),
-            }),
+            None => Tried::Done(
+                ids.iter()
+                    .map(|&id| Permit {
+                        hold: Some(PermitHold {
+                            client: self.obj.client.clone(),
+                            name: Arc::clone(&self.obj.name),
+                            runtime: runtime.clone(),
+                        }),
+                        id,
+                        expires: lease_ms.map(|ms| born + Duration::from_millis(ms)),
+                    })
+                    .collect(),
+            ),
             Some(ms) if ms > 0 => Tried::Again(Some(Duration::from_millis(ms as u64))),
             Some(_) => Tried::Again(None),
         })
     }
 }
 
-/// A permit-expirable semaphore's grant: the permit of one id, given back
-/// by its release.
-struct PermitOut(PermitId);
+/// The most permits one acquire takes: their ids travel in one argument.
+const MAX_PERMITS_AT_ONCE: u32 = 100_000;
 
-impl Taken for PermitOut {
+/// A permit-expirable semaphore's grant: the permits of these ids, each
+/// given back by its own release (one that expired meanwhile does not keep
+/// the others out).
+struct PermitsOut(Vec<PermitId>);
+
+impl Taken for PermitsOut {
     async fn give_back(&self, client: &Client, name: &str, _ttl_ms: u64, why: GiveBack) {
-        let id = self.0;
-        if let Err(err) = give_back(client, name, id).await {
-            tracing::warn!(semaphore = %name, permit = %id, error = %err, why = why.why(),
-                "could not give back a permit an acquire took");
+        for &id in &self.0 {
+            if let Err(err) = give_back(client, name, &[id]).await {
+                tracing::warn!(semaphore = %name, permit = %id, error = %err, why = why.why(),
+                    "could not give back a permit an acquire took");
+            }
         }
     }
 }
@@ -526,10 +703,10 @@ impl Permit {
         let id = self.id;
         let name = Arc::clone(&hold.name);
         let runtime = hold.runtime.clone();
-        let release = async move { give_back(&hold.client, &hold.name, id).await };
+        let release = async move { give_back(&hold.client, &hold.name, &[id]).await };
         match Finish::detached(runtime, release).await? {
-            true => Ok(()),
-            false => Err(Error::PermitNotOut {
+            None => Ok(()),
+            Some(_) => Err(Error::PermitNotOut {
                 name: name.to_string(),
                 permit: id.to_string(),
             }),
@@ -547,9 +724,9 @@ impl Drop for Permit {
         // On a runtime that shut down, nothing is sent: the permit comes
         // back with its lease, if it has one.
         runtime.spawn(async move {
-            match give_back(&hold.client, &hold.name, id).await {
-                Ok(true) => {}
-                Ok(false) => tracing::debug!(semaphore = %hold.name, permit = %id,
+            match give_back(&hold.client, &hold.name, &[id]).await {
+                Ok(None) => {}
+                Ok(Some(_)) => tracing::debug!(semaphore = %hold.name, permit = %id,
                     "dropped permit had expired already"),
                 Err(err) => tracing::warn!(semaphore = %hold.name, permit = %id, error = %err,
                     "could not release a dropped permit"),

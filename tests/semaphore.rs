@@ -560,3 +560,80 @@ async fn dropped_expirable_acquires_leave_no_permit_out() {
     assert!(!exists(&server, "{seats}:timeout"));
     settled(&client).await;
 }
+
+/// The permit-expirable semaphore's calls Redisson users migrate with:
+/// several permits at once (all or none), an all-or-nothing release of
+/// several ids, `try_release`, the total and the count out, `set_permits`,
+/// a lease read from the server and updated by id.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expirable_calls_redisson_users_migrate_with() {
+    let server = RedisServer::start();
+    let client = client(&server, WATCHDOG).await;
+    let sem = client.permit_expirable_semaphore("rows");
+    let out = || server.cmd(&["ZCARD", "{rows}:timeout"]).as_int().unwrap();
+    assert!(soon(sem.try_set_permits(5)).await.unwrap());
+    let lease = Duration::from_secs(30);
+    let taken = soon(sem.acquire_many(3, Some(lease))).await.unwrap();
+    let ids: Vec<PermitId> = taken.iter().map(|p| p.id()).collect();
+    assert_eq!(ids.len(), 3);
+    assert!(ids[0] != ids[1] && ids[1] != ids[2] && ids[0] != ids[2]);
+    assert_eq!(out(), 3);
+    assert_eq!(get(&server, "rows").as_deref(), Some("2"));
+    // Three are not there: none is taken.
+    assert!(soon(sem.try_acquire_many(3, Duration::ZERO, None))
+        .await
+        .unwrap()
+        .is_none());
+    assert_eq!((out(), get(&server, "rows").as_deref()), (3, Some("2")));
+    assert_eq!(soon(sem.permits()).await.unwrap(), 5);
+    assert_eq!(soon(sem.acquired_permits()).await.unwrap(), 3);
+
+    // The lease, by the server's clock; updated by id.
+    let left = soon(sem.lease_of(ids[0])).await.unwrap().unwrap();
+    assert!(left > Duration::from_secs(20) && left <= lease, "{left:?}");
+    soon(sem.update_lease_by_id(ids[0], None)).await.unwrap();
+    assert_eq!(soon(sem.lease_of(ids[0])).await.unwrap(), None);
+    soon(sem.update_lease_by_id(ids[0], Some(Duration::from_secs(90))))
+        .await
+        .unwrap();
+    let left = soon(sem.lease_of(ids[0])).await.unwrap().unwrap();
+    assert!(left > Duration::from_secs(60), "{left:?}");
+    for permit in taken {
+        permit.forget();
+    }
+
+    // All or none: one id that is not out keeps the others out.
+    let stranger: PermitId = "000000000000000000000000000000ff".parse().unwrap();
+    let err = soon(sem.release_many(&[ids[0], stranger]))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, Error::PermitNotOut { permit, .. } if *permit == stranger.to_string()),
+        "{err}"
+    );
+    assert_eq!(out(), 3);
+    soon(sem.release_many(&[ids[0], ids[1]])).await.unwrap();
+    assert_eq!((out(), get(&server, "rows").as_deref()), (1, Some("4")));
+    assert!(!soon(sem.try_release(ids[0])).await.unwrap());
+    assert!(soon(sem.try_release(ids[2])).await.unwrap());
+    assert!(matches!(
+        soon(sem.lease_of(ids[2])).await.unwrap_err(),
+        Error::PermitNotOut { .. }
+    ));
+
+    // The total: set to 2 with one permit out leaves one available.
+    let one = soon(sem.acquire()).await.unwrap();
+    assert_eq!(soon(sem.set_permits(2)).await.unwrap(), 1);
+    assert_eq!(soon(sem.permits()).await.unwrap(), 2);
+    assert_eq!(soon(sem.available_permits()).await.unwrap(), 1);
+    soon(one.release()).await.unwrap();
+    assert_eq!(soon(sem.available_permits()).await.unwrap(), 2);
+
+    for err in [
+        soon(sem.acquire_many(0, None)).await.map(drop).unwrap_err(),
+        soon(sem.release_many(&[])).await.unwrap_err(),
+    ] {
+        assert!(matches!(err, Error::InvalidArgument(_)), "{err}");
+    }
+    settled(&client).await;
+}
