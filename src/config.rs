@@ -56,10 +56,14 @@ pub struct ReplicaSync {
 
 /// How unlock messages travel: Redisson's two modes. Clients that disagree
 /// do not hear each other, so a Java service and a Rust one sharing locks
-/// must use the same.
+/// must use the same ([`ClientBuilder::pubsub_mode`](crate::ClientBuilder::pubsub_mode)).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum PubSubMode {
+    /// A setting only, never a connected client's mode: sharded on a
+    /// cluster that supports it (probed with `PUBSUB SHARDNUMSUB`, as
+    /// Redisson probes it by default), classic elsewhere.
+    Auto,
     /// PUBLISH and SUBSCRIBE: one server, or a cluster without sharded
     /// pub/sub (before Redis 7).
     Classic,
@@ -82,7 +86,9 @@ pub struct Config {
     pub release_attempts: u32,
     /// Waiting for replicas after writes; `None` (the default): no waiting.
     pub replica_sync: Option<ReplicaSync>,
-    /// How unlock messages travel; found by the client when it connects.
+    /// How unlock messages travel: as asked of the builder (default
+    /// [`PubSubMode::Auto`]); a connected client's config holds the mode it
+    /// found or was told, `Classic` or `Sharded`.
     pub pubsub_mode: PubSubMode,
 }
 
@@ -94,7 +100,7 @@ impl Default for Config {
             connection_timeout: DEFAULT_CONNECTION_TIMEOUT,
             release_attempts: DEFAULT_RELEASE_ATTEMPTS,
             replica_sync: None,
-            pubsub_mode: PubSubMode::Classic,
+            pubsub_mode: PubSubMode::Auto,
         }
     }
 }

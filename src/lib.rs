@@ -517,10 +517,11 @@
 //!   still 100 keys at most per call.
 //! - Unlock messages use sharded pub/sub (SPUBLISH inside the scripts,
 //!   SSUBSCRIBE) when the cluster supports it, probed with `PUBSUB
-//!   SHARDNUMSUB` as Redisson does; classic pub/sub otherwise. The mode is
-//!   [`Config::pubsub_mode`] (`client.config().pubsub_mode`). A Java service
-//!   sharing the locks must use the same mode, or the two do not hear each
-//!   other's unlocks.
+//!   SHARDNUMSUB` as Redisson does; classic pub/sub otherwise. The mode in
+//!   use is [`Config::pubsub_mode`] (`client.config().pubsub_mode`). A Java
+//!   service sharing the locks must use the same mode, or the two do not hear
+//!   each other's unlocks: when its `shardedSubscriptionMode` is forced, force
+//!   the same with [`ClientBuilder::pubsub_mode`] (`Classic` or `Sharded`).
 //! - A master that dies takes its slots' locks with it until its replica is
 //!   promoted (asynchronous replication: a fresh lock may be lost, as on one
 //!   server). Locks on the other masters carry on. Replica sync works here too:

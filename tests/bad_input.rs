@@ -476,3 +476,30 @@ async fn a_redis_that_refuses_scripts_gives_an_error() {
     assert_eq!(server.cmd(&["DBSIZE"]).as_int(), Some(0));
     println!("scripts refused (renamed away, or by ACL): every acquire of every kind gives a Redis error, nothing written");
 }
+
+/// The pub/sub mode: sharded is for a cluster, so one server refuses it at
+/// `build` (before any connection is used for locks); auto and classic
+/// give a classic client there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sharded_pubsub_is_refused_off_a_cluster() {
+    use ferrisson::config::PubSubMode;
+    let server = RedisServer::start();
+    let err = soon(
+        Client::builder(server.url())
+            .pubsub_mode(PubSubMode::Sharded)
+            .build(),
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        matches!(&err, Error::InvalidArgument(text) if text.contains("Cluster")),
+        "{err}"
+    );
+    for mode in [PubSubMode::Auto, PubSubMode::Classic] {
+        let client = soon(Client::builder(server.url()).pubsub_mode(mode).build())
+            .await
+            .unwrap();
+        assert_eq!(client.config().pubsub_mode, PubSubMode::Classic, "{mode:?}");
+    }
+    assert_eq!(server.cmd(&["DBSIZE"]).as_int(), Some(0));
+}

@@ -84,6 +84,58 @@ async fn waiters_are_woken_by_sharded_messages() {
     }
 }
 
+/// Classic pub/sub forced on a cluster that has sharded (to match Java
+/// clients whose sharded mode is off): unlock messages go out by PUBLISH,
+/// which a plain SUBSCRIBE on any node hears, and classic waiters are woken
+/// by them, not by the holder's TTL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forced_classic_mode_wakes_classic_waiters() {
+    let nodes = cluster().await;
+    let classic = || {
+        ferrisson::Client::cluster_builder(nodes.iter().map(RedisServer::url))
+            .watchdog_timeout(Duration::from_secs(30))
+            .pubsub_mode(PubSubMode::Classic)
+            .build()
+    };
+    let (a, b) = (
+        soon(classic()).await.unwrap(),
+        soon(classic()).await.unwrap(),
+    );
+    assert_eq!(a.config().pubsub_mode, PubSubMode::Classic);
+    for name in ["classic:1", "classic:2", "{classic}:3"] {
+        let channel = match name {
+            "{classic}:3" => "redisson_lock__channel:{classic}:3".to_owned(),
+            _ => format!("redisson_lock__channel:{{{name}}}"),
+        };
+        let guard = soon(a.lock(name).lock()).await.unwrap();
+        let lock = b.lock(name);
+        let waiting = tokio::spawn(async move { lock.lock().await.unwrap() });
+        eventually(Duration::from_secs(10), || async {
+            nodes
+                .iter()
+                .map(|node| common::subscribers(node, &channel))
+                .sum::<i64>()
+                == 1
+        })
+        .await;
+        let listener = common::RawSubscriber::new(&nodes[0], &channel);
+        let released = Instant::now();
+        soon(guard.unlock()).await.unwrap();
+        let next = within(Duration::from_secs(10), waiting).await.unwrap();
+        assert!(
+            released.elapsed() < Duration::from_secs(3),
+            "{name}: {:?}",
+            released.elapsed()
+        );
+        assert_eq!(
+            common::next_message(listener).await,
+            Some((channel.clone(), "0".to_owned())),
+            "{name}"
+        );
+        soon(next.unlock()).await.unwrap();
+    }
+}
+
 /// Every key and channel of a lock lives in its name's slot, and the whole
 /// family runs on the cluster.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -118,6 +118,21 @@ impl ClientBuilder {
         self
     }
 
+    /// How unlock messages travel (Redisson's `subscriptionMode` /
+    /// `shardedSubscriptionMode`). The default, [`PubSubMode::Auto`], uses
+    /// sharded pub/sub on a cluster that supports it and classic pub/sub
+    /// elsewhere, as Redisson's default does. A cluster shared with Java
+    /// clients whose sharded mode is forced on or off must be matched here,
+    /// or wake-ups between them are lost (waiters then wait for the
+    /// holder's TTL). `Sharded` is for a cluster: [`build`](Self::build)
+    /// refuses it elsewhere, and on a cluster that lacks it.
+    ///
+    /// [`PubSubMode::Auto`]: crate::config::PubSubMode::Auto
+    pub fn pubsub_mode(mut self, mode: crate::config::PubSubMode) -> Self {
+        self.config.pubsub_mode = mode;
+        self
+    }
+
     /// How long Redis has to answer one command. Default 3 s.
     pub fn response_timeout(mut self, timeout: Duration) -> Self {
         self.config.response_timeout = timeout;
@@ -198,11 +213,12 @@ impl ClientBuilder {
             .set_connection_timeout(Some(self.config.connection_timeout));
         match self.target {
             Target::Single(info) => {
+                let config = unclustered(self.config)?;
                 #[cfg(feature = "tls")]
                 let tls_root = self.tls_root;
                 #[cfg(not(feature = "tls"))]
                 let tls_root = None;
-                connect_single(info?, tls_root, self.config, manager_config).await
+                connect_single(info?, tls_root, config, manager_config).await
             }
             #[cfg(feature = "cluster")]
             Target::Cluster(nodes) => {
@@ -215,12 +231,13 @@ impl ClientBuilder {
             }
             #[cfg(feature = "sentinel")]
             Target::Sentinel { sentinels, service } => {
+                let config = unclustered(self.config)?;
                 let (follower, master) = super::sentinel::Follower::connect(
                     sentinels?,
                     &service,
                     self.master_auth,
                     manager_config.clone(),
-                    self.config.response_timeout,
+                    config.response_timeout,
                 )
                 .await?;
                 let pubsub = PubSub::connect(master, manager_config).await?;
@@ -228,7 +245,7 @@ impl ClientBuilder {
                 let client = Client::assemble(
                     Conn::Sentinel(std::sync::Arc::clone(&follower)),
                     pubsub,
-                    self.config,
+                    config,
                     addr,
                 );
                 follower.attach(&client.inner.pubsub);
@@ -285,4 +302,19 @@ async fn connect_single(
         .await?;
     let pubsub = PubSub::connect(redis_client, manager_config).await?;
     Ok(Client::assemble(Conn::Single(conn), pubsub, config, addr))
+}
+
+/// The config of a client that is not on a cluster: classic pub/sub (a
+/// sharded mode asked for is refused).
+fn unclustered(mut config: Config) -> Result<Config> {
+    use crate::config::PubSubMode;
+    match config.pubsub_mode {
+        PubSubMode::Sharded => Err(crate::Error::invalid(
+            "sharded pub/sub is for a Redis Cluster; one server or Sentinel uses classic pub/sub",
+        )),
+        _ => {
+            config.pubsub_mode = PubSubMode::Classic;
+            Ok(config)
+        }
+    }
 }

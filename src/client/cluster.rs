@@ -9,9 +9,10 @@ use crate::config::{Config, PubSubMode};
 use crate::Result;
 
 /// Opens the command and subscription connections to the cluster behind
-/// `nodes`, and finds how unlock messages travel there: sharded pub/sub
-/// when the nodes know `PUBSUB SHARDNUMSUB` (Redis 7+), as Redisson probes
-/// it, classic otherwise.
+/// `nodes`, and finds how unlock messages travel there: as the config
+/// asks, or with [`PubSubMode::Auto`] sharded pub/sub when the nodes know
+/// `PUBSUB SHARDNUMSUB` (Redis 7+), as Redisson probes it, classic
+/// otherwise.
 pub(crate) async fn connect(
     nodes: Vec<ConnectionInfo>,
     config: &Config,
@@ -27,10 +28,19 @@ pub(crate) async fn connect(
         .arg("SHARDNUMSUB")
         .query_async(&mut conn)
         .await;
-    let mode = match probe {
-        Ok(_) => PubSubMode::Sharded,
-        Err(err) if err.code().is_some() => PubSubMode::Classic,
+    let supported = match probe {
+        Ok(_) => true,
+        Err(err) if err.code().is_some() => false,
         Err(err) => return Err(err.into()),
+    };
+    let mode = match (config.pubsub_mode, supported) {
+        (PubSubMode::Classic, _) | (PubSubMode::Auto, false) => PubSubMode::Classic,
+        (PubSubMode::Sharded | PubSubMode::Auto, true) => PubSubMode::Sharded,
+        (PubSubMode::Sharded, false) => {
+            return Err(crate::Error::invalid(
+                "sharded pub/sub was asked for, but the cluster does not support it (Redis 7+)",
+            ))
+        }
     };
     let pubsub = PubSub::connect_cluster(builder(), mode == PubSubMode::Sharded).await?;
     Ok((Conn::Cluster(conn), pubsub, mode))

@@ -77,8 +77,10 @@ impl ClientInner {
     /// The command the scripts publish unlock messages with.
     pub(crate) fn publish(&self) -> &'static str {
         match self.config.pubsub_mode {
-            crate::config::PubSubMode::Classic => "publish",
             crate::config::PubSubMode::Sharded => "spublish",
+            // A connected client's mode is never `Auto` (the builder
+            // resolves it).
+            crate::config::PubSubMode::Classic | crate::config::PubSubMode::Auto => "publish",
         }
     }
 
