@@ -72,6 +72,8 @@ pub(crate) enum GiveBack {
     CallerLeft,
     /// No reply came; settling the request found it granted.
     ReplyLost,
+    /// Replica sync is on and too few replicas acknowledged the grant.
+    Unsynced,
 }
 
 impl GiveBack {
@@ -80,6 +82,7 @@ impl GiveBack {
         match self {
             GiveBack::CallerLeft => "the caller left before the grant arrived",
             GiveBack::ReplyLost => "the reply of the grant was lost",
+            GiveBack::Unsynced => "too few replicas acknowledged the grant",
         }
     }
 }

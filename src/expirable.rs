@@ -13,7 +13,7 @@ use crate::acquire_latch::{send_once, GiveBack, Request, RequestSlot, Taken};
 use crate::args;
 use crate::config::MAX_DURATION;
 use crate::finish::{runtime, Finish};
-use crate::object::Object;
+use crate::object::{Object, Synced};
 use crate::waiting::{wait_on, Channel, Tried};
 use crate::{keys, scripts::EXPIRABLE, Client, Error, Result};
 
@@ -364,7 +364,10 @@ impl PermitExpirableSemaphore {
         let ids = ids.to_vec();
         let release = async move { give_back(&client, &name, &ids).await };
         match Finish::detached(runtime()?, release).await? {
-            None => Ok(()),
+            None => {
+                self.obj.release_synced().await;
+                Ok(())
+            }
             Some(id) => Err(self.not_out(id)),
         }
     }
@@ -584,6 +587,20 @@ impl PermitExpirableSemaphore {
         let reply = send_once(request, runtime.clone(), build, granted, lasts_ms)
             .await
             .map_err(|e| self.obj.error(e))?;
+        if reply.is_none() {
+            let synced = self.obj.synced().await;
+            if !matches!(synced, Synced::Yes) {
+                // Only the master knows of these permits: give them back.
+                let (client, name) = (&self.obj.client, &self.obj.name);
+                let out = PermitsOut(ids.clone());
+                out.give_back(client, name, 0, GiveBack::Unsynced).await;
+            }
+            match synced {
+                Synced::Yes => {}
+                Synced::Retry(after) => return Ok(Tried::Again(Some(after))),
+                Synced::Failed(err) => return Err(err),
+            }
+        }
         Ok(match reply {
             // The lease counts from the request's first send at the latest.
             None => Tried::Done(
@@ -703,9 +720,15 @@ impl Permit {
         let id = self.id;
         let name = Arc::clone(&hold.name);
         let runtime = hold.runtime.clone();
+        let client = hold.client.clone();
         let release = async move { give_back(&hold.client, &hold.name, &[id]).await };
         match Finish::detached(runtime, release).await? {
-            None => Ok(()),
+            None => {
+                Object::new(client, name.to_string(), "semaphore")
+                    .release_synced()
+                    .await;
+                Ok(())
+            }
             Some(_) => Err(Error::PermitNotOut {
                 name: name.to_string(),
                 permit: id.to_string(),

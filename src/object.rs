@@ -92,6 +92,49 @@ impl Object {
     }
 }
 
+/// What a grant becomes under replica sync.
+pub(crate) enum Synced {
+    /// Sync is off, or enough replicas acknowledged it: keep it.
+    Yes,
+    /// Too few did, and the client retries: give it back, try again after
+    /// this long.
+    Retry(std::time::Duration),
+    /// Too few did: give it back, and fail with this.
+    Failed(Error),
+}
+
+impl Object {
+    /// With replica sync on, waits for the replicas to acknowledge the
+    /// grant just written, and says what becomes of it.
+    pub(crate) async fn synced(&self) -> Synced {
+        let inner = &self.client.inner;
+        match (
+            inner.replicated(&self.name).await,
+            inner.config.replica_sync,
+        ) {
+            (Some((false, acked)), Some(sync)) => match sync.on_unsynced {
+                crate::config::Unsynced::Retry => Synced::Retry(sync.timeout),
+                _ => Synced::Failed(Error::NotReplicated {
+                    name: self.name.to_string(),
+                    acked,
+                    wanted: sync.replicas,
+                }),
+            },
+            _ => Synced::Yes,
+        }
+    }
+
+    /// With replica sync on, waits for the replicas to acknowledge a
+    /// release just written; only warns when too few did (it stands on the
+    /// master, as a lock's release does).
+    pub(crate) async fn release_synced(&self) {
+        if let Some((false, acked)) = self.client.inner.replicated(&self.name).await {
+            tracing::warn!(name = %self.name, acked,
+                "too few replicas acknowledged a release in time; it stands on the master");
+        }
+    }
+}
+
 impl std::fmt::Debug for Object {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Object")

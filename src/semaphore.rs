@@ -10,7 +10,7 @@ use crate::acquire_latch::{send_once, GiveBack, Request, RequestSlot, Taken};
 use crate::args;
 use crate::config::MAX_DURATION;
 use crate::finish::runtime;
-use crate::object::Object;
+use crate::object::{Object, Synced};
 use crate::scripts::{SEMAPHORE_ACQUIRE, SEMAPHORE_DRAIN, SEMAPHORE_RELEASE};
 use crate::waiting::{wait_on, Channel, Tried};
 use crate::{keys, Client, Error, Result};
@@ -187,7 +187,11 @@ impl Semaphore {
     async fn give(&self, permits: i64, if_exists: bool) -> Result<Option<i64>> {
         let (client, name) = (self.obj.client.clone(), Arc::clone(&self.obj.name));
         let release = async move { give(&client, &name, permits, if_exists).await };
-        self.obj.finish(release).await
+        let given = self.obj.finish(release).await?;
+        if given.is_some() {
+            self.obj.release_synced().await;
+        }
+        Ok(given)
     }
 
     /// Deletes the semaphore (its permits with it); whether it existed.
@@ -382,9 +386,21 @@ impl Semaphore {
         };
         let granted = |reply: &i64| *reply == 1;
         match send_once(request, runtime, build, granted, u64::MAX).await {
-            Ok(1) => Ok(Tried::Done(())),
-            Ok(_) => Ok(Tried::Again(None)),
-            Err(err) => Err(self.obj.error(err)),
+            Ok(1) => {}
+            Ok(_) => return Ok(Tried::Again(None)),
+            Err(err) => return Err(self.obj.error(err)),
+        }
+        let synced = self.obj.synced().await;
+        if !matches!(synced, Synced::Yes) {
+            // Only the master knows of these permits: give them back.
+            let (client, name) = (&self.obj.client, &self.obj.name);
+            let why = GiveBack::Unsynced;
+            Permits(permits).give_back(client, name, 0, why).await;
+        }
+        match synced {
+            Synced::Yes => Ok(Tried::Done(())),
+            Synced::Retry(after) => Ok(Tried::Again(Some(after))),
+            Synced::Failed(err) => Err(err),
         }
     }
 }

@@ -162,3 +162,77 @@ async fn a_server_that_refuses_wait_degrades_to_no_sync() {
     let refused = stat(&master, "wait", "rejected_calls") + stat(&master, "wait", "calls");
     assert_eq!(refused, 1, "WAIT was sent more than once");
 }
+
+/// Replica sync covers the semaphores: an acquire or release returns once
+/// the replica has it (one WAIT each).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn semaphore_acquires_and_releases_wait_for_the_replica() {
+    let (master, replica) = pair().await;
+    let client = synced_client(&master, Unsynced::Fail).await;
+    let sem = client.semaphore("sem");
+    assert!(soon(sem.try_set_permits(2)).await.unwrap());
+    let waits = stat(&master, "wait", "calls");
+    soon(sem.acquire()).await.unwrap();
+    assert_eq!(stat(&master, "wait", "calls"), waits + 1);
+    assert_eq!(
+        replica.cmd(&["GET", "sem"]).as_string().as_deref(),
+        Some("1")
+    );
+    soon(sem.release()).await.unwrap();
+    assert_eq!(stat(&master, "wait", "calls"), waits + 2);
+    assert_eq!(
+        replica.cmd(&["GET", "sem"]).as_string().as_deref(),
+        Some("2")
+    );
+
+    let seats = client.permit_expirable_semaphore("seats");
+    assert!(soon(seats.try_set_permits(1)).await.unwrap());
+    let waits = stat(&master, "wait", "calls");
+    let permit = soon(seats.acquire()).await.unwrap();
+    assert_eq!(stat(&master, "wait", "calls"), waits + 1);
+    assert_eq!(replica.cmd(&["ZCARD", "{seats}:timeout"]).as_int(), Some(1));
+    soon(permit.release()).await.unwrap();
+    assert_eq!(stat(&master, "wait", "calls"), waits + 2);
+    assert_eq!(replica.cmd(&["ZCARD", "{seats}:timeout"]).as_int(), Some(0));
+}
+
+/// A semaphore acquire the replica did not acknowledge is given back and
+/// fails, as a lock's does: the master's count is whole again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unacknowledged_semaphore_acquire_is_given_back_and_fails() {
+    let (master, replica) = pair().await;
+    let client = synced_client(&master, Unsynced::Fail).await;
+    let sem = client.semaphore("sem");
+    let seats = client.permit_expirable_semaphore("seats");
+    assert!(soon(sem.try_set_permits(2)).await.unwrap());
+    assert!(soon(seats.try_set_permits(2)).await.unwrap());
+    // The scripts are loaded before the pause.
+    assert!(soon(sem.try_acquire()).await.unwrap());
+    soon(sem.release()).await.unwrap();
+    soon(soon(seats.acquire()).await.unwrap().release())
+        .await
+        .unwrap();
+
+    let replica = std::sync::Arc::new(replica);
+    let sleeping = pause_replica(&replica, Duration::from_millis(2500));
+    let err = soon(sem.acquire()).await.unwrap_err();
+    assert!(
+        matches!(err, Error::NotReplicated { acked: 0, .. }),
+        "{err}"
+    );
+    assert_eq!(
+        master.cmd(&["GET", "sem"]).as_string().as_deref(),
+        Some("2")
+    );
+    let err = soon(seats.acquire()).await.map(drop).unwrap_err();
+    assert!(
+        matches!(err, Error::NotReplicated { acked: 0, .. }),
+        "{err}"
+    );
+    assert_eq!(master.cmd(&["ZCARD", "{seats}:timeout"]).as_int(), Some(0));
+    assert_eq!(
+        master.cmd(&["GET", "seats"]).as_string().as_deref(),
+        Some("2")
+    );
+    sleeping.join().unwrap();
+}

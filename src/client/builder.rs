@@ -145,7 +145,8 @@ impl ClientBuilder {
         self
     }
 
-    /// Waits after each acquire and release until `replicas` replicas
+    /// Waits after each acquire and release (of a lock, a semaphore's
+    /// permits or an expirable permit) until `replicas` replicas
     /// acknowledged it, for `timeout` at most (`WAIT`); an acquire that too
     /// few acknowledged is given back and, by `on_unsynced`, fails or is
     /// tried again. A release that too few acknowledged is logged. When the
