@@ -11,10 +11,10 @@ use super::{release_hold, LockGuard};
 use super::{Attempt, Kind, LockCore};
 use crate::acquire_latch::{GiveBack, Request, RequestSlot, Taken};
 use crate::args;
-use crate::config::Unsynced;
 use crate::config::MAX_DURATION;
 use crate::error::is_connection_failure;
 use crate::finish::{runtime, Finish};
+use crate::object::Synced;
 use crate::scripts::{ACQUIRE, FAIR_ACQUIRE, FENCED_ACQUIRE, READ_ACQUIRE, WRITE_ACQUIRE};
 use crate::waiting::{self, Channel, Tried};
 use crate::watchdog::{renew_call, HoldKey, LeaseState};
@@ -300,26 +300,17 @@ impl LockCore {
     /// the hold, and gives it back when too few did (then retries later or
     /// fails, as configured).
     async fn check_replicas(&self, guard: LockGuard) -> Result<Attempt> {
-        let inner = &self.obj.client.inner;
-        if let (Some((false, acked)), Some(sync)) = (
-            inner.replicated(&self.obj.name).await,
-            inner.config.replica_sync,
-        ) {
-            // Only the master knows of this hold: give it back.
-            if let Err(err) = guard.unlock().await {
-                tracing::warn!(lock = %self.obj.name, error = %err,
-                    "could not give back a hold the replicas did not acknowledge; it expires with its lease");
-            }
-            return match sync.on_unsynced {
-                Unsynced::Retry => Ok(Err(sync.timeout.as_millis() as i64)),
-                _ => Err(Error::NotReplicated {
-                    name: self.obj.name.to_string(),
-                    acked,
-                    wanted: sync.replicas,
-                }),
-            };
+        let outcome = match self.obj.synced().await {
+            Synced::Yes => return Ok(Ok(guard)),
+            Synced::Retry(after) => Ok(Err(after.as_millis() as i64)),
+            Synced::Failed(err) => Err(err),
+        };
+        // Only the master knows of this hold: give it back.
+        if let Err(err) = guard.unlock().await {
+            tracing::warn!(lock = %self.obj.name, error = %err,
+                "could not give back a hold the replicas did not acknowledge; it expires with its lease");
         }
-        Ok(Ok(guard))
+        outcome
     }
 }
 
