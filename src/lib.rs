@@ -217,11 +217,19 @@
 //! ```rust,no_run
 //! # async fn run(client: ferrisson::Client) -> ferrisson::Result<()> {
 //! let lock = client.lock("report");
+//! let section = |lock: ferrisson::Lock| async move {
+//!     let guard = lock.lock().await?;
+//!     // ... one branch's critical section ...
+//!     guard.unlock().await
+//! };
+//! // The second branch waits until the first lets go.
 //! let (a, b) = tokio::join!(
-//!     lock.with_owner("branch-a").lock(),
-//!     lock.with_owner("branch-b").lock(), // waits until branch-a lets go
+//!     section(lock.with_owner("branch-a")),
+//!     section(lock.with_owner("branch-b")),
 //! );
-//! # drop((a, b)); Ok(()) }
+//! a?;
+//! b?;
+//! # Ok(()) }
 //! ```
 //!
 //! Semaphores and the latch have no owners: their permits and counts belong to
