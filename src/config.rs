@@ -39,21 +39,54 @@ pub enum Unsynced {
     Retry,
 }
 
-/// Replica sync: after each acquire and release, wait until `replicas`
-/// replicas acknowledged the write (`WAIT replicas timeout`), as Redisson's
+/// Default time an acquire or release waits for replicas under replica
+/// sync (Redisson's `slavesSyncTimeout`).
+pub const DEFAULT_REPLICA_SYNC_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// Replica sync: after each acquire and release, wait until replicas
+/// acknowledged the write (`WAIT replicas timeout`), as Redisson's
 /// `checkLockSyncedSlaves`. A lock only the master knows of is lost if the
 /// master fails before replicating it; this narrows that window, it does
 /// not close it (replication stays asynchronous).
+///
+/// On by default for [`Client::sentinel_builder`](crate::Client::sentinel_builder)
+/// and [`Client::cluster_builder`](crate::Client::cluster_builder)
+/// ([`ReplicaSync::REDISSON`]), off for one server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ReplicaSync {
-    /// How many replicas must acknowledge (at least 1).
-    pub replicas: u32,
+    /// Which replicas are waited for, and how many must acknowledge.
+    pub replicas: Replicas,
     /// How long to wait for them (at least 1 ms).
     pub timeout: Duration,
     /// What an acquire does when they did not.
     pub on_unsynced: Unsynced,
 }
 
+impl ReplicaSync {
+    /// Redisson's default in every replicated deployment: wait up to 1 s
+    /// for every replica the master has online, require one of them, and
+    /// give back and retry an acquire none acknowledged.
+    pub const REDISSON: ReplicaSync = ReplicaSync {
+        replicas: Replicas::Online,
+        timeout: DEFAULT_REPLICA_SYNC_TIMEOUT,
+        on_unsynced: Unsynced::Retry,
+    };
+}
+
+/// Which replicas replica sync waits for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Replicas {
+    /// This many must acknowledge (at least 1): `WAIT n timeout`. A master
+    /// with fewer replicas fails every check.
+    AtLeast(u32),
+    /// The replicas the master reports online (`ROLE`, read at most once a
+    /// second per master and again after a shortfall) are all waited for,
+    /// and one acknowledgement is enough, as Redisson counts its available
+    /// replicas and fails only when none was synced. A master with no
+    /// replica online is not waited on.
+    Online,
+}
 /// How unlock messages travel: Redisson's two modes. Clients that disagree
 /// do not hear each other, so a Java service and a Rust one sharing locks
 /// must use the same ([`ClientBuilder::pubsub_mode`](crate::ClientBuilder::pubsub_mode)).
@@ -84,7 +117,9 @@ pub struct Config {
     pub connection_timeout: Duration,
     /// Sends of one release, or one acquire, when the connection fails.
     pub release_attempts: u32,
-    /// Waiting for replicas after writes; `None` (the default): no waiting.
+    /// Waiting for replicas after writes; `None`: no waiting (the default
+    /// on one server; Sentinel and Cluster default to
+    /// [`ReplicaSync::REDISSON`]).
     pub replica_sync: Option<ReplicaSync>,
     /// How unlock messages travel: as asked of the builder (default
     /// [`PubSubMode::Auto`]); a connected client's config holds the mode it
@@ -150,7 +185,7 @@ impl Config {
             return Err(Error::invalid("release attempts must be at least 1"));
         }
         if let Some(sync) = self.replica_sync {
-            if sync.replicas == 0 {
+            if sync.replicas == Replicas::AtLeast(0) {
                 return Err(Error::invalid("replica sync needs at least 1 replica"));
             }
             if sync.timeout.is_zero() || sync.timeout > MAX_DURATION {
@@ -175,6 +210,18 @@ mod tests {
         assert_eq!(c.renewal_interval(), Duration::from_secs(10));
         // Redisson: (3000 + 1500) * 4 = 18000 ms.
         assert_eq!(c.unlock_latch_ttl_ms(), 18_000);
+        assert_eq!(c.replica_sync, None);
+        // Redisson: checkLockSyncedSlaves true, slavesSyncTimeout 1000 ms.
+        let redisson = ReplicaSync::REDISSON;
+        assert_eq!(redisson.replicas, Replicas::Online);
+        assert_eq!(redisson.timeout, Duration::from_secs(1));
+        assert_eq!(redisson.on_unsynced, Unsynced::Retry);
+        Config {
+            replica_sync: Some(redisson),
+            ..Config::default()
+        }
+        .validate()
+        .unwrap();
     }
 
     #[test]
@@ -201,7 +248,7 @@ mod tests {
         for (replicas, timeout) in [(0, 100), (1, 0)] {
             let c = Config {
                 replica_sync: Some(ReplicaSync {
-                    replicas,
+                    replicas: Replicas::AtLeast(replicas),
                     timeout: Duration::from_millis(timeout),
                     on_unsynced: Unsynced::Fail,
                 }),

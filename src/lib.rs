@@ -475,10 +475,18 @@
 //! until replication carries it over. If the master fails in between, the
 //! promoted replica has no lock, and a second holder can get in. Replica sync
 //! narrows that window, as Redisson's `checkLockSyncedSlaves` does: after each
-//! acquire and release the client sends `WAIT replicas timeout`. An acquire
-//! that too few replicas acknowledged is given back, then fails with
+//! acquire and release (of a lock, a semaphore's permits or an expirable
+//! permit) the client sends `WAIT replicas timeout`. An acquire that too few
+//! replicas acknowledged is given back, then fails with
 //! [`Error::NotReplicated`] or is tried again within the call's wait
-//! ([`config::Unsynced`]):
+//! ([`config::Unsynced`]).
+//!
+//! Behind Sentinel and on a Cluster it is on by default, as in Redisson
+//! ([`config::ReplicaSync::REDISSON`]): every replica the master reports
+//! online (`ROLE`, counted at most once a second) is waited for up to 1 s,
+//! one acknowledgement is enough, a master without replicas is not waited
+//! on, and an acquire none acknowledged is given back and tried again. On
+//! one server it is off unless asked for:
 //!
 //! ```rust,no_run
 //! # async fn run() -> ferrisson::Result<()> {
@@ -491,11 +499,19 @@
 //! # Ok(()) }
 //! ```
 //!
+//! Its price is latency: each acquire and release waits one more round trip
+//! and the replicas' acknowledgement. On one machine that about doubles a
+//! lock and unlock (`docs/benchmarks.md`, scenario 8); across a network it
+//! adds the slowest replica's round trip. A replica that hangs while staying
+//! connected makes every write wait the whole timeout until its master drops
+//! it. [`ClientBuilder::replica_sync_with`]`(None)` turns it off.
+//!
 //! It does not make replication synchronous. A replica that acknowledged can
 //! still lag behind on the next write, and WAIT says nothing of which replica
 //! will be promoted. Fencing tokens remain the way to make a resource refuse a
-//! stale holder. A server that refuses WAIT (some managed services do) gets one
-//! attempt and a warning; the client then locks without sync. Releases that too
+//! stale holder. A server that refuses WAIT or ROLE (some managed services do,
+//! and ACL users without them) gets one attempt and a warning; the client
+//! then locks without sync. Releases that too
 //! few replicas acknowledged are logged, not undone.
 //!
 //! ## Redis Cluster

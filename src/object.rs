@@ -112,12 +112,12 @@ impl Object {
             inner.replicated(&self.name).await,
             inner.config.replica_sync,
         ) {
-            (Some((false, acked)), Some(sync)) => match sync.on_unsynced {
+            (Some(verdict), Some(sync)) if !verdict.enough => match sync.on_unsynced {
                 crate::config::Unsynced::Retry => Synced::Retry(sync.timeout),
                 _ => Synced::Failed(Error::NotReplicated {
                     name: self.name.to_string(),
-                    acked,
-                    wanted: sync.replicas,
+                    acked: verdict.acked,
+                    wanted: verdict.wanted,
                 }),
             },
             _ => Synced::Yes,
@@ -128,8 +128,9 @@ impl Object {
     /// release just written; only warns when too few did (it stands on the
     /// master, as a lock's release does).
     pub(crate) async fn release_synced(&self) {
-        if let Some((false, acked)) = self.client.inner.replicated(&self.name).await {
-            tracing::warn!(name = %self.name, acked,
+        let verdict = self.client.inner.replicated(&self.name).await;
+        if let Some(verdict) = verdict.filter(|v| !v.enough) {
+            tracing::warn!(name = %self.name, acked = verdict.acked,
                 "too few replicas acknowledged a release in time; it stands on the master");
         }
     }

@@ -46,6 +46,9 @@ async fn locks_on_every_node_reenter_renew_and_release() {
             node.cmd(&["DBSIZE"]).as_int() == Some(0)
         })
         .await;
+        // Replica sync is on by default, and masters without replicas are
+        // not waited on.
+        assert_eq!(wait_calls(node), 0);
     }
 }
 
@@ -279,19 +282,20 @@ async fn a_lock_survives_a_master_failover_and_its_release_wakes_the_waiter() {
 }
 
 /// Replica sync on a cluster: WAIT goes to the master of the lock's slot,
-/// and an acquire its replica did not acknowledge is given back.
+/// and an acquire its replica did not acknowledge is given back. By
+/// default the master's online replicas are waited for, as Redisson does;
+/// `replica_sync_with(None)` turns it off.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replica_sync_waits_on_the_slots_master() {
     let nodes = cluster_with_replicas().await;
-    let client = ferrisson::Client::cluster_builder(nodes[..3].iter().map(RedisServer::url))
-        .replica_sync(
+    let client = client_of(&nodes, |b| {
+        b.replica_sync(
             1,
             Duration::from_millis(500),
             ferrisson::config::Unsynced::Fail,
         )
-        .build()
-        .await
-        .unwrap();
+    })
+    .await;
     let name = "synced";
     let (master, replica) = master_and_replica(&nodes, keyslot(&nodes[0], name)).await;
     let guard = soon(client.lock(name).lock()).await.unwrap();
@@ -326,6 +330,37 @@ async fn replica_sync_waits_on_the_slots_master() {
         "{err}"
     );
     assert_eq!(nodes[master].cmd(&["EXISTS", name]).as_int(), Some(0));
+
+    // The default is Redisson's: the slot's master waits for its replica.
+    let waits = wait_calls(&nodes[master]);
+    let default = client_of(&nodes, |b| b).await;
+    let guard = soon(default.lock(name).lock()).await.unwrap();
+    // (A cluster replica answers key commands with MOVED; KEYS it serves.)
+    assert_eq!(
+        nodes[replica]
+            .cmd(&["KEYS", name])
+            .as_array()
+            .map(<[_]>::len),
+        Some(1),
+        "not on the replica yet"
+    );
+    soon(guard.unlock()).await.unwrap();
+    assert_eq!(wait_calls(&nodes[master]), waits + 2);
+    // And it can be turned off.
+    let waits = wait_calls(&nodes[master]);
+    let off = client_of(&nodes, |b| b.replica_sync_with(None)).await;
+    let guard = soon(off.lock(name).lock()).await.unwrap();
+    soon(guard.unlock()).await.unwrap();
+    assert_eq!(wait_calls(&nodes[master]), waits);
+}
+
+/// A client of the cluster's first three nodes, built as `settings` says.
+async fn client_of(
+    nodes: &[RedisServer],
+    settings: impl FnOnce(ferrisson::ClientBuilder) -> ferrisson::ClientBuilder,
+) -> ferrisson::Client {
+    let builder = ferrisson::Client::cluster_builder(nodes[..3].iter().map(RedisServer::url));
+    soon(settings(builder).build()).await.unwrap()
 }
 
 /// Resharding moves a held lock's slot to another master: the lock moves

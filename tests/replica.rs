@@ -6,7 +6,7 @@ mod common;
 use std::time::Duration;
 
 use common::{eventually, soon, RedisServer};
-use ferrisson::config::Unsynced;
+use ferrisson::config::{ReplicaSync, Unsynced};
 use ferrisson::Error;
 use tokio::time::Instant;
 
@@ -235,4 +235,76 @@ async fn an_unacknowledged_semaphore_acquire_is_given_back_and_fails() {
         Some("2")
     );
     sleeping.join().unwrap();
+}
+
+/// One server's builder waits for no replica unless asked, even when the
+/// server has one (Sentinel and Cluster builders wait by default: see
+/// `tests/sentinel.rs` and `tests/cluster.rs`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_server_waits_for_no_replica_unless_asked() {
+    let (master, _replica) = pair().await;
+    let client = ferrisson::Client::connect(master.url()).await.unwrap();
+    let guard = soon(client.lock("plain").lock()).await.unwrap();
+    soon(guard.unlock()).await.unwrap();
+    assert_eq!(stat(&master, "wait", "calls"), 0);
+    assert_eq!(stat(&master, "role", "calls"), 0);
+}
+
+/// Redisson's setting, asked of one server's builder: every replica the
+/// master reports online is waited for (one ROLE, then one WAIT a write);
+/// once the replica is gone, a shortfall makes the client count again, and
+/// the acquire goes through without waiting for a replica that is not
+/// there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn online_replicas_are_counted_and_counted_again_when_one_goes() {
+    let (master, mut replica) = pair().await;
+    let client = ferrisson::Client::builder(master.url())
+        .replica_sync_with(Some(ReplicaSync::REDISSON))
+        .build()
+        .await
+        .unwrap();
+    let started = Instant::now();
+    for _ in 0..10 {
+        let guard = soon(client.lock("online").lock()).await.unwrap();
+        assert_eq!(replica.cmd(&["EXISTS", "online"]).as_int(), Some(1));
+        soon(guard.unlock()).await.unwrap();
+    }
+    assert_eq!(stat(&master, "wait", "calls"), 20);
+    // Counted at most once a second.
+    let roles = stat(&master, "role", "calls");
+    assert!(
+        roles >= 1 && roles <= 1 + started.elapsed().as_secs(),
+        "{roles} ROLEs in {:?}",
+        started.elapsed()
+    );
+
+    // A replica that is online but answers nothing: the acquire is given
+    // back and, without a wait, not tried again.
+    replica.freeze();
+    let none = soon(client.lock("online").try_lock()).await;
+    replica.thaw();
+    assert!(none.unwrap().is_none(), "held without the replica");
+    assert_eq!(master.cmd(&["EXISTS", "online"]).as_int(), Some(0));
+
+    replica.stop();
+    eventually(Duration::from_secs(10), || async {
+        !master
+            .cmd(&["INFO", "replication"])
+            .as_string()
+            .unwrap()
+            .contains("connected_slaves:1")
+    })
+    .await;
+    // The count may still say one replica: that WAIT falls short, the hold
+    // is given back, the replicas are counted again (none), and the retry
+    // holds it without waiting.
+    let guard = soon(client.lock("online").lock()).await.unwrap();
+    let waits = stat(&master, "wait", "calls");
+    soon(guard.unlock()).await.unwrap();
+    assert_eq!(
+        stat(&master, "wait", "calls"),
+        waits,
+        "a master without replicas is not waited on"
+    );
+    assert!(stat(&master, "role", "calls") >= 2);
 }

@@ -45,6 +45,14 @@ async fn the_client_follows_the_master_through_a_failover() {
     let a = soon(connect()).await.unwrap();
     let b = soon(connect()).await.unwrap();
     let guard = soon(a.lock("followed").lock()).await.unwrap();
+    // Replica sync is on by default behind Sentinel: the acquire waited for
+    // the master's replica, which has the hold.
+    assert!(master
+        .cmd(&["INFO", "commandstats"])
+        .as_string()
+        .unwrap()
+        .contains("cmdstat_wait:calls="));
+    assert_eq!(replica.cmd(&["EXISTS", "followed"]).as_int(), Some(1));
     let lock = b.lock("followed");
     let waiting = tokio::spawn(async move { lock.lock().await.unwrap() });
     eventually(Duration::from_secs(5), || async { b.subscriptions() == 1 }).await;

@@ -100,11 +100,17 @@ impl fmt::Debug for ClientBuilder {
 
 impl ClientBuilder {
     pub(super) fn new(target: Target) -> ClientBuilder {
+        let mut config = Config::default();
+        // Redisson waits for replicas wherever there are any; a single
+        // server (or a proxy in front of one) has none to wait for.
+        if !matches!(target, Target::Single(_)) {
+            config.replica_sync = Some(crate::config::ReplicaSync::REDISSON);
+        }
         ClientBuilder {
             target,
             #[cfg(feature = "sentinel")]
             master_auth: None,
-            config: Config::default(),
+            config,
             #[cfg(feature = "tls")]
             tls_root: None,
         }
@@ -151,18 +157,39 @@ impl ClientBuilder {
     /// few acknowledged is given back and, by `on_unsynced`, fails or is
     /// tried again. A release that too few acknowledged is logged. When the
     /// server refuses `WAIT` (some managed services do), the client says so
-    /// once in a warning and stops waiting. See [`ReplicaSync`](crate::config::ReplicaSync).
+    /// once in a warning and stops waiting. See [`ReplicaSync`](crate::config::ReplicaSync);
+    /// [`replica_sync_with`](Self::replica_sync_with) takes the other
+    /// settings.
     pub fn replica_sync(
-        mut self,
+        self,
         replicas: u32,
         timeout: Duration,
         on_unsynced: crate::config::Unsynced,
     ) -> Self {
-        self.config.replica_sync = Some(crate::config::ReplicaSync {
-            replicas,
+        self.replica_sync_with(Some(crate::config::ReplicaSync {
+            replicas: crate::config::Replicas::AtLeast(replicas),
             timeout,
             on_unsynced,
-        });
+        }))
+    }
+
+    /// Replica sync as `sync` says, or off with `None`. The default is
+    /// [`ReplicaSync::REDISSON`] for [`Client::sentinel_builder`] and
+    /// [`Client::cluster_builder`] (every replica the master has online is
+    /// waited for up to 1 s, one acknowledgement is enough, an acquire none
+    /// acknowledged is given back and tried again: Redisson's
+    /// `checkLockSyncedSlaves`), and off for one server.
+    ///
+    /// What it costs: each acquire and release waits one more round trip
+    /// to the master and the replicas' acknowledgement (on one machine,
+    /// lock and unlock take about twice as long; `docs/benchmarks.md`,
+    /// scenario 8). A replica that stops answering but stays connected
+    /// makes every write wait the whole timeout until the master drops it
+    /// (its `repl-timeout`, 60 s by default).
+    ///
+    /// [`ReplicaSync::REDISSON`]: crate::config::ReplicaSync::REDISSON
+    pub fn replica_sync_with(mut self, sync: Option<crate::config::ReplicaSync>) -> Self {
+        self.config.replica_sync = sync;
         self
     }
 

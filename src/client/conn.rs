@@ -42,22 +42,47 @@ impl Conn {
     ) -> redis::RedisResult<u32> {
         let mut wait = redis::cmd("WAIT");
         wait.arg(replicas).arg(timeout_ms);
+        Ok(redis::from_redis_value(
+            self.on_master_of(key, wait).await?,
+        )?)
+    }
+
+    /// How many replicas the master of `key` has online, by `ROLE` (which
+    /// lists only the replicas in sync with it); 0 from a server that is
+    /// no master.
+    pub(crate) async fn online_replicas(&self, key: &str) -> redis::RedisResult<u32> {
+        let role = self.on_master_of(key, redis::cmd("ROLE")).await?;
+        let parts = match role {
+            Value::Array(parts) => parts,
+            _ => return Ok(0),
+        };
+        let is_master = match parts.first() {
+            Some(Value::BulkString(b)) => b.as_slice() == b"master",
+            Some(Value::SimpleString(s)) => s == "master",
+            _ => false,
+        };
+        match parts.get(2) {
+            Some(Value::Array(replicas)) if is_master => Ok(replicas.len() as u32),
+            _ => Ok(0),
+        }
+    }
+
+    /// Runs `cmd` where the writes to `key` go.
+    async fn on_master_of(&self, key: &str, cmd: Cmd) -> redis::RedisResult<Value> {
         match self.clone() {
             #[cfg(feature = "cluster")]
             Conn::Cluster(mut conn) => {
                 use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
                 let route = Route::new(crate::keys::slot(key.as_bytes()), SlotAddr::Master);
-                let reply = conn
-                    .route_command(
-                        wait,
-                        RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route)),
-                    )
-                    .await?;
-                Ok(redis::from_redis_value(reply)?)
+                conn.route_command(
+                    cmd,
+                    RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route)),
+                )
+                .await
             }
             mut conn => {
                 let _ = key;
-                wait.query_async(&mut conn).await
+                cmd.query_async(&mut conn).await
             }
         }
     }

@@ -6,6 +6,7 @@ mod builder;
 mod cluster;
 pub(crate) mod conn;
 pub(crate) mod pubsub;
+mod replicas;
 #[cfg(feature = "sentinel")]
 pub(crate) mod sentinel;
 
@@ -17,7 +18,7 @@ use conn::Conn;
 use pubsub::PubSub;
 
 use std::fmt;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use redis::IntoConnectionInfo;
@@ -66,8 +67,8 @@ pub(crate) struct ClientInner {
     /// client, without a call to the system's random source per release.
     request_base: u128,
     requests: AtomicU64,
-    /// Set once the server refused WAIT: replica sync is off from then on.
-    wait_refused: AtomicBool,
+    /// Replica sync's refusal flag and replica counts.
+    replicas: replicas::ReplicaState,
     pub(crate) config: Config,
     /// Host and port only: never the credentials.
     addr: String,
@@ -81,35 +82,6 @@ impl ClientInner {
             // A connected client's mode is never `Auto` (the builder
             // resolves it).
             crate::config::PubSubMode::Classic | crate::config::PubSubMode::Auto => "publish",
-        }
-    }
-
-    /// With replica sync on, waits for the replicas to acknowledge the
-    /// writes so far on the connection that carries `key`'s; `None` when sync is off (or the server
-    /// refused WAIT), else whether enough did, and how many.
-    pub(crate) async fn replicated(&self, key: &str) -> Option<(bool, u32)> {
-        let sync = self.config.replica_sync?;
-        if self.wait_refused.load(Ordering::Relaxed) {
-            return None;
-        }
-        let acked = self
-            .conn
-            .wait_for_replicas(key, sync.replicas, sync.timeout.as_millis() as u64)
-            .await;
-        match acked {
-            Ok(acked) => Some((acked >= sync.replicas, acked)),
-            // The server answered with an error: it does not allow WAIT.
-            Err(err) if err.code().is_some() => {
-                if !self.wait_refused.swap(true, Ordering::Relaxed) {
-                    tracing::warn!(error = %err,
-                        "the server refuses WAIT: replica sync is off for this client");
-                }
-                None
-            }
-            Err(err) => {
-                tracing::warn!(error = %err, "WAIT for replicas failed");
-                Some((false, 0))
-            }
         }
     }
 
@@ -329,7 +301,7 @@ impl Client {
                 fair_owners: Default::default(),
                 request_base: Uuid::new_v4().as_u128(),
                 requests: AtomicU64::new(0),
-                wait_refused: AtomicBool::new(false),
+                replicas: replicas::ReplicaState::default(),
                 config,
                 addr,
             }),

@@ -75,8 +75,9 @@ pub(crate) async fn release_hold(
         // The script wrote the latch; it only matters to resends of this
         // request: have it deleted rather than left to its TTL.
         inner.sweeper.discard(latch);
-        if let Some((false, acked)) = inner.replicated(name).await {
-            tracing::warn!(lock = %name, acked,
+        let verdict = inner.replicated(name).await;
+        if let Some(verdict) = verdict.filter(|v| !v.enough) {
+            tracing::warn!(lock = %name, acked = verdict.acked,
                 "too few replicas acknowledged a release in time; it stands on the master");
         }
     }
