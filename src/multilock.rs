@@ -26,6 +26,17 @@ use crate::{Backoff, DistributedLock, Error, LockGuard, Result};
 ///    up to 128 ms, with jitter, as [`Backoff::default`]), and go back to 1
 ///    waiting for the busy one first.
 ///
+/// Against Redisson's multi-lock, which holds and waits (it takes its locks
+/// in order and, holding the first, waits up to 1.5 s per lock for the
+/// next), over the same locks in the opposite order, this default still
+/// gets its turns: the other side lets go of both between its critical
+/// sections, and this one is then waiting for the lock that was busy. In
+/// bench scenario 9 (`docs/benchmarks.md`), against one and two such
+/// contenders in tight loops, its longest wait was under 100 ms. A bounded
+/// hold-and-wait mode was measured there too and left out: it lost every
+/// standoff to the other side taking its first lock back at once, and got
+/// no turn in 10 s.
+///
 /// One [`MultiLockGuard`] releases them all. An acquire that returns
 /// without a guard (`None` or an error) holds nothing: the locks it took
 /// were released, all at once, before it returned. A release that fails

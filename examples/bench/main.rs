@@ -2,8 +2,8 @@
 //!
 //! `cargo run --release --example bench [-- --quick] [--json PATH] [--only 1,2,..]`
 //!
-//! Starts a throwaway `redis-server` (or uses `REDIS_URL`), then runs seven
-//! scenarios. Each measures ferrisson and, in the same run and over the
+//! Starts a throwaway `redis-server` (or uses `REDIS_URL`), then runs nine
+//! scenarios (8 and 9 start servers of their own). Each measures ferrisson and, in the same run and over the
 //! same kind of connection (one multiplexed RESP3 `ConnectionManager`), the
 //! raw baseline it is compared with: EVALSHA of a trivial script. The
 //! figures are printed as Markdown tables, then the targets of
@@ -17,6 +17,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod deployments;
 mod measure;
 mod scenarios;
 
@@ -56,8 +57,8 @@ impl Options {
                     let numbers = list
                         .split(',')
                         .map(|n| match n.trim().parse::<usize>() {
-                            Ok(n @ 1..=7) => Ok(n),
-                            _ => Err(format!("--only: `{n}` is not a scenario number (1 to 7)")),
+                            Ok(n @ 1..=9) => Ok(n),
+                            _ => Err(format!("--only: `{n}` is not a scenario number (1 to 9)")),
                         })
                         .collect::<Result<Vec<_>, _>>()?;
                     options.only = Some(numbers);
@@ -67,7 +68,7 @@ impl Options {
                         "usage: bench [--quick] [--json PATH] [--only 1,2,..]\n\n\
                          --quick      smaller sizes and shorter runs (under 30 s)\n\
                          --json PATH  also write every figure to PATH as JSON\n\
-                         --only LIST  run only these scenarios (1-7); the round trip\n\
+                         --only LIST  run only these scenarios (1-9); the round trip\n\
                          \x20            (scenario 1) is always measured, as the unit"
                     );
                     std::process::exit(0);
@@ -144,7 +145,7 @@ impl Bench {
 
 /// A connection like the ones a ferrisson client opens: RESP3, multiplexed,
 /// reconnecting, with the client's default timeouts.
-async fn connection(url: &str) -> redis::RedisResult<ConnectionManager> {
+pub(crate) async fn connection(url: &str) -> redis::RedisResult<ConnectionManager> {
     let info = url.into_connection_info()?;
     let resp3 = info
         .redis_settings()
@@ -248,6 +249,18 @@ async fn main() {
     }
     if options.runs(7) {
         report.insert("waiters".into(), scenarios::waiters(&mut bench).await);
+    }
+    if options.runs(8) {
+        report.insert(
+            "replica_sync".into(),
+            deployments::replica_sync(&mut bench).await,
+        );
+    }
+    if options.runs(9) {
+        report.insert(
+            "multilock_vs_redisson".into(),
+            deployments::multilock_vs_redisson(&mut bench).await,
+        );
     }
     let elapsed = started.elapsed();
 

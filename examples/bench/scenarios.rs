@@ -1,4 +1,4 @@
-//! The seven scenarios of the benchmark. Each prints its table, records
+//! Scenarios 1 to 7 of the benchmark. Each prints its table, records
 //! the targets of `docs/benchmarks.md` it measures, and returns its figures as JSON.
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -65,7 +65,7 @@ async fn raw_call(conn: &mut ConnectionManager, key: &str) {
 }
 
 /// Two raw round trips: what a lock and an unlock cost at the least.
-async fn raw_pair(conn: &mut ConnectionManager, key: &str) {
+pub(crate) async fn raw_pair(conn: &mut ConnectionManager, key: &str) {
     raw_call(conn, key).await;
     raw_call(conn, key).await;
 }
@@ -78,7 +78,7 @@ async fn stats(bench: &mut Bench) -> ServerStats {
 
 /// Deletes the benchmark's keys between scenarios, so that one scenario's
 /// leftovers (unlock latches, expired locks) do not weigh on the next.
-async fn flush(bench: &mut Bench) {
+pub(crate) async fn flush(bench: &mut Bench) {
     let _: () = redis::cmd("FLUSHDB")
         .query_async(&mut bench.admin)
         .await
