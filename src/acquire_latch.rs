@@ -118,7 +118,7 @@ pub(crate) struct Request<T: Taken> {
     /// Its TTL (ms).
     pub(crate) latch_ttl: u64,
     /// When it was made: before its first send, so before any grant.
-    pub(crate) born: Instant,
+    born: Instant,
     outcome: Mutex<Outcome>,
     runtime: Handle,
 }
@@ -128,6 +128,9 @@ struct Outcome {
     /// Some send got no reply; the longest TTL such a send set (or how long
     /// what it took lasts), should it have been granted.
     lost: Option<u64>,
+    /// When the first send that got no reply was sent: a grant answered by
+    /// a later send may have been taken then.
+    lost_since: Option<Instant>,
     /// A send was granted: the request is spent.
     granted: bool,
 }
@@ -185,11 +188,22 @@ impl<T: Taken> Request<T> {
             && self.latch_ttl >= Self::latch_ttl(config, ttl_ms)
     }
 
-    /// A send got no reply: perhaps it reached Redis and took what lasts
-    /// `ttl_ms`.
-    pub(crate) fn lost(&self, ttl_ms: u64) {
+    /// A send made at `sent` got no reply: perhaps it reached Redis and
+    /// took what lasts `ttl_ms`.
+    pub(crate) fn lost(&self, ttl_ms: u64, sent: Instant) {
         let mut outcome = self.outcome.lock().unwrap_or_else(|p| p.into_inner());
         outcome.lost = Some(outcome.lost.map_or(ttl_ms, |t| t.max(ttl_ms)));
+        outcome.lost_since = Some(outcome.lost_since.map_or(sent, |t| t.min(sent)));
+    }
+
+    /// When the lease of a grant answered to a send made at `sent` began,
+    /// at the earliest: that send, or an earlier one of this request that
+    /// got no reply (the grant may have been taken by it). Not the
+    /// request's birth: the attempts of one wait share the request, and a
+    /// refusal answered in between took nothing.
+    pub(crate) fn lease_start(&self, sent: Instant) -> Instant {
+        let outcome = self.outcome.lock().unwrap_or_else(|p| p.into_inner());
+        outcome.lost_since.map_or(sent, |lost| lost.min(sent))
     }
 
     /// Whether the request must be settled: a send of it got no reply and
@@ -299,6 +313,14 @@ impl<T: Taken> Default for RequestSlot<T> {
 }
 
 impl<T: Taken> RequestSlot<T> {
+    /// [`Request::lease_start`] of the current request: when the lease of
+    /// a grant answered to a send made at `sent` began, at the earliest.
+    pub(crate) fn lease_start(&self, sent: Instant) -> Instant {
+        let slot = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        slot.as_ref()
+            .map_or(sent, |request| request.lease_start(sent))
+    }
+
     /// The request to send next: the current one while reusable by a send
     /// setting `ttl_ms`, else a new one. An unsettled old request is
     /// settled first, so that what it took is never given back after the
@@ -361,11 +383,12 @@ where
     let taken = Arc::clone(&request.taken);
     let (client, name) = (request.client.clone(), Arc::clone(&request.name));
     let send = async move {
+        let sent = Instant::now();
         let reply = invocation.invoke_async::<R>(&mut conn).await;
         match &reply {
             Ok(reply) if granted(reply) => request.granted(),
             // Perhaps it reached Redis: its outcome is unknown.
-            Err(err) if is_connection_failure(err) => request.lost(lasts_ms),
+            Err(err) if is_connection_failure(err) => request.lost(lasts_ms, sent),
             _ => {}
         }
         reply

@@ -574,7 +574,8 @@ impl PermitExpirableSemaphore {
             Request::new(&self.obj.client, &self.obj.name, out, 0, runtime.clone())
         };
         let request = slot.get(0, new).await.map_err(|e| self.obj.error(e))?;
-        let (ids, born) = (request.taken().0.clone(), request.born);
+        let ids = request.taken().0.clone();
+        let (sent, this) = (Instant::now(), Arc::clone(&request));
         let build = |latch: &str, latch_ttl: u64| {
             let lease = lease_ms.unwrap_or(0);
             let mut call = call(&self.obj.client, &self.obj.name, "acquire", &ids, lease);
@@ -601,8 +602,10 @@ impl PermitExpirableSemaphore {
                 Synced::Failed(err) => return Err(err),
             }
         }
+        // The lease counts from this send, or from an earlier one of the
+        // request whose reply was lost (it may have taken the permits).
+        let start = this.lease_start(sent);
         Ok(match reply {
-            // The lease counts from the request's first send at the latest.
             None => Tried::Done(
                 ids.iter()
                     .map(|&id| Permit {
@@ -612,7 +615,7 @@ impl PermitExpirableSemaphore {
                             runtime: runtime.clone(),
                         }),
                         id,
-                        expires: lease_ms.map(|ms| born + Duration::from_millis(ms)),
+                        expires: lease_ms.map(|ms| start + Duration::from_millis(ms)),
                     })
                     .collect(),
             ),

@@ -637,3 +637,45 @@ async fn expirable_calls_redisson_users_migrate_with() {
     }
     settled(&client).await;
 }
+
+/// A permit whose wait outlasted its lease still has its whole lease once
+/// granted: the lease counts from the send that took it, not from the
+/// wait's first attempt. (Before the fix, such a permit was born expired
+/// by the client's clock.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_permit_granted_after_a_long_wait_has_its_whole_lease() {
+    let server = RedisServer::start();
+    let (holder, waiter) = (
+        client(&server, WATCHDOG).await,
+        client(&server, WATCHDOG).await,
+    );
+    let name = "long-wait";
+    let lease = Duration::from_secs(2);
+    assert!(holder
+        .permit_expirable_semaphore(name)
+        .try_set_permits(1)
+        .await
+        .unwrap());
+    let held = soon(holder.permit_expirable_semaphore(name).acquire())
+        .await
+        .unwrap();
+    let waiting = {
+        let sem = waiter.permit_expirable_semaphore(name);
+        tokio::spawn(async move { sem.acquire_with_lease(lease).await.unwrap() })
+    };
+    eventually(Duration::from_secs(10), || async {
+        waiter.subscriptions() == 1
+    })
+    .await;
+    // The wait outlasts the lease it asks for.
+    tokio::time::sleep(lease + Duration::from_millis(500)).await;
+    soon(held.release()).await.unwrap();
+    let permit = soon(waiting).await.unwrap();
+    let left = permit.remaining_lease().unwrap();
+    assert!(!permit.is_expired(), "born expired");
+    assert!(
+        left > Duration::from_millis(1000),
+        "{left:?} of {lease:?} left"
+    );
+    soon(permit.release()).await.unwrap();
+}

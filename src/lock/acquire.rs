@@ -141,6 +141,9 @@ impl LockCore {
                 });
             }
         };
+        // The grant may have been taken by an earlier send whose reply was
+        // lost: its lease counts from there.
+        let sent = req.slot.lease_start(sent);
         let Some(sent) = self.confirm_if_late(req, sent, ttl_ms, &runtime).await? else {
             return Ok(Err(0));
         };
@@ -190,13 +193,14 @@ impl LockCore {
             let mut sent = 0;
             loop {
                 sent += 1;
+                let at = Instant::now();
                 let reply = send_acquire(
                     kind, &mut conn, &name, &owner, latch, ttl_ms, latch_ttl, waiter_ms,
                 )
                 .await;
                 if matches!(&reply, Err(err) if is_connection_failure(err)) {
                     // Perhaps it reached Redis: its outcome is unknown.
-                    request.lost(ttl_ms);
+                    request.lost(ttl_ms, at);
                 }
                 // One resend always (a single lost reply must not fail a
                 // `try_lock`), more until the caller's deadline.
