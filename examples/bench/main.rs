@@ -5,7 +5,9 @@
 //! Starts a throwaway `redis-server` (or uses `REDIS_URL`), then runs nine
 //! scenarios (8 and 9 start servers of their own). Each measures ferrisson and, in the same run and over the
 //! same kind of connection (one multiplexed RESP3 `ConnectionManager`), the
-//! raw baseline it is compared with: EVALSHA of a trivial script. The
+//! raw baseline it is compared with: EVALSHA of a trivial script (and, in
+//! scenarios 2 and 4, the simplest safe lock: `SET NX PX` and a
+//! compare-and-delete script). The
 //! figures are printed as Markdown tables, then the targets of
 //! `docs/benchmarks.md` are checked and printed.
 //!

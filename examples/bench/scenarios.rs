@@ -23,6 +23,41 @@ static ACQUIRE: LazyLock<Script> =
 static RELEASE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../../lua/release.lua")));
 
+/// The simple lock's release: delete the key only while it still holds this
+/// acquire's token.
+static COMPARE_AND_DELETE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        "if redis.call('get', KEYS[1]) == ARGV[1] then \
+             return redis.call('del', KEYS[1]) \
+         end \
+         return 0",
+    )
+});
+
+/// The simplest safe lock, as a baseline: `SET key token NX PX` to acquire
+/// and a compare-and-delete script to release. It has no reentrancy, no
+/// wake-up, no watchdog and no safety against a lost reply.
+pub(crate) async fn simple_pair(conn: &mut ConnectionManager, key: &str) {
+    let token = uuid::Uuid::new_v4().to_string();
+    let taken: Option<String> = redis::cmd("SET")
+        .arg(key)
+        .arg(&token)
+        .arg("NX")
+        .arg("PX")
+        .arg(30_000)
+        .query_async(conn)
+        .await
+        .expect("SET NX PX");
+    assert!(taken.is_some(), "{key} is free");
+    let deleted: i64 = COMPARE_AND_DELETE
+        .key(key)
+        .arg(&token)
+        .invoke_async(conn)
+        .await
+        .expect("compare-and-delete");
+    assert_eq!(deleted, 1);
+}
+
 /// The protocol's two scripts called straight from redis-rs: what one lock
 /// and unlock cost the server, with no library code around them.
 async fn scripts_pair(conn: &mut ConnectionManager, key: &str, owner: &str) {
@@ -133,6 +168,8 @@ pub(crate) async fn uncontended(bench: &mut Bench) -> Value {
             "raw pair p50 µs",
             "p50 / raw pair",
             "p50 / 2 round trips",
+            "simple lock p50 µs",
+            "p50 / simple lock",
         ],
     );
     let mut rows = Vec::new();
@@ -144,6 +181,7 @@ pub(crate) async fn uncontended(bench: &mut Bench) -> Value {
             let keys = if hot { "one hot key" } else { "distinct keys" };
             let mut pairs = Samples::with_capacity(n);
             let mut raws = Samples::with_capacity(n);
+            let mut simples = Samples::with_capacity(n);
             let hot_lock = client.lock("bench:u:hot");
             for i in 0..(n + 200) {
                 let lock = if hot {
@@ -162,15 +200,22 @@ pub(crate) async fn uncontended(bench: &mut Bench) -> Value {
                 let start = Instant::now();
                 raw_pair(&mut conn, lock.name()).await;
                 let raw = start.elapsed();
+                let simple_key = format!("{}:simple", lock.name());
+                let start = Instant::now();
+                simple_pair(&mut conn, &simple_key).await;
+                let simple = start.elapsed();
                 // The first 200 warm the connection and the scripts up.
                 if i >= 200 {
                     pairs.push(pair);
                     raws.push(raw);
+                    simples.push(simple);
                 }
             }
             let (p50, p99, raw_p50) = (pairs.p50(), pairs.p99(), raws.p50());
+            let simple_p50 = simples.p50();
             let vs_pair = p50 / raw_p50;
             let vs_unit = p50 / (2.0 * bench.rtt_us);
+            let vs_simple = p50 / simple_p50;
             table.row(vec![
                 mode.into(),
                 keys.into(),
@@ -180,6 +225,8 @@ pub(crate) async fn uncontended(bench: &mut Bench) -> Value {
                 f(raw_p50, 1),
                 format!("{vs_pair:.2}x"),
                 format!("{vs_unit:.2}x"),
+                f(simple_p50, 1),
+                format!("{vs_simple:.2}x"),
             ]);
             bench.check(
                 "uncontended lock + unlock p50 within 1.25 x two raw round trips",
@@ -193,13 +240,15 @@ pub(crate) async fn uncontended(bench: &mut Bench) -> Value {
                 "mode": mode, "keys": keys, "pairs": n,
                 "p50_us": p50, "p99_us": p99, "raw_pair_p50_us": raw_p50,
                 "p50_per_raw_pair": vs_pair, "p50_per_two_round_trips": vs_unit,
+                "simple_lock_p50_us": simple_p50, "p50_per_simple_lock": vs_simple,
             }));
         }
     }
     table.print();
     println!(
-        "(raw pair: two EVALSHA of `return 1`, timed between every two lock pairs, so that \
-         both see the same moments of the machine; the target is checked against it)"
+        "(raw pair: two EVALSHA of `return 1`; simple lock: `SET NX PX`, then a \
+         compare-and-delete script; both timed between every two lock pairs, so that all \
+         three see the same moments of the machine; the target is checked against the raw pair)"
     );
     Value::Array(rows)
 }
@@ -356,11 +405,15 @@ pub(crate) async fn throughput(bench: &mut Bench) -> Value {
             "CPU redis / client",
             "scripts only pairs/s",
             "vs raw",
+            "simple lock pairs/s",
+            "vs raw",
             "watchdog pairs/s",
             "vs raw",
+            "vs simple",
             "CPU redis / client",
             "lease pairs/s",
             "vs raw",
+            "vs simple",
             "CPU redis / client",
         ],
     );
@@ -382,6 +435,13 @@ pub(crate) async fn throughput(bench: &mut Bench) -> Value {
                 let owner = format!("8d0d4b7e-2a4c-4f7b-9a0e-5a1a1f0e7c11:{task}");
                 scripts_pair(&mut conn, &key, &owner).await
             })
+        })
+        .await;
+        let conn = bench.raw.clone();
+        let simple = rate(bench, tasks, run, move |task, i| {
+            let mut conn = conn.clone();
+            let key = format!("{}:simple", name(task, i));
+            Box::pin(async move { simple_pair(&mut conn, &key).await })
         })
         .await;
         let c = client.clone();
@@ -410,17 +470,22 @@ pub(crate) async fn throughput(bench: &mut Bench) -> Value {
         })
         .await;
         let per_raw = |r: Rate| r.pairs_per_s / raw.pairs_per_s;
+        let per_simple = |r: Rate| r.pairs_per_s / simple.pairs_per_s;
         table.row(vec![
             tasks.to_string(),
             f(raw.pairs_per_s, 0),
             cpu(raw),
             f(scripts.pairs_per_s, 0),
             format!("{:.2}x", per_raw(scripts)),
+            f(simple.pairs_per_s, 0),
+            format!("{:.2}x", per_raw(simple)),
             f(watchdog.pairs_per_s, 0),
             format!("{:.2}x", per_raw(watchdog)),
+            format!("{:.2}x", per_simple(watchdog)),
             cpu(watchdog),
             f(leased.pairs_per_s, 0),
             format!("{:.2}x", per_raw(leased)),
+            format!("{:.2}x", per_simple(leased)),
             cpu(leased),
         ]);
         if tasks == 64 {
@@ -437,14 +502,25 @@ pub(crate) async fn throughput(bench: &mut Bench) -> Value {
                     ),
                     per_raw(value) >= 0.5,
                 );
+                bench.check(
+                    "independent-lock throughput at 64 tasks at least 0.8 x the simple lock",
+                    format!(
+                        "{mode}: {:.0} pairs/s = {:.2} x the simple lock's {:.0}",
+                        value.pairs_per_s,
+                        per_simple(value),
+                        simple.pairs_per_s
+                    ),
+                    per_simple(value) >= 0.8,
+                );
             }
         }
         let json_rate = |r: Rate| {
-            json!({ "pairs_per_s": r.pairs_per_s, "vs_raw": per_raw(r),
+            json!({ "pairs_per_s": r.pairs_per_s, "vs_raw": per_raw(r), "vs_simple": per_simple(r),
                     "redis_cpu_share": r.redis_cpu, "client_cpu_share": r.client_cpu })
         };
         rows.push(json!({
             "tasks": tasks, "raw": json_rate(raw), "scripts_only": json_rate(scripts),
+            "simple_lock": json_rate(simple),
             "watchdog": json_rate(watchdog), "lease": json_rate(leased),
         }));
     }
@@ -452,6 +528,7 @@ pub(crate) async fn throughput(bench: &mut Bench) -> Value {
     println!(
         "(raw: two EVALSHA of `return 1`; scripts only: the acquire and release scripts \
          called straight from redis-rs, the server work of a lock pair without the library; \
+         simple lock: `SET NX PX`, then a compare-and-delete script; \
          CPU: share of one core used by the server and by this process during the run)"
     );
     Value::Array(rows)
