@@ -11,6 +11,54 @@ fn tagged(name: &str) -> std::borrow::Cow<'_, str> {
     }
 }
 
+/// The owner fields (`<client-uuid>:<owner-id>`) a client made last, one
+/// per slot picked by the owner id's hash: the holds an owner keeps share
+/// one allocation of its field, which a million held locks would otherwise
+/// each carry. A slot taken by another owner is simply overwritten.
+pub(crate) struct OwnerFields {
+    client: uuid::Uuid,
+    slots: Box<[std::sync::Mutex<Option<std::sync::Arc<str>>>]>,
+}
+
+impl OwnerFields {
+    const SLOTS: usize = 256;
+
+    pub(crate) fn new(client: uuid::Uuid) -> OwnerFields {
+        OwnerFields {
+            client,
+            slots: (0..Self::SLOTS).map(|_| Default::default()).collect(),
+        }
+    }
+
+    /// `<client-uuid>:<owner><suffix>`, shared with earlier calls for the
+    /// same owner where the slot still has it.
+    pub(crate) fn field(&self, owner: &str, suffix: &str) -> std::sync::Arc<str> {
+        // FNV-1a: cheap, and a poor spread only costs allocations.
+        let hash = owner
+            .bytes()
+            .chain(suffix.bytes())
+            .fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+                (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+            });
+        let slot = &self.slots[(hash % Self::SLOTS as u64) as usize];
+        // Nothing panics while it is held; a poisoned slot is still sound.
+        let mut slot = slot.lock().unwrap_or_else(|p| p.into_inner());
+        const UUID_LEN: usize = 36;
+        if let Some(field) = slot.as_ref() {
+            let rest = field.get(UUID_LEN + 1..).unwrap_or("");
+            if rest.len() == owner.len() + suffix.len()
+                && rest.starts_with(owner)
+                && rest.ends_with(suffix)
+            {
+                return std::sync::Arc::clone(field);
+            }
+        }
+        let field: std::sync::Arc<str> = format!("{}:{owner}{suffix}", self.client).into();
+        *slot = Some(std::sync::Arc::clone(&field));
+        field
+    }
+}
+
 /// `prefix:{name}` (Redisson's `prefixName`).
 pub(crate) fn prefix_name(prefix: &str, name: &str) -> String {
     format!("{prefix}:{}", tagged(name))

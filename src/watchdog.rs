@@ -1,25 +1,29 @@
 //! The registry of watchdog-mode holds and the watchdog that renews them.
 //!
-//! One entry per (lock name, owner) this client holds in watchdog mode; the
-//! entry counts local holds and keeps the key's renewal schedule: every
-//! third of the watchdog timeout after the last renewal Redis confirmed.
-//! One scheduler task per client renews what falls due; keys due within a
-//! short window of each other go out together, up to
-//! [`RENEW_BATCH`] keys per script call, so that many held locks cost few
-//! calls. A key renewed with its batch is renewed a little early, never
-//! late. The lease is declared lost when Redis says the owner no longer
-//! holds the key, or when renewals could not get through before the lease
-//! would have run out.
+//! One entry per (lock name, owner) this client holds in watchdog mode
+//! counts the local holds; their shared [`LeaseState`] is what the
+//! watchdog renews: every third of the watchdog timeout after the last
+//! renewal Redis confirmed. One scheduler task per client renews what
+//! falls due. The schedule holds *batches* of leases, not keys: the keys of
+//! one renewal call fall due together again, and a new hold joins the
+//! batch of holds taken shortly before it, so that keys due within a short
+//! window of each other go out together, up to [`RENEW_BATCH`] keys per
+//! script call. A key renewed with its batch is renewed a little early,
+//! never late. A renewal touches no map: a released hold is retired in its
+//! lease and dropped from its batch when the batch next falls due (or when
+//! a batch still taking holds grows). The lease is declared lost when
+//! Redis says the owner no longer holds the key, or when renewals could
+//! not get through before the lease would have run out.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
 use crate::client::conn::Conn;
 use dashmap::mapref::entry::Entry;
 use dashmap::DashMap;
-use tokio::sync::{watch, Notify};
+use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::keys;
@@ -37,67 +41,103 @@ pub(crate) type HoldKey = (Arc<str>, Arc<str>);
 /// confirmed, moved on by each confirmed renewal. So a holder that checks
 /// its guard right after a pause (a stopped process, a starved runtime)
 /// learns the lease is gone before the watchdog's own task has run.
+///
+/// One is kept per held lock, so it is small: a flag, a deadline counted
+/// from one process-wide origin, and a [`Notify`] for the tasks waiting in
+/// [`LeaseState::wait_lost`] (a `watch` channel would cost ten times more).
 #[derive(Debug)]
 pub(crate) struct LeaseState {
-    lost: watch::Sender<bool>,
-    /// The origin of `deadline`.
-    base: Instant,
-    /// Nanoseconds after `base` at which the lease runs out by this
+    lost: AtomicBool,
+    /// No longer the registry's (released, lost or replaced): the watchdog
+    /// drops it instead of renewing it.
+    retired: AtomicBool,
+    /// A watchdog hold: what the watchdog renews. [`LeaseState::wait_lost`]
+    /// then waits for the watchdog's verdict (given at the same deadline),
+    /// which forgets the hold before telling its guards.
+    watched: Option<Watched>,
+    /// Nanoseconds after [`origin`] at which the lease runs out by this
     /// process's clock.
     deadline: AtomicU64,
-    /// A watchdog hold: [`LeaseState::wait_lost`] waits for the watchdog's
-    /// verdict (given at the same deadline), which forgets the hold before
-    /// telling its guards.
-    watched: bool,
+    /// Wakes the waiters of [`LeaseState::wait_lost`] once `lost` is set.
+    changed: Notify,
+}
+
+/// The origin of every lease deadline: fixed at the first use, in the
+/// process's monotonic clock. A deadline before it (only an instant taken
+/// before it could be) is kept as the origin itself, which has passed.
+fn origin() -> Instant {
+    static ORIGIN: OnceLock<Instant> = OnceLock::new();
+    *ORIGIN.get_or_init(Instant::now)
+}
+
+/// The key a watchdog hold's lease renews.
+#[derive(Debug)]
+struct Watched {
+    key: HoldKey,
+    /// Read holds of a read-write lock, renewed with their timeout keys.
+    read: bool,
 }
 
 impl LeaseState {
     pub(crate) fn leased(deadline: Instant) -> Arc<Self> {
-        LeaseState::new(deadline, false)
+        LeaseState::new(deadline, None)
     }
 
-    /// A watchdog hold's lease, good until `deadline` unless renewed.
-    fn watched(deadline: Instant) -> Arc<Self> {
-        LeaseState::new(deadline, true)
+    /// A watchdog hold's lease of `key`, good until `deadline` unless
+    /// renewed.
+    fn watched(deadline: Instant, key: HoldKey, read: bool) -> Arc<Self> {
+        LeaseState::new(deadline, Some(Watched { key, read }))
     }
 
-    fn new(deadline: Instant, watched: bool) -> Arc<Self> {
-        let base = Instant::now();
+    fn new(deadline: Instant, watched: Option<Watched>) -> Arc<Self> {
         Arc::new(LeaseState {
-            lost: watch::Sender::new(false),
-            base,
-            deadline: AtomicU64::new(nanos_after(base, deadline)),
+            lost: AtomicBool::new(false),
+            retired: AtomicBool::new(false),
             watched,
+            deadline: AtomicU64::new(nanos_after(origin(), deadline)),
+            changed: Notify::new(),
         })
     }
 
     /// Moves the deadline on to `deadline`, never back.
     fn extend(&self, deadline: Instant) {
         self.deadline
-            .fetch_max(nanos_after(self.base, deadline), Ordering::Relaxed);
+            .fetch_max(nanos_after(origin(), deadline), Ordering::Relaxed);
     }
 
     fn deadline(&self) -> Instant {
-        self.base + Duration::from_nanos(self.deadline.load(Ordering::Relaxed))
+        origin() + Duration::from_nanos(self.deadline.load(Ordering::Relaxed))
     }
 
     pub(crate) fn is_lost(&self) -> bool {
-        *self.lost.borrow() || Instant::now() >= self.deadline()
+        self.lost.load(Ordering::Acquire) || Instant::now() >= self.deadline()
+    }
+
+    fn retire(&self) {
+        self.retired.store(true, Ordering::Release);
+    }
+
+    fn is_retired(&self) -> bool {
+        self.retired.load(Ordering::Acquire)
     }
 
     pub(crate) fn mark_lost(&self) {
-        self.lost.send_replace(true);
+        self.lost.store(true, Ordering::Release);
+        self.changed.notify_waiters();
     }
 
     pub(crate) async fn wait_lost(&self) {
-        let mut rx = self.lost.subscribe();
-        let lost = async move {
-            if rx.wait_for(|lost| *lost).await.is_err() {
-                // The sender lives as long as `self`: not reached.
-                std::future::pending::<()>().await;
+        let lost = async {
+            let notified = self.changed.notified();
+            tokio::pin!(notified);
+            // Registered before the flag is read: a `mark_lost` in between
+            // still wakes it.
+            notified.as_mut().enable();
+            if !self.lost.load(Ordering::Acquire) {
+                notified.await;
             }
         };
-        if self.watched {
+        if self.watched.is_some() {
             return lost.await;
         }
         tokio::pin!(lost);
@@ -123,29 +163,42 @@ fn nanos_after(base: Instant, at: Instant) -> u64 {
 /// Most keys renewed by one script call, as in Redisson.
 pub(crate) const RENEW_BATCH: usize = 100;
 
+/// The registry's record of one (lock, owner).
 #[derive(Debug)]
 struct Held {
-    /// Tells this entry from an earlier one of the same key.
-    id: u64,
+    /// Local holds, each with its guard.
     holds: usize,
+    /// Their lease, which the schedule renews.
     lease: Arc<LeaseState>,
-    /// The request time of the last renewal (or the acquire) that Redis
-    /// confirmed: the server's TTL runs from no earlier than that.
-    confirmed: Instant,
-    /// When the key is due in the schedule; `None` while its renewal is in
-    /// flight.
-    due: Option<Instant>,
-    /// Read holds of a read-write lock, renewed with their timeout keys.
-    read: bool,
 }
 
-/// Keys by the time they fall due.
+/// Batches of leases by the time they fall due.
 #[derive(Debug, Default)]
 struct Schedule {
-    queue: BTreeMap<(Instant, u64), HoldKey>,
+    /// Keyed by when the batch is due, and a sequence number.
+    queue: BTreeMap<(Instant, u64), Vec<Arc<LeaseState>>>,
+    /// The batch new holds join while it is due no later than they are,
+    /// and less than the coalescing window earlier.
+    open: Option<(Instant, u64)>,
+    next: u64,
     /// When the scheduler wakes up by itself next; `None` while it waits
-    /// for work. A key due later needs no wake-up.
+    /// for work. A batch due later needs no wake-up.
     armed: Option<Instant>,
+}
+
+impl Schedule {
+    /// Puts `batch` on the schedule at `due`; whether the scheduler must be
+    /// woken to see it in time.
+    fn insert(&mut self, due: Instant, batch: Vec<Arc<LeaseState>>) -> (u64, bool) {
+        let seq = self.next;
+        self.next += 1;
+        self.queue.insert((due, seq), batch);
+        let wake = self.armed.is_none_or(|armed| due < armed);
+        if wake {
+            self.armed = Some(due);
+        }
+        (seq, wake)
+    }
 }
 
 #[derive(Debug)]
@@ -154,7 +207,6 @@ struct Shared {
     /// Locked after a map entry, never before one.
     schedule: Mutex<Schedule>,
     wake: Arc<Notify>,
-    next_id: AtomicU64,
     conn: Conn,
     timeout: Duration,
 }
@@ -181,7 +233,6 @@ impl Registry {
             map: DashMap::new(),
             schedule: Mutex::new(Schedule::default()),
             wake: Arc::clone(&wake),
-            next_id: AtomicU64::new(0),
             conn,
             timeout,
         });
@@ -197,48 +248,46 @@ impl Registry {
         match shared.map.entry(key) {
             Entry::Occupied(mut held) if held.get().lease.is_lost() => {
                 // Lost by the clock, not yet forgotten by the watchdog: a
-                // new hold starts a new entry (the old one's schedule
-                // entries no longer match its id), and the old guards stay
-                // lost.
-                let old = held.get();
-                old.lease.mark_lost();
-                if let Some(due) = old.due {
-                    shared.lock_schedule().queue.remove(&(due, old.id));
-                }
-                let (lease, entry) = shared.new_entry(held.key().clone(), sent, read);
-                held.insert(entry);
+                // new hold starts a new lease (the old one is retired, so
+                // the schedule drops it), and the old guards stay lost.
+                let old = &held.get().lease;
+                old.retire();
+                old.mark_lost();
+                let lease = shared.new_lease(held.key().clone(), sent, read);
+                held.insert(Held {
+                    holds: 1,
+                    lease: Arc::clone(&lease),
+                });
                 lease
             }
             Entry::Occupied(mut held) => {
                 // The re-entry reset the key's TTL too.
                 let held = held.get_mut();
                 held.holds += 1;
-                if sent > held.confirmed {
-                    held.confirmed = sent;
-                    held.lease
-                        .extend(sent + shared.timeout - drift_margin(shared.timeout));
-                }
+                held.lease
+                    .extend(sent + shared.timeout - drift_margin(shared.timeout));
                 Arc::clone(&held.lease)
             }
             Entry::Vacant(vacant) => {
-                let (lease, entry) = shared.new_entry(vacant.key().clone(), sent, read);
-                vacant.insert(entry);
+                let lease = shared.new_lease(vacant.key().clone(), sent, read);
+                vacant.insert(Held {
+                    holds: 1,
+                    lease: Arc::clone(&lease),
+                });
                 lease
             }
         }
     }
 
-    /// Forgets one local hold of `key`; takes the key off the schedule with
-    /// the last. A hold whose lease was already lost is no longer counted.
+    /// Forgets one local hold of `key`; retires the lease with the last,
+    /// which takes the key off the schedule. A hold whose lease was already
+    /// lost is no longer counted.
     pub(crate) fn release(&self, key: &HoldKey, lease: &Arc<LeaseState>) {
         if let Entry::Occupied(mut held) = self.shared.map.entry(key.clone()) {
             if Arc::ptr_eq(&held.get().lease, lease) {
                 held.get_mut().holds -= 1;
                 if held.get().holds == 0 {
-                    let held = held.remove();
-                    if let Some(due) = held.due {
-                        self.shared.lock_schedule().queue.remove(&(due, held.id));
-                    }
+                    held.remove().lease.retire();
                 }
             }
         }
@@ -263,22 +312,37 @@ impl Registry {
 }
 
 impl Shared {
-    /// A new entry for `key`, first acquired by a request sent at `sent`,
+    /// A new lease of `key`, first acquired by a request sent at `sent`,
     /// put on the schedule (the caller holds the map entry).
-    fn new_entry(&self, key: HoldKey, sent: Instant, read: bool) -> (Arc<LeaseState>, Held) {
-        let lease = LeaseState::watched(sent + self.timeout - drift_margin(self.timeout));
-        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+    fn new_lease(&self, key: HoldKey, sent: Instant, read: bool) -> Arc<LeaseState> {
+        let lease =
+            LeaseState::watched(sent + self.timeout - drift_margin(self.timeout), key, read);
         let due = sent + self.timeout / 3;
-        self.enqueue(due, id, key);
-        let held = Held {
-            id,
-            holds: 1,
-            lease: Arc::clone(&lease),
-            confirmed: sent,
-            due: Some(due),
-            read,
-        };
-        (lease, held)
+        let mut schedule = self.lock_schedule();
+        // Join the open batch when it falls due no later than this hold,
+        // and not much earlier.
+        let window = coalescing_window(self.timeout);
+        if let Some(open @ (batch_due, _)) = schedule.open {
+            if batch_due <= due && due <= batch_due + window {
+                if let Some(batch) = schedule.queue.get_mut(&open) {
+                    if batch.len() == batch.capacity() {
+                        // Before it grows, drop what was released since:
+                        // holds taken and released in a burst cost no
+                        // memory until the batch falls due.
+                        batch.retain(|lease| !lease.is_retired());
+                    }
+                    batch.push(Arc::clone(&lease));
+                    return lease;
+                }
+            }
+        }
+        let (seq, wake) = schedule.insert(due, vec![Arc::clone(&lease)]);
+        schedule.open = Some((due, seq));
+        drop(schedule);
+        if wake {
+            self.wake.notify_one();
+        }
+        lease
     }
 
     fn lock_schedule(&self) -> std::sync::MutexGuard<'_, Schedule> {
@@ -286,136 +350,92 @@ impl Shared {
         self.schedule.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Puts `key` on the schedule at `due`, waking the scheduler when it
-    /// would otherwise sleep past that.
-    fn enqueue(&self, due: Instant, id: u64, key: HoldKey) {
-        let mut schedule = self.lock_schedule();
-        schedule.queue.insert((due, id), key);
-        if schedule.armed.is_none_or(|armed| due < armed) {
-            schedule.armed = Some(due);
-            drop(schedule);
-            self.wake.notify_one();
-        }
-    }
-
-    /// Takes the keys due by `horizon` off the schedule and into renewal
-    /// batches; declares lost those whose lease ran out meanwhile.
-    fn take_due(&self, now: Instant, horizon: Instant) -> Vec<Vec<Due>> {
-        let mut keys = Vec::new();
+    /// Takes the batches due by `horizon` off the schedule and regroups
+    /// their live leases into renewal calls; declares lost those whose
+    /// lease ran out meanwhile.
+    fn take_due(&self, now: Instant, horizon: Instant) -> Vec<Vec<Arc<LeaseState>>> {
+        let mut due = Vec::new();
         {
-            let mut schedule = self.lock_schedule();
+            let mut guard = self.lock_schedule();
+            let schedule = &mut *guard;
             while let Some(entry) = schedule.queue.first_entry() {
                 if entry.key().0 > horizon {
                     break;
                 }
-                let id = entry.key().1;
-                keys.push((id, entry.remove()));
-            }
-        }
-        let margin = drift_margin(self.timeout);
-        let mut batch = Vec::with_capacity(keys.len());
-        for (id, key) in keys {
-            let Some(mut held) = self.map.get_mut(&key) else {
-                continue;
-            };
-            if held.id != id {
-                continue;
-            }
-            held.due = None;
-            let (deadline, read) = (held.confirmed + self.timeout - margin, held.read);
-            drop(held);
-            if now >= deadline {
-                self.lose(
-                    &key,
-                    id,
-                    "renewals did not get through before the lease ran out",
-                );
-            } else {
-                batch.push(Due {
-                    key,
-                    id,
-                    deadline,
-                    read,
-                });
+                if schedule.open == Some(*entry.key()) {
+                    schedule.open = None;
+                }
+                due.push(entry.remove());
             }
         }
         // One script per kind of hold (plain hashes, read holds), and on a
         // cluster per hash slot: a script's keys must share one.
         let cluster = self.conn.is_cluster();
-        let mut groups: std::collections::HashMap<(bool, u16), Vec<Due>> =
+        let mut groups: std::collections::HashMap<(bool, u16), Vec<Arc<LeaseState>>> =
             std::collections::HashMap::new();
-        for due in batch {
+        for lease in due.into_iter().flatten() {
+            let Some(watched) = lease.watched.as_ref() else {
+                continue;
+            };
+            if lease.is_retired() {
+                continue;
+            }
+            if now >= lease.deadline() {
+                self.lose(
+                    &lease,
+                    "renewals did not get through before the lease ran out",
+                );
+                continue;
+            }
             let slot = if cluster {
-                keys::slot(due.key.0.as_bytes())
+                keys::slot(watched.key.0.as_bytes())
             } else {
                 0
             };
-            groups.entry((due.read, slot)).or_default().push(due);
+            groups.entry((watched.read, slot)).or_default().push(lease);
         }
         let mut batches = Vec::new();
         for group in groups.into_values() {
-            let mut keys = group.into_iter().peekable();
-            while keys.peek().is_some() {
-                batches.push(keys.by_ref().take(RENEW_BATCH).collect());
+            let mut leases = group.into_iter().peekable();
+            while leases.peek().is_some() {
+                batches.push(leases.by_ref().take(RENEW_BATCH).collect());
             }
         }
         batches
     }
 
-    /// Puts the keys of a renewal that came back on the schedule again,
-    /// each at its `next` time, with one lock of the schedule; a key that
-    /// was released (or released and taken again) meanwhile is left out.
-    fn reschedule<'a>(&self, keys: impl Iterator<Item = (&'a Due, Option<Instant>, Instant)>) {
-        let mut entries = Vec::new();
-        for (due, confirmed, next) in keys {
-            let Some(mut held) = self.map.get_mut(&due.key) else {
-                continue;
-            };
-            if held.id != due.id {
-                continue;
-            }
-            if let Some(confirmed) = confirmed {
-                held.confirmed = confirmed;
-                held.lease
-                    .extend(confirmed + self.timeout - drift_margin(self.timeout));
-            }
-            held.due = Some(next);
-            entries.push(((next, due.id), due.key.clone()));
-        }
-        // A release between the map and the schedule leaves an entry that
-        // `take_due` skips: its id no longer matches.
-        let Some(earliest) = entries.iter().map(|((next, _), _)| *next).min() else {
+    /// Puts the leases of a renewal that came back on the schedule again
+    /// as one batch, due at `next`; those retired meanwhile are left out.
+    fn reschedule(&self, mut batch: Vec<Arc<LeaseState>>, next: Instant) {
+        batch.retain(|lease| !lease.is_retired());
+        if batch.is_empty() {
             return;
-        };
-        let mut schedule = self.lock_schedule();
-        schedule.queue.extend(entries);
-        if schedule.armed.is_none_or(|armed| earliest < armed) {
-            schedule.armed = Some(earliest);
-            drop(schedule);
+        }
+        let (_, wake) = self.lock_schedule().insert(next, batch);
+        if wake {
             self.wake.notify_one();
         }
     }
 
-    /// Forgets `key` and tells its holders that the lease is lost.
-    fn lose(&self, key: &HoldKey, id: u64, reason: &str) {
+    /// Forgets the hold of `lease` and tells its holders that it is lost;
+    /// nothing when the registry no longer counts it.
+    fn lose(&self, lease: &Arc<LeaseState>, reason: &str) {
+        let Some(watched) = lease.watched.as_ref() else {
+            return;
+        };
+        let key = &watched.key;
         // Forget the key before telling the holders, so that what they do
         // next (a new acquire, a look at the registry) sees it gone.
-        if let Some((_, held)) = self.map.remove_if(key, |_, held| held.id == id) {
+        if self
+            .map
+            .remove_if(key, |_, held| Arc::ptr_eq(&held.lease, lease))
+            .is_some()
+        {
             tracing::warn!(lock = %key.0, owner = %key.1, %reason, "lease lost");
-            held.lease.mark_lost();
+            lease.retire();
+            lease.mark_lost();
         }
     }
-}
-
-/// A key whose renewal is due.
-#[derive(Debug)]
-struct Due {
-    key: HoldKey,
-    id: u64,
-    /// When the client gives the lease up unless a renewal gets through.
-    deadline: Instant,
-    /// Read holds: renewed with `renew_read.lua`.
-    read: bool,
 }
 
 /// How much earlier than the server the client gives a lease up: covers
@@ -434,7 +454,7 @@ fn coalescing_window(timeout: Duration) -> Duration {
     (timeout / 30).min(Duration::from_secs(1))
 }
 
-/// The client's scheduler: sleeps until the first key falls due, then
+/// The client's scheduler: sleeps until the first batch falls due, then
 /// sends the renewals of every key due within the coalescing window.
 async fn schedule(shared: Weak<Shared>, wake: Arc<Notify>) {
     loop {
@@ -470,7 +490,6 @@ async fn schedule(shared: Weak<Shared>, wake: Arc<Notify>) {
     }
 }
 
-/// Renews one batch of keys in one script call sent at `sent`.
 /// One renewal script call for `holds` (all read holds, or none): each
 /// key's TTL reset to `timeout` if its owner still holds it; replies 1 or 0
 /// per hold, in order.
@@ -494,16 +513,23 @@ pub(crate) fn renew_call<'a>(
     call
 }
 
-async fn renew(shared: Arc<Shared>, batch: Vec<Due>, sent: Instant) {
+/// Renews one batch of leases (all read holds, or none) in one script
+/// call sent at `sent`.
+async fn renew(shared: Arc<Shared>, batch: Vec<Arc<LeaseState>>, sent: Instant) {
     let timeout = shared.timeout;
     let deadline = batch
         .iter()
-        .map(|due| due.deadline)
+        .map(|lease| lease.deadline())
         .min()
         .unwrap_or(sent + timeout);
-    // A batch holds one kind only (`take_due`).
-    let read = batch[0].read;
-    let call = renew_call(read, timeout, batch.iter().map(|due| &due.key));
+    let read = batch[0].watched.as_ref().is_some_and(|w| w.read);
+    let call = renew_call(
+        read,
+        timeout,
+        batch
+            .iter()
+            .filter_map(|lease| lease.watched.as_ref().map(|w| &w.key)),
+    );
     let mut conn = shared.conn.clone();
     let reply =
         match tokio::time::timeout_at(deadline, call.invoke_async::<Vec<i64>>(&mut conn)).await {
@@ -518,22 +544,26 @@ async fn renew(shared: Arc<Shared>, batch: Vec<Due>, sent: Instant) {
         };
     match reply {
         Ok(renewed) => {
-            let next = sent + timeout / 3;
-            for (due, _) in batch.iter().zip(&renewed).filter(|(_, r)| **r != 1) {
-                shared.lose(
-                    &due.key,
-                    due.id,
-                    "the lock is no longer held by its owner (expired, deleted or taken)",
-                );
+            let confirmed = sent + timeout - drift_margin(timeout);
+            let mut kept = Vec::with_capacity(batch.len());
+            for (lease, renewed) in batch.into_iter().zip(renewed) {
+                if renewed == 1 {
+                    lease.extend(confirmed);
+                    kept.push(lease);
+                } else {
+                    shared.lose(
+                        &lease,
+                        "the lock is no longer held by its owner (expired, deleted or taken)",
+                    );
+                }
             }
-            let kept = batch.iter().zip(&renewed).filter(|(_, r)| **r == 1);
-            shared.reschedule(kept.map(|(due, _)| (due, Some(sent), next)));
+            shared.reschedule(kept, sent + timeout / 3);
         }
         Err(error) => {
-            tracing::warn!(keys = batch.len(), first = %batch[0].key.0, %error,
-                "lease renewal failed; retrying");
+            let first = batch[0].watched.as_ref().map_or("", |w| &*w.key.0);
+            tracing::warn!(keys = batch.len(), %first, %error, "lease renewal failed; retrying");
             let retry = Instant::now() + retry_interval(timeout);
-            shared.reschedule(batch.iter().map(|due| (due, None, retry.min(due.deadline))));
+            shared.reschedule(batch, retry.min(deadline));
         }
     }
 }

@@ -57,6 +57,8 @@ pub struct Client {
 
 pub(crate) struct ClientInner {
     pub(crate) id: Uuid,
+    /// Owner fields made from `id`, shared by the holds of one owner.
+    pub(crate) fields: crate::keys::OwnerFields,
     pub(crate) conn: Conn,
     pub(crate) pubsub: Arc<PubSub>,
     pub(crate) registry: Registry,
@@ -291,9 +293,11 @@ impl Client {
     fn assemble(conn: Conn, pubsub: PubSub, config: Config, addr: String) -> Client {
         let registry = Registry::new(conn.clone(), config.watchdog_timeout);
         let sweeper = Sweeper::new(conn.clone());
+        let id = Uuid::new_v4();
         Client {
             inner: Arc::new(ClientInner {
-                id: Uuid::new_v4(),
+                id,
+                fields: crate::keys::OwnerFields::new(id),
                 conn,
                 pubsub: Arc::new(pubsub),
                 registry,

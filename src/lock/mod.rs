@@ -200,7 +200,7 @@ impl LockCore {
         } else {
             ""
         };
-        Ok(format!("{}:{owner}{suffix}", self.obj.client.inner.id).into())
+        Ok(self.obj.client.inner.fields.field(&owner, suffix))
     }
 
     /// Waits until the lock is held, then keeps it alive with the watchdog
