@@ -490,27 +490,57 @@ async fn schedule(shared: Weak<Shared>, wake: Arc<Notify>) {
     }
 }
 
-/// One renewal script call for `holds` (all read holds, or none): each
-/// key's TTL reset to `timeout` if its owner still holds it; replies 1 or 0
-/// per hold, in order.
-pub(crate) fn renew_call<'a>(
+/// One renewal script call for some holds (all read holds, or none):
+/// each key's TTL reset to the timeout if its owner still holds it; Redis
+/// replies 1 or 0 per hold, in order.
+///
+/// Built as one EVALSHA command rather than a `ScriptInvocation`, whose
+/// keys and arguments are each a `Vec<u8>` of their own: a renewal sends
+/// a hundred keys, and a million held locks send a hundred thousand a
+/// second at the default timeout.
+pub(crate) struct RenewCall {
     read: bool,
-    timeout: Duration,
-    holds: impl Iterator<Item = &'a HoldKey>,
-) -> redis::ScriptInvocation<'static> {
-    let mut call = if read {
-        RENEW_READ.prepare_invoke()
-    } else {
-        RENEW.prepare_invoke()
-    };
-    call.arg(timeout.as_millis() as u64);
-    for (name, owner) in holds {
-        call.key(&**name).arg(&**owner);
-        if read {
-            call.key(keys::rwlock_timeout_prefix(name, owner));
+    cmd: redis::Cmd,
+}
+
+impl RenewCall {
+    pub(crate) fn new<'a>(
+        read: bool,
+        timeout: Duration,
+        holds: impl Iterator<Item = &'a HoldKey> + Clone,
+    ) -> RenewCall {
+        let script = if read { &*RENEW_READ } else { &*RENEW };
+        let mut cmd = redis::cmd("EVALSHA");
+        let count = holds.clone().count();
+        cmd.arg(script.get_hash())
+            .arg(if read { 2 * count } else { count });
+        for (name, owner) in holds.clone() {
+            cmd.arg(&**name);
+            if read {
+                cmd.arg(keys::rwlock_timeout_prefix(name, owner));
+            }
+        }
+        cmd.arg(timeout.as_millis() as u64);
+        for (_, owner) in holds {
+            cmd.arg(&**owner);
+        }
+        RenewCall { read, cmd }
+    }
+
+    /// Sends the call; loads the script first when Redis lost it (after a
+    /// restart or `SCRIPT FLUSH`).
+    pub(crate) async fn send(&self, conn: &mut Conn) -> redis::RedisResult<Vec<i64>> {
+        match self.cmd.query_async(conn).await {
+            Err(err)
+                if err.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
+            {
+                let script = if self.read { &*RENEW_READ } else { &*RENEW };
+                script.prepare_invoke().load_async(conn).await?;
+                self.cmd.query_async(conn).await
+            }
+            reply => reply,
         }
     }
-    call
 }
 
 /// Renews one batch of leases (all read holds, or none) in one script
@@ -523,7 +553,7 @@ async fn renew(shared: Arc<Shared>, batch: Vec<Arc<LeaseState>>, sent: Instant) 
         .min()
         .unwrap_or(sent + timeout);
     let read = batch[0].watched.as_ref().is_some_and(|w| w.read);
-    let call = renew_call(
+    let call = RenewCall::new(
         read,
         timeout,
         batch
@@ -531,17 +561,16 @@ async fn renew(shared: Arc<Shared>, batch: Vec<Arc<LeaseState>>, sent: Instant) 
             .filter_map(|lease| lease.watched.as_ref().map(|w| &w.key)),
     );
     let mut conn = shared.conn.clone();
-    let reply =
-        match tokio::time::timeout_at(deadline, call.invoke_async::<Vec<i64>>(&mut conn)).await {
-            Ok(Ok(reply)) if reply.len() == batch.len() => Ok(reply),
-            Ok(Ok(reply)) => Err(format!(
-                "unexpected renew reply of {} items for {} keys",
-                reply.len(),
-                batch.len()
-            )),
-            Ok(Err(err)) => Err(err.to_string()),
-            Err(_) => Err("no reply before the first lease ran out".into()),
-        };
+    let reply = match tokio::time::timeout_at(deadline, call.send(&mut conn)).await {
+        Ok(Ok(reply)) if reply.len() == batch.len() => Ok(reply),
+        Ok(Ok(reply)) => Err(format!(
+            "unexpected renew reply of {} items for {} keys",
+            reply.len(),
+            batch.len()
+        )),
+        Ok(Err(err)) => Err(err.to_string()),
+        Err(_) => Err("no reply before the first lease ran out".into()),
+    };
     match reply {
         Ok(renewed) => {
             let confirmed = sent + timeout - drift_margin(timeout);

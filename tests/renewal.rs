@@ -160,3 +160,31 @@ async fn renewals_of_earlier_holds_do_not_touch_later_ones() {
     }
     assert_eq!(client.held_locks(), 0);
 }
+
+/// Renewals survive a Redis that forgot its scripts (`SCRIPT FLUSH`, as
+/// after a restart of a persistent server): the script is loaded again and
+/// no lease is lost, for plain holds and read holds alike.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renewals_load_the_script_again_after_a_flush() {
+    let server = RedisServer::start();
+    let client = client(&server, WATCHDOG).await;
+    let plain = soon(client.lock("flushed:plain").lock()).await.unwrap();
+    let read = soon(client.read_write_lock("flushed:rw").read().lock())
+        .await
+        .unwrap();
+    server.cmd(&["SCRIPT", "FLUSH"]);
+    // Two whole timeouts: six renewal periods, each after the flush.
+    tokio::time::sleep(WATCHDOG * 2).await;
+    assert!(!plain.is_lease_lost());
+    assert!(!read.is_lease_lost());
+    for name in ["flushed:plain", "flushed:rw"] {
+        let ttl = server.cmd(&["PTTL", name]).as_int().unwrap();
+        assert!(
+            ttl > 0,
+            "{name} has PTTL {ttl} two timeouts after the flush"
+        );
+    }
+    soon(plain.unlock()).await.unwrap();
+    soon(read.unlock()).await.unwrap();
+    assert_eq!(client.held_locks(), 0);
+}

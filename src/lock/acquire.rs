@@ -17,7 +17,7 @@ use crate::finish::{runtime, Finish};
 use crate::object::Synced;
 use crate::scripts::{ACQUIRE, FAIR_ACQUIRE, FENCED_ACQUIRE, READ_ACQUIRE, WRITE_ACQUIRE};
 use crate::waiting::{self, Channel, Tried};
-use crate::watchdog::{renew_call, HoldKey, LeaseState};
+use crate::watchdog::{HoldKey, LeaseState, RenewCall};
 use crate::{keys, Client, Error, Result};
 
 impl LockCore {
@@ -356,14 +356,14 @@ impl LockCore {
     /// meanwhile has the hold given back in the background.
     async fn confirm(&self, key: &HoldKey) -> Result<(bool, Instant)> {
         let inner = &self.obj.client.inner;
-        let call = renew_call(
+        let call = RenewCall::new(
             self.kind == Kind::Read,
             inner.config.watchdog_timeout,
             std::iter::once(key),
         );
         let mut conn = inner.conn.clone();
         let sent = Instant::now();
-        let request = async move { call.invoke_async::<Vec<i64>>(&mut conn).await };
+        let request = async move { call.send(&mut conn).await };
         let (client, kind) = (self.obj.client.clone(), self.kind);
         let (name, owner) = (Arc::clone(&key.0), Arc::clone(&key.1));
         let give_back = move |reply: redis::RedisResult<Vec<i64>>| async move {

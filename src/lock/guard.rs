@@ -8,7 +8,7 @@ use tokio::time::Instant;
 
 use super::{release_hold, Kind};
 use crate::finish::Finish;
-use crate::watchdog::{renew_call, HoldKey, LeaseState};
+use crate::watchdog::{HoldKey, LeaseState, RenewCall};
 use crate::{Client, Error, Result};
 
 /// One hold of a [`Lock`](crate::Lock), from a successful acquire.
@@ -259,11 +259,11 @@ impl Hold {
     /// renewal does; when the renewal was sent. A refusal marks the lease
     /// lost and is [`Error::NotHeld`].
     async fn renew(&self, ttl: Duration) -> Result<Instant> {
-        let call = renew_call(self.kind == Kind::Read, ttl, std::iter::once(&self.key));
+        let call = RenewCall::new(self.kind == Kind::Read, ttl, std::iter::once(&self.key));
         let mut conn = self.client.inner.conn.clone();
         let sent = Instant::now();
         let renewed: Vec<i64> = call
-            .invoke_async(&mut conn)
+            .send(&mut conn)
             .await
             .map_err(|e| Error::from_redis(e, &self.key.0))?;
         if renewed != [1] {
