@@ -172,14 +172,21 @@ struct Held {
     lease: Arc<LeaseState>,
 }
 
-/// Batches of leases by the time they fall due.
+/// Which renewal script call a lease can share: read holds or not, and on
+/// a cluster the key's hash slot (0 elsewhere).
+type Group = (bool, u16);
+
+/// Batches of leases by the time they fall due. The leases of one batch
+/// are of one [`Group`], so that a batch is renewed as it stands, in calls
+/// of up to [`RENEW_BATCH`] keys, touching each lease once while it is in
+/// the cache.
 #[derive(Debug, Default)]
 struct Schedule {
     /// Keyed by when the batch is due, and a sequence number.
     queue: BTreeMap<(Instant, u64), Vec<Arc<LeaseState>>>,
-    /// The batch new holds join while it is due no later than they are,
-    /// and less than the coalescing window earlier.
-    open: Option<(Instant, u64)>,
+    /// Per group, the batch new holds join while it is due no later than
+    /// they are, and less than the coalescing window earlier.
+    open: std::collections::HashMap<Group, (Instant, u64)>,
     next: u64,
     /// When the scheduler wakes up by itself next; `None` while it waits
     /// for work. A batch due later needs no wake-up.
@@ -318,11 +325,12 @@ impl Shared {
         let lease =
             LeaseState::watched(sent + self.timeout - drift_margin(self.timeout), key, read);
         let due = sent + self.timeout / 3;
+        let group = self.group(&lease);
         let mut schedule = self.lock_schedule();
         // Join the open batch when it falls due no later than this hold,
         // and not much earlier.
         let window = coalescing_window(self.timeout);
-        if let Some(open @ (batch_due, _)) = schedule.open {
+        if let Some(&open @ (batch_due, _)) = schedule.open.get(&group) {
             if batch_due <= due && due <= batch_due + window {
                 if let Some(batch) = schedule.queue.get_mut(&open) {
                     if batch.len() == batch.capacity() {
@@ -337,7 +345,7 @@ impl Shared {
             }
         }
         let (seq, wake) = schedule.insert(due, vec![Arc::clone(&lease)]);
-        schedule.open = Some((due, seq));
+        schedule.open.insert(group, (due, seq));
         drop(schedule);
         if wake {
             self.wake.notify_one();
@@ -350,33 +358,48 @@ impl Shared {
         self.schedule.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Takes the batches due by `horizon` off the schedule and regroups
-    /// their live leases into renewal calls; declares lost those whose
-    /// lease ran out meanwhile.
-    fn take_due(&self, now: Instant, horizon: Instant) -> Vec<Vec<Arc<LeaseState>>> {
+    /// The renewal calls `lease` can share.
+    fn group(&self, lease: &LeaseState) -> Group {
+        let Some(watched) = lease.watched.as_ref() else {
+            return (false, 0);
+        };
+        let slot = if self.conn.is_cluster() {
+            keys::slot(watched.key.0.as_bytes())
+        } else {
+            0
+        };
+        (watched.read, slot)
+    }
+
+    /// Takes the batches due by `horizon` off the schedule.
+    fn take_due(&self, horizon: Instant) -> Vec<Vec<Arc<LeaseState>>> {
         let mut due = Vec::new();
-        {
-            let mut guard = self.lock_schedule();
-            let schedule = &mut *guard;
-            while let Some(entry) = schedule.queue.first_entry() {
-                if entry.key().0 > horizon {
-                    break;
-                }
-                if schedule.open == Some(*entry.key()) {
-                    schedule.open = None;
-                }
-                due.push(entry.remove());
+        let mut guard = self.lock_schedule();
+        let schedule = &mut *guard;
+        while let Some(entry) = schedule.queue.first_entry() {
+            if entry.key().0 > horizon {
+                break;
             }
+            let key = *entry.key();
+            let batch = entry.remove();
+            // Closed to new holds now. (A stale entry would do no harm:
+            // the next hold finds no batch under it and opens one.)
+            if let Some(first) = batch.first() {
+                let group = self.group(first);
+                if schedule.open.get(&group) == Some(&key) {
+                    schedule.open.remove(&group);
+                }
+            }
+            due.push(batch);
         }
-        // One script per kind of hold (plain hashes, read holds), and on a
-        // cluster per hash slot: a script's keys must share one.
-        let cluster = self.conn.is_cluster();
-        let mut groups: std::collections::HashMap<(bool, u16), Vec<Arc<LeaseState>>> =
-            std::collections::HashMap::new();
-        for lease in due.into_iter().flatten() {
-            let Some(watched) = lease.watched.as_ref() else {
-                continue;
-            };
+        due
+    }
+
+    /// The leases of `batch` still to renew (not retired, not run out by
+    /// `now`: those are declared lost).
+    fn live(&self, batch: Vec<Arc<LeaseState>>, now: Instant) -> Vec<Arc<LeaseState>> {
+        let mut live = Vec::with_capacity(batch.len());
+        for lease in batch {
             if lease.is_retired() {
                 continue;
             }
@@ -387,21 +410,9 @@ impl Shared {
                 );
                 continue;
             }
-            let slot = if cluster {
-                keys::slot(watched.key.0.as_bytes())
-            } else {
-                0
-            };
-            groups.entry((watched.read, slot)).or_default().push(lease);
+            live.push(lease);
         }
-        let mut batches = Vec::new();
-        for group in groups.into_values() {
-            let mut leases = group.into_iter().peekable();
-            while leases.peek().is_some() {
-                batches.push(leases.by_ref().take(RENEW_BATCH).collect());
-            }
-        }
-        batches
+        live
     }
 
     /// Puts the leases of a renewal that came back on the schedule again
@@ -471,8 +482,8 @@ async fn schedule(shared: Weak<Shared>, wake: Arc<Notify>) {
         match first {
             Some(due) if due <= now => {
                 let horizon = now + coalescing_window(this.timeout);
-                for batch in this.take_due(now, horizon) {
-                    tokio::spawn(renew(Arc::clone(&this), batch, now));
+                for batch in this.take_due(horizon) {
+                    tokio::spawn(renew_batch(Arc::clone(&this), batch));
                 }
             }
             Some(due) => {
@@ -543,9 +554,26 @@ impl RenewCall {
     }
 }
 
-/// Renews one batch of leases (all read holds, or none) in one script
-/// call sent at `sent`.
-async fn renew(shared: Arc<Shared>, batch: Vec<Arc<LeaseState>>, sent: Instant) {
+/// Renews a batch that fell due, in calls of up to [`RENEW_BATCH`] keys,
+/// one after the other.
+async fn renew_batch(shared: Arc<Shared>, batch: Vec<Arc<LeaseState>>) {
+    let mut rest = batch.into_iter();
+    loop {
+        let chunk: Vec<_> = rest.by_ref().take(RENEW_BATCH).collect();
+        if chunk.is_empty() {
+            return;
+        }
+        let sent = Instant::now();
+        let live = shared.live(chunk, sent);
+        if !live.is_empty() {
+            renew(&shared, live, sent).await;
+        }
+    }
+}
+
+/// Renews one call's worth of leases (all read holds, or none) in one
+/// script call sent at `sent`.
+async fn renew(shared: &Shared, batch: Vec<Arc<LeaseState>>, sent: Instant) {
     let timeout = shared.timeout;
     let deadline = batch
         .iter()
