@@ -272,4 +272,29 @@ mod tests {
             "redisson_countdownlatch__channel__{boot}:1"
         );
     }
+
+    #[test]
+    fn owner_fields_are_shared_per_owner_and_never_mixed_up() {
+        let id = uuid::Uuid::new_v4();
+        let fields = OwnerFields::new(id);
+        let one = fields.field("task-1", "");
+        assert_eq!(&*one, format!("{id}:task-1"));
+        // The same owner gets the same allocation back.
+        assert!(std::sync::Arc::ptr_eq(&one, &fields.field("task-1", "")));
+        // Owners that share a prefix, or differ only by the suffix, never
+        // get each other's field, whichever slot they land in.
+        for owner in ["task-12", "task-", "task-1:x", "thread-1"] {
+            assert_eq!(&*fields.field(owner, ""), format!("{id}:{owner}"));
+        }
+        assert_eq!(
+            &*fields.field("task-1", ":write"),
+            format!("{id}:task-1:write")
+        );
+        assert_eq!(&*fields.field("task-1", ""), format!("{id}:task-1"));
+        // More owners than slots: each still gets its own field.
+        for n in 0..2_000 {
+            let owner = format!("task-{n}");
+            assert_eq!(&*fields.field(&owner, ""), format!("{id}:{owner}"));
+        }
+    }
 }
