@@ -16,7 +16,7 @@
 //! not get through before the lease would have run out.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
@@ -55,19 +55,43 @@ pub(crate) struct LeaseState {
     /// then waits for the watchdog's verdict (given at the same deadline),
     /// which forgets the hold before telling its guards.
     watched: Option<Watched>,
-    /// Nanoseconds after [`origin`] at which the lease runs out by this
-    /// process's clock.
-    deadline: AtomicU64,
+    /// Nanoseconds after [`origin`] (before it, when negative) at which
+    /// the lease runs out by this process's clock.
+    deadline: AtomicI64,
     /// Wakes the waiters of [`LeaseState::wait_lost`] once `lost` is set.
     changed: Notify,
 }
 
-/// The origin of every lease deadline: fixed at the first use, in the
-/// process's monotonic clock. A deadline before it (only an instant taken
-/// before it could be) is kept as the origin itself, which has passed.
+/// The origin of every lease deadline: fixed at the first use. An instant
+/// on either side of it is kept exactly (see [`nanos_from_origin`]), so a
+/// runtime whose clock runs elsewhere (tokio's paused test clock) keeps
+/// its own deadlines right.
 fn origin() -> Instant {
     static ORIGIN: OnceLock<Instant> = OnceLock::new();
     *ORIGIN.get_or_init(Instant::now)
+}
+
+/// `at` as signed nanoseconds from [`origin`] (±292 years).
+fn nanos_from_origin(at: Instant) -> i64 {
+    let origin = origin();
+    let nanos = |d: Duration| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX);
+    match at.checked_duration_since(origin) {
+        Some(after) => nanos(after),
+        None => -nanos(origin - at),
+    }
+}
+
+/// The instant [`nanos_from_origin`] gave `nanos` for.
+fn instant_from_origin(nanos: i64) -> Instant {
+    let origin = origin();
+    let magnitude = Duration::from_nanos(nanos.unsigned_abs());
+    let at = if nanos >= 0 {
+        origin.checked_add(magnitude)
+    } else {
+        origin.checked_sub(magnitude)
+    };
+    // Only an instant the clock can hold was stored: never `None`.
+    at.unwrap_or(origin)
 }
 
 /// The key a watchdog hold's lease renews.
@@ -94,7 +118,7 @@ impl LeaseState {
             lost: AtomicBool::new(false),
             retired: AtomicBool::new(false),
             watched,
-            deadline: AtomicU64::new(nanos_after(origin(), deadline)),
+            deadline: AtomicI64::new(nanos_from_origin(deadline)),
             changed: Notify::new(),
         })
     }
@@ -102,11 +126,11 @@ impl LeaseState {
     /// Moves the deadline on to `deadline`, never back.
     fn extend(&self, deadline: Instant) {
         self.deadline
-            .fetch_max(nanos_after(origin(), deadline), Ordering::Relaxed);
+            .fetch_max(nanos_from_origin(deadline), Ordering::Relaxed);
     }
 
     fn deadline(&self) -> Instant {
-        origin() + Duration::from_nanos(self.deadline.load(Ordering::Relaxed))
+        instant_from_origin(self.deadline.load(Ordering::Relaxed))
     }
 
     pub(crate) fn is_lost(&self) -> bool {
@@ -154,10 +178,6 @@ impl LeaseState {
             }
         }
     }
-}
-
-fn nanos_after(base: Instant, at: Instant) -> u64 {
-    u64::try_from(at.saturating_duration_since(base).as_nanos()).unwrap_or(u64::MAX)
 }
 
 /// Most keys renewed by one script call, as in Redisson.
@@ -460,7 +480,10 @@ fn retry_interval(timeout: Duration) -> Duration {
     (timeout / 10).clamp(Duration::from_millis(5), Duration::from_secs(1))
 }
 
-/// How far ahead of its time a key may be renewed with an earlier one.
+/// How far ahead of its time a key may be renewed with an earlier one: a
+/// new hold joins a batch due up to this much before it, and the
+/// scheduler takes batches due up to this much ahead, so a key is renewed
+/// at most twice this early (never late).
 fn coalescing_window(timeout: Duration) -> Duration {
     (timeout / 30).min(Duration::from_secs(1))
 }
@@ -483,7 +506,14 @@ async fn schedule(shared: Weak<Shared>, wake: Arc<Notify>) {
             Some(due) if due <= now => {
                 let horizon = now + coalescing_window(this.timeout);
                 for batch in this.take_due(horizon) {
-                    tokio::spawn(renew_batch(Arc::clone(&this), batch));
+                    let mut rest = batch.into_iter();
+                    loop {
+                        let chunk: Vec<_> = rest.by_ref().take(RENEW_BATCH).collect();
+                        if chunk.is_empty() {
+                            break;
+                        }
+                        tokio::spawn(renew_chunk(Arc::clone(&this), chunk));
+                    }
                 }
             }
             Some(due) => {
@@ -554,20 +584,15 @@ impl RenewCall {
     }
 }
 
-/// Renews a batch that fell due, in calls of up to [`RENEW_BATCH`] keys,
-/// one after the other.
-async fn renew_batch(shared: Arc<Shared>, batch: Vec<Arc<LeaseState>>) {
-    let mut rest = batch.into_iter();
-    loop {
-        let chunk: Vec<_> = rest.by_ref().take(RENEW_BATCH).collect();
-        if chunk.is_empty() {
-            return;
-        }
-        let sent = Instant::now();
-        let live = shared.live(chunk, sent);
-        if !live.is_empty() {
-            renew(&shared, live, sent).await;
-        }
+/// Renews one call's worth (up to [`RENEW_BATCH`] keys) of a batch that
+/// fell due. The calls of one batch go out side by side, each in its own
+/// task: a stalled reply holds up no other call, and each lease is read
+/// by the task that sends it, while it is in the cache.
+async fn renew_chunk(shared: Arc<Shared>, chunk: Vec<Arc<LeaseState>>) {
+    let sent = Instant::now();
+    let live = shared.live(chunk, sent);
+    if !live.is_empty() {
+        renew(&shared, live, sent).await;
     }
 }
 
@@ -628,6 +653,24 @@ async fn renew(shared: &Shared, batch: Vec<Arc<LeaseState>>, sent: Instant) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn deadlines_on_either_side_of_the_origin_are_kept() {
+        let origin = origin();
+        for offset in [0, 1, 999, 1_000_000_007, 3_600_000_000_000u64] {
+            let offset = Duration::from_nanos(offset);
+            let after = origin + offset;
+            assert_eq!(instant_from_origin(nanos_from_origin(after)), after);
+            if let Some(before) = origin.checked_sub(offset) {
+                assert_eq!(instant_from_origin(nanos_from_origin(before)), before);
+            }
+        }
+        // A lease whose deadline came before the origin has run out.
+        if let Some(past) = origin.checked_sub(Duration::from_secs(1)) {
+            assert!(LeaseState::leased(past).is_lost());
+        }
+        assert!(!LeaseState::leased(Instant::now() + Duration::from_secs(60)).is_lost());
+    }
 
     #[test]
     fn the_margin_is_small_and_bounded() {
