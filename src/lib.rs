@@ -641,7 +641,7 @@
 //!   call, as Redisson does. Keys taken together stay together, so 100 000
 //!   held locks cost about 1 000 calls a period, not 100 000. A held lock
 //!   costs the client about 400 bytes, guard included, and a million of them
-//!   renew at the default timeout with about 7% of one core (figures in
+//!   renew at the default timeout with about 6% of one core (figures in
 //!   `docs/benchmarks.md`).
 //! - Waiters on one lock name share one subscription per client
 //!   ([`Client::subscriptions`]). An unlock message `0` wakes one of them, so
