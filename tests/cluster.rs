@@ -288,12 +288,13 @@ async fn a_lock_survives_a_master_failover_and_its_release_wakes_the_waiter() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replica_sync_waits_on_the_slots_master() {
     let nodes = cluster_with_replicas().await;
+    // WAIT returns as soon as the replica acknowledges; the bound is for
+    // the frozen replica below, and generous, because this binary's other
+    // tests start clusters meanwhile (a replica's first sync forks its
+    // master), which can hold a healthy replica's answer up past 500 ms
+    // on two cores.
     let client = client_of(&nodes, |b| {
-        b.replica_sync(
-            1,
-            Duration::from_millis(500),
-            ferrisson::config::Unsynced::Fail,
-        )
+        b.replica_sync(1, Duration::from_secs(5), ferrisson::config::Unsynced::Fail)
     })
     .await;
     let name = "synced";
