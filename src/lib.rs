@@ -450,12 +450,13 @@
 //! (commands and subscriptions) authenticates with them. The user needs the
 //! lock keys, the `redisson_*` channels (`&*` or narrower) and the commands the
 //! scripts use (`+@all`, or `+@scripting +@hash +@string +@keyspace +@pubsub
-//! +@list +@sortedset`). `rediss://` needs the crate's `tls` feature (OpenSSL,
-//! through native-tls). A private CA is trusted with
+//! +@list +@sortedset`). `rediss://` needs the crate's `tls` feature (rustls,
+//! with ring for its cryptography: no system library) or its `native-tls`
+//! feature (the platform's TLS). A private CA is trusted with
 //! `ClientBuilder::tls_root_certificate`:
 //!
 //! ```rust,no_run
-//! # #[cfg(feature = "tls")]
+//! # #[cfg(any(feature = "tls", feature = "native-tls"))]
 //! # async fn run(ca_pem: Vec<u8>) -> ferrisson::Result<()> {
 //! let client = ferrisson::Client::builder("rediss://locker:secret@redis.internal:6380/")
 //!     .tls_root_certificate(ca_pem) // PEM; omit it to use the system's trust store
@@ -468,6 +469,11 @@
 //! `build()` at once with [`Error::Redis`], whose text carries the server's or
 //! the TLS library's reason. Secrets never appear in the `Debug` output of a
 //! client, builder, lock or guard: they print the host and port only.
+//!
+//! rustls takes its cryptography from a process-wide provider. When the
+//! program has installed none, `build()` installs ring's (with feature
+//! `tls`); a program that wants another one installs it before building its
+//! first client.
 //!
 //! ## Replica sync
 //!
@@ -659,7 +665,8 @@
 //!
 //! | feature | what it adds |
 //! |---|---|
-//! | `tls` | `rediss://` URLs, through the `redis` crate's native-tls support (OpenSSL on Linux: needs libssl-dev to build); `ClientBuilder::tls_root_certificate` |
+//! | `tls` | `rediss://` URLs, through the `redis` crate's rustls support, with ring as the crypto provider (builds with a C compiler, no system library); `ClientBuilder::tls_root_certificate` |
+//! | `native-tls` | `rediss://` URLs through native-tls instead: the platform's TLS library (OpenSSL on Linux, built from source by the crate, so no libssl-dev is needed); when `tls` is on too, rustls is used |
 //! | `cluster` | Redis Cluster, through the `redis` crate's async cluster connection; `Client::cluster_builder` |
 //! | `sentinel` | Redis Sentinel: the master is found, and found again after a failover; `Client::sentinel_builder`, `ClientBuilder::sentinel_master_auth` |
 //!

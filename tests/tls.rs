@@ -1,17 +1,18 @@
-//! `rediss://`: a server with a certificate from a private CA, made here
-//! with `openssl`. Runs with `--features tls` (README's test command uses
-//! `--all-features`).
-#![cfg(feature = "tls")]
+//! `rediss://`: a server with a certificate from a private CA, made in the
+//! test. Runs with `--features tls` (rustls; README's test command
+//! uses `--all-features`, which takes rustls too) and with `--features
+//! native-tls` alone, which `.ci/run` runs apart.
+#![cfg(any(feature = "tls", feature = "native-tls"))]
 
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::Duration;
 
 use common::{soon, within, RedisServer};
 
-/// A CA and a server certificate for 127.0.0.1, in a fresh directory.
+/// A CA and a server certificate for 127.0.0.1, in a fresh directory,
+/// made here (rcgen) so that the tests need no `openssl` command.
 struct Certificates {
     dir: PathBuf,
 }
@@ -24,64 +25,26 @@ impl Drop for Certificates {
 
 impl Certificates {
     fn new() -> Certificates {
+        use rcgen::{BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa};
         let dir = common::server::unique_dir();
-        let run = |args: &[&str]| {
-            let out = Command::new("openssl")
-                .args(args)
-                .current_dir(&dir)
-                .output()
-                .expect("openssl on PATH");
-            assert!(out.status.success(), "openssl {args:?}: {out:?}");
-        };
-        run(&[
-            "req",
-            "-x509",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-days",
-            "1",
-            "-subj",
-            "/CN=ferrisson test CA",
-            "-keyout",
-            "ca.key",
-            "-out",
-            "ca.crt",
-        ]);
-        run(&[
-            "req",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-subj",
-            "/CN=127.0.0.1",
-            "-keyout",
-            "server.key",
-            "-out",
-            "server.csr",
-        ]);
-        std::fs::write(
-            dir.join("san.cnf"),
-            "subjectAltName=IP:127.0.0.1,DNS:localhost\n",
-        )
-        .unwrap();
-        run(&[
-            "x509",
-            "-req",
-            "-in",
-            "server.csr",
-            "-CA",
-            "ca.crt",
-            "-CAkey",
-            "ca.key",
-            "-CAcreateserial",
-            "-days",
-            "1",
-            "-extfile",
-            "san.cnf",
-            "-out",
-            "server.crt",
-        ]);
+        let ca_key = rcgen::KeyPair::generate().unwrap();
+        let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
+        ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        ca.distinguished_name
+            .push(DnType::CommonName, "ferrisson test CA");
+        let ca = ca.self_signed(&ca_key).unwrap();
+        let server_key = rcgen::KeyPair::generate().unwrap();
+        let mut server =
+            CertificateParams::new(vec!["127.0.0.1".to_owned(), "localhost".to_owned()]).unwrap();
+        server
+            .distinguished_name
+            .push(DnType::CommonName, "127.0.0.1");
+        server.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+        let server = server.signed_by(&server_key, &ca, &ca_key).unwrap();
+        let write = |file: &str, pem: String| std::fs::write(dir.join(file), pem).unwrap();
+        write("ca.crt", ca.pem());
+        write("server.crt", server.pem());
+        write("server.key", server_key.serialize_pem());
         Certificates { dir }
     }
 
@@ -152,4 +115,20 @@ async fn an_untrusted_certificate_is_refused_clearly() {
         text.contains("certificate") || text.contains("tls") || text.contains("ssl"),
         "{text}"
     );
+}
+
+#[cfg(feature = "cluster")]
+#[tokio::test]
+async fn a_private_root_certificate_is_refused_for_a_cluster() {
+    // Refused before anything is dialled: the address is never reached.
+    let err = ferrisson::Client::cluster_builder(["rediss://127.0.0.1:1/"])
+        .tls_root_certificate(b"not read".to_vec())
+        .build()
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, ferrisson::Error::InvalidArgument(_)),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("cluster"), "{err}");
 }

@@ -35,11 +35,14 @@ pub struct ClientBuilder {
     config: Config,
     /// PEM of the CA that signed the server's certificate, when it is not
     /// in the system's trust store.
-    #[cfg(feature = "tls")]
+    #[cfg(any(feature = "tls", feature = "native-tls"))]
     tls_root: Option<Vec<u8>>,
 }
 
 /// What a client connects to.
+// A builder is made once per client: its size does not matter, and with
+// `tls` and `cluster` but not `sentinel` one server's info outweighs a list.
+#[allow(clippy::large_enum_variant)]
 pub(super) enum Target {
     /// One server.
     Single(redis::RedisResult<ConnectionInfo>),
@@ -111,7 +114,7 @@ impl ClientBuilder {
             #[cfg(feature = "sentinel")]
             master_auth: None,
             config,
-            #[cfg(feature = "tls")]
+            #[cfg(any(feature = "tls", feature = "native-tls"))]
             tls_root: None,
         }
     }
@@ -204,7 +207,9 @@ impl ClientBuilder {
     /// Trusts the certificate authority in `pem` (one or more PEM
     /// certificates) for `rediss://` connections, instead of the system's
     /// trust store: for servers with certificates from a private CA.
-    #[cfg(feature = "tls")]
+    /// Features `tls` (rustls) or `native-tls`; for one server (a cluster
+    /// or sentinel builder refuses it in `build`).
+    #[cfg(any(feature = "tls", feature = "native-tls"))]
     pub fn tls_root_certificate(mut self, pem: impl Into<Vec<u8>>) -> Self {
         self.tls_root = Some(pem.into());
         self
@@ -228,7 +233,8 @@ impl ClientBuilder {
     ///
     /// # Errors
     /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for
-    /// impossible settings (a watchdog timeout under 30 ms, a zero timeout);
+    /// impossible settings (a watchdog timeout under 30 ms, a zero timeout,
+    /// a private TLS root certificate for a cluster or sentinels);
     /// [`Error::Redis`](crate::Error::Redis) for a malformed URL or an
     /// unreachable Redis.
     ///
@@ -236,15 +242,26 @@ impl ClientBuilder {
     /// Cancel safe: a dropped call opens nothing that outlives it.
     pub async fn build(self) -> Result<Client> {
         self.config.validate()?;
+        #[cfg(feature = "tls")]
+        install_crypto_provider();
+        #[cfg(all(
+            any(feature = "tls", feature = "native-tls"),
+            any(feature = "cluster", feature = "sentinel")
+        ))]
+        if self.tls_root.is_some() && !matches!(self.target, Target::Single(_)) {
+            return Err(crate::Error::invalid(
+                "a private TLS root certificate is only taken for one server, not a cluster or sentinels",
+            ));
+        }
         let manager_config = ConnectionManagerConfig::new()
             .set_response_timeout(Some(self.config.response_timeout))
             .set_connection_timeout(Some(self.config.connection_timeout));
         match self.target {
             Target::Single(info) => {
                 let config = unclustered(self.config)?;
-                #[cfg(feature = "tls")]
+                #[cfg(any(feature = "tls", feature = "native-tls"))]
                 let tls_root = self.tls_root;
-                #[cfg(not(feature = "tls"))]
+                #[cfg(not(any(feature = "tls", feature = "native-tls")))]
                 let tls_root = None;
                 connect_single(info?, tls_root, config, manager_config).await
             }
@@ -283,8 +300,20 @@ impl ClientBuilder {
     }
 }
 
+/// Makes ring the process's rustls crypto provider, unless the program has
+/// chosen one: rustls finds none by itself when its dependants enable more
+/// than one (ring here, aws-lc-rs elsewhere), and a TLS connection would
+/// then fail.
+#[cfg(feature = "tls")]
+fn install_crypto_provider() {
+    if rustls::crypto::CryptoProvider::get_default().is_none() {
+        // An error means another thread installed one first: that one holds.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    }
+}
+
 /// Connects a client to one server, over TLS with `tls_root` as the CA
-/// when given (feature `tls`).
+/// when given (feature `tls` or `native-tls`).
 async fn connect_single(
     info: ConnectionInfo,
     tls_root: Option<Vec<u8>>,
@@ -300,7 +329,7 @@ async fn connect_single(
         .set_protocol(ProtocolVersion::RESP3);
     let info = info.set_redis_settings(resp3);
     let redis_client = match tls_root {
-        #[cfg(feature = "tls")]
+        #[cfg(any(feature = "tls", feature = "native-tls"))]
         Some(pem) => redis::Client::build_with_tls(
             info,
             redis::TlsCertificates {
