@@ -125,6 +125,10 @@ pub struct Config {
     /// [`PubSubMode::Auto`]); a connected client's config holds the mode it
     /// found or was told, `Classic` or `Sharded`.
     pub pubsub_mode: PubSubMode,
+    /// Whether metrics (feature `metrics`) carry a `name` label with the
+    /// lock's name, besides its kind. Default `false`: names can be
+    /// unbounded.
+    pub metric_lock_names: bool,
 }
 
 impl Default for Config {
@@ -136,6 +140,7 @@ impl Default for Config {
             release_attempts: DEFAULT_RELEASE_ATTEMPTS,
             replica_sync: None,
             pubsub_mode: PubSubMode::Auto,
+            metric_lock_names: false,
         }
     }
 }

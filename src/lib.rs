@@ -661,12 +661,41 @@
 //! to release, is measured by `cargo run --release --example bench`. The
 //! figures are in `docs/benchmarks.md` in the repository.
 //!
+//! # Metrics and traces
+//!
+//! With the `metrics` feature, the locks report through the
+//! [`metrics`](https://docs.rs/metrics) crate's facade, so whatever
+//! recorder the program installs (Prometheus, StatsD, OpenTelemetry...)
+//! gets them. Each figure is labelled `kind` (`lock`, `spin_lock`,
+//! `fenced_lock`, `fair_lock`, `non_reentrant_lock`,
+//! `non_reentrant_fair_lock`, `read_lock`, `write_lock`), and with the
+//! lock's name as `name` only when the client is built with
+//! `ClientBuilder::metric_lock_names(true)`: a service that makes a lock
+//! per order would make a time series per order.
+//!
+//! | metric | type | what it counts |
+//! |---|---|---|
+//! | `ferrisson_acquires_total` | counter, also labelled `outcome` | acquires that ended: `acquired`, `timed_out` (not got within the wait; a `try_lock` that found the lock held) or `failed` (an error). A dropped acquire is not counted |
+//! | `ferrisson_acquire_wait_seconds` | histogram | how long each successful acquire took, its waits included |
+//! | `ferrisson_hold_seconds` | histogram | from the grant to the release (`unlock` or the guard's drop) |
+//! | `ferrisson_leases_lost_total` | counter | leases found lost: a renewal refused by Redis (the key expired, was deleted or taken) |
+//! | `ferrisson_renewals_total` | counter, no labels | keys the watchdog sent for renewal |
+//! | `ferrisson_renewal_failures_total` | counter, no labels | keys whose renewal call failed (it is sent again while the lease lasts) |
+//! | `ferrisson_renewal_batch_keys` | histogram, no labels | keys per renewal call (at most 100) |
+//! | `ferrisson_subscriptions` | gauge, no labels | channels subscribed to, one per lock name with local waiters, over every client in the process |
+//!
+//! Every lock acquire and release also runs in a `tracing` span,
+//! `ferrisson.acquire` or `ferrisson.release`, at level INFO, with the
+//! fields `lock` (the name) and `kind`: a slow acquire shows in a trace
+//! with its waits inside it. Spans need no feature.
+//!
 //! # Cargo features
 //!
 //! | feature | what it adds |
 //! |---|---|
 //! | `tls` | `rediss://` URLs, through the `redis` crate's rustls support, with ring as the crypto provider (builds with a C compiler, no system library); `ClientBuilder::tls_root_certificate` |
 //! | `native-tls` | `rediss://` URLs through native-tls instead: the platform's TLS library (OpenSSL on Linux, built from source by the crate, so no libssl-dev is needed); when `tls` is on too, rustls is used |
+//! | `metrics` | figures through the `metrics` facade (see [Metrics and traces](#metrics-and-traces)); `ClientBuilder::metric_lock_names` |
 //! | `cluster` | Redis Cluster, through the `redis` crate's async cluster connection; `Client::cluster_builder` |
 //! | `sentinel` | Redis Sentinel: the master is found, and found again after a failover; `Client::sentinel_builder`, `ClientBuilder::sentinel_master_auth` |
 //!
@@ -706,6 +735,7 @@ mod keys;
 mod object;
 mod scripts;
 mod sweeper;
+mod telemetry;
 mod waiting;
 mod watchdog;
 

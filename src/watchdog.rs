@@ -27,7 +27,11 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::keys;
+use crate::lock::Kind;
 use crate::scripts::{RENEW, RENEW_READ};
+use crate::telemetry;
+#[cfg(feature = "metrics")]
+use crate::telemetry::Subject;
 
 /// (lock name, owner field)
 pub(crate) type HoldKey = (Arc<str>, Arc<str>);
@@ -100,6 +104,9 @@ struct Watched {
     key: HoldKey,
     /// Read holds of a read-write lock, renewed with their timeout keys.
     read: bool,
+    /// The lock kind's label, for a lost lease in metrics.
+    #[cfg(feature = "metrics")]
+    kind: &'static str,
 }
 
 impl LeaseState {
@@ -109,8 +116,14 @@ impl LeaseState {
 
     /// A watchdog hold's lease of `key`, good until `deadline` unless
     /// renewed.
-    fn watched(deadline: Instant, key: HoldKey, read: bool) -> Arc<Self> {
-        LeaseState::new(deadline, Some(Watched { key, read }))
+    fn watched(deadline: Instant, key: HoldKey, kind: Kind) -> Arc<Self> {
+        let watched = Watched {
+            key,
+            read: kind == Kind::Read,
+            #[cfg(feature = "metrics")]
+            kind: kind.label(),
+        };
+        LeaseState::new(deadline, Some(watched))
     }
 
     fn new(deadline: Instant, watched: Option<Watched>) -> Arc<Self> {
@@ -236,6 +249,9 @@ struct Shared {
     wake: Arc<Notify>,
     conn: Conn,
     timeout: Duration,
+    /// Whether metrics name the lock (`Config::metric_lock_names`).
+    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+    names: bool,
 }
 
 /// The per-client registry of watchdog-mode holds.
@@ -254,7 +270,7 @@ impl Drop for Registry {
 impl Registry {
     /// A registry renewing with `conn` to `timeout`; its scheduler runs on
     /// the current runtime until the registry is dropped.
-    pub(crate) fn new(conn: Conn, timeout: Duration) -> Registry {
+    pub(crate) fn new(conn: Conn, timeout: Duration, names: bool) -> Registry {
         let wake = Arc::new(Notify::new());
         let shared = Arc::new(Shared {
             map: DashMap::new(),
@@ -262,6 +278,7 @@ impl Registry {
             wake: Arc::clone(&wake),
             conn,
             timeout,
+            names,
         });
         tokio::spawn(schedule(Arc::downgrade(&shared), wake));
         Registry { shared }
@@ -269,8 +286,9 @@ impl Registry {
 
     /// Records one more local hold of `key`, acquired by a request sent at
     /// `sent`; puts the key on the renewal schedule when it is the first.
-    /// `read`: the holds are read holds of a read-write lock.
-    pub(crate) fn hold(&self, key: HoldKey, sent: Instant, read: bool) -> Arc<LeaseState> {
+    /// `kind`: the lock's (read holds of a read-write lock renew with their
+    /// timeout keys).
+    pub(crate) fn hold(&self, key: HoldKey, sent: Instant, kind: Kind) -> Arc<LeaseState> {
         let shared = &self.shared;
         match shared.map.entry(key) {
             Entry::Occupied(mut held) if held.get().lease.is_lost() => {
@@ -280,7 +298,7 @@ impl Registry {
                 let old = &held.get().lease;
                 old.retire();
                 old.mark_lost();
-                let lease = shared.new_lease(held.key().clone(), sent, read);
+                let lease = shared.new_lease(held.key().clone(), sent, kind);
                 held.insert(Held {
                     holds: 1,
                     lease: Arc::clone(&lease),
@@ -296,7 +314,7 @@ impl Registry {
                 Arc::clone(&held.lease)
             }
             Entry::Vacant(vacant) => {
-                let lease = shared.new_lease(vacant.key().clone(), sent, read);
+                let lease = shared.new_lease(vacant.key().clone(), sent, kind);
                 vacant.insert(Held {
                     holds: 1,
                     lease: Arc::clone(&lease),
@@ -341,9 +359,9 @@ impl Registry {
 impl Shared {
     /// A new lease of `key`, first acquired by a request sent at `sent`,
     /// put on the schedule (the caller holds the map entry).
-    fn new_lease(&self, key: HoldKey, sent: Instant, read: bool) -> Arc<LeaseState> {
+    fn new_lease(&self, key: HoldKey, sent: Instant, kind: Kind) -> Arc<LeaseState> {
         let lease =
-            LeaseState::watched(sent + self.timeout - drift_margin(self.timeout), key, read);
+            LeaseState::watched(sent + self.timeout - drift_margin(self.timeout), key, kind);
         let due = sent + self.timeout / 3;
         let group = self.group(&lease);
         let mut schedule = self.lock_schedule();
@@ -463,6 +481,11 @@ impl Shared {
             .is_some()
         {
             tracing::warn!(lock = %key.0, owner = %key.1, %reason, "lease lost");
+            #[cfg(feature = "metrics")]
+            telemetry::lease_lost(Subject {
+                kind: watched.kind,
+                name: self.names.then_some(&*key.0),
+            });
             lease.retire();
             lease.mark_lost();
         }
@@ -614,6 +637,7 @@ async fn renew(shared: &Shared, batch: Vec<Arc<LeaseState>>, sent: Instant) {
             .filter_map(|lease| lease.watched.as_ref().map(|w| &w.key)),
     );
     let mut conn = shared.conn.clone();
+    telemetry::renewal_sent(batch.len());
     let reply = match tokio::time::timeout_at(deadline, call.send(&mut conn)).await {
         Ok(Ok(reply)) if reply.len() == batch.len() => Ok(reply),
         Ok(Ok(reply)) => Err(format!(
@@ -644,6 +668,7 @@ async fn renew(shared: &Shared, batch: Vec<Arc<LeaseState>>, sent: Instant) {
         Err(error) => {
             let first = batch[0].watched.as_ref().map_or("", |w| &*w.key.0);
             tracing::warn!(keys = batch.len(), %first, %error, "lease renewal failed; retrying");
+            telemetry::renewal_failed(batch.len());
             let retry = Instant::now() + retry_interval(timeout);
             shared.reschedule(batch, retry.min(deadline));
         }

@@ -204,6 +204,15 @@ impl ClientBuilder {
         self
     }
 
+    /// Labels the metrics of each lock with its name (label `name`), besides
+    /// its kind. Off by default: a service that makes locks per order or
+    /// per user would make a time series per lock. Feature `metrics`.
+    #[cfg(feature = "metrics")]
+    pub fn metric_lock_names(mut self, on: bool) -> Self {
+        self.config.metric_lock_names = on;
+        self
+    }
+
     /// Trusts the certificate authority in `pem` (one or more PEM
     /// certificates) for `rediss://` connections, instead of the system's
     /// trust store: for servers with certificates from a private CA.

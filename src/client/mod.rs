@@ -291,7 +291,11 @@ impl Client {
 
 impl Client {
     fn assemble(conn: Conn, pubsub: PubSub, config: Config, addr: String) -> Client {
-        let registry = Registry::new(conn.clone(), config.watchdog_timeout);
+        let registry = Registry::new(
+            conn.clone(),
+            config.watchdog_timeout,
+            config.metric_lock_names,
+        );
         let sweeper = Sweeper::new(conn.clone());
         let id = Uuid::new_v4();
         Client {

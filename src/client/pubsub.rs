@@ -17,6 +17,7 @@ use redis::{PushInfo, PushKind, Value};
 use tokio::sync::futures::Notified;
 use tokio::sync::{Mutex, Notify};
 
+use crate::telemetry;
 use crate::Result;
 
 /// The subscription state of one channel.
@@ -232,17 +233,21 @@ impl PubSub {
 
     async fn join(self: &Arc<Self>, channel: String, broadcast: bool) -> Result<Subscription> {
         let state = {
-            let mut slot = self
-                .channels
-                .entry(channel.clone())
-                .or_insert_with(|| Slot {
+            let mut opened = false;
+            let mut slot = self.channels.entry(channel.clone()).or_insert_with(|| {
+                opened = true;
+                Slot {
                     waiters: 0,
                     state: Arc::new(ChannelState {
                         notify: Notify::new(),
                         broadcast,
                         subscribed: Mutex::new(Subscribed::No),
                     }),
-                });
+                }
+            });
+            if opened {
+                telemetry::subscriptions_changed(1.0);
+            }
             slot.waiters += 1;
             Arc::clone(&slot.state)
         };
@@ -287,8 +292,13 @@ impl PubSub {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             // No runtime to unsubscribe with: forget the channel; a later
             // waiter subscribes again, and stray messages find no slot.
-            self.channels
-                .remove_if(channel, |_, slot| Arc::ptr_eq(&slot.state, state));
+            if self
+                .channels
+                .remove_if(channel, |_, slot| Arc::ptr_eq(&slot.state, state))
+                .is_some()
+            {
+                telemetry::subscriptions_changed(-1.0);
+            }
             return;
         };
         let this = Arc::clone(self);
@@ -316,7 +326,13 @@ impl PubSub {
         }
         // A waiter that joins after this point finds `Subscribed::No`
         // (it waits on the lock above) or a fresh slot, and subscribes.
-        self.channels.remove_if(&channel, |_, slot| unused(slot));
+        if self
+            .channels
+            .remove_if(&channel, |_, slot| unused(slot))
+            .is_some()
+        {
+            telemetry::subscriptions_changed(-1.0);
+        }
     }
 }
 

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
+use tracing::Instrument;
 
 use super::queue::{leave_queue, FairOwners, QueueExit};
 use super::{release_hold, LockGuard};
@@ -16,6 +17,7 @@ use crate::error::is_connection_failure;
 use crate::finish::{runtime, Finish};
 use crate::object::Synced;
 use crate::scripts::{ACQUIRE, FAIR_ACQUIRE, FENCED_ACQUIRE, READ_ACQUIRE, WRITE_ACQUIRE};
+use crate::telemetry::{self, Outcome, Subject};
 use crate::waiting::{self, Channel, Tried};
 use crate::watchdog::{HoldKey, LeaseState, RenewCall};
 use crate::{keys, Client, Error, Result};
@@ -24,6 +26,33 @@ impl LockCore {
     /// Acquires within `wait` (`None`: no limit), with `lease` (`None`:
     /// watchdog mode).
     pub(super) async fn acquire(
+        &self,
+        wait: Option<Duration>,
+        lease: Option<Duration>,
+    ) -> Result<Option<LockGuard>> {
+        let started = Instant::now();
+        let span = tracing::info_span!("ferrisson.acquire", lock = %self.obj.name, kind = self.kind.label());
+        let result = self.acquire_in(wait, lease).instrument(span).await;
+        let outcome = match &result {
+            Ok(Some(_)) => Outcome::Acquired,
+            Ok(None) => Outcome::TimedOut,
+            Err(_) => Outcome::Failed,
+        };
+        telemetry::acquire_ended(self.subject(), outcome, started.elapsed());
+        result
+    }
+
+    /// Who this lock's figures are about, in metrics.
+    pub(super) fn subject(&self) -> Subject<'_> {
+        let client = &self.obj.client.inner;
+        Subject {
+            kind: self.kind.label(),
+            name: client.config.metric_lock_names.then_some(&*self.obj.name),
+        }
+    }
+
+    /// [`LockCore::acquire`], inside its span.
+    async fn acquire_in(
         &self,
         wait: Option<Duration>,
         lease: Option<Duration>,
@@ -284,9 +313,7 @@ impl LockCore {
         let inner = &self.obj.client.inner;
         let key = req.key.clone();
         let lease = match req.lease_ms {
-            None => inner
-                .registry
-                .hold(key.clone(), sent, self.kind == Kind::Read),
+            None => inner.registry.hold(key.clone(), sent, self.kind),
             Some(ms) => LeaseState::leased(sent + Duration::from_millis(ms)),
         };
         LockGuard::new(

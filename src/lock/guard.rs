@@ -5,9 +5,11 @@ use std::time::Duration;
 
 use tokio::runtime::Handle;
 use tokio::time::Instant;
+use tracing::Instrument;
 
 use super::{release_hold, Kind};
 use crate::finish::Finish;
+use crate::telemetry::{self, Subject};
 use crate::watchdog::{HoldKey, LeaseState, RenewCall};
 use crate::{Client, Error, Result};
 
@@ -43,6 +45,9 @@ struct Hold {
     lease_ms: Option<u64>,
     lease: Arc<LeaseState>,
     runtime: Handle,
+    /// When the hold was granted, for the hold time in metrics.
+    #[cfg(feature = "metrics")]
+    since: Instant,
 }
 
 impl std::fmt::Debug for LockGuard {
@@ -76,6 +81,8 @@ impl LockGuard {
                 lease_ms,
                 lease,
                 runtime,
+                #[cfg(feature = "metrics")]
+                since: Instant::now(),
             }),
             token: None,
         }
@@ -203,9 +210,7 @@ impl LockGuard {
         }
         let inner = &hold.client.inner;
         let sent = hold.renew(inner.config.watchdog_timeout).await?;
-        hold.lease = inner
-            .registry
-            .hold(hold.key.clone(), sent, hold.kind == Kind::Read);
+        hold.lease = inner.registry.hold(hold.key.clone(), sent, hold.kind);
         hold.lease_ms = None;
         Ok(())
     }
@@ -267,6 +272,9 @@ impl Hold {
             .await
             .map_err(|e| Error::from_redis(e, &self.key.0))?;
         if renewed != [1] {
+            if !self.lease.is_lost() {
+                telemetry::lease_lost(self.subject());
+            }
             self.lease.mark_lost();
             return Err(Error::NotHeld {
                 name: self.key.0.to_string(),
@@ -276,7 +284,24 @@ impl Hold {
         Ok(sent)
     }
 
+    /// Who this hold's figures are about, in metrics.
+    fn subject(&self) -> Subject<'_> {
+        Subject {
+            kind: self.kind.label(),
+            name: (self.client.inner.config.metric_lock_names).then_some(&*self.key.0),
+        }
+    }
+
     async fn release(self) -> Result<()> {
+        #[cfg(feature = "metrics")]
+        telemetry::released(self.subject(), self.since.elapsed());
+        let span =
+            tracing::info_span!("ferrisson.release", lock = %self.key.0, kind = self.kind.label());
+        self.release_in().instrument(span).await
+    }
+
+    /// [`Hold::release`], inside its span.
+    async fn release_in(self) -> Result<()> {
         let inner = &self.client.inner;
         let watchdog = self.lease_ms.is_none();
         if watchdog {

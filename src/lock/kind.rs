@@ -54,6 +54,24 @@ impl Kind {
         }
     }
 
+    /// The kind's `kind` label in metrics.
+    pub(crate) fn label(self) -> &'static str {
+        match self {
+            Kind::Reentrant => "lock",
+            Kind::NonReentrant => "non_reentrant_lock",
+            Kind::Spin(_) => "spin_lock",
+            Kind::Fenced => "fenced_lock",
+            Kind::Read => "read_lock",
+            Kind::Write => "write_lock",
+            Kind::Fair {
+                reentrant: true, ..
+            } => "fair_lock",
+            Kind::Fair {
+                reentrant: false, ..
+            } => "non_reentrant_fair_lock",
+        }
+    }
+
     /// A spin lock's backoff; `None` for the kinds that subscribe.
     pub(crate) fn backoff(self) -> Option<Backoff> {
         match self {

@@ -1,0 +1,118 @@
+//! What the library reports through the `metrics` facade (feature
+//! `metrics`): every function here is empty without it, so the call sites
+//! need no `cfg`.
+//!
+//! The names and labels are listed in the crate docs ("Metrics"). Each
+//! figure is labelled by the kind of synchronizer; the lock's name is added
+//! only when the client was built with
+//! [`ClientBuilder::metric_lock_names`](crate::ClientBuilder::metric_lock_names),
+//! since names can be unbounded.
+// Without the feature the names and labels are only documentation.
+#![cfg_attr(not(feature = "metrics"), allow(dead_code))]
+
+use std::time::Duration;
+
+/// Counter: acquires that ended, with `outcome` = `acquired`, `timed_out`
+/// (not got within the wait, a `try_lock` that found it held included) or
+/// `failed` (an error).
+pub(crate) const ACQUIRES: &str = "ferrisson_acquires_total";
+/// Histogram, seconds: how long each successful acquire waited.
+pub(crate) const WAIT_SECONDS: &str = "ferrisson_acquire_wait_seconds";
+/// Histogram, seconds: how long each released hold was held.
+pub(crate) const HOLD_SECONDS: &str = "ferrisson_hold_seconds";
+/// Counter: leases found lost (a watchdog renewal or an `extend` refused).
+pub(crate) const LEASES_LOST: &str = "ferrisson_leases_lost_total";
+/// Counter: keys sent for renewal by the watchdog.
+pub(crate) const RENEWALS: &str = "ferrisson_renewals_total";
+/// Counter: keys whose renewal call failed (sent again before the lease
+/// runs out).
+pub(crate) const RENEWAL_FAILURES: &str = "ferrisson_renewal_failures_total";
+/// Histogram: keys per renewal call.
+pub(crate) const RENEWAL_BATCH: &str = "ferrisson_renewal_batch_keys";
+/// Gauge: channels subscribed to (one per name with local waiters), over
+/// every client of the process.
+pub(crate) const SUBSCRIPTIONS: &str = "ferrisson_subscriptions";
+
+/// How an acquire ended, for [`ACQUIRES`].
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Outcome {
+    Acquired,
+    TimedOut,
+    Failed,
+}
+
+impl Outcome {
+    fn label(self) -> &'static str {
+        match self {
+            Outcome::Acquired => "acquired",
+            Outcome::TimedOut => "timed_out",
+            Outcome::Failed => "failed",
+        }
+    }
+}
+
+/// Who a figure is about: the kind's label, and the name when the client
+/// reports names.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Subject<'a> {
+    pub(crate) kind: &'static str,
+    pub(crate) name: Option<&'a str>,
+}
+
+#[cfg(feature = "metrics")]
+mod on {
+    use super::*;
+    use metrics::Label;
+
+    fn labels(subject: Subject<'_>) -> Vec<Label> {
+        let mut labels = vec![Label::from_static_parts("kind", subject.kind)];
+        if let Some(name) = subject.name {
+            labels.push(Label::new("name", name.to_owned()));
+        }
+        labels
+    }
+
+    pub(crate) fn acquire_ended(subject: Subject<'_>, outcome: Outcome, waited: Duration) {
+        let mut labels = labels(subject);
+        if let Outcome::Acquired = outcome {
+            metrics::histogram!(WAIT_SECONDS, labels.clone()).record(waited.as_secs_f64());
+        }
+        labels.push(Label::from_static_parts("outcome", outcome.label()));
+        metrics::counter!(ACQUIRES, labels).increment(1);
+    }
+
+    pub(crate) fn released(subject: Subject<'_>, held: Duration) {
+        metrics::histogram!(HOLD_SECONDS, labels(subject)).record(held.as_secs_f64());
+    }
+
+    pub(crate) fn lease_lost(subject: Subject<'_>) {
+        metrics::counter!(LEASES_LOST, labels(subject)).increment(1);
+    }
+
+    pub(crate) fn renewal_sent(keys: usize) {
+        metrics::counter!(RENEWALS).increment(keys as u64);
+        metrics::histogram!(RENEWAL_BATCH).record(keys as f64);
+    }
+
+    pub(crate) fn renewal_failed(keys: usize) {
+        metrics::counter!(RENEWAL_FAILURES).increment(keys as u64);
+    }
+
+    pub(crate) fn subscriptions_changed(delta: f64) {
+        metrics::gauge!(SUBSCRIPTIONS).increment(delta);
+    }
+}
+
+#[cfg(not(feature = "metrics"))]
+mod on {
+    use super::*;
+
+    pub(crate) fn acquire_ended(_: Subject<'_>, _: Outcome, _: Duration) {}
+    pub(crate) fn released(_: Subject<'_>, _: Duration) {}
+    pub(crate) fn lease_lost(_: Subject<'_>) {}
+    pub(crate) fn renewal_sent(_: usize) {}
+    pub(crate) fn renewal_failed(_: usize) {}
+    pub(crate) fn subscriptions_changed(_: f64) {}
+}
+
+pub(crate) use on::*;
