@@ -97,6 +97,14 @@ pub enum Error {
         permit: String,
     },
 
+    /// A call of the [blocking API](crate::blocking) that cannot run: it
+    /// was made inside an async runtime, where blocking the thread would
+    /// stall the runtime's other tasks (use the async API there, or move
+    /// the call into `tokio::task::spawn_blocking`), or the blocking
+    /// client's own runtime could not start.
+    #[error("blocking call refused: {0}")]
+    Blocking(String),
+
     /// A script replied something its contract does not allow.
     #[error("unexpected reply from the {script} script: {reply}")]
     UnexpectedReply {

@@ -691,6 +691,7 @@ pub use semaphore::Semaphore;
 mod acquire_latch;
 mod args;
 mod backoff;
+pub mod blocking;
 mod client;
 pub mod config;
 mod error;
