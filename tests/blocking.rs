@@ -352,6 +352,52 @@ fn semaphore_permits_across_threads() {
     assert!(seats.delete().unwrap());
 }
 
+/// Permits with ids: a waiter on another thread gets the permit a release
+/// gives back, a dropped permit is given back before the drop returns, and
+/// a leased permit comes back by itself.
+#[test]
+fn expirable_permits_across_threads() {
+    let server = RedisServer::start();
+    let client = client(&server, WATCHDOG);
+    let seats = client.permit_expirable_semaphore("gpu");
+    assert!(seats.try_set_permits(1).unwrap());
+    let permit = seats.acquire().unwrap();
+    assert_eq!(permit.semaphore(), "gpu");
+    assert!(seats.try_acquire().unwrap().is_none());
+
+    let (tx, rx) = mpsc::channel();
+    let other = seats.clone();
+    let waiter = thread::spawn(move || {
+        tx.send(()).unwrap();
+        let permit = other.try_acquire_for(BOUND).unwrap();
+        permit.map(|p| p.id())
+    });
+    recv(&rx);
+    let first = permit.id();
+    permit.release().unwrap();
+    let second = waiter.join().unwrap().expect("the waiter got the permit");
+    assert_ne!(first, second);
+    // The waiter's permit was dropped with its thread: given back.
+    assert_eq!(seats.available_permits().unwrap(), 1);
+
+    let mut leased = seats.acquire_with_lease(Duration::from_secs(60)).unwrap();
+    assert!(seats.lease_of(leased.id()).unwrap().is_some());
+    seats.update_lease(&mut leased, None).unwrap();
+    assert_eq!(seats.lease_of(leased.id()).unwrap(), None);
+    let id = leased.id();
+    leased.forget();
+    assert_eq!(seats.acquired_permits().unwrap(), 1);
+    seats.release_by_id(id).unwrap();
+
+    let short = seats
+        .try_acquire_with_lease(Duration::ZERO, Duration::from_millis(100))
+        .unwrap()
+        .unwrap();
+    eventually(|| seats.available_permits().unwrap() == 1);
+    assert!(short.is_expired());
+    assert!(short.release().unwrap_err().is_permit_not_out());
+}
+
 /// A latch opens a waiting thread at zero and not before.
 #[test]
 fn latch_opens_a_waiting_thread() {
@@ -388,4 +434,6 @@ fn handles_and_guards_are_send_and_sync() {
     send_sync::<blocking::CountDownLatch>();
     send::<blocking::LockGuard>();
     send::<blocking::FencedGuard>();
+    send_sync::<blocking::PermitExpirableSemaphore>();
+    send::<blocking::Permit>();
 }

@@ -3,8 +3,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::runtime::Handle;
-
 use super::{blocking_calls, Runtime};
 use crate::lock::thread_owner_id;
 use crate::{Backoff, Error, LockInfo, Result};
@@ -413,31 +411,9 @@ impl LockGuard {
 
 impl Drop for LockGuard {
     fn drop(&mut self) {
-        let Some(guard) = self.inner.take() else {
-            return;
-        };
-        // Inside a runtime, the async guard's drop releases in the
-        // background on the client's runtime, without waiting.
-        let (Some(rt), Err(_)) = (&self.rt.rt, Handle::try_current()) else {
-            return;
-        };
-        let name = guard.name().to_owned();
-        let wait = self.rt.release_wait;
-        // Past the wait the unlock future is dropped; its release goes on in
-        // the background on the runtime.
-        match rt.block_on(async move { tokio::time::timeout(wait, guard.unlock()).await }) {
-            Ok(Ok(())) => {}
-            Ok(Err(err @ (Error::LeaseLost { .. } | Error::NotHeld { .. }))) => {
-                tracing::debug!(lock = %name, error = %err, "dropped guard was no longer held");
-            }
-            Ok(Err(err)) => {
-                tracing::warn!(lock = %name, error = %err,
-                    "release of a dropped guard failed; the lock expires with its lease");
-            }
-            Err(_) => {
-                tracing::warn!(lock = %name, ?wait,
-                    "release of a dropped guard is still running; it goes on in the background");
-            }
+        if let Some(guard) = self.inner.take() {
+            let name = guard.name().to_owned();
+            self.rt.release_on_drop("lock", &name, guard.unlock());
         }
     }
 }

@@ -67,10 +67,12 @@
 //! by itself after that. Dropped inside an async runtime it is not waited
 //! for.
 
+mod expirable;
 mod latch;
 mod lock;
 mod semaphore;
 
+pub use expirable::{Permit, PermitExpirableSemaphore};
 pub use latch::CountDownLatch;
 pub use lock::{
     FairLock, FencedGuard, FencedLock, Lock, LockGuard, NonReentrantFairLock, NonReentrantLock,
@@ -107,6 +109,47 @@ impl Runtime {
         match &self.rt {
             Some(rt) => rt.block_on(fut),
             None => Err(Error::Blocking("the client's runtime is gone".into())),
+        }
+    }
+}
+
+impl Runtime {
+    /// Runs `release` (of something dropped) on this runtime, waiting at
+    /// most the release wait; past it the future is dropped, and its request
+    /// (already sent) completes in the background. Inside an async runtime,
+    /// or once this runtime is gone, returns at once (`release` is dropped
+    /// unpolled: the async guard's or permit's own drop then releases in the
+    /// background). Never panics: failures are logged, as `what` on `name`.
+    fn release_on_drop(
+        &self,
+        what: &'static str,
+        name: &str,
+        release: impl Future<Output = Result<()>>,
+    ) {
+        let (Some(rt), Err(_)) = (&self.rt, Handle::try_current()) else {
+            return;
+        };
+        let wait = self.release_wait;
+        match rt.block_on(async move { tokio::time::timeout(wait, release).await }) {
+            Ok(Ok(())) => {}
+            Ok(Err(
+                err
+                @ (Error::LeaseLost { .. } | Error::NotHeld { .. } | Error::PermitNotOut { .. }),
+            )) => {
+                tracing::debug!(what, name, error = %err, "dropped, and no longer held");
+            }
+            Ok(Err(err)) => {
+                tracing::warn!(what, name, error = %err,
+                    "release on drop failed; it expires with its lease, if it has one");
+            }
+            Err(_) => {
+                tracing::warn!(
+                    what,
+                    name,
+                    ?wait,
+                    "release on drop is still running; it goes on in the background"
+                );
+            }
         }
     }
 }
@@ -333,6 +376,12 @@ impl Client {
     /// A handle to the semaphore `name`, as [`crate::Client::semaphore`].
     pub fn semaphore(&self, name: impl Into<String>) -> Semaphore {
         Semaphore::new(self.inner.semaphore(name), &self.rt)
+    }
+
+    /// A handle to the permit-expirable semaphore `name`, as
+    /// [`crate::Client::permit_expirable_semaphore`].
+    pub fn permit_expirable_semaphore(&self, name: impl Into<String>) -> PermitExpirableSemaphore {
+        PermitExpirableSemaphore::new(self.inner.permit_expirable_semaphore(name), &self.rt)
     }
 
     /// A handle to the count-down latch `name`, as
