@@ -22,7 +22,7 @@
 //! again.unlock()?;
 //! guard.unlock()?;                             // last hold: deleted, waiter woken
 //!
-//! if let Some(guard) = lock.try_lock_for(Duration::from_secs(5))? {
+//! if let Some(_guard) = lock.try_lock_for(Duration::from_secs(5))? {
 //!     // ... the work ...
 //! } // dropped: released before the next line runs (see below)
 //! # Ok(()) }
