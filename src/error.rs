@@ -97,11 +97,9 @@ pub enum Error {
         permit: String,
     },
 
-    /// A call of the [blocking API](crate::blocking) that cannot run: it
-    /// was made inside an async runtime, where blocking the thread would
-    /// stall the runtime's other tasks (use the async API there, or move
-    /// the call into `tokio::task::spawn_blocking`), or the blocking
-    /// client's own runtime could not start.
+    /// A call of the [blocking API](crate::blocking) that could not be run:
+    /// the blocking client's runtime, or the helper thread a call made
+    /// inside an async runtime's context needs, could not start.
     #[error("blocking call refused: {0}")]
     Blocking(String),
 

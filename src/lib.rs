@@ -295,9 +295,11 @@
 //!   on in the background. `unlock()` is still the path that reports errors.
 //!   Guards and permits keep the runtime alive, so a guard that outlives its
 //!   client is still renewed and released.
-//! - **Not inside an async runtime.** A blocking call made on a thread that
-//!   runs one is refused with [`Error::Blocking`], not a panic. Dropping the
-//!   client or a guard there does not block.
+//! - **Plain threads, or `spawn_blocking`.** A blocking call never panics,
+//!   also on a thread with a tokio runtime's context (where a nested
+//!   `block_on` would): a helper thread drives it. In an async task it blocks
+//!   the task's worker like any blocking call, so use the async API there.
+//!   Dropping the client or a guard on such a thread does not block.
 //!
 //! `cargo run --example blocking` runs worker threads on a lock, a semaphore
 //! and a latch. [The module docs](blocking) say more.
@@ -341,7 +343,7 @@
 //!   acquire; the hold was given back.
 //! - `PermitNotOut`: a permit of a permit-expirable semaphore that expired or
 //!   was released already.
-//! - `Blocking`: a call of the blocking API made inside an async runtime.
+//! - `Blocking`: the blocking API could not start its runtime or a thread.
 //! - `UnexpectedReply`: a script replied something its contract does not allow.
 //!
 //! Not getting the lock within a wait is `Ok(None)` (`false` for semaphores and

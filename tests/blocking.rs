@@ -217,11 +217,12 @@ fn a_named_owner_spans_threads() {
     assert!(lock.unlock().unwrap_err().is_not_held());
 }
 
-/// Inside an async runtime every blocking call is refused with a clear
-/// error instead of a panic; a guard dropped there is released in the
-/// background, and a client dropped there does not panic.
+/// In an async task a blocking call neither panics (tokio would, at a
+/// nested `block_on`) nor deadlocks: a helper thread drives it, as the
+/// calling thread. A guard dropped there is released in the background, and
+/// a client dropped there does not panic.
 #[test]
-fn calls_inside_an_async_runtime_are_refused() {
+fn calls_in_an_async_task_do_not_panic() {
     let server = RedisServer::start();
     let client = client(&server, WATCHDOG);
     let lock = client.lock("inside");
@@ -234,22 +235,95 @@ fn calls_inside_an_async_runtime_are_refused() {
     let url = server.url();
     let inner = lock.clone();
     let moved = client.clone();
-    rt.block_on(async move {
-        let err = inner.try_lock().unwrap_err();
-        assert!(matches!(err, Error::Blocking(_)), "{err}");
-        assert!(err.to_string().contains("async runtime"), "{err}");
-        let err = blocking::Client::connect(url.as_str()).unwrap_err();
-        assert!(matches!(err, Error::Blocking(_)), "{err}");
+    let task = rt.spawn(async move {
+        // A current-thread runtime runs its tasks on the thread that called
+        // block_on: this test's thread, which holds the lock.
+        assert_eq!(inner.hold_count().unwrap(), 1);
+        let fresh = blocking::Client::connect(url.as_str()).unwrap();
+        assert!(fresh.lock("inside").try_lock().unwrap().is_none());
         // Released in the background, without waiting and without a panic.
         drop(guard);
+        drop(fresh);
         drop(moved);
         drop(inner);
     });
+    rt.block_on(task).unwrap();
     eventually(|| !lock.is_locked().unwrap());
 
-    // The last handle of a client, dropped inside a runtime.
+    // The last handle of a client, dropped in a task.
     let other = self::client(&server, WATCHDOG);
-    rt.block_on(async move { drop(other) });
+    rt.block_on(rt.spawn(async move { drop(other) })).unwrap();
+}
+
+/// With a runtime's context but outside its tasks (a `spawn_blocking`
+/// thread, the body of `block_on`), calls work, and run as the calling
+/// thread.
+#[test]
+fn calls_work_in_spawn_blocking_and_in_block_on() {
+    let server = RedisServer::start();
+    let client = client(&server, WATCHDOG);
+    let lock = client.lock("beside");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+
+    let held = lock.lock().unwrap();
+    let inner = lock.clone();
+    rt.block_on(async move {
+        // The body of block_on runs on this test's thread: it re-enters.
+        let again = inner.lock().unwrap();
+        assert_eq!(inner.hold_count().unwrap(), 2);
+        again.unlock().unwrap();
+        assert_eq!(inner.hold_count().unwrap(), 1);
+        // A spawn_blocking thread is another owner.
+        let other = inner.clone();
+        let kept_out = tokio::task::spawn_blocking(move || other.try_lock().unwrap().is_none())
+            .await
+            .unwrap();
+        assert!(kept_out);
+    });
+    held.unlock().unwrap();
+
+    let inner = lock.clone();
+    let count = rt
+        .block_on(async move {
+            tokio::task::spawn_blocking(move || {
+                let guard = inner.lock().unwrap();
+                let count = inner.hold_count().unwrap();
+                drop(guard); // no waiting here: released in the background
+                count
+            })
+            .await
+        })
+        .unwrap();
+    assert_eq!(count, 1);
+    eventually(|| !lock.is_locked().unwrap());
+}
+
+/// A blocking and an async call on the same plain thread use the same
+/// owner id, `thread-<n>`.
+#[test]
+fn blocking_and_async_agree_on_the_thread_owner() {
+    let server = RedisServer::start();
+    let client = client(&server, WATCHDOG);
+    let guard = client.lock("agree").lock().unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let url = server.url();
+    let owner = rt.block_on(async move {
+        let async_client = ferrisson::Client::connect(url.as_str()).await.unwrap();
+        let guard = async_client.lock("agree-async").lock().await.unwrap();
+        let owner = guard.owner().to_owned();
+        guard.unlock().await.unwrap();
+        owner
+    });
+    let thread_id = |field: &str| field.split_once(':').unwrap().1.to_owned();
+    assert_eq!(thread_id(&owner), thread_id(guard.owner()));
+    assert!(thread_id(&owner).starts_with("thread-"));
+    guard.unlock().unwrap();
 }
 
 /// Dropping the client returns promptly; a guard outliving it keeps the

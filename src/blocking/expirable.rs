@@ -56,7 +56,7 @@ impl PermitExpirableSemaphore {
     ///
     /// # Errors
     /// As [`crate::PermitExpirableSemaphore::acquire`], and
-    /// [`Error::Blocking`](crate::Error::Blocking) inside an async runtime.
+    /// [`Error::Blocking`](crate::Error::Blocking) when the call cannot be run.
     pub fn acquire(&self) -> Result<Permit> {
         let permit = self.rt.run(self.inner.acquire())?;
         Ok(Permit::new(permit, &self.rt))
@@ -66,7 +66,7 @@ impl PermitExpirableSemaphore {
     ///
     /// # Errors
     /// As [`crate::PermitExpirableSemaphore::acquire_with_lease`], and
-    /// [`Error::Blocking`](crate::Error::Blocking) inside an async runtime.
+    /// [`Error::Blocking`](crate::Error::Blocking) when the call cannot be run.
     pub fn acquire_with_lease(&self, lease: Duration) -> Result<Permit> {
         let permit = self.rt.run(self.inner.acquire_with_lease(lease))?;
         Ok(Permit::new(permit, &self.rt))
@@ -76,7 +76,7 @@ impl PermitExpirableSemaphore {
     ///
     /// # Errors
     /// As [`crate::PermitExpirableSemaphore::try_acquire`], and
-    /// [`Error::Blocking`](crate::Error::Blocking) inside an async runtime.
+    /// [`Error::Blocking`](crate::Error::Blocking) when the call cannot be run.
     pub fn try_acquire(&self) -> Result<Option<Permit>> {
         let permit = self.rt.run(self.inner.try_acquire())?;
         Ok(permit.map(|p| Permit::new(p, &self.rt)))
@@ -86,7 +86,7 @@ impl PermitExpirableSemaphore {
     ///
     /// # Errors
     /// As [`crate::PermitExpirableSemaphore::try_acquire_for`], and
-    /// [`Error::Blocking`](crate::Error::Blocking) inside an async runtime.
+    /// [`Error::Blocking`](crate::Error::Blocking) when the call cannot be run.
     pub fn try_acquire_for(&self, wait: Duration) -> Result<Option<Permit>> {
         let permit = self.rt.run(self.inner.try_acquire_for(wait))?;
         Ok(permit.map(|p| Permit::new(p, &self.rt)))
@@ -96,7 +96,7 @@ impl PermitExpirableSemaphore {
     ///
     /// # Errors
     /// As [`crate::PermitExpirableSemaphore::try_acquire_with_lease`], and
-    /// [`Error::Blocking`](crate::Error::Blocking) inside an async runtime.
+    /// [`Error::Blocking`](crate::Error::Blocking) when the call cannot be run.
     pub fn try_acquire_with_lease(
         &self,
         wait: Duration,
@@ -112,7 +112,7 @@ impl PermitExpirableSemaphore {
     ///
     /// # Errors
     /// As [`crate::PermitExpirableSemaphore::acquire_many`], and
-    /// [`Error::Blocking`](crate::Error::Blocking) inside an async runtime.
+    /// [`Error::Blocking`](crate::Error::Blocking) when the call cannot be run.
     pub fn acquire_many(&self, permits: u32, lease: Option<Duration>) -> Result<Vec<Permit>> {
         let permits = self.rt.run(self.inner.acquire_many(permits, lease))?;
         Ok(self.wrap(permits))
@@ -122,7 +122,7 @@ impl PermitExpirableSemaphore {
     ///
     /// # Errors
     /// As [`crate::PermitExpirableSemaphore::try_acquire_many`], and
-    /// [`Error::Blocking`](crate::Error::Blocking) inside an async runtime.
+    /// [`Error::Blocking`](crate::Error::Blocking) when the call cannot be run.
     pub fn try_acquire_many(
         &self,
         permits: u32,
@@ -139,7 +139,7 @@ impl PermitExpirableSemaphore {
     ///
     /// # Errors
     /// As [`crate::PermitExpirableSemaphore::release`], and
-    /// [`Error::Blocking`](crate::Error::Blocking) inside an async runtime.
+    /// [`Error::Blocking`](crate::Error::Blocking) when the call cannot be run.
     pub fn release(&self, permit: Permit) -> Result<()> {
         permit.release()
     }
@@ -148,7 +148,7 @@ impl PermitExpirableSemaphore {
     ///
     /// # Errors
     /// As [`crate::PermitExpirableSemaphore::update_lease`], and
-    /// [`Error::Blocking`](crate::Error::Blocking) inside an async runtime.
+    /// [`Error::Blocking`](crate::Error::Blocking) when the call cannot be run.
     pub fn update_lease(&self, permit: &mut Permit, lease: Option<Duration>) -> Result<()> {
         match permit.inner.as_mut() {
             Some(inner) => self.rt.run(self.inner.update_lease(inner, lease)),
@@ -221,9 +221,9 @@ impl Permit {
     /// answers.
     ///
     /// # Errors
-    /// As [`crate::Permit::release`]. Inside an async runtime,
-    /// [`Error::Blocking`](crate::Error::Blocking), and the permit is
-    /// released in the background as on drop.
+    /// As [`crate::Permit::release`], and
+    /// [`Error::Blocking`](crate::Error::Blocking) when the call cannot be
+    /// run (the permit is then released in the background, as on drop).
     pub fn release(mut self) -> Result<()> {
         match self.inner.take() {
             Some(permit) => self.rt.run(permit.release()),

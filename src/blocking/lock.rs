@@ -81,7 +81,7 @@ macro_rules! blocking_face {
             #[doc = concat!("Waits until the lock is held, then keeps it alive with the watchdog until the guard is released, as [`", stringify!($face), "::lock`](crate::", stringify!($face), "::lock).")]
             ///
             /// # Errors
-            #[doc = concat!("As [`", stringify!($face), "::lock`](crate::", stringify!($face), "::lock), and [`Error::Blocking`](crate::Error::Blocking) inside an async runtime.")]
+            #[doc = concat!("As [`", stringify!($face), "::lock`](crate::", stringify!($face), "::lock), and [`Error::Blocking`](crate::Error::Blocking) when the call cannot be run.")]
             pub fn lock(&self) -> Result<$guard> {
                 let handle = self.handle();
                 let guard = self.rt.run(handle.lock())?;
@@ -92,7 +92,7 @@ macro_rules! blocking_face {
             /// watchdog; the lock frees itself when the lease runs out.
             ///
             /// # Errors
-            #[doc = concat!("As [`", stringify!($face), "::lock_with_lease`](crate::", stringify!($face), "::lock_with_lease), and [`Error::Blocking`](crate::Error::Blocking) inside an async runtime.")]
+            #[doc = concat!("As [`", stringify!($face), "::lock_with_lease`](crate::", stringify!($face), "::lock_with_lease), and [`Error::Blocking`](crate::Error::Blocking) when the call cannot be run.")]
             pub fn lock_with_lease(&self, lease: Duration) -> Result<$guard> {
                 let handle = self.handle();
                 let guard = self.rt.run(handle.lock_with_lease(lease))?;
@@ -104,7 +104,7 @@ macro_rules! blocking_face {
             /// holds it.
             ///
             /// # Errors
-            #[doc = concat!("As [`", stringify!($face), "::try_lock`](crate::", stringify!($face), "::try_lock), and [`Error::Blocking`](crate::Error::Blocking) inside an async runtime.")]
+            #[doc = concat!("As [`", stringify!($face), "::try_lock`](crate::", stringify!($face), "::try_lock), and [`Error::Blocking`](crate::Error::Blocking) when the call cannot be run.")]
             pub fn try_lock(&self) -> Result<Option<$guard>> {
                 let handle = self.handle();
                 let guard = self.rt.run(handle.try_lock())?;
@@ -115,7 +115,7 @@ macro_rules! blocking_face {
             /// makes one attempt.
             ///
             /// # Errors
-            #[doc = concat!("As [`", stringify!($face), "::try_lock_for`](crate::", stringify!($face), "::try_lock_for), and [`Error::Blocking`](crate::Error::Blocking) inside an async runtime.")]
+            #[doc = concat!("As [`", stringify!($face), "::try_lock_for`](crate::", stringify!($face), "::try_lock_for), and [`Error::Blocking`](crate::Error::Blocking) when the call cannot be run.")]
             pub fn try_lock_for(&self, wait: Duration) -> Result<Option<$guard>> {
                 let handle = self.handle();
                 let guard = self.rt.run(handle.try_lock_for(wait))?;
@@ -125,7 +125,7 @@ macro_rules! blocking_face {
             /// Waits at most `wait` for the lock, held for `lease` at most.
             ///
             /// # Errors
-            #[doc = concat!("As [`", stringify!($face), "::try_lock_with_lease`](crate::", stringify!($face), "::try_lock_with_lease), and [`Error::Blocking`](crate::Error::Blocking) inside an async runtime.")]
+            #[doc = concat!("As [`", stringify!($face), "::try_lock_with_lease`](crate::", stringify!($face), "::try_lock_with_lease), and [`Error::Blocking`](crate::Error::Blocking) when the call cannot be run.")]
             pub fn try_lock_with_lease(
                 &self,
                 wait: Duration,
@@ -313,8 +313,8 @@ impl ReadWriteLock {
 ///
 /// [`LockGuard::unlock`] releases it and reports the outcome. Dropping it
 /// releases it too, waiting at most the client's response timeout (3 s by
-/// default) before the release goes on in the background; inside an async
-/// runtime the drop does not wait. The guard is `Send`: it may move to
+/// default) before the release goes on in the background; on a thread with
+/// an async runtime's context the drop does not wait. The guard is `Send`: it may move to
 /// another thread, and its hold still belongs to the owner that took it.
 /// It keeps its client's runtime, and so the watchdog renewing it, alive.
 #[must_use = "the lock is released as soon as the guard is dropped"]
@@ -367,8 +367,8 @@ impl LockGuard {
     /// [`crate::LockGuard::extend`].
     ///
     /// # Errors
-    /// As [`crate::LockGuard::extend`], and [`Error::Blocking`] inside an
-    /// async runtime.
+    /// As [`crate::LockGuard::extend`], and [`Error::Blocking`] when the
+    /// call cannot be run.
     pub fn extend(&mut self, lease: Duration) -> Result<()> {
         let guard = live(&mut self.inner)?;
         self.rt.run(guard.extend(lease))
@@ -378,8 +378,8 @@ impl LockGuard {
     /// [`crate::LockGuard::keep_alive`].
     ///
     /// # Errors
-    /// As [`crate::LockGuard::keep_alive`], and [`Error::Blocking`] inside
-    /// an async runtime.
+    /// As [`crate::LockGuard::keep_alive`], and [`Error::Blocking`] when
+    /// the call cannot be run.
     pub fn keep_alive(&mut self) -> Result<()> {
         let guard = live(&mut self.inner)?;
         self.rt.run(guard.keep_alive())
@@ -398,9 +398,9 @@ impl LockGuard {
     /// deletes the lock and wakes a waiter.
     ///
     /// # Errors
-    /// As [`crate::LockGuard::unlock`]. Inside an async runtime,
-    /// [`Error::Blocking`], and the hold is released in the background as
-    /// on drop.
+    /// As [`crate::LockGuard::unlock`], and [`Error::Blocking`] when the
+    /// call cannot be run (the hold is then released in the background, as
+    /// on drop).
     pub fn unlock(mut self) -> Result<()> {
         match self.inner.take() {
             Some(guard) => self.rt.run(guard.unlock()),

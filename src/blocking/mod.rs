@@ -49,23 +49,29 @@
 //! response timeout ([`ClientBuilder::response_timeout`], 3 s by default).
 //! Past that the release goes on in the background and the drop returns, so
 //! a drop never blocks for long; a failure is only logged. A guard dropped
-//! inside an async runtime does not wait at all. A guard keeps its client's
+//! on a thread with an async runtime's context does not wait at all. A guard keeps its client's
 //! runtime alive, so its watchdog goes on renewing after the [`Client`] is
 //! dropped.
 //!
 //! # Inside an async runtime
 //!
-//! A blocking call made on a thread that runs an async runtime would stall
-//! that runtime's other tasks, so it is refused with [`Error::Blocking`]
-//! instead (tokio itself would panic). Use the async API there, or run the
-//! blocking code in `tokio::task::spawn_blocking`.
+//! Blocking calls belong on plain threads, or in
+//! `tokio::task::spawn_blocking` when the program also runs async code. On a
+//! thread with a tokio runtime's context (a `spawn_blocking` thread, the body
+//! of `block_on`, an async task), where tokio would panic at a nested
+//! `block_on`, a call is driven by a short-lived helper thread while the
+//! caller waits: it works, never panics, and still runs as the calling
+//! thread. In an async task it blocks the task's worker thread like any
+//! blocking call (on a current-thread runtime, every other task waits with
+//! it), so use the async API there. A guard or permit dropped on such a
+//! thread is released in the background, without waiting.
 //!
 //! # Dropping the client
 //!
 //! The runtime stops when the client and the last handle and guard made from
 //! it are gone: its thread gets up to one second to stop, and is left to end
-//! by itself after that. Dropped inside an async runtime it is not waited
-//! for.
+//! by itself after that. Dropped on a thread with an async runtime's
+//! context it is not waited for.
 
 mod expirable;
 mod latch;
@@ -103,34 +109,36 @@ pub(crate) struct Runtime {
 }
 
 impl Runtime {
-    /// Runs `fut` on this runtime, blocking the calling thread until it ends.
-    fn run<T>(&self, fut: impl Future<Output = Result<T>>) -> Result<T> {
-        refuse_inside_runtime()?;
+    /// Runs `fut` on this runtime, blocking the calling thread until it ends
+    /// (see [`drive`]).
+    fn run<T: Send>(&self, fut: impl Future<Output = Result<T>> + Send) -> Result<T> {
         match &self.rt {
-            Some(rt) => rt.block_on(fut),
+            Some(rt) => drive(rt, fut)?,
             None => Err(Error::Blocking("the client's runtime is gone".into())),
         }
     }
-}
 
-impl Runtime {
     /// Runs `release` (of something dropped) on this runtime, waiting at
     /// most the release wait; past it the future is dropped, and its request
-    /// (already sent) completes in the background. Inside an async runtime,
-    /// or once this runtime is gone, returns at once (`release` is dropped
-    /// unpolled: the async guard's or permit's own drop then releases in the
+    /// (already sent) completes in the background. On a thread with a
+    /// runtime's context, or once this runtime is gone, returns at once (`release` is dropped unpolled:
+    /// the async guard's or permit's own drop then releases in the
     /// background). Never panics: failures are logged, as `what` on `name`.
     fn release_on_drop(
         &self,
         what: &'static str,
         name: &str,
-        release: impl Future<Output = Result<()>>,
+        release: impl Future<Output = Result<()>> + Send,
     ) {
-        let (Some(rt), Err(_)) = (&self.rt, Handle::try_current()) else {
+        let Some(rt) = self.rt.as_ref().filter(|_| !in_runtime_context()) else {
             return;
         };
         let wait = self.release_wait;
-        match rt.block_on(async move { tokio::time::timeout(wait, release).await }) {
+        let Ok(outcome) = drive(rt, async move { tokio::time::timeout(wait, release).await })
+        else {
+            return;
+        };
+        match outcome {
             Ok(Ok(())) => {}
             Ok(Err(
                 err
@@ -174,23 +182,38 @@ impl Drop for Runtime {
 /// panicking, as tokio does when a runtime is dropped there) inside another
 /// runtime.
 fn stop(rt: tokio::runtime::Runtime) {
-    if Handle::try_current().is_ok() {
+    if in_runtime_context() {
         rt.shutdown_background();
     } else {
         rt.shutdown_timeout(SHUTDOWN_WAIT);
     }
 }
 
-/// [`Error::Blocking`] when the calling thread runs an async runtime.
-fn refuse_inside_runtime() -> Result<()> {
-    if Handle::try_current().is_ok() {
-        return Err(Error::Blocking(
-            "called inside an async runtime, where blocking would stall its tasks; \
-             use the async API, or tokio::task::spawn_blocking"
-                .into(),
-        ));
+/// Drives `fut` to its end on `rt`, blocking the calling thread.
+///
+/// On a plain thread the caller drives it (`block_on`). On a thread with a
+/// runtime's context (a `spawn_blocking` thread, the body of another
+/// runtime's `block_on`, an async task), where tokio's `block_on` may panic,
+/// a helper thread drives it while the caller waits.
+fn drive<T: Send>(rt: &tokio::runtime::Runtime, fut: impl Future<Output = T> + Send) -> Result<T> {
+    if !in_runtime_context() {
+        return Ok(rt.block_on(fut));
     }
-    Ok(())
+    std::thread::scope(|scope| {
+        let helper = std::thread::Builder::new()
+            .name("ferrisson-blocking-call".into())
+            .spawn_scoped(scope, || rt.block_on(fut))
+            .map_err(|e| Error::Blocking(format!("no thread to run the call on: {e}")))?;
+        match helper.join() {
+            Ok(out) => Ok(out),
+            Err(panic) => std::panic::resume_unwind(panic),
+        }
+    })
+}
+
+/// Whether the calling thread has a tokio runtime's context.
+fn in_runtime_context() -> bool {
+    Handle::try_current().is_ok()
 }
 
 /// Defines blocking methods that run the async method of the same name on
@@ -207,7 +230,7 @@ macro_rules! blocking_calls {
             #[doc = concat!(
                 "As [`", stringify!($async), "::", stringify!($name), "`](crate::",
                 stringify!($async), "::", stringify!($name), "), and ",
-                "[`Error::Blocking`](crate::Error::Blocking) inside an async runtime."
+                "[`Error::Blocking`](crate::Error::Blocking) when the call cannot be run."
             )]
             pub fn $name(&self $(, $arg: $ty)*) -> $crate::Result<$out> {
                 let handle = self.handle();
@@ -288,8 +311,7 @@ impl Client {
     ///
     /// # Errors
     /// [`Error::Redis`] when the URL is malformed or Redis cannot be
-    /// reached; [`Error::Blocking`] inside an async runtime, or when the
-    /// runtime cannot start.
+    /// reached; [`Error::Blocking`] when the runtime cannot start.
     pub fn connect(url: impl IntoConnectionInfo) -> Result<Client> {
         Client::from_builder(crate::Client::builder(url))
     }
@@ -308,17 +330,16 @@ impl Client {
     /// ```
     ///
     /// # Errors
-    /// As [`ClientBuilder::build`], and [`Error::Blocking`] inside an
-    /// async runtime, or when the runtime cannot start.
+    /// As [`ClientBuilder::build`], and [`Error::Blocking`] when the runtime
+    /// cannot start.
     pub fn from_builder(builder: ClientBuilder) -> Result<Client> {
-        refuse_inside_runtime()?;
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .thread_name("ferrisson-blocking")
             .enable_all()
             .build()
             .map_err(|e| Error::Blocking(format!("the client's runtime did not start: {e}")))?;
-        let inner = match rt.block_on(builder.build()) {
+        let inner = match drive(&rt, builder.build()).and_then(|built| built) {
             Ok(inner) => inner,
             Err(err) => {
                 stop(rt);
