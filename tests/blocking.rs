@@ -140,6 +140,32 @@ fn a_dropped_guard_releases_the_lock() {
     assert!(waiter.join().unwrap(), "the waiter got the lock");
 }
 
+/// A guard dropped while Redis does not answer returns after the release
+/// wait (the response timeout) instead of hanging; the release goes on in
+/// the background, and the lock is free once Redis answers again.
+#[test]
+fn a_drop_never_blocks_for_long() {
+    let server = RedisServer::start();
+    let wait = Duration::from_millis(300);
+    let client = blocking::Client::from_builder(
+        ferrisson::Client::builder(server.url())
+            .watchdog_timeout(Duration::from_secs(1))
+            .response_timeout(wait),
+    )
+    .unwrap();
+    let lock = client.lock("frozen");
+    let guard = lock.lock().unwrap();
+
+    server.freeze();
+    let started = Instant::now();
+    drop(guard);
+    let took = started.elapsed();
+    server.thaw();
+    assert!(took >= wait, "the drop waited for the release: {took:?}");
+    assert!(took < Duration::from_secs(5), "the drop returned: {took:?}");
+    eventually(|| !lock.is_locked().unwrap_or(true));
+}
+
 /// The watchdog renews the lease while the thread is busy past several
 /// leases: the runtime runs between calls.
 #[test]
