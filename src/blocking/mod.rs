@@ -33,8 +33,11 @@
 //! A hold belongs to an owner, and the default owner of a blocking handle is
 //! **the calling thread**: `thread-<n>`, the same id the async API gives a
 //! call made outside a tokio task. So the same thread re-enters (the hold
-//! count rises), another thread waits, and a blocking and an async handle
-//! used on the same plain thread share their holds. Where the async docs say
+//! count rises), another thread waits, and a blocking and an async call on
+//! the same plain thread name the same owner (for `is_held_by`, say; each
+//! client has its own id, so two clients never share holds). The owner is
+//! read on the calling thread before the call goes to the runtime, so the
+//! runtime's own threads never own anything. Where the async docs say
 //! "the current task", read "the current thread" here
 //! ([`Lock::is_held_by_current_task`] asks about the calling thread). A guard
 //! may move to another thread; its hold still belongs to the thread that
@@ -49,9 +52,9 @@
 //! response timeout ([`ClientBuilder::response_timeout`], 3 s by default).
 //! Past that the release goes on in the background and the drop returns, so
 //! a drop never blocks for long; a failure is only logged. A guard dropped
-//! on a thread with an async runtime's context does not wait at all. A guard keeps its client's
-//! runtime alive, so its watchdog goes on renewing after the [`Client`] is
-//! dropped.
+//! on a thread with an async runtime's context does not wait at all. A guard
+//! keeps its client's runtime alive, so its watchdog goes on renewing after
+//! the [`Client`] is dropped.
 //!
 //! # Inside an async runtime
 //!
@@ -121,9 +124,10 @@ impl Runtime {
     /// Runs `release` (of something dropped) on this runtime, waiting at
     /// most the release wait; past it the future is dropped, and its request
     /// (already sent) completes in the background. On a thread with a
-    /// runtime's context, or once this runtime is gone, returns at once (`release` is dropped unpolled:
-    /// the async guard's or permit's own drop then releases in the
-    /// background). Never panics: failures are logged, as `what` on `name`.
+    /// runtime's context, or once this runtime is gone, returns at once:
+    /// `release` is dropped unpolled, and the async guard's or permit's own
+    /// drop releases in the background. Never panics: failures are logged,
+    /// as `what` on `name`.
     fn release_on_drop(
         &self,
         what: &'static str,
