@@ -294,7 +294,9 @@ pub(crate) use blocking_object;
 /// A client that runs its own runtime: the entry point of the blocking API.
 ///
 /// Cheap to clone (the clones share the connection and the runtime), and
-/// `Send + Sync`. See [the module docs](self) for owners, guards and drop.
+/// `Send + Sync`: clone it for each thread rather than connecting again, as
+/// each connected client has a runtime thread and connections of its own.
+/// See [the module docs](self) for owners, guards and drop.
 #[derive(Clone)]
 pub struct Client {
     inner: crate::Client,
