@@ -26,6 +26,15 @@ fn client(server: &RedisServer, watchdog: Duration) -> blocking::Client {
     .expect("connect")
 }
 
+/// A runtime of the caller's own, as an async part of the program would
+/// have.
+fn current_thread_runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
 /// The next message on `rx`, within [`BOUND`].
 fn recv<T>(rx: &Receiver<T>) -> T {
     rx.recv_timeout(BOUND).expect("an event within the bound")
@@ -254,10 +263,7 @@ fn calls_in_an_async_task_do_not_panic() {
     let lock = client.lock("inside");
     let guard = lock.lock().unwrap();
 
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = current_thread_runtime();
     let url = server.url();
     let inner = lock.clone();
     let moved = client.clone();
@@ -289,10 +295,7 @@ fn calls_work_in_spawn_blocking_and_in_block_on() {
     let server = RedisServer::start();
     let client = client(&server, WATCHDOG);
     let lock = client.lock("beside");
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = current_thread_runtime();
 
     let held = lock.lock().unwrap();
     let inner = lock.clone();
@@ -334,10 +337,7 @@ fn blocking_and_async_agree_on_the_thread_owner() {
     let server = RedisServer::start();
     let client = client(&server, WATCHDOG);
     let guard = client.lock("agree").lock().unwrap();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = current_thread_runtime();
     let url = server.url();
     let owner = rt.block_on(async move {
         let async_client = ferrisson::Client::connect(url.as_str()).await.unwrap();
