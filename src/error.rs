@@ -97,6 +97,12 @@ pub enum Error {
         permit: String,
     },
 
+    /// A call of the [blocking API](crate::blocking) that could not be run:
+    /// the blocking client's runtime, or the helper thread a call made
+    /// inside an async runtime's context needs, could not start.
+    #[error("blocking call refused: {0}")]
+    Blocking(String),
+
     /// A script replied something its contract does not allow.
     #[error("unexpected reply from the {script} script: {reply}")]
     UnexpectedReply {

@@ -18,8 +18,9 @@
 //!
 //! The rest of Redisson's family sits around it, on Redisson's layouts too:
 //! spin, fenced, fair and read-write locks, two semaphores, a count-down latch,
-//! a multi-lock and RedLock. ferrisson needs Redis 6 or later (it speaks RESP3)
-//! and a tokio runtime.
+//! a multi-lock and RedLock. ferrisson needs Redis 6 or later (it speaks RESP3).
+//! Its async API runs on a tokio runtime; programs without one use the
+//! [blocking API](#without-an-async-runtime).
 //!
 //! ```rust,no_run
 //! use std::time::Duration;
@@ -263,6 +264,46 @@
 //!
 //! [`LockGuard::is_lease_lost`] answers the same question without waiting.
 //!
+//! # Without an async runtime
+//!
+//! Batch jobs, command-line tools and synchronous services use [`blocking`]:
+//! a [`blocking::Client`] runs a small tokio runtime of its own (one worker
+//! thread) and offers the same handles, guards and permits as plain blocking
+//! calls. The runtime keeps running between calls, so the watchdog renews a
+//! held lock's lease while the calling thread does its work.
+//!
+//! ```rust,no_run
+//! use std::time::Duration;
+//! # fn run() -> ferrisson::Result<()> {
+//! let client = ferrisson::blocking::Client::connect("redis://127.0.0.1/")?;
+//! let lock = client.lock("nightly-export");
+//! if let Some(guard) = lock.try_lock_for(Duration::from_secs(5))? {
+//!     // ... the export ...
+//!     guard.unlock()?;
+//! }
+//! # Ok(()) }
+//! ```
+//!
+//! - **Owners are threads.** A blocking handle's default owner is the calling
+//!   thread, `thread-<n>`, the id the async API gives code outside a task. The
+//!   same thread re-enters; other threads wait. Each call reads the owner on
+//!   the caller's thread before it goes to the runtime, so the runtime's own
+//!   thread never owns anything. `is_held_by_current_task` asks about the
+//!   calling thread.
+//! - **A dropped guard is released before the drop returns**, waiting at most
+//!   the client's response timeout (3 s by default); past that the release goes
+//!   on in the background. `unlock()` is still the path that reports errors.
+//!   Guards and permits keep the runtime alive, so a guard that outlives its
+//!   client is still renewed and released.
+//! - **Plain threads, or `spawn_blocking`.** A blocking call never panics,
+//!   also on a thread with a tokio runtime's context (where a nested
+//!   `block_on` would): a helper thread drives it. In an async task it blocks
+//!   the task's worker like any blocking call, so use the async API there.
+//!   Dropping the client or a guard on such a thread does not block.
+//!
+//! `cargo run --example blocking` runs worker threads on a lock, a semaphore
+//! and a latch. [The module docs](blocking) say more.
+//!
 //! # Cancel safety
 //!
 //! Every async method is cancel safe, and its docs say how. A `lock()` or
@@ -302,6 +343,7 @@
 //!   acquire; the hold was given back.
 //! - `PermitNotOut`: a permit of a permit-expirable semaphore that expired or
 //!   was released already.
+//! - `Blocking`: the blocking API could not start its runtime or a thread.
 //! - `UnexpectedReply`: a script replied something its contract does not allow.
 //!
 //! Not getting the lock within a wait is `Ok(None)` (`false` for semaphores and
@@ -727,6 +769,7 @@ pub use semaphore::Semaphore;
 mod acquire_latch;
 mod args;
 mod backoff;
+pub mod blocking;
 mod client;
 pub mod config;
 mod error;

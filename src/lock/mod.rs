@@ -72,8 +72,14 @@ thread_local! {
 fn current_owner_id() -> String {
     match tokio::task::try_id() {
         Some(id) => format!("task-{id}"),
-        None => format!("thread-{}", THREAD_OWNER.with(|n| *n)),
+        None => thread_owner_id(),
     }
+}
+
+/// The owner id of the calling thread, `thread-<n>`: the default owner of
+/// async calls made outside a task, and of every blocking call.
+pub(crate) fn thread_owner_id() -> String {
+    format!("thread-{}", THREAD_OWNER.with(|n| *n))
 }
 
 /// The result of one acquire attempt: a guard, or the holder's PTTL in ms.

@@ -1,0 +1,434 @@
+//! The blocking API: the same locks, semaphores and latch for programs
+//! without an async runtime (batch jobs, command-line tools, synchronous
+//! services).
+//!
+//! A [`Client`] here starts its own small tokio runtime (one worker thread,
+//! named `ferrisson-blocking`) and keeps it until the client, and every
+//! handle and guard made from it, is dropped. Each call runs its async
+//! counterpart on that runtime and blocks the calling thread until it ends.
+//! Between calls the runtime keeps running: the watchdog renews the leases of
+//! held locks while your thread does its work, and unlock messages keep
+//! arriving.
+//!
+//! ```rust,no_run
+//! use std::time::Duration;
+//! # fn run() -> ferrisson::Result<()> {
+//! let client = ferrisson::blocking::Client::connect("redis://127.0.0.1/")?;
+//! let lock = client.lock("nightly-report");
+//!
+//! let guard = lock.lock()?;                    // waits; watchdog mode
+//! let again = lock.lock()?;                    // same thread: re-enters
+//! assert_eq!(lock.hold_count()?, 2);
+//! again.unlock()?;
+//! guard.unlock()?;                             // last hold: deleted, waiter woken
+//!
+//! if let Some(_guard) = lock.try_lock_for(Duration::from_secs(5))? {
+//!     // ... the work ...
+//! } // dropped: released before the next line runs (see below)
+//! # Ok(()) }
+//! ```
+//!
+//! # Owners are threads
+//!
+//! A hold belongs to an owner, and the default owner of a blocking handle is
+//! **the calling thread**: `thread-<n>`, the same id the async API gives a
+//! call made outside a tokio task. So the same thread re-enters (the hold
+//! count rises), another thread waits, and a blocking and an async call on
+//! the same plain thread name the same owner (for `is_held_by`, say; each
+//! client has its own id, so two clients never share holds). The owner is
+//! read on the calling thread before the call goes to the runtime, so the
+//! runtime's own threads never own anything. Where the async docs say
+//! "the current task", read "the current thread" here
+//! ([`Lock::is_held_by_current_task`] asks about the calling thread). A guard
+//! may move to another thread; its hold still belongs to the thread that
+//! took it, and its `unlock` releases that hold. Name an owner yourself with
+//! `with_owner` when one job spans several threads.
+//!
+//! # Guards and drop
+//!
+//! [`LockGuard::unlock`] is the documented path: it blocks until Redis
+//! answers and reports a lost lease or a failed release. Dropping a guard
+//! also releases it, and waits for that release at most the client's
+//! response timeout ([`ClientBuilder::response_timeout`], 3 s by default).
+//! Past that the release goes on in the background and the drop returns, so
+//! a drop never blocks for long; a failure is only logged. A guard dropped
+//! on a thread with an async runtime's context does not wait at all. A guard
+//! keeps its client's runtime alive, so its watchdog goes on renewing after
+//! the [`Client`] is dropped.
+//!
+//! # Inside an async runtime
+//!
+//! Blocking calls belong on plain threads, or in
+//! `tokio::task::spawn_blocking` when the program also runs async code. On a
+//! thread with a tokio runtime's context (a `spawn_blocking` thread, the body
+//! of `block_on`, an async task), where tokio would panic at a nested
+//! `block_on`, a call is driven by a short-lived helper thread while the
+//! caller waits: it works, never panics, and still runs as the calling
+//! thread. In an async task it blocks the task's worker thread like any
+//! blocking call (on a current-thread runtime, every other task waits with
+//! it), so use the async API there. A guard or permit dropped on such a
+//! thread is released in the background, without waiting.
+//!
+//! # Dropping the client
+//!
+//! The runtime stops when the client and the last handle and guard made from
+//! it are gone: its thread gets up to one second to stop, and is left to end
+//! by itself after that. Dropped on a thread with an async runtime's
+//! context it is not waited for.
+
+mod expirable;
+mod latch;
+mod lock;
+mod semaphore;
+
+pub use expirable::{Permit, PermitExpirableSemaphore};
+pub use latch::CountDownLatch;
+pub use lock::{
+    FairLock, FencedGuard, FencedLock, Lock, LockGuard, NonReentrantFairLock, NonReentrantLock,
+    ReadLock, ReadWriteLock, SpinLock, WriteLock,
+};
+pub use semaphore::Semaphore;
+
+use std::fmt;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::IntoConnectionInfo;
+use tokio::runtime::Handle;
+use uuid::Uuid;
+
+use crate::{ClientBuilder, Config, Error, Result};
+
+/// How long the last drop of a client's runtime waits for its thread.
+const SHUTDOWN_WAIT: Duration = Duration::from_secs(1);
+
+/// The runtime of one blocking client, shared by its handles and guards.
+pub(crate) struct Runtime {
+    /// `None` only while it is dropped.
+    rt: Option<tokio::runtime::Runtime>,
+    /// How long a guard's drop waits for its release.
+    release_wait: Duration,
+}
+
+impl Runtime {
+    /// Runs `fut` on this runtime, blocking the calling thread until it ends
+    /// (see [`drive`]).
+    fn run<T: Send>(&self, fut: impl Future<Output = Result<T>> + Send) -> Result<T> {
+        match &self.rt {
+            Some(rt) => drive(rt, fut)?,
+            None => Err(Error::Blocking("the client's runtime is gone".into())),
+        }
+    }
+
+    /// Runs `release` (of something dropped) on this runtime, waiting at
+    /// most the release wait; past it the future is dropped, and its request
+    /// (already sent) completes in the background. On a thread with a
+    /// runtime's context, or once this runtime is gone, returns at once:
+    /// `release` is dropped unpolled, and the async guard's or permit's own
+    /// drop releases in the background. Never panics: failures are logged,
+    /// as `what` on `name`.
+    fn release_on_drop(
+        &self,
+        what: &'static str,
+        name: &str,
+        release: impl Future<Output = Result<()>> + Send,
+    ) {
+        let Some(rt) = self.rt.as_ref().filter(|_| !in_runtime_context()) else {
+            return;
+        };
+        let wait = self.release_wait;
+        let Ok(outcome) = drive(rt, async move { tokio::time::timeout(wait, release).await })
+        else {
+            return;
+        };
+        match outcome {
+            Ok(Ok(())) => {}
+            Ok(Err(
+                err
+                @ (Error::LeaseLost { .. } | Error::NotHeld { .. } | Error::PermitNotOut { .. }),
+            )) => {
+                tracing::debug!(what, name, error = %err, "dropped, and no longer held");
+            }
+            Ok(Err(err)) => {
+                tracing::warn!(what, name, error = %err,
+                    "release on drop failed; it expires with its lease, if it has one");
+            }
+            Err(_) => {
+                tracing::warn!(
+                    what,
+                    name,
+                    ?wait,
+                    "release on drop is still running; it goes on in the background"
+                );
+            }
+        }
+    }
+}
+
+impl fmt::Debug for Runtime {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Runtime")
+            .field("release_wait", &self.release_wait)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for Runtime {
+    fn drop(&mut self) {
+        if let Some(rt) = self.rt.take() {
+            stop(rt);
+        }
+    }
+}
+
+/// Stops `rt` without blocking for long, and without blocking at all (nor
+/// panicking, as tokio does when a runtime is dropped there) inside another
+/// runtime.
+fn stop(rt: tokio::runtime::Runtime) {
+    if in_runtime_context() {
+        rt.shutdown_background();
+    } else {
+        rt.shutdown_timeout(SHUTDOWN_WAIT);
+    }
+}
+
+/// Drives `fut` to its end on `rt`, blocking the calling thread.
+///
+/// On a plain thread the caller drives it (`block_on`). On a thread with a
+/// runtime's context (a `spawn_blocking` thread, the body of another
+/// runtime's `block_on`, an async task), where tokio's `block_on` may panic,
+/// a helper thread drives it while the caller waits.
+fn drive<T: Send>(rt: &tokio::runtime::Runtime, fut: impl Future<Output = T> + Send) -> Result<T> {
+    if !in_runtime_context() {
+        return Ok(rt.block_on(fut));
+    }
+    std::thread::scope(|scope| {
+        let helper = std::thread::Builder::new()
+            .name("ferrisson-blocking-call".into())
+            .spawn_scoped(scope, || rt.block_on(fut))
+            .map_err(|e| Error::Blocking(format!("no thread to run the call on: {e}")))?;
+        match helper.join() {
+            Ok(out) => Ok(out),
+            Err(panic) => std::panic::resume_unwind(panic),
+        }
+    })
+}
+
+/// Whether the calling thread has a tokio runtime's context.
+fn in_runtime_context() -> bool {
+    Handle::try_current().is_ok()
+}
+
+/// Defines blocking methods that run the async method of the same name on
+/// `self.handle()` and return its result.
+macro_rules! blocking_calls {
+    ($async:ident; $(
+        $(#[$doc:meta])*
+        fn $name:ident(&self $(, $arg:ident: $ty:ty)* $(,)?) -> $out:ty;
+    )*) => {
+        $(
+            $(#[$doc])*
+            ///
+            /// # Errors
+            #[doc = concat!(
+                "As [`", stringify!($async), "::", stringify!($name), "`](crate::",
+                stringify!($async), "::", stringify!($name), "), and ",
+                "[`Error::Blocking`](crate::Error::Blocking) when the call cannot be run."
+            )]
+            pub fn $name(&self $(, $arg: $ty)*) -> $crate::Result<$out> {
+                let handle = self.handle();
+                self.rt.run(handle.$name($($arg),*))
+            }
+        )*
+    };
+}
+
+pub(crate) use blocking_calls;
+
+/// Defines the blocking face of an ownerless async handle of the same name
+/// (a semaphore, a latch): the struct, `Debug`, `new`, `handle` and `name`.
+macro_rules! blocking_object {
+    ($(#[$doc:meta])* $face:ident) => {
+        $(#[$doc])*
+        #[derive(Clone)]
+        pub struct $face {
+            inner: $crate::$face,
+            rt: std::sync::Arc<$crate::blocking::Runtime>,
+        }
+
+        impl std::fmt::Debug for $face {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.debug_struct(concat!("blocking::", stringify!($face)))
+                    .field("inner", &self.inner)
+                    .finish()
+            }
+        }
+
+        impl $face {
+            pub(super) fn new(
+                inner: $crate::$face,
+                rt: &std::sync::Arc<$crate::blocking::Runtime>,
+            ) -> $face {
+                $face {
+                    inner,
+                    rt: std::sync::Arc::clone(rt),
+                }
+            }
+
+            /// The async handle each call runs.
+            fn handle(&self) -> &$crate::$face {
+                &self.inner
+            }
+
+            /// The name: its Redis key.
+            pub fn name(&self) -> &str {
+                self.inner.name()
+            }
+        }
+    };
+}
+
+pub(crate) use blocking_object;
+
+/// A client that runs its own runtime: the entry point of the blocking API.
+///
+/// Cheap to clone (the clones share the connection and the runtime), and
+/// `Send + Sync`: clone it for each thread rather than connecting again, as
+/// each connected client has a runtime thread and connections of its own.
+/// See [the module docs](self) for owners, guards and drop.
+#[derive(Clone)]
+pub struct Client {
+    inner: crate::Client,
+    rt: Arc<Runtime>,
+}
+
+impl fmt::Debug for Client {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("blocking::Client")
+            .field("inner", &self.inner)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Client {
+    /// Starts the client's runtime and connects with the default settings,
+    /// as [`crate::Client::connect`].
+    ///
+    /// # Errors
+    /// [`Error::Redis`] when the URL is malformed or Redis cannot be
+    /// reached; [`Error::Blocking`] when the runtime cannot start.
+    pub fn connect(url: impl IntoConnectionInfo) -> Result<Client> {
+        Client::from_builder(crate::Client::builder(url))
+    }
+
+    /// Starts the client's runtime and builds `builder` on it: every
+    /// setting of [`ClientBuilder`] (watchdog timeout, cluster, sentinel,
+    /// TLS) applies.
+    ///
+    /// ```rust,no_run
+    /// use std::time::Duration;
+    /// # fn run() -> ferrisson::Result<()> {
+    /// let builder = ferrisson::Client::builder("redis://127.0.0.1/")
+    ///     .watchdog_timeout(Duration::from_secs(10));
+    /// let client = ferrisson::blocking::Client::from_builder(builder)?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// As [`ClientBuilder::build`], and [`Error::Blocking`] when the runtime
+    /// cannot start.
+    pub fn from_builder(builder: ClientBuilder) -> Result<Client> {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("ferrisson-blocking")
+            .enable_all()
+            .build()
+            .map_err(|e| Error::Blocking(format!("the client's runtime did not start: {e}")))?;
+        let inner = match drive(&rt, builder.build()).and_then(|built| built) {
+            Ok(inner) => inner,
+            Err(err) => {
+                stop(rt);
+                return Err(err);
+            }
+        };
+        let release_wait = inner.config().response_timeout;
+        Ok(Client {
+            inner,
+            rt: Arc::new(Runtime {
+                rt: Some(rt),
+                release_wait,
+            }),
+        })
+    }
+
+    /// A handle to the reentrant lock `name`, as [`crate::Client::lock`].
+    pub fn lock(&self, name: impl Into<String>) -> Lock {
+        Lock::new(self.inner.lock(name), &self.rt)
+    }
+
+    /// A handle to the spin lock `name`, as [`crate::Client::spin_lock`].
+    pub fn spin_lock(&self, name: impl Into<String>) -> SpinLock {
+        SpinLock::new(self.inner.spin_lock(name), &self.rt)
+    }
+
+    /// A handle to the fenced lock `name`, as [`crate::Client::fenced_lock`].
+    pub fn fenced_lock(&self, name: impl Into<String>) -> FencedLock {
+        FencedLock::new(self.inner.fenced_lock(name), &self.rt)
+    }
+
+    /// A handle to the fair lock `name`, as [`crate::Client::fair_lock`].
+    pub fn fair_lock(&self, name: impl Into<String>) -> FairLock {
+        FairLock::new(self.inner.fair_lock(name), &self.rt)
+    }
+
+    /// A handle to the non-reentrant lock `name`, as
+    /// [`crate::Client::non_reentrant_lock`].
+    pub fn non_reentrant_lock(&self, name: impl Into<String>) -> NonReentrantLock {
+        NonReentrantLock::new(self.inner.non_reentrant_lock(name), &self.rt)
+    }
+
+    /// A handle to the non-reentrant fair lock `name`, as
+    /// [`crate::Client::non_reentrant_fair_lock`].
+    pub fn non_reentrant_fair_lock(&self, name: impl Into<String>) -> NonReentrantFairLock {
+        NonReentrantFairLock::new(self.inner.non_reentrant_fair_lock(name), &self.rt)
+    }
+
+    /// A handle to the read-write lock `name`, as
+    /// [`crate::Client::read_write_lock`].
+    pub fn read_write_lock(&self, name: impl Into<String>) -> ReadWriteLock {
+        ReadWriteLock::new(self.inner.read_write_lock(name), &self.rt)
+    }
+
+    /// A handle to the semaphore `name`, as [`crate::Client::semaphore`].
+    pub fn semaphore(&self, name: impl Into<String>) -> Semaphore {
+        Semaphore::new(self.inner.semaphore(name), &self.rt)
+    }
+
+    /// A handle to the permit-expirable semaphore `name`, as
+    /// [`crate::Client::permit_expirable_semaphore`].
+    pub fn permit_expirable_semaphore(&self, name: impl Into<String>) -> PermitExpirableSemaphore {
+        PermitExpirableSemaphore::new(self.inner.permit_expirable_semaphore(name), &self.rt)
+    }
+
+    /// A handle to the count-down latch `name`, as
+    /// [`crate::Client::count_down_latch`].
+    pub fn count_down_latch(&self, name: impl Into<String>) -> CountDownLatch {
+        CountDownLatch::new(self.inner.count_down_latch(name), &self.rt)
+    }
+
+    /// This client's UUID, the first half of its owner fields.
+    pub fn id(&self) -> Uuid {
+        self.inner.id()
+    }
+
+    /// The settings the client was built with.
+    pub fn config(&self) -> &Config {
+        self.inner.config()
+    }
+
+    /// How many holds the watchdog is renewing for this client.
+    pub fn held_locks(&self) -> usize {
+        self.inner.held_locks()
+    }
+}

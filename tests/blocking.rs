@@ -1,0 +1,539 @@
+//! The blocking API against a real `redis-server`, one private server per
+//! test. Plain `#[test]`s on plain threads: no runtime around them. Every
+//! wait for another thread is bounded, so a deadlock fails instead of
+//! hanging.
+
+mod common;
+
+use std::sync::mpsc::{self, Receiver};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use common::RedisServer;
+use ferrisson::{blocking, Error};
+
+/// Long enough that a wake-up by the lock's TTL (not by the unlock message)
+/// would fail the tests that bound a hand-off.
+const WATCHDOG: Duration = Duration::from_secs(30);
+
+/// The bound on any one event a test waits for.
+const BOUND: Duration = Duration::from_secs(20);
+
+fn client(server: &RedisServer, watchdog: Duration) -> blocking::Client {
+    blocking::Client::from_builder(
+        ferrisson::Client::builder(server.url()).watchdog_timeout(watchdog),
+    )
+    .expect("connect")
+}
+
+/// A runtime of the caller's own, as an async part of the program would
+/// have.
+fn current_thread_runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// The next message on `rx`, within [`BOUND`].
+fn recv<T>(rx: &Receiver<T>) -> T {
+    rx.recv_timeout(BOUND).expect("an event within the bound")
+}
+
+/// Waits until `cond` holds, checking every 10 ms, for at most [`BOUND`];
+/// for state that changes in the background with no event to wait on.
+fn eventually(mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + BOUND;
+    while !cond() {
+        assert!(
+            Instant::now() < deadline,
+            "condition not met within {BOUND:?}"
+        );
+        thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// The calling thread re-enters (hold count 2); another thread is kept out,
+/// waits, and is woken by the unlock message once the last hold goes.
+#[test]
+fn same_thread_reenters_and_another_thread_waits() {
+    let server = RedisServer::start();
+    let client = client(&server, WATCHDOG);
+    let lock = client.lock("reentry");
+
+    let first = lock.lock().unwrap();
+    let second = lock.lock().unwrap();
+    assert_eq!(lock.hold_count().unwrap(), 2);
+    assert!(lock.is_held_by_current_task().unwrap());
+    assert!(first.owner().contains(":thread-"), "{}", first.owner());
+    assert_eq!(first.owner(), second.owner());
+
+    let (tx, rx) = mpsc::channel();
+    let other = lock.clone();
+    let waiter = thread::spawn(move || {
+        tx.send(("try_lock", other.try_lock().unwrap().is_some()))
+            .unwrap();
+        tx.send(("held", other.is_held_by_current_task().unwrap()))
+            .unwrap();
+        tx.send(("count", other.hold_count().unwrap() > 0)).unwrap();
+        let guard = other.lock().unwrap();
+        let got = Instant::now();
+        tx.send(("locked", other.hold_count().unwrap() == 1))
+            .unwrap();
+        guard.unlock().unwrap();
+        got
+    });
+    assert_eq!(recv(&rx), ("try_lock", false));
+    assert_eq!(recv(&rx), ("held", false));
+    assert_eq!(recv(&rx), ("count", false));
+
+    second.unlock().unwrap();
+    assert_eq!(lock.hold_count().unwrap(), 1);
+    let released = Instant::now();
+    first.unlock().unwrap();
+    assert_eq!(recv(&rx), ("locked", true));
+    let got = waiter.join().unwrap();
+    assert!(
+        got.duration_since(released) < Duration::from_secs(10),
+        "the waiter was not woken by the unlock message"
+    );
+    assert!(!lock.is_locked().unwrap());
+}
+
+/// A guard moved to another thread releases the hold of the thread that
+/// took it, and the hold stays that thread's while it travels.
+#[test]
+fn a_guard_moved_to_another_thread_unlocks_its_own_hold() {
+    let server = RedisServer::start();
+    let client = client(&server, WATCHDOG);
+    let lock = client.lock("moved");
+    let guard = lock.lock().unwrap();
+    let owner = guard.owner().to_owned();
+
+    let other = lock.clone();
+    let done = thread::spawn(move || {
+        // This thread holds nothing, though it has the guard.
+        assert!(!other.is_held_by_current_task().unwrap());
+        assert_eq!(guard.owner(), owner);
+        guard.unlock()
+    })
+    .join()
+    .unwrap();
+    done.unwrap();
+    assert!(!lock.is_locked().unwrap());
+}
+
+/// A dropped guard is released before the drop returns, and a waiting
+/// thread then gets the lock.
+#[test]
+fn a_dropped_guard_releases_the_lock() {
+    let server = RedisServer::start();
+    let client = client(&server, WATCHDOG);
+    let lock = client.lock("dropped");
+
+    let guard = lock.lock().unwrap();
+    drop(guard);
+    assert!(!lock.is_locked().unwrap(), "released before drop returned");
+    assert_eq!(client.held_locks(), 0);
+
+    let guard = lock.lock().unwrap();
+    let (tx, rx) = mpsc::channel();
+    let other = lock.clone();
+    let waiter = thread::spawn(move || {
+        tx.send(()).unwrap();
+        let guard = other.try_lock_for(BOUND).unwrap();
+        guard.is_some()
+    });
+    recv(&rx);
+    drop(guard);
+    assert!(waiter.join().unwrap(), "the waiter got the lock");
+}
+
+/// A guard dropped while Redis does not answer returns after the release
+/// wait (the response timeout) instead of hanging; the release goes on in
+/// the background, and the lock is free once Redis answers again.
+#[test]
+fn a_drop_never_blocks_for_long() {
+    let server = RedisServer::start();
+    let wait = Duration::from_millis(300);
+    let client = blocking::Client::from_builder(
+        ferrisson::Client::builder(server.url())
+            .watchdog_timeout(Duration::from_secs(1))
+            .response_timeout(wait),
+    )
+    .unwrap();
+    let lock = client.lock("frozen");
+    let guard = lock.lock().unwrap();
+
+    server.freeze();
+    let started = Instant::now();
+    drop(guard);
+    let took = started.elapsed();
+    server.thaw();
+    assert!(took >= wait, "the drop waited for the release: {took:?}");
+    assert!(took < Duration::from_secs(5), "the drop returned: {took:?}");
+    eventually(|| !lock.is_locked().unwrap_or(true));
+}
+
+/// The watchdog renews the lease while the thread is busy past several
+/// leases: the runtime runs between calls.
+#[test]
+fn the_watchdog_renews_while_the_thread_works() {
+    let server = RedisServer::start();
+    let watchdog = Duration::from_millis(300);
+    let client = client(&server, watchdog);
+    let rival = self::client(&server, watchdog);
+    let lock = client.lock("long-job");
+
+    let guard = lock.lock().unwrap();
+    // The "work": a plain blocking sleep, four leases long.
+    thread::sleep(watchdog * 4);
+    assert!(!guard.is_lease_lost());
+    assert!(lock.is_locked().unwrap());
+    assert!(rival.lock("long-job").try_lock().unwrap().is_none());
+    assert_eq!(client.held_locks(), 1);
+    guard.unlock().unwrap();
+    assert_eq!(client.held_locks(), 0);
+    assert!(!lock.is_locked().unwrap());
+}
+
+/// Leased holds, their expiry, `extend`, `force_unlock`, `info` and
+/// `remaining_ttl`.
+#[test]
+fn leases_and_the_reading_calls() {
+    let server = RedisServer::start();
+    let client = client(&server, WATCHDOG);
+    let lock = client.lock("leased");
+
+    assert_eq!(lock.remaining_ttl().unwrap(), None);
+    let mut guard = lock.lock_with_lease(Duration::from_secs(60)).unwrap();
+    assert_eq!(guard.lease(), Some(Duration::from_secs(60)));
+    let ttl = lock.remaining_ttl().unwrap().unwrap();
+    assert!(ttl > Duration::from_secs(50) && ttl <= Duration::from_secs(60));
+    guard.extend(Duration::from_secs(120)).unwrap();
+    assert!(lock.remaining_ttl().unwrap().unwrap() > Duration::from_secs(100));
+    let info = lock.info().unwrap();
+    assert_eq!(info.holders.len(), 1);
+    assert!(lock.force_unlock().unwrap());
+    assert!(!lock.is_locked().unwrap());
+    assert!(guard.unlock().is_err(), "the hold was force-unlocked");
+
+    let short = lock
+        .try_lock_with_lease(Duration::ZERO, Duration::from_millis(100))
+        .unwrap()
+        .unwrap();
+    eventually(|| !lock.is_locked().unwrap());
+    assert!(short.is_lease_lost());
+    drop(short);
+}
+
+/// Threads that name one owner share its holds; `unlock` on the handle
+/// releases a leaked hold.
+#[test]
+fn a_named_owner_spans_threads() {
+    let server = RedisServer::start();
+    let client = client(&server, WATCHDOG);
+    let lock = client.lock("job").with_owner("job-17");
+    lock.lock().unwrap().leak();
+    let other = lock.clone();
+    let count = thread::spawn(move || {
+        let guard = other.try_lock().unwrap().expect("the same owner re-enters");
+        let count = other.hold_count().unwrap();
+        guard.unlock().unwrap();
+        count
+    })
+    .join()
+    .unwrap();
+    assert_eq!(count, 2);
+    assert!(lock.is_held_by_current_task().unwrap());
+    assert!(lock.is_held_by("job-17").unwrap());
+    lock.unlock().unwrap();
+    assert!(!lock.is_locked().unwrap());
+    assert!(lock.unlock().unwrap_err().is_not_held());
+}
+
+/// In an async task a blocking call neither panics (tokio would, at a
+/// nested `block_on`) nor deadlocks: a helper thread drives it, as the
+/// calling thread. A guard dropped there is released in the background, and
+/// a client dropped there does not panic.
+#[test]
+fn calls_in_an_async_task_do_not_panic() {
+    let server = RedisServer::start();
+    let client = client(&server, WATCHDOG);
+    let lock = client.lock("inside");
+    let guard = lock.lock().unwrap();
+
+    let rt = current_thread_runtime();
+    let url = server.url();
+    let inner = lock.clone();
+    let moved = client.clone();
+    let task = rt.spawn(async move {
+        // A current-thread runtime runs its tasks on the thread that called
+        // block_on: this test's thread, which holds the lock.
+        assert_eq!(inner.hold_count().unwrap(), 1);
+        let fresh = blocking::Client::connect(url.as_str()).unwrap();
+        assert!(fresh.lock("inside").try_lock().unwrap().is_none());
+        // Released in the background, without waiting and without a panic.
+        drop(guard);
+        drop(fresh);
+        drop(moved);
+        drop(inner);
+    });
+    rt.block_on(task).unwrap();
+    eventually(|| !lock.is_locked().unwrap());
+
+    // The last handle of a client, dropped in a task.
+    let other = self::client(&server, WATCHDOG);
+    rt.block_on(rt.spawn(async move { drop(other) })).unwrap();
+}
+
+/// With a runtime's context but outside its tasks (a `spawn_blocking`
+/// thread, the body of `block_on`), calls work, and run as the calling
+/// thread.
+#[test]
+fn calls_work_in_spawn_blocking_and_in_block_on() {
+    let server = RedisServer::start();
+    let client = client(&server, WATCHDOG);
+    let lock = client.lock("beside");
+    let rt = current_thread_runtime();
+
+    let held = lock.lock().unwrap();
+    let inner = lock.clone();
+    rt.block_on(async move {
+        // The body of block_on runs on this test's thread: it re-enters.
+        let again = inner.lock().unwrap();
+        assert_eq!(inner.hold_count().unwrap(), 2);
+        again.unlock().unwrap();
+        assert_eq!(inner.hold_count().unwrap(), 1);
+        // A spawn_blocking thread is another owner.
+        let other = inner.clone();
+        let kept_out = tokio::task::spawn_blocking(move || other.try_lock().unwrap().is_none())
+            .await
+            .unwrap();
+        assert!(kept_out);
+    });
+    held.unlock().unwrap();
+
+    let inner = lock.clone();
+    let count = rt
+        .block_on(async move {
+            tokio::task::spawn_blocking(move || {
+                let guard = inner.lock().unwrap();
+                let count = inner.hold_count().unwrap();
+                drop(guard); // no waiting here: released in the background
+                count
+            })
+            .await
+        })
+        .unwrap();
+    assert_eq!(count, 1);
+    eventually(|| !lock.is_locked().unwrap());
+}
+
+/// A blocking and an async call on the same plain thread use the same
+/// owner id, `thread-<n>`.
+#[test]
+fn blocking_and_async_agree_on_the_thread_owner() {
+    let server = RedisServer::start();
+    let client = client(&server, WATCHDOG);
+    let guard = client.lock("agree").lock().unwrap();
+    let rt = current_thread_runtime();
+    let url = server.url();
+    let owner = rt.block_on(async move {
+        let async_client = ferrisson::Client::connect(url.as_str()).await.unwrap();
+        let guard = async_client.lock("agree-async").lock().await.unwrap();
+        let owner = guard.owner().to_owned();
+        guard.unlock().await.unwrap();
+        owner
+    });
+    let thread_id = |field: &str| field.split_once(':').unwrap().1.to_owned();
+    assert_eq!(thread_id(&owner), thread_id(guard.owner()));
+    assert!(thread_id(&owner).starts_with("thread-"));
+    guard.unlock().unwrap();
+}
+
+/// Dropping the client returns promptly; a guard outliving it keeps the
+/// runtime, so its watchdog goes on renewing and its unlock works.
+#[test]
+fn dropping_the_client() {
+    let server = RedisServer::start();
+    let watchdog = Duration::from_millis(300);
+    let client = client(&server, watchdog);
+    let lock = client.lock("outlived");
+    let guard = lock.lock().unwrap();
+    let started = Instant::now();
+    drop(lock);
+    drop(client);
+    assert!(started.elapsed() < Duration::from_secs(5));
+    thread::sleep(watchdog * 3);
+    assert!(!guard.is_lease_lost());
+    let started = Instant::now();
+    guard.unlock().unwrap();
+    assert!(started.elapsed() < Duration::from_secs(5));
+    assert_eq!(server.cmd(&["EXISTS", "outlived"]).as_int(), Some(0));
+
+    // A client that was never used drops at once too.
+    let client = self::client(&server, WATCHDOG);
+    let started = Instant::now();
+    drop(client);
+    assert!(started.elapsed() < Duration::from_secs(5));
+}
+
+/// The other lock kinds: fencing tokens rise, readers share, a writer is
+/// alone, a non-reentrant lock refuses its holder, a spin lock excludes.
+#[test]
+fn the_other_lock_kinds() {
+    let server = RedisServer::start();
+    let client = client(&server, WATCHDOG);
+
+    let fenced = client.fenced_lock("fenced");
+    let a = fenced.lock().unwrap();
+    let b = fenced.lock().unwrap();
+    assert!(b.token() > a.token());
+    assert_eq!(fenced.current_token().unwrap(), Some(b.token()));
+    b.unlock().unwrap();
+    a.unlock().unwrap();
+
+    let rw = client.read_write_lock("rw");
+    let read = rw.read().lock().unwrap();
+    let reader = rw.read();
+    let writer = rw.write();
+    let (shared, excluded) = thread::spawn(move || {
+        let shared = reader.try_lock().unwrap().is_some();
+        let excluded = writer.try_lock().unwrap().is_none();
+        (shared, excluded)
+    })
+    .join()
+    .unwrap();
+    assert!(shared && excluded);
+    read.unlock().unwrap();
+
+    let once = client.non_reentrant_lock("once");
+    let guard = once.lock().unwrap();
+    let err = once.try_lock().unwrap_err();
+    assert!(matches!(err, Error::NonReentrantReacquire { .. }), "{err}");
+    guard.unlock().unwrap();
+
+    let spin = client.spin_lock("spin");
+    let guard = spin.lock().unwrap();
+    let other = spin.clone();
+    let waited = thread::spawn(move || other.try_lock_for(BOUND).unwrap().is_some());
+    guard.unlock().unwrap();
+    assert!(waited.join().unwrap());
+
+    let fair = client.fair_lock("fair");
+    fair.lock().unwrap().unlock().unwrap();
+}
+
+/// A semaphore's waiter on another thread is woken by a release.
+#[test]
+fn semaphore_permits_across_threads() {
+    let server = RedisServer::start();
+    let client = client(&server, WATCHDOG);
+    let seats = client.semaphore("seats");
+    assert!(seats.try_set_permits(2).unwrap());
+    assert!(!seats.try_set_permits(5).unwrap());
+    seats.acquire().unwrap();
+    assert!(seats.try_acquire().unwrap());
+    assert!(!seats.try_acquire().unwrap());
+    assert_eq!(seats.available_permits().unwrap(), 0);
+
+    let (tx, rx) = mpsc::channel();
+    let other = seats.clone();
+    let waiter = thread::spawn(move || {
+        tx.send(()).unwrap();
+        other.try_acquire_for(BOUND).unwrap()
+    });
+    recv(&rx);
+    seats.release().unwrap();
+    assert!(waiter.join().unwrap());
+    seats.release_many(2).unwrap();
+    assert_eq!(seats.drain_permits().unwrap(), 2);
+    assert!(seats.delete().unwrap());
+}
+
+/// Permits with ids: a waiter on another thread gets the permit a release
+/// gives back, a dropped permit is given back before the drop returns, and
+/// a leased permit comes back by itself.
+#[test]
+fn expirable_permits_across_threads() {
+    let server = RedisServer::start();
+    let client = client(&server, WATCHDOG);
+    let seats = client.permit_expirable_semaphore("gpu");
+    assert!(seats.try_set_permits(1).unwrap());
+    let permit = seats.acquire().unwrap();
+    assert_eq!(permit.semaphore(), "gpu");
+    assert!(seats.try_acquire().unwrap().is_none());
+
+    let (tx, rx) = mpsc::channel();
+    let other = seats.clone();
+    let waiter = thread::spawn(move || {
+        tx.send(()).unwrap();
+        let permit = other.try_acquire_for(BOUND).unwrap();
+        permit.map(|p| p.id())
+    });
+    recv(&rx);
+    let first = permit.id();
+    permit.release().unwrap();
+    let second = waiter.join().unwrap().expect("the waiter got the permit");
+    assert_ne!(first, second);
+    // The waiter's permit was dropped with its thread: given back.
+    assert_eq!(seats.available_permits().unwrap(), 1);
+
+    let mut leased = seats.acquire_with_lease(Duration::from_secs(60)).unwrap();
+    assert!(seats.lease_of(leased.id()).unwrap().is_some());
+    seats.update_lease(&mut leased, None).unwrap();
+    assert_eq!(seats.lease_of(leased.id()).unwrap(), None);
+    let id = leased.id();
+    leased.forget();
+    assert_eq!(seats.acquired_permits().unwrap(), 1);
+    seats.release_by_id(id).unwrap();
+
+    let short = seats
+        .try_acquire_with_lease(Duration::ZERO, Duration::from_millis(100))
+        .unwrap()
+        .unwrap();
+    eventually(|| seats.available_permits().unwrap() == 1);
+    assert!(short.is_expired());
+    assert!(short.release().unwrap_err().is_permit_not_out());
+}
+
+/// A latch opens a waiting thread at zero and not before.
+#[test]
+fn latch_opens_a_waiting_thread() {
+    let server = RedisServer::start();
+    let client = client(&server, WATCHDOG);
+    let latch = client.count_down_latch("ready");
+    assert!(latch.try_set_count(2).unwrap());
+
+    let (tx, rx) = mpsc::channel();
+    let other = latch.clone();
+    let waiter = thread::spawn(move || {
+        tx.send(()).unwrap();
+        other.wait_for(BOUND).unwrap()
+    });
+    recv(&rx);
+    assert_eq!(latch.count_down().unwrap(), 1);
+    assert!(!latch.wait_for(Duration::from_millis(10)).unwrap());
+    assert_eq!(latch.count_down().unwrap(), 0);
+    assert!(waiter.join().unwrap());
+    assert_eq!(latch.count().unwrap(), 0);
+    latch.wait().unwrap();
+}
+
+/// The handles and guards cross threads.
+#[test]
+fn handles_and_guards_are_send_and_sync() {
+    fn send_sync<T: Send + Sync + 'static>() {}
+    fn send<T: Send + 'static>() {}
+    send_sync::<blocking::Client>();
+    send_sync::<blocking::Lock>();
+    send_sync::<blocking::FencedLock>();
+    send_sync::<blocking::ReadWriteLock>();
+    send_sync::<blocking::Semaphore>();
+    send_sync::<blocking::CountDownLatch>();
+    send::<blocking::LockGuard>();
+    send::<blocking::FencedGuard>();
+    send_sync::<blocking::PermitExpirableSemaphore>();
+    send::<blocking::Permit>();
+}
