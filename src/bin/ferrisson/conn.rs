@@ -1,0 +1,194 @@
+//! Connecting: a plain connection for the reads the library has no call for
+//! (key types, SCAN, pub/sub counts), and a library client for the rest.
+
+use std::time::Duration;
+
+use redis::aio::ConnectionLike;
+use redis::{Cmd, Pipeline, RedisFuture, Value};
+
+use crate::Fail;
+
+/// How long connecting may take before the server counts as unreachable.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Where the inspector reads and acts.
+pub(crate) struct Target {
+    /// For the commands the library has no call for.
+    pub(crate) raw: Raw,
+    /// For lock state and force-unlock.
+    pub(crate) client: ferrisson::Client,
+    /// One per URL given: `list` scans each, `watch` subscribes on the first.
+    pub(crate) nodes: Vec<(redis::Client, String)>,
+}
+
+/// A plain command connection to one server or a cluster.
+#[derive(Clone)]
+pub(crate) enum Raw {
+    Single(redis::aio::MultiplexedConnection),
+    #[cfg(feature = "cluster")]
+    Cluster(redis::cluster_async::ClusterConnection),
+}
+
+impl ConnectionLike for Raw {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            Raw::Single(conn) => conn.req_packed_command(cmd),
+            #[cfg(feature = "cluster")]
+            Raw::Cluster(conn) => conn.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        cmd: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            Raw::Single(conn) => conn.req_packed_commands(cmd, offset, count),
+            #[cfg(feature = "cluster")]
+            Raw::Cluster(conn) => conn.req_packed_commands(cmd, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Raw::Single(conn) => conn.get_db(),
+            #[cfg(feature = "cluster")]
+            Raw::Cluster(conn) => conn.get_db(),
+        }
+    }
+}
+
+/// `url` without its password, for messages.
+pub(crate) fn shown(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    match rest.rsplit_once('@') {
+        Some((userinfo, host)) => {
+            let user = userinfo.split_once(':').map_or("", |(user, _)| user);
+            format!("{scheme}://{user}:***@{host}")
+        }
+        None => url.to_owned(),
+    }
+}
+
+/// A failure to connect to `url`, said plainly.
+pub(crate) fn connect_error(url: &str, err: &redis::RedisError) -> Fail {
+    let url = shown(url);
+    let auth = err.kind() == redis::ErrorKind::AuthenticationFailed
+        || matches!(err.code(), Some("NOAUTH" | "WRONGPASS"));
+    Fail(if auth {
+        format!("authentication failed at {url}: wrong user name or password ({err})")
+    } else if err.kind() == redis::ErrorKind::InvalidClientConfig {
+        format!("invalid Redis URL {url}: {err}")
+    } else if err.is_io_error() || err.is_connection_refusal() || err.is_timeout() {
+        format!("cannot connect to {url}: {err}")
+    } else {
+        format!("cannot use {url}: {err}")
+    })
+}
+
+/// How to connect: the URLs given, and the CA of a TLS server.
+pub(crate) struct Settings {
+    pub(crate) urls: Vec<String>,
+    pub(crate) cluster: bool,
+    pub(crate) tls_ca: Option<Vec<u8>>,
+}
+
+fn open(url: &str, tls_ca: Option<&[u8]>) -> Result<redis::Client, Fail> {
+    let opened = match tls_ca {
+        #[cfg(feature = "tls")]
+        Some(pem) => redis::Client::build_with_tls(
+            url,
+            redis::TlsCertificates {
+                client_tls: None,
+                root_cert: Some(pem.to_vec()),
+            },
+        ),
+        _ => redis::Client::open(url),
+    };
+    opened.map_err(|e| connect_error(url, &e))
+}
+
+/// Connects to the server (or cluster) of `settings`.
+pub(crate) async fn connect(settings: &Settings) -> Result<Target, Fail> {
+    let first = settings
+        .urls
+        .first()
+        .ok_or_else(|| Fail("no --url given".to_owned()))?;
+    let mut nodes = Vec::new();
+    for url in &settings.urls {
+        nodes.push((open(url, settings.tls_ca.as_deref())?, url.clone()));
+    }
+    let config = redis::AsyncConnectionConfig::new()
+        .set_connection_timeout(Some(CONNECT_TIMEOUT))
+        .set_response_timeout(Some(Duration::from_secs(10)));
+    // Each node answers once first, so a refused password or a dead node
+    // is said at once and by its URL.
+    for (node, url) in &nodes {
+        node.get_multiplexed_async_connection_with_config(&config)
+            .await
+            .map_err(|e| connect_error(url, &e))?;
+    }
+    let (raw, builder) = if settings.cluster {
+        cluster(settings, first).await?
+    } else {
+        let raw = nodes[0]
+            .0
+            .get_multiplexed_async_connection_with_config(&config)
+            .await
+            .map_err(|e| connect_error(first, &e))?;
+        (Raw::Single(raw), ferrisson::Client::builder(first.as_str()))
+    };
+    let builder = builder.connection_timeout(CONNECT_TIMEOUT);
+    #[cfg(feature = "tls")]
+    let builder = match &settings.tls_ca {
+        Some(pem) => builder.tls_root_certificate(pem.clone()),
+        None => builder,
+    };
+    let client = builder.build().await.map_err(|e| match e {
+        ferrisson::Error::Redis(e) => connect_error(first, &e),
+        other => Fail(format!("cannot use {}: {other}", shown(first))),
+    })?;
+    Ok(Target { raw, client, nodes })
+}
+
+/// A plain cluster connection and the library's builder for the cluster.
+async fn cluster(
+    settings: &Settings,
+    first: &str,
+) -> Result<(Raw, ferrisson::ClientBuilder), Fail> {
+    #[cfg(feature = "cluster")]
+    {
+        #[allow(unused_mut)]
+        let mut builder = redis::cluster::ClusterClientBuilder::new(settings.urls.clone())
+            .connection_timeout(CONNECT_TIMEOUT);
+        #[cfg(feature = "tls")]
+        if let Some(pem) = &settings.tls_ca {
+            builder = builder.certs(redis::TlsCertificates {
+                client_tls: None,
+                root_cert: Some(pem.clone()),
+            });
+        }
+        let client = builder.build().map_err(|e| connect_error(first, &e))?;
+        let raw = client
+            .get_async_connection()
+            .await
+            .map_err(|e| connect_error(first, &e))?;
+        Ok((
+            Raw::Cluster(raw),
+            ferrisson::Client::cluster_builder(settings.urls.clone()),
+        ))
+    }
+    #[cfg(not(feature = "cluster"))]
+    {
+        let _ = (settings, first);
+        Err(Fail(
+            "this ferrisson was built without the `cluster` feature: \
+             install it with `--features cli,cluster` for a Redis Cluster"
+                .to_owned(),
+        ))
+    }
+}
