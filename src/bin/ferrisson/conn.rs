@@ -128,7 +128,14 @@ pub(crate) async fn connect(settings: &Settings) -> Result<Target, Fail> {
     // Each node answers once first, so a refused password or a dead node
     // is said at once and by its URL.
     for (node, url) in &nodes {
-        node.get_multiplexed_async_connection_with_config(&config)
+        let mut conn = node
+            .get_multiplexed_async_connection_with_config(&config)
+            .await
+            .map_err(|e| connect_error(url, &e))?;
+        // A server with a password refuses commands (NOAUTH), not
+        // connections, when the URL gives none.
+        redis::cmd("PING")
+            .query_async::<()>(&mut conn)
             .await
             .map_err(|e| connect_error(url, &e))?;
     }

@@ -94,7 +94,10 @@ mod tests {
         assert_eq!(fair_queue("{u}:1"), "redisson_lock_queue:{u}:1");
         assert_eq!(read_hold_key("a", "c:1", 2), "{a}:c:1:rwlock_timeout:2");
         assert_eq!(permit_timeouts("s"), "{s}:timeout");
-        assert_eq!(latch_channel("{b}"), "redisson_countdownlatch__channel__{{b}}");
+        assert_eq!(
+            latch_channel("{b}"),
+            "redisson_countdownlatch__channel__{{b}}"
+        );
         assert!(is_companion("{s}:timeout"));
         assert!(!is_companion("orders:42"));
         assert_eq!(glob_escape("a*b[c]"), "a\\*b\\[c\\]");

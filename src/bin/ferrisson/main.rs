@@ -284,8 +284,10 @@ fn print_event(json: bool, event: Event<'_>) {
         println!("{at}  message {message:?} on {channel}");
     }
     if let Some(state) = event.state {
-        let kind = state.kind.map_or("", Kind::label);
-        println!("{at}  {kind}: {}", state.summary());
+        match state.kind {
+            Some(kind) => println!("{at}  {}: {}", kind.label(), state.summary()),
+            None => println!("{at}  {}", state.summary()),
+        }
     }
 }
 
@@ -417,7 +419,10 @@ async fn force_unlock(
         let mut answer = String::new();
         // Blocking read of one line: nothing else runs meanwhile.
         let read = tokio::task::spawn_blocking(move || {
-            std::io::stdin().lock().read_line(&mut answer).map(|_| answer)
+            std::io::stdin()
+                .lock()
+                .read_line(&mut answer)
+                .map(|_| answer)
         })
         .await
         .map_err(|e| Fail(format!("cannot read the answer: {e}")))?;

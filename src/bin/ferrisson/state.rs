@@ -250,7 +250,7 @@ pub(crate) async fn inspect(
             Found::Object { kind, also } => (kind, also),
             Found::Other(what) => {
                 return Err(Fail(format!(
-                    "`{name}` is not a synchronizer: it is {what}"
+                    "`{name}` is not a synchronizer: the key holds {what}"
                 )))
             }
         },
