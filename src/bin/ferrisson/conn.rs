@@ -169,16 +169,16 @@ async fn cluster(
 ) -> Result<(Raw, ferrisson::ClientBuilder), Fail> {
     #[cfg(feature = "cluster")]
     {
-        #[allow(unused_mut)]
-        let mut builder = redis::cluster::ClusterClientBuilder::new(settings.urls.clone())
-            .connection_timeout(CONNECT_TIMEOUT);
-        #[cfg(feature = "tls")]
-        if let Some(pem) = &settings.tls_ca {
-            builder = builder.certs(redis::TlsCertificates {
-                client_tls: None,
-                root_cert: Some(pem.clone()),
-            });
+        if settings.tls_ca.is_some() {
+            // As the library's cluster client: the system's trust store.
+            return Err(Fail(
+                "--tls-ca is for one server; a cluster's certificates are checked \
+                 against the system's trust store"
+                    .to_owned(),
+            ));
         }
+        let builder = redis::cluster::ClusterClientBuilder::new(settings.urls.clone())
+            .connection_timeout(CONNECT_TIMEOUT);
         let client = builder.build().map_err(|e| connect_error(first, &e))?;
         let raw = client
             .get_async_connection()
