@@ -503,3 +503,61 @@ async fn errors_are_clear() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("authentication failed"), "{stderr}");
 }
+
+/// On a Redis Cluster (every master's URL given): `list` scans each
+/// master, `inspect` reads a lock wherever its slot lives.
+#[cfg(feature = "cluster")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_is_listed_and_inspected_across_masters() {
+    let nodes = common::cluster::cluster().await;
+    let client = common::cluster::client(&nodes).await;
+    let id = client.id().to_string();
+    let names = ["shard:a", "shard:b", "shard:c", "shard:d", "shard:e"];
+    let mut guards = Vec::new();
+    for name in names {
+        guards.push(
+            soon(client.lock(name).with_owner("o").lock())
+                .await
+                .unwrap(),
+        );
+    }
+    let mut args: Vec<String> = Vec::new();
+    for node in &nodes {
+        args.extend(["--url".to_owned(), node.url()]);
+    }
+    let run = |extra: &[&str]| {
+        let mut all: Vec<&str> = args.iter().map(String::as_str).collect();
+        all.extend_from_slice(extra);
+        let all: Vec<String> = all.into_iter().map(str::to_owned).collect();
+        async move {
+            let mut command = Command::new(env!("CARGO_BIN_EXE_ferrisson"));
+            command.env_remove("REDIS_URL").args(&all);
+            let output = soon(tokio::task::spawn_blocking(move || command.output()))
+                .await
+                .unwrap()
+                .unwrap();
+            let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+            assert!(
+                output.status.success(),
+                "{stdout}{}",
+                String::from_utf8_lossy(&output.stderr)
+            );
+            stdout
+        }
+    };
+    let text = run(&["list", "shard:*"]).await;
+    println!("{text}");
+    for name in names {
+        assert!(
+            text.lines()
+                .any(|l| l.starts_with("lock ") && l.contains(&format!(" {name} "))),
+            "{name}: {text}"
+        );
+    }
+    assert_eq!(text.lines().count(), names.len(), "{text}");
+    let state: Value = serde_json::from_str(&run(&["--json", "inspect", "shard:c"]).await).unwrap();
+    assert_eq!(holders(&state), [(id, "o".into(), 1, false)]);
+    for guard in guards {
+        soon(guard.unlock()).await.unwrap();
+    }
+}
