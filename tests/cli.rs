@@ -361,7 +361,7 @@ async fn force_unlock_asks_removes_and_wakes() {
     let text = ok(&server, &["force-unlock", "--yes", "stuck"]).await;
     assert!(text.contains("removed the lock `stuck`"), "{text}");
     assert!(
-        text.contains(&format!("{}:crashed  1 holds", holder.id())),
+        text.contains(&format!("{}:crashed  1 hold\n", holder.id())),
         "{text}"
     );
     // The waiter was woken by the unlock message, not by a lease running

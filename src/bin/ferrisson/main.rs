@@ -235,9 +235,12 @@ async fn list(target: &Target, pattern: &str, json: bool) -> Result<ExitCode, Fa
     if json {
         print_json(&states);
     } else {
+        let width = states.iter().map(|s| s.name.chars().count()).max();
         for state in &states {
             let kind = state.kind.map_or("", Kind::label);
-            println!("{kind:<26}  {}  {}", state.name, state.summary());
+            let name = &state.name;
+            let width = width.unwrap_or(0);
+            println!("{kind:<26}  {name:<width$}  {}", state.summary());
         }
     }
     Ok(ExitCode::SUCCESS)
@@ -306,7 +309,9 @@ async fn watch(
     json: bool,
 ) -> Result<ExitCode, Fail> {
     let mut last = current(target, name, kind).await?;
-    let watched = kind.or(last.kind);
+    // Once known, the kind stays: a lock that goes free is a free lock, not
+    // a name without a key.
+    let mut watched = kind.or(last.kind);
     let (node, url) = &target.nodes[0];
     let mut pubsub = node
         .get_async_pubsub()
@@ -348,7 +353,8 @@ async fn watch(
                     return Err(Fail(format!("lost the subscription to {}", conn::shown(url))));
                 };
                 let payload: String = message.get_payload().unwrap_or_default();
-                let state = current(target, name, kind).await?;
+                let state = current(target, name, watched).await?;
+                watched = watched.or(state.kind);
                 print_event(json, Event {
                     at_ms: now().1,
                     channel: Some(message.get_channel_name()),
@@ -358,7 +364,8 @@ async fn watch(
                 last = state;
             }
             _ = tick.tick() => {
-                let state = current(target, name, kind).await?;
+                let state = current(target, name, watched).await?;
+                watched = watched.or(state.kind);
                 if state.shape() != last.shape() {
                     print_event(json, Event {
                         at_ms: now().1,
@@ -460,20 +467,21 @@ async fn force_unlock(
         }
         for holder in &before.holders {
             println!(
-                "  {}:{}  {} {}",
+                "  {}:{}  {} {}{}",
                 holder.client_id,
                 holder.owner_id,
                 holder.holds,
-                if holder.write { "write holds" } else { "holds" }
+                if holder.write { "write hold" } else { "hold" },
+                if holder.holds == 1 { "" } else { "s" }
             );
         }
-        if !before.queue.is_empty() {
+        if before.queue.is_empty() {
+            println!("published the unlock message: its waiters wake now");
+        } else {
             println!(
                 "{} waiting stay in line; the first was woken",
                 before.queue.len()
             );
-        } else {
-            println!("waiters were woken");
         }
     }
     Ok(ExitCode::SUCCESS)
