@@ -197,10 +197,25 @@ async fn inspect_shows_a_fair_queue_in_order() {
         let timeout = waiter["timeout_ms"].as_u64().unwrap();
         assert!(timeout > 0 && timeout <= 2 * 300_000 + 30_000, "{timeout}");
     }
-    soon(guard.unlock()).await.unwrap();
-    for waiter in waiters {
-        soon(soon(waiter).await.unwrap().unlock()).await.unwrap();
-    }
+    // Each waiter listens on a channel of its own.
+    assert_eq!(state["subscribers"], 2, "{state}");
+
+    // Force-unlocked, the lock goes to the first in line, who is woken.
+    let text = ok(&server, &["force-unlock", "--yes", "turns"]).await;
+    assert!(text.contains("removed the fair lock `turns`"), "{text}");
+    assert!(
+        text.contains("2 waiting stay in line; the first was woken"),
+        "{text}"
+    );
+    let mut waiters = waiters.into_iter();
+    let second = soon(waiters.next().unwrap()).await.unwrap();
+    let state = json(&server, &["inspect", "turns"]).await;
+    assert_eq!(holders(&state), [(id.clone(), "second".into(), 1, false)]);
+    soon(second.unlock()).await.unwrap();
+    soon(soon(waiters.next().unwrap()).await.unwrap().unlock())
+        .await
+        .unwrap();
+    guard.leak();
 }
 
 /// Semaphores and a latch: permits available and out (with expiries), the
@@ -397,9 +412,14 @@ struct Watch {
 
 impl Watch {
     fn start(url: &str, name: &str) -> Watch {
+        Watch::start_with(url, &["watch", name])
+    }
+
+    fn start_with(url: &str, args: &[&str]) -> Watch {
         let mut child = Command::new(env!("CARGO_BIN_EXE_ferrisson"))
             .env_remove("REDIS_URL")
-            .args(["--url", url, "watch", name])
+            .args(["--url", url])
+            .args(args)
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
@@ -475,6 +495,18 @@ async fn errors_are_clear() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(
         stderr.contains("`queue` is not a synchronizer: the key holds a list"),
+        "{stderr}"
+    );
+    server.cmd(&["RPUSH", "redisson_lock_queue:{turns}", "x"]);
+    let output = run_with(
+        &server.url(),
+        &["inspect", "redisson_lock_queue:{turns}"],
+        "",
+    )
+    .await;
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("a helper key beside a synchronizer"),
         "{stderr}"
     );
     let output = run_with(&server.url(), &["inspect", "greeting"], "").await;
@@ -560,4 +592,87 @@ async fn a_cluster_is_listed_and_inspected_across_masters() {
     for guard in guards {
         soon(guard.unlock()).await.unwrap();
     }
+}
+
+/// `force-unlock` frees a read-write lock's writer (waking its readers) and
+/// opens a latch; `watch --json` prints one parsable object a line; the URL
+/// comes from `REDIS_URL`, with an ACL user in it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn force_unlock_of_other_kinds_json_watch_and_acl_users() {
+    let server = RedisServer::start();
+    let client = client(&server, WATCHDOG).await;
+    let rw = client.read_write_lock("table");
+    let writer = soon(rw.write().with_owner("migrator").lock())
+        .await
+        .unwrap();
+    let reader = rw.read().with_owner("report");
+    let reading = tokio::spawn(async move { reader.lock().await.unwrap() });
+    eventually(Duration::from_secs(10), || async {
+        subscribers(&server, "redisson_rwlock:{table}") > 0
+    })
+    .await;
+    let watch = Watch::start_with(&server.url(), &["--json", "watch", "table"]);
+    let first: Value = serde_json::from_str(&tokio::task::block_in_place(|| {
+        watch.expect("\"migrator\"")
+    }))
+    .unwrap();
+    assert_eq!(first["state"]["kind"], "read-write-lock");
+    assert_eq!(first["state"]["mode"], "write");
+
+    let text = ok(&server, &["force-unlock", "--yes", "table"]).await;
+    assert!(
+        text.contains("removed the read-write lock `table`"),
+        "{text}"
+    );
+    assert!(text.contains(":migrator  1 write hold\n"), "{text}");
+    let read = soon(reading).await.unwrap();
+    tokio::task::block_in_place(|| {
+        let line = watch.expect("\"channel\":\"redisson_rwlock:{table}\"");
+        let message: Value = serde_json::from_str(&line).unwrap();
+        assert_eq!(message["message"], "1", "{message}");
+        // The state after the message, or a later one, shows the reader.
+        let line = if line.contains("\"report\"") {
+            line
+        } else {
+            watch.expect("\"report\"")
+        };
+        let reader: Value = serde_json::from_str(&line).unwrap();
+        assert_eq!(reader["state"]["mode"], "read", "{reader}");
+    });
+    drop(watch);
+    soon(read.unlock()).await.unwrap();
+    writer.leak();
+
+    let latch = client.count_down_latch("start");
+    assert!(soon(latch.try_set_count(3)).await.unwrap());
+    let waiter = client.count_down_latch("start");
+    let waiting = tokio::spawn(async move { waiter.wait().await.unwrap() });
+    eventually(Duration::from_secs(10), || async {
+        subscribers(&server, "redisson_countdownlatch__channel__{start}") > 0
+    })
+    .await;
+    let text = ok(&server, &["force-unlock", "--yes", "start"]).await;
+    assert!(
+        text.contains("opened the count-down latch `start` (count was 3)"),
+        "{text}"
+    );
+    soon(waiting).await.unwrap();
+
+    // An ACL user, from REDIS_URL.
+    server.cmd(&[
+        "ACL", "SETUSER", "ops", "on", ">ops-pw", "~*", "&*", "+@all",
+    ]);
+    server.cmd(&["SET", "gate", "2"]);
+    let url = format!("redis://ops:ops-pw@127.0.0.1:{}/", server.port());
+    let output = tokio::task::spawn_blocking(move || {
+        Command::new(env!("CARGO_BIN_EXE_ferrisson"))
+            .env("REDIS_URL", url)
+            .args(["inspect", "gate"])
+            .output()
+            .unwrap()
+    });
+    let output = soon(output).await.unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{stdout}");
+    assert!(stdout.contains("available:   2"), "{stdout}");
 }

@@ -249,9 +249,14 @@ pub(crate) async fn inspect(
             Found::Nothing => return Ok(State::empty(name, None)),
             Found::Object { kind, also } => (kind, also),
             Found::Other(what) => {
+                let helper = if layout::is_companion(name) {
+                    " (a helper key beside a synchronizer: inspect the object's own name)"
+                } else {
+                    ""
+                };
                 return Err(Fail(format!(
-                    "`{name}` is not a synchronizer: the key holds {what}"
-                )))
+                    "`{name}` is not a synchronizer: the key holds {what}{helper}"
+                )));
             }
         },
     };
