@@ -676,3 +676,107 @@ async fn force_unlock_of_other_kinds_json_watch_and_acl_users() {
     assert!(output.status.success(), "{stdout}");
     assert!(stdout.contains("available:   2"), "{stdout}");
 }
+
+/// `rediss://` with `--tls-ca`: a server whose certificate a private CA
+/// signed (made here with `openssl`); without the CA, a clear refusal.
+#[cfg(feature = "tls")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_with_a_private_ca() {
+    let dir = common::server::unique_dir();
+    let openssl = |args: &[&str]| {
+        let out = Command::new("openssl")
+            .args(args)
+            .current_dir(&dir)
+            .output()
+            .expect("openssl on PATH");
+        assert!(out.status.success(), "openssl {args:?}: {out:?}");
+    };
+    let key = ["-newkey", "rsa:2048", "-nodes"];
+    openssl(
+        &[
+            &["req", "-x509"][..],
+            &key,
+            &["-days", "1", "-subj", "/CN=cli test CA"],
+            &["-keyout", "ca.key", "-out", "ca.crt"],
+        ]
+        .concat(),
+    );
+    openssl(
+        &[
+            &["req"][..],
+            &key,
+            &[
+                "-subj",
+                "/CN=127.0.0.1",
+                "-keyout",
+                "server.key",
+                "-out",
+                "server.csr",
+            ],
+        ]
+        .concat(),
+    );
+    std::fs::write(dir.join("san.cnf"), "subjectAltName=IP:127.0.0.1\n").unwrap();
+    openssl(&[
+        "x509",
+        "-req",
+        "-in",
+        "server.csr",
+        "-CA",
+        "ca.crt",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-days",
+        "1",
+        "-extfile",
+        "san.cnf",
+        "-out",
+        "server.crt",
+    ]);
+    let path = |file: &str| dir.join(file).to_str().unwrap().to_owned();
+    let tls_port = common::server::free_port();
+    let server = RedisServer::start_with_args(&[
+        "--tls-port",
+        &tls_port.to_string(),
+        "--tls-cert-file",
+        &path("server.crt"),
+        "--tls-key-file",
+        &path("server.key"),
+        "--tls-ca-cert-file",
+        &path("ca.crt"),
+        "--tls-auth-clients",
+        "no",
+    ]);
+    server.cmd(&[
+        "HSET",
+        "secure",
+        "1b4e28ba-2fa1-11d2-883f-0016d3cca427:9",
+        "1",
+    ]);
+    let url = format!("rediss://127.0.0.1:{tls_port}/");
+    let output = run_with(
+        &url,
+        &["--tls-ca", &path("ca.crt"), "inspect", "secure"],
+        "",
+    )
+    .await;
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(
+        stdout.contains("1b4e28ba-2fa1-11d2-883f-0016d3cca427:9  1 hold"),
+        "{stdout}"
+    );
+    let output = run_with(&url, &["inspect", "secure"], "").await;
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains(&format!("cannot connect to {url}")),
+        "{stderr}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

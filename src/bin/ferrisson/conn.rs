@@ -83,10 +83,13 @@ pub(crate) fn connect_error(url: &str, err: &redis::RedisError) -> Fail {
         format!("authentication failed at {url}: wrong user name or password ({err})")
     } else if err.kind() == redis::ErrorKind::InvalidClientConfig {
         format!("invalid Redis URL {url}: {err}")
-    } else if err.is_io_error() || err.is_connection_refusal() || err.is_timeout() {
-        format!("cannot connect to {url}: {err}")
+    } else if err.to_string().contains("certificate") {
+        format!(
+            "cannot connect to {url}: its TLS certificate is not trusted \
+             (--tls-ca FILE names a private CA): {err}"
+        )
     } else {
-        format!("cannot use {url}: {err}")
+        format!("cannot connect to {url}: {err}")
     })
 }
 
