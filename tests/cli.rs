@@ -778,5 +778,6 @@ async fn tls_with_a_private_ca() {
         stderr.contains(&format!("cannot connect to {url}")),
         "{stderr}"
     );
+    assert!(stderr.contains("--tls-ca"), "{stderr}");
     let _ = std::fs::remove_dir_all(&dir);
 }
