@@ -588,10 +588,38 @@ async fn a_cluster_is_listed_and_inspected_across_masters() {
     }
     assert_eq!(text.lines().count(), names.len(), "{text}");
     let state: Value = serde_json::from_str(&run(&["--json", "inspect", "shard:c"]).await).unwrap();
-    assert_eq!(holders(&state), [(id, "o".into(), 1, false)]);
+    assert_eq!(holders(&state), [(id.clone(), "o".into(), 1, false)]);
+    // A waiter's (sharded) subscription is counted on the lock's node.
+    let other = common::cluster::client(&nodes).await;
+    let lock = other.lock("shard:c");
+    let waiting = tokio::spawn(async move { lock.lock().await.unwrap() });
+    let mut state = Value::Null;
+    for _ in 0..200 {
+        state = serde_json::from_str(&run(&["--json", "inspect", "shard:c"]).await).unwrap();
+        if state["subscribers"] == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(state["subscribers"], 1, "{state}");
+
+    // `watch` hears the sharded unlock message, and sees the hand-over.
+    let mut watch_args: Vec<&str> = Vec::new();
+    for arg in &args[2..] {
+        watch_args.push(arg);
+    }
+    watch_args.extend(["watch", "shard:c"]);
+    let watch = Watch::start_with(&nodes[0].url(), &watch_args);
+    tokio::task::block_in_place(|| watch.expect(&format!("lock: held by {id}:o x1")));
+    soon(guards.remove(2).unlock()).await.unwrap();
+    tokio::task::block_in_place(|| {
+        watch.expect("message \"0\" on redisson_lock__channel:{shard:c}");
+        watch.expect(&format!("lock: held by {}:", other.id()));
+    });
     for guard in guards {
         soon(guard.unlock()).await.unwrap();
     }
+    soon(soon(waiting).await.unwrap().unlock()).await.unwrap();
 }
 
 /// `force-unlock` frees a read-write lock's writer (waking its readers) and

@@ -19,6 +19,85 @@ pub(crate) struct Target {
     pub(crate) client: ferrisson::Client,
     /// One per URL given: `list` scans each, `watch` subscribes on the first.
     pub(crate) nodes: Vec<(redis::Client, String)>,
+    /// Whether the URLs are a cluster's nodes.
+    pub(crate) cluster: bool,
+}
+
+/// A message heard on a channel: the channel and the payload.
+pub(crate) type Heard = (String, String);
+
+/// Subscribes to `channels` and `patterns` and hands each message to the
+/// receiver, until it is dropped. On a cluster, the channels are followed
+/// both as sharded channels (SSUBSCRIBE, on their slot's node) and as
+/// classic ones, as a ferrisson or Redisson client may publish either way;
+/// patterns are not, as a cluster has no sharded pattern.
+pub(crate) async fn follow(
+    target: &Target,
+    channels: &[String],
+    patterns: &[String],
+) -> Result<tokio::sync::mpsc::UnboundedReceiver<Heard>, Fail> {
+    use futures_util::StreamExt;
+    let (send, heard) = tokio::sync::mpsc::unbounded_channel();
+    let (node, url) = &target.nodes[0];
+    #[cfg(feature = "cluster")]
+    if target.cluster {
+        let (push, mut pushed) = tokio::sync::mpsc::unbounded_channel::<redis::PushInfo>();
+        let urls: Vec<&str> = target.nodes.iter().map(|(_, url)| url.as_str()).collect();
+        let client = redis::cluster::ClusterClientBuilder::new(urls)
+            .use_protocol(redis::ProtocolVersion::RESP3)
+            .push_sender(push)
+            .connection_timeout(CONNECT_TIMEOUT)
+            .build()
+            .map_err(|e| connect_error(url, &e))?;
+        let mut conn = client
+            .get_async_connection()
+            .await
+            .map_err(|e| connect_error(url, &e))?;
+        for channel in channels {
+            conn.ssubscribe(channel).await?;
+            conn.subscribe(channel).await?;
+        }
+        tokio::spawn(async move {
+            // The connection lives as long as the forwarding does.
+            let _conn = conn;
+            while let Some(push) = pushed.recv().await {
+                let text = |value: &redis::Value| {
+                    redis::from_redis_value_ref::<String>(value).unwrap_or_default()
+                };
+                let heard = match (push.kind, push.data.as_slice()) {
+                    (redis::PushKind::Message | redis::PushKind::SMessage, [channel, payload]) => {
+                        (text(channel), text(payload))
+                    }
+                    _ => continue,
+                };
+                if send.send(heard).is_err() {
+                    break;
+                }
+            }
+        });
+        return Ok(heard);
+    }
+    let mut pubsub = node
+        .get_async_pubsub()
+        .await
+        .map_err(|e| connect_error(url, &e))?;
+    for channel in channels {
+        pubsub.subscribe(channel).await?;
+    }
+    for pattern in patterns {
+        pubsub.psubscribe(pattern).await?;
+    }
+    tokio::spawn(async move {
+        let mut messages = pubsub.into_on_message();
+        while let Some(message) = messages.next().await {
+            let payload: String = message.get_payload().unwrap_or_default();
+            let heard = (message.get_channel_name().to_owned(), payload);
+            if send.send(heard).is_err() {
+                break;
+            }
+        }
+    });
+    Ok(heard)
 }
 
 /// A plain command connection to one server or a cluster.
@@ -162,7 +241,12 @@ pub(crate) async fn connect(settings: &Settings) -> Result<Target, Fail> {
         ferrisson::Error::Redis(e) => connect_error(first, &e),
         other => Fail(format!("cannot use {}: {other}", shown(first))),
     })?;
-    Ok(Target { raw, client, nodes })
+    Ok(Target {
+        raw,
+        client,
+        nodes,
+        cluster: settings.cluster,
+    })
 }
 
 /// A plain cluster connection and the library's builder for the cluster.

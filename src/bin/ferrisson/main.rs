@@ -14,7 +14,6 @@ use std::process::ExitCode;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use clap::{Parser, Subcommand};
-use futures_util::StreamExt;
 use serde::Serialize;
 
 use conn::Target;
@@ -312,23 +311,21 @@ async fn watch(
     // Once known, the kind stays: a lock that goes free is a free lock, not
     // a name without a key.
     let mut watched = kind.or(last.kind);
-    let (node, url) = &target.nodes[0];
-    let mut pubsub = node
-        .get_async_pubsub()
-        .await
-        .map_err(|e| conn::connect_error(url, &e))?;
     let channel = match watched {
         Some(Kind::ReadWriteLock) => layout::rwlock_channel(name),
         Some(Kind::Semaphore | Kind::PermitExpirableSemaphore) => layout::semaphore_channel(name),
         Some(Kind::CountDownLatch) => layout::latch_channel(name),
         _ => layout::lock_channel(name),
     };
-    pubsub.subscribe(&channel).await?;
+    let mut patterns = Vec::new();
     if matches!(watched, None | Some(Kind::FairLock)) {
         // A fair lock wakes each waiter on a channel of its own.
-        let waiters = format!("{}:*", layout::glob_escape(&layout::lock_channel(name)));
-        pubsub.psubscribe(waiters).await?;
+        patterns.push(format!(
+            "{}:*",
+            layout::glob_escape(&layout::lock_channel(name))
+        ));
     }
+    let mut messages = conn::follow(target, std::slice::from_ref(&channel), &patterns).await?;
     if !json {
         eprintln!("watching `{name}` on {channel}; Ctrl-C to stop");
     }
@@ -341,23 +338,21 @@ async fn watch(
             state: Some(&last),
         },
     );
-    let mut messages = pubsub.on_message();
     let mut tick = tokio::time::interval(Duration::from_millis(interval_ms.max(10)));
     let interrupted = tokio::signal::ctrl_c();
     tokio::pin!(interrupted);
     loop {
         tokio::select! {
             _ = &mut interrupted => return Ok(ExitCode::SUCCESS),
-            message = messages.next() => {
-                let Some(message) = message else {
-                    return Err(Fail(format!("lost the subscription to {}", conn::shown(url))));
+            heard = messages.recv() => {
+                let Some((channel, payload)) = heard else {
+                    return Err(Fail("lost the subscription".to_owned()));
                 };
-                let payload: String = message.get_payload().unwrap_or_default();
                 let state = current(target, name, watched).await?;
                 watched = watched.or(state.kind);
                 print_event(json, Event {
                     at_ms: now().1,
-                    channel: Some(message.get_channel_name()),
+                    channel: Some(&channel),
                     message: Some(&payload),
                     state: Some(&state),
                 });
