@@ -19,7 +19,9 @@ pub(crate) struct Target {
     pub(crate) client: ferrisson::Client,
     /// One per URL given: `list` scans each, `watch` subscribes on the first.
     pub(crate) nodes: Vec<(redis::Client, String)>,
-    /// Whether the URLs are a cluster's nodes.
+    /// Whether the URLs are a cluster's nodes (read where the `cluster`
+    /// feature is on: without it, connecting to a cluster is refused).
+    #[cfg_attr(not(feature = "cluster"), allow(dead_code))]
     pub(crate) cluster: bool,
 }
 
