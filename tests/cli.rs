@@ -587,6 +587,33 @@ async fn a_cluster_is_listed_and_inspected_across_masters() {
         );
     }
     assert_eq!(text.lines().count(), names.len(), "{text}");
+    // One node given: the others are found from it.
+    let one = [
+        "--cluster".to_owned(),
+        "--url".to_owned(),
+        nodes[1].url(),
+        "list".to_owned(),
+        "shard:*".to_owned(),
+    ];
+    let output = soon(tokio::task::spawn_blocking(move || {
+        Command::new(env!("CARGO_BIN_EXE_ferrisson"))
+            .env_remove("REDIS_URL")
+            .args(one)
+            .output()
+    }))
+    .await
+    .unwrap()
+    .unwrap();
+    let found = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(
+        found.lines().count(),
+        names.len(),
+        "{found}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    for name in names {
+        assert!(found.contains(&format!(" {name} ")), "{name}: {found}");
+    }
     let state: Value = serde_json::from_str(&run(&["--json", "inspect", "shard:c"]).await).unwrap();
     assert_eq!(holders(&state), [(id.clone(), "o".into(), 1, false)]);
     // A waiter's (sharded) subscription is counted on the lock's node.

@@ -23,6 +23,76 @@ pub(crate) struct Target {
     /// feature is on: without it, connecting to a cluster is refused).
     #[cfg_attr(not(feature = "cluster"), allow(dead_code))]
     pub(crate) cluster: bool,
+    /// The CA given with `--tls-ca`, for the masters `list` finds.
+    tls_ca: Option<Vec<u8>>,
+}
+
+/// The servers whose keys `list` scans: the one server; on a cluster, the
+/// masters among the nodes given, and the masters these know of that were
+/// not given (reached by the address the cluster gives, with the first
+/// URL's scheme, user and password).
+pub(crate) async fn scanned(target: &Target) -> Result<Vec<(redis::Client, String)>, Fail> {
+    if !target.cluster {
+        return Ok(target.nodes.clone());
+    }
+    let mut masters = Vec::new();
+    let mut seen = std::collections::HashSet::new();
+    let mut known = Vec::new();
+    for (node, url) in &target.nodes {
+        let mut conn = node
+            .get_multiplexed_async_connection()
+            .await
+            .map_err(|e| connect_error(url, &e))?;
+        let role: Vec<Value> = redis::cmd("ROLE").query_async(&mut conn).await?;
+        if matches!(role.first(), Some(Value::BulkString(r)) if r == b"master") {
+            seen.insert(node.get_connection_info().addr().to_string());
+            masters.push((node.clone(), url.clone()));
+        }
+        if known.is_empty() {
+            let nodes: String = redis::cmd("CLUSTER")
+                .arg("NODES")
+                .query_async(&mut conn)
+                .await?;
+            known = cluster_masters(&nodes);
+        }
+    }
+    let first = &target.nodes[0].1;
+    for addr in known {
+        if seen.insert(addr.clone()) {
+            let Some(url) = with_addr(first, &addr) else {
+                continue;
+            };
+            masters.push((open(&url, target.tls_ca.as_deref())?, url));
+        }
+    }
+    Ok(masters)
+}
+
+/// The `ip:port` of each master that serves slots, from `CLUSTER NODES`.
+fn cluster_masters(nodes: &str) -> Vec<String> {
+    nodes
+        .lines()
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let flags = fields.get(2)?;
+            let serving = fields.len() > 8;
+            let master = flags.split(',').any(|f| f == "master")
+                && !flags.split(',').any(|f| f == "fail" || f == "noaddr");
+            let addr = fields.get(1)?.split(['@', ',']).next()?;
+            (master && serving && !addr.starts_with(':')).then(|| addr.to_owned())
+        })
+        .collect()
+}
+
+/// `url` with its `host:port` replaced by `addr`.
+fn with_addr(url: &str, addr: &str) -> Option<String> {
+    let (scheme, rest) = url.split_once("://")?;
+    let (user, host) = match rest.rsplit_once('@') {
+        Some((user, host)) => (format!("{user}@"), host),
+        None => (String::new(), rest),
+    };
+    let end = host.find(['/', '?']).unwrap_or(host.len());
+    Some(format!("{scheme}://{user}{addr}{}", &host[end..]))
 }
 
 /// A message heard on a channel: the channel and the payload.
@@ -248,6 +318,7 @@ pub(crate) async fn connect(settings: &Settings) -> Result<Target, Fail> {
         client,
         nodes,
         cluster: settings.cluster,
+        tls_ca: settings.tls_ca.clone(),
     })
 }
 
@@ -286,5 +357,36 @@ async fn cluster(
              install it with `--features cli,cluster` for a Redis Cluster"
                 .to_owned(),
         ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_hide_passwords_and_take_other_addresses() {
+        assert_eq!(shown("redis://u:pw@h:1/0"), "redis://u:***@h:1/0");
+        assert_eq!(shown("redis://h:1/"), "redis://h:1/");
+        assert_eq!(
+            with_addr("rediss://u:pw@h:1/0?protocol=3", "10.0.0.2:7001").as_deref(),
+            Some("rediss://u:pw@10.0.0.2:7001/0?protocol=3")
+        );
+        assert_eq!(
+            with_addr("redis://h", "10.0.0.2:7001").as_deref(),
+            Some("redis://10.0.0.2:7001")
+        );
+    }
+
+    #[test]
+    fn cluster_masters_are_the_serving_ones() {
+        let nodes = "\
+a 127.0.0.1:7001@17001 myself,master - 0 0 1 connected 0-5460
+b 127.0.0.1:7002@17002,host-b master - 0 0 2 connected 5461-10922
+c 127.0.0.1:7003@17003 slave a 0 0 1 connected
+d 127.0.0.1:7004@17004 master,fail - 0 0 3 disconnected 10923-16383
+e 127.0.0.1:7005@17005 master - 0 0 4 connected
+";
+        assert_eq!(cluster_masters(nodes), ["127.0.0.1:7001", "127.0.0.1:7002"]);
     }
 }

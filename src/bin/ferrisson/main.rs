@@ -190,15 +190,11 @@ fn print_json(value: &impl Serialize) {
 /// per synchronizer.
 async fn list(target: &Target, pattern: &str, json: bool) -> Result<ExitCode, Fail> {
     let mut names = std::collections::BTreeSet::new();
-    for (node, url) in &target.nodes {
+    for (node, url) in conn::scanned(target).await? {
         let mut conn = node
             .get_multiplexed_async_connection()
             .await
-            .map_err(|e| conn::connect_error(url, &e))?;
-        let role: Vec<redis::Value> = redis::cmd("ROLE").query_async(&mut conn).await?;
-        if !matches!(role.first(), Some(redis::Value::BulkString(r)) if r == b"master") {
-            continue;
-        }
+            .map_err(|e| conn::connect_error(&url, &e))?;
         let mut cursor = 0u64;
         loop {
             let (next, keys): (u64, Vec<Vec<u8>>) = redis::cmd("SCAN")
