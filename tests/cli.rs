@@ -497,6 +497,18 @@ async fn errors_are_clear() {
         stderr.contains("`queue` is not a synchronizer: the key holds a list"),
         "{stderr}"
     );
+    server.cmd(&["SET", "redisson_lock_token:{turns}", "7"]);
+    let output = run_with(
+        &server.url(),
+        &["inspect", "redisson_lock_token:{turns}"],
+        "",
+    )
+    .await;
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("a helper key beside a synchronizer"),
+        "{stderr}"
+    );
     server.cmd(&["RPUSH", "redisson_lock_queue:{turns}", "x"]);
     let output = run_with(
         &server.url(),

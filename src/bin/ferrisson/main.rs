@@ -230,6 +230,9 @@ async fn list(target: &Target, pattern: &str, json: bool) -> Result<ExitCode, Fa
     if json {
         print_json(&states);
     } else {
+        if states.is_empty() {
+            eprintln!("no synchronizer matches `{pattern}`");
+        }
         let width = states.iter().map(|s| s.name.chars().count()).max();
         for state in &states {
             let kind = state.kind.map_or("", Kind::label);

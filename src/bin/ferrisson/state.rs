@@ -72,6 +72,10 @@ pub(crate) async fn detect(target: &Target, name: &str) -> Result<Found, Fail> {
         async move { conn.exists::<_, bool>(key).await }
     };
     let object = |kind| Found::Object { kind, also: None };
+    if layout::is_companion(name) && kind != "none" {
+        // A queue, a token, a timeout set: part of another object.
+        return Ok(Found::Other(format!("a {kind}")));
+    }
     match kind.as_str() {
         "hash" => {
             let fields: Vec<(String, String)> = conn.hgetall(name).await?;
