@@ -12,6 +12,8 @@ pub(crate) mod rng;
 #[cfg(feature = "sentinel")]
 pub(crate) mod sentinel;
 pub(crate) mod server;
+#[cfg(any(feature = "tls", feature = "native-tls"))]
+pub(crate) mod tls;
 
 use std::future::Future;
 use std::time::Duration;

@@ -1,0 +1,482 @@
+//! `ferrisson`: looks at the locks, semaphores and latches in a Redis (taken
+//! by ferrisson or by Java Redisson clients: the layout is the same) and
+//! says who holds what, who waits, and for how long.
+//!
+//! `cargo install ferrisson --features cli`; `ferrisson --help` lists the
+//! subcommands.
+
+mod conn;
+mod layout;
+mod state;
+
+use std::io::{BufRead, Write};
+use std::process::ExitCode;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use clap::{Parser, Subcommand};
+use serde::Serialize;
+
+use conn::Target;
+use state::{Found, Kind, State};
+
+/// Inspect ferrisson and Redisson locks, semaphores and latches in Redis.
+#[derive(Debug, Parser)]
+#[command(name = "ferrisson", version)]
+struct Cli {
+    /// The Redis to look at (`redis://`, `rediss://` for TLS, with
+    /// `user:password@` for ACL users). Give it several times, or comma
+    /// separated, for the nodes of a Redis Cluster.
+    #[arg(
+        long,
+        global = true,
+        env = "REDIS_URL",
+        default_value = "redis://127.0.0.1/",
+        value_delimiter = ','
+    )]
+    url: Vec<String>,
+
+    /// The URL is one node of a Redis Cluster (implied by several URLs).
+    #[arg(long, global = true)]
+    cluster: bool,
+
+    /// Print JSON instead of text, for scripts.
+    #[arg(long, global = true)]
+    json: bool,
+
+    /// A PEM file with the CA that signed the server's certificate, when it
+    /// is not in the system's trust store.
+    #[cfg(feature = "tls")]
+    #[arg(long, global = true, value_name = "FILE")]
+    tls_ca: Option<std::path::PathBuf>,
+
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// What a key is, and who holds it, since when, and who waits.
+    Inspect {
+        /// The object's name (its key).
+        name: String,
+        /// Read it as this kind rather than finding the kind from Redis
+        /// (a semaphore and a latch are both a number).
+        #[arg(long, value_enum)]
+        kind: Option<Kind>,
+    },
+    /// One line per synchronizer found by SCAN: kind, name, holders, TTL.
+    List {
+        /// A Redis glob pattern for the names.
+        #[arg(default_value = "*")]
+        pattern: String,
+    },
+    /// Follows one object live (its channel and its state), printing each
+    /// hand-over, until interrupted.
+    Watch {
+        /// The object's name.
+        name: String,
+        /// Read it as this kind rather than finding the kind from Redis.
+        #[arg(long, value_enum)]
+        kind: Option<Kind>,
+        /// How often the state is read besides on each message, in ms.
+        #[arg(long, default_value_t = 100)]
+        interval_ms: u64,
+    },
+    /// Deletes a lock whoever holds it and wakes its waiters (a latch:
+    /// opens it). Asks first, unless `--yes`.
+    ForceUnlock {
+        /// The object's name.
+        name: String,
+        /// Do it without asking.
+        #[arg(long, short)]
+        yes: bool,
+        /// Read it as this kind rather than finding the kind from Redis.
+        #[arg(long, value_enum)]
+        kind: Option<Kind>,
+    },
+}
+
+/// A failure, said in one line for the person at the terminal.
+#[derive(Debug)]
+pub(crate) struct Fail(pub(crate) String);
+
+impl From<redis::RedisError> for Fail {
+    fn from(err: redis::RedisError) -> Fail {
+        Fail(format!("redis error: {err}"))
+    }
+}
+
+impl Fail {
+    /// A library error on the object `name`.
+    pub(crate) fn from_lib(err: ferrisson::Error, name: &str) -> Fail {
+        match err {
+            ferrisson::Error::WrongType { .. } => {
+                Fail(format!("`{name}` is not a synchronizer of the kind asked"))
+            }
+            other => Fail(format!("`{name}`: {other}")),
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(err) => {
+            eprintln!("ferrisson: cannot start: {err}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(code) => code,
+        Err(Fail(message)) => {
+            eprintln!("ferrisson: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(cli: Cli) -> Result<ExitCode, Fail> {
+    #[cfg(feature = "tls")]
+    let tls_ca = match &cli.tls_ca {
+        Some(path) => Some(
+            std::fs::read(path)
+                .map_err(|e| Fail(format!("cannot read {}: {e}", path.display())))?,
+        ),
+        None => None,
+    };
+    #[cfg(not(feature = "tls"))]
+    let tls_ca = None;
+    let settings = conn::Settings {
+        cluster: cli.cluster || cli.url.len() > 1,
+        urls: cli.url.clone(),
+        tls_ca,
+    };
+    let target = conn::connect(&settings).await?;
+    match cli.command {
+        Command::Inspect { name, kind } => {
+            let state = state::inspect(&target, &name, kind).await?;
+            if cli.json {
+                print_json(&state);
+            } else {
+                print!("{}", state.text());
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::List { pattern } => list(&target, &pattern, cli.json).await,
+        Command::Watch {
+            name,
+            kind,
+            interval_ms,
+        } => watch(&target, &name, kind, interval_ms, cli.json).await,
+        Command::ForceUnlock { name, yes, kind } => {
+            force_unlock(&target, &name, kind, yes, cli.json).await
+        }
+    }
+}
+
+fn print_json(value: &impl Serialize) {
+    match serde_json::to_string_pretty(value) {
+        Ok(text) => println!("{text}"),
+        Err(err) => eprintln!("ferrisson: cannot write JSON: {err}"),
+    }
+}
+
+/// `list`: SCAN each node given (the masters, on a cluster), then one line
+/// per synchronizer.
+async fn list(target: &Target, pattern: &str, json: bool) -> Result<ExitCode, Fail> {
+    let mut names = std::collections::BTreeSet::new();
+    for (node, url) in conn::scanned(target).await? {
+        let mut conn = node
+            .get_multiplexed_async_connection()
+            .await
+            .map_err(|e| conn::connect_error(&url, &e))?;
+        let mut cursor = 0u64;
+        loop {
+            let (next, keys): (u64, Vec<Vec<u8>>) = redis::cmd("SCAN")
+                .arg(cursor)
+                .arg("MATCH")
+                .arg(pattern)
+                .arg("COUNT")
+                .arg(1000)
+                .query_async(&mut conn)
+                .await?;
+            names.extend(
+                keys.into_iter()
+                    .filter_map(|key| String::from_utf8(key).ok())
+                    .filter(|key| !layout::is_companion(key)),
+            );
+            if next == 0 {
+                break;
+            }
+            cursor = next;
+        }
+    }
+    let mut states = Vec::new();
+    for name in names {
+        // A key that changed between SCAN and now, or of another use, is
+        // left out.
+        if let Ok(Found::Object { kind, also }) = state::detect(target, &name).await {
+            if let Ok(mut state) = state::read(target, &name, kind).await {
+                state.could_also_be = also;
+                states.push(state);
+            }
+        }
+    }
+    if json {
+        print_json(&states);
+    } else {
+        if states.is_empty() {
+            eprintln!("no synchronizer matches `{pattern}`");
+        }
+        let width = states.iter().map(|s| s.name.chars().count()).max();
+        for state in &states {
+            let kind = state.kind.map_or("", Kind::label);
+            let name = &state.name;
+            let width = width.unwrap_or(0);
+            println!("{kind:<26}  {name:<width$}  {}", state.summary());
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The time as `HH:MM:SS.mmm` (UTC) and as epoch ms.
+fn now() -> (String, u64) {
+    let ms = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    let day = ms % 86_400_000;
+    let text = format!(
+        "{:02}:{:02}:{:02}.{:03}",
+        day / 3_600_000,
+        day / 60_000 % 60,
+        day / 1000 % 60,
+        day % 1000
+    );
+    (text, ms)
+}
+
+/// One line of `watch --json`.
+#[derive(Serialize)]
+struct Event<'a> {
+    at_ms: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    channel: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    message: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    state: Option<&'a State>,
+}
+
+fn print_event(json: bool, event: Event<'_>) {
+    if json {
+        match serde_json::to_string(&event) {
+            Ok(line) => println!("{line}"),
+            Err(err) => eprintln!("ferrisson: cannot write JSON: {err}"),
+        }
+        return;
+    }
+    let (at, _) = now();
+    if let (Some(channel), Some(message)) = (event.channel, event.message) {
+        println!("{at}  message {message:?} on {channel}");
+    }
+    if let Some(state) = event.state {
+        match state.kind {
+            Some(kind) => println!("{at}  {}: {}", kind.label(), state.summary()),
+            None => println!("{at}  {}", state.summary()),
+        }
+    }
+}
+
+/// Reads `name`'s state as `kind`, or as what it is now.
+async fn current(target: &Target, name: &str, kind: Option<Kind>) -> Result<State, Fail> {
+    state::inspect(target, name, kind).await
+}
+
+/// `watch`: the state, then each message on the object's channels and
+/// each change of holders, until Ctrl-C.
+async fn watch(
+    target: &Target,
+    name: &str,
+    kind: Option<Kind>,
+    interval_ms: u64,
+    json: bool,
+) -> Result<ExitCode, Fail> {
+    let mut last = current(target, name, kind).await?;
+    // Once known, the kind stays: a lock that goes free is a free lock, not
+    // a name without a key.
+    let mut watched = kind.or(last.kind);
+    let channel = match watched {
+        Some(Kind::ReadWriteLock) => layout::rwlock_channel(name),
+        Some(Kind::Semaphore | Kind::PermitExpirableSemaphore) => layout::semaphore_channel(name),
+        Some(Kind::CountDownLatch) => layout::latch_channel(name),
+        _ => layout::lock_channel(name),
+    };
+    let mut patterns = Vec::new();
+    if matches!(watched, None | Some(Kind::FairLock)) {
+        // A fair lock wakes each waiter on a channel of its own.
+        patterns.push(format!(
+            "{}:*",
+            layout::glob_escape(&layout::lock_channel(name))
+        ));
+    }
+    let mut messages = conn::follow(target, std::slice::from_ref(&channel), &patterns).await?;
+    if !json {
+        eprintln!("watching `{name}` on {channel}; Ctrl-C to stop");
+    }
+    print_event(
+        json,
+        Event {
+            at_ms: now().1,
+            channel: None,
+            message: None,
+            state: Some(&last),
+        },
+    );
+    let mut tick = tokio::time::interval(Duration::from_millis(interval_ms.max(10)));
+    let interrupted = tokio::signal::ctrl_c();
+    tokio::pin!(interrupted);
+    loop {
+        tokio::select! {
+            _ = &mut interrupted => return Ok(ExitCode::SUCCESS),
+            heard = messages.recv() => {
+                let Some((channel, payload)) = heard else {
+                    return Err(Fail("lost the subscription".to_owned()));
+                };
+                let state = current(target, name, watched).await?;
+                watched = watched.or(state.kind);
+                print_event(json, Event {
+                    at_ms: now().1,
+                    channel: Some(&channel),
+                    message: Some(&payload),
+                    state: Some(&state),
+                });
+                last = state;
+            }
+            _ = tick.tick() => {
+                let state = current(target, name, watched).await?;
+                watched = watched.or(state.kind);
+                if state.shape() != last.shape() {
+                    print_event(json, Event {
+                        at_ms: now().1,
+                        channel: None,
+                        message: None,
+                        state: Some(&state),
+                    });
+                    last = state;
+                }
+            }
+        }
+    }
+}
+
+/// What `force-unlock` did, for `--json`.
+#[derive(Serialize)]
+struct Removed<'a> {
+    removed: bool,
+    before: &'a State,
+}
+
+/// `force-unlock`: shows what it will remove, asks, removes it with the
+/// library's call (which publishes the wake-up), says what went.
+async fn force_unlock(
+    target: &Target,
+    name: &str,
+    kind: Option<Kind>,
+    yes: bool,
+    json: bool,
+) -> Result<ExitCode, Fail> {
+    let before = state::inspect(target, name, kind).await?;
+    let Some(kind) = before.kind else {
+        if json {
+            print_json(&Removed {
+                removed: false,
+                before: &before,
+            });
+        } else {
+            println!("`{name}` does not exist: nothing to unlock");
+        }
+        return Ok(ExitCode::SUCCESS);
+    };
+    if matches!(kind, Kind::Semaphore | Kind::PermitExpirableSemaphore) {
+        return Err(Fail(format!(
+            "`{name}` is a {}: its permits have no holder to remove, so force-unlock \
+             leaves it alone (a latch is opened, a lock is freed; if it is a latch, \
+             say `--kind count-down-latch`)",
+            kind.label()
+        )));
+    }
+    if !yes {
+        eprint!("{}", before.text());
+        eprint!(
+            "Force-unlock the {} `{name}`, waking its waiters? [y/N] ",
+            kind.label()
+        );
+        let _ = std::io::stderr().flush();
+        let mut answer = String::new();
+        // Blocking read of one line: nothing else runs meanwhile.
+        let read = tokio::task::spawn_blocking(move || {
+            std::io::stdin()
+                .lock()
+                .read_line(&mut answer)
+                .map(|_| answer)
+        })
+        .await
+        .map_err(|e| Fail(format!("cannot read the answer: {e}")))?;
+        let answer = read.map_err(|e| Fail(format!("cannot read the answer: {e}")))?;
+        if !matches!(answer.trim(), "y" | "Y" | "yes" | "YES" | "Yes") {
+            eprintln!("not confirmed: nothing removed");
+            return Ok(ExitCode::FAILURE);
+        }
+    }
+    let client = &target.client;
+    let done = match kind {
+        Kind::FairLock => client.fair_lock(name).force_unlock().await,
+        Kind::FencedLock => client.fenced_lock(name).force_unlock().await,
+        Kind::ReadWriteLock => client.read_write_lock(name).write().force_unlock().await,
+        Kind::CountDownLatch => client.count_down_latch(name).delete().await,
+        _ => client.lock(name).force_unlock().await,
+    }
+    .map_err(|e| Fail::from_lib(e, name))?;
+    if json {
+        print_json(&Removed {
+            removed: done,
+            before: &before,
+        });
+    } else if !done {
+        println!("`{name}` was already gone: nothing removed");
+    } else if kind == Kind::CountDownLatch {
+        println!(
+            "opened the count-down latch `{name}` (count was {}); its waiters were woken",
+            before.count.unwrap_or(0)
+        );
+    } else {
+        println!("removed the {} `{name}`:", kind.label());
+        if before.holders.is_empty() {
+            println!("  no holder (free when read)");
+        }
+        for holder in &before.holders {
+            println!(
+                "  {}:{}  {} {}{}",
+                holder.client_id,
+                holder.owner_id,
+                holder.holds,
+                if holder.write { "write hold" } else { "hold" },
+                if holder.holds == 1 { "" } else { "s" }
+            );
+        }
+        if before.queue.is_empty() {
+            println!("published the unlock message: its waiters wake now");
+        } else {
+            println!(
+                "{} waiting stay in line; the first was woken",
+                before.queue.len()
+            );
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

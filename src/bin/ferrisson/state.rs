@@ -1,0 +1,546 @@
+//! What a key is (found from Redis: its type and its companion keys) and
+//! what it holds, as one [`State`] that prints as text or as JSON.
+
+use std::fmt::Write as _;
+
+use redis::AsyncCommands;
+use serde::Serialize;
+
+use crate::conn::Target;
+use crate::layout;
+use crate::Fail;
+
+/// The kinds of synchronizer the inspector knows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub(crate) enum Kind {
+    /// A reentrant lock (also a spin or non-reentrant lock: same layout).
+    Lock,
+    /// A fair lock: a lock with a queue of waiters.
+    FairLock,
+    /// A read-write lock.
+    ReadWriteLock,
+    /// A lock with a fencing token.
+    FencedLock,
+    /// A semaphore.
+    Semaphore,
+    /// A semaphore whose permits have leases.
+    PermitExpirableSemaphore,
+    /// A count-down latch.
+    CountDownLatch,
+}
+
+impl Kind {
+    pub(crate) fn label(self) -> &'static str {
+        match self {
+            Kind::Lock => "lock",
+            Kind::FairLock => "fair lock",
+            Kind::ReadWriteLock => "read-write lock",
+            Kind::FencedLock => "fenced lock",
+            Kind::Semaphore => "semaphore",
+            Kind::PermitExpirableSemaphore => "permit-expirable semaphore",
+            Kind::CountDownLatch => "count-down latch",
+        }
+    }
+
+    pub(crate) fn is_lock(self) -> bool {
+        matches!(
+            self,
+            Kind::Lock | Kind::FairLock | Kind::ReadWriteLock | Kind::FencedLock
+        )
+    }
+}
+
+/// What `detect` found at a name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Found {
+    /// No key and no companion key: a free lock, or nothing at all.
+    Nothing,
+    /// A synchronizer; `also` is another kind the same data could be (a
+    /// number is a semaphore or a latch).
+    Object { kind: Kind, also: Option<Kind> },
+    /// A key of some other use; the text says what it is.
+    Other(String),
+}
+
+/// Finds what `name` is from its type and its companion keys.
+pub(crate) async fn detect(target: &Target, name: &str) -> Result<Found, Fail> {
+    let mut conn = target.raw.clone();
+    let kind: String = redis::cmd("TYPE").arg(name).query_async(&mut conn).await?;
+    let exists = |key: String| {
+        let mut conn = target.raw.clone();
+        async move { conn.exists::<_, bool>(key).await }
+    };
+    let object = |kind| Found::Object { kind, also: None };
+    if layout::is_companion(name) && kind != "none" {
+        // A queue, a token, a timeout set: part of another object.
+        return Ok(Found::Other(format!("a {kind}")));
+    }
+    match kind.as_str() {
+        "hash" => {
+            let fields: Vec<(String, String)> = conn.hgetall(name).await?;
+            let mut mode = false;
+            for (field, value) in &fields {
+                if field == "mode" {
+                    mode = true;
+                } else if !field.contains(':') || value.parse::<u32>().is_err() {
+                    return Ok(Found::Other(format!(
+                        "a hash whose field `{field}` = `{value}` is no lock hold"
+                    )));
+                }
+            }
+            if mode {
+                Ok(object(Kind::ReadWriteLock))
+            } else if exists(layout::fair_queue(name)).await?
+                || exists(layout::fair_timeouts(name)).await?
+            {
+                Ok(object(Kind::FairLock))
+            } else if exists(layout::fencing_token(name)).await? {
+                Ok(object(Kind::FencedLock))
+            } else {
+                Ok(object(Kind::Lock))
+            }
+        }
+        "string" => {
+            let value: String = conn.get(name).await?;
+            if value.parse::<i64>().is_err() {
+                return Ok(Found::Other(format!(
+                    "a string that is no count of permits (`{}`)",
+                    value.chars().take(40).collect::<String>()
+                )));
+            }
+            if exists(layout::permit_timeouts(name)).await? {
+                return Ok(object(Kind::PermitExpirableSemaphore));
+            }
+            // A semaphore and a latch are both a number: their listeners
+            // tell them apart when there are any.
+            let latch = subscribers(target, &[layout::latch_channel(name)]).await;
+            let semaphore = subscribers(target, &[layout::semaphore_channel(name)]).await;
+            if latch > 0 && semaphore == 0 {
+                Ok(Found::Object {
+                    kind: Kind::CountDownLatch,
+                    also: Some(Kind::Semaphore),
+                })
+            } else {
+                Ok(Found::Object {
+                    kind: Kind::Semaphore,
+                    also: Some(Kind::CountDownLatch),
+                })
+            }
+        }
+        "none" => {
+            if exists(layout::fencing_token(name)).await? {
+                Ok(object(Kind::FencedLock))
+            } else if exists(layout::fair_queue(name)).await? {
+                Ok(object(Kind::FairLock))
+            } else if exists(layout::permit_timeouts(name)).await? {
+                Ok(object(Kind::PermitExpirableSemaphore))
+            } else {
+                Ok(Found::Nothing)
+            }
+        }
+        other => Ok(Found::Other(format!("a {other}"))),
+    }
+}
+
+/// How many connections listen on `channels` (classic and sharded pub/sub).
+pub(crate) async fn subscribers(target: &Target, channels: &[String]) -> u64 {
+    let mut total = 0;
+    for command in ["NUMSUB", "SHARDNUMSUB"] {
+        let mut conn = target.raw.clone();
+        let mut cmd = redis::cmd("PUBSUB");
+        cmd.arg(command).arg(channels);
+        // SHARDNUMSUB is Redis 7's: older servers refuse it, and count 0.
+        if let Ok(counts) = cmd.query_async::<Vec<(String, u64)>>(&mut conn).await {
+            total += counts.iter().map(|(_, n)| n).sum::<u64>();
+        }
+    }
+    total
+}
+
+/// One holder of a lock.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub(crate) struct Holder {
+    pub(crate) client_id: String,
+    pub(crate) owner_id: String,
+    pub(crate) holds: u32,
+    /// Write holds of a read-write lock.
+    pub(crate) write: bool,
+    /// A read-write lock's read holds: each one's TTL in ms, oldest first
+    /// (`null` when its timeout key is gone).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) read_hold_ttls_ms: Option<Vec<Option<u64>>>,
+}
+
+/// One waiter in a fair lock's queue.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub(crate) struct Waiter {
+    pub(crate) position: usize,
+    pub(crate) client_id: String,
+    pub(crate) owner_id: String,
+    /// Until the others skip it as dead, in ms.
+    pub(crate) timeout_ms: Option<u64>,
+}
+
+/// One permit out of a permit-expirable semaphore.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub(crate) struct PermitOut {
+    /// The permit id, 32 hex digits.
+    pub(crate) id: String,
+    /// Until its lease ends, in ms (0: ended, reclaimed by the next call).
+    pub(crate) expires_in_ms: u64,
+}
+
+/// What one object holds, read from Redis.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub(crate) struct State {
+    pub(crate) name: String,
+    /// `None` when there is no key at the name.
+    pub(crate) kind: Option<Kind>,
+    /// Another kind the same data could be (a number is a semaphore or a
+    /// latch alike).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) could_also_be: Option<Kind>,
+    /// The key's TTL in ms; `None` without a key or without a TTL.
+    pub(crate) ttl_ms: Option<u64>,
+    pub(crate) holders: Vec<Holder>,
+    /// A read-write lock's mode, `read` or `write`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) mode: Option<&'static str>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub(crate) queue: Vec<Waiter>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) fencing_token: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) permits_available: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) permits_out: Option<Vec<PermitOut>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) count: Option<i64>,
+    /// Connections subscribed to the object's channel(s).
+    pub(crate) subscribers: u64,
+}
+
+impl State {
+    fn empty(name: &str, kind: Option<Kind>) -> State {
+        State {
+            name: name.to_owned(),
+            kind,
+            could_also_be: None,
+            ttl_ms: None,
+            holders: Vec::new(),
+            mode: None,
+            queue: Vec::new(),
+            fencing_token: None,
+            permits_available: None,
+            permits_out: None,
+            count: None,
+            subscribers: 0,
+        }
+    }
+}
+
+/// Finds what `name` is (unless `forced`) and reads its state; a key of
+/// another use is an error that says what the key is.
+pub(crate) async fn inspect(
+    target: &Target,
+    name: &str,
+    forced: Option<Kind>,
+) -> Result<State, Fail> {
+    let (kind, also) = match forced {
+        Some(kind) => (kind, None),
+        None => match detect(target, name).await? {
+            Found::Nothing => return Ok(State::empty(name, None)),
+            Found::Object { kind, also } => (kind, also),
+            Found::Other(what) => {
+                let helper = if layout::is_companion(name) {
+                    " (a helper key beside a synchronizer: inspect the object's own name)"
+                } else {
+                    ""
+                };
+                return Err(Fail(format!(
+                    "`{name}` is not a synchronizer: the key holds {what}{helper}"
+                )));
+            }
+        },
+    };
+    let mut state = read(target, name, kind).await?;
+    state.could_also_be = also;
+    Ok(state)
+}
+
+/// Reads the state of `name` as a `kind`.
+pub(crate) async fn read(target: &Target, name: &str, kind: Kind) -> Result<State, Fail> {
+    let mut state = State::empty(name, Some(kind));
+    let mut conn = target.raw.clone();
+    let client = &target.client;
+    let mut channels = Vec::new();
+    if kind.is_lock() {
+        let info = match kind {
+            Kind::FairLock => client.fair_lock(name).info().await,
+            Kind::FencedLock => client.fenced_lock(name).info().await,
+            Kind::ReadWriteLock => client.read_write_lock(name).read().info().await,
+            _ => client.lock(name).info().await,
+        }
+        .map_err(|e| Fail::from_lib(e, name))?;
+        state.ttl_ms = info.ttl.map(|ttl| ttl.as_millis() as u64);
+        state.mode = info.mode.map(|mode| match mode {
+            ferrisson::LockMode::Read => "read",
+            ferrisson::LockMode::Write => "write",
+        });
+        state.fencing_token = info.token;
+        for holder in info.holders {
+            let mut read_hold_ttls_ms = None;
+            if kind == Kind::ReadWriteLock && !holder.write {
+                let field = format!("{}:{}", holder.client_id, holder.owner_id);
+                let mut ttls = Vec::new();
+                for n in 1..=holder.holds {
+                    let pttl: i64 = conn.pttl(layout::read_hold_key(name, &field, n)).await?;
+                    ttls.push(u64::try_from(pttl).ok());
+                }
+                read_hold_ttls_ms = Some(ttls);
+            }
+            state.holders.push(Holder {
+                client_id: holder.client_id,
+                owner_id: holder.owner_id,
+                holds: holder.holds,
+                write: holder.write,
+                read_hold_ttls_ms,
+            });
+        }
+        for waiter in info.queue {
+            channels.push(format!(
+                "{}:{}:{}",
+                layout::lock_channel(name),
+                waiter.client_id,
+                waiter.owner_id
+            ));
+            state.queue.push(Waiter {
+                position: waiter.position,
+                client_id: waiter.client_id,
+                owner_id: waiter.owner_id,
+                timeout_ms: waiter.timeout.map(|t| t.as_millis() as u64),
+            });
+        }
+        channels.push(match kind {
+            Kind::ReadWriteLock => layout::rwlock_channel(name),
+            _ => layout::lock_channel(name),
+        });
+    } else {
+        // Plain reads: the library's calls on a permit-expirable semaphore
+        // reclaim expired permits first, and an inspector changes nothing.
+        let value: Option<i64> = conn.get(name).await?;
+        let pttl: i64 = conn.pttl(name).await?;
+        state.ttl_ms = u64::try_from(pttl).ok();
+        match kind {
+            Kind::CountDownLatch => {
+                state.count = Some(value.unwrap_or(0));
+                channels.push(layout::latch_channel(name));
+            }
+            _ => {
+                state.permits_available = Some(value.unwrap_or(0));
+                channels.push(layout::semaphore_channel(name));
+            }
+        }
+        if kind == Kind::PermitExpirableSemaphore {
+            let now = server_ms(target).await?;
+            let permits: Vec<(Vec<u8>, f64)> = redis::cmd("ZRANGE")
+                .arg(layout::permit_timeouts(name))
+                .arg(0)
+                .arg(-1)
+                .arg("WITHSCORES")
+                .query_async(&mut conn)
+                .await?;
+            state.permits_out = Some(
+                permits
+                    .into_iter()
+                    .map(|(id, at)| PermitOut {
+                        id: id.iter().fold(String::new(), |mut hex, b| {
+                            let _ = write!(hex, "{b:02x}");
+                            hex
+                        }),
+                        expires_in_ms: (at as i64).saturating_sub(now).max(0) as u64,
+                    })
+                    .collect(),
+            );
+        }
+    }
+    state.subscribers = subscribers(target, &channels).await;
+    Ok(state)
+}
+
+/// The server's clock, in epoch ms.
+async fn server_ms(target: &Target) -> Result<i64, Fail> {
+    let mut conn = target.raw.clone();
+    let (secs, micros): (i64, i64) = redis::cmd("TIME").query_async(&mut conn).await?;
+    Ok(secs * 1000 + micros / 1000)
+}
+
+/// A duration in ms as text: `850ms`, `29.8s`, `5m 2s`.
+pub(crate) fn millis(ms: u64) -> String {
+    if ms < 1000 {
+        format!("{ms}ms")
+    } else if ms < 60_000 {
+        format!("{:.1}s", ms as f64 / 1000.0)
+    } else {
+        format!("{}m {}s", ms / 60_000, ms % 60_000 / 1000)
+    }
+}
+
+impl Holder {
+    fn line(&self) -> String {
+        let mut line = format!(
+            "{}:{}  {} {}{}",
+            self.client_id,
+            self.owner_id,
+            self.holds,
+            if self.write { "write hold" } else { "hold" },
+            if self.holds == 1 { "" } else { "s" },
+        );
+        if let Some(ttls) = &self.read_hold_ttls_ms {
+            let ttls: Vec<String> = ttls
+                .iter()
+                .map(|t| t.map_or_else(|| "gone".to_owned(), millis))
+                .collect();
+            let _ = write!(line, " (read, expiring in {})", ttls.join(", "));
+        }
+        line
+    }
+}
+
+impl State {
+    /// The state in a few words, for `list` and `watch`.
+    pub(crate) fn summary(&self) -> String {
+        let mut out = self.shape();
+        if let Some(ttl) = self.ttl_ms {
+            let _ = write!(out, ", ttl {}", millis(ttl));
+        }
+        out
+    }
+
+    /// [`State::summary`] without what changes by itself (TTLs): two reads
+    /// differ in shape when something happened in between.
+    pub(crate) fn shape(&self) -> String {
+        let mut out = String::new();
+        match self.kind {
+            None => out.push_str("no key (free, or nothing)"),
+            Some(kind) if kind.is_lock() => {
+                if self.holders.is_empty() {
+                    out.push_str("free");
+                } else {
+                    let holders: Vec<String> = self
+                        .holders
+                        .iter()
+                        .map(|h| {
+                            format!(
+                                "{}:{} x{}{}",
+                                h.client_id,
+                                h.owner_id,
+                                h.holds,
+                                if h.write { " (write)" } else { "" }
+                            )
+                        })
+                        .collect();
+                    let _ = write!(out, "held by {}", holders.join(", "));
+                }
+                if let Some(mode) = self.mode {
+                    let _ = write!(out, ", mode {mode}");
+                }
+                if !self.queue.is_empty() {
+                    let _ = write!(out, ", {} waiting", self.queue.len());
+                }
+                if let Some(token) = self.fencing_token {
+                    let _ = write!(out, ", token {token}");
+                }
+            }
+            Some(_) => {
+                if let Some(n) = self.permits_available {
+                    let _ = write!(out, "{n} permits available");
+                }
+                if let Some(out_) = &self.permits_out {
+                    let _ = write!(out, ", {} out", out_.len());
+                }
+                if let Some(n) = self.count {
+                    let _ = write!(out, "count {n}");
+                }
+            }
+        }
+        out
+    }
+
+    /// The state in full, for `inspect`.
+    pub(crate) fn text(&self) -> String {
+        let mut out = String::new();
+        let Some(kind) = self.kind else {
+            let _ = writeln!(
+                out,
+                "`{}` does not exist: a free lock leaves no key (or nothing has this name)",
+                self.name
+            );
+            return out;
+        };
+        let _ = writeln!(out, "name:        {}", self.name);
+        let _ = write!(out, "kind:        {}", kind.label());
+        if let Some(also) = self.could_also_be {
+            let _ = write!(
+                out,
+                " (or a {}: both are a number; --kind tells which)",
+                also.label()
+            );
+        }
+        out.push('\n');
+        let ttl = self.ttl_ms.map_or_else(|| "none".to_owned(), millis);
+        let _ = writeln!(out, "ttl:         {ttl}");
+        if kind.is_lock() {
+            if let Some(mode) = self.mode {
+                let _ = writeln!(out, "mode:        {mode}");
+            }
+            if self.holders.is_empty() {
+                let _ = writeln!(out, "holders:     none (free)");
+            } else {
+                let _ = writeln!(out, "holders:     {}", self.holders.len());
+                for holder in &self.holders {
+                    let _ = writeln!(out, "  {}", holder.line());
+                }
+            }
+            if kind == Kind::FairLock {
+                let _ = writeln!(out, "queue:       {} waiting", self.queue.len());
+                for waiter in &self.queue {
+                    let timeout = waiter.timeout_ms.map_or_else(|| "none".to_owned(), millis);
+                    let _ = writeln!(
+                        out,
+                        "  {}. {}:{}  timeout {timeout}",
+                        waiter.position + 1,
+                        waiter.client_id,
+                        waiter.owner_id
+                    );
+                }
+            }
+            if kind == Kind::FencedLock {
+                let token = self
+                    .fencing_token
+                    .map_or_else(|| "none drawn".to_owned(), |t| t.to_string());
+                let _ = writeln!(out, "token:       {token}");
+            }
+        }
+        if let Some(n) = self.permits_available {
+            let _ = writeln!(out, "available:   {n}");
+        }
+        if let Some(permits) = &self.permits_out {
+            let _ = writeln!(out, "out:         {}", permits.len());
+            for permit in permits {
+                let _ = writeln!(
+                    out,
+                    "  {}  expires in {}",
+                    permit.id,
+                    millis(permit.expires_in_ms)
+                );
+            }
+        }
+        if let Some(n) = self.count {
+            let _ = writeln!(out, "count:       {n}");
+        }
+        let _ = writeln!(out, "subscribers: {}", self.subscribers);
+        out
+    }
+}
