@@ -513,9 +513,17 @@
 //! client, builder, lock or guard: they print the host and port only.
 //!
 //! rustls takes its cryptography from a process-wide provider. When the
-//! program has installed none, `build()` installs ring's (with feature
-//! `tls`); a program that wants another one installs it before building its
-//! first client.
+//! program has installed none, `build()` for a `rediss://` address installs
+//! ring's (with feature `tls`), and the program's other rustls clients then
+//! use it too. A program that wants another one (aws-lc-rs, a FIPS build)
+//! installs it before building its first client. Turning on `tls` also turns
+//! on rustls's `ring` feature for the whole program: where aws-lc-rs is on
+//! too, rustls no longer picks a provider by itself, so such a program
+//! installs one in `main`.
+//!
+//! Turn on one TLS feature, not both. With both, the redis crate uses rustls
+//! without the system's trust store: a server is then trusted only through
+//! `tls_root_certificate`.
 //!
 //! ## Replica sync
 //!
@@ -717,16 +725,16 @@
 //!
 //! | metric | type | what it counts |
 //! |---|---|---|
-//! | `ferrisson_acquires_total` | counter, also labelled `outcome` | acquires that ended: `acquired`, `timed_out` (not got within the wait; a `try_lock` that found the lock held) or `failed` (an error). A dropped acquire is not counted |
+//! | `ferrisson_acquires_total` | counter, also labelled `outcome` | acquires that ended: `acquired`, `timed_out` (not got within the wait; a `try_lock` that found the lock held) or `failed` (an error). A dropped acquire is not counted. A [`MultiLock`] or [`RedLock`] is counted through its member locks, each attempt of each |
 //! | `ferrisson_acquire_wait_seconds` | histogram | how long each successful acquire took, its waits included |
-//! | `ferrisson_hold_seconds` | histogram | from the grant to the release (`unlock` or the guard's drop) |
-//! | `ferrisson_leases_lost_total` | counter | leases found lost: a renewal refused by Redis (the key expired, was deleted or taken) |
+//! | `ferrisson_hold_seconds` | histogram | from the grant to the release of a guard (`unlock` or its drop); a hold given back because the replicas did not acknowledge it is not counted |
+//! | `ferrisson_leases_lost_total` | counter | watchdog leases found lost: a renewal (or `extend`) refused by Redis because the key expired, was deleted or taken, or no renewal got through before the lease ran out. A leased hold that simply runs out is not counted |
 //! | `ferrisson_renewals_total` | counter, no labels | keys the watchdog sent for renewal |
 //! | `ferrisson_renewal_failures_total` | counter, no labels | keys whose renewal call failed (it is sent again while the lease lasts) |
 //! | `ferrisson_renewal_batch_keys` | histogram, no labels | keys per renewal call (at most 100) |
-//! | `ferrisson_subscriptions` | gauge, no labels | channels subscribed to, one per lock name with local waiters, over every client in the process |
+//! | `ferrisson_subscriptions` | gauge, no labels | channels subscribed to (or being unsubscribed from) over every client in the process: one per lock, semaphore or latch name with local waiters, and one per waiting owner of a fair lock |
 //!
-//! Every lock acquire and release also runs in a `tracing` span,
+//! Every lock acquire, and every guard's release, also runs in a `tracing` span,
 //! `ferrisson.acquire` or `ferrisson.release`, at level INFO, with the
 //! fields `lock` (the name) and `kind`: a slow acquire shows in a trace
 //! with its waits inside it. Spans need no feature.

@@ -20,7 +20,8 @@ pub(crate) const ACQUIRES: &str = "ferrisson_acquires_total";
 pub(crate) const WAIT_SECONDS: &str = "ferrisson_acquire_wait_seconds";
 /// Histogram, seconds: how long each released hold was held.
 pub(crate) const HOLD_SECONDS: &str = "ferrisson_hold_seconds";
-/// Counter: leases found lost (a watchdog renewal or an `extend` refused).
+/// Counter: watchdog leases found lost (a renewal or an `extend` refused,
+/// or no renewal through before the lease ran out).
 pub(crate) const LEASES_LOST: &str = "ferrisson_leases_lost_total";
 /// Counter: keys sent for renewal by the watchdog.
 pub(crate) const RENEWALS: &str = "ferrisson_renewals_total";
@@ -29,8 +30,8 @@ pub(crate) const RENEWALS: &str = "ferrisson_renewals_total";
 pub(crate) const RENEWAL_FAILURES: &str = "ferrisson_renewal_failures_total";
 /// Histogram: keys per renewal call.
 pub(crate) const RENEWAL_BATCH: &str = "ferrisson_renewal_batch_keys";
-/// Gauge: channels subscribed to (one per name with local waiters), over
-/// every client of the process.
+/// Gauge: channels subscribed to (one per name with local waiters, one per
+/// waiting owner of a fair lock), over every client of the process.
 pub(crate) const SUBSCRIPTIONS: &str = "ferrisson_subscriptions";
 
 /// How an acquire ended, for [`ACQUIRES`].

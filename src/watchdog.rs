@@ -298,6 +298,11 @@ impl Registry {
                 let old = &held.get().lease;
                 old.retire();
                 old.mark_lost();
+                #[cfg(feature = "metrics")]
+                telemetry::lease_lost(Subject {
+                    kind: kind.label(),
+                    name: shared.names.then_some(&*held.key().0),
+                });
                 let lease = shared.new_lease(held.key().clone(), sent, kind);
                 held.insert(Held {
                     holds: 1,

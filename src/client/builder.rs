@@ -57,6 +57,24 @@ pub(super) enum Target {
     },
 }
 
+impl Target {
+    /// Whether any address given is a `rediss://` one.
+    #[cfg(feature = "tls")]
+    fn uses_tls(&self) -> bool {
+        let tls =
+            |info: &ConnectionInfo| matches!(info.addr(), redis::ConnectionAddr::TcpTls { .. });
+        match self {
+            Target::Single(info) => info.as_ref().is_ok_and(tls),
+            #[cfg(feature = "cluster")]
+            Target::Cluster(nodes) => nodes.as_ref().is_ok_and(|nodes| nodes.iter().any(tls)),
+            #[cfg(feature = "sentinel")]
+            Target::Sentinel { sentinels, .. } => {
+                sentinels.as_ref().is_ok_and(|nodes| nodes.iter().any(tls))
+            }
+        }
+    }
+}
+
 /// The connection infos of `nodes`; `empty` is the error for none.
 #[cfg(any(feature = "cluster", feature = "sentinel"))]
 pub(super) fn node_list<T: IntoConnectionInfo>(
@@ -214,8 +232,9 @@ impl ClientBuilder {
     }
 
     /// Trusts the certificate authority in `pem` (one or more PEM
-    /// certificates) for `rediss://` connections, instead of the system's
-    /// trust store: for servers with certificates from a private CA.
+    /// certificates) for `rediss://` connections: for servers with
+    /// certificates from a private CA. With rustls (`tls`) it replaces the
+    /// system's trust store; with `native-tls` it is trusted besides it.
     /// Features `tls` (rustls) or `native-tls`; for one server (a cluster
     /// or sentinel builder refuses it in `build`).
     #[cfg(any(feature = "tls", feature = "native-tls"))]
@@ -252,7 +271,9 @@ impl ClientBuilder {
     pub async fn build(self) -> Result<Client> {
         self.config.validate()?;
         #[cfg(feature = "tls")]
-        install_crypto_provider();
+        if self.target.uses_tls() {
+            install_crypto_provider();
+        }
         #[cfg(all(
             any(feature = "tls", feature = "native-tls"),
             any(feature = "cluster", feature = "sentinel")
@@ -311,8 +332,8 @@ impl ClientBuilder {
 
 /// Makes ring the process's rustls crypto provider, unless the program has
 /// chosen one: rustls finds none by itself when its dependants enable more
-/// than one (ring here, aws-lc-rs elsewhere), and a TLS connection would
-/// then fail.
+/// than one (ring here, aws-lc-rs elsewhere), and the redis crate's TLS
+/// setup would then fail. Called only for `rediss://` addresses.
 #[cfg(feature = "tls")]
 fn install_crypto_provider() {
     if rustls::crypto::CryptoProvider::get_default().is_none() {

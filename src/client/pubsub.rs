@@ -292,13 +292,7 @@ impl PubSub {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             // No runtime to unsubscribe with: forget the channel; a later
             // waiter subscribes again, and stray messages find no slot.
-            if self
-                .channels
-                .remove_if(channel, |_, slot| Arc::ptr_eq(&slot.state, state))
-                .is_some()
-            {
-                telemetry::subscriptions_changed(-1.0);
-            }
+            self.forget(channel, |slot| Arc::ptr_eq(&slot.state, state));
             return;
         };
         let this = Arc::clone(self);
@@ -326,13 +320,27 @@ impl PubSub {
         }
         // A waiter that joins after this point finds `Subscribed::No`
         // (it waits on the lock above) or a fresh slot, and subscribes.
-        if self
-            .channels
-            .remove_if(&channel, |_, slot| unused(slot))
-            .is_some()
-        {
-            telemetry::subscriptions_changed(-1.0);
+        self.forget(&channel, unused);
+    }
+
+    /// Removes `channel`'s slot if `drop_it` says so. The subscriptions
+    /// gauge goes down while the entry is still held, so that no one who
+    /// sees the slot gone reads the gauge before it does.
+    fn forget(&self, channel: &str, drop_it: impl FnOnce(&Slot) -> bool) {
+        if let Entry::Occupied(slot) = self.channels.entry(channel.to_owned()) {
+            if drop_it(slot.get()) {
+                telemetry::subscriptions_changed(-1.0);
+                slot.remove();
+            }
         }
+    }
+}
+
+impl Drop for PubSub {
+    fn drop(&mut self) {
+        // Slots whose removal was left to a task that never ran (the
+        // runtime shut down first) leave the gauge with the client.
+        telemetry::subscriptions_changed(-(self.channels.len() as f64));
     }
 }
 

@@ -337,7 +337,7 @@ impl LockCore {
             Synced::Failed(err) => Err(err),
         };
         // Only the master knows of this hold: give it back.
-        if let Err(err) = guard.unlock().await {
+        if let Err(err) = guard.give_back().await {
             tracing::warn!(lock = %self.obj.name, error = %err,
                 "could not give back a hold the replicas did not acknowledge; it expires with its lease");
         }

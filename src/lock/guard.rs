@@ -45,9 +45,10 @@ struct Hold {
     lease_ms: Option<u64>,
     lease: Arc<LeaseState>,
     runtime: Handle,
-    /// When the hold was granted, for the hold time in metrics.
+    /// When the hold was granted, for the hold time in metrics; `None` for
+    /// a hold given back before its caller saw it.
     #[cfg(feature = "metrics")]
-    since: Instant,
+    since: Option<Instant>,
 }
 
 impl std::fmt::Debug for LockGuard {
@@ -82,7 +83,7 @@ impl LockGuard {
                 lease,
                 runtime,
                 #[cfg(feature = "metrics")]
-                since: Instant::now(),
+                since: Some(Instant::now()),
             }),
             token: None,
         }
@@ -259,6 +260,20 @@ impl LockGuard {
     }
 }
 
+impl LockGuard {
+    /// Releases a hold its caller never saw (one the replicas did not
+    /// acknowledge): as [`LockGuard::unlock`], but no hold time is
+    /// reported for it.
+    #[cfg_attr(not(feature = "metrics"), allow(unused_mut))]
+    pub(crate) async fn give_back(mut self) -> Result<()> {
+        #[cfg(feature = "metrics")]
+        if let Some(hold) = self.hold.as_mut() {
+            hold.since = None;
+        }
+        self.unlock().await
+    }
+}
+
 impl Hold {
     /// Sets the key's TTL to `ttl` if the owner still holds it, as a
     /// renewal does; when the renewal was sent. A refusal marks the lease
@@ -294,7 +309,9 @@ impl Hold {
 
     async fn release(self) -> Result<()> {
         #[cfg(feature = "metrics")]
-        telemetry::released(self.subject(), self.since.elapsed());
+        if let Some(since) = self.since {
+            telemetry::released(self.subject(), since.elapsed());
+        }
         let span =
             tracing::info_span!("ferrisson.release", lock = %self.key.0, kind = self.kind.label());
         self.release_in().instrument(span).await
