@@ -30,11 +30,22 @@ async fn run_with(url: &str, args: &[&str], stdin: &str) -> Output {
     let stdin = stdin.to_owned();
     let output = tokio::task::spawn_blocking(move || {
         let mut child = command.spawn().expect("start ferrisson");
+        // A run that hangs is killed, so that the test fails instead.
+        let pid = child.id().to_string();
+        let (done, finished) = std::sync::mpsc::channel::<()>();
+        let killer = std::thread::spawn(move || {
+            if finished.recv_timeout(Duration::from_secs(15)).is_err() {
+                let _ = Command::new("kill").args(["-9", &pid]).status();
+            }
+        });
         let mut input = child.stdin.take().unwrap();
         // A closed pipe is the program having stopped reading: fine.
         let _ = input.write_all(stdin.as_bytes());
         drop(input);
-        child.wait_with_output().expect("ferrisson output")
+        let output = child.wait_with_output().expect("ferrisson output");
+        let _ = done.send(());
+        let _ = killer.join();
+        output
     });
     soon(output).await.expect("ferrisson thread")
 }
@@ -176,6 +187,15 @@ async fn inspect_shows_a_fair_queue_in_order() {
         })
         .await;
     }
+    // Each waiter subscribes to its own channel after its first attempt.
+    eventually(Duration::from_secs(10), || async {
+        server
+            .cmd(&["PUBSUB", "CHANNELS", "redisson_lock__channel:{turns}:*"])
+            .as_array()
+            .map(|channels| channels.len())
+            == Some(2)
+    })
+    .await;
     let text = ok(&server, &["inspect", "turns"]).await;
     assert!(text.contains("kind:        fair lock"), "{text}");
     assert!(text.contains(&format!("{id}:first  1 hold")), "{text}");
@@ -525,8 +545,8 @@ async fn errors_are_clear() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("is not a synchronizer"), "{stderr}");
 
-    let port = common::server::free_port();
-    let url = format!("redis://127.0.0.1:{port}/");
+    // Port 1: privileged, so nothing a test starts can listen there.
+    let url = "redis://127.0.0.1:1/".to_owned();
     let output = run_with(&url, &["list"], "").await;
     assert!(!output.status.success());
     let stderr = String::from_utf8_lossy(&output.stderr);

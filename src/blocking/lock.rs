@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::{blocking_calls, Runtime};
-use crate::lock::thread_owner_id;
+use crate::lock::current_owner_id;
 use crate::{Backoff, Error, LockInfo, Result};
 
 /// Defines the blocking face of the async lock face of the same name: its
@@ -50,13 +50,13 @@ macro_rules! blocking_face {
                 }
             }
 
-            /// The async face each call runs: the caller's thread is the
-            /// owner unless one was named. Read on the caller's thread,
+            /// The async face each call runs: the caller (its task, else
+            /// its thread) is the owner unless one was named. Read on the caller's thread,
             /// before the call goes to the runtime.
             fn handle(&self) -> crate::$face {
                 match self.named {
                     true => self.inner.clone(),
-                    false => self.inner.with_owner(thread_owner_id()),
+                    false => self.inner.with_owner(current_owner_id()),
                 }
             }
 

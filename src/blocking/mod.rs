@@ -37,7 +37,10 @@
 //! the same plain thread name the same owner (for `is_held_by`, say; each
 //! client has its own id, so two clients never share holds). The owner is
 //! read on the calling thread before the call goes to the runtime, so the
-//! runtime's own threads never own anything. Where the async docs say
+//! runtime's own threads never own anything. Called from inside a tokio
+//! task (a `spawn_blocking` closure, an async task), the owner is that task,
+//! `task-<id>`, as in the async API: two tasks on one worker thread never
+//! share holds. Where the async docs say
 //! "the current task", read "the current thread" here
 //! ([`Lock::is_held_by_current_task`] asks about the calling thread). A guard
 //! may move to another thread; its hold still belongs to the thread that
@@ -54,7 +57,11 @@
 //! a drop never blocks for long; a failure is only logged. A guard dropped
 //! on a thread with an async runtime's context does not wait at all. A guard
 //! keeps its client's runtime alive, so its watchdog goes on renewing after
-//! the [`Client`] is dropped.
+//! the [`Client`] is dropped. When the guard that goes is the last holder of
+//! the runtime, a release that has not ended by then (one not waited for,
+//! or past the wait) is dropped with the runtime, and the lock frees itself
+//! when its lease runs out: `unlock` the last guard before dropping the
+//! client, or drop the client after its guards.
 //!
 //! # Inside an async runtime
 //!
@@ -63,8 +70,7 @@
 //! thread with a tokio runtime's context (a `spawn_blocking` thread, the body
 //! of `block_on`, an async task), where tokio would panic at a nested
 //! `block_on`, a call is driven by a short-lived helper thread while the
-//! caller waits: it works, never panics, and still runs as the calling
-//! thread. In an async task it blocks the task's worker thread like any
+//! caller waits: it works, never panics, and runs as the calling task. In an async task it blocks the task's worker thread like any
 //! blocking call (on a current-thread runtime, every other task waits with
 //! it), so use the async API there. A guard or permit dropped on such a
 //! thread is released in the background, without waiting.

@@ -68,8 +68,9 @@ thread_local! {
     static THREAD_OWNER: u64 = NEXT_THREAD_OWNER.fetch_add(1, Ordering::Relaxed);
 }
 
-/// The owner id of the caller: its tokio task, or else its thread.
-fn current_owner_id() -> String {
+/// The owner id of the caller: its tokio task, or else its thread (the
+/// default owner of async and blocking calls alike).
+pub(crate) fn current_owner_id() -> String {
     match tokio::task::try_id() {
         Some(id) => format!("task-{id}"),
         None => thread_owner_id(),
@@ -77,8 +78,8 @@ fn current_owner_id() -> String {
 }
 
 /// The owner id of the calling thread, `thread-<n>`: the default owner of
-/// async calls made outside a task, and of every blocking call.
-pub(crate) fn thread_owner_id() -> String {
+/// calls made outside a task.
+fn thread_owner_id() -> String {
     format!("thread-{}", THREAD_OWNER.with(|n| *n))
 }
 

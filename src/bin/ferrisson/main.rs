@@ -30,6 +30,8 @@ struct Cli {
         long,
         global = true,
         env = "REDIS_URL",
+        // The URL may carry a password: --help never prints it.
+        hide_env_values = true,
         default_value = "redis://127.0.0.1/",
         value_delimiter = ','
     )]
@@ -431,6 +433,21 @@ async fn force_unlock(
         if !matches!(answer.trim(), "y" | "Y" | "yes" | "YES" | "Yes") {
             eprintln!("not confirmed: nothing removed");
             return Ok(ExitCode::FAILURE);
+        }
+        // What was confirmed is what was shown: a lock that changed hands
+        // (or a latch that moved) while the question was open is left be.
+        let now = state::inspect(target, name, Some(kind)).await?;
+        let who = |s: &state::State| -> Vec<(String, String, u32, bool)> {
+            s.holders
+                .iter()
+                .map(|h| (h.client_id.clone(), h.owner_id.clone(), h.holds, h.write))
+                .collect()
+        };
+        if now.kind != before.kind || who(&now) != who(&before) || now.count != before.count {
+            return Err(Fail(format!(
+                "`{name}` changed while the question was open: nothing removed; \
+                 run force-unlock again to see it as it is now"
+            )));
         }
     }
     let client = &target.client;

@@ -3,6 +3,9 @@
 
 use std::fmt::Write as _;
 
+/// How many of one reader's holds have their expiries read.
+const MAX_READ_HOLDS_SHOWN: u32 = 100;
+
 use redis::AsyncCommands;
 use serde::Serialize;
 
@@ -294,7 +297,9 @@ pub(crate) async fn read(target: &Target, name: &str, kind: Kind) -> Result<Stat
             if kind == Kind::ReadWriteLock && !holder.write {
                 let field = format!("{}:{}", holder.client_id, holder.owner_id);
                 let mut ttls = Vec::new();
-                for n in 1..=holder.holds {
+                // A read hold count is small; a corrupt one is not read
+                // key by key past the first hundred.
+                for n in 1..=holder.holds.min(MAX_READ_HOLDS_SHOWN) {
                     let pttl: i64 = conn.pttl(layout::read_hold_key(name, &field, n)).await?;
                     ttls.push(u64::try_from(pttl).ok());
                 }
