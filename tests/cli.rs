@@ -518,29 +518,15 @@ async fn errors_are_clear() {
         "{stderr}"
     );
     server.cmd(&["SET", "redisson_lock_token:{turns}", "7"]);
-    let output = run_with(
-        &server.url(),
-        &["inspect", "redisson_lock_token:{turns}"],
-        "",
-    )
-    .await;
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(
-        stderr.contains("a helper key beside a synchronizer"),
-        "{stderr}"
-    );
     server.cmd(&["RPUSH", "redisson_lock_queue:{turns}", "x"]);
-    let output = run_with(
-        &server.url(),
-        &["inspect", "redisson_lock_queue:{turns}"],
-        "",
-    )
-    .await;
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(
-        stderr.contains("a helper key beside a synchronizer"),
-        "{stderr}"
-    );
+    for helper in ["redisson_lock_token:{turns}", "redisson_lock_queue:{turns}"] {
+        let output = run_with(&server.url(), &["inspect", helper], "").await;
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(
+            stderr.contains("a helper key beside a synchronizer"),
+            "{helper}: {stderr}"
+        );
+    }
     let output = run_with(&server.url(), &["inspect", "greeting"], "").await;
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("is not a synchronizer"), "{stderr}");

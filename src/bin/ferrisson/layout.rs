@@ -1,65 +1,15 @@
-//! The key and channel names of Redisson's layout that the inspector reads,
-//! by the same brace rule as the library's own (private) helpers.
+//! The key and channel names of Redisson's layout that the inspector reads:
+//! the library's own helpers (its `keys.rs`, compiled into the binary as
+//! well), and what only the inspector needs.
 
-/// The name as a hash tag: `{name}`, or the name itself when it already
-/// has a `{` (the brace rule).
-fn tagged(name: &str) -> String {
-    if name.contains('{') {
-        name.to_owned()
-    } else {
-        format!("{{{name}}}")
-    }
-}
-
-/// `prefix:{name}`.
-fn prefix_name(prefix: &str, name: &str) -> String {
-    format!("{prefix}:{}", tagged(name))
-}
-
-/// A lock's (and a fair lock's, with `:<waiter>` after it) channel.
-pub(crate) fn lock_channel(name: &str) -> String {
-    prefix_name("redisson_lock__channel", name)
-}
-
-/// The channel of a read-write lock.
-pub(crate) fn rwlock_channel(name: &str) -> String {
-    prefix_name("redisson_rwlock", name)
-}
+pub(crate) use crate::keys::{
+    fair_queue, fair_timeouts, fencing_token, latch_channel, lock_channel, permit_timeouts,
+    rwlock_channel, semaphore_channel,
+};
 
 /// One read hold's timeout key: `{name}:<field>:rwlock_timeout:<n>`.
 pub(crate) fn read_hold_key(name: &str, field: &str, n: u32) -> String {
-    format!("{}:{field}:rwlock_timeout:{n}", tagged(name))
-}
-
-/// The fair lock's queue of waiters.
-pub(crate) fn fair_queue(name: &str) -> String {
-    prefix_name("redisson_lock_queue", name)
-}
-
-/// The fair lock's waiter timeouts.
-pub(crate) fn fair_timeouts(name: &str) -> String {
-    prefix_name("redisson_lock_timeout", name)
-}
-
-/// The fenced lock's token counter.
-pub(crate) fn fencing_token(name: &str) -> String {
-    prefix_name("redisson_lock_token", name)
-}
-
-/// The channel of both semaphore kinds.
-pub(crate) fn semaphore_channel(name: &str) -> String {
-    prefix_name("redisson_sc", name)
-}
-
-/// The permits a permit-expirable semaphore handed out.
-pub(crate) fn permit_timeouts(name: &str) -> String {
-    format!("{}:timeout", tagged(name))
-}
-
-/// The channel of a count-down latch (always in braces, as Redisson builds
-/// it by concatenation).
-pub(crate) fn latch_channel(name: &str) -> String {
-    format!("redisson_countdownlatch__channel__{{{name}}}")
+    format!("{}:{n}", crate::keys::rwlock_timeout_prefix(name, field))
 }
 
 /// Whether `key` is one of the helper keys an object keeps beside its own

@@ -6,6 +6,11 @@
 //! subcommands.
 
 mod conn;
+// The library's key and channel names, the one source of them; the binary
+// uses some.
+#[allow(dead_code)]
+#[path = "../../keys.rs"]
+mod keys;
 mod layout;
 mod state;
 
