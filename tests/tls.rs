@@ -1,7 +1,7 @@
 //! `rediss://`: a server with a certificate from a private CA, made in the
-//! test. Runs with `--features tls` (rustls; README's test command
-//! uses `--all-features`, which takes rustls too) and with `--features
-//! native-tls` alone, which `.ci/run` runs apart.
+//! test. README's test command (`--all-features`) runs them on rustls
+//! without the system's trust store; `.ci/run` runs them again with
+//! `--features tls` alone and with `--features native-tls` alone.
 #![cfg(any(feature = "tls", feature = "native-tls"))]
 
 mod common;
