@@ -1,7 +1,7 @@
 //! The blocking API: a plain `fn main` with threads, no async runtime.
 //! A lock re-entered by its thread and waited for by another, a guard
-//! released by its drop, a semaphore capping worker threads, and a latch
-//! they all count down.
+//! released by its drop, two locks taken as one (all or nothing), a
+//! semaphore capping worker threads, and a latch they all count down.
 //!
 //! `cargo run --example blocking` (uses `REDIS_URL`, or starts a throwaway
 //! `redis-server`).
@@ -12,7 +12,7 @@ use std::sync::mpsc;
 use std::thread;
 use std::time::Duration;
 
-use ferrisson::blocking::Client;
+use ferrisson::blocking::{Client, DistributedLock, MultiLock};
 
 fn main() -> ferrisson::Result<()> {
     let (url, _server) = support::redis_url();
@@ -43,6 +43,16 @@ fn main() -> ferrisson::Result<()> {
     nested.unlock()?;
     drop(guard); // the last hold: released before `drop` returns
     waiter.join().expect("the waiter ran")?;
+
+    // Two locks as one: both or neither (they could live on two servers,
+    // from two clients).
+    let both = MultiLock::new(vec![
+        Box::new(client.lock("blocking:account")) as Box<dyn DistributedLock>,
+        Box::new(client.fair_lock("blocking:ledger")),
+    ]);
+    let guard = both.lock()?;
+    println!("holding {:?} as one", guard.names());
+    guard.unlock()?;
 
     // At most two of five workers in the section at once; each counts down
     // the latch when done, and main waits for all of them.

@@ -537,4 +537,201 @@ fn handles_and_guards_are_send_and_sync() {
     send::<blocking::FencedGuard>();
     send_sync::<blocking::PermitExpirableSemaphore>();
     send::<blocking::Permit>();
+    send_sync::<blocking::MultiLock>();
+    send_sync::<blocking::RedLock>();
+    send::<blocking::MultiLockGuard>();
+    send::<blocking::RedLockGuard>();
+    send_sync::<Box<dyn blocking::DistributedLock>>();
+}
+
+/// Whether `key` exists on `server`, asked outside ferrisson.
+fn exists(server: &RedisServer, key: &str) -> bool {
+    server.cmd(&["EXISTS", key]).as_int() == Some(1)
+}
+
+fn multi(locks: Vec<Box<dyn blocking::DistributedLock>>) -> blocking::MultiLock {
+    blocking::MultiLock::new(locks)
+}
+
+/// A multi-lock over two clients on two servers: all or nothing, owned by
+/// the calling thread (another thread is kept out, waits, and gets both
+/// once they are released), and released by drop.
+#[test]
+fn a_multi_lock_across_two_servers() {
+    let (one, two) = (RedisServer::start(), RedisServer::start());
+    let (a, b) = (client(&one, WATCHDOG), client(&two, WATCHDOG));
+    let both = multi(vec![
+        Box::new(a.lock("account")),
+        Box::new(b.fair_lock("ledger")),
+    ]);
+    assert_eq!(
+        both.locks().map(|l| l.name()).collect::<Vec<_>>(),
+        ["account", "ledger"]
+    );
+
+    let guard = both.lock().unwrap();
+    assert_eq!(guard.names(), ["account", "ledger"]);
+    assert!(exists(&one, "account") && exists(&two, "ledger"));
+    assert!(!guard.is_lease_lost());
+
+    // Another thread: kept out of the multi-lock, and of each lock alone.
+    let (tx, rx) = mpsc::channel();
+    let (other, ledger) = (both.clone(), b.fair_lock("ledger"));
+    let waiter = thread::spawn(move || {
+        assert!(other.try_lock().unwrap().is_none());
+        assert!(ledger.try_lock().unwrap().is_none());
+        tx.send(()).unwrap();
+        let got = other
+            .try_lock_for(BOUND)
+            .unwrap()
+            .expect("both, once released");
+        tx.send(()).unwrap();
+        got
+    });
+    recv(&rx);
+    guard.unlock().unwrap();
+    recv(&rx);
+    let theirs = waiter.join().unwrap();
+    assert!(exists(&one, "account") && exists(&two, "ledger"));
+    drop(theirs);
+    assert!(!exists(&one, "account") && !exists(&two, "ledger"));
+
+    // One lock busy: nothing is held after the attempt.
+    let busy = b.fair_lock("ledger").with_owner("rival").lock().unwrap();
+    assert!(both.try_lock().unwrap().is_none());
+    assert!(!exists(&one, "account"));
+    busy.unlock().unwrap();
+
+    // Leases, and the thread re-enters a reentrant lock it holds.
+    let leased = both.lock_with_lease(Duration::from_secs(30)).unwrap();
+    let again = both
+        .try_lock_with_lease(Duration::ZERO, Duration::from_secs(30))
+        .unwrap()
+        .expect("the same thread re-enters");
+    assert_eq!(a.lock("account").hold_count().unwrap(), 2);
+    again.unlock().unwrap();
+    leased.unlock().unwrap();
+    assert!(!exists(&one, "account") && !exists(&two, "ledger"));
+
+    let empty = multi(Vec::new());
+    assert!(matches!(empty.try_lock(), Err(Error::InvalidArgument(_))));
+}
+
+/// A RedLock over three servers holds with a majority (one server's lock
+/// is taken by a rival), keeps out another thread, and is released on
+/// every server it was taken on.
+#[test]
+fn a_red_lock_on_a_majority() {
+    let servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+    let clients: Vec<blocking::Client> = servers.iter().map(|s| client(s, WATCHDOG)).collect();
+    let red = blocking::RedLock::new(
+        clients
+            .iter()
+            .map(|c| Box::new(c.lock("report")) as Box<dyn blocking::DistributedLock>)
+            .collect(),
+    );
+    assert_eq!(red.quorum(), 2);
+    let rival = clients[2]
+        .lock("report")
+        .with_owner("rival")
+        .lock()
+        .unwrap();
+
+    let guard = red
+        .try_lock_with_lease(BOUND, Duration::from_secs(30))
+        .unwrap()
+        .expect("a majority");
+    assert_eq!(guard.held(), 2);
+    assert!(guard.validity().is_some_and(|v| v > Duration::ZERO));
+    assert!(!guard.is_lease_lost());
+
+    let other = red.clone();
+    let kept_out = thread::spawn(move || other.try_lock().unwrap().is_none());
+    assert!(kept_out.join().unwrap());
+
+    guard.unlock().unwrap();
+    assert!(!exists(&servers[0], "report") && !exists(&servers[1], "report"));
+    assert!(exists(&servers[2], "report"), "the rival's hold stays");
+    rival.unlock().unwrap();
+
+    // Watchdog mode, released by drop.
+    let guard = red.lock().unwrap();
+    assert_eq!(guard.validity(), None);
+    drop(guard);
+    assert!(servers.iter().all(|s| !exists(s, "report")));
+}
+
+/// Code that takes any blocking lock through the trait, fenced included.
+#[test]
+fn any_blocking_lock_through_the_trait() {
+    let server = RedisServer::start();
+    let client = client(&server, WATCHDOG);
+    let locks: Vec<Box<dyn blocking::DistributedLock>> = vec![
+        Box::new(client.lock("plain")),
+        Box::new(client.spin_lock("spin")),
+        Box::new(client.fenced_lock("fenced")),
+        Box::new(client.fair_lock("fair")),
+        Box::new(client.non_reentrant_lock("once")),
+        Box::new(client.read_write_lock("rw").write()),
+    ];
+    for lock in &locks {
+        let guard = lock.try_lock_for(BOUND).unwrap().expect("free");
+        assert!(lock.is_locked().unwrap(), "{}", lock.name());
+        assert!(lock.is_held_by_current_task().unwrap());
+        assert_eq!(lock.hold_count().unwrap(), 1);
+        assert_eq!(lock.info().unwrap().holders.len(), 1);
+        guard.unlock().unwrap();
+        assert!(!lock.is_locked().unwrap());
+        let leased = lock.lock_with_lease(Duration::from_secs(30)).unwrap();
+        assert!(lock.force_unlock().unwrap());
+        drop(leased);
+    }
+}
+
+/// A guard that holds the last handle to its client's runtime: its drop
+/// waits (within the response timeout, twice) for its release, even while
+/// Redis stalls past the first wait, so the lock is free when the drop
+/// returns (the 30 s lease is far off: only the release can free it).
+#[test]
+fn the_last_guard_drop_waits_for_its_release() {
+    let server = RedisServer::start();
+    let wait = Duration::from_secs(2);
+    let client = blocking::Client::from_builder(
+        ferrisson::Client::builder(server.url()).response_timeout(wait),
+    )
+    .unwrap();
+    let lock = client.lock("last");
+    let guard = lock.lock().unwrap();
+    drop(lock);
+    drop(client);
+
+    server.freeze();
+    let started = Instant::now();
+    thread::scope(|scope| {
+        scope.spawn(|| {
+            thread::sleep(wait + wait / 4);
+            server.thaw();
+        });
+        drop(guard);
+        assert!(
+            started.elapsed() >= wait,
+            "the drop waited past the first wait"
+        );
+        assert!(!exists(&server, "last"), "released when the drop returned");
+    });
+}
+
+/// The last guard dropped on a thread with an async runtime's context does
+/// not block there, and its release still runs to its end: the runtime is
+/// stopped by a thread of its own once the release is done.
+#[test]
+fn the_last_guard_dropped_in_an_async_context_is_still_released() {
+    let server = RedisServer::start();
+    let client = client(&server, WATCHDOG);
+    let lock = client.lock("last-async");
+    let guard = lock.lock().unwrap();
+    drop(lock);
+    drop(client);
+    current_thread_runtime().block_on(async move { drop(guard) });
+    eventually(|| !exists(&server, "last-async"));
 }

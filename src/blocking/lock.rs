@@ -3,6 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::multi::distributed_face;
 use super::{blocking_calls, Runtime};
 use crate::lock::current_owner_id;
 use crate::{Backoff, Error, LockInfo, Result};
@@ -163,6 +164,8 @@ macro_rules! blocking_face {
                 fn unlock(&self) -> ();
             }
         }
+
+        distributed_face!($face);
     };
 }
 

@@ -58,10 +58,21 @@
 //! on a thread with an async runtime's context does not wait at all. A guard
 //! keeps its client's runtime alive, so its watchdog goes on renewing after
 //! the [`Client`] is dropped. When the guard that goes is the last holder of
-//! the runtime, a release that has not ended by then (one not waited for,
-//! or past the wait) is dropped with the runtime, and the lock frees itself
-//! when its lease runs out: `unlock` the last guard before dropping the
-//! client, or drop the client after its guards.
+//! the runtime, the runtime does not stop under a release still running:
+//! its drop gives the releases of dropped guards and permits the response
+//! timeout once more to end, and only then stops. On a thread with an async
+//! runtime's context that wait (and the stop) happens on a thread of its
+//! own, so the drop still returns at once. A release that has not ended by
+//! then is given up, and that lock frees itself when its lease runs out.
+//!
+//! # Several locks as one
+//!
+//! [`MultiLock`] (all or nothing) and [`RedLock`] (a majority of
+//! independent masters) take blocking handles as
+//! `Box<dyn `[`DistributedLock`]`>`, from one client or several (one per
+//! server). Each call reads its owner on the calling thread, as a single
+//! lock's call does, and runs on the runtime of the first lock's client;
+//! the guard keeps every client's runtime alive until it is released.
 //!
 //! # Inside an async runtime
 //!
@@ -78,13 +89,15 @@
 //! # Dropping the client
 //!
 //! The runtime stops when the client and the last handle and guard made from
-//! it are gone: its thread gets up to one second to stop, and is left to end
+//! it are gone (after the releases still running, as above): its thread
+//! gets up to one second to stop, and is left to end
 //! by itself after that. Dropped on a thread with an async runtime's
 //! context it is not waited for.
 
 mod expirable;
 mod latch;
 mod lock;
+mod multi;
 mod semaphore;
 
 pub use expirable::{Permit, PermitExpirableSemaphore};
@@ -93,6 +106,7 @@ pub use lock::{
     FairLock, FencedGuard, FencedLock, Lock, LockGuard, NonReentrantFairLock, NonReentrantLock,
     ReadLock, ReadWriteLock, SpinLock, WriteLock,
 };
+pub use multi::{DistributedLock, MultiLock, MultiLockGuard, RedLock, RedLockGuard};
 pub use semaphore::Semaphore;
 
 use std::fmt;
@@ -102,6 +116,7 @@ use std::time::Duration;
 
 use redis::IntoConnectionInfo;
 use tokio::runtime::Handle;
+use tokio_util::task::TaskTracker;
 use uuid::Uuid;
 
 use crate::{ClientBuilder, Config, Error, Result};
@@ -113,8 +128,12 @@ const SHUTDOWN_WAIT: Duration = Duration::from_secs(1);
 pub(crate) struct Runtime {
     /// `None` only while it is dropped.
     rt: Option<tokio::runtime::Runtime>,
-    /// How long a guard's drop waits for its release.
+    /// How long a guard's drop waits for its release, and the runtime's
+    /// last drop for the releases still running.
     release_wait: Duration,
+    /// The releases of dropped guards and permits, each a task on `rt`:
+    /// the runtime's last drop lets them end before it stops.
+    releases: TaskTracker,
 }
 
 impl Runtime {
@@ -127,47 +146,53 @@ impl Runtime {
         }
     }
 
-    /// Runs `release` (of something dropped) on this runtime, waiting at
-    /// most the release wait; past it the future is dropped, and its request
-    /// (already sent) completes in the background. On a thread with a
-    /// runtime's context, or once this runtime is gone, returns at once:
-    /// `release` is dropped unpolled, and the async guard's or permit's own
-    /// drop releases in the background. Never panics: failures are logged,
-    /// as `what` on `name`.
+    /// Runs `release` (of something dropped) as a task on this runtime and
+    /// waits for it at most the release wait; past it the task goes on, and
+    /// the runtime's last drop gives it the release wait again before the
+    /// runtime stops (see [`Runtime`]'s `Drop`). On a thread with a
+    /// runtime's context it does not wait at all. Never panics: failures
+    /// are logged, as `what` on `name`.
     fn release_on_drop(
         &self,
         what: &'static str,
         name: &str,
-        release: impl Future<Output = Result<()>> + Send,
+        release: impl Future<Output = Result<()>> + Send + 'static,
     ) {
-        let Some(rt) = self.rt.as_ref().filter(|_| !in_runtime_context()) else {
+        let Some(rt) = self.rt.as_ref() else {
+            // Only while the runtime is dropped, when no guard is left.
             return;
         };
+        let owned = name.to_owned();
+        let task = self.releases.spawn_on(
+            async move {
+                match release.await {
+                    Ok(()) => {}
+                    Err(
+                        err @ (Error::LeaseLost { .. }
+                        | Error::NotHeld { .. }
+                        | Error::PermitNotOut { .. }),
+                    ) => {
+                        tracing::debug!(what, name = %owned, error = %err, "dropped, and no longer held");
+                    }
+                    Err(err) => {
+                        tracing::warn!(what, name = %owned, error = %err,
+                            "release on drop failed; it expires with its lease, if it has one");
+                    }
+                }
+            },
+            rt.handle(),
+        );
+        if in_runtime_context() {
+            return;
+        }
         let wait = self.release_wait;
-        let Ok(outcome) = drive(rt, async move { tokio::time::timeout(wait, release).await })
-        else {
-            return;
-        };
-        match outcome {
-            Ok(Ok(())) => {}
-            Ok(Err(
-                err
-                @ (Error::LeaseLost { .. } | Error::NotHeld { .. } | Error::PermitNotOut { .. }),
-            )) => {
-                tracing::debug!(what, name, error = %err, "dropped, and no longer held");
-            }
-            Ok(Err(err)) => {
-                tracing::warn!(what, name, error = %err,
-                    "release on drop failed; it expires with its lease, if it has one");
-            }
-            Err(_) => {
-                tracing::warn!(
-                    what,
-                    name,
-                    ?wait,
-                    "release on drop is still running; it goes on in the background"
-                );
-            }
+        if let Ok(Err(_)) = drive(rt, async move { tokio::time::timeout(wait, task).await }) {
+            tracing::warn!(
+                what,
+                name,
+                ?wait,
+                "release on drop is still running; it goes on in the background"
+            );
         }
     }
 }
@@ -176,14 +201,59 @@ impl fmt::Debug for Runtime {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Runtime")
             .field("release_wait", &self.release_wait)
+            .field("releases_running", &self.releases.len())
             .finish_non_exhaustive()
     }
 }
 
 impl Drop for Runtime {
     fn drop(&mut self) {
-        if let Some(rt) = self.rt.take() {
+        let Some(rt) = self.rt.take() else {
+            return;
+        };
+        self.releases.close();
+        if self.releases.is_empty() {
             stop(rt);
+            return;
+        }
+        // Releases still running: give them the release wait to end, then
+        // stop. Inside another runtime, where this thread must not block,
+        // a thread of its own does both.
+        let (releases, wait) = (self.releases.clone(), self.release_wait);
+        let drain = move |rt: tokio::runtime::Runtime| {
+            rt.block_on(async {
+                if tokio::time::timeout(wait, releases.wait()).await.is_err() {
+                    tracing::warn!(
+                        running = releases.len(),
+                        ?wait,
+                        "releases of dropped guards did not end before the runtime stopped; \
+                         those locks expire with their leases"
+                    );
+                }
+            });
+            rt.shutdown_timeout(SHUTDOWN_WAIT);
+        };
+        if !in_runtime_context() {
+            drain(rt);
+            return;
+        }
+        // The runtime goes to the thread once it runs, so that a thread
+        // that cannot start leaves it here, to be stopped without waiting.
+        let (handover, received) = std::sync::mpsc::channel();
+        let spawned = std::thread::Builder::new()
+            .name("ferrisson-blocking-stop".into())
+            .spawn(move || {
+                if let Ok(rt) = received.recv() {
+                    drain(rt);
+                }
+            });
+        let left = match spawned {
+            Ok(_) => handover.send(rt).err().map(|unsent| unsent.0),
+            Err(_) => Some(rt),
+        };
+        if let Some(rt) = left {
+            tracing::warn!("no thread to finish the releases of dropped guards; they are dropped");
+            rt.shutdown_background();
         }
     }
 }
@@ -364,6 +434,7 @@ impl Client {
             rt: Arc::new(Runtime {
                 rt: Some(rt),
                 release_wait,
+                releases: TaskTracker::new(),
             }),
         })
     }
