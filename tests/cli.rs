@@ -368,6 +368,32 @@ async fn list_shows_one_line_per_synchronizer() {
     );
 }
 
+/// A reader that stops reading (`ferrisson list | head -1`) ends the
+/// program quietly with success, not with a panic.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_closed_stdout_ends_quietly() {
+    let server = RedisServer::start();
+    server.cmd(&["HSET", "job:a", "c:o", "1"]);
+    let url = server.url();
+    let output = tokio::task::spawn_blocking(move || {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_ferrisson"))
+            .env_remove("REDIS_URL")
+            .args(["--url", &url, "list"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start ferrisson");
+        // The reader is gone before the program writes its first line.
+        drop(child.stdout.take());
+        child.wait_with_output().expect("ferrisson output")
+    });
+    let output = soon(output).await.unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{:?}: {stderr}", output.status);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
+
 /// `force-unlock --yes` removes the holder, says whom, and wakes a waiter;
 /// without `--yes`, a "no" leaves the lock alone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

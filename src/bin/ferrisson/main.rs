@@ -125,6 +125,36 @@ impl Fail {
     }
 }
 
+/// Writes to stdout, as `print!`; see [`emit`].
+macro_rules! out {
+    ($($arg:tt)*) => {
+        emit(format_args!($($arg)*))
+    };
+}
+
+/// Writes a line to stdout, as `println!`; see [`emit`].
+macro_rules! outln {
+    ($($arg:tt)*) => {
+        emit(format_args!("{}\n", format_args!($($arg)*)))
+    };
+}
+
+/// Writes `text` to stdout at once. A reader that has gone away
+/// (`ferrisson list | head -1`) ends the program quietly with success, as
+/// the tools it is piped into expect, where `print!` would panic; any other
+/// failure to write ends it with an error.
+fn emit(text: std::fmt::Arguments<'_>) {
+    let mut stdout = std::io::stdout().lock();
+    match stdout.write_fmt(text).and_then(|()| stdout.flush()) {
+        Ok(()) => {}
+        Err(err) if err.kind() == std::io::ErrorKind::BrokenPipe => std::process::exit(0),
+        Err(err) => {
+            eprintln!("ferrisson: cannot write to stdout: {err}");
+            std::process::exit(1);
+        }
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
@@ -170,7 +200,7 @@ async fn run(cli: Cli) -> Result<ExitCode, Fail> {
             if cli.json {
                 print_json(&state);
             } else {
-                print!("{}", state.text());
+                out!("{}", state.text());
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -188,7 +218,7 @@ async fn run(cli: Cli) -> Result<ExitCode, Fail> {
 
 fn print_json(value: &impl Serialize) {
     match serde_json::to_string_pretty(value) {
-        Ok(text) => println!("{text}"),
+        Ok(text) => outln!("{text}"),
         Err(err) => eprintln!("ferrisson: cannot write JSON: {err}"),
     }
 }
@@ -245,7 +275,7 @@ async fn list(target: &Target, pattern: &str, json: bool) -> Result<ExitCode, Fa
             let kind = state.kind.map_or("", Kind::label);
             let name = &state.name;
             let width = width.unwrap_or(0);
-            println!("{kind:<26}  {name:<width$}  {}", state.summary());
+            outln!("{kind:<26}  {name:<width$}  {}", state.summary());
         }
     }
     Ok(ExitCode::SUCCESS)
@@ -282,19 +312,19 @@ struct Event<'a> {
 fn print_event(json: bool, event: Event<'_>) {
     if json {
         match serde_json::to_string(&event) {
-            Ok(line) => println!("{line}"),
+            Ok(line) => outln!("{line}"),
             Err(err) => eprintln!("ferrisson: cannot write JSON: {err}"),
         }
         return;
     }
     let (at, _) = now();
     if let (Some(channel), Some(message)) = (event.channel, event.message) {
-        println!("{at}  message {message:?} on {channel}");
+        outln!("{at}  message {message:?} on {channel}");
     }
     if let Some(state) = event.state {
         match state.kind {
-            Some(kind) => println!("{at}  {}: {}", kind.label(), state.summary()),
-            None => println!("{at}  {}", state.summary()),
+            Some(kind) => outln!("{at}  {}: {}", kind.label(), state.summary()),
+            None => outln!("{at}  {}", state.summary()),
         }
     }
 }
@@ -405,7 +435,7 @@ async fn force_unlock(
                 before: &before,
             });
         } else {
-            println!("`{name}` does not exist: nothing to unlock");
+            outln!("`{name}` does not exist: nothing to unlock");
         }
         return Ok(ExitCode::SUCCESS);
     };
@@ -470,19 +500,19 @@ async fn force_unlock(
             before: &before,
         });
     } else if !done {
-        println!("`{name}` was already gone: nothing removed");
+        outln!("`{name}` was already gone: nothing removed");
     } else if kind == Kind::CountDownLatch {
-        println!(
+        outln!(
             "opened the count-down latch `{name}` (count was {}); its waiters were woken",
             before.count.unwrap_or(0)
         );
     } else {
-        println!("removed the {} `{name}`:", kind.label());
+        outln!("removed the {} `{name}`:", kind.label());
         if before.holders.is_empty() {
-            println!("  no holder (free when read)");
+            outln!("  no holder (free when read)");
         }
         for holder in &before.holders {
-            println!(
+            outln!(
                 "  {}:{}  {} {}{}",
                 holder.client_id,
                 holder.owner_id,
@@ -492,9 +522,9 @@ async fn force_unlock(
             );
         }
         if before.queue.is_empty() {
-            println!("published the unlock message: its waiters wake now");
+            outln!("published the unlock message: its waiters wake now");
         } else {
-            println!(
+            outln!(
                 "{} waiting stay in line; the first was woken",
                 before.queue.len()
             );
