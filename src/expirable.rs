@@ -14,8 +14,12 @@ use crate::args;
 use crate::config::MAX_DURATION;
 use crate::finish::{runtime, Finish};
 use crate::object::{Object, Synced};
+use crate::telemetry;
 use crate::waiting::{wait_on, Channel, Tried};
 use crate::{keys, scripts::EXPIRABLE, Client, Error, Result};
+
+/// The `kind` label of a permit-expirable semaphore's figures.
+const EXPIRABLE_KIND: &str = "permit_expirable_semaphore";
 
 /// The score of a permit without a lease, as Redisson writes it
 /// (`Long.MAX_VALUE / 10000`): far beyond any expiry.
@@ -536,6 +540,18 @@ impl PermitExpirableSemaphore {
         wait: Option<Duration>,
         lease: Option<Duration>,
     ) -> Result<Option<Vec<Permit>>> {
+        let subject = self.obj.subject(EXPIRABLE_KIND);
+        let take = self.take_many_in(n, wait, lease);
+        telemetry::acquire(subject, &self.obj.name, take, Option::is_some).await
+    }
+
+    /// [`PermitExpirableSemaphore::take_many`], inside its span.
+    async fn take_many_in(
+        &self,
+        n: u32,
+        wait: Option<Duration>,
+        lease: Option<Duration>,
+    ) -> Result<Option<Vec<Permit>>> {
         self.obj.checked()?;
         let n = args::permits(n)?;
         if n > MAX_PERMITS_AT_ONCE {
@@ -613,6 +629,8 @@ impl PermitExpirableSemaphore {
                             client: self.obj.client.clone(),
                             name: Arc::clone(&self.obj.name),
                             runtime: runtime.clone(),
+                            #[cfg(feature = "metrics")]
+                            granted: std::time::Instant::now(),
                         }),
                         id,
                         expires: lease_ms.map(|ms| start + Duration::from_millis(ms)),
@@ -666,6 +684,26 @@ struct PermitHold {
     client: Client,
     name: Arc<str>,
     runtime: Handle,
+    /// When it was granted, for the hold-time figure.
+    #[cfg(feature = "metrics")]
+    granted: std::time::Instant,
+}
+
+impl PermitHold {
+    /// Reports the hold's time, once it is given back.
+    fn released(&self) {
+        #[cfg(feature = "metrics")]
+        {
+            let object = &self.client.inner.config;
+            telemetry::released(
+                telemetry::Subject {
+                    kind: EXPIRABLE_KIND,
+                    name: object.metric_lock_names.then_some(&*self.name),
+                },
+                self.granted.elapsed(),
+            );
+        }
+    }
 }
 
 impl fmt::Debug for Permit {
@@ -724,7 +762,13 @@ impl Permit {
         let name = Arc::clone(&hold.name);
         let runtime = hold.runtime.clone();
         let client = hold.client.clone();
-        let release = async move { give_back(&hold.client, &hold.name, &[id]).await };
+        let release = async move {
+            let given = give_back(&hold.client, &hold.name, &[id]).await;
+            if let Ok(None) = given {
+                hold.released();
+            }
+            given
+        };
         match Finish::detached(runtime, release).await? {
             None => {
                 Object::new(client, name.to_string(), "semaphore")
@@ -751,7 +795,7 @@ impl Drop for Permit {
         // back with its lease, if it has one.
         runtime.spawn(async move {
             match give_back(&hold.client, &hold.name, &[id]).await {
-                Ok(None) => {}
+                Ok(None) => hold.released(),
                 Ok(Some(_)) => tracing::debug!(semaphore = %hold.name, permit = %id,
                     "dropped permit had expired already"),
                 Err(err) => tracing::warn!(semaphore = %hold.name, permit = %id, error = %err,

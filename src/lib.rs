@@ -713,12 +713,13 @@
 //!
 //! # Metrics and traces
 //!
-//! With the `metrics` feature, the locks report through the
+//! With the `metrics` feature, the locks and semaphores report through the
 //! [`metrics`](https://docs.rs/metrics) crate's facade, so whatever
 //! recorder the program installs (Prometheus, StatsD, OpenTelemetry...)
 //! gets them. Each figure is labelled `kind` (`lock`, `spin_lock`,
 //! `fenced_lock`, `fair_lock`, `non_reentrant_lock`,
-//! `non_reentrant_fair_lock`, `read_lock`, `write_lock`), and with the
+//! `non_reentrant_fair_lock`, `read_lock`, `write_lock`, `semaphore`,
+//! `permit_expirable_semaphore`), and with the
 //! lock's name as `name` only when the client is built with
 //! `ClientBuilder::metric_lock_names(true)`: a service that makes a lock
 //! per order would make a time series per order.
@@ -727,14 +728,14 @@
 //! |---|---|---|
 //! | `ferrisson_acquires_total` | counter, also labelled `outcome` | acquires that ended: `acquired`, `timed_out` (not got within the wait; a `try_lock` that found the lock held) or `failed` (an error). A dropped acquire is not counted. A [`MultiLock`] or [`RedLock`] is counted through its member locks, each attempt of each |
 //! | `ferrisson_acquire_wait_seconds` | histogram | how long each successful acquire took, its waits included |
-//! | `ferrisson_hold_seconds` | histogram | from the grant to the release of a guard (`unlock` or its drop); a hold given back because the replicas did not acknowledge it is not counted |
+//! | `ferrisson_hold_seconds` | histogram | from the grant to the release of a guard (`unlock` or its drop) or of an expirable [`Permit`]; a hold given back because the replicas did not acknowledge it is not counted. A plain [`Semaphore`]'s permits belong to nobody and have no hold time |
 //! | `ferrisson_leases_lost_total` | counter | watchdog leases found lost: a renewal (or `extend`) refused by Redis because the key expired, was deleted or taken, or no renewal got through before the lease ran out. A leased hold that simply runs out is not counted |
 //! | `ferrisson_renewals_total` | counter, no labels | keys the watchdog sent for renewal |
 //! | `ferrisson_renewal_failures_total` | counter, no labels | keys whose renewal call failed (it is sent again while the lease lasts) |
 //! | `ferrisson_renewal_batch_keys` | histogram, no labels | keys per renewal call (at most 100) |
 //! | `ferrisson_subscriptions` | gauge, no labels | channels subscribed to (or being unsubscribed from) over every client in the process: one per lock, semaphore or latch name with local waiters, and one per waiting owner of a fair lock |
 //!
-//! Every lock acquire, and every guard's release, also runs in a `tracing` span,
+//! Every lock or semaphore acquire, and every lock guard's release, also runs in a `tracing` span,
 //! `ferrisson.acquire` or `ferrisson.release`, at level INFO, with the
 //! fields `lock` (the name) and `kind`: a slow acquire shows in a trace
 //! with its waits inside it. Spans need no feature.

@@ -32,6 +32,14 @@ impl Object {
         }
     }
 
+    /// Who this object's figures are about, in metrics, as a `kind`.
+    pub(crate) fn subject(&self, kind: &'static str) -> crate::telemetry::Subject<'_> {
+        crate::telemetry::Subject {
+            kind,
+            name: (self.client.inner.config.metric_lock_names).then_some(&*self.name),
+        }
+    }
+
     /// Refuses a bad name ([`Error::InvalidArgument`]); every call checks
     /// it before it sends anything.
     pub(crate) fn checked(&self) -> Result<()> {

@@ -12,6 +12,7 @@ use crate::config::MAX_DURATION;
 use crate::finish::runtime;
 use crate::object::{Object, Synced};
 use crate::scripts::{SEMAPHORE_ACQUIRE, SEMAPHORE_DRAIN, SEMAPHORE_RELEASE};
+use crate::telemetry;
 use crate::waiting::{wait_on, Channel, Tried};
 use crate::{keys, Client, Error, Result};
 
@@ -341,6 +342,18 @@ impl Semaphore {
     }
 
     async fn take(&self, permits: u32, wait: Option<Duration>) -> Result<bool> {
+        let subject = self.obj.subject("semaphore");
+        telemetry::acquire(
+            subject,
+            &self.obj.name,
+            self.take_in(permits, wait),
+            |got| *got,
+        )
+        .await
+    }
+
+    /// [`Semaphore::take`], inside its span.
+    async fn take_in(&self, permits: u32, wait: Option<Duration>) -> Result<bool> {
         self.obj.checked()?;
         let permits = args::permits(permits)?;
         let deadline = args::deadline(wait)?;

@@ -52,6 +52,28 @@ impl Outcome {
     }
 }
 
+/// Runs `acquire` (of a semaphore's permits, say) in its
+/// `ferrisson.acquire` span and reports how it ended: `got` tells a success
+/// from a wait that ran out. The locks report from their own acquire.
+pub(crate) async fn acquire<T>(
+    subject: Subject<'_>,
+    name: &str,
+    acquire: impl std::future::Future<Output = crate::Result<T>>,
+    got: impl FnOnce(&T) -> bool,
+) -> crate::Result<T> {
+    use tracing::Instrument;
+    let started = tokio::time::Instant::now();
+    let span = tracing::info_span!("ferrisson.acquire", lock = %name, kind = subject.kind);
+    let result = acquire.instrument(span).await;
+    let outcome = match &result {
+        Ok(value) if got(value) => Outcome::Acquired,
+        Ok(_) => Outcome::TimedOut,
+        Err(_) => Outcome::Failed,
+    };
+    acquire_ended(subject, outcome, started.elapsed());
+    result
+}
+
 /// Who a figure is about: the kind's label, and the name when the client
 /// reports names.
 #[derive(Debug, Clone, Copy)]

@@ -177,4 +177,35 @@ async fn acquires_holds_renewals_and_lost_leases_are_reported() {
             .len(),
         1
     );
+
+    // Semaphores: a permit taken, one not available, and an expirable
+    // permit's hold time once it is given back.
+    let seats = named.semaphore("m:seats");
+    assert!(soon(seats.try_set_permits(1)).await.unwrap());
+    soon(seats.acquire()).await.unwrap();
+    assert!(!soon(seats.try_acquire()).await.unwrap());
+    let slots = named.permit_expirable_semaphore("m:slots");
+    assert!(soon(slots.try_set_permits(1)).await.unwrap());
+    let permit = soon(slots.acquire()).await.unwrap();
+    soon(permit.release()).await.unwrap();
+    figures.take(&snapshotter);
+    let seat = |outcome| {
+        figures.sum(
+            "ferrisson_acquires_total",
+            &[
+                ("kind", "semaphore"),
+                ("name", "m:seats"),
+                ("outcome", outcome),
+            ],
+        )
+    };
+    assert_eq!((seat("acquired"), seat("timed_out")), (1.0, 1.0));
+    let slot = lock("permit_expirable_semaphore", "m:slots");
+    assert_eq!(
+        figures
+            .samples("ferrisson_acquire_wait_seconds", &slot)
+            .len(),
+        1
+    );
+    assert_eq!(figures.samples("ferrisson_hold_seconds", &slot).len(), 1);
 }
