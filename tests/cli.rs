@@ -557,6 +557,35 @@ async fn errors_are_clear() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("is not a synchronizer"), "{stderr}");
 
+    // --kind chooses between look-alikes only: a lock hash is no
+    // semaphore and no read-write lock, a number no lock; a plain lock
+    // hash may be read as a fair lock (its queue is empty).
+    server.cmd(&["HSET", "held", "c:o", "1"]);
+    server.cmd(&["SET", "seats", "3"]);
+    for (args, said) in [
+        (
+            ["inspect", "--kind", "semaphore", "held"],
+            "`held` is a lock, not a semaphore",
+        ),
+        (
+            ["inspect", "--kind", "read-write-lock", "held"],
+            "`held` is a lock, not a read-write lock",
+        ),
+        (
+            ["inspect", "--kind", "lock", "seats"],
+            "`seats` is a semaphore, not a lock",
+        ),
+    ] {
+        let output = run_with(&server.url(), &args, "").await;
+        assert!(!output.status.success(), "{args:?}");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(stderr.contains(said), "{args:?}: {stderr}");
+    }
+    let fair = ok(&server, &["inspect", "--kind", "fair-lock", "held"]).await;
+    assert!(fair.contains("fair lock"), "{fair}");
+    let latch = ok(&server, &["inspect", "--kind", "count-down-latch", "seats"]).await;
+    assert!(latch.contains("count-down latch"), "{latch}");
+
     // Port 1: privileged, so nothing a test starts can listen there.
     let url = "redis://127.0.0.1:1/".to_owned();
     let output = run_with(&url, &["list"], "").await;

@@ -66,8 +66,9 @@ enum Command {
     Inspect {
         /// The object's name (its key).
         name: String,
-        /// Read it as this kind rather than finding the kind from Redis
-        /// (a semaphore and a latch are both a number).
+        /// Read it as this kind where the data cannot tell (a semaphore
+        /// and a latch are both a number); a kind the data rules out is
+        /// refused.
         #[arg(long, value_enum)]
         kind: Option<Kind>,
     },
@@ -82,7 +83,8 @@ enum Command {
     Watch {
         /// The object's name.
         name: String,
-        /// Read it as this kind rather than finding the kind from Redis.
+        /// Read it as this kind where the data cannot tell; a kind the data
+        /// rules out is refused.
         #[arg(long, value_enum)]
         kind: Option<Kind>,
         /// How often the state is read besides on each message, in ms.
@@ -97,7 +99,8 @@ enum Command {
         /// Do it without asking.
         #[arg(long, short)]
         yes: bool,
-        /// Read it as this kind rather than finding the kind from Redis.
+        /// Read it as this kind where the data cannot tell; a kind the data
+        /// rules out is refused.
         #[arg(long, value_enum)]
         kind: Option<Kind>,
     },

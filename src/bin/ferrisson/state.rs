@@ -250,26 +250,52 @@ pub(crate) async fn inspect(
     name: &str,
     forced: Option<Kind>,
 ) -> Result<State, Fail> {
-    let (kind, also) = match forced {
-        Some(kind) => (kind, None),
-        None => match detect(target, name).await? {
-            Found::Nothing => return Ok(State::empty(name, None)),
-            Found::Object { kind, also } => (kind, also),
-            Found::Other(what) => {
-                let helper = if layout::is_companion(name) {
-                    " (a helper key beside a synchronizer: inspect the object's own name)"
-                } else {
-                    ""
-                };
+    let (kind, also) = match (detect(target, name).await?, forced) {
+        (Found::Nothing, None) => return Ok(State::empty(name, None)),
+        (Found::Nothing, Some(kind)) => (kind, None),
+        (Found::Object { kind, also }, None) => (kind, also),
+        (Found::Object { kind, also }, Some(asked)) => {
+            if !may_read_as(kind, also, asked) {
                 return Err(Fail(format!(
-                    "`{name}` is not a synchronizer: the key holds {what}{helper}"
+                    "`{name}` is a {}, not a {}: --kind only chooses between kinds its data \
+                     cannot tell apart (a number: a semaphore, a latch or a permit-expirable \
+                     semaphore with no permit out; a plain lock or a fair or fenced lock with \
+                     nobody waiting and no token)",
+                    kind.label(),
+                    asked.label()
                 )));
             }
-        },
+            (asked, None)
+        }
+        (Found::Other(what), _) => {
+            let helper = if layout::is_companion(name) {
+                " (a helper key beside a synchronizer: inspect the object's own name)"
+            } else {
+                ""
+            };
+            return Err(Fail(format!(
+                "`{name}` is not a synchronizer: the key holds {what}{helper}"
+            )));
+        }
     };
     let mut state = read(target, name, kind).await?;
     state.could_also_be = also;
     Ok(state)
+}
+
+/// Whether data found to be a `found` (or its look-alike `also`) may be
+/// read as the kind `asked`: the same kind, its look-alike, or a plain lock
+/// and a fair or fenced lock, whose hashes are alike when nobody waits and
+/// no token was drawn, or a number as a permit-expirable semaphore with no
+/// permit out.
+fn may_read_as(found: Kind, also: Option<Kind>, asked: Kind) -> bool {
+    let plain_or_extra = |kind| matches!(kind, Kind::Lock | Kind::FairLock | Kind::FencedLock);
+    found == asked
+        || also == Some(asked)
+        || (found == Kind::Lock && plain_or_extra(asked))
+        || (asked == Kind::Lock && plain_or_extra(found))
+        || (asked == Kind::PermitExpirableSemaphore
+            && (found == Kind::Semaphore || also == Some(Kind::Semaphore)))
 }
 
 /// Reads the state of `name` as a `kind`.
