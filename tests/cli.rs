@@ -844,3 +844,25 @@ async fn tls_with_a_private_ca() {
     );
     assert!(stderr.contains("--tls-ca"), "{stderr}");
 }
+
+/// `--sentinel MASTER`: the URLs are sentinels, and the master they name
+/// is the one inspected; a name they do not know is said plainly.
+#[cfg(feature = "sentinel")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_master_found_through_a_sentinel() {
+    let master = RedisServer::start();
+    let sentinel = common::sentinel::Sentinel::start(&master);
+    master.cmd(&["HSET", "nightly", "c:o", "2"]);
+    let url = sentinel.url();
+
+    let output = run_with(&url, &["--sentinel", "mymaster", "inspect", "nightly"], "").await;
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stdout}{stderr}");
+    assert!(stdout.contains("c:o  2 holds"), "{stdout}");
+
+    let output = run_with(&url, &["--sentinel", "other", "list"], "").await;
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("knows no master named `other`"), "{stderr}");
+}

@@ -95,6 +95,57 @@ fn with_addr(url: &str, addr: &str) -> Option<String> {
     Some(format!("{scheme}://{user}{addr}{}", &host[end..]))
 }
 
+/// The URL of the master named `master` by the first of the `sentinels`
+/// that answers: its address, with the first sentinel URL's scheme, user
+/// and password.
+pub(crate) async fn sentinel_master(
+    sentinels: &[String],
+    master: &str,
+    tls_ca: Option<&[u8]>,
+) -> Result<String, Fail> {
+    let mut failed = None;
+    for url in sentinels {
+        let asked = async {
+            let mut conn = open(url, tls_ca)?
+                .get_multiplexed_async_connection_with_config(&connection_config())
+                .await
+                .map_err(|e| connect_error(url, &e))?;
+            let addr: Option<(String, u16)> = redis::cmd("SENTINEL")
+                .arg("GET-MASTER-ADDR-BY-NAME")
+                .arg(master)
+                .query_async(&mut conn)
+                .await
+                .map_err(|e| Fail(format!("{} is no sentinel, or refused: {e}", shown(url))))?;
+            addr.ok_or_else(|| {
+                Fail(format!(
+                    "the sentinel at {} knows no master named `{master}`",
+                    shown(url)
+                ))
+            })
+        };
+        match asked.await {
+            Ok((host, port)) => {
+                let first = &sentinels[0];
+                let addr = match host.contains(':') {
+                    true => format!("[{host}]:{port}"),
+                    false => format!("{host}:{port}"),
+                };
+                return with_addr(first, &addr)
+                    .ok_or_else(|| Fail(format!("invalid Redis URL {}", shown(first))));
+            }
+            Err(fail) => failed = Some(fail),
+        }
+    }
+    Err(failed.unwrap_or_else(|| Fail("no --url given".to_owned())))
+}
+
+/// Timeouts for the inspector's own connections.
+fn connection_config() -> redis::AsyncConnectionConfig {
+    redis::AsyncConnectionConfig::new()
+        .set_connection_timeout(Some(CONNECT_TIMEOUT))
+        .set_response_timeout(Some(Duration::from_secs(10)))
+}
+
 /// A message heard on a channel: the channel and the payload.
 pub(crate) type Heard = (String, String);
 
@@ -276,9 +327,7 @@ pub(crate) async fn connect(settings: &Settings) -> Result<Target, Fail> {
     for url in &settings.urls {
         nodes.push((open(url, settings.tls_ca.as_deref())?, url.clone()));
     }
-    let config = redis::AsyncConnectionConfig::new()
-        .set_connection_timeout(Some(CONNECT_TIMEOUT))
-        .set_response_timeout(Some(Duration::from_secs(10)));
+    let config = connection_config();
     // Each node answers once first, so a refused password or a dead node
     // is said at once and by its URL.
     for (node, url) in &nodes {

@@ -42,9 +42,17 @@ struct Cli {
     )]
     url: Vec<String>,
 
-    /// The URL is one node of a Redis Cluster (implied by several URLs).
-    #[arg(long, global = true)]
+    /// The URL is one node of a Redis Cluster (implied by several URLs,
+    /// unless --sentinel is given).
+    #[arg(long, global = true, conflicts_with = "sentinel")]
     cluster: bool,
+
+    /// The URLs are Redis Sentinels, and MASTER the name of the master they
+    /// watch: it is looked at where they say it is now (reached with the
+    /// scheme, user and password of the first URL). A failover during
+    /// `watch` is not followed.
+    #[arg(long, global = true, value_name = "MASTER")]
+    sentinel: Option<String>,
 
     /// Print JSON instead of text, for scripts.
     #[arg(long, global = true)]
@@ -191,9 +199,13 @@ async fn run(cli: Cli) -> Result<ExitCode, Fail> {
     };
     #[cfg(not(feature = "tls"))]
     let tls_ca = None;
+    let urls = match &cli.sentinel {
+        Some(master) => vec![conn::sentinel_master(&cli.url, master, tls_ca.as_deref()).await?],
+        None => cli.url.clone(),
+    };
     let settings = conn::Settings {
-        cluster: cli.cluster || cli.url.len() > 1,
-        urls: cli.url.clone(),
+        cluster: cli.cluster || urls.len() > 1,
+        urls,
         tls_ca,
     };
     let target = conn::connect(&settings).await?;
