@@ -240,6 +240,9 @@ fn print_json(value: &impl Serialize) {
 
 /// `list`: SCAN each node given (the masters, on a cluster), then one line
 /// per synchronizer.
+/// How many objects `list` reads at once.
+const LIST_READS: usize = 64;
+
 async fn list(target: &Target, pattern: &str, json: bool) -> Result<ExitCode, Fail> {
     let mut names = std::collections::BTreeSet::new();
     for (node, url) in conn::scanned(target).await? {
@@ -268,17 +271,25 @@ async fn list(target: &Target, pattern: &str, json: bool) -> Result<ExitCode, Fa
             cursor = next;
         }
     }
-    let mut states = Vec::new();
-    for name in names {
-        // A key that changed between SCAN and now, or of another use, is
-        // left out.
-        if let Ok(Found::Object { kind, also }) = state::detect(target, &name).await {
-            if let Ok(mut state) = state::read(target, &name, kind).await {
-                state.could_also_be = also;
-                states.push(state);
+    // Up to LIST_READS names are read at once, their commands pipelined on
+    // the connections, in name order. A key that changed between SCAN and
+    // now, or of another use, is left out.
+    use futures_util::StreamExt;
+    let states: Vec<State> = futures_util::stream::iter(names)
+        .map(|name| async move {
+            match state::detect(target, &name).await {
+                Ok(Found::Object { kind, also }) => {
+                    let mut state = state::read(target, &name, kind).await.ok()?;
+                    state.could_also_be = also;
+                    Some(state)
+                }
+                _ => None,
             }
-        }
-    }
+        })
+        .buffered(LIST_READS)
+        .filter_map(std::future::ready)
+        .collect()
+        .await;
     if json {
         print_json(&states);
     } else {
