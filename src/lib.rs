@@ -294,7 +294,10 @@
 //!   the client's response timeout (3 s by default); past that the release goes
 //!   on in the background. `unlock()` is still the path that reports errors.
 //!   Guards and permits keep the runtime alive, so a guard that outlives its
-//!   client is still renewed and released.
+//!   client is still renewed and released; when the last one goes, the
+//!   runtime gives the releases still running the response timeout again
+//!   before it stops (so that last drop may take twice the timeout, and up
+//!   to a second more for the runtime's thread).
 //! - **Plain threads, or `spawn_blocking`.** A blocking call never panics,
 //!   also on a thread with a tokio runtime's context (where a nested
 //!   `block_on` would): a helper thread drives it. In an async task it blocks

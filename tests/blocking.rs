@@ -654,11 +654,59 @@ fn a_red_lock_on_a_majority() {
     assert!(exists(&servers[2], "report"), "the rival's hold stays");
     rival.unlock().unwrap();
 
-    // Watchdog mode, released by drop.
+    // Watchdog mode, released by drop. A server that answered after the
+    // round's grace had its hold given back in the background.
     let guard = red.lock().unwrap();
     assert_eq!(guard.validity(), None);
     drop(guard);
-    assert!(servers.iter().all(|s| !exists(s, "report")));
+    eventually(|| servers.iter().all(|s| !exists(s, "report")));
+}
+
+/// A RedLock attempt that a round gives up on (its server stalls) is given
+/// back on that server's own client runtime: the first client's runtime
+/// stopping does not lose it.
+#[test]
+fn a_given_up_attempt_is_given_back_on_its_own_client() {
+    let servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+    let mut clients: Vec<blocking::Client> = servers.iter().map(|s| client(s, WATCHDOG)).collect();
+    let red = blocking::RedLock::new(
+        clients
+            .iter()
+            .map(|c| Box::new(c.lock("stalled")) as Box<dyn blocking::DistributedLock>)
+            .collect(),
+    );
+    // A first round loads the scripts everywhere.
+    red.lock().unwrap().unlock().unwrap();
+
+    servers[2].freeze();
+    let guard = red.lock().unwrap();
+    assert_eq!(guard.held(), 2, "the stalled server is left out");
+    guard.unlock().unwrap();
+    // Everything of the first two clients goes; the third stays.
+    let third = clients.pop().unwrap();
+    drop(red);
+    drop(clients);
+    servers[2].thaw();
+    // The 30 s lease is far off: only the give-back can free it.
+    eventually(|| !exists(&servers[2], "stalled"));
+    drop(third);
+}
+
+/// A multi-lock's guard outlives the clients and the handle: every
+/// client's watchdog keeps renewing, and its unlock releases both.
+#[test]
+fn a_multi_lock_guard_outlives_its_clients() {
+    let (one, two) = (RedisServer::start(), RedisServer::start());
+    let watchdog = Duration::from_secs(1);
+    let (a, b) = (client(&one, watchdog), client(&two, watchdog));
+    let both = multi(vec![Box::new(a.lock("x")), Box::new(b.lock("y"))]);
+    let guard = both.lock().unwrap();
+    drop((both, a, b));
+    thread::sleep(watchdog * 3);
+    assert!(!guard.is_lease_lost());
+    assert!(exists(&one, "x") && exists(&two, "y"));
+    guard.unlock().unwrap();
+    assert!(!exists(&one, "x") && !exists(&two, "y"));
 }
 
 /// Code that takes any blocking lock through the trait, fenced included.
@@ -680,7 +728,18 @@ fn any_blocking_lock_through_the_trait() {
         assert!(lock.is_held_by_current_task().unwrap());
         assert_eq!(lock.hold_count().unwrap(), 1);
         assert_eq!(lock.info().unwrap().holders.len(), 1);
+        // The owner field is `<client-uuid>:<owner-id>` (`:write` after it
+        // for a write lock).
+        let (_, field) = guard.owner().split_once(':').unwrap();
+        let owner = field.trim_end_matches(":write");
+        assert!(lock.is_held_by(owner).unwrap(), "{}", guard.owner());
+        assert!(!lock.is_held_by("someone-else").unwrap());
         guard.unlock().unwrap();
+        assert!(!lock.is_locked().unwrap());
+        let leased = lock.lock_with_lease(Duration::from_secs(30)).unwrap();
+        assert!(lock.remaining_ttl().unwrap().is_some());
+        leased.leak();
+        lock.unlock().unwrap();
         assert!(!lock.is_locked().unwrap());
         let leased = lock.lock_with_lease(Duration::from_secs(30)).unwrap();
         assert!(lock.force_unlock().unwrap());
@@ -732,6 +791,12 @@ fn the_last_guard_dropped_in_an_async_context_is_still_released() {
     let guard = lock.lock().unwrap();
     drop(lock);
     drop(client);
+    let started = Instant::now();
     current_thread_runtime().block_on(async move { drop(guard) });
+    let took = started.elapsed();
+    assert!(
+        took < Duration::from_secs(2),
+        "the drop did not wait: {took:?}"
+    );
     eventually(|| !exists(&server, "last-async"));
 }

@@ -319,7 +319,10 @@ impl ReadWriteLock {
 /// default) before the release goes on in the background; on a thread with
 /// an async runtime's context the drop does not wait. The guard is `Send`: it may move to
 /// another thread, and its hold still belongs to the owner that took it.
-/// It keeps its client's runtime, and so the watchdog renewing it, alive.
+/// It keeps its client's runtime, and so the watchdog renewing it, alive;
+/// when it is the last thing keeping the runtime, its drop may wait the
+/// response timeout once more for the release (see
+/// [the module docs](super#guards-and-drop)).
 #[must_use = "the lock is released as soon as the guard is dropped"]
 #[clippy::has_significant_drop]
 pub struct LockGuard {

@@ -71,8 +71,11 @@
 //! independent masters) take blocking handles as
 //! `Box<dyn `[`DistributedLock`]`>`, from one client or several (one per
 //! server). Each call reads its owner on the calling thread, as a single
-//! lock's call does, and runs on the runtime of the first lock's client;
-//! the guard keeps every client's runtime alive until it is released.
+//! lock's call does, and runs on the runtime of the first lock's client,
+//! each other client's locks as tasks on their own client's runtime (so
+//! what such a call leaves running, such as the give-back of an attempt a
+//! RedLock round gave up on, stays with that client); the guard keeps
+//! every client's runtime alive until it is released.
 //!
 //! # Inside an async runtime
 //!
@@ -137,6 +140,12 @@ pub(crate) struct Runtime {
 }
 
 impl Runtime {
+    /// A handle to the tokio runtime, to spawn on it; `None` only while it
+    /// is dropped.
+    fn handle(&self) -> Option<Handle> {
+        self.rt.as_ref().map(|rt| rt.handle().clone())
+    }
+
     /// Runs `fut` on this runtime, blocking the calling thread until it ends
     /// (see [`drive`]).
     fn run<T: Send>(&self, fut: impl Future<Output = Result<T>> + Send) -> Result<T> {

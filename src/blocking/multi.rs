@@ -90,11 +90,30 @@ pub trait DistributedLock: Sealed + Send + Sync + fmt::Debug {
     /// As the handle's `is_held_by_current_task`.
     fn is_held_by_current_task(&self) -> Result<bool>;
 
+    /// Whether `owner` of the handle's client holds the lock.
+    ///
+    /// # Errors
+    /// As the handle's `is_held_by`.
+    fn is_held_by(&self, owner: &str) -> Result<bool>;
+
     /// How many holds the handle's owner has.
     ///
     /// # Errors
     /// As the handle's `hold_count`.
     fn hold_count(&self) -> Result<u32>;
+
+    /// How long until the lock expires; `None` when nobody holds it.
+    ///
+    /// # Errors
+    /// As the handle's `remaining_ttl`.
+    fn remaining_ttl(&self) -> Result<Option<Duration>>;
+
+    /// Releases one hold of the handle's owner without a guard (for holds
+    /// given up with [`LockGuard::leak`]).
+    ///
+    /// # Errors
+    /// As the handle's `unlock`.
+    fn unlock(&self) -> Result<()>;
 
     /// What the lock holds now.
     ///
@@ -116,8 +135,8 @@ macro_rules! distributed_face {
         impl $crate::blocking::multi::Sealed for $face {
             fn parts(&self) -> $crate::blocking::multi::Parts {
                 $crate::blocking::multi::Parts {
-                    lock: Box::new(self.handle()),
-                    rt: Arc::clone(&self.rt),
+                    lock: std::boxed::Box::new(self.handle()),
+                    rt: std::sync::Arc::clone(&self.rt),
                 }
             }
         }
@@ -127,47 +146,65 @@ macro_rules! distributed_face {
                 $face::name(self)
             }
 
-            fn lock(&self) -> Result<LockGuard> {
+            fn lock(&self) -> $crate::Result<$crate::blocking::LockGuard> {
                 $face::lock(self).map(Into::into)
             }
 
-            fn lock_with_lease(&self, lease: Duration) -> Result<LockGuard> {
+            fn lock_with_lease(
+                &self,
+                lease: std::time::Duration,
+            ) -> $crate::Result<$crate::blocking::LockGuard> {
                 $face::lock_with_lease(self, lease).map(Into::into)
             }
 
-            fn try_lock(&self) -> Result<Option<LockGuard>> {
+            fn try_lock(&self) -> $crate::Result<Option<$crate::blocking::LockGuard>> {
                 $face::try_lock(self).map(|g| g.map(Into::into))
             }
 
-            fn try_lock_for(&self, wait: Duration) -> Result<Option<LockGuard>> {
+            fn try_lock_for(
+                &self,
+                wait: std::time::Duration,
+            ) -> $crate::Result<Option<$crate::blocking::LockGuard>> {
                 $face::try_lock_for(self, wait).map(|g| g.map(Into::into))
             }
 
             fn try_lock_with_lease(
                 &self,
-                wait: Duration,
-                lease: Duration,
-            ) -> Result<Option<LockGuard>> {
+                wait: std::time::Duration,
+                lease: std::time::Duration,
+            ) -> $crate::Result<Option<$crate::blocking::LockGuard>> {
                 $face::try_lock_with_lease(self, wait, lease).map(|g| g.map(Into::into))
             }
 
-            fn is_locked(&self) -> Result<bool> {
+            fn is_locked(&self) -> $crate::Result<bool> {
                 $face::is_locked(self)
             }
 
-            fn is_held_by_current_task(&self) -> Result<bool> {
+            fn is_held_by_current_task(&self) -> $crate::Result<bool> {
                 $face::is_held_by_current_task(self)
             }
 
-            fn hold_count(&self) -> Result<u32> {
+            fn is_held_by(&self, owner: &str) -> $crate::Result<bool> {
+                $face::is_held_by(self, owner)
+            }
+
+            fn hold_count(&self) -> $crate::Result<u32> {
                 $face::hold_count(self)
             }
 
-            fn info(&self) -> Result<LockInfo> {
+            fn remaining_ttl(&self) -> $crate::Result<Option<std::time::Duration>> {
+                $face::remaining_ttl(self)
+            }
+
+            fn unlock(&self) -> $crate::Result<()> {
+                $face::unlock(self)
+            }
+
+            fn info(&self) -> $crate::Result<$crate::LockInfo> {
                 $face::info(self)
             }
 
-            fn force_unlock(&self) -> Result<bool> {
+            fn force_unlock(&self) -> $crate::Result<bool> {
                 $face::force_unlock(self)
             }
         }
@@ -195,7 +232,15 @@ impl Runtimes {
         let mut rts: Vec<Arc<Runtime>> = Vec::new();
         for lock in locks {
             let Parts { lock, rt } = lock.parts();
-            faces.push(lock);
+            let first = rts.first().is_none_or(|first| Arc::ptr_eq(first, &rt));
+            match (first, rt.handle()) {
+                (false, Some(runtime)) => faces.push(Box::new(OnRuntime {
+                    lock: Arc::from(lock),
+                    runtime,
+                })
+                    as Box<dyn crate::DistributedLock>),
+                _ => faces.push(lock),
+            }
             if !rts.iter().any(|known| Arc::ptr_eq(known, &rt)) {
                 rts.push(rt);
             }
@@ -212,6 +257,121 @@ impl Runtimes {
     /// first to keep the clients it needs alive.
     fn others(&self) -> Vec<Arc<Runtime>> {
         self.0[1..].to_vec()
+    }
+}
+
+/// A lock of another client than the group's first, whose every call runs
+/// as a task on its own client's runtime: what the call leaves running (the
+/// give-back of an attempt dropped by a RedLock round, a reconnect, a
+/// release) then lives on that runtime, which the group's guard keeps
+/// alive, not on the runtime the group runs on. A dropped call aborts its
+/// task, which drops the lock's own call there (cancel safe, as each lock's
+/// call is).
+#[derive(Debug)]
+struct OnRuntime {
+    lock: Arc<dyn crate::DistributedLock>,
+    runtime: tokio::runtime::Handle,
+}
+
+/// A spawned task, aborted when dropped before it ended.
+struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+impl OnRuntime {
+    /// Runs `call` on the lock as a task on its runtime.
+    async fn run<T, F>(&self, call: impl FnOnce(Arc<dyn crate::DistributedLock>) -> F) -> Result<T>
+    where
+        F: std::future::Future<Output = Result<T>> + Send + 'static,
+        T: Send + 'static,
+    {
+        let mut task = AbortOnDrop(self.runtime.spawn(call(Arc::clone(&self.lock))));
+        match (&mut task.0).await {
+            Ok(out) => out,
+            Err(err) => Err(Error::Blocking(format!(
+                "the call on `{}` did not end on its client's runtime: {err}",
+                self.lock.name()
+            ))),
+        }
+    }
+}
+
+impl crate::distributed::Sealed for OnRuntime {}
+
+#[async_trait::async_trait]
+impl crate::DistributedLock for OnRuntime {
+    fn name(&self) -> &str {
+        self.lock.name()
+    }
+
+    fn watchdog_timeout(&self) -> Duration {
+        self.lock.watchdog_timeout()
+    }
+
+    async fn lock(&self) -> Result<crate::LockGuard> {
+        self.run(|l| async move { l.lock().await }).await
+    }
+
+    async fn lock_with_lease(&self, lease: Duration) -> Result<crate::LockGuard> {
+        self.run(|l| async move { l.lock_with_lease(lease).await })
+            .await
+    }
+
+    async fn try_lock(&self) -> Result<Option<crate::LockGuard>> {
+        self.run(|l| async move { l.try_lock().await }).await
+    }
+
+    async fn try_lock_for(&self, wait: Duration) -> Result<Option<crate::LockGuard>> {
+        self.run(|l| async move { l.try_lock_for(wait).await })
+            .await
+    }
+
+    async fn try_lock_with_lease(
+        &self,
+        wait: Duration,
+        lease: Duration,
+    ) -> Result<Option<crate::LockGuard>> {
+        self.run(|l| async move { l.try_lock_with_lease(wait, lease).await })
+            .await
+    }
+
+    async fn is_locked(&self) -> Result<bool> {
+        self.run(|l| async move { l.is_locked().await }).await
+    }
+
+    async fn is_held_by_current_task(&self) -> Result<bool> {
+        self.run(|l| async move { l.is_held_by_current_task().await })
+            .await
+    }
+
+    async fn is_held_by(&self, owner: &str) -> Result<bool> {
+        let owner = owner.to_owned();
+        self.run(|l| async move { l.is_held_by(&owner).await })
+            .await
+    }
+
+    async fn info(&self) -> Result<LockInfo> {
+        self.run(|l| async move { l.info().await }).await
+    }
+
+    async fn hold_count(&self) -> Result<u32> {
+        self.run(|l| async move { l.hold_count().await }).await
+    }
+
+    async fn remaining_ttl(&self) -> Result<Option<Duration>> {
+        self.run(|l| async move { l.remaining_ttl().await }).await
+    }
+
+    async fn force_unlock(&self) -> Result<bool> {
+        self.run(|l| async move { l.force_unlock().await }).await
+    }
+
+    async fn unlock(&self) -> Result<()> {
+        self.run(|l| async move { l.unlock().await }).await
     }
 }
 
@@ -379,8 +539,9 @@ blocking_group!(
     /// The locks may come from different blocking clients (and so
     /// different Redis servers). Each call reads its owner on the calling
     /// thread, as a single lock's call does, and runs on the runtime of
-    /// the first lock's client; the guard keeps every client's runtime,
-    /// and with it each watchdog, alive until it is released.
+    /// the first lock's client (another client's locks on their own); the
+    /// guard keeps every client's runtime, and with it each watchdog, alive
+    /// until it is released.
     ///
     /// ```rust,no_run
     /// # fn run(a: ferrisson::blocking::Client, b: ferrisson::blocking::Client) -> ferrisson::Result<()> {
@@ -409,8 +570,9 @@ blocking_group!(
     /// the blocking client of its master.
     ///
     /// Each call reads its owner on the calling thread and runs on the
-    /// runtime of the first lock's client; the guard keeps every client's
-    /// runtime alive until it is released.
+    /// runtime of the first lock's client (another client's locks on their
+    /// own); the guard keeps every client's runtime alive until it is
+    /// released.
     ///
     /// ```rust,no_run
     /// # fn run(clients: Vec<ferrisson::blocking::Client>) -> ferrisson::Result<()> {
