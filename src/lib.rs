@@ -268,8 +268,9 @@
 //!
 //! Batch jobs, command-line tools and synchronous services use [`blocking`]:
 //! a [`blocking::Client`] runs a small tokio runtime of its own (one worker
-//! thread) and offers the same handles, guards and permits as plain blocking
-//! calls. The runtime keeps running between calls, so the watchdog renews a
+//! thread) and offers the same handles (every lock kind, the multi-lock and
+//! RedLock, both semaphores, the latch), guards and permits as plain
+//! blocking calls. The runtime keeps running between calls, so the watchdog renews a
 //! held lock's lease while the calling thread does its work.
 //!
 //! ```rust,no_run
@@ -731,7 +732,7 @@
 //! |---|---|---|
 //! | `ferrisson_acquires_total` | counter, also labelled `outcome` | acquires that ended: `acquired`, `timed_out` (not got within the wait; a `try_lock` that found the lock held) or `failed` (an error). A dropped acquire is not counted. A [`MultiLock`] or [`RedLock`] is counted through its member locks, each attempt of each |
 //! | `ferrisson_acquire_wait_seconds` | histogram | how long each successful acquire took, its waits included |
-//! | `ferrisson_hold_seconds` | histogram | from the grant to the release of a guard (`unlock` or its drop) or of an expirable [`Permit`]; a hold given back because the replicas did not acknowledge it is not counted. A plain [`Semaphore`]'s permits belong to nobody and have no hold time |
+//! | `ferrisson_hold_seconds` | histogram | from the grant to the release of a guard (`unlock` or its drop) or of an expirable [`Permit`] (released through it, not by id, before its lease ran out); a hold given back because the replicas did not acknowledge it is not counted. A plain [`Semaphore`]'s permits belong to nobody and have no hold time |
 //! | `ferrisson_leases_lost_total` | counter | watchdog leases found lost: a renewal (or `extend`) refused by Redis because the key expired, was deleted or taken, or no renewal got through before the lease ran out. A leased hold that simply runs out is not counted |
 //! | `ferrisson_renewals_total` | counter, no labels | keys the watchdog sent for renewal |
 //! | `ferrisson_renewal_failures_total` | counter, no labels | keys whose renewal call failed (it is sent again while the lease lasts) |

@@ -697,12 +697,12 @@ fn a_given_up_attempt_is_given_back_on_its_own_client() {
 #[test]
 fn a_multi_lock_guard_outlives_its_clients() {
     let (one, two) = (RedisServer::start(), RedisServer::start());
-    let watchdog = Duration::from_secs(1);
+    let watchdog = Duration::from_secs(2);
     let (a, b) = (client(&one, watchdog), client(&two, watchdog));
     let both = multi(vec![Box::new(a.lock("x")), Box::new(b.lock("y"))]);
     let guard = both.lock().unwrap();
     drop((both, a, b));
-    thread::sleep(watchdog * 3);
+    thread::sleep(watchdog * 5 / 2);
     assert!(!guard.is_lease_lost());
     assert!(exists(&one, "x") && exists(&two, "y"));
     guard.unlock().unwrap();

@@ -451,6 +451,23 @@ async fn force_unlock_asks_removes_and_wakes() {
 }
 
 /// The lines a running `watch` prints, as they come.
+/// `watch` follows what the object turns out to be: a number first read
+/// as a semaphore goes on being watched once its first expirable permit
+/// shows it to be a permit-expirable semaphore.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watch_follows_a_kind_that_shows_itself() {
+    let server = RedisServer::start();
+    let client = client(&server, WATCHDOG).await;
+    let slots = client.permit_expirable_semaphore("slots");
+    assert!(soon(slots.try_set_permits(2)).await.unwrap());
+    let watch = Watch::start(&server.url(), "slots");
+    tokio::task::block_in_place(|| watch.expect("semaphore"));
+    let permit = soon(slots.acquire()).await.unwrap();
+    tokio::task::block_in_place(|| watch.expect("permit-expirable semaphore: "));
+    soon(permit.release()).await.unwrap();
+    tokio::task::block_in_place(|| watch.expect("2 permits available"));
+}
+
 struct Watch {
     child: std::process::Child,
     lines: mpsc::Receiver<String>,
@@ -860,6 +877,25 @@ async fn a_master_found_through_a_sentinel() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(output.status.success(), "{stdout}{stderr}");
     assert!(stdout.contains("c:o  2 holds"), "{stdout}");
+
+    // A master with a password behind a sentinel without one: the URL's
+    // password is the master's.
+    let guarded = RedisServer::start();
+    guarded.cmd(&["HSET", "audit", "c:o", "1"]);
+    guarded.cmd(&["CONFIG", "SET", "requirepass", "m4ster-pw"]);
+    let watcher =
+        common::sentinel::Sentinel::start_with(&guarded, "sentinel auth-pass mymaster m4ster-pw");
+    let with_pw = watcher.url().replace("redis://", "redis://:m4ster-pw@");
+    let output = run_with(
+        &with_pw,
+        &["--sentinel", "mymaster", "inspect", "audit"],
+        "",
+    )
+    .await;
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stdout}{stderr}");
+    assert!(stdout.contains("c:o  1 hold"), "{stdout}");
 
     let output = run_with(&url, &["--sentinel", "other", "list"], "").await;
     assert!(!output.status.success());

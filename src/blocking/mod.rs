@@ -64,6 +64,10 @@
 //! runtime's context that wait (and the stop) happens on a thread of its
 //! own, so the drop still returns at once. A release that has not ended by
 //! then is given up, and that lock frees itself when its lease runs out.
+//! The wait covers releases of guards and permits only: what an acquire
+//! left running (the give-back of an attempt a RedLock round gave up on, a
+//! dropped call's undo) is not waited for, and when the runtime stops
+//! under it, that hold too is freed by its lease.
 //!
 //! # Several locks as one
 //!

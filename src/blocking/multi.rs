@@ -292,6 +292,8 @@ impl OnRuntime {
         let mut task = AbortOnDrop(self.runtime.spawn(call(Arc::clone(&self.lock))));
         match (&mut task.0).await {
             Ok(out) => out,
+            // As the first client's calls do: a panic goes on in the caller.
+            Err(err) if err.is_panic() => std::panic::resume_unwind(err.into_panic()),
             Err(err) => Err(Error::Blocking(format!(
                 "the call on `{}` did not end on its client's runtime: {err}",
                 self.lock.name()

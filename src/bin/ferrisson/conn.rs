@@ -97,34 +97,24 @@ fn with_addr(url: &str, addr: &str) -> Option<String> {
 
 /// The URL of the master named `master` by the first of the `sentinels`
 /// that answers: its address, with the first sentinel URL's scheme, user
-/// and password.
+/// and password. A sentinel without a password of its own (a common setup
+/// in front of a master with one) is asked again without the URL's.
 pub(crate) async fn sentinel_master(
     sentinels: &[String],
     master: &str,
     tls_ca: Option<&[u8]>,
 ) -> Result<String, Fail> {
+    let mut unknown = None;
     let mut failed = None;
     for url in sentinels {
-        let asked = async {
-            let mut conn = open(url, tls_ca)?
-                .get_multiplexed_async_connection_with_config(&connection_config())
-                .await
-                .map_err(|e| connect_error(url, &e))?;
-            let addr: Option<(String, u16)> = redis::cmd("SENTINEL")
-                .arg("GET-MASTER-ADDR-BY-NAME")
-                .arg(master)
-                .query_async(&mut conn)
-                .await
-                .map_err(|e| Fail(format!("{} is no sentinel, or refused: {e}", shown(url))))?;
-            addr.ok_or_else(|| {
-                Fail(format!(
-                    "the sentinel at {} knows no master named `{master}`",
-                    shown(url)
-                ))
-            })
-        };
-        match asked.await {
-            Ok((host, port)) => {
+        let mut asked = ask_sentinel(url, master, tls_ca).await;
+        if let (Err(_), Some(bare)) = (&asked, without_auth(url)) {
+            if let Ok(found) = ask_sentinel(&bare, master, tls_ca).await {
+                asked = Ok(found);
+            }
+        }
+        match asked {
+            Ok(Some((host, port))) => {
                 let first = &sentinels[0];
                 let addr = match host.contains(':') {
                     true => format!("[{host}]:{port}"),
@@ -133,10 +123,45 @@ pub(crate) async fn sentinel_master(
                 return with_addr(first, &addr)
                     .ok_or_else(|| Fail(format!("invalid Redis URL {}", shown(first))));
             }
+            Ok(None) => {
+                unknown = Some(Fail(format!(
+                    "the sentinel at {} knows no master named `{master}`",
+                    shown(url)
+                )));
+            }
             Err(fail) => failed = Some(fail),
         }
     }
-    Err(failed.unwrap_or_else(|| Fail("no --url given".to_owned())))
+    // A sentinel's "no such master" says more than another's silence.
+    Err(unknown
+        .or(failed)
+        .unwrap_or_else(|| Fail("no --url given".to_owned())))
+}
+
+/// The address a sentinel at `url` gives for `master`; `None` when it
+/// knows no master of that name.
+async fn ask_sentinel(
+    url: &str,
+    master: &str,
+    tls_ca: Option<&[u8]>,
+) -> Result<Option<(String, u16)>, Fail> {
+    let mut conn = open(url, tls_ca)?
+        .get_multiplexed_async_connection_with_config(&connection_config())
+        .await
+        .map_err(|e| connect_error(url, &e))?;
+    redis::cmd("SENTINEL")
+        .arg("GET-MASTER-ADDR-BY-NAME")
+        .arg(master)
+        .query_async(&mut conn)
+        .await
+        .map_err(|e| Fail(format!("{} is no sentinel, or refused: {e}", shown(url))))
+}
+
+/// `url` without its user and password; `None` when it has none.
+fn without_auth(url: &str) -> Option<String> {
+    let (scheme, rest) = url.split_once("://")?;
+    let (_, host) = rest.rsplit_once('@')?;
+    Some(format!("{scheme}://{host}"))
 }
 
 /// Timeouts for the inspector's own connections.
@@ -425,6 +450,11 @@ mod tests {
             with_addr("redis://h", "10.0.0.2:7001").as_deref(),
             Some("redis://10.0.0.2:7001")
         );
+        assert_eq!(
+            without_auth("rediss://u:pw@h:1/0").as_deref(),
+            Some("rediss://h:1/0")
+        );
+        assert_eq!(without_auth("redis://h:1/"), None);
     }
 
     #[test]

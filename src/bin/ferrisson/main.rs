@@ -238,11 +238,11 @@ fn print_json(value: &impl Serialize) {
     }
 }
 
-/// `list`: SCAN each node given (the masters, on a cluster), then one line
-/// per synchronizer.
 /// How many objects `list` reads at once.
 const LIST_READS: usize = 64;
 
+/// `list`: SCAN each node given (the masters, on a cluster), then one line
+/// per synchronizer.
 async fn list(target: &Target, pattern: &str, json: bool) -> Result<ExitCode, Fail> {
     let mut names = std::collections::BTreeSet::new();
     for (node, url) in conn::scanned(target).await? {
@@ -356,8 +356,15 @@ fn print_event(json: bool, event: Event<'_>) {
 }
 
 /// Reads `name`'s state as `kind`, or as what it is now.
-async fn current(target: &Target, name: &str, kind: Option<Kind>) -> Result<State, Fail> {
-    state::inspect(target, name, kind).await
+/// The state of `name` now: found again each time (or as --kind asked),
+/// and, once the key is gone, a free object of the kind `remembered`.
+async fn current(
+    target: &Target,
+    name: &str,
+    kind: Option<Kind>,
+    remembered: Option<Kind>,
+) -> Result<State, Fail> {
+    state::inspect_remembering(target, name, kind, remembered).await
 }
 
 /// `watch`: the state, then each message on the object's channels and
@@ -369,7 +376,7 @@ async fn watch(
     interval_ms: u64,
     json: bool,
 ) -> Result<ExitCode, Fail> {
-    let mut last = current(target, name, kind).await?;
+    let mut last = current(target, name, kind, None).await?;
     // Once known, the kind stays: a lock that goes free is a free lock, not
     // a name without a key.
     let mut watched = kind.or(last.kind);
@@ -410,7 +417,7 @@ async fn watch(
                 let Some((channel, payload)) = heard else {
                     return Err(Fail("lost the subscription".to_owned()));
                 };
-                let state = current(target, name, watched).await?;
+                let state = current(target, name, kind, watched).await?;
                 watched = watched.or(state.kind);
                 print_event(json, Event {
                     at_ms: now().1,
@@ -421,7 +428,7 @@ async fn watch(
                 last = state;
             }
             _ = tick.tick() => {
-                let state = current(target, name, watched).await?;
+                let state = current(target, name, kind, watched).await?;
                 watched = watched.or(state.kind);
                 if state.shape() != last.shape() {
                     print_event(json, Event {
@@ -453,7 +460,8 @@ async fn force_unlock(
     yes: bool,
     json: bool,
 ) -> Result<ExitCode, Fail> {
-    let before = state::inspect(target, name, kind).await?;
+    let asked = kind;
+    let before = state::inspect(target, name, asked).await?;
     let Some(kind) = before.kind else {
         if json {
             print_json(&Removed {
@@ -497,7 +505,9 @@ async fn force_unlock(
         }
         // What was confirmed is what was shown: a lock that changed hands
         // (or a latch that moved) while the question was open is left be.
-        let now = state::inspect(target, name, Some(kind)).await?;
+        // Read as at first (found again, or as --kind asked), so that
+        // a change of kind shows as a change, below.
+        let now = state::inspect_remembering(target, name, asked, Some(kind)).await?;
         let who = |s: &state::State| -> Vec<(String, String, u32, bool)> {
             s.holders
                 .iter()

@@ -250,10 +250,28 @@ pub(crate) async fn inspect(
     name: &str,
     forced: Option<Kind>,
 ) -> Result<State, Fail> {
+    inspect_remembering(target, name, forced, None).await
+}
+
+/// As [`inspect`], where a name without any key reads as a free object of
+/// the kind `remembered` (one seen before), when there is one.
+pub(crate) async fn inspect_remembering(
+    target: &Target,
+    name: &str,
+    forced: Option<Kind>,
+    remembered: Option<Kind>,
+) -> Result<State, Fail> {
     let (kind, also) = match (detect(target, name).await?, forced) {
-        (Found::Nothing, None) => return Ok(State::empty(name, None)),
-        (Found::Nothing, Some(kind)) => (kind, None),
-        (Found::Object { kind, also }, None) => (kind, also),
+        (Found::Nothing, asked) => match asked.or(remembered) {
+            None => return Ok(State::empty(name, None)),
+            Some(kind) => (kind, None),
+        },
+        // Not asked: the kind seen before while the data allows it (a fair
+        // lock whose line emptied is still one), else what is found now.
+        (Found::Object { kind, also }, None) => match remembered {
+            Some(seen) if seen != kind && may_read_as(kind, also, seen) => (seen, None),
+            _ => (kind, also),
+        },
         (Found::Object { kind, also }, Some(asked)) => {
             if !may_read_as(kind, also, asked) {
                 return Err(Fail(format!(
@@ -284,16 +302,14 @@ pub(crate) async fn inspect(
 }
 
 /// Whether data found to be a `found` (or its look-alike `also`) may be
-/// read as the kind `asked`: the same kind, its look-alike, or a plain lock
-/// and a fair or fenced lock, whose hashes are alike when nobody waits and
-/// no token was drawn, or a number as a permit-expirable semaphore with no
-/// permit out.
+/// read as the kind `asked`: the same kind, its look-alike, a plain lock's
+/// hash as a fair or fenced lock (alike when nobody waits and no token was
+/// drawn), or a number as a permit-expirable semaphore with no permit out.
 fn may_read_as(found: Kind, also: Option<Kind>, asked: Kind) -> bool {
     let plain_or_extra = |kind| matches!(kind, Kind::Lock | Kind::FairLock | Kind::FencedLock);
     found == asked
         || also == Some(asked)
         || (found == Kind::Lock && plain_or_extra(asked))
-        || (asked == Kind::Lock && plain_or_extra(found))
         || (asked == Kind::PermitExpirableSemaphore
             && (found == Kind::Semaphore || also == Some(Kind::Semaphore)))
 }
