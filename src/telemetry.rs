@@ -52,9 +52,9 @@ impl Outcome {
     }
 }
 
-/// Runs `acquire` (of a semaphore's permits, say) in its
+/// Runs `acquire` (of a lock, or of a semaphore's permits) in its
 /// `ferrisson.acquire` span and reports how it ended: `got` tells a success
-/// from a wait that ran out. The locks report from their own acquire.
+/// from a wait that ran out.
 pub(crate) async fn acquire<T>(
     subject: Subject<'_>,
     name: &str,

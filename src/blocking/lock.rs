@@ -419,7 +419,7 @@ impl Drop for LockGuard {
     fn drop(&mut self) {
         if let Some(guard) = self.inner.take() {
             let name = guard.name().to_owned();
-            self.rt.release_on_drop("lock", &name, guard.unlock());
+            self.rt.release_on_drop("lock", name, guard.unlock());
         }
     }
 }

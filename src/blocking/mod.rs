@@ -168,14 +168,14 @@ impl Runtime {
     fn release_on_drop(
         &self,
         what: &'static str,
-        name: &str,
+        name: String,
         release: impl Future<Output = Result<()>> + Send + 'static,
     ) {
         let Some(rt) = self.rt.as_ref() else {
             // Only while the runtime is dropped, when no guard is left.
             return;
         };
-        let owned = name.to_owned();
+        let owned = name.clone();
         let task = self.releases.spawn_on(
             async move {
                 match release.await {
@@ -202,7 +202,7 @@ impl Runtime {
         if let Ok(Err(_)) = drive(rt, async move { tokio::time::timeout(wait, task).await }) {
             tracing::warn!(
                 what,
-                name,
+                %name,
                 ?wait,
                 "release on drop is still running; it goes on in the background"
             );

@@ -526,7 +526,7 @@ macro_rules! blocking_group {
                         drop(others);
                         released
                     };
-                    self.rts.first().release_on_drop($what, &self.names, release);
+                    self.rts.first().release_on_drop($what, std::mem::take(&mut self.names), release);
                 }
             }
         }

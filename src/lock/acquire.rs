@@ -5,7 +5,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
-use tracing::Instrument;
 
 use super::queue::{leave_queue, FairOwners, QueueExit};
 use super::{release_hold, LockGuard};
@@ -17,7 +16,7 @@ use crate::error::is_connection_failure;
 use crate::finish::{runtime, Finish};
 use crate::object::Synced;
 use crate::scripts::{ACQUIRE, FAIR_ACQUIRE, FENCED_ACQUIRE, READ_ACQUIRE, WRITE_ACQUIRE};
-use crate::telemetry::{self, Outcome, Subject};
+use crate::telemetry::{self, Subject};
 use crate::waiting::{self, Channel, Tried};
 use crate::watchdog::{HoldKey, LeaseState, RenewCall};
 use crate::{keys, Client, Error, Result};
@@ -30,25 +29,13 @@ impl LockCore {
         wait: Option<Duration>,
         lease: Option<Duration>,
     ) -> Result<Option<LockGuard>> {
-        let started = Instant::now();
-        let span = tracing::info_span!("ferrisson.acquire", lock = %self.obj.name, kind = self.kind.label());
-        let result = self.acquire_in(wait, lease).instrument(span).await;
-        let outcome = match &result {
-            Ok(Some(_)) => Outcome::Acquired,
-            Ok(None) => Outcome::TimedOut,
-            Err(_) => Outcome::Failed,
-        };
-        telemetry::acquire_ended(self.subject(), outcome, started.elapsed());
-        result
+        let acquire = self.acquire_in(wait, lease);
+        telemetry::acquire(self.subject(), &self.obj.name, acquire, Option::is_some).await
     }
 
     /// Who this lock's figures are about, in metrics.
     pub(super) fn subject(&self) -> Subject<'_> {
-        let client = &self.obj.client.inner;
-        Subject {
-            kind: self.kind.label(),
-            name: client.config.metric_lock_names.then_some(&*self.obj.name),
-        }
+        self.obj.subject(self.kind.label())
     }
 
     /// [`LockCore::acquire`], inside its span.
