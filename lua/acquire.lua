@@ -22,17 +22,24 @@ local latch = redis.call('get', KEYS[2])
 if latch == 'x' then
     return -2
 end
-if latch ~= false and redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
-    return nil
-end
-local mine = redis.call('hexists', KEYS[1], ARGV[2]) == 1
-if mine and ARGV[4] == '0' then
-    return -4
-end
-if mine or redis.call('exists', KEYS[1]) == 0 then
-    redis.call('hincrby', KEYS[1], ARGV[2], 1)
+-- The common case first: a free lock is taken with no look at its fields.
+if redis.call('exists', KEYS[1]) == 0 then
+    redis.call('hset', KEYS[1], ARGV[2], 1)
     redis.call('pexpire', KEYS[1], ARGV[1])
     redis.call('set', KEYS[2], 1, 'px', ARGV[3])
     return nil
 end
-return redis.call('pttl', KEYS[1])
+if redis.call('hexists', KEYS[1], ARGV[2]) == 0 then
+    return redis.call('pttl', KEYS[1])
+end
+-- The owner holds it: a resend of a granted request, or a re-entry.
+if latch ~= false then
+    return nil
+end
+if ARGV[4] == '0' then
+    return -4
+end
+redis.call('hincrby', KEYS[1], ARGV[2], 1)
+redis.call('pexpire', KEYS[1], ARGV[1])
+redis.call('set', KEYS[2], 1, 'px', ARGV[3])
+return nil

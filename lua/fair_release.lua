@@ -50,12 +50,15 @@ if redis.call('exists', KEYS[1]) == 0 then
     end
     return nil
 end
-if redis.call('hexists', KEYS[1], ARGV[3]) == 0 then
+local held = redis.call('hget', KEYS[1], ARGV[3])
+if held == false then
     return nil
 end
--- shared: drop one hold (with holds left, the lease is reset and 0 replied)
-local left = redis.call('hincrby', KEYS[1], ARGV[3], -1)
-if left > 0 then
+-- shared: drop one hold (`held`, the owner's count, read before: with holds
+-- left, the count is lowered, the lease reset and 0 replied; on the last
+-- hold the script goes on, and removes the owner's field or the whole hash)
+if tonumber(held) > 1 then
+    redis.call('hincrby', KEYS[1], ARGV[3], -1)
     redis.call('pexpire', KEYS[1], ARGV[2])
     redis.call('set', unlock_latch, 0, 'px', ARGV[5])
     return 0
