@@ -1,6 +1,6 @@
 -- Renew the leases of held locks; never recreates a lock that is gone.
 --
--- KEYS[1..n]    lock hashes (the client sends at most 100 per call)
+-- KEYS[1..n]    lock hashes (the client sends at most 200 per call)
 -- ARGV[1]       lease in milliseconds
 -- ARGV[2..n+1]  owner field for each key, in the order of KEYS
 --

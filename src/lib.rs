@@ -598,7 +598,7 @@
 //!   brace rule), so each script runs on the one node that owns the slot.
 //!   Scripts are loaded on every master when a node answers NOSCRIPT.
 //! - Watchdog renewals are batched per slot (a script's keys must share one),
-//!   still 100 keys at most per call.
+//!   still 200 keys at most per call.
 //! - Unlock messages use sharded pub/sub (SPUBLISH inside the scripts,
 //!   SSUBSCRIBE) when the cluster supports it, probed with `PUBSUB
 //!   SHARDNUMSUB` as Redisson does; classic pub/sub otherwise. The mode in
@@ -697,9 +697,9 @@
 //!   local release of each key ([`Client::held_locks`]). Each key is renewed a
 //!   third of the timeout after its last confirmed renewal. One scheduler task
 //!   per client renews together every key due within a short window (the
-//!   timeout / 30, at most 1 s: early, never late), up to 100 keys per script
-//!   call, as Redisson does. Keys taken together stay together, so 100 000
-//!   held locks cost about 1 000 calls a period, not 100 000. A held lock
+//!   timeout / 30, at most 1 s: early, never late), up to 200 keys per script
+//!   call (Redisson sends 100). Keys taken together stay together, so 100 000
+//!   held locks cost about 500 calls a period, not 100 000. A held lock
 //!   costs the client about 400 bytes, guard included, and a million of them
 //!   renew at the default timeout with about 6% of one core (figures in
 //!   `docs/benchmarks.md`).
