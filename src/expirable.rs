@@ -541,7 +541,7 @@ impl PermitExpirableSemaphore {
         lease: Option<Duration>,
     ) -> Result<Option<Vec<Permit>>> {
         let subject = self.obj.subject(EXPIRABLE_KIND);
-        let take = self.take_many_in(n, wait, lease);
+        let take = || self.take_many_in(n, wait, lease);
         telemetry::acquire(subject, &self.obj.name, take, Option::is_some).await
     }
 

@@ -346,7 +346,7 @@ impl Semaphore {
         telemetry::acquire(
             subject,
             &self.obj.name,
-            self.take_in(permits, wait),
+            || self.take_in(permits, wait),
             |got| *got,
         )
         .await

@@ -52,19 +52,27 @@ impl Outcome {
     }
 }
 
-/// Runs `acquire` (of a lock, or of a semaphore's permits) in its
-/// `ferrisson.acquire` span and reports how it ended: `got` tells a success
-/// from a wait that ran out.
-pub(crate) async fn acquire<T>(
+/// Runs the acquire that `acquire` makes (of a lock, or of a semaphore's
+/// permits) in its `ferrisson.acquire` span and reports how it ended: `got`
+/// tells a success from a wait that ran out.
+///
+/// Takes a maker, not the future: a future passed in as an argument is
+/// kept twice in this one's state (as the argument, and where it is
+/// awaited), which doubled every `lock()` future's size. Made here, it is
+/// kept once.
+pub(crate) async fn acquire<T, F>(
     subject: Subject<'_>,
     name: &str,
-    acquire: impl std::future::Future<Output = crate::Result<T>>,
+    acquire: impl FnOnce() -> F,
     got: impl FnOnce(&T) -> bool,
-) -> crate::Result<T> {
+) -> crate::Result<T>
+where
+    F: std::future::Future<Output = crate::Result<T>>,
+{
     use tracing::Instrument;
     let started = tokio::time::Instant::now();
     let span = tracing::info_span!("ferrisson.acquire", lock = %name, kind = subject.kind);
-    let result = acquire.instrument(span).await;
+    let result = acquire().instrument(span).await;
     let outcome = match &result {
         Ok(value) if got(value) => Outcome::Acquired,
         Ok(_) => Outcome::TimedOut,

@@ -29,7 +29,7 @@ impl LockCore {
         wait: Option<Duration>,
         lease: Option<Duration>,
     ) -> Result<Option<LockGuard>> {
-        let acquire = self.acquire_in(wait, lease);
+        let acquire = || self.acquire_in(wait, lease);
         telemetry::acquire(self.subject(), &self.obj.name, acquire, Option::is_some).await
     }
 
