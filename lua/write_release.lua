@@ -30,9 +30,10 @@ if held == false then
 end
 -- shared: drop one hold (`held`, the owner's count, read before: with holds
 -- left, the count is lowered, the lease reset and 0 replied; on the last
--- hold the script goes on, and removes the owner's field or the whole hash)
-if tonumber(held) > 1 then
-    redis.call('hincrby', KEYS[1], ARGV[3], -1)
+-- hold the script goes on, and removes the owner's field or the whole hash.
+-- A count of exactly 1, the common case, is not lowered first; any other
+-- value goes through HINCRBY, which refuses what is not an integer)
+if held ~= '1' and redis.call('hincrby', KEYS[1], ARGV[3], -1) > 0 then
     redis.call('pexpire', KEYS[1], ARGV[2])
     redis.call('set', unlock_latch, 0, 'px', ARGV[5])
     return 0

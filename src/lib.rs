@@ -598,7 +598,7 @@
 //!   brace rule), so each script runs on the one node that owns the slot.
 //!   Scripts are loaded on every master when a node answers NOSCRIPT.
 //! - Watchdog renewals are batched per slot (a script's keys must share one),
-//!   still 200 keys at most per call.
+//!   still 200 keys at most per call (100 read holds, of two keys each).
 //! - Unlock messages use sharded pub/sub (SPUBLISH inside the scripts,
 //!   SSUBSCRIBE) when the cluster supports it, probed with `PUBSUB
 //!   SHARDNUMSUB` as Redisson does; classic pub/sub otherwise. The mode in
@@ -698,7 +698,7 @@
 //!   third of the timeout after its last confirmed renewal. One scheduler task
 //!   per client renews together every key due within a short window (the
 //!   timeout / 30, at most 1 s: early, never late), up to 200 keys per script
-//!   call (Redisson sends 100). Keys taken together stay together, so 100 000
+//!   call (Redisson sends 100; a read hold sends two). Keys taken together stay together, so 100 000
 //!   held locks cost about 500 calls a period, not 100 000. A held lock
 //!   costs the client about 400 bytes, guard included, and a million of them
 //!   renew at the default timeout with about 6% of one core (figures in
@@ -736,7 +736,7 @@
 //! | `ferrisson_leases_lost_total` | counter | watchdog leases found lost: a renewal (or `extend`) refused by Redis because the key expired, was deleted or taken, or no renewal got through before the lease ran out. A leased hold that simply runs out is not counted |
 //! | `ferrisson_renewals_total` | counter, no labels | keys the watchdog sent for renewal |
 //! | `ferrisson_renewal_failures_total` | counter, no labels | keys whose renewal call failed (it is sent again while the lease lasts) |
-//! | `ferrisson_renewal_batch_keys` | histogram, no labels | keys per renewal call (at most 100) |
+//! | `ferrisson_renewal_batch_keys` | histogram, no labels | holds per renewal call (at most 200, or 100 read holds) |
 //! | `ferrisson_subscriptions` | gauge, no labels | channels subscribed to (or being unsubscribed from) over every client in the process: one per lock, semaphore or latch name with local waiters, and one per waiting owner of a fair lock |
 //!
 //! Every lock or semaphore acquire, and every lock guard's release, also runs in a `tracing` span,

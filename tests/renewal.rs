@@ -61,7 +61,7 @@ async fn many_locks_are_renewed_together_and_kept() {
     }
     assert!(guards.iter().all(|g| !g.is_lease_lost()));
     // One call per key per period would be 250 x 9 = 2250; taken within a
-    // few milliseconds, the keys fall due together and go 100 to a call.
+    // few milliseconds, the keys fall due together and go 200 to a call.
     let unbatched =
         (LOCKS as u32 * window.as_millis() as u32 / (WATCHDOG / 3).as_millis() as u32) as u64;
     assert!(
