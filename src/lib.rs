@@ -698,11 +698,11 @@
 //!   third of the timeout after its last confirmed renewal. One scheduler task
 //!   per client renews together every key due within a short window (the
 //!   timeout / 30, at most 1 s: early, never late), up to 200 keys per script
-//!   call (Redisson sends 100; a read hold sends two). Keys taken together stay together, so 100 000
-//!   held locks cost about 500 calls a period, not 100 000. A held lock
-//!   costs the client about 400 bytes, guard included, and a million of them
-//!   renew at the default timeout with about 6% of one core (figures in
-//!   `docs/benchmarks.md`).
+//!   call (Redisson sends 100; a read hold sends two). Keys taken together
+//!   stay together, so 100 000 held locks cost about 500 calls a period, not
+//!   100 000. A held lock costs the client about 400 bytes, guard included,
+//!   and a million of them renew at the default timeout with about 6% of one
+//!   core (figures in `docs/benchmarks.md`).
 //! - Waiters on one lock name share one subscription per client
 //!   ([`Client::subscriptions`]). An unlock message `0` wakes one of them, so
 //!   one release costs about one acquire attempt.
