@@ -4,17 +4,18 @@
 -- ARGV[1]       lease in milliseconds
 -- ARGV[2..n+1]  owner field for each key, in the order of KEYS
 --
--- Replies an array of n integers: 1 where the owner still holds the key and
--- its TTL was reset to the lease, 0 where it does not (stop renewing it).
--- A key that now holds another type counts as not held, rather than failing
--- the renewal of every other key in the call.
-local renewed = {}
+-- Where the owner still holds the key, its TTL is reset to the lease.
+-- Replies the positions (1 to n, ascending) of the keys the owner no longer
+-- holds (stop renewing them): an empty array when every key was renewed,
+-- so that the usual reply is a few bytes whatever n is. A key that now
+-- holds another type counts as not held, rather than failing the renewal
+-- of every other key in the call.
+local gone = {}
 for i, key in ipairs(KEYS) do
     if redis.pcall('hexists', key, ARGV[i + 1]) == 1 then
         redis.call('pexpire', key, ARGV[1])
-        renewed[i] = 1
     else
-        renewed[i] = 0
+        gone[#gone + 1] = i
     end
 end
-return renewed
+return gone

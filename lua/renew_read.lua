@@ -7,11 +7,12 @@
 -- ARGV[1]     lease in milliseconds
 -- ARGV[i+1]   the owner's read field, in the order of the pairs
 --
--- Replies an array with one integer per pair: 1 where the owner still has
--- read holds (the TTL of each of its hold keys was reset to the lease, and
--- the hash's TTL is the longer of its own and the lease), 0 where it has
--- none (stop renewing). A key of another type counts as none.
-local renewed = {}
+-- Where the owner still has read holds, the TTL of each of its hold keys is
+-- reset to the lease, and the hash's TTL becomes the longer of its own and
+-- the lease. Replies the positions (1 to n for n pairs, ascending) of the
+-- pairs whose owner has none left (stop renewing them): an empty array when
+-- every pair was renewed. A key of another type counts as none.
+local gone = {}
 for i = 1, #KEYS / 2 do
     local hash, prefix = KEYS[2 * i - 1], KEYS[2 * i]
     local count = tonumber(redis.pcall('hget', hash, ARGV[i + 1]))
@@ -21,9 +22,8 @@ for i = 1, #KEYS / 2 do
         end
         local ttl = redis.call('pttl', hash)
         redis.call('pexpire', hash, math.max(ttl, tonumber(ARGV[1])))
-        renewed[i] = 1
     else
-        renewed[i] = 0
+        gone[#gone + 1] = i
     end
 end
-return renewed
+return gone

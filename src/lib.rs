@@ -734,8 +734,8 @@
 //! | `ferrisson_acquire_wait_seconds` | histogram | how long each successful acquire took, its waits included |
 //! | `ferrisson_hold_seconds` | histogram | from the grant to the release of a guard (`unlock` or its drop) or of an expirable [`Permit`] (released through it, not by id, before its lease ran out); a hold given back because the replicas did not acknowledge it is not counted. A plain [`Semaphore`]'s permits belong to nobody and have no hold time |
 //! | `ferrisson_leases_lost_total` | counter | watchdog leases found lost: a renewal (or `extend`) refused by Redis because the key expired, was deleted or taken, or no renewal got through before the lease ran out. A leased hold that simply runs out is not counted |
-//! | `ferrisson_renewals_total` | counter, no labels | keys the watchdog sent for renewal |
-//! | `ferrisson_renewal_failures_total` | counter, no labels | keys whose renewal call failed (it is sent again while the lease lasts) |
+//! | `ferrisson_renewals_total` | counter, no labels | holds the watchdog sent for renewal |
+//! | `ferrisson_renewal_failures_total` | counter, no labels | holds whose renewal call failed (it is sent again while the lease lasts) |
 //! | `ferrisson_renewal_batch_keys` | histogram, no labels | holds per renewal call (at most 200, or 100 read holds) |
 //! | `ferrisson_subscriptions` | gauge, no labels | channels subscribed to (or being unsubscribed from) over every client in the process: one per lock, semaphore or latch name with local waiters, and one per waiting owner of a fair lock |
 //!

@@ -559,7 +559,7 @@ async fn schedule(shared: Weak<Shared>, wake: Arc<Notify>) {
                         if chunk.is_empty() {
                             break;
                         }
-                        tokio::spawn(renew_chunk(Arc::clone(&this), chunk));
+                        tokio::spawn(renew_chunk(Arc::clone(&this), chunk, read));
                     }
                 }
             }
@@ -580,14 +580,15 @@ async fn schedule(shared: Weak<Shared>, wake: Arc<Notify>) {
 
 /// One renewal script call for some holds (all read holds, or none):
 /// each key's TTL reset to the timeout if its owner still holds it; Redis
-/// replies 1 or 0 per hold, in order.
+/// replies the positions of the holds that are gone, usually none.
 ///
 /// Built as one EVALSHA command rather than a `ScriptInvocation`, whose
-/// keys and arguments are each a `Vec<u8>` of their own: a renewal sends
-/// two hundred keys, and a million held locks send a hundred thousand a
-/// second at the default timeout.
+/// keys and arguments are each a `Vec<u8>` of their own, and sized before
+/// it is written: a renewal sends two hundred keys, and a million held
+/// locks send a hundred thousand a second at the default timeout.
 pub(crate) struct RenewCall {
     read: bool,
+    holds: usize,
     cmd: redis::Cmd,
 }
 
@@ -598,10 +599,21 @@ impl RenewCall {
         holds: impl Iterator<Item = &'a HoldKey> + Clone,
     ) -> RenewCall {
         let script = if read { &*RENEW_READ } else { &*RENEW };
-        let mut cmd = redis::cmd("EVALSHA");
-        let count = holds.clone().count();
-        cmd.arg(script.get_hash())
-            .arg(if read { 2 * count } else { count });
+        // Lengths only: they sit in the keys' pointers, so sizing the
+        // command reads no name or field.
+        let (count, bytes) = holds.clone().fold((0, 0), |(count, bytes), (name, owner)| {
+            // `{name}:<field>:rwlock_timeout`, near enough.
+            let prefix = if read {
+                name.len() + owner.len() + 18
+            } else {
+                0
+            };
+            (count + 1, bytes + name.len() + prefix + owner.len())
+        });
+        let keys = if read { 2 * count } else { count };
+        // EVALSHA, the hash, the key count, the keys, the lease, the fields.
+        let mut cmd = redis::Cmd::with_capacity(4 + keys + count, 80 + bytes);
+        cmd.arg("EVALSHA").arg(script.get_hash()).arg(keys);
         for (name, owner) in holds.clone() {
             cmd.arg(&**name);
             if read {
@@ -612,22 +624,49 @@ impl RenewCall {
         for (_, owner) in holds {
             cmd.arg(&**owner);
         }
-        RenewCall { read, cmd }
+        RenewCall {
+            read,
+            holds: count,
+            cmd,
+        }
     }
 
     /// Sends the call; loads the script first when Redis lost it (after a
-    /// restart or `SCRIPT FLUSH`).
-    pub(crate) async fn send(&self, conn: &mut Conn) -> redis::RedisResult<Vec<i64>> {
-        match self.cmd.query_async(conn).await {
+    /// restart or `SCRIPT FLUSH`). Returns the indices (from 0, ascending)
+    /// of the holds whose owner no longer holds the key.
+    pub(crate) async fn send(&self, conn: &mut Conn) -> redis::RedisResult<Vec<usize>> {
+        let reply: Vec<i64> = match self.cmd.query_async(conn).await {
             Err(err)
                 if err.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
             {
                 let script = if self.read { &*RENEW_READ } else { &*RENEW };
                 script.prepare_invoke().load_async(conn).await?;
-                self.cmd.query_async(conn).await
+                self.cmd.query_async(conn).await?
             }
-            reply => reply,
+            reply => reply?,
+        };
+        self.gone(reply)
+    }
+
+    /// The reply's 1-based positions as indices, checked: each names one of
+    /// the call's holds, in ascending order.
+    fn gone(&self, reply: Vec<i64>) -> redis::RedisResult<Vec<usize>> {
+        let mut gone = Vec::with_capacity(reply.len());
+        for position in reply {
+            let index = usize::try_from(position)
+                .ok()
+                .and_then(|p| p.checked_sub(1))
+                .filter(|&i| i < self.holds && gone.last().is_none_or(|&last| last < i));
+            let Some(index) = index else {
+                return Err(redis::RedisError::from((
+                    redis::ErrorKind::UnexpectedReturnType,
+                    "unexpected renewal reply",
+                    format!("position {position} for {} holds", self.holds),
+                )));
+            };
+            gone.push(index);
         }
+        Ok(gone)
     }
 }
 
@@ -635,24 +674,23 @@ impl RenewCall {
 /// fell due. The calls of one batch go out side by side, each in its own
 /// task: a stalled reply holds up no other call, and each lease is read
 /// by the task that sends it, while it is in the cache.
-async fn renew_chunk(shared: Arc<Shared>, chunk: Vec<Arc<LeaseState>>) {
+async fn renew_chunk(shared: Arc<Shared>, chunk: Vec<Arc<LeaseState>>, read: bool) {
     let sent = Instant::now();
     let live = shared.live(chunk, sent);
     if !live.is_empty() {
-        renew(&shared, live, sent).await;
+        renew(&shared, live, sent, read).await;
     }
 }
 
-/// Renews one call's worth of leases (all read holds, or none) in one
-/// script call sent at `sent`.
-async fn renew(shared: &Shared, batch: Vec<Arc<LeaseState>>, sent: Instant) {
+/// Renews one call's worth of leases (all read holds when `read`, or
+/// none) in one script call sent at `sent`.
+async fn renew(shared: &Shared, batch: Vec<Arc<LeaseState>>, sent: Instant, read: bool) {
     let timeout = shared.timeout;
     let deadline = batch
         .iter()
         .map(|lease| lease.deadline())
         .min()
         .unwrap_or(sent + timeout);
-    let read = batch[0].watched.as_ref().is_some_and(|w| w.read);
     let call = RenewCall::new(
         read,
         timeout,
@@ -663,28 +701,24 @@ async fn renew(shared: &Shared, batch: Vec<Arc<LeaseState>>, sent: Instant) {
     let mut conn = shared.conn.clone();
     telemetry::renewal_sent(batch.len());
     let reply = match tokio::time::timeout_at(deadline, call.send(&mut conn)).await {
-        Ok(Ok(reply)) if reply.len() == batch.len() => Ok(reply),
-        Ok(Ok(reply)) => Err(format!(
-            "unexpected renew reply of {} items for {} keys",
-            reply.len(),
-            batch.len()
-        )),
+        Ok(Ok(gone)) => Ok(gone),
         Ok(Err(err)) => Err(err.to_string()),
         Err(_) => Err("no reply before the first lease ran out".into()),
     };
     match reply {
-        Ok(renewed) => {
+        Ok(gone) => {
             let confirmed = sent + timeout - drift_margin(timeout);
-            let mut kept = Vec::with_capacity(batch.len());
-            for (lease, renewed) in batch.into_iter().zip(renewed) {
-                if renewed == 1 {
-                    lease.extend(confirmed);
-                    kept.push(lease);
-                } else {
+            let mut kept = Vec::with_capacity(batch.len() - gone.len());
+            let mut gone = gone.into_iter().peekable();
+            for (index, lease) in batch.into_iter().enumerate() {
+                if gone.next_if_eq(&index).is_some() {
                     shared.lose(
                         &lease,
                         "the lock is no longer held by its owner (expired, deleted or taken)",
                     );
+                } else {
+                    lease.extend(confirmed);
+                    kept.push(lease);
                 }
             }
             shared.reschedule(kept, sent + timeout / 3);
@@ -719,6 +753,27 @@ mod tests {
             assert!(LeaseState::leased(past).is_lost());
         }
         assert!(!LeaseState::leased(Instant::now() + Duration::from_secs(60)).is_lost());
+    }
+
+    #[test]
+    fn a_renewal_reply_names_gone_holds_once_each_in_order() {
+        let keys: Vec<HoldKey> = ["a", "b", "c"]
+            .iter()
+            .map(|name| (Arc::from(*name), Arc::from("owner")))
+            .collect();
+        let call = RenewCall::new(false, Duration::from_secs(30), keys.iter());
+        assert_eq!(call.gone(vec![]).unwrap(), Vec::<usize>::new());
+        assert_eq!(call.gone(vec![1, 3]).unwrap(), vec![0, 2]);
+        assert_eq!(call.gone(vec![1, 2, 3]).unwrap(), vec![0, 1, 2]);
+        // Out of range, repeated or out of order: not a reply of this call.
+        for bad in [vec![0], vec![4], vec![-1], vec![2, 2], vec![3, 1]] {
+            let err = call.gone(bad.clone()).unwrap_err();
+            assert_eq!(
+                err.kind(),
+                redis::ErrorKind::UnexpectedReturnType,
+                "{bad:?}"
+            );
+        }
     }
 
     #[test]

@@ -380,8 +380,8 @@ impl LockCore {
         let request = async move { call.send(&mut conn).await };
         let (client, kind) = (self.obj.client.clone(), self.kind);
         let (name, owner) = (Arc::clone(&key.0), Arc::clone(&key.1));
-        let give_back = move |reply: redis::RedisResult<Vec<i64>>| async move {
-            if reply.is_ok_and(|r| r == [1]) {
+        let give_back = move |reply: redis::RedisResult<Vec<usize>>| async move {
+            if reply.is_ok_and(|gone| gone.is_empty()) {
                 let lease_ms = client.inner.config.watchdog_timeout.as_millis() as u64;
                 let _ = release_hold(&client, kind, &name, &owner, lease_ms).await;
             }
@@ -389,7 +389,7 @@ impl LockCore {
         let reply = Finish::new(runtime()?, request, give_back)
             .await
             .map_err(|e| self.error(e))?;
-        Ok((reply == [1], sent))
+        Ok((reply.is_empty(), sent))
     }
 }
 

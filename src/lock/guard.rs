@@ -282,11 +282,11 @@ impl Hold {
         let call = RenewCall::new(self.kind == Kind::Read, ttl, std::iter::once(&self.key));
         let mut conn = self.client.inner.conn.clone();
         let sent = Instant::now();
-        let renewed: Vec<i64> = call
+        let gone = call
             .send(&mut conn)
             .await
             .map_err(|e| Error::from_redis(e, &self.key.0))?;
-        if renewed != [1] {
+        if !gone.is_empty() {
             if !self.lease.is_lost() {
                 telemetry::lease_lost(self.subject());
             }
