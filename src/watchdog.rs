@@ -635,7 +635,7 @@ impl RenewCall {
     /// restart or `SCRIPT FLUSH`). Returns the indices (from 0, ascending)
     /// of the holds whose owner no longer holds the key.
     pub(crate) async fn send(&self, conn: &mut Conn) -> redis::RedisResult<Vec<usize>> {
-        let reply: Vec<i64> = match self.cmd.query_async(conn).await {
+        let reply: redis::Value = match self.cmd.query_async(conn).await {
             Err(err)
                 if err.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
             {
@@ -648,20 +648,32 @@ impl RenewCall {
         self.gone(reply)
     }
 
-    /// The reply's 1-based positions as indices, checked: each names one of
-    /// the call's holds, in ascending order.
-    fn gone(&self, reply: Vec<i64>) -> redis::RedisResult<Vec<usize>> {
-        let mut gone = Vec::with_capacity(reply.len());
-        for position in reply {
-            let index = usize::try_from(position)
-                .ok()
-                .and_then(|p| p.checked_sub(1))
-                .filter(|&i| i < self.holds && gone.last().is_none_or(|&last| last < i));
+    /// The reply's 1-based positions as indices, checked: an array (an
+    /// empty one says every hold was renewed, so nothing else may stand for
+    /// it) whose items each name one of the call's holds, in ascending
+    /// order.
+    fn gone(&self, reply: redis::Value) -> redis::RedisResult<Vec<usize>> {
+        let unexpected = |what: String| {
+            redis::RedisError::from((
+                redis::ErrorKind::UnexpectedReturnType,
+                "unexpected renewal reply",
+                what,
+            ))
+        };
+        let redis::Value::Array(positions) = reply else {
+            return Err(unexpected(format!("{reply:?}")));
+        };
+        let mut gone: Vec<usize> = Vec::with_capacity(positions.len());
+        for position in positions {
+            let index = match position {
+                redis::Value::Int(p) => usize::try_from(p).ok().and_then(|p| p.checked_sub(1)),
+                _ => None,
+            }
+            .filter(|&i| i < self.holds && gone.last().is_none_or(|&last| last < i));
             let Some(index) = index else {
-                return Err(redis::RedisError::from((
-                    redis::ErrorKind::UnexpectedReturnType,
-                    "unexpected renewal reply",
-                    format!("position {position} for {} holds", self.holds),
+                return Err(unexpected(format!(
+                    "position {position:?} for {} holds",
+                    self.holds
                 )));
             };
             gone.push(index);
@@ -698,6 +710,9 @@ async fn renew(shared: &Shared, batch: Vec<Arc<LeaseState>>, sent: Instant, read
             .iter()
             .filter_map(|lease| lease.watched.as_ref().map(|w| &w.key)),
     );
+    // Only watched leases are scheduled: the reply's positions are the
+    // batch's indices.
+    debug_assert_eq!(call.holds, batch.len());
     let mut conn = shared.conn.clone();
     telemetry::renewal_sent(batch.len());
     let reply = match tokio::time::timeout_at(deadline, call.send(&mut conn)).await {
@@ -762,16 +777,29 @@ mod tests {
             .map(|name| (Arc::from(*name), Arc::from("owner")))
             .collect();
         let call = RenewCall::new(false, Duration::from_secs(30), keys.iter());
-        assert_eq!(call.gone(vec![]).unwrap(), Vec::<usize>::new());
-        assert_eq!(call.gone(vec![1, 3]).unwrap(), vec![0, 2]);
-        assert_eq!(call.gone(vec![1, 2, 3]).unwrap(), vec![0, 1, 2]);
-        // Out of range, repeated or out of order: not a reply of this call.
-        for bad in [vec![0], vec![4], vec![-1], vec![2, 2], vec![3, 1]] {
-            let err = call.gone(bad.clone()).unwrap_err();
+        let ints =
+            |p: &[i64]| redis::Value::Array(p.iter().map(|&i| redis::Value::Int(i)).collect());
+        assert_eq!(call.gone(ints(&[])).unwrap(), Vec::<usize>::new());
+        assert_eq!(call.gone(ints(&[1, 3])).unwrap(), vec![0, 2]);
+        assert_eq!(call.gone(ints(&[1, 2, 3])).unwrap(), vec![0, 1, 2]);
+        // Out of range, repeated or out of order, not an array of integers
+        // (a nil must not pass for "all renewed"): not a reply of this call.
+        let bad = [
+            ints(&[0]),
+            ints(&[4]),
+            ints(&[-1]),
+            ints(&[2, 2]),
+            ints(&[3, 1]),
+            redis::Value::Nil,
+            redis::Value::Int(0),
+            redis::Value::Array(vec![redis::Value::Nil]),
+        ];
+        for reply in bad {
+            let err = call.gone(reply.clone()).unwrap_err();
             assert_eq!(
                 err.kind(),
                 redis::ErrorKind::UnexpectedReturnType,
-                "{bad:?}"
+                "{reply:?}"
             );
         }
     }

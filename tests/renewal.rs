@@ -120,6 +120,44 @@ async fn a_key_turned_into_another_type_loses_only_its_own_lease() {
     assert_eq!(client.held_locks(), 0);
 }
 
+/// The same with read holds, renewed with their timeout keys: the middle
+/// one of three read locks is deleted, and only its lease is lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_read_lock_loses_only_its_own_lease() {
+    let server = RedisServer::start();
+    let client = client(&server, WATCHDOG).await;
+    let names = ["batch:rw:a", "batch:rw:b", "batch:rw:c"];
+    let mut guards = Vec::new();
+    for name in names {
+        guards.push(
+            soon(client.read_write_lock(name).read().lock())
+                .await
+                .unwrap(),
+        );
+    }
+    server.cmd(&["DEL", "batch:rw:b"]);
+    within(WATCHDOG * 2, guards[1].lease_lost()).await;
+    assert_eq!(client.held_locks(), 2);
+
+    // Two more timeouts: the others are still renewed.
+    let until = Instant::now() + WATCHDOG * 2;
+    while Instant::now() < until {
+        tokio::time::sleep(WATCHDOG / 4).await;
+        for name in [names[0], names[2]] {
+            let ttl = server.cmd(&["PTTL", name]).as_int().unwrap();
+            assert!(ttl > 0, "{name}: PTTL {ttl}");
+        }
+    }
+    assert!(!guards[0].is_lease_lost() && !guards[2].is_lease_lost());
+    let c = guards.pop().unwrap();
+    let b = guards.pop().unwrap();
+    let a = guards.pop().unwrap();
+    assert!(soon(b.unlock()).await.unwrap_err().is_lease_lost());
+    soon(a.unlock()).await.unwrap();
+    soon(c.unlock()).await.unwrap();
+    assert_eq!(client.held_locks(), 0);
+}
+
 /// A lock released while its renewal is on the schedule is not renewed
 /// again: a new holder's TTL is never pushed by the old holder's watchdog.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
