@@ -65,6 +65,8 @@ pub(crate) struct ClientInner {
     pub(crate) sweeper: Sweeper,
     /// The fair-lock waits in progress, by lock and owner.
     pub(crate) fair_owners: crate::lock::FairOwners,
+    /// The live lock guards, by lock and owner.
+    pub(crate) guards: crate::lock::Guards,
     /// Release request ids are this plus a count: 32 hex digits, unique per
     /// client, without a call to the system's random source per release.
     request_base: u128,
@@ -290,6 +292,15 @@ impl Client {
 }
 
 impl Client {
+    /// Refuses to work once the runtime this client was built on has shut
+    /// down: its watchdog and pub/sub listener went with it.
+    pub(crate) fn check_runtime(&self) -> Result<()> {
+        if self.inner.registry.runtime_gone() {
+            return Err(crate::Error::RuntimeGone);
+        }
+        Ok(())
+    }
+
     fn assemble(conn: Conn, pubsub: PubSub, config: Config, addr: String) -> Client {
         let registry = Registry::new(
             conn.clone(),
@@ -307,6 +318,7 @@ impl Client {
                 registry,
                 sweeper,
                 fair_owners: Default::default(),
+                guards: Default::default(),
                 request_base: Uuid::new_v4().as_u128(),
                 requests: AtomicU64::new(0),
                 replicas: replicas::ReplicaState::default(),

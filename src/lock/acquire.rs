@@ -173,10 +173,17 @@ impl LockCore {
     fn hold_ttl(&self, req: &AcquireRequest<'_>) -> u64 {
         let inner = &self.obj.client.inner;
         let watchdog_ms = inner.config.watchdog_timeout.as_millis() as u64;
+        // Nor below the lease another leased hold of the owner still has.
+        let left = || {
+            inner
+                .guards
+                .lease_left(&req.key)
+                .map_or(0, |left| left.as_millis() as u64)
+        };
         match req.lease_ms {
             None => watchdog_ms,
             Some(ms) if inner.registry.contains(&req.key) => ms.max(watchdog_ms),
-            Some(ms) => ms,
+            Some(ms) => ms.max(left()),
         }
     }
 

@@ -7,6 +7,7 @@ mod face;
 mod fair;
 mod fenced;
 mod guard;
+mod holds;
 mod info;
 mod kind;
 mod non_reentrant;
@@ -18,12 +19,13 @@ mod spin;
 pub use fair::FairLock;
 pub use fenced::{FencedGuard, FencedLock};
 pub use guard::LockGuard;
+pub(crate) use holds::Guards;
 pub use info::{LockHolder, LockInfo, LockMode, QueuedWaiter};
 pub(crate) use kind::Kind;
 pub use kind::DEFAULT_FAIR_WAITER_TIMEOUT;
 pub use non_reentrant::{NonReentrantFairLock, NonReentrantLock};
 pub(crate) use queue::FairOwners;
-pub(crate) use release::release_hold;
+pub(crate) use release::{release_hold, release_hold_as};
 pub use rwlock::{ReadLock, ReadWriteLock, WriteLock};
 pub use spin::SpinLock;
 
@@ -83,7 +85,6 @@ fn thread_owner_id() -> String {
     format!("thread-{}", THREAD_OWNER.with(|n| *n))
 }
 
-/// The result of one acquire attempt: a guard, or the holder's PTTL in ms.
 /// A reentrant distributed lock, from [`Client::lock`].
 ///
 /// The handle is cheap (`Clone`, `Send + Sync`) and holds nothing by itself:
@@ -121,6 +122,7 @@ impl Lock {
 
 face::lock_face!(Lock, guard: LockGuard = face::plain);
 
+/// The result of one acquire attempt: a guard, or the holder's PTTL in ms.
 pub(crate) type Attempt = std::result::Result<LockGuard, i64>;
 
 impl LockCore {
@@ -440,15 +442,23 @@ impl LockCore {
         }
     }
 
-    /// Releases one hold of this handle's owner without a guard, as
-    /// Redisson's `unlock()` does: for holds whose guard was given up with
-    /// [`LockGuard::leak`]. Prefer [`LockGuard::unlock`] otherwise: a guard
-    /// still alive for the released hold would release another one when it
-    /// goes.
+    /// Releases one hold of this handle's owner, as Redisson's `unlock()`
+    /// does, also where a guard of that owner is still alive.
+    ///
+    /// When the owner has live guards on this client, the hold released is
+    /// the newest guard's: that guard is spent (its `unlock` and drop send
+    /// nothing more, and [`LockGuard::is_lease_lost`] says true), so
+    /// Redisson's `lock(); try { ... } finally { unlock(); }` beside a
+    /// guard never releases a hold twice, nor one taken later. Otherwise it
+    /// releases a hold without a guard (one given up with
+    /// [`LockGuard::leak`], or taken by another process of the same owner
+    /// field).
     ///
     /// # Errors
     /// [`Error::NotHeld`] when the owner holds nothing on this lock (as in
     /// Redisson, unlocking what you do not hold is an error);
+    /// [`Error::LeaseLost`] when the newest guard's lease was already known
+    /// lost (nothing is sent);
     /// [`Error::InvalidArgument`], [`Error::WrongType`], [`Error::Redis`].
     ///
     /// # Cancel safety
@@ -457,11 +467,14 @@ impl LockCore {
     pub(crate) async fn unlock(&self) -> Result<()> {
         let field = self.field()?;
         let client = self.obj.client.clone();
-        let name = Arc::clone(&self.obj.name);
+        let key: HoldKey = (Arc::clone(&self.obj.name), field);
         let kind = self.kind;
         let release = async move {
-            let key: HoldKey = (name, field);
             let inner = &client.inner;
+            if let Some(slot) = inner.guards.claim_newest(&key) {
+                let release = guard::Release::prepare(client.clone(), kind, key, slot.lease())?;
+                return release.send().await;
+            }
             let watchdog_ms = inner.config.watchdog_timeout.as_millis() as u64;
             inner.registry.release_any(&key);
             release_hold(&client, kind, &key.0, &key.1, watchdog_ms).await
