@@ -34,6 +34,14 @@ pub enum Error {
         name: String,
     },
 
+    /// The tokio runtime this client was built on has shut down, and with
+    /// it the client's background work (the watchdog, the pub/sub
+    /// listener): nothing would renew a lease taken now. Every hold the
+    /// watchdog kept was reported lost at that moment. Build the client on
+    /// a runtime that outlives its use (see "Runtimes" in the crate docs).
+    #[error("the tokio runtime this client was built on has shut down; build the client on a runtime that lives as long as its use")]
+    RuntimeGone,
+
     /// An argument no lock operation can honour.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),

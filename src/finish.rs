@@ -6,10 +6,23 @@
 //! task on the runtime, and its reply handed to an `orphan` handler (for an
 //! acquire: give back the hold it took). A request that was never polled was
 //! never sent, and is simply dropped.
+//!
+//! Work that nobody awaits (the release of a dropped guard, a give-back,
+//! leaving a fair queue) goes through [`spawn_to_end`]: if the runtime
+//! shuts down before the work ended (the end of `#[tokio::main]`, a
+//! dropped `Runtime`, the end of a `#[tokio::test]`), the runtime's
+//! shutdown drops the task, and the drop runs the work again, from its
+//! start, on a thread of its own, waiting for it up to a bound. The
+//! runtime's drop waits for that, so a program that returns normally
+//! leaves nothing behind. The work must be safe to run twice: each is
+//! idempotent (a release under its request id, a leave of a queue).
 
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
+
+use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::runtime::Handle;
 
@@ -92,5 +105,83 @@ impl<T: Send + 'static> std::fmt::Debug for Finish<T> {
             .field("pending", &self.request.is_some())
             .field("started", &self.started)
             .finish()
+    }
+}
+
+/// Work that can be started again from its beginning.
+type Restartable = Arc<dyn Fn() -> BoxFuture<()> + Send + Sync + 'static>;
+
+/// Runs `work()` as a task on `runtime`, and makes sure it ends: when the
+/// task is dropped before it ended (its runtime shut down, or had already),
+/// `work()` runs again on a thread of its own, with a runtime of its own,
+/// for at most `bound`, and the drop waits for it. `work` must be safe to
+/// run twice.
+pub(crate) fn spawn_to_end<W, F>(runtime: &Handle, bound: Duration, work: W)
+where
+    W: Fn() -> F + Send + Sync + 'static,
+    F: Future<Output = ()> + Send + 'static,
+{
+    let work: Restartable = Arc::new(move || Box::pin(work()));
+    let mut rescue = Rescue {
+        work: Some(Arc::clone(&work)),
+        bound,
+    };
+    runtime.spawn(async move {
+        work().await;
+        rescue.disarm();
+    });
+}
+
+/// Runs its work elsewhere when dropped armed.
+struct Rescue {
+    work: Option<Restartable>,
+    bound: Duration,
+}
+
+impl Rescue {
+    /// The work ended: nothing to run on drop.
+    fn disarm(&mut self) {
+        self.work = None;
+    }
+}
+
+impl Drop for Rescue {
+    fn drop(&mut self) {
+        let Some(work) = self.work.take() else {
+            return;
+        };
+        let bound = self.bound;
+        // A thread of its own: this drop may run inside the runtime's
+        // context, where a runtime cannot be entered.
+        let spawned = std::thread::Builder::new()
+            .name("ferrisson-rescue".into())
+            .spawn(move || {
+                let runtime = match tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                {
+                    Ok(runtime) => runtime,
+                    Err(err) => {
+                        tracing::warn!(error = %err, "no runtime to finish a release on");
+                        return;
+                    }
+                };
+                if runtime
+                    .block_on(async { tokio::time::timeout(bound, work()).await })
+                    .is_err()
+                {
+                    tracing::warn!(
+                        "work left at a runtime's shutdown did not end in time; what it held expires with its lease"
+                    );
+                }
+            });
+        match spawned {
+            Ok(thread) => {
+                let _ = thread.join();
+            }
+            Err(err) => {
+                tracing::warn!(error = %err, "no thread to finish a release on");
+            }
+        }
     }
 }

@@ -40,10 +40,12 @@ impl Object {
         }
     }
 
-    /// Refuses a bad name ([`Error::InvalidArgument`]); every call checks
-    /// it before it sends anything.
+    /// Refuses a bad name ([`Error::InvalidArgument`]), and a client whose
+    /// runtime is gone ([`Error::RuntimeGone`](crate::Error::RuntimeGone));
+    /// every call checks them before it sends anything.
     pub(crate) fn checked(&self) -> Result<()> {
-        args::name(self.what, &self.name)
+        args::name(self.what, &self.name)?;
+        self.client.check_runtime()
     }
 
     /// The crate's error for what Redis replied about this object.

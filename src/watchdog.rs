@@ -142,7 +142,7 @@ impl LeaseState {
             .fetch_max(nanos_from_origin(deadline), Ordering::Relaxed);
     }
 
-    fn deadline(&self) -> Instant {
+    pub(crate) fn deadline(&self) -> Instant {
         instant_from_origin(self.deadline.load(Ordering::Relaxed))
     }
 
@@ -263,6 +263,9 @@ struct Shared {
     wake: Arc<Notify>,
     conn: Conn,
     timeout: Duration,
+    /// Set when the scheduler's task ends without the registry being
+    /// dropped: its runtime shut down.
+    runtime_gone: AtomicBool,
     /// Whether metrics name the lock (`Config::metric_lock_names`).
     #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
     names: bool,
@@ -292,9 +295,11 @@ impl Registry {
             wake: Arc::clone(&wake),
             conn,
             timeout,
+            runtime_gone: AtomicBool::new(false),
             names,
         });
-        tokio::spawn(schedule(Arc::downgrade(&shared), wake));
+        let alive = SchedulerAlive(Arc::downgrade(&shared));
+        tokio::spawn(schedule(alive, Arc::downgrade(&shared), wake));
         Registry { shared }
     }
 
@@ -372,6 +377,37 @@ impl Registry {
 
     pub(crate) fn len(&self) -> usize {
         self.shared.map.len()
+    }
+
+    /// Whether the runtime the scheduler ran on has shut down: nothing
+    /// renews leases any more.
+    pub(crate) fn runtime_gone(&self) -> bool {
+        self.shared.runtime_gone.load(Ordering::Acquire)
+    }
+}
+
+/// Lives in the scheduler's task. Dropped with the task (its runtime shut
+/// down) while the registry lives, it marks the registry's runtime gone and
+/// tells every holder its lease is lost: nothing renews it any more.
+struct SchedulerAlive(Weak<Shared>);
+
+impl Drop for SchedulerAlive {
+    fn drop(&mut self) {
+        let Some(shared) = self.0.upgrade() else {
+            return;
+        };
+        shared.runtime_gone.store(true, Ordering::Release);
+        let leases: Vec<_> = shared
+            .map
+            .iter()
+            .map(|held| Arc::clone(&held.lease))
+            .collect();
+        for lease in leases {
+            shared.lose(
+                &lease,
+                "the runtime the client was built on shut down; nothing renews the lease",
+            );
+        }
     }
 }
 
@@ -532,7 +568,10 @@ fn coalescing_window(timeout: Duration) -> Duration {
 
 /// The client's scheduler: sleeps until the first batch falls due, then
 /// sends the renewals of every key due within the coalescing window.
-async fn schedule(shared: Weak<Shared>, wake: Arc<Notify>) {
+///
+/// `_alive` is dropped with the task: as an argument it is in the task's
+/// state from its spawn, so a task its runtime never polled reports too.
+async fn schedule(_alive: SchedulerAlive, shared: Weak<Shared>, wake: Arc<Notify>) {
     loop {
         let Some(this) = shared.upgrade() else {
             return;

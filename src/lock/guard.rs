@@ -7,8 +7,9 @@ use tokio::runtime::Handle;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use super::{release_hold, Kind};
-use crate::finish::Finish;
+use super::holds::{Slot, SlotLease};
+use super::{release_hold_as, Kind};
+use crate::finish::{spawn_to_end, Finish};
 use crate::telemetry::{self, Subject};
 use crate::watchdog::{HoldKey, LeaseState, RenewCall};
 use crate::{Client, Error, Result};
@@ -44,6 +45,9 @@ struct Hold {
     /// `None`: watchdog mode.
     lease_ms: Option<u64>,
     lease: Arc<LeaseState>,
+    /// This hold in the client's map of live guards, where
+    /// [`Lock::unlock`](crate::Lock::unlock) may claim it.
+    slot: Arc<Slot>,
     runtime: Handle,
     /// When the hold was granted, for the hold time in metrics; `None` for
     /// a hold given back before its caller saw it.
@@ -74,6 +78,8 @@ impl LockGuard {
         lease: Arc<LeaseState>,
         runtime: Handle,
     ) -> LockGuard {
+        let slot = Slot::new(lease_ms, Arc::clone(&lease));
+        client.inner.guards.add(&key, &slot);
         LockGuard {
             hold: Some(Hold {
                 client,
@@ -81,6 +87,7 @@ impl LockGuard {
                 key,
                 lease_ms,
                 lease,
+                slot,
                 runtime,
                 #[cfg(feature = "metrics")]
                 since: Some(Instant::now()),
@@ -127,8 +134,12 @@ impl LockGuard {
     /// confirmed. So a holder that checks it right after a pause (a stopped
     /// process, a starved runtime) learns the truth at once, before the
     /// watchdog has run.
+    ///
+    /// Also true once [`Lock::unlock`](crate::Lock::unlock) released this
+    /// guard's hold.
     pub fn is_lease_lost(&self) -> bool {
-        self.hold().is_none_or(|h| h.lease.is_lost())
+        self.hold()
+            .is_none_or(|h| h.lease.is_lost() || h.slot.is_claimed())
     }
 
     /// Resolves when the lock is known to be no longer this guard's.
@@ -190,6 +201,7 @@ impl LockGuard {
         let sent = hold.renew(ttl).await?;
         hold.lease = LeaseState::leased(sent + lease);
         hold.lease_ms = Some(lease_ms);
+        hold.slot.set_lease(hold.lease_ms, Arc::clone(&hold.lease));
         Ok(())
     }
 
@@ -213,13 +225,14 @@ impl LockGuard {
         let sent = hold.renew(inner.config.watchdog_timeout).await?;
         hold.lease = inner.registry.hold(hold.key.clone(), sent, hold.kind);
         hold.lease_ms = None;
+        hold.slot.set_lease(None, Arc::clone(&hold.lease));
         Ok(())
     }
 
     /// The hold, while its lease is not known lost.
     fn live_hold(&mut self) -> Result<&mut Hold> {
         match self.hold.as_mut() {
-            Some(hold) if !hold.lease.is_lost() => Ok(hold),
+            Some(hold) if !hold.lease.is_lost() && !hold.slot.is_claimed() => Ok(hold),
             hold => Err(Error::LeaseLost {
                 name: hold.map_or_else(String::new, |h| h.key.0.to_string()),
             }),
@@ -231,10 +244,16 @@ impl LockGuard {
     /// later with [`Lock::unlock`](crate::Lock::unlock) from the same owner,
     /// or let a lease run out.
     pub fn leak(mut self) {
-        self.hold = None;
+        if let Some(hold) = self.hold.take() {
+            // No longer a guard's: `Lock::unlock` releases it as a hold
+            // without one.
+            hold.client.inner.guards.remove(&hold.key, &hold.slot);
+        }
     }
 
     /// Releases this hold; the last hold deletes the lock and wakes a waiter.
+    /// When [`Lock::unlock`](crate::Lock::unlock) already released this
+    /// guard's hold, nothing is sent and the call succeeds.
     ///
     /// # Errors
     /// - [`Error::LeaseLost`] when the lease was already known lost: nothing
@@ -253,7 +272,10 @@ impl LockGuard {
         match self.hold.take() {
             Some(hold) => {
                 let runtime = hold.runtime.clone();
-                Finish::detached(runtime, hold.release()).await
+                let Some(release) = hold.claim()? else {
+                    return Ok(());
+                };
+                Finish::detached(runtime, async move { release.send().await }).await
             }
             None => Ok(()),
         }
@@ -307,38 +329,116 @@ impl Hold {
         }
     }
 
-    async fn release(self) -> Result<()> {
+    /// Takes this hold's release: `None` when `Lock::unlock` released it
+    /// already; [`Error::LeaseLost`] when its lease is known lost (nothing
+    /// is to be sent).
+    fn claim(self) -> Result<Option<Release>> {
+        // Released already, by `Lock::unlock`: not this guard's to send.
+        if !self.slot.claim() {
+            return Ok(None);
+        }
+        self.client.inner.guards.remove(&self.key, &self.slot);
         #[cfg(feature = "metrics")]
         if let Some(since) = self.since {
             telemetry::released(self.subject(), since.elapsed());
         }
-        let span =
-            tracing::info_span!("ferrisson.release", lock = %self.key.0, kind = self.kind.label());
-        self.release_in().instrument(span).await
+        let lease = SlotLease {
+            lease_ms: self.lease_ms,
+            state: self.lease,
+        };
+        Release::prepare(self.client, self.kind, self.key, lease).map(Some)
     }
+}
 
-    /// [`Hold::release`], inside its span.
-    async fn release_in(self) -> Result<()> {
-        let inner = &self.client.inner;
-        let watchdog = self.lease_ms.is_none();
+/// One hold's release, ready to send: the local accounting is done, the
+/// TTL the owner's other holds need is chosen, and the request id is fixed,
+/// so that sending it again (after its runtime shut down) releases nothing
+/// more.
+pub(crate) struct Release {
+    client: Client,
+    kind: Kind,
+    key: HoldKey,
+    lease_ms: u64,
+    request_id: String,
+}
+
+impl Release {
+    /// The release of a hold whose slot the caller claimed (and forgot):
+    /// from its guard, or from `Lock::unlock` for the newest guard of its
+    /// owner.
+    ///
+    /// The owner's holds share the key's TTL. While any of its holds is in
+    /// watchdog mode, the watchdog keeps the key, and the leased holds with
+    /// it. A release that leaves only leased holds sets the TTL to the
+    /// longest lease they still have: when their leases all ran out
+    /// meanwhile, the key expires at once, so nothing outlives the leases
+    /// that asked for it.
+    ///
+    /// # Errors
+    /// [`Error::LeaseLost`] when the lease is known lost and no watchdog
+    /// hold of the owner keeps the key.
+    pub(crate) fn prepare(
+        client: Client,
+        kind: Kind,
+        key: HoldKey,
+        lease: SlotLease,
+    ) -> Result<Release> {
+        let inner = &client.inner;
+        let watchdog = lease.lease_ms.is_none();
         if watchdog {
-            inner.registry.release(&self.key, &self.lease);
+            inner.registry.release(&key, &lease.state);
         }
         // Whether the watchdog still keeps the key alive for this owner
         // (other watchdog holds remain). A leased hold inside it has not
         // expired, whatever its own lease said, and the holds that remain
         // keep the watchdog's TTL.
-        let watched = inner.registry.contains(&self.key);
-        if self.lease.is_lost() && (watchdog || !watched) {
+        let watched = inner.registry.contains(&key);
+        if lease.state.is_lost() && (watchdog || !watched) {
             return Err(Error::LeaseLost {
-                name: self.key.0.to_string(),
+                name: key.0.to_string(),
             });
         }
-        let lease_ms = match self.lease_ms {
-            Some(ms) if !watched => ms,
-            _ => inner.config.watchdog_timeout.as_millis() as u64,
+        let watchdog_ms = inner.config.watchdog_timeout.as_millis() as u64;
+        let lease_ms = if watched {
+            watchdog_ms
+        } else if let Some(left) = inner.guards.lease_left(&key) {
+            // At least 1 ms: `PEXPIRE 0` would delete the key.
+            (left.as_millis() as u64).max(1)
+        } else {
+            lease.lease_ms.unwrap_or(watchdog_ms)
         };
-        release_hold(&self.client, self.kind, &self.key.0, &self.key.1, lease_ms).await
+        let request_id = inner.request_id();
+        Ok(Release {
+            client,
+            kind,
+            key,
+            lease_ms,
+            request_id,
+        })
+    }
+
+    /// Sends the release (again, when it was sent before: the unlock latch
+    /// makes that harmless).
+    pub(crate) async fn send(&self) -> Result<()> {
+        let span =
+            tracing::info_span!("ferrisson.release", lock = %self.key.0, kind = self.kind.label());
+        release_hold_as(
+            &self.client,
+            self.kind,
+            &self.key.0,
+            &self.key.1,
+            self.lease_ms,
+            &self.request_id,
+        )
+        .instrument(span)
+        .await
+    }
+
+    /// How long a release left at a runtime's shutdown may take on a
+    /// runtime of its own: a connection and a reply.
+    fn rescue_bound(&self) -> Duration {
+        let config = &self.client.inner.config;
+        config.connection_timeout + config.response_timeout
     }
 }
 
@@ -349,15 +449,30 @@ impl Drop for LockGuard {
         };
         let runtime = hold.runtime.clone();
         let name = Arc::clone(&hold.key.0);
-        runtime.spawn(async move {
-            match hold.release().await {
-                Ok(()) => {}
-                Err(err @ (Error::LeaseLost { .. } | Error::NotHeld { .. })) => {
-                    tracing::debug!(lock = %name, error = %err, "dropped guard was no longer held");
-                }
-                Err(err) => {
-                    tracing::warn!(lock = %name, error = %err,
-                        "release of a dropped guard failed; the lock expires with its lease");
+        let release = match hold.claim() {
+            Ok(Some(release)) => Arc::new(release),
+            Ok(None) => return,
+            Err(err) => {
+                tracing::debug!(lock = %name, error = %err, "dropped guard was no longer held");
+                return;
+            }
+        };
+        // Finished even when the runtime shuts down first (see
+        // `spawn_to_end`): a program that returns normally leaves no hold.
+        let bound = release.rescue_bound();
+        spawn_to_end(&runtime, bound, move || {
+            let release = Arc::clone(&release);
+            async move {
+                match release.send().await {
+                    Ok(()) => {}
+                    Err(err @ (Error::LeaseLost { .. } | Error::NotHeld { .. })) => {
+                        tracing::debug!(lock = %release.key.0, error = %err,
+                            "dropped guard was no longer held");
+                    }
+                    Err(err) => {
+                        tracing::warn!(lock = %release.key.0, error = %err,
+                            "release of a dropped guard failed; the lock expires with its lease");
+                    }
                 }
             }
         });

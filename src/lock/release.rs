@@ -19,9 +19,23 @@ pub(crate) async fn release_hold(
     owner: &str,
     lease_ms: u64,
 ) -> Result<()> {
+    let request_id = client.inner.request_id();
+    release_hold_as(client, kind, name, owner, lease_ms, &request_id).await
+}
+
+/// [`release_hold`] under a request id the caller chose: a second call
+/// with the same id (the same release, run again after its runtime shut
+/// down) releases nothing more.
+pub(crate) async fn release_hold_as(
+    client: &Client,
+    kind: Kind,
+    name: &str,
+    owner: &str,
+    lease_ms: u64,
+    request_id: &str,
+) -> Result<()> {
     let inner = &client.inner;
-    let request_id = inner.request_id();
-    let latch = keys::unlock_latch(name, &request_id);
+    let latch = keys::unlock_latch(name, request_id);
     let channel = kind.channel(name);
     let latch_ttl = inner.config.unlock_latch_ttl_ms();
     let attempts = inner.config.release_attempts.max(1);

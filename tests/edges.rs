@@ -1,0 +1,276 @@
+//! The edges real programs reach: a client used after the runtime it was
+//! built on shut down, Redisson's `unlock()` beside a guard, guards dropped
+//! as a runtime ends, and one owner mixing leased and watchdog holds.
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{client, exists, soon, within, RedisServer};
+use ferrisson::Error;
+
+const WATCHDOG: Duration = Duration::from_millis(1200);
+
+fn runtime(multi_thread: bool) -> tokio::runtime::Runtime {
+    let mut builder = if multi_thread {
+        tokio::runtime::Builder::new_multi_thread()
+    } else {
+        tokio::runtime::Builder::new_current_thread()
+    };
+    builder
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime")
+}
+
+/// A hold count as Redis has it (0 when the field is missing).
+fn count(server: &RedisServer, name: &str, field: &str) -> i64 {
+    server
+        .cmd(&["HGET", name, field])
+        .as_string()
+        .map_or(0, |count| count.parse().expect("count"))
+}
+
+// --- Redisson's unlock() beside a guard --------------------------------------
+
+/// `g = lock(); lock.unlock(); g2 = lock(); drop(g)`: the unlock released
+/// g's hold, so g's drop releases nothing, and g2 still holds the lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unlock_spends_the_newest_guard_and_its_drop_sends_nothing() {
+    let server = RedisServer::start();
+    let client = client(&server, WATCHDOG).await;
+    let rival = common::client(&server, WATCHDOG).await;
+    let lock = client.lock("edges:java");
+    let g = soon(lock.lock()).await.unwrap();
+    soon(lock.unlock()).await.unwrap();
+    assert!(!exists(&server, "edges:java"), "the one hold was released");
+    assert!(g.is_lease_lost(), "the spent guard no longer holds");
+    let g2 = soon(lock.lock()).await.unwrap();
+    let field = g2.owner().to_owned();
+    drop(g);
+    // A stale release would have been sent by now; the lock is still g2's.
+    tokio::task::yield_now().await;
+    soon(lock.hold_count()).await.unwrap();
+    assert_eq!(count(&server, "edges:java", &field), 1);
+    assert!(soon(rival.lock("edges:java").try_lock())
+        .await
+        .unwrap()
+        .is_none());
+    soon(g2.unlock()).await.unwrap();
+    assert!(!exists(&server, "edges:java"));
+    // With no guard left, unlock is Redisson's: nothing held is an error.
+    assert!(matches!(
+        soon(lock.unlock()).await,
+        Err(Error::NotHeld { .. })
+    ));
+    common::settled(&client).await;
+}
+
+/// The spent guard's `unlock` succeeds and sends nothing; a reentrant
+/// owner's count follows its live guards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unlock_inside_a_reentrant_hold_keeps_the_count_true() {
+    let server = RedisServer::start();
+    let client = client(&server, WATCHDOG).await;
+    let lock = client.lock("edges:nested");
+    let outer = soon(lock.lock()).await.unwrap();
+    let inner = soon(lock.lock()).await.unwrap();
+    let field = outer.owner().to_owned();
+    assert_eq!(count(&server, "edges:nested", &field), 2);
+    soon(lock.unlock()).await.unwrap();
+    assert_eq!(count(&server, "edges:nested", &field), 1);
+    assert!(inner.is_lease_lost() && !outer.is_lease_lost());
+    soon(inner.unlock()).await.unwrap();
+    assert_eq!(count(&server, "edges:nested", &field), 1);
+    soon(outer.unlock()).await.unwrap();
+    assert!(!exists(&server, "edges:nested"));
+    common::settled(&client).await;
+}
+
+/// Redisson's habit in 4 tasks x 200 rounds: `let _g = lock().await?; ...;
+/// lock.unlock().await?;`, the guard dropped after. No two critical
+/// sections overlap.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_java_habit_beside_guards_keeps_exclusion() {
+    let server = RedisServer::start();
+    let client = client(&server, WATCHDOG).await;
+    let inside = Arc::new(AtomicBool::new(false));
+    let tasks: Vec<_> = (0..4)
+        .map(|_| {
+            let lock = client.lock("edges:habit");
+            let inside = Arc::clone(&inside);
+            tokio::spawn(async move {
+                for _ in 0..200 {
+                    let _g = lock.lock().await.unwrap();
+                    assert!(!inside.swap(true, Ordering::SeqCst), "two holders at once");
+                    tokio::task::yield_now().await;
+                    inside.store(false, Ordering::SeqCst);
+                    lock.unlock().await.unwrap();
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        within(Duration::from_secs(120), task).await.unwrap();
+    }
+    assert!(!exists(&server, "edges:habit"));
+    common::settled(&client).await;
+}
+
+// --- leased and watchdog holds of one owner ---------------------------------
+
+/// A leased outer hold whose lease ran out while a watchdog inner hold kept
+/// the key: the inner release lets the key expire at once, and the outer's
+/// unlock reports the lost lease. Nothing stays held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leased_hold_that_ran_out_under_a_watchdog_hold_ends_with_it() {
+    let server = RedisServer::start();
+    let client = client(&server, WATCHDOG).await;
+    let rival = common::client(&server, WATCHDOG).await;
+    let lock = client.lock("edges:mixed");
+    let outer = soon(lock.lock_with_lease(Duration::from_millis(300)))
+        .await
+        .unwrap();
+    let inner = soon(lock.lock()).await.unwrap();
+    // The outer lease runs out by the clock; the watchdog keeps the key.
+    soon(outer.lease_lost()).await;
+    assert!(exists(&server, "edges:mixed"));
+    soon(inner.unlock()).await.unwrap();
+    let taken = soon(rival.lock("edges:mixed").try_lock_for(WATCHDOG))
+        .await
+        .unwrap()
+        .expect("the lock is free once the last live hold is gone");
+    assert!(matches!(
+        soon(outer.unlock()).await,
+        Err(Error::LeaseLost { .. })
+    ));
+    soon(taken.unlock()).await.unwrap();
+    common::settled(&client).await;
+}
+
+/// A long leased outer hold keeps its lease when a shorter leased or a
+/// watchdog inner hold comes and goes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_inner_hold_never_shortens_the_outer_lease() {
+    let server = RedisServer::start();
+    let client = client(&server, WATCHDOG).await;
+    let lock = client.lock("edges:long");
+    let outer = soon(lock.lock_with_lease(Duration::from_secs(60)))
+        .await
+        .unwrap();
+    let pttl = || server.cmd(&["PTTL", "edges:long"]).as_int().unwrap();
+    let inner = soon(lock.lock_with_lease(Duration::from_millis(100)))
+        .await
+        .unwrap();
+    assert!(
+        pttl() > 30_000,
+        "a short re-entry kept the long lease: {}",
+        pttl()
+    );
+    soon(inner.unlock()).await.unwrap();
+    assert!(pttl() > 30_000, "its release too: {}", pttl());
+    let watched = soon(lock.lock()).await.unwrap();
+    soon(watched.unlock()).await.unwrap();
+    assert!(pttl() > 30_000, "a watchdog hold's release too: {}", pttl());
+    assert!(!outer.is_lease_lost());
+    soon(outer.unlock()).await.unwrap();
+    assert!(!exists(&server, "edges:long"));
+    common::settled(&client).await;
+}
+
+// --- guards dropped as a runtime ends ----------------------------------------
+
+/// Guards dropped at the end of the runtime's `block_on` (the end of
+/// `#[tokio::main]`) are released before the runtime's drop returns, on
+/// either kind of runtime, for watchdog, leased, fair and read holds.
+#[test]
+fn guards_dropped_as_the_runtime_ends_are_released() {
+    let server = RedisServer::start();
+    for multi_thread in [false, true] {
+        let names = [
+            "edges:end:plain",
+            "edges:end:leased",
+            "edges:end:fair",
+            "edges:end:rw",
+        ];
+        let rt = runtime(multi_thread);
+        rt.block_on(async {
+            let client = client(&server, Duration::from_secs(30)).await;
+            let _a = soon(client.lock(names[0]).lock()).await.unwrap();
+            let _b = soon(
+                client
+                    .lock(names[1])
+                    .lock_with_lease(Duration::from_secs(60)),
+            )
+            .await
+            .unwrap();
+            let _c = soon(client.fair_lock(names[2]).lock()).await.unwrap();
+            let _d = soon(client.read_write_lock(names[3]).read().lock())
+                .await
+                .unwrap();
+            // The guards drop here, and the runtime ends right after.
+        });
+        drop(rt);
+        for name in names {
+            assert!(
+                !exists(&server, name),
+                "{name} outlived its runtime (multi_thread: {multi_thread})"
+            );
+        }
+    }
+}
+
+/// A guard that outlives its runtime is released when it is dropped.
+#[test]
+fn a_guard_dropped_after_its_runtime_is_released() {
+    let server = RedisServer::start();
+    let rt = runtime(false);
+    let guard = rt.block_on(async {
+        let client = client(&server, Duration::from_secs(30)).await;
+        soon(
+            client
+                .lock("edges:after")
+                .lock_with_lease(Duration::from_secs(60)),
+        )
+        .await
+        .unwrap()
+    });
+    drop(rt);
+    assert!(exists(&server, "edges:after"));
+    drop(guard);
+    assert!(!exists(&server, "edges:after"));
+}
+
+// --- a client used after its runtime ended ------------------------------------
+
+/// A client built in one runtime and used in a second after the first shut
+/// down: its holds are reported lost at once (`lease_lost` resolves), and
+/// new calls are refused with a clear error instead of taking locks that
+/// nothing would renew.
+#[test]
+fn a_client_whose_runtime_ended_refuses_and_reports_its_holds_lost() {
+    let server = RedisServer::start();
+    // The first runs its tasks by itself (a current-thread runtime would
+    // run them only inside its own `block_on`).
+    let first = runtime(true);
+    let second = runtime(false);
+    let client = first.block_on(client(&server, WATCHDOG));
+    // A hold taken in the second runtime, while the first still lives.
+    let guard = second.block_on(async { soon(client.lock("edges:rt").lock()).await.unwrap() });
+    assert!(!guard.is_lease_lost());
+    drop(first);
+    second.block_on(async {
+        soon(guard.lease_lost()).await;
+        assert!(guard.is_lease_lost());
+        let err = soon(client.lock("edges:rt2").lock()).await.unwrap_err();
+        assert!(matches!(err, Error::RuntimeGone), "{err:?}");
+        let err = soon(client.semaphore("edges:sem").try_acquire())
+            .await
+            .unwrap_err();
+        assert!(matches!(err, Error::RuntimeGone), "{err:?}");
+    });
+    assert!(!exists(&server, "edges:rt2"));
+}
