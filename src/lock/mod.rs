@@ -83,7 +83,6 @@ fn thread_owner_id() -> String {
     format!("thread-{}", THREAD_OWNER.with(|n| *n))
 }
 
-/// The result of one acquire attempt: a guard, or the holder's PTTL in ms.
 /// A reentrant distributed lock, from [`Client::lock`].
 ///
 /// The handle is cheap (`Clone`, `Send + Sync`) and holds nothing by itself:
@@ -121,6 +120,7 @@ impl Lock {
 
 face::lock_face!(Lock, guard: LockGuard = face::plain);
 
+/// The result of one acquire attempt: a guard, or the holder's PTTL in ms.
 pub(crate) type Attempt = std::result::Result<LockGuard, i64>;
 
 impl LockCore {
