@@ -626,6 +626,42 @@ async fn errors_are_clear() {
     assert!(stderr.contains("authentication failed"), "{stderr}");
 }
 
+/// A permit taken without a lease (Redisson's no-expiry score) shows as
+/// having no lease, not as expiring in billions of minutes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_permit_without_a_lease_shows_no_lease() {
+    let server = RedisServer::start();
+    let client = client(&server, WATCHDOG).await;
+    let seats = client.permit_expirable_semaphore("seats");
+    assert!(soon(seats.try_set_permits(2)).await.unwrap());
+    let forever = soon(seats.acquire()).await.unwrap();
+    let leased = soon(seats.acquire_with_lease(Duration::from_secs(60)))
+        .await
+        .unwrap();
+    let text = ok(&server, &["inspect", "seats"]).await;
+    assert!(
+        text.contains(&format!("  {}  no lease\n", forever.id())),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!("  {}  expires in ", leased.id())),
+        "{text}"
+    );
+    let state = json(&server, &["inspect", "seats"]).await;
+    let out = state["permits_out"].as_array().unwrap();
+    let of = |id: String| {
+        out.iter()
+            .find(|p| p["id"] == id)
+            .unwrap_or_else(|| panic!("{id} in {state}"))["expires_in_ms"]
+            .clone()
+    };
+    assert_eq!(of(forever.id().to_string()), Value::Null, "{state}");
+    let ms = of(leased.id().to_string()).as_u64().unwrap();
+    assert!(ms > 0 && ms <= 60_000, "{ms}");
+    soon(forever.release()).await.unwrap();
+    soon(leased.release()).await.unwrap();
+}
+
 /// On a Redis Cluster (every master's URL given): `list` scans each
 /// master, `inspect` reads a lock wherever its slot lives.
 #[cfg(feature = "cluster")]

@@ -190,8 +190,9 @@ pub(crate) struct Waiter {
 pub(crate) struct PermitOut {
     /// The permit id, 32 hex digits.
     pub(crate) id: String,
-    /// Until its lease ends, in ms (0: ended, reclaimed by the next call).
-    pub(crate) expires_in_ms: u64,
+    /// Until its lease ends, in ms (0: ended, reclaimed by the next call);
+    /// `None` (JSON `null`) for a permit without a lease.
+    pub(crate) expires_in_ms: Option<u64>,
 }
 
 /// What one object holds, read from Redis.
@@ -406,7 +407,8 @@ pub(crate) async fn read(target: &Target, name: &str, kind: Kind) -> Result<Stat
                             let _ = write!(hex, "{b:02x}");
                             hex
                         }),
-                        expires_in_ms: (at as i64).saturating_sub(now).max(0) as u64,
+                        expires_in_ms: (at < layout::PERMIT_NO_EXPIRY as f64)
+                            .then(|| (at as i64).saturating_sub(now).max(0) as u64),
                     })
                     .collect(),
             );
@@ -576,12 +578,14 @@ impl State {
         if let Some(permits) = &self.permits_out {
             let _ = writeln!(out, "out:         {}", permits.len());
             for permit in permits {
-                let _ = writeln!(
-                    out,
-                    "  {}  expires in {}",
-                    permit.id,
-                    millis(permit.expires_in_ms)
-                );
+                match permit.expires_in_ms {
+                    Some(ms) => {
+                        let _ = writeln!(out, "  {}  expires in {}", permit.id, millis(ms));
+                    }
+                    None => {
+                        let _ = writeln!(out, "  {}  no lease", permit.id);
+                    }
+                }
             }
         }
         if let Some(n) = self.count {
