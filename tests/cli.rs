@@ -224,7 +224,7 @@ async fn inspect_shows_a_fair_queue_in_order() {
     let text = ok(&server, &["force-unlock", "--yes", "turns"]).await;
     assert!(text.contains("removed the fair lock `turns`"), "{text}");
     assert!(
-        text.contains("2 waiting stay in line; the first was woken"),
+        text.contains("2 waiters stay in line; the first was woken"),
         "{text}"
     );
     let mut waiters = waiters.into_iter();
@@ -624,6 +624,38 @@ async fn errors_are_clear() {
     let output = run_with(&none, &["list"], "").await;
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("authentication failed"), "{stderr}");
+}
+
+/// Counts take the noun's singular for one: "1 permit", "1 waiter".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_of_a_thing_is_singular() {
+    let server = RedisServer::start();
+    let client = client(&server, WATCHDOG).await;
+    assert!(soon(client.semaphore("one").try_set_permits(1))
+        .await
+        .unwrap());
+    assert!(soon(client.semaphore("two").try_set_permits(2))
+        .await
+        .unwrap());
+    let text = ok(&server, &["list"]).await;
+    assert!(text.contains("1 permit available"), "{text}");
+    assert!(text.contains("2 permits available"), "{text}");
+    assert!(!text.contains("1 permits"), "{text}");
+
+    // A fair lock with one waiter in line, force-unlocked.
+    let fair = client.fair_lock("turn");
+    let guard = soon(fair.with_owner("first").lock()).await.unwrap();
+    let lock = fair.with_owner("second");
+    let waiting = tokio::spawn(async move { lock.lock().await.unwrap() });
+    eventually(Duration::from_secs(10), || async {
+        server.cmd(&["LLEN", "redisson_lock_queue:{turn}"]).as_int() == Some(1)
+    })
+    .await;
+    let text = ok(&server, &["force-unlock", "--yes", "turn"]).await;
+    assert!(text.contains("  1 hold\n"), "{text}");
+    assert!(text.contains("1 waiter stays in line"), "{text}");
+    soon(soon(waiting).await.unwrap().unlock()).await.unwrap();
+    guard.leak();
 }
 
 /// A permit taken without a lease (Redisson's no-expiry score) shows as

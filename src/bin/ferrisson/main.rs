@@ -549,21 +549,16 @@ async fn force_unlock(
         }
         for holder in &before.holders {
             outln!(
-                "  {}:{}  {} {}{}",
+                "  {}:{}  {}",
                 holder.client_id,
                 holder.owner_id,
-                holder.holds,
-                if holder.write { "write hold" } else { "hold" },
-                if holder.holds == 1 { "" } else { "s" }
+                holder.holds_text()
             );
         }
-        if before.queue.is_empty() {
-            outln!("published the unlock message: its waiters wake now");
-        } else {
-            outln!(
-                "{} waiting stay in line; the first was woken",
-                before.queue.len()
-            );
+        match before.queue.len() {
+            0 => outln!("published the unlock message: its waiters wake now"),
+            1 => outln!("1 waiter stays in line, and was woken"),
+            n => outln!("{n} waiters stay in line; the first was woken"),
         }
     }
     Ok(ExitCode::SUCCESS)
