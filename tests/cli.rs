@@ -658,6 +658,29 @@ async fn one_of_a_thing_is_singular() {
     guard.leak();
 }
 
+/// An empty name (or `list` pattern) is refused before anything is asked
+/// of Redis: the URL here reaches nothing, and the error is the name's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_empty_name_is_refused() {
+    let url = "redis://127.0.0.1:1/";
+    for args in [
+        &["inspect", ""][..],
+        &["watch", ""],
+        &["force-unlock", "--yes", ""],
+        &["inspect", "--kind", "lock", ""],
+    ] {
+        let output = run_with(url, args, "").await;
+        assert!(!output.status.success(), "{args:?}");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(stderr.contains("the name is empty"), "{args:?}: {stderr}");
+        assert!(!stderr.contains("cannot connect"), "{args:?}: {stderr}");
+    }
+    let output = run_with(url, &["list", ""], "").await;
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("the pattern is empty"), "{stderr}");
+}
+
 /// A permit taken without a lease (Redisson's no-expiry score) shows as
 /// having no lease, not as expiring in billions of minutes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

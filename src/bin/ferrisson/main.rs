@@ -73,6 +73,7 @@ enum Command {
     /// What a key is, and who holds it, since when, and who waits.
     Inspect {
         /// The object's name (its key).
+        #[arg(value_parser = non_empty_name)]
         name: String,
         /// Read it as this kind where the data cannot tell (a semaphore
         /// and a latch are both a number); a kind the data rules out is
@@ -83,13 +84,14 @@ enum Command {
     /// One line per synchronizer found by SCAN: kind, name, holders, TTL.
     List {
         /// A Redis glob pattern for the names.
-        #[arg(default_value = "*")]
+        #[arg(default_value = "*", value_parser = non_empty_pattern)]
         pattern: String,
     },
     /// Follows one object live (its channel and its state), printing each
     /// hand-over, until interrupted.
     Watch {
         /// The object's name.
+        #[arg(value_parser = non_empty_name)]
         name: String,
         /// Read it as this kind where the data cannot tell; a kind the data
         /// rules out is refused.
@@ -103,6 +105,7 @@ enum Command {
     /// opens it). Asks first, unless `--yes`.
     ForceUnlock {
         /// The object's name.
+        #[arg(value_parser = non_empty_name)]
         name: String,
         /// Do it without asking.
         #[arg(long, short)]
@@ -112,6 +115,25 @@ enum Command {
         #[arg(long, value_enum)]
         kind: Option<Kind>,
     },
+}
+
+/// Refuses an empty object name: no synchronizer can be named so (the
+/// library refuses it), and a query on it would only find nothing.
+fn non_empty_name(name: &str) -> Result<String, String> {
+    if name.is_empty() {
+        Err("the name is empty: give the name of a lock, semaphore or latch".to_owned())
+    } else {
+        Ok(name.to_owned())
+    }
+}
+
+/// Refuses an empty `list` pattern, which could match no object's name.
+fn non_empty_pattern(pattern: &str) -> Result<String, String> {
+    if pattern.is_empty() {
+        Err("the pattern is empty and would match no name: `*` matches every one".to_owned())
+    } else {
+        Ok(pattern.to_owned())
+    }
 }
 
 /// A failure, said in one line for the person at the terminal.
