@@ -681,6 +681,57 @@ async fn an_empty_name_is_refused() {
     assert!(stderr.contains("the pattern is empty"), "{stderr}");
 }
 
+/// With `--json`, an error is one JSON object `{"error": ...}` on stdout,
+/// and the exit status is still a failure's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn errors_under_json_are_json() {
+    let server = RedisServer::start();
+    server.cmd(&["RPUSH", "queue", "job"]);
+    server.cmd(&["HSET", "held", "c:o", "1"]);
+    let error = |output: &Output, code: i32| -> String {
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(code), "{stdout}\n{stderr}");
+        assert!(stderr.is_empty(), "{stderr}");
+        let value: Value =
+            serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{e}: {stdout}"));
+        value["error"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no error field: {value}"))
+            .to_owned()
+    };
+    let output = run_with(&server.url(), &["--json", "inspect", "queue"], "").await;
+    let said = error(&output, 1);
+    assert!(said.contains("`queue` is not a synchronizer"), "{said}");
+
+    let output = run_with("redis://127.0.0.1:1/", &["list", "--json"], "").await;
+    let said = error(&output, 1);
+    assert!(said.contains("cannot connect"), "{said}");
+
+    // A "no" to force-unlock's question: the question is on stderr, the
+    // answer's outcome is the JSON error.
+    let output = run_with(&server.url(), &["--json", "force-unlock", "held"], "n\n").await;
+    assert_eq!(output.status.code(), Some(1));
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let value: Value = serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{e}: {stdout}"));
+    assert!(
+        value["error"].as_str().unwrap().contains("nothing removed"),
+        "{value}"
+    );
+    assert_eq!(server.cmd(&["EXISTS", "held"]).as_int(), Some(1));
+
+    // Mistakes in the command line: exit status 2, as without --json.
+    let output = run_with(&server.url(), &["--json", "inspect", ""], "").await;
+    let said = error(&output, 2);
+    assert!(said.contains("the name is empty"), "{said}");
+    let output = run_with(&server.url(), &["--json", "inspect", "x", "--bogus"], "").await;
+    let said = error(&output, 2);
+    assert!(said.contains("--bogus"), "{said}");
+    let output = run_with(&server.url(), &["--json"], "").await;
+    let said = error(&output, 2);
+    assert!(said.contains("no subcommand"), "{said}");
+}
+
 /// A permit taken without a lease (Redisson's no-expiry score) shows as
 /// having no lease, not as expiring in billions of minutes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

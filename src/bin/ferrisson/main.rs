@@ -54,7 +54,9 @@ struct Cli {
     #[arg(long, global = true, value_name = "MASTER")]
     sentinel: Option<String>,
 
-    /// Print JSON instead of text, for scripts.
+    /// Print JSON instead of text, for scripts. An error is printed as one
+    /// line of JSON on stdout, `{"error": "..."}`, with the same non-zero
+    /// exit status as without --json.
     #[arg(long, global = true)]
     json: bool,
 
@@ -188,25 +190,68 @@ fn emit(text: std::fmt::Arguments<'_>) {
     }
 }
 
+/// Says `message` and returns `code`: on stderr as `ferrisson: message`,
+/// or, with `--json`, on stdout as one line `{"error": "message"}`, so that
+/// a script reading the JSON always gets JSON.
+fn fail(json: bool, message: &str, code: u8) -> ExitCode {
+    if json {
+        let line = serde_json::json!({ "error": message });
+        outln!("{line}");
+    } else {
+        eprintln!("ferrisson: {message}");
+    }
+    ExitCode::from(code)
+}
+
+/// Whether the command line asks for JSON, read from the words themselves
+/// for when clap could not parse them (`--json` is a flag: any word before
+/// a `--` that is exactly it).
+fn json_asked() -> bool {
+    std::env::args_os()
+        .skip(1)
+        .take_while(|arg| arg != "--")
+        .any(|arg| arg == "--json")
+}
+
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(err) => {
+            use clap::error::ErrorKind;
+            if matches!(
+                err.kind(),
+                ErrorKind::DisplayHelp | ErrorKind::DisplayVersion
+            ) || !json_asked()
+            {
+                err.exit();
+            }
+            let message = match err.kind() {
+                ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+                | ErrorKind::MissingSubcommand => {
+                    "no subcommand given: see `ferrisson --help`".to_owned()
+                }
+                // The first line of clap's text, without its `error: `.
+                _ => {
+                    let text = err.render().to_string();
+                    let first = text.lines().next().unwrap_or_default();
+                    first.strip_prefix("error: ").unwrap_or(first).to_owned()
+                }
+            };
+            return fail(true, &message, u8::try_from(err.exit_code()).unwrap_or(2));
+        }
+    };
+    let json = cli.json;
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
     {
         Ok(runtime) => runtime,
-        Err(err) => {
-            eprintln!("ferrisson: cannot start: {err}");
-            return ExitCode::FAILURE;
-        }
+        Err(err) => return fail(json, &format!("cannot start: {err}"), 1),
     };
     match runtime.block_on(run(cli)) {
         Ok(code) => code,
-        Err(Fail(message)) => {
-            eprintln!("ferrisson: {message}");
-            ExitCode::FAILURE
-        }
+        Err(Fail(message)) => fail(json, &message, 1),
     }
 }
 
@@ -522,8 +567,7 @@ async fn force_unlock(
         .map_err(|e| Fail(format!("cannot read the answer: {e}")))?;
         let answer = read.map_err(|e| Fail(format!("cannot read the answer: {e}")))?;
         if !matches!(answer.trim(), "y" | "Y" | "yes" | "YES" | "Yes") {
-            eprintln!("not confirmed: nothing removed");
-            return Ok(ExitCode::FAILURE);
+            return Err(Fail("not confirmed: nothing removed".to_owned()));
         }
         // What was confirmed is what was shown: a lock that changed hands
         // (or a latch that moved) while the question was open is left be.
