@@ -49,9 +49,27 @@ pub const DEFAULT_REPLICA_SYNC_TIMEOUT: Duration = Duration::from_secs(1);
 /// master fails before replicating it; this narrows that window, it does
 /// not close it (replication stays asynchronous).
 ///
-/// On by default for [`Client::sentinel_builder`](crate::Client::sentinel_builder)
-/// and [`Client::cluster_builder`](crate::Client::cluster_builder)
-/// ([`ReplicaSync::REDISSON`]), off for one server.
+/// On by default for [`Client::sentinel_builder`] and
+/// [`Client::cluster_builder`] ([`ReplicaSync::REDISSON`]), off for one
+/// server.
+///
+// The builders of features that are off link to the guide's sections.
+#[cfg_attr(
+    feature = "sentinel",
+    doc = "[`Client::sentinel_builder`]: crate::Client::sentinel_builder"
+)]
+#[cfg_attr(
+    not(feature = "sentinel"),
+    doc = "[`Client::sentinel_builder`]: crate#sentinel"
+)]
+#[cfg_attr(
+    feature = "cluster",
+    doc = "[`Client::cluster_builder`]: crate::Client::cluster_builder"
+)]
+#[cfg_attr(
+    not(feature = "cluster"),
+    doc = "[`Client::cluster_builder`]: crate#redis-cluster"
+)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ReplicaSync {
     /// Which replicas are waited for, and how many must acknowledge.

@@ -131,14 +131,33 @@
 //! a writer alone.
 //!
 //! **Semaphore.** A number of permits at the key `name`, set once with
-//! `try_set_permits(n)` (every process may call it; the first one sets it).
-//! Take them with `acquire(n)` (it waits, woken by each release's message),
-//! `try_acquire(n)` or `try_acquire_for(n, wait)`. Give them back with
-//! `release(n)` or `add_permits(n)`; read them with `available_permits()`;
-//! empty them with `drain_permits()`. As in Redisson, **permits belong to
-//! nobody**: anyone may release them, and the permits of a holder that crashed
-//! are lost until someone adds them back. `cargo run --example rate_limit` caps
-//! a partner API at three calls in flight across three replicas.
+//! [`try_set_permits(n)`](Semaphore::try_set_permits) (every process may call
+//! it; the first one sets it). Take one with [`acquire()`](Semaphore::acquire)
+//! (it waits, woken by each release's message),
+//! [`try_acquire()`](Semaphore::try_acquire) or
+//! [`try_acquire_for(wait)`](Semaphore::try_acquire_for), and several at once,
+//! all or none, with the `_many` forms, such as
+//! [`acquire_many(n)`](Semaphore::acquire_many). Give them back with
+//! [`release()`](Semaphore::release) or
+//! [`release_many(n)`](Semaphore::release_many);
+//! [`add_permits(n)`](Semaphore::add_permits) adds to the available ones (a
+//! negative `n` takes some away). Read them with
+//! [`available_permits()`](Semaphore::available_permits); empty them with
+//! [`drain_permits()`](Semaphore::drain_permits). As in Redisson, **permits
+//! belong to nobody**: anyone may release them, and the permits of a holder
+//! that crashed are lost until someone adds them back. `cargo run --example
+//! rate_limit` caps a partner API at three calls in flight across three
+//! replicas.
+//!
+//! ```rust,no_run
+//! # async fn run(client: ferrisson::Client) -> ferrisson::Result<()> {
+//! let calls = client.semaphore("partner-api");
+//! calls.try_set_permits(3).await?;
+//! calls.acquire().await?; // one permit; waits while all three are out
+//! // ... call the partner ...
+//! calls.release().await?;
+//! # Ok(()) }
+//! ```
 //!
 //! **Permit-expirable semaphore.** For holders that may die. Each acquire takes
 //! one permit and returns a [`Permit`] with its own id. With

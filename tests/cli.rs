@@ -224,7 +224,7 @@ async fn inspect_shows_a_fair_queue_in_order() {
     let text = ok(&server, &["force-unlock", "--yes", "turns"]).await;
     assert!(text.contains("removed the fair lock `turns`"), "{text}");
     assert!(
-        text.contains("2 waiting stay in line; the first was woken"),
+        text.contains("2 waiters stay in line; the first was woken"),
         "{text}"
     );
     let mut waiters = waiters.into_iter();
@@ -624,6 +624,148 @@ async fn errors_are_clear() {
     let output = run_with(&none, &["list"], "").await;
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("authentication failed"), "{stderr}");
+}
+
+/// Counts take the noun's singular for one: "1 permit", "1 waiter".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_of_a_thing_is_singular() {
+    let server = RedisServer::start();
+    let client = client(&server, WATCHDOG).await;
+    assert!(soon(client.semaphore("one").try_set_permits(1))
+        .await
+        .unwrap());
+    assert!(soon(client.semaphore("two").try_set_permits(2))
+        .await
+        .unwrap());
+    let text = ok(&server, &["list"]).await;
+    assert!(text.contains("1 permit available"), "{text}");
+    assert!(text.contains("2 permits available"), "{text}");
+    assert!(!text.contains("1 permits"), "{text}");
+
+    // A fair lock with one waiter in line, force-unlocked.
+    let fair = client.fair_lock("turn");
+    let guard = soon(fair.with_owner("first").lock()).await.unwrap();
+    let lock = fair.with_owner("second");
+    let waiting = tokio::spawn(async move { lock.lock().await.unwrap() });
+    eventually(Duration::from_secs(10), || async {
+        server.cmd(&["LLEN", "redisson_lock_queue:{turn}"]).as_int() == Some(1)
+    })
+    .await;
+    let text = ok(&server, &["force-unlock", "--yes", "turn"]).await;
+    assert!(text.contains("  1 hold\n"), "{text}");
+    assert!(text.contains("1 waiter stays in line"), "{text}");
+    soon(soon(waiting).await.unwrap().unlock()).await.unwrap();
+    guard.leak();
+}
+
+/// An empty name (or `list` pattern) is refused before anything is asked
+/// of Redis: the URL here reaches nothing, and the error is the name's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_empty_name_is_refused() {
+    let url = "redis://127.0.0.1:1/";
+    for args in [
+        &["inspect", ""][..],
+        &["watch", ""],
+        &["force-unlock", "--yes", ""],
+        &["inspect", "--kind", "lock", ""],
+    ] {
+        let output = run_with(url, args, "").await;
+        assert!(!output.status.success(), "{args:?}");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(stderr.contains("the name is empty"), "{args:?}: {stderr}");
+        assert!(!stderr.contains("cannot connect"), "{args:?}: {stderr}");
+    }
+    let output = run_with(url, &["list", ""], "").await;
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("the pattern is empty"), "{stderr}");
+}
+
+/// With `--json`, an error is one JSON object `{"error": ...}` on stdout,
+/// and the exit status is still a failure's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn errors_under_json_are_json() {
+    let server = RedisServer::start();
+    server.cmd(&["RPUSH", "queue", "job"]);
+    server.cmd(&["HSET", "held", "c:o", "1"]);
+    let error = |output: &Output, code: i32| -> String {
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(code), "{stdout}\n{stderr}");
+        assert!(stderr.is_empty(), "{stderr}");
+        let value: Value =
+            serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{e}: {stdout}"));
+        value["error"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no error field: {value}"))
+            .to_owned()
+    };
+    let output = run_with(&server.url(), &["--json", "inspect", "queue"], "").await;
+    let said = error(&output, 1);
+    assert!(said.contains("`queue` is not a synchronizer"), "{said}");
+
+    let output = run_with("redis://127.0.0.1:1/", &["list", "--json"], "").await;
+    let said = error(&output, 1);
+    assert!(said.contains("cannot connect"), "{said}");
+
+    // A "no" to force-unlock's question: the question is on stderr, the
+    // answer's outcome is the JSON error.
+    let output = run_with(&server.url(), &["--json", "force-unlock", "held"], "n\n").await;
+    assert_eq!(output.status.code(), Some(1));
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let value: Value = serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{e}: {stdout}"));
+    assert!(
+        value["error"].as_str().unwrap().contains("nothing removed"),
+        "{value}"
+    );
+    assert_eq!(server.cmd(&["EXISTS", "held"]).as_int(), Some(1));
+
+    // Mistakes in the command line: exit status 2, as without --json.
+    let output = run_with(&server.url(), &["--json", "inspect", ""], "").await;
+    let said = error(&output, 2);
+    assert!(said.contains("the name is empty"), "{said}");
+    let output = run_with(&server.url(), &["--json", "inspect", "x", "--bogus"], "").await;
+    let said = error(&output, 2);
+    assert!(said.contains("--bogus"), "{said}");
+    let output = run_with(&server.url(), &["--json"], "").await;
+    let said = error(&output, 2);
+    assert!(said.contains("no subcommand"), "{said}");
+}
+
+/// A permit taken without a lease (Redisson's no-expiry score) shows as
+/// having no lease, not as expiring in billions of minutes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_permit_without_a_lease_shows_no_lease() {
+    let server = RedisServer::start();
+    let client = client(&server, WATCHDOG).await;
+    let seats = client.permit_expirable_semaphore("seats");
+    assert!(soon(seats.try_set_permits(2)).await.unwrap());
+    let forever = soon(seats.acquire()).await.unwrap();
+    let leased = soon(seats.acquire_with_lease(Duration::from_secs(60)))
+        .await
+        .unwrap();
+    let text = ok(&server, &["inspect", "seats"]).await;
+    assert!(
+        text.contains(&format!("  {}  no lease\n", forever.id())),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!("  {}  expires in ", leased.id())),
+        "{text}"
+    );
+    let state = json(&server, &["inspect", "seats"]).await;
+    let out = state["permits_out"].as_array().unwrap();
+    let of = |id: String| {
+        out.iter()
+            .find(|p| p["id"] == id)
+            .unwrap_or_else(|| panic!("{id} in {state}"))["expires_in_ms"]
+            .clone()
+    };
+    assert_eq!(of(forever.id().to_string()), Value::Null, "{state}");
+    let ms = of(leased.id().to_string()).as_u64().unwrap();
+    assert!(ms > 0 && ms <= 60_000, "{ms}");
+    soon(forever.release()).await.unwrap();
+    soon(leased.release()).await.unwrap();
 }
 
 /// On a Redis Cluster (every master's URL given): `list` scans each

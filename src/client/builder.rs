@@ -209,6 +209,23 @@ impl ClientBuilder {
     /// (its `repl-timeout`, 60 s by default).
     ///
     /// [`ReplicaSync::REDISSON`]: crate::config::ReplicaSync::REDISSON
+    // The builders of features that are off link to the guide's sections.
+    #[cfg_attr(
+        feature = "sentinel",
+        doc = "[`Client::sentinel_builder`]: crate::Client::sentinel_builder"
+    )]
+    #[cfg_attr(
+        not(feature = "sentinel"),
+        doc = "[`Client::sentinel_builder`]: crate#sentinel"
+    )]
+    #[cfg_attr(
+        feature = "cluster",
+        doc = "[`Client::cluster_builder`]: crate::Client::cluster_builder"
+    )]
+    #[cfg_attr(
+        not(feature = "cluster"),
+        doc = "[`Client::cluster_builder`]: crate#redis-cluster"
+    )]
     pub fn replica_sync_with(mut self, sync: Option<crate::config::ReplicaSync>) -> Self {
         self.config.replica_sync = sync;
         self

@@ -54,7 +54,9 @@ struct Cli {
     #[arg(long, global = true, value_name = "MASTER")]
     sentinel: Option<String>,
 
-    /// Print JSON instead of text, for scripts.
+    /// Print JSON instead of text, for scripts. An error is printed as one
+    /// line of JSON on stdout, `{"error": "..."}`, with the same non-zero
+    /// exit status as without --json.
     #[arg(long, global = true)]
     json: bool,
 
@@ -73,6 +75,7 @@ enum Command {
     /// What a key is, and who holds it, since when, and who waits.
     Inspect {
         /// The object's name (its key).
+        #[arg(value_parser = non_empty_name)]
         name: String,
         /// Read it as this kind where the data cannot tell (a semaphore
         /// and a latch are both a number); a kind the data rules out is
@@ -83,13 +86,14 @@ enum Command {
     /// One line per synchronizer found by SCAN: kind, name, holders, TTL.
     List {
         /// A Redis glob pattern for the names.
-        #[arg(default_value = "*")]
+        #[arg(default_value = "*", value_parser = non_empty_pattern)]
         pattern: String,
     },
     /// Follows one object live (its channel and its state), printing each
     /// hand-over, until interrupted.
     Watch {
         /// The object's name.
+        #[arg(value_parser = non_empty_name)]
         name: String,
         /// Read it as this kind where the data cannot tell; a kind the data
         /// rules out is refused.
@@ -103,6 +107,7 @@ enum Command {
     /// opens it). Asks first, unless `--yes`.
     ForceUnlock {
         /// The object's name.
+        #[arg(value_parser = non_empty_name)]
         name: String,
         /// Do it without asking.
         #[arg(long, short)]
@@ -112,6 +117,25 @@ enum Command {
         #[arg(long, value_enum)]
         kind: Option<Kind>,
     },
+}
+
+/// Refuses an empty object name: no synchronizer can be named so (the
+/// library refuses it), and a query on it would only find nothing.
+fn non_empty_name(name: &str) -> Result<String, String> {
+    if name.is_empty() {
+        Err("the name is empty: give the name of a lock, semaphore or latch".to_owned())
+    } else {
+        Ok(name.to_owned())
+    }
+}
+
+/// Refuses an empty `list` pattern, which could match no object's name.
+fn non_empty_pattern(pattern: &str) -> Result<String, String> {
+    if pattern.is_empty() {
+        Err("the pattern is empty and would match no name: `*` matches every one".to_owned())
+    } else {
+        Ok(pattern.to_owned())
+    }
 }
 
 /// A failure, said in one line for the person at the terminal.
@@ -166,25 +190,68 @@ fn emit(text: std::fmt::Arguments<'_>) {
     }
 }
 
+/// Says `message` and returns `code`: on stderr as `ferrisson: message`,
+/// or, with `--json`, on stdout as one line `{"error": "message"}`, so that
+/// a script reading the JSON always gets JSON.
+fn fail(json: bool, message: &str, code: u8) -> ExitCode {
+    if json {
+        let line = serde_json::json!({ "error": message });
+        outln!("{line}");
+    } else {
+        eprintln!("ferrisson: {message}");
+    }
+    ExitCode::from(code)
+}
+
+/// Whether the command line asks for JSON, read from the words themselves
+/// for when clap could not parse them (`--json` is a flag: any word before
+/// a `--` that is exactly it).
+fn json_asked() -> bool {
+    std::env::args_os()
+        .skip(1)
+        .take_while(|arg| arg != "--")
+        .any(|arg| arg == "--json")
+}
+
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(err) => {
+            use clap::error::ErrorKind;
+            if matches!(
+                err.kind(),
+                ErrorKind::DisplayHelp | ErrorKind::DisplayVersion
+            ) || !json_asked()
+            {
+                err.exit();
+            }
+            let message = match err.kind() {
+                ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+                | ErrorKind::MissingSubcommand => {
+                    "no subcommand given: see `ferrisson --help`".to_owned()
+                }
+                // The first line of clap's text, without its `error: `.
+                _ => {
+                    let text = err.render().to_string();
+                    let first = text.lines().next().unwrap_or_default();
+                    first.strip_prefix("error: ").unwrap_or(first).to_owned()
+                }
+            };
+            return fail(true, &message, u8::try_from(err.exit_code()).unwrap_or(2));
+        }
+    };
+    let json = cli.json;
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
     {
         Ok(runtime) => runtime,
-        Err(err) => {
-            eprintln!("ferrisson: cannot start: {err}");
-            return ExitCode::FAILURE;
-        }
+        Err(err) => return fail(json, &format!("cannot start: {err}"), 1),
     };
     match runtime.block_on(run(cli)) {
         Ok(code) => code,
-        Err(Fail(message)) => {
-            eprintln!("ferrisson: {message}");
-            ExitCode::FAILURE
-        }
+        Err(Fail(message)) => fail(json, &message, 1),
     }
 }
 
@@ -500,8 +567,7 @@ async fn force_unlock(
         .map_err(|e| Fail(format!("cannot read the answer: {e}")))?;
         let answer = read.map_err(|e| Fail(format!("cannot read the answer: {e}")))?;
         if !matches!(answer.trim(), "y" | "Y" | "yes" | "YES" | "Yes") {
-            eprintln!("not confirmed: nothing removed");
-            return Ok(ExitCode::FAILURE);
+            return Err(Fail("not confirmed: nothing removed".to_owned()));
         }
         // What was confirmed is what was shown: a lock that changed hands
         // (or a latch that moved) while the question was open is left be.
@@ -549,21 +615,16 @@ async fn force_unlock(
         }
         for holder in &before.holders {
             outln!(
-                "  {}:{}  {} {}{}",
+                "  {}:{}  {}",
                 holder.client_id,
                 holder.owner_id,
-                holder.holds,
-                if holder.write { "write hold" } else { "hold" },
-                if holder.holds == 1 { "" } else { "s" }
+                holder.holds_text()
             );
         }
-        if before.queue.is_empty() {
-            outln!("published the unlock message: its waiters wake now");
-        } else {
-            outln!(
-                "{} waiting stay in line; the first was woken",
-                before.queue.len()
-            );
+        match before.queue.len() {
+            0 => outln!("published the unlock message: its waiters wake now"),
+            1 => outln!("1 waiter stays in line, and was woken"),
+            n => outln!("{n} waiters stay in line; the first was woken"),
         }
     }
     Ok(ExitCode::SUCCESS)

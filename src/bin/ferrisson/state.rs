@@ -190,8 +190,9 @@ pub(crate) struct Waiter {
 pub(crate) struct PermitOut {
     /// The permit id, 32 hex digits.
     pub(crate) id: String,
-    /// Until its lease ends, in ms (0: ended, reclaimed by the next call).
-    pub(crate) expires_in_ms: u64,
+    /// Until its lease ends, in ms (0: ended, reclaimed by the next call);
+    /// `None` (JSON `null`) for a permit without a lease.
+    pub(crate) expires_in_ms: Option<u64>,
 }
 
 /// What one object holds, read from Redis.
@@ -406,7 +407,8 @@ pub(crate) async fn read(target: &Target, name: &str, kind: Kind) -> Result<Stat
                             let _ = write!(hex, "{b:02x}");
                             hex
                         }),
-                        expires_in_ms: (at as i64).saturating_sub(now).max(0) as u64,
+                        expires_in_ms: (at < layout::PERMIT_NO_EXPIRY as f64)
+                            .then(|| (at as i64).saturating_sub(now).max(0) as u64),
                     })
                     .collect(),
             );
@@ -423,6 +425,12 @@ async fn server_ms(target: &Target) -> Result<i64, Fail> {
     Ok(secs * 1000 + micros / 1000)
 }
 
+/// `n` and the noun that goes with it: `1 permit`, `2 permits`, `0 permits`.
+pub(crate) fn count(n: impl Into<i64>, one: &str, many: &str) -> String {
+    let n = n.into();
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
 /// A duration in ms as text: `850ms`, `29.8s`, `5m 2s`.
 pub(crate) fn millis(ms: u64) -> String {
     if ms < 1000 {
@@ -435,14 +443,21 @@ pub(crate) fn millis(ms: u64) -> String {
 }
 
 impl Holder {
+    /// `1 hold`, `2 write holds`.
+    pub(crate) fn holds_text(&self) -> String {
+        if self.write {
+            count(self.holds, "write hold", "write holds")
+        } else {
+            count(self.holds, "hold", "holds")
+        }
+    }
+
     fn line(&self) -> String {
         let mut line = format!(
-            "{}:{}  {} {}{}",
+            "{}:{}  {}",
             self.client_id,
             self.owner_id,
-            self.holds,
-            if self.write { "write hold" } else { "hold" },
-            if self.holds == 1 { "" } else { "s" },
+            self.holds_text()
         );
         if let Some(ttls) = &self.read_hold_ttls_ms {
             let ttls: Vec<String> = ttls
@@ -502,7 +517,7 @@ impl State {
             }
             Some(_) => {
                 if let Some(n) = self.permits_available {
-                    let _ = write!(out, "{n} permits available");
+                    let _ = write!(out, "{} available", count(n, "permit", "permits"));
                 }
                 if let Some(out_) = &self.permits_out {
                     let _ = write!(out, ", {} out", out_.len());
@@ -576,12 +591,14 @@ impl State {
         if let Some(permits) = &self.permits_out {
             let _ = writeln!(out, "out:         {}", permits.len());
             for permit in permits {
-                let _ = writeln!(
-                    out,
-                    "  {}  expires in {}",
-                    permit.id,
-                    millis(permit.expires_in_ms)
-                );
+                match permit.expires_in_ms {
+                    Some(ms) => {
+                        let _ = writeln!(out, "  {}  expires in {}", permit.id, millis(ms));
+                    }
+                    None => {
+                        let _ = writeln!(out, "  {}  no lease", permit.id);
+                    }
+                }
             }
         }
         if let Some(n) = self.count {
