@@ -266,9 +266,33 @@ struct Shared {
     /// Set when the scheduler's task ends without the registry being
     /// dropped: its runtime shut down.
     runtime_gone: AtomicBool,
+    /// Renew everything now (see [`Recheck`]).
+    recheck: Arc<Recheck>,
     /// Whether metrics name the lock (`Config::metric_lock_names`).
     #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
     names: bool,
+}
+
+/// Asks the watchdog to renew every held lease at once. The client asks
+/// when a connection to Redis was lost (Redis may come back empty after a
+/// restart) and when it follows a new master: a hold found gone is then
+/// reported lost as soon as Redis answers, not a third of the watchdog
+/// timeout later.
+#[derive(Debug, Default)]
+pub(crate) struct Recheck {
+    asked: AtomicBool,
+    wake: Notify,
+}
+
+impl Recheck {
+    pub(crate) fn ask(&self) {
+        self.asked.store(true, Ordering::Release);
+        self.wake.notify_one();
+    }
+
+    fn take(&self) -> bool {
+        self.asked.swap(false, Ordering::AcqRel)
+    }
 }
 
 /// The per-client registry of watchdog-mode holds.
@@ -287,7 +311,12 @@ impl Drop for Registry {
 impl Registry {
     /// A registry renewing with `conn` to `timeout`; its scheduler runs on
     /// the current runtime until the registry is dropped.
-    pub(crate) fn new(conn: Conn, timeout: Duration, names: bool) -> Registry {
+    pub(crate) fn new(
+        conn: Conn,
+        timeout: Duration,
+        names: bool,
+        recheck: Arc<Recheck>,
+    ) -> Registry {
         let wake = Arc::new(Notify::new());
         let shared = Arc::new(Shared {
             map: DashMap::new(),
@@ -296,6 +325,7 @@ impl Registry {
             conn,
             timeout,
             runtime_gone: AtomicBool::new(false),
+            recheck,
             names,
         });
         let alive = SchedulerAlive(Arc::downgrade(&shared));
@@ -464,6 +494,25 @@ impl Shared {
         (watched.read, slot)
     }
 
+    /// Sends the renewals of `batches`, one task per call.
+    fn renew_batches(self: &Arc<Self>, batches: Vec<Vec<Arc<LeaseState>>>) {
+        for batch in batches {
+            // A batch is all read holds or none.
+            let read = batch
+                .first()
+                .is_some_and(|lease| lease.watched.as_ref().is_some_and(|w| w.read));
+            let per_call = holds_per_call(read);
+            let mut rest = batch.into_iter();
+            loop {
+                let chunk: Vec<_> = rest.by_ref().take(per_call).collect();
+                if chunk.is_empty() {
+                    break;
+                }
+                tokio::spawn(renew_chunk(Arc::clone(self), chunk, read));
+            }
+        }
+    }
+
     /// Takes the batches due by `horizon` off the schedule.
     fn take_due(&self, horizon: Instant) -> Vec<Vec<Arc<LeaseState>>> {
         let mut due = Vec::new();
@@ -577,6 +626,12 @@ async fn schedule(_alive: SchedulerAlive, shared: Weak<Shared>, wake: Arc<Notify
             return;
         };
         let now = Instant::now();
+        if this.recheck.take() {
+            // Every batch, however far off: renewed now, and rescheduled
+            // from this renewal on.
+            let horizon = now + 4 * this.timeout;
+            this.renew_batches(this.take_due(horizon));
+        }
         let first = {
             let mut schedule = this.lock_schedule();
             let first = schedule.queue.first_key_value().map(|(due, _)| due.0);
@@ -586,32 +641,24 @@ async fn schedule(_alive: SchedulerAlive, shared: Weak<Shared>, wake: Arc<Notify
         match first {
             Some(due) if due <= now => {
                 let horizon = now + coalescing_window(this.timeout);
-                for batch in this.take_due(horizon) {
-                    // A batch is all read holds or none.
-                    let read = batch
-                        .first()
-                        .is_some_and(|lease| lease.watched.as_ref().is_some_and(|w| w.read));
-                    let per_call = holds_per_call(read);
-                    let mut rest = batch.into_iter();
-                    loop {
-                        let chunk: Vec<_> = rest.by_ref().take(per_call).collect();
-                        if chunk.is_empty() {
-                            break;
-                        }
-                        tokio::spawn(renew_chunk(Arc::clone(&this), chunk, read));
-                    }
-                }
+                this.renew_batches(this.take_due(horizon));
             }
             Some(due) => {
+                let recheck = Arc::clone(&this.recheck);
                 drop(this);
                 tokio::select! {
                     _ = tokio::time::sleep_until(due) => {}
                     _ = wake.notified() => {}
+                    _ = recheck.wake.notified() => {}
                 }
             }
             None => {
+                let recheck = Arc::clone(&this.recheck);
                 drop(this);
-                wake.notified().await;
+                tokio::select! {
+                    _ = wake.notified() => {}
+                    _ = recheck.wake.notified() => {}
+                }
             }
         }
     }

@@ -274,3 +274,22 @@ fn a_client_whose_runtime_ended_refuses_and_reports_its_holds_lost() {
     });
     assert!(!exists(&server, "edges:rt2"));
 }
+
+// --- Redis restarted empty ---------------------------------------------------
+
+/// A holder learns that Redis came back empty as soon as it answers again,
+/// not at its next scheduled renewal (a third of the watchdog timeout).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_without_data_is_noticed_at_once() {
+    let mut server = RedisServer::start();
+    let watchdog = Duration::from_secs(30);
+    let client = client(&server, watchdog).await;
+    let guard = soon(client.lock("edges:restart").lock()).await.unwrap();
+    server.restart(); // no persistence: every key is gone
+    // The next scheduled renewal is 10 s after the acquire. The lost
+    // connection makes the watchdog renew at once, and again every retry
+    // interval (1 s at this timeout) until Redis answers: half the renewal
+    // period is a generous bound.
+    within(watchdog / 6, guard.lease_lost()).await;
+    assert_eq!(client.held_locks(), 0);
+}

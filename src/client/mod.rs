@@ -306,6 +306,7 @@ impl Client {
             conn.clone(),
             config.watchdog_timeout,
             config.metric_lock_names,
+            Arc::clone(&pubsub.reconnected),
         );
         let sweeper = Sweeper::new(conn.clone());
         let id = Uuid::new_v4();

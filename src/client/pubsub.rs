@@ -18,6 +18,7 @@ use tokio::sync::futures::Notified;
 use tokio::sync::{Mutex, Notify};
 
 use crate::telemetry;
+use crate::watchdog::Recheck;
 use crate::Result;
 
 /// The subscription state of one channel.
@@ -96,6 +97,9 @@ pub(crate) struct PubSub {
     conn: std::sync::RwLock<SubConn>,
     channels: Arc<Channels>,
     subscribes_sent: AtomicU64,
+    /// Told of every lost connection and every new master, so that the
+    /// watchdog checks the held leases at once.
+    pub(crate) reconnected: Arc<Recheck>,
 }
 
 impl std::fmt::Debug for PubSub {
@@ -112,11 +116,16 @@ async fn subscriber(
     client: &redis::Client,
     config: redis::aio::ConnectionManagerConfig,
     channels: &Arc<Channels>,
+    reconnected: &Arc<Recheck>,
 ) -> Result<SubConn> {
     let sink = Arc::clone(channels);
+    let reconnected = Arc::clone(reconnected);
     let config = config
         .set_automatic_resubscription()
         .set_push_sender(move |info: PushInfo| {
+            if info.kind == PushKind::Disconnection {
+                reconnected.ask();
+            }
             dispatch(&sink, info);
             Ok::<(), std::convert::Infallible>(())
         });
@@ -132,11 +141,13 @@ impl PubSub {
         config: redis::aio::ConnectionManagerConfig,
     ) -> Result<PubSub> {
         let channels: Arc<Channels> = Arc::new(DashMap::new());
-        let conn = subscriber(&client, config, &channels).await?;
+        let reconnected = Arc::default();
+        let conn = subscriber(&client, config, &channels, &reconnected).await?;
         Ok(PubSub {
             conn: std::sync::RwLock::new(conn),
             channels,
             subscribes_sent: AtomicU64::new(0),
+            reconnected,
         })
     }
 
@@ -153,7 +164,9 @@ impl PubSub {
         client: redis::Client,
         config: redis::aio::ConnectionManagerConfig,
     ) -> Result<()> {
-        let conn = subscriber(&client, config, &self.channels).await?;
+        let conn = subscriber(&client, config, &self.channels, &self.reconnected).await?;
+        // A new master: the holds may not have reached it.
+        self.reconnected.ask();
         *self.conn.write().unwrap_or_else(|e| e.into_inner()) = conn.clone();
         let channels: Vec<String> = self
             .channels
@@ -176,11 +189,16 @@ impl PubSub {
     ) -> Result<PubSub> {
         let channels: Arc<Channels> = Arc::new(DashMap::new());
         let sink = Arc::clone(&channels);
+        let reconnected: Arc<Recheck> = Arc::default();
+        let recheck = Arc::clone(&reconnected);
         // Shard channels the server dropped (their slot moved: a failover,
         // a resharding), to subscribe again on the slot's new owner.
         let (moved, mut moved_rx) = tokio::sync::mpsc::unbounded_channel::<String>();
         let client = builder
             .push_sender(move |info: PushInfo| {
+                if info.kind == PushKind::Disconnection {
+                    recheck.ask();
+                }
                 if info.kind == PushKind::SUnsubscribe {
                     if let Some(channel) = info.data.first().and_then(text) {
                         if let Ok(channel) = std::str::from_utf8(channel) {
@@ -206,6 +224,7 @@ impl PubSub {
             conn: std::sync::RwLock::new(conn),
             channels,
             subscribes_sent: AtomicU64::new(0),
+            reconnected,
         })
     }
 
@@ -448,7 +467,8 @@ fn dispatch(channels: &Channels, info: PushInfo) {
 mod tests {
     use std::future::Future;
 
-    use super::*;
+    use crate::watchdog::Recheck;
+use super::*;
 
     fn slot(broadcast: bool) -> Slot {
         Slot {
