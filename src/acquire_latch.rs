@@ -14,6 +14,7 @@ use redis::{FromRedisValue, ScriptInvocation};
 use tokio::runtime::Handle;
 use tokio::time::Instant;
 
+use crate::client::conn::Conn;
 use crate::error::is_connection_failure;
 use crate::finish::Finish;
 use crate::scripts::ACQUIRE_CANCEL;
@@ -349,6 +350,57 @@ impl<T: Taken> RequestSlot<T> {
         let request = Arc::new(new());
         *self.0.lock().unwrap_or_else(|p| p.into_inner()) = Some(Arc::clone(&request));
         Ok(request)
+    }
+}
+
+/// Sends `request` by `send` (one call of its script, on the connection
+/// it is given) and resends it under the same id after a connection
+/// failure: once always (a single lost reply must not fail a one-shot
+/// try), more while `deadline` lasts (`None`: no limit), up to
+/// `release_attempts` sends, pausing 100 ms longer before each resend.
+/// Safe to resend: the request's latch makes a resend of a granted request
+/// answer "granted" without taking anything more. `granted` tells a grant
+/// from the other replies; `lasts_ms`: how long what a grant takes lasts
+/// (`u64::MAX` for ever), which bounds the reuse of a request with a lost
+/// send. A request still unknown after the last send is settled when the
+/// wait lets it go (`Request`'s drop): once per request, not per attempt.
+///
+/// The locks send their acquires by it.
+pub(crate) async fn send_resending<T, R, Fut>(
+    request: &Request<T>,
+    deadline: Option<Instant>,
+    lasts_ms: u64,
+    granted: impl Fn(&R) -> bool,
+    mut send: impl FnMut(Conn) -> Fut,
+) -> redis::RedisResult<R>
+where
+    T: Taken,
+    Fut: Future<Output = redis::RedisResult<R>>,
+{
+    let inner = &request.client.inner;
+    let sends = inner.config.release_attempts.max(1);
+    let mut sent = 0;
+    loop {
+        sent += 1;
+        let at = Instant::now();
+        let reply = send(inner.conn.clone()).await;
+        let failed = matches!(&reply, Err(err) if is_connection_failure(err));
+        if failed {
+            // Perhaps it reached Redis: its outcome is unknown.
+            request.lost(lasts_ms, at);
+        }
+        let resend = sent < sends && (sent == 1 || deadline.is_none_or(|d| Instant::now() < d));
+        match reply {
+            Err(err) if failed && resend => {
+                tracing::debug!(name = %request.name, error = %err, "acquire failed; sending it again");
+                tokio::time::sleep(Duration::from_millis(100 * u64::from(sent))).await;
+            }
+            Ok(reply) if granted(&reply) => {
+                request.granted();
+                return Ok(reply);
+            }
+            reply => return reply,
+        }
     }
 }
 
