@@ -2,9 +2,11 @@
 //!
 //! Every acquire script takes an *acquire latch* key named by its request
 //! id: a resend of the same request counts once, and a request whose
-//! replies were all lost is settled here, by that latch. The attempts of
-//! one wait share one [`Request`] (kept in a [`RequestSlot`]); what a grant
-//! took, and how it is given back, is the [`Taken`] of each synchronizer.
+//! replies were all lost is settled here, by that latch. Both send their
+//! requests by [`send_resending`], so a lost reply is resent alike. The
+//! attempts of one wait share one [`Request`] (kept in a [`RequestSlot`]);
+//! what a grant took, and how it is given back, is the [`Taken`] of each
+//! synchronizer.
 
 use std::future::Future;
 use std::sync::{Arc, Mutex};
@@ -365,7 +367,7 @@ impl<T: Taken> RequestSlot<T> {
 /// send. A request still unknown after the last send is settled when the
 /// wait lets it go (`Request`'s drop): once per request, not per attempt.
 ///
-/// The locks send their acquires by it.
+/// The locks and the semaphores share it.
 pub(crate) async fn send_resending<T, R, Fut>(
     request: &Request<T>,
     deadline: Option<Instant>,
@@ -404,26 +406,28 @@ where
     }
 }
 
-/// Sends `request` once, for the semaphores, and returns the reply; the
-/// script is built by `build` from the latch key and its TTL
-/// (milliseconds), and `granted` tells a grant from a refusal. `lasts_ms`:
-/// how long what a grant takes lasts (`u64::MAX` for ever), which bounds
-/// the reuse of a request with a lost send.
+/// Sends `request` for the semaphores, resent after a lost reply as
+/// [`send_resending`] says, and returns the reply; the script is built by
+/// `build` from the latch key and its TTL (milliseconds), and `granted`
+/// tells a grant from a refusal. `deadline` and `lasts_ms` as in
+/// [`send_resending`].
 ///
 /// Whatever becomes of the caller, a grant is never left behind:
 /// - granted and answered: the latch is swept (or closed after a lost send);
-/// - reply lost: the request is resent by the wait's next attempt, or, when
-///   the wait ends first, settled in the background by its latch, and a
-///   grant found there is given back;
+/// - reply lost: the request is resent at once, and by the wait's next
+///   attempt; when the wait ends first, it is settled in the background by
+///   its latch, and a grant found there is given back;
 /// - granted after the caller's future was dropped: given back.
 ///
 /// # Cancel safety
-/// Cancel safe: once sent, the request runs to its end on `runtime`.
-pub(crate) async fn send_once<T, R>(
+/// Cancel safe: once sent, the request (and its resends) runs to its end
+/// on `runtime`.
+pub(crate) async fn send<T, R>(
     request: Arc<Request<T>>,
     runtime: Handle,
     build: impl FnOnce(&str, u64) -> ScriptInvocation<'static>,
     granted: fn(&R) -> bool,
+    deadline: Option<Instant>,
     lasts_ms: u64,
 ) -> redis::RedisResult<R>
 where
@@ -431,19 +435,12 @@ where
     R: FromRedisValue + Send + 'static,
 {
     let invocation = build(&request.latch, request.latch_ttl);
-    let mut conn = request.client.inner.conn.clone();
     let taken = Arc::clone(&request.taken);
     let (client, name) = (request.client.clone(), Arc::clone(&request.name));
     let send = async move {
-        let sent = Instant::now();
-        let reply = invocation.invoke_async::<R>(&mut conn).await;
-        match &reply {
-            Ok(reply) if granted(reply) => request.granted(),
-            // Perhaps it reached Redis: its outcome is unknown.
-            Err(err) if is_connection_failure(err) => request.lost(lasts_ms, sent),
-            _ => {}
-        }
-        reply
+        let invocation = &invocation;
+        let send = |mut conn: Conn| async move { invocation.invoke_async::<R>(&mut conn).await };
+        send_resending(&request, deadline, lasts_ms, granted, send).await
     };
     let orphan = move |reply: redis::RedisResult<R>| async move {
         if reply.as_ref().is_ok_and(granted) {
