@@ -2,9 +2,11 @@
 //!
 //! Every acquire script takes an *acquire latch* key named by its request
 //! id: a resend of the same request counts once, and a request whose
-//! replies were all lost is settled here, by that latch. The attempts of
-//! one wait share one [`Request`] (kept in a [`RequestSlot`]); what a grant
-//! took, and how it is given back, is the [`Taken`] of each synchronizer.
+//! replies were all lost is settled here, by that latch. Both send their
+//! requests by [`send_resending`], so a lost reply is resent alike. The
+//! attempts of one wait share one [`Request`] (kept in a [`RequestSlot`]);
+//! what a grant took, and how it is given back, is the [`Taken`] of each
+//! synchronizer.
 
 use std::future::Future;
 use std::sync::{Arc, Mutex};
@@ -14,6 +16,7 @@ use redis::{FromRedisValue, ScriptInvocation};
 use tokio::runtime::Handle;
 use tokio::time::Instant;
 
+use crate::client::conn::Conn;
 use crate::error::is_connection_failure;
 use crate::finish::Finish;
 use crate::scripts::ACQUIRE_CANCEL;
@@ -352,26 +355,79 @@ impl<T: Taken> RequestSlot<T> {
     }
 }
 
-/// Sends `request` once, for the semaphores, and returns the reply; the
-/// script is built by `build` from the latch key and its TTL
-/// (milliseconds), and `granted` tells a grant from a refusal. `lasts_ms`:
-/// how long what a grant takes lasts (`u64::MAX` for ever), which bounds
-/// the reuse of a request with a lost send.
+/// Sends `request` by `send` (one call of its script, on the connection
+/// it is given) and resends it under the same id after a connection
+/// failure: once always (a single lost reply must not fail a one-shot
+/// try), more while `deadline` lasts (`None`: no limit), up to
+/// `release_attempts` sends, pausing 100 ms longer before each resend.
+/// Safe to resend: the request's latch makes a resend of a granted request
+/// answer "granted" without taking anything more. `granted` tells a grant
+/// from the other replies; `lasts_ms`: how long what a grant takes lasts
+/// (`u64::MAX` for ever), which bounds the reuse of a request with a lost
+/// send. A request still unknown after the last send is settled when the
+/// wait lets it go (`Request`'s drop): once per request, not per attempt.
+///
+/// The locks and the semaphores share it.
+pub(crate) async fn send_resending<T, R, Fut>(
+    request: &Request<T>,
+    deadline: Option<Instant>,
+    lasts_ms: u64,
+    granted: impl Fn(&R) -> bool,
+    mut send: impl FnMut(Conn) -> Fut,
+) -> redis::RedisResult<R>
+where
+    T: Taken,
+    Fut: Future<Output = redis::RedisResult<R>>,
+{
+    let inner = &request.client.inner;
+    let sends = inner.config.release_attempts.max(1);
+    let mut sent = 0;
+    loop {
+        sent += 1;
+        let at = Instant::now();
+        let reply = send(inner.conn.clone()).await;
+        let failed = matches!(&reply, Err(err) if is_connection_failure(err));
+        if failed {
+            // Perhaps it reached Redis: its outcome is unknown.
+            request.lost(lasts_ms, at);
+        }
+        let resend = sent < sends && (sent == 1 || deadline.is_none_or(|d| Instant::now() < d));
+        match reply {
+            Err(err) if failed && resend => {
+                tracing::debug!(name = %request.name, error = %err, "acquire failed; sending it again");
+                tokio::time::sleep(Duration::from_millis(100 * u64::from(sent))).await;
+            }
+            Ok(reply) if granted(&reply) => {
+                request.granted();
+                return Ok(reply);
+            }
+            reply => return reply,
+        }
+    }
+}
+
+/// Sends `request` for the semaphores, resent after a lost reply as
+/// [`send_resending`] says, and returns the reply; the script is built by
+/// `build` from the latch key and its TTL (milliseconds), and `granted`
+/// tells a grant from a refusal. `deadline` and `lasts_ms` as in
+/// [`send_resending`].
 ///
 /// Whatever becomes of the caller, a grant is never left behind:
 /// - granted and answered: the latch is swept (or closed after a lost send);
-/// - reply lost: the request is resent by the wait's next attempt, or, when
-///   the wait ends first, settled in the background by its latch, and a
-///   grant found there is given back;
+/// - reply lost: the request is resent at once, and by the wait's next
+///   attempt; when the wait ends first, it is settled in the background by
+///   its latch, and a grant found there is given back;
 /// - granted after the caller's future was dropped: given back.
 ///
 /// # Cancel safety
-/// Cancel safe: once sent, the request runs to its end on `runtime`.
-pub(crate) async fn send_once<T, R>(
+/// Cancel safe: once sent, the request (and its resends) runs to its end
+/// on `runtime`.
+pub(crate) async fn send<T, R>(
     request: Arc<Request<T>>,
     runtime: Handle,
     build: impl FnOnce(&str, u64) -> ScriptInvocation<'static>,
     granted: fn(&R) -> bool,
+    deadline: Option<Instant>,
     lasts_ms: u64,
 ) -> redis::RedisResult<R>
 where
@@ -379,19 +435,12 @@ where
     R: FromRedisValue + Send + 'static,
 {
     let invocation = build(&request.latch, request.latch_ttl);
-    let mut conn = request.client.inner.conn.clone();
     let taken = Arc::clone(&request.taken);
     let (client, name) = (request.client.clone(), Arc::clone(&request.name));
     let send = async move {
-        let sent = Instant::now();
-        let reply = invocation.invoke_async::<R>(&mut conn).await;
-        match &reply {
-            Ok(reply) if granted(reply) => request.granted(),
-            // Perhaps it reached Redis: its outcome is unknown.
-            Err(err) if is_connection_failure(err) => request.lost(lasts_ms, sent),
-            _ => {}
-        }
-        reply
+        let invocation = &invocation;
+        let send = |mut conn: Conn| async move { invocation.invoke_async::<R>(&mut conn).await };
+        send_resending(&request, deadline, lasts_ms, granted, send).await
     };
     let orphan = move |reply: redis::RedisResult<R>| async move {
         if reply.as_ref().is_ok_and(granted) {

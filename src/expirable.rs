@@ -9,7 +9,7 @@ use std::time::Duration;
 use tokio::runtime::Handle;
 use tokio::time::Instant;
 
-use crate::acquire_latch::{send_once, GiveBack, Request, RequestSlot, Taken};
+use crate::acquire_latch::{self, GiveBack, Request, RequestSlot, Taken};
 use crate::args;
 use crate::config::MAX_DURATION;
 use crate::finish::{runtime, Finish};
@@ -200,14 +200,21 @@ impl PermitExpirableSemaphore {
     /// [`Semaphore`](crate::Semaphore)'s; prefer
     /// [`acquire_with_lease`](Self::acquire_with_lease).
     ///
+    /// A take whose reply is lost (the connection failed after the send)
+    /// is sent again under the same request id and permit ids, as a lock's
+    /// acquire is (see [Cancel safety](crate#cancel-safety)): a resend of a
+    /// take that was granted is answered "granted" and takes nothing more,
+    /// so a lost reply neither takes a second permit nor leaves one out.
+    ///
     /// # Errors
     /// [`Error::InvalidArgument`], [`Error::WrongType`], [`Error::Redis`]
-    /// for an error Redis replies (connection failures are waited out).
+    /// for an error Redis replies (connection failures are waited out, and
+    /// the take resent).
     ///
     /// # Cancel safety
     /// Cancel safe: a dropped future leaves no permit out. When the take
-    /// was already sent, it completes in the background and its permit is
-    /// given back.
+    /// was already sent, it (and its resends) completes in the background
+    /// and its permit is given back.
     pub async fn acquire(&self) -> Result<Permit> {
         self.take(None, None)
             .await?
@@ -229,10 +236,18 @@ impl PermitExpirableSemaphore {
             .ok_or_else(|| Error::no_deadline("expirable"))
     }
 
-    /// Takes one permit without a lease if one is available now.
+    /// Takes one permit without a lease if one is available now. A take
+    /// whose reply is lost is sent again once, as
+    /// [`acquire`](Self::acquire) says.
     ///
     /// # Errors
-    /// As [`acquire`](Self::acquire), and connection failures.
+    /// As [`acquire`](Self::acquire), and [`Error::Redis`] when the
+    /// connection fails and neither the take nor its resend got a reply
+    /// (at most [`release_attempts`] sends). A permit the take may have
+    /// taken is then given back in the background once Redis can be
+    /// reached: none is left out.
+    ///
+    /// [`release_attempts`]: crate::ClientBuilder::release_attempts
     ///
     /// # Cancel safety
     /// As [`acquire`](Self::acquire).
@@ -244,8 +259,14 @@ impl PermitExpirableSemaphore {
     ///
     /// # Errors
     /// As [`acquire`](Self::acquire), and [`Error::InvalidArgument`] for a
-    /// wait over a year; a connection failure on the first try is
-    /// returned (later ones are waited out within the wait).
+    /// wait over a year. The first try's take is resent after a lost
+    /// reply, once always and more while the wait lasts, up to
+    /// [`release_attempts`] sends; when none got a reply, the connection
+    /// failure is returned, and a permit the take may have taken is given
+    /// back in the background (failures of later tries are waited out
+    /// within the wait).
+    ///
+    /// [`release_attempts`]: crate::ClientBuilder::release_attempts
     ///
     /// # Cancel safety
     /// As [`acquire`](Self::acquire).
@@ -567,7 +588,7 @@ impl PermitExpirableSemaphore {
         // One request (and its permit ids) for the whole wait, renewed when
         // it grows old: a resend after a lost reply takes the permits once.
         let slot = RequestSlot::default();
-        let attempt = || self.try_take(n, lease_ms, &slot, runtime.clone());
+        let attempt = || self.try_take(n, lease_ms, &slot, deadline, runtime.clone());
         let channel = Channel {
             name: keys::semaphore_channel(&self.obj.name),
             broadcast: true,
@@ -576,13 +597,15 @@ impl PermitExpirableSemaphore {
     }
 
     /// One attempt of the wait's request to take `n` permits under the
-    /// request's ids: the permits, or wait (until the first permit out
-    /// expires, when one will).
+    /// request's ids (resent on a lost reply, more while the wait lasts):
+    /// the permits, or wait (until the first permit out expires, when one
+    /// will).
     async fn try_take(
         &self,
         n: u32,
         lease_ms: Option<u64>,
         slot: &RequestSlot<PermitsOut>,
+        deadline: Option<Instant>,
         runtime: Handle,
     ) -> Result<Tried<Vec<Permit>>> {
         let new = || {
@@ -601,9 +624,10 @@ impl PermitExpirableSemaphore {
         // The script replies nil for permits taken, else how long to wait.
         let granted = |reply: &Option<i64>| reply.is_none();
         let lasts_ms = lease_ms.unwrap_or(u64::MAX);
-        let reply = send_once(request, runtime.clone(), build, granted, lasts_ms)
-            .await
-            .map_err(|e| self.obj.error(e))?;
+        let reply =
+            acquire_latch::send(request, runtime.clone(), build, granted, deadline, lasts_ms)
+                .await
+                .map_err(|e| self.obj.error(e))?;
         if reply.is_none() {
             let synced = self.obj.synced().await;
             if !matches!(synced, Synced::Yes) {

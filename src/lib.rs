@@ -338,15 +338,19 @@
 //! RedLock leave nothing behind either.
 //!
 //! Acquires of every lock kind, and of both semaphores, are also safe to send
-//! again. When the connection fails before the reply comes, the same request is
-//! sent again: once, and more while the caller's wait lasts, up to
-//! `release_attempts` sends ([`ClientBuilder::release_attempts`]). A resend of
-//! a request that was granted returns the first outcome (and the first fencing
-//! token) instead of taking a second hold. The tries of one wait send the same
-//! request. When no send got a reply, the call fails with the connection error
-//! and the request is settled in the background: given back if it was granted,
-//! marked cancelled if it was not, so that it changes nothing should it still
-//! reach Redis.
+//! again, and all are resent the same way. When the connection fails before the
+//! reply comes, the same request (the same id) is sent again: once always, so
+//! that even a `try_lock()` or a `try_acquire()` outlives one lost reply, and
+//! more while the caller's wait lasts, up to `release_attempts` sends
+//! ([`ClientBuilder::release_attempts`]), each pause 100 ms longer. A resend of
+//! a request that was granted returns the first outcome (the first fencing
+//! token, the same permit ids) instead of taking a second hold or more permits.
+//! The tries of one wait send the same request. When no send of a call's first
+//! try got a reply, a call with a wait fails with the connection error
+//! (`lock()` and `acquire()` wait the outage out), and the request is settled
+//! in the background: what it took is given back if it was granted (the hold
+//! released, the permits returned), and it is marked cancelled if it was not,
+//! so that it changes nothing should it still reach Redis.
 //!
 //! # Errors
 //!
@@ -472,10 +476,11 @@
 //!   ([`Semaphore::add_permits`] with a negative number, Redisson's
 //!   `addPermits(-n)`) may; acquires then wait until releases bring it back.
 //! - Acquires are cancel safe (permits taken by a dropped call are given back)
-//!   and safe against lost replies: an acquire writes an acquire latch as the
-//!   locks' do, the tries of one wait resend one request (which takes its
-//!   permits once), and the permits taken by a request whose reply was lost
-//!   when the wait ended are given back.
+//!   and safe against lost replies, as the locks' are: a take whose reply is
+//!   lost is resent under the same request id and takes its permits once, and
+//!   the permits taken by a request whose every reply was lost are given back
+//!   in the background. A lost reply never takes permits twice nor leaves
+//!   them taken.
 //! - A release or a count-down whose reply is lost is not resent: it is not
 //!   idempotent, and the error says the connection failed.
 //!

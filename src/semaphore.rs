@@ -5,8 +5,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::runtime::Handle;
+use tokio::time::Instant;
 
-use crate::acquire_latch::{send_once, GiveBack, Request, RequestSlot, Taken};
+use crate::acquire_latch::{self, GiveBack, Request, RequestSlot, Taken};
 use crate::args;
 use crate::config::MAX_DURATION;
 use crate::finish::runtime;
@@ -222,15 +223,21 @@ impl Semaphore {
     /// release's message; with more waiters than permits, which of them
     /// goes first is not defined.
     ///
+    /// A take whose reply is lost (the connection failed after the send)
+    /// is sent again under the same request id, as a lock's acquire is
+    /// (see [Cancel safety](crate#cancel-safety)): a resend of a take that
+    /// was granted is answered "granted" and takes nothing more, so a lost
+    /// reply neither takes the permits twice nor leaves them taken.
+    ///
     /// # Errors
     /// [`Error::InvalidArgument`] for a bad name, [`Error::WrongType`] when
     /// the key holds other data, [`Error::Redis`] for an error Redis
-    /// replies (connection failures are waited out).
+    /// replies (connection failures are waited out, and the take resent).
     ///
     /// # Cancel safety
     /// Cancel safe: a dropped future takes no permits. When the take was
-    /// already sent, it completes in the background and the permits it
-    /// took are given back.
+    /// already sent, it (and its resends) completes in the background and
+    /// the permits it took are given back.
     pub async fn acquire(&self) -> Result<()> {
         self.acquire_many(1).await
     }
@@ -252,10 +259,17 @@ impl Semaphore {
     }
 
     /// Takes one permit if one is available now; whether it did.
-    /// Redisson's `tryAcquire()`.
+    /// Redisson's `tryAcquire()`. A take whose reply is lost is sent again
+    /// once, as [`acquire`](Semaphore::acquire) says.
     ///
     /// # Errors
-    /// As [`acquire`](Semaphore::acquire), and connection failures.
+    /// As [`acquire`](Semaphore::acquire), and [`Error::Redis`] when the
+    /// connection fails and neither the take nor its resend got a reply
+    /// (at most [`release_attempts`] sends). Permits the take may have
+    /// taken are then given back in the background once Redis can be
+    /// reached: none is left taken.
+    ///
+    /// [`release_attempts`]: crate::ClientBuilder::release_attempts
     ///
     /// # Cancel safety
     /// As [`acquire`](Semaphore::acquire).
@@ -279,9 +293,14 @@ impl Semaphore {
     ///
     /// # Errors
     /// As [`acquire`](Semaphore::acquire), and [`Error::InvalidArgument`]
-    /// for a wait over [`MAX_DURATION`](crate::config::MAX_DURATION); a
-    /// connection failure on the first try is returned (later ones are
-    /// waited out within the wait).
+    /// for a wait over [`MAX_DURATION`](crate::config::MAX_DURATION). The
+    /// first try's take is resent after a lost reply, once always and more
+    /// while the wait lasts, up to [`release_attempts`] sends; when none
+    /// got a reply, the connection failure is returned, and permits the
+    /// take may have taken are given back in the background (failures of
+    /// later tries are waited out within the wait).
+    ///
+    /// [`release_attempts`]: crate::ClientBuilder::release_attempts
     ///
     /// # Cancel safety
     /// As [`acquire`](Semaphore::acquire).
@@ -361,7 +380,7 @@ impl Semaphore {
         // One request id for the whole wait (renewed when it grows old): a
         // resend after a lost reply takes the permits once.
         let slot = RequestSlot::default();
-        let attempt = || self.try_take(permits, &slot, runtime.clone());
+        let attempt = || self.try_take(permits, &slot, deadline, runtime.clone());
         let channel = Channel {
             name: keys::semaphore_channel(&self.obj.name),
             broadcast: true,
@@ -371,12 +390,14 @@ impl Semaphore {
             .is_some())
     }
 
-    /// One attempt of the wait's request to take `permits`: done, or wait
-    /// for the next release.
+    /// One attempt of the wait's request to take `permits` (resent on a
+    /// lost reply, more while the wait lasts): done, or wait for the next
+    /// release.
     async fn try_take(
         &self,
         permits: u32,
         slot: &RequestSlot<Permits>,
+        deadline: Option<Instant>,
         runtime: Handle,
     ) -> Result<Tried<()>> {
         let new = || {
@@ -398,7 +419,8 @@ impl Semaphore {
             call
         };
         let granted = |reply: &i64| *reply == 1;
-        match send_once(request, runtime, build, granted, u64::MAX).await {
+        let sent = acquire_latch::send(request, runtime, build, granted, deadline, u64::MAX);
+        match sent.await {
             Ok(1) => {}
             Ok(_) => return Ok(Tried::Again(None)),
             Err(err) => return Err(self.obj.error(err)),

@@ -198,55 +198,66 @@ async fn an_acquire_whose_replies_are_all_lost_gives_its_hold_back() {
     soon(guard.unlock()).await.unwrap();
 }
 
-/// A semaphore acquire whose reply is lost: `try_acquire` fails with the
-/// connection error and the permit its send took is given back; `acquire()`
-/// waits the loss out and ends up with exactly one permit taken, not two:
-/// its next attempt resends the same request, which is answered "granted"
-/// by its latch (nothing is given back and taken anew).
+/// A semaphore acquire whose reply is lost is resent with the same request
+/// id, as a lock's is, by every way of acquiring: the call succeeds, the
+/// resend is answered "granted" by the request's latch (nothing is given
+/// back and taken anew), exactly the permits asked for are out, and the
+/// release brings the count back to the total.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_semaphore_acquire_whose_reply_is_lost_takes_no_extra_permit() {
+async fn a_semaphore_acquire_whose_reply_is_lost_is_resent_and_takes_its_permits_once() {
+    const TOTAL: i64 = 3;
     let server = RedisServer::start();
     let proxy = Proxy::start(server.port());
     let client = proxied(&proxy, Duration::from_secs(3)).await;
-    let semaphore = client.semaphore("lost:sem");
-    assert!(soon(semaphore.try_set_permits(2)).await.unwrap());
     // Loads the script, so that the next command is the script itself.
-    assert!(soon(semaphore.try_acquire()).await.unwrap());
-    soon(semaphore.release()).await.unwrap();
-    let available = || server.cmd(&["GET", "lost:sem"]).as_string();
-
-    swept(&server).await;
-    proxy.lose_next_reply_to("lost:sem");
-    let err = soon(semaphore.try_acquire()).await.unwrap_err();
-    assert_eq!(proxy.lost_replies(), 1, "no reply was lost");
-    assert!(err.is_connection_error(), "{err}");
-    let lost_at = Instant::now();
-    eventually(Duration::from_secs(10), || async {
-        available().as_deref() == Some("2")
-    })
-    .await;
-    println!(
-        "try_acquire with its reply lost: failed ({err}); its permit given back {:?} later",
-        lost_at.elapsed()
-    );
-
-    swept(&server).await;
-    let monitor = Monitor::start(&server);
-    proxy.lose_next_reply_to("lost:sem");
-    soon(semaphore.acquire()).await.unwrap();
-    assert_eq!(proxy.lost_replies(), 2, "no reply was lost");
-    assert_eq!(available().as_deref(), Some("1"));
-    resent_once(&server, &monitor, "lost:sem").await;
-    println!("acquire() with its first reply lost, resent: 2 permits -> 1, one request");
-    soon(semaphore.release()).await.unwrap();
-    assert_eq!(available().as_deref(), Some("2"));
+    let warm = client.semaphore("warm-up:sem");
+    assert!(soon(warm.try_set_permits(1)).await.unwrap());
+    assert!(soon(warm.try_acquire()).await.unwrap());
+    // Names none of which holds another, so that each loss hits its own.
+    for how in ["once", "within", "waits", "many"] {
+        let name = format!("lost:sem:{how}");
+        let semaphore = client.semaphore(&name);
+        assert!(soon(semaphore.try_set_permits(TOTAL as u32)).await.unwrap());
+        let available = || soon(semaphore.available_permits());
+        swept(&server).await;
+        // After the set, which publishes.
+        let monitor = Monitor::start(&server);
+        proxy.lose_next_reply_to(&name);
+        let lost_before = proxy.lost_replies();
+        let (got, taken) = match how {
+            "once" => (soon(semaphore.try_acquire()).await, 1),
+            "within" => (soon(semaphore.try_acquire_for(LEASE)).await, 1),
+            "waits" => (soon(semaphore.acquire()).await.map(|()| true), 1),
+            _ => (soon(semaphore.try_acquire_many(2)).await, 2),
+        };
+        assert!(got.unwrap(), "{how}: not acquired");
+        assert_eq!(
+            proxy.lost_replies(),
+            lost_before + 1,
+            "{how}: no reply lost"
+        );
+        let left = available().await.unwrap();
+        println!("semaphore {how}: acquire with its reply lost, resent: {TOTAL} permits -> {left}");
+        assert_eq!(
+            left,
+            TOTAL - taken,
+            "{how}: the resend took its permits twice"
+        );
+        resent_once(&server, &monitor, &name).await;
+        soon(semaphore.release_many(taken as u32)).await.unwrap();
+        assert_eq!(
+            available().await.unwrap(),
+            TOTAL,
+            "{how}: a permit was left"
+        );
+    }
 }
 
-/// Checks that the one semaphore acquire seen by `monitor`, whose first
-/// reply was lost, sent one request, took its permits once (nothing given
-/// back and taken anew: no release published), and had its latch closed
-/// (`x`) on its grant, so that the lost send, arriving late, changes
-/// nothing.
+/// Checks that the one semaphore acquire of `name` seen by `monitor`,
+/// whose first reply was lost, sent one request, took its permits once
+/// (nothing given back and taken anew: no release published), and had its
+/// latch closed (`x`) on its grant, so that the lost send, arriving late,
+/// changes nothing.
 async fn resent_once(server: &RedisServer, monitor: &Monitor, name: &str) {
     let latches = monitor.latches_sent_by(name, name);
     assert_eq!(latches.len(), 1, "one request id per wait: {latches:?}");
@@ -263,44 +274,186 @@ async fn resent_once(server: &RedisServer, monitor: &Monitor, name: &str) {
     .await;
 }
 
-/// The same for a permit-expirable semaphore: the permit taken under the
-/// id of a request whose reply was lost is given back, not left out
-/// (for ever, without a lease); a wait resends its request, and gets the
-/// permit its lost send took.
+/// The same for a permit-expirable semaphore, by every way of acquiring,
+/// with and without a lease: the resend gets the permits its lost send
+/// took, under the request's ids, and no more.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_expirable_acquire_whose_reply_is_lost_takes_no_extra_permit() {
+async fn an_expirable_acquire_whose_reply_is_lost_is_resent_and_takes_its_permits_once() {
+    const TOTAL: i64 = 3;
     let server = RedisServer::start();
     let proxy = Proxy::start(server.port());
     let client = proxied(&proxy, Duration::from_secs(3)).await;
-    let semaphore = client.permit_expirable_semaphore("lost:seats");
-    assert!(soon(semaphore.try_set_permits(2)).await.unwrap());
     // Loads the script, so that the next command is the script itself.
-    let permit = soon(semaphore.try_acquire()).await.unwrap().unwrap();
-    soon(permit.release()).await.unwrap();
+    let warm = client.permit_expirable_semaphore("warm-up:seats");
+    assert!(soon(warm.try_set_permits(1)).await.unwrap());
+    soon(warm.try_acquire()).await.unwrap().unwrap().forget();
+    let hows = [
+        "once",
+        "once-leased",
+        "within",
+        "waits",
+        "waits-leased",
+        "many",
+        "many-leased",
+    ];
+    for how in hows {
+        let name = format!("lost:seats:{how}");
+        let semaphore = client.permit_expirable_semaphore(&name);
+        assert!(soon(semaphore.try_set_permits(TOTAL as u32)).await.unwrap());
+        let out = || {
+            server
+                .cmd(&["ZCARD", &format!("{{{name}}}:timeout")])
+                .as_int()
+                .unwrap()
+        };
+        swept(&server).await;
+        // After the set, which publishes.
+        let monitor = Monitor::start(&server);
+        proxy.lose_next_reply_to(&name);
+        let lost_before = proxy.lost_replies();
+        let one = |permit: ferrisson::Result<Option<ferrisson::Permit>>| {
+            permit.map(|permit| permit.into_iter().collect::<Vec<_>>())
+        };
+        let permits = match how {
+            "once" => one(soon(semaphore.try_acquire()).await),
+            "once-leased" => {
+                one(soon(semaphore.try_acquire_with_lease(Duration::ZERO, LEASE)).await)
+            }
+            "within" => one(soon(semaphore.try_acquire_for(LEASE)).await),
+            "waits" => soon(semaphore.acquire()).await.map(|permit| vec![permit]),
+            "waits-leased" => soon(semaphore.acquire_with_lease(LEASE))
+                .await
+                .map(|permit| vec![permit]),
+            "many" => soon(semaphore.try_acquire_many(2, Duration::ZERO, None))
+                .await
+                .map(Option::unwrap_or_default),
+            _ => soon(semaphore.acquire_many(2, Some(LEASE))).await,
+        }
+        .unwrap();
+        let taken = if how.starts_with("many") { 2 } else { 1 };
+        assert_eq!(permits.len(), taken, "{how}: not acquired");
+        assert_eq!(
+            proxy.lost_replies(),
+            lost_before + 1,
+            "{how}: no reply lost"
+        );
+        let leased = how.ends_with("leased");
+        for permit in &permits {
+            assert_eq!(permit.remaining_lease().is_some(), leased, "{how}");
+        }
+        let (now_out, available) = (out(), soon(semaphore.available_permits()).await.unwrap());
+        println!("expirable {how}: acquire with its reply lost, resent: {now_out} permits out, {available} available");
+        assert_eq!(
+            now_out, taken as i64,
+            "{how}: the resend took permits twice"
+        );
+        assert_eq!(available, TOTAL - taken as i64, "{how}");
+        resent_once(&server, &monitor, &name).await;
+        for permit in permits {
+            soon(permit.release()).await.unwrap();
+        }
+        assert_eq!(out(), 0, "{how}: a permit was left out");
+        let available = soon(semaphore.available_permits()).await.unwrap();
+        assert_eq!(available, TOTAL, "{how}: a permit was left");
+    }
+}
+
+/// The latch TTL of a semaphore acquire by a client with `timeouts` and
+/// the default four sends: how long the settle of a request whose every
+/// reply was lost goes on trying.
+fn semaphore_latch_ttl(timeouts: Duration) -> Duration {
+    let window = (timeouts + Duration::from_millis(1500)) * 4;
+    window * 2
+}
+
+/// Every reply of a semaphore acquire lost (the first swallowed, then a
+/// black hole until the call gives up): the call fails after its resends,
+/// and the permits its first send took are given back once Redis can be
+/// reached, for both semaphores; nothing is left taken.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_semaphore_acquire_whose_replies_are_all_lost_gives_its_permits_back() {
+    const TOTAL: i64 = 3;
+    common::init_tracing();
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port());
+    let timeouts = Duration::from_millis(300);
+    let client = proxied(&proxy, timeouts).await;
+    let warm = client.semaphore("warm-up:sem");
+    assert!(soon(warm.try_set_permits(1)).await.unwrap());
+    assert!(soon(warm.try_acquire()).await.unwrap());
+    let warm = client.permit_expirable_semaphore("warm-up:seats");
+    assert!(soon(warm.try_set_permits(1)).await.unwrap());
+    soon(warm.try_acquire()).await.unwrap().unwrap().forget();
+    // Settled within the latch's TTL at the latest, counted from the
+    // call's failure; twice that, and the time to reconnect, generously.
+    let settled = semaphore_latch_ttl(timeouts) * 2;
+
+    // A wait much longer than all four sends: the call fails once they
+    // are spent, it does not wait the outage out.
+    let semaphore = client.semaphore("lost:sem:all");
+    assert!(soon(semaphore.try_set_permits(TOTAL as u32)).await.unwrap());
+    swept(&server).await;
+    proxy.lose_next_reply_to_then_black_hole("lost:sem:all");
+    let started = Instant::now();
+    let err = soon(semaphore.try_acquire_many_for(2, Duration::from_secs(15)))
+        .await
+        .unwrap_err();
+    let failed_after = started.elapsed();
+    assert_eq!(proxy.lost_replies(), 1);
+    assert!(err.is_connection_error(), "{err}");
+    assert!(failed_after < Duration::from_secs(15), "{failed_after:?}");
+    // The first send ran: permits nobody knows they have.
+    let available = || server.cmd(&["GET", "lost:sem:all"]).as_string();
+    assert_eq!(available().as_deref(), Some("1"));
+    heal(&proxy);
+    let healed = Instant::now();
+    eventually(settled, || async { available().as_deref() == Some("3") }).await;
+    println!(
+        "semaphore acquire with every reply lost: failed after {failed_after:?} ({err}); \
+         its permits given back {:?} after Redis could be reached again",
+        healed.elapsed()
+    );
+    assert!(soon(semaphore.try_acquire_many(2)).await.unwrap());
+    assert_eq!(available().as_deref(), Some("1"));
+    soon(semaphore.release_many(2)).await.unwrap();
+    assert_eq!(available().as_deref(), Some("3"));
+
+    // The permit-expirable semaphore, one try, a permit without a lease
+    // (left out, it would be lost for ever).
+    let seats = client.permit_expirable_semaphore("lost:seats:all");
+    assert!(soon(seats.try_set_permits(TOTAL as u32)).await.unwrap());
     let out = || {
         server
-            .cmd(&["ZCARD", "{lost:seats}:timeout"])
+            .cmd(&["ZCARD", "{lost:seats:all}:timeout"])
             .as_int()
             .unwrap()
     };
-
     swept(&server).await;
-    proxy.lose_next_reply_to("lost:seats");
-    let err = soon(semaphore.try_acquire()).await.unwrap_err();
-    assert_eq!(proxy.lost_replies(), 1, "no reply was lost");
+    proxy.lose_next_reply_to_then_black_hole("lost:seats:all");
+    let err = soon(seats.try_acquire()).await.unwrap_err();
+    assert_eq!(proxy.lost_replies(), 2);
     assert!(err.is_connection_error(), "{err}");
-    eventually(Duration::from_secs(10), || async { out() == 0 }).await;
-
-    swept(&server).await;
-    let monitor = Monitor::start(&server);
-    proxy.lose_next_reply_to("lost:seats");
-    let permit = soon(semaphore.acquire()).await.unwrap();
-    assert_eq!(proxy.lost_replies(), 2, "no reply was lost");
     assert_eq!(out(), 1);
-    resent_once(&server, &monitor, "lost:seats").await;
-    println!("expirable: try_acquire with its reply lost gave its permit back; acquire() resent its request and took 1 permit, not 2");
+    heal(&proxy);
+    let healed = Instant::now();
+    eventually(settled, || async { out() == 0 }).await;
+    println!(
+        "expirable acquire with every reply lost: failed ({err}); its permit given back {:?} \
+         after Redis could be reached again",
+        healed.elapsed()
+    );
+    assert_eq!(soon(seats.available_permits()).await.unwrap(), TOTAL);
+    let permit = soon(seats.try_acquire()).await.unwrap().unwrap();
+    assert_eq!(out(), 1);
     soon(permit.release()).await.unwrap();
-    assert_eq!(soon(semaphore.available_permits()).await.unwrap(), 2);
+    assert_eq!(soon(seats.available_permits()).await.unwrap(), TOTAL);
+}
+
+/// Ends a black hole: traffic flows again, and the connections it stalled
+/// are cut, so that the client reconnects.
+fn heal(proxy: &Proxy) {
+    proxy.black_hole(false);
+    proxy.drop_connections();
 }
 
 /// A leased re-entry inside a watchdog hold whose every reply is lost: its

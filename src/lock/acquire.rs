@@ -9,10 +9,9 @@ use tokio::time::Instant;
 use super::queue::{leave_queue, FairOwners, QueueExit};
 use super::{release_hold, LockGuard};
 use super::{Attempt, Kind, LockCore};
-use crate::acquire_latch::{GiveBack, Request, RequestSlot, Taken};
+use crate::acquire_latch::{send_resending, GiveBack, Request, RequestSlot, Taken};
 use crate::args;
 use crate::config::MAX_DURATION;
-use crate::error::is_connection_failure;
 use crate::finish::{runtime, Finish};
 use crate::object::Synced;
 use crate::scripts::{ACQUIRE, FAIR_ACQUIRE, FENCED_ACQUIRE, READ_ACQUIRE, WRITE_ACQUIRE};
@@ -188,7 +187,8 @@ impl LockCore {
     }
 
     /// Sends the wait's request, resending it under the same id on a
-    /// connection failure (once always, more until the deadline). Safe to
+    /// connection failure (once always, more until the deadline; the
+    /// semaphores' schedule too, see `send_resending`). Safe to
     /// resend: the request's acquire latch makes a resend return the first
     /// outcome instead of taking a second hold. A caller that leaves gets
     /// its grant given back (and a fair waiter's queue entry left).
@@ -198,7 +198,6 @@ impl LockCore {
         ttl_ms: u64,
         runtime: &tokio::runtime::Handle,
     ) -> Result<Granted> {
-        let inner = &self.obj.client.inner;
         let (name, owner) = (Arc::clone(&req.key.0), Arc::clone(&req.key.1));
         let (kind, waiter_ms, deadline) = (self.kind, req.waiter_ms, req.deadline);
         // The attempts of one wait share their request while it is young
@@ -209,42 +208,17 @@ impl LockCore {
         };
         let new = || Request::new(&self.obj.client, &name, hold, ttl_ms, runtime.clone());
         let request = req.slot.get(ttl_ms, new).await.map_err(|e| self.error(e))?;
-        let sends = inner.config.release_attempts.max(1);
-        let mut conn = inner.conn.clone();
         let send = async move {
             let (latch, latch_ttl) = (&request.latch, request.latch_ttl);
-            let mut sent = 0;
-            loop {
-                sent += 1;
-                let at = Instant::now();
-                let reply = send_acquire(
-                    kind, &mut conn, &name, &owner, latch, ttl_ms, latch_ttl, waiter_ms,
+            let (name, owner) = (&name, &owner);
+            let send = |mut conn: crate::client::conn::Conn| async move {
+                send_acquire(
+                    kind, &mut conn, name, owner, latch, ttl_ms, latch_ttl, waiter_ms,
                 )
-                .await;
-                if matches!(&reply, Err(err) if is_connection_failure(err)) {
-                    // Perhaps it reached Redis: its outcome is unknown.
-                    request.lost(ttl_ms, at);
-                }
-                // One resend always (a single lost reply must not fail a
-                // `try_lock`), more until the caller's deadline.
-                let resend =
-                    sent < sends && (sent == 1 || deadline.is_none_or(|d| Instant::now() < d));
-                match reply {
-                    Err(err) if resend && is_connection_failure(&err) => {
-                        tracing::debug!(lock = %name, error = %err, "acquire failed; sending it again");
-                        tokio::time::sleep(Duration::from_millis(100 * sent as u64)).await;
-                    }
-                    // A request still unknown is settled when the wait lets
-                    // it go (`Request`'s drop): once per request, not per
-                    // attempt.
-                    Err(err) => return Err(err),
-                    Ok(Granted::Yes(token)) => {
-                        request.granted();
-                        return Ok(Granted::Yes(token));
-                    }
-                    reply => return reply,
-                }
-            }
+                .await
+            };
+            let granted = |reply: &Granted| matches!(reply, Granted::Yes(_));
+            send_resending(&request, deadline, ttl_ms, granted, send).await
         };
         let client = self.obj.client.clone();
         let (name, owner) = (Arc::clone(&req.key.0), Arc::clone(&req.key.1));
