@@ -22,9 +22,11 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use tokio::runtime::Handle;
+
+use crate::client::conn::Conn;
+use crate::Client;
 
 type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
 type Orphan<T> = Box<dyn FnOnce(T) -> BoxFuture<()> + Send + 'static>;
@@ -108,26 +110,28 @@ impl<T: Send + 'static> std::fmt::Debug for Finish<T> {
     }
 }
 
-/// Work that can be started again from its beginning.
-type Restartable = Arc<dyn Fn() -> BoxFuture<()> + Send + Sync + 'static>;
+/// Work that can be started again from its beginning, on a connection.
+type Restartable = Arc<dyn Fn(Conn) -> BoxFuture<()> + Send + Sync + 'static>;
 
-/// Runs `work()` as a task on `runtime`, and makes sure it ends: when the
-/// task is dropped before it ended (its runtime shut down, or had already),
-/// `work()` runs again on a thread of its own, with a runtime of its own,
-/// for at most `bound`, and the drop waits for it. `work` must be safe to
-/// run twice.
-pub(crate) fn spawn_to_end<W, F>(runtime: &Handle, bound: Duration, work: W)
+/// Runs `work(conn)` as a task on `runtime` with `client`'s connection, and
+/// makes sure it ends: when the task is dropped before it ended (its
+/// runtime shut down, or had already), `work` runs again on a thread of its
+/// own, with a runtime and a new connection of its own, for at most the
+/// client's connection and response timeouts, and the drop waits for it.
+/// `work` must be safe to run twice.
+pub(crate) fn spawn_to_end<W, F>(client: &Client, runtime: &Handle, work: W)
 where
-    W: Fn() -> F + Send + Sync + 'static,
+    W: Fn(Conn) -> F + Send + Sync + 'static,
     F: Future<Output = ()> + Send + 'static,
 {
-    let work: Restartable = Arc::new(move || Box::pin(work()));
+    let work: Restartable = Arc::new(move |conn| Box::pin(work(conn)));
     let mut rescue = Rescue {
         work: Some(Arc::clone(&work)),
-        bound,
+        client: client.clone(),
     };
+    let conn = client.inner.conn.clone();
     runtime.spawn(async move {
-        work().await;
+        work(conn).await;
         rescue.disarm();
     });
 }
@@ -135,7 +139,7 @@ where
 /// Runs its work elsewhere when dropped armed.
 struct Rescue {
     work: Option<Restartable>,
-    bound: Duration,
+    client: Client,
 }
 
 impl Rescue {
@@ -150,7 +154,8 @@ impl Drop for Rescue {
         let Some(work) = self.work.take() else {
             return;
         };
-        let bound = self.bound;
+        let inner = Arc::clone(&self.client.inner);
+        let bound = inner.config.connection_timeout + inner.config.response_timeout;
         // A thread of its own: this drop may run inside the runtime's
         // context, where a runtime cannot be entered.
         let spawned = std::thread::Builder::new()
@@ -166,8 +171,17 @@ impl Drop for Rescue {
                         return;
                     }
                 };
+                let run = async {
+                    // The client's connection may be driven by the runtime
+                    // that is shutting down: a new one.
+                    match inner.reopen.open(&inner.conn, &inner.config).await {
+                        Ok(conn) => work(conn).await,
+                        Err(err) => tracing::warn!(error = %err,
+                            "no connection to finish a release on; what it held expires with its lease"),
+                    }
+                };
                 if runtime
-                    .block_on(async { tokio::time::timeout(bound, work()).await })
+                    .block_on(async { tokio::time::timeout(bound, run).await })
                     .is_err()
                 {
                     tracing::warn!(

@@ -317,9 +317,9 @@ impl ClientBuilder {
                 let nodes = nodes?;
                 let addr = nodes[0].addr().to_string();
                 let mut config = self.config;
-                let (conn, pubsub, mode) = super::cluster::connect(nodes, &config).await?;
+                let (conn, reopen, pubsub, mode) = super::cluster::connect(nodes, &config).await?;
                 config.pubsub_mode = mode;
-                Ok(Client::assemble(conn, pubsub, config, addr))
+                Ok(Client::assemble(conn, reopen, pubsub, config, addr))
             }
             #[cfg(feature = "sentinel")]
             Target::Sentinel { sentinels, service } => {
@@ -336,6 +336,7 @@ impl ClientBuilder {
                 let addr = follower.master();
                 let client = Client::assemble(
                     Conn::Sentinel(std::sync::Arc::clone(&follower)),
+                    super::conn::Reopen::Same,
                     pubsub,
                     config,
                     addr,
@@ -404,8 +405,15 @@ async fn connect_single(
     let conn = redis_client
         .get_connection_manager_with_config(command_config)
         .await?;
+    let reopen = super::conn::Reopen::Single(redis_client.clone());
     let pubsub = PubSub::connect(redis_client, manager_config).await?;
-    Ok(Client::assemble(Conn::Single(conn), pubsub, config, addr))
+    Ok(Client::assemble(
+        Conn::Single(conn),
+        reopen,
+        pubsub,
+        config,
+        addr,
+    ))
 }
 
 /// The config of a client that is not on a cluster: classic pub/sub (a

@@ -3,7 +3,7 @@
 use redis::cluster::ClusterClientBuilder;
 use redis::{ConnectionInfo, ProtocolVersion};
 
-use crate::client::conn::Conn;
+use crate::client::conn::{Conn, Reopen};
 use crate::client::pubsub::PubSub;
 use crate::config::{Config, PubSubMode};
 use crate::Result;
@@ -16,14 +16,15 @@ use crate::Result;
 pub(crate) async fn connect(
     nodes: Vec<ConnectionInfo>,
     config: &Config,
-) -> Result<(Conn, PubSub, PubSubMode)> {
+) -> Result<(Conn, Reopen, PubSub, PubSubMode)> {
     let builder = || {
         ClusterClientBuilder::new(nodes.clone())
             .use_protocol(ProtocolVersion::RESP3)
             .connection_timeout(config.connection_timeout)
             .response_timeout(config.response_timeout)
     };
-    let mut conn = builder().build()?.get_async_connection().await?;
+    let cluster = builder().build()?;
+    let mut conn = cluster.get_async_connection().await?;
     let probe: redis::RedisResult<redis::Value> = redis::cmd("PUBSUB")
         .arg("SHARDNUMSUB")
         .query_async(&mut conn)
@@ -43,5 +44,5 @@ pub(crate) async fn connect(
         }
     };
     let pubsub = PubSub::connect_cluster(builder(), mode == PubSubMode::Sharded).await?;
-    Ok((Conn::Cluster(conn), pubsub, mode))
+    Ok((Conn::Cluster(conn), Reopen::Cluster(cluster), pubsub, mode))
 }

@@ -2,7 +2,7 @@
 //! Redis Cluster through the `redis` crate's cluster connection (feature
 //! `cluster`), behind one type that runs commands and scripts alike.
 
-use redis::aio::{ConnectionLike, ConnectionManager};
+use redis::aio::{ConnectionLike, ConnectionManager, MultiplexedConnection};
 use redis::{Cmd, Pipeline, RedisFuture, Value};
 
 /// A command connection; cheap to clone (both kinds are handles).
@@ -10,6 +10,9 @@ use redis::{Cmd, Pipeline, RedisFuture, Value};
 pub(crate) enum Conn {
     /// One server (or a master behind a proxy).
     Single(ConnectionManager),
+    /// One server, one connection that is not reopened: what work left at
+    /// a runtime's shutdown runs on (see [`Reopen`]).
+    Direct(MultiplexedConnection),
     /// A Redis Cluster: each command goes to the node of its keys' slot.
     #[cfg(feature = "cluster")]
     Cluster(redis::cluster_async::ClusterConnection),
@@ -102,6 +105,7 @@ impl ConnectionLike for Conn {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         match self {
             Conn::Single(conn) => conn.req_packed_command(cmd),
+            Conn::Direct(conn) => conn.req_packed_command(cmd),
             #[cfg(feature = "cluster")]
             Conn::Cluster(conn) => conn.req_packed_command(cmd),
             #[cfg(feature = "sentinel")]
@@ -117,6 +121,7 @@ impl ConnectionLike for Conn {
     ) -> RedisFuture<'a, Vec<Value>> {
         match self {
             Conn::Single(conn) => conn.req_packed_commands(pipeline, offset, count),
+            Conn::Direct(conn) => conn.req_packed_commands(pipeline, offset, count),
             #[cfg(feature = "cluster")]
             Conn::Cluster(conn) => conn.req_packed_commands(pipeline, offset, count),
             #[cfg(feature = "sentinel")]
@@ -129,10 +134,61 @@ impl ConnectionLike for Conn {
     fn get_db(&self) -> i64 {
         match self {
             Conn::Single(conn) => conn.get_db(),
+            Conn::Direct(conn) => conn.get_db(),
             #[cfg(feature = "cluster")]
             Conn::Cluster(conn) => conn.get_db(),
             #[cfg(feature = "sentinel")]
             Conn::Sentinel(follower) => follower.db(),
         }
+    }
+}
+
+/// How to open a new command connection on another runtime. The client's
+/// own connection runs on the runtime it was built on: once that runtime
+/// shuts down (or while it does, its tasks no longer polled), work left to
+/// finish (the release of a dropped guard) opens a connection of its own.
+#[derive(Clone)]
+pub(crate) enum Reopen {
+    /// A new connection to the one server.
+    Single(redis::Client),
+    /// A new cluster connection.
+    #[cfg(feature = "cluster")]
+    Cluster(redis::cluster::ClusterClient),
+    /// No new connection: the client's own (a sentinel's master is found
+    /// by the follower's connections).
+    #[cfg(feature = "sentinel")]
+    Same,
+}
+
+impl Reopen {
+    /// A command connection for the current runtime.
+    pub(crate) async fn open(
+        &self,
+        current: &Conn,
+        config: &crate::config::Config,
+    ) -> redis::RedisResult<Conn> {
+        let _ = (current, config);
+        match self {
+            Reopen::Single(client) => {
+                let settings = redis::AsyncConnectionConfig::new()
+                    .set_connection_timeout(Some(config.connection_timeout))
+                    .set_response_timeout(Some(config.response_timeout));
+                Ok(Conn::Direct(
+                    client
+                        .get_multiplexed_async_connection_with_config(&settings)
+                        .await?,
+                ))
+            }
+            #[cfg(feature = "cluster")]
+            Reopen::Cluster(client) => Ok(Conn::Cluster(client.get_async_connection().await?)),
+            #[cfg(feature = "sentinel")]
+            Reopen::Same => Ok(current.clone()),
+        }
+    }
+}
+
+impl std::fmt::Debug for Reopen {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Reopen")
     }
 }

@@ -60,6 +60,8 @@ pub(crate) struct ClientInner {
     /// Owner fields made from `id`, shared by the holds of one owner.
     pub(crate) fields: crate::keys::OwnerFields,
     pub(crate) conn: Conn,
+    /// How work left at a runtime's shutdown opens a connection.
+    pub(crate) reopen: conn::Reopen,
     pub(crate) pubsub: Arc<PubSub>,
     pub(crate) registry: Registry,
     pub(crate) sweeper: Sweeper,
@@ -301,7 +303,13 @@ impl Client {
         Ok(())
     }
 
-    fn assemble(conn: Conn, pubsub: PubSub, config: Config, addr: String) -> Client {
+    fn assemble(
+        conn: Conn,
+        reopen: conn::Reopen,
+        pubsub: PubSub,
+        config: Config,
+        addr: String,
+    ) -> Client {
         let registry = Registry::new(
             conn.clone(),
             config.watchdog_timeout,
@@ -315,6 +323,7 @@ impl Client {
                 id,
                 fields: crate::keys::OwnerFields::new(id),
                 conn,
+                reopen,
                 pubsub: Arc::new(pubsub),
                 registry,
                 sweeper,

@@ -467,8 +467,8 @@ fn dispatch(channels: &Channels, info: PushInfo) {
 mod tests {
     use std::future::Future;
 
+    use super::*;
     use crate::watchdog::Recheck;
-use super::*;
 
     fn slot(broadcast: bool) -> Slot {
         Slot {

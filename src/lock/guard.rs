@@ -9,6 +9,7 @@ use tracing::Instrument;
 
 use super::holds::{Slot, SlotLease};
 use super::{release_hold_as, Kind};
+use crate::client::conn::Conn;
 use crate::finish::{spawn_to_end, Finish};
 use crate::telemetry::{self, Subject};
 use crate::watchdog::{HoldKey, LeaseState, RenewCall};
@@ -420,10 +421,16 @@ impl Release {
     /// Sends the release (again, when it was sent before: the unlock latch
     /// makes that harmless).
     pub(crate) async fn send(&self) -> Result<()> {
+        self.send_on(self.client.inner.conn.clone()).await
+    }
+
+    /// [`Release::send`] on `conn`.
+    async fn send_on(&self, conn: Conn) -> Result<()> {
         let span =
             tracing::info_span!("ferrisson.release", lock = %self.key.0, kind = self.kind.label());
         release_hold_as(
             &self.client,
+            conn,
             self.kind,
             &self.key.0,
             &self.key.1,
@@ -432,13 +439,6 @@ impl Release {
         )
         .instrument(span)
         .await
-    }
-
-    /// How long a release left at a runtime's shutdown may take on a
-    /// runtime of its own: a connection and a reply.
-    fn rescue_bound(&self) -> Duration {
-        let config = &self.client.inner.config;
-        config.connection_timeout + config.response_timeout
     }
 }
 
@@ -459,11 +459,11 @@ impl Drop for LockGuard {
         };
         // Finished even when the runtime shuts down first (see
         // `spawn_to_end`): a program that returns normally leaves no hold.
-        let bound = release.rescue_bound();
-        spawn_to_end(&runtime, bound, move || {
+        let client = release.client.clone();
+        spawn_to_end(&client, &runtime, move |conn| {
             let release = Arc::clone(&release);
             async move {
-                match release.send().await {
+                match release.send_on(conn).await {
                     Ok(()) => {}
                     Err(err @ (Error::LeaseLost { .. } | Error::NotHeld { .. })) => {
                         tracing::debug!(lock = %release.key.0, error = %err,

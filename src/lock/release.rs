@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use crate::client::conn::Conn;
 use crate::error::is_connection_failure;
 use crate::lock::Kind;
 use crate::scripts::{
@@ -20,14 +21,16 @@ pub(crate) async fn release_hold(
     lease_ms: u64,
 ) -> Result<()> {
     let request_id = client.inner.request_id();
-    release_hold_as(client, kind, name, owner, lease_ms, &request_id).await
+    let conn = client.inner.conn.clone();
+    release_hold_as(client, conn, kind, name, owner, lease_ms, &request_id).await
 }
 
-/// [`release_hold`] under a request id the caller chose: a second call
-/// with the same id (the same release, run again after its runtime shut
-/// down) releases nothing more.
+/// [`release_hold`] on `conn`, under a request id the caller chose: a
+/// second call with the same id (the same release, run again after its
+/// runtime shut down, on a connection of its own) releases nothing more.
 pub(crate) async fn release_hold_as(
     client: &Client,
+    mut conn: Conn,
     kind: Kind,
     name: &str,
     owner: &str,
@@ -39,7 +42,6 @@ pub(crate) async fn release_hold_as(
     let channel = kind.channel(name);
     let latch_ttl = inner.config.unlock_latch_ttl_ms();
     let attempts = inner.config.release_attempts.max(1);
-    let mut conn = inner.conn.clone();
     let mut sent = 0;
     let reply = loop {
         sent += 1;
