@@ -11,8 +11,9 @@ use tokio::time::Instant;
 
 use crate::acquire_latch::{self, GiveBack, Request, RequestSlot, Taken};
 use crate::args;
+use crate::client::conn::Conn;
 use crate::config::MAX_DURATION;
-use crate::finish::{runtime, Finish};
+use crate::finish::{runtime, spawn_to_end, Finish};
 use crate::object::{Object, Synced};
 use crate::telemetry;
 use crate::waiting::{wait_on, Channel, Tried};
@@ -136,7 +137,17 @@ fn call(
 /// Gives back the permits `ids`, all or none: `Ok(None)` when they were
 /// all out, else the first that was not (and none was given back).
 async fn give_back(client: &Client, name: &str, ids: &[PermitId]) -> Result<Option<PermitId>> {
-    let mut conn = client.inner.conn.clone();
+    give_back_on(client, client.inner.conn.clone(), name, ids).await
+}
+
+/// [`give_back`] on `conn`. Safe to send twice: a permit given back is no
+/// longer out, and the second send finds it missing.
+async fn give_back_on(
+    client: &Client,
+    mut conn: Conn,
+    name: &str,
+    ids: &[PermitId],
+) -> Result<Option<PermitId>> {
     let released: i64 = call(client, name, "release", ids, 0)
         .invoke_async(&mut conn)
         .await
@@ -815,15 +826,21 @@ impl Drop for Permit {
         };
         let id = self.id;
         let runtime = hold.runtime.clone();
-        // On a runtime that shut down, nothing is sent: the permit comes
-        // back with its lease, if it has one.
-        runtime.spawn(async move {
-            match give_back(&hold.client, &hold.name, &[id]).await {
-                Ok(None) => hold.released(),
-                Ok(Some(_)) => tracing::debug!(semaphore = %hold.name, permit = %id,
-                    "dropped permit had expired already"),
-                Err(err) => tracing::warn!(semaphore = %hold.name, permit = %id, error = %err,
-                    "could not release a dropped permit"),
+        let client = hold.client.clone();
+        let hold = Arc::new(hold);
+        // Finished even when the runtime shuts down first (see
+        // `spawn_to_end`): a program that returns normally leaves no permit
+        // out.
+        spawn_to_end(&client, &runtime, move |conn| {
+            let hold = Arc::clone(&hold);
+            async move {
+                match give_back_on(&hold.client, conn, &hold.name, &[id]).await {
+                    Ok(None) => hold.released(),
+                    Ok(Some(_)) => tracing::debug!(semaphore = %hold.name, permit = %id,
+                        "dropped permit had expired already"),
+                    Err(err) => tracing::warn!(semaphore = %hold.name, permit = %id, error = %err,
+                        "could not release a dropped permit"),
+                }
             }
         });
     }

@@ -293,3 +293,44 @@ async fn a_restart_without_data_is_noticed_at_once() {
     within(watchdog / 6, guard.lease_lost()).await;
     assert_eq!(client.held_locks(), 0);
 }
+
+/// A fair waiter still waiting, and a permit still out, when the runtime
+/// ends: the waiter leaves the queue and the permit comes back before the
+/// runtime's drop returns.
+#[test]
+fn a_waiter_and_a_permit_left_as_the_runtime_ends_leave_nothing() {
+    let server = RedisServer::start();
+    let rt = runtime(false);
+    rt.block_on(async {
+        let holder = client(&server, Duration::from_secs(30)).await;
+        let waiters = client(&server, Duration::from_secs(30)).await;
+        let _held = soon(holder.fair_lock("edges:fair").lock()).await.unwrap();
+        let lock = waiters.fair_lock("edges:fair");
+        let _waiting = tokio::spawn(async move { lock.lock().await });
+        common::eventually(Duration::from_secs(10), || async {
+            server
+                .cmd(&["ZCARD", "redisson_lock_timeout:{edges:fair}"])
+                .as_int()
+                == Some(1)
+        })
+        .await;
+        let semaphore = holder.permit_expirable_semaphore("edges:permits");
+        assert!(soon(semaphore.try_set_permits(1)).await.unwrap());
+        let _permit = soon(semaphore.acquire()).await.unwrap();
+        // The runtime ends with the waiter waiting and the permit out.
+    });
+    drop(rt);
+    for key in [
+        "edges:fair",
+        "redisson_lock_queue:{edges:fair}",
+        "redisson_lock_timeout:{edges:fair}",
+    ] {
+        assert!(!exists(&server, key), "{key} outlived its runtime");
+    }
+    let rt = runtime(false);
+    rt.block_on(async {
+        let client = client(&server, Duration::from_secs(30)).await;
+        let semaphore = client.permit_expirable_semaphore("edges:permits");
+        assert_eq!(soon(semaphore.available_permits()).await.unwrap(), 1);
+    });
+}

@@ -8,8 +8,9 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::LockCore;
+use crate::client::conn::Conn;
 use crate::error::is_connection_failure;
-use crate::finish::{runtime, Finish};
+use crate::finish::{runtime, spawn_to_end, Finish};
 use crate::scripts::{FAIR_LEAVE, UNLOCK_MESSAGE};
 use crate::watchdog::HoldKey;
 use crate::{keys, Client};
@@ -54,8 +55,15 @@ impl Drop for QueueExit<'_> {
             return;
         };
         let key: HoldKey = (Arc::clone(&self.lock.obj.name), Arc::clone(&self.field));
-        let leave = FairOwners::use_of(&self.lock.obj.client, &key);
-        runtime.spawn(leave_queue(leave, self.waiter_ms));
+        let client = &self.lock.obj.client;
+        let leave = Arc::new(FairOwners::use_of(client, &key));
+        let waiter_ms = self.waiter_ms;
+        // Finished even when the runtime shuts down first (see
+        // `spawn_to_end`): a program that returns normally leaves no queue
+        // entry. Leaving twice is harmless.
+        spawn_to_end(client, &runtime, move |conn| {
+            leave_queue_on(Arc::clone(&leave), conn, waiter_ms)
+        });
     }
 }
 
@@ -147,11 +155,17 @@ impl OwnerUse {
     /// Sends a leave unless a wait of the owner is in progress: `None`
     /// then (that wait leaves when it ends).
     async fn send_leave(&self, waiter_ms: u64) -> Option<redis::RedisResult<()>> {
+        self.send_leave_on(self.client.inner.conn.clone(), waiter_ms)
+            .await
+    }
+
+    /// [`OwnerUse::send_leave`] on `conn`.
+    async fn send_leave_on(&self, conn: Conn, waiter_ms: u64) -> Option<redis::RedisResult<()>> {
         let _sending = self.owner.sending.lock().await;
         if self.owner.waits.load(Ordering::Acquire) > 0 {
             return None;
         }
-        Some(send_leave(&self.client, &self.key.0, &self.key.1, waiter_ms).await)
+        Some(send_leave(&self.client, conn, &self.key.0, &self.key.1, waiter_ms).await)
     }
 }
 
@@ -161,8 +175,14 @@ impl OwnerUse {
 /// timeout); other failures are logged (the entry then counts as dead
 /// after the waiter timeout).
 pub(super) async fn leave_queue(leave: OwnerUse, waiter_ms: u64) {
+    let conn = leave.client.inner.conn.clone();
+    leave_queue_on(Arc::new(leave), conn, waiter_ms).await;
+}
+
+/// [`leave_queue`], its first send on `conn`.
+async fn leave_queue_on(leave: Arc<OwnerUse>, conn: Conn, waiter_ms: u64) {
     let (name, owner) = (Arc::clone(&leave.key.0), Arc::clone(&leave.key.1));
-    let failed = match leave.send_leave(waiter_ms).await {
+    let failed = match leave.send_leave_on(conn, waiter_ms).await {
         None | Some(Ok(())) => return,
         Some(Err(err)) if is_connection_failure(&err) => err,
         Some(Err(err)) => {
@@ -204,11 +224,11 @@ pub(super) async fn leave_queue(leave: OwnerUse, waiter_ms: u64) {
 /// One send of the fair lock's leave script.
 async fn send_leave(
     client: &Client,
+    mut conn: Conn,
     name: &str,
     field: &str,
     waiter_ms: u64,
 ) -> redis::RedisResult<()> {
-    let mut conn = client.inner.conn.clone();
     FAIR_LEAVE
         .key(keys::fair_queue(name))
         .key(keys::fair_timeouts(name))
