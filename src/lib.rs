@@ -263,9 +263,36 @@
 //! `guard.unlock().await` is the documented path: it reports a lost lease or a
 //! failed release. Dropping a guard releases it in the background, on the
 //! runtime it was taken on. That never blocks and never panics, but it is not
-//! immediate, and a failure is only logged. If that runtime is gone, nothing is
-//! sent, and the lock frees itself when its lease runs out. A dropped [`Permit`]
-//! is released the same way.
+//! immediate, and a failure is only logged. A dropped [`Permit`] is released
+//! the same way, and a fair waiter whose wait was dropped leaves the queue the
+//! same way.
+//!
+//! [`Lock::unlock`] is Redisson's `unlock()`: where a guard of the same owner
+//! is alive, it releases the newest guard's hold, and that guard's drop then
+//! sends nothing. So `let _g = lock.lock().await?; ...; lock.unlock().await?;`
+//! releases once, as in Java, and never a hold taken later.
+//!
+//! ## Runtimes and the end of a program
+//!
+//! A program that returns normally leaves nothing behind: no hold, no permit,
+//! no queue entry. A release still pending when its runtime shuts down (a
+//! guard dropped on the last line of `#[tokio::main]`, a dropped `Runtime`,
+//! the end of a `#[tokio::test]`) is not lost with the runtime's tasks: the
+//! runtime's drop runs it once more, on a thread and a connection of its own,
+//! and waits for it, at most the connection and response timeouts (3 s and
+//! 3 s by default). `Runtime::shutdown_background` does not wait, and a
+//! crash or `std::process::exit` leaves the holds to their leases.
+//!
+//! A [`Client`] runs its background work (the watchdog, the pub/sub listener,
+//! the connection) on the runtime it was built on. Build it in the runtime
+//! that uses it, or on one that outlives every use: a client whose runtime
+//! has shut down reports the holds its watchdog kept as lost at once
+//! ([`LockGuard::lease_lost`] resolves) and refuses every new call with
+//! [`Error::RuntimeGone`]. In tests, build a client in each `#[tokio::test]`
+//! rather than sharing one through a static: each test's runtime ends with the
+//! test. A client may be used from other runtimes while its own runs, provided
+//! that its own runs its tasks by itself (a multi-thread runtime, or one whose
+//! `block_on` is in progress).
 //!
 //! A guard tells its holder when the lock is no longer its own, so long work
 //! can stop instead of running unprotected:
@@ -365,6 +392,7 @@
 //!   owner id. Zero permits, a latch count of zero and an empty multi-lock are
 //!   refused too.
 //! - `WrongType`: the key holds other data. It is left alone.
+//! - `RuntimeGone`: the runtime the client was built on has shut down.
 //! - `UpgradeRefused`: a reader asked for the write lock.
 //! - `NotReplicated`: replica sync is on and too few replicas acknowledged an
 //!   acquire; the hold was given back.

@@ -44,7 +44,15 @@ use crate::{
 ///
 /// - **On reconnect**: commands fail while Redis is unreachable and work
 ///   again once the connection is back; subscriptions are renewed by the
-///   subscription connection, and waiters are woken to try again.
+///   subscription connection, and waiters are woken to try again. A lost
+///   connection also makes the watchdog renew every held lease at once, so
+///   a Redis that came back empty (or a new master that never got a hold)
+///   is noticed as soon as it answers.
+/// - **On its runtime's shutdown**: the client's background work runs on
+///   the runtime it was built on. Once that runtime is gone, the holds the
+///   watchdog kept are reported lost, and every new call fails with
+///   [`Error::RuntimeGone`](crate::Error::RuntimeGone): build the client on
+///   a runtime that outlives its use.
 /// - **On lease loss**: the watchdog marks every guard on that lock as lost
 ///   ([`LockGuard::lease_lost`](crate::LockGuard::lease_lost)) and logs a
 ///   warning.

@@ -24,9 +24,14 @@ use crate::{Client, Error, Result};
 /// Release it with [`LockGuard::unlock`], which reports what happened.
 /// Dropping a guard without `unlock` releases it in the background on the
 /// runtime the lock was taken on: it never blocks and never panics, but it
-/// is not immediate, and a failure is only logged. If that runtime is gone,
-/// nothing is sent and the lock frees itself when its lease runs out (the
-/// watchdog timeout in watchdog mode).
+/// is not immediate, and a failure is only logged. When that runtime shuts
+/// down before the release ended (or had shut down already), its drop, or
+/// the guard's, sends the release once more on a thread and a connection of
+/// their own, waiting at most the client's connection and response
+/// timeouts: a program that returns normally leaves no hold behind.
+///
+/// [`Lock::unlock`](crate::Lock::unlock) beside a live guard releases the
+/// newest guard's hold; that guard then sends nothing when it goes.
 ///
 /// The guard is `Send + 'static`: it can move into a spawned task. Its hold
 /// still belongs to the owner that took it (the task that called `lock`),
