@@ -468,7 +468,6 @@ mod tests {
     use std::future::Future;
 
     use super::*;
-    use crate::watchdog::Recheck;
 
     fn slot(broadcast: bool) -> Slot {
         Slot {
