@@ -172,8 +172,13 @@ impl LockCore {
     fn hold_ttl(&self, req: &AcquireRequest<'_>) -> u64 {
         let inner = &self.obj.client.inner;
         let watchdog_ms = inner.config.watchdog_timeout.as_millis() as u64;
-        // Nor below the lease another leased hold of the owner still has.
+        // Nor below the lease another leased hold of the owner still has;
+        // but for read holds, whose script keeps one timeout key per hold
+        // and the hash as long as the longest.
         let left = || {
+            if self.kind == Kind::Read {
+                return 0;
+            }
             inner
                 .guards
                 .lease_left(&req.key)
