@@ -9,13 +9,13 @@
 --
 -- Replies 1 when the lock existed (deleted, first live waiter woken on its
 -- own channel), else 0. A key of another type is left alone and fails with
--- WRONGTYPE.
+-- `WRONGTYPE holds a <type>: <key>`.
 local kind = redis.call('type', KEYS[1])['ok']
 if kind == 'none' then
     return 0
 end
 if kind ~= 'hash' then
-    return redis.error_reply('WRONGTYPE the key holds a ' .. kind .. ', not a lock hash')
+    return redis.error_reply('WRONGTYPE holds a ' .. kind .. ': ' .. KEYS[1])
 end
 -- shared: purge dead waiters (the server's time, then every queue head
 -- whose timeout has passed, or that has none, leaves the line)

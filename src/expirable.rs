@@ -140,7 +140,7 @@ async fn give_back(client: &Client, name: &str, ids: &[PermitId]) -> Result<Opti
     let released: i64 = call(client, name, "release", ids, 0)
         .invoke_async(&mut conn)
         .await
-        .map_err(|e| Error::from_redis(e, name))?;
+        .map_err(|e| Error::from_redis(e, name, "semaphore"))?;
     match released {
         1 => Ok(None),
         missing if missing < 0 => Ok(ids.get((-missing - 1) as usize).copied()),

@@ -161,6 +161,25 @@ fn request_latch(prefix: &str, name: &str, request_id: &str) -> String {
     key
 }
 
+/// What ferrisson keeps at `key`, a helper key of the object `name`: the
+/// words an `Error::WrongType` about it uses.
+/// `None` for any other key (the object's own, for one).
+pub(crate) fn kept_at(name: &str, key: &str) -> Option<&'static str> {
+    if key == name {
+        None
+    } else if key == fencing_token(name) {
+        Some("fencing token counter")
+    } else if key == fair_queue(name) {
+        Some("fair lock queue")
+    } else if key == fair_timeouts(name) {
+        Some("fair lock waiter deadlines")
+    } else if key == permit_timeouts(name) {
+        Some("set of permits out")
+    } else {
+        None
+    }
+}
+
 /// The Redis Cluster hash slot of `key`: CRC16 (XMODEM) of its hash tag
 /// (the text between the first `{` and the next `}`, when not empty), or of
 /// the whole key, modulo 16384.
@@ -191,6 +210,21 @@ pub(crate) fn slot(key: &[u8]) -> u16 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn helper_keys_are_told_apart() {
+        assert_eq!(kept_at("a", "a"), None);
+        assert_eq!(
+            kept_at("a", "redisson_lock_token:{a}"),
+            Some("fencing token counter")
+        );
+        assert_eq!(
+            kept_at("a", "redisson_lock_queue:{a}"),
+            Some("fair lock queue")
+        );
+        assert_eq!(kept_at("a", "{a}:timeout"), Some("set of permits out"));
+        assert_eq!(kept_at("a", "b"), None);
+    }
 
     #[test]
     fn slots_follow_the_cluster_spec() {

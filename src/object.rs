@@ -48,7 +48,7 @@ impl Object {
 
     /// The crate's error for what Redis replied about this object.
     pub(crate) fn error(&self, err: redis::RedisError) -> Error {
-        Error::from_redis(err, &self.name)
+        Error::from_redis(err, &self.name, self.what)
     }
 
     /// A handle on the client's connection.

@@ -389,7 +389,7 @@ async fn keys_of_the_wrong_type_are_left_alone() {
             }
             let err = soon(lock.unlock()).await.unwrap_err();
             assert!(
-                matches!(err, Error::WrongType { ref name } if name == "wrong"),
+                matches!(err, Error::WrongType { ref name, .. } if name == "wrong"),
                 "{err}"
             );
         }

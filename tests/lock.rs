@@ -660,7 +660,7 @@ async fn bad_input_gets_a_clear_error_and_writes_nothing() {
         soon(other.unlock()).await,
     ] {
         assert!(
-            matches!(result, Err(Error::WrongType { ref name }) if name == "taken"),
+            matches!(result, Err(Error::WrongType { ref name, .. }) if name == "taken"),
             "{result:?}"
         );
     }
