@@ -180,6 +180,20 @@ pub(crate) fn kept_at(name: &str, key: &str) -> Option<&'static str> {
     }
 }
 
+/// Whether one field of a hash, with its value, belongs in a lock's hash
+/// (Redisson's layout): a read-write lock's `mode`, or an owner field,
+/// `<client>:<owner>` (a colon in it), holding a count (decimal digits).
+/// A hash with any other field is someone else's data, which no lock call
+/// touches. The scripts apply the same rule (`lua/README.md`, "refuse
+/// what is no lock"); the inspector too.
+pub(crate) fn is_lock_hold(field: &str, value: &str) -> bool {
+    field == "mode" || (field.contains(':') && is_digits(value))
+}
+
+fn is_digits(text: &str) -> bool {
+    !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit())
+}
+
 /// The Redis Cluster hash slot of `key`: CRC16 (XMODEM) of its hash tag
 /// (the text between the first `{` and the next `}`, when not empty), or of
 /// the whole key, modulo 16384.
@@ -212,7 +226,16 @@ mod tests {
     use super::*;
 
     #[test]
-    fn helper_keys_are_told_apart() {
+    fn lock_holds_and_counts_are_told_from_other_data() {
+        assert!(is_lock_hold("mode", "read"));
+        assert!(is_lock_hold("0b3c-uuid:task-7", "2"));
+        assert!(is_lock_hold("0b3c-uuid:task-7:write", "1"));
+        assert!(!is_lock_hold("name", "bob"));
+        assert!(!is_lock_hold("name", "3"));
+        assert!(!is_lock_hold("a:b", "bob"));
+        assert!(!is_lock_hold("a:b", ""));
+        assert!(!is_lock_hold("a:b", "-1"));
+        assert!(!is_lock_hold("a:b", "+1"));
         assert_eq!(kept_at("a", "a"), None);
         assert_eq!(
             kept_at("a", "redisson_lock_token:{a}"),
