@@ -190,6 +190,14 @@ pub(crate) fn is_lock_hold(field: &str, value: &str) -> bool {
     field == "mode" || (field.contains(':') && is_digits(value))
 }
 
+/// Whether a string is a semaphore's or a latch's count, or a fencing
+/// token counter: a decimal integer, perhaps negative. The scripts apply
+/// the same rule ("read a count"); the inspector too.
+#[allow(dead_code)] // the inspector's, which includes this file
+pub(crate) fn is_count(value: &str) -> bool {
+    is_digits(value.strip_prefix('-').unwrap_or(value))
+}
+
 fn is_digits(text: &str) -> bool {
     !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit())
 }
@@ -236,6 +244,9 @@ mod tests {
         assert!(!is_lock_hold("a:b", ""));
         assert!(!is_lock_hold("a:b", "-1"));
         assert!(!is_lock_hold("a:b", "+1"));
+        assert!(is_count("0") && is_count("42") && is_count("-3"));
+        assert!(!is_count("") && !is_count("-") && !is_count("4.5"));
+        assert!(!is_count("+4") && !is_count(" 4") && !is_count("token-9f2c"));
         assert_eq!(kept_at("a", "a"), None);
         assert_eq!(
             kept_at("a", "redisson_lock_token:{a}"),
