@@ -42,20 +42,57 @@
 --              less the permits out, perhaps below zero), publishes the new
 --              available count, and replies it
 --   drain      takes every available permit: replies how many
+--
+-- A semaphore key of another type (or a string that is no integer), or a
+-- KEYS[2] that is no sorted set, is left alone and fails with
+-- `WRONGTYPE holds a <type>: <key>`, whatever the operation.
+-- shared: read a count (the integer a string `key` holds; false when the
+-- key is missing; else, another type or a string that is no integer, the
+-- error reply `WRONGTYPE holds a <type>: <key>`)
+local function count_of(key)
+    local kind = redis.call('type', key)['ok']
+    if kind == 'none' then
+        return false
+    end
+    if kind == 'string' then
+        local value = redis.call('get', key)
+        if string.find(value, '^%-?%d+$') then
+            return tonumber(value)
+        end
+    end
+    return redis.error_reply('WRONGTYPE holds a ' .. kind .. ': ' .. key)
+end
+-- end shared
+-- shared: refuse another type (nil when `key` is missing or holds a
+-- `want`; else the error reply `WRONGTYPE holds a <type>: <key>`)
+local function wrong_type(key, want)
+    local kind = redis.call('type', key)['ok']
+    if kind == 'none' or kind == want then
+        return nil
+    end
+    return redis.error_reply('WRONGTYPE holds a ' .. kind .. ': ' .. key)
+end
+-- end shared
+local refused = wrong_type(KEYS[2], 'zset')
+if refused then
+    return refused
+end
+refused = count_of(KEYS[1])
+if type(refused) == 'table' then
+    return refused
+end
+
 local time = redis.call('time')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 local forever = tonumber(ARGV[5])
 
+-- The available permits (checked above: a missing key or an integer).
 local function available()
     local value = redis.call('get', KEYS[1])
     if value == false then
         return 0
     end
-    local n = tonumber(value)
-    if n == nil then
-        return redis.error_reply('ERR the semaphore holds a value that is not an integer')
-    end
-    return n
+    return tonumber(value)
 end
 
 local expired = redis.call('zremrangebyscore', KEYS[2], '-inf', now)
@@ -96,9 +133,6 @@ if op == 'acquire' then
         return nil
     end
     local n = available()
-    if type(n) == 'table' then
-        return n
-    end
     if n >= #ids then
         redis.call('decrby', KEYS[1], #ids)
         local at = expiry()
@@ -146,25 +180,14 @@ elseif op == 'available' then
 elseif op == 'out' then
     return redis.call('zcard', KEYS[2])
 elseif op == 'total' then
-    local n = available()
-    if type(n) == 'table' then
-        return n
-    end
-    return n + redis.call('zcard', KEYS[2])
+    return available() + redis.call('zcard', KEYS[2])
 elseif op == 'set' then
-    local n = available()
-    if type(n) == 'table' then
-        return n
-    end
     local value = tonumber(ARGV[4]) - redis.call('zcard', KEYS[2])
     redis.call('set', KEYS[1], value)
     redis.call(ARGV[2], KEYS[3], value)
     return value
 elseif op == 'drain' then
     local n = available()
-    if type(n) == 'table' then
-        return n
-    end
     if n <= 0 then
         return 0
     end

@@ -30,9 +30,52 @@
 -- replies nil again and changes nothing. A request given up by its client
 -- (latch `x`, see acquire_cancel.lua) that reaches Redis late changes
 -- nothing and replies -2.
+--
+-- A lock key that is no lock hash (another type, or a hash with other
+-- fields), a queue that is no list or a timeout set that is no sorted set
+-- fails with `WRONGTYPE holds a <type>: <key>` and changes nothing.
+-- shared: refuse what is no lock (nil when `key` is missing or holds a lock
+-- hash; else the error reply `WRONGTYPE holds a <type>: <key>`. A lock
+-- hash's fields are `mode` and owner fields, `<client>:<owner>`, whose
+-- values are counts. One HSCAN page is read: all of a small hash, a
+-- bounded part of a big one)
+local function not_a_lock(key)
+    local kind = redis.call('type', key)['ok']
+    if kind == 'none' then
+        return nil
+    end
+    if kind == 'hash' then
+        local page = redis.call('hscan', key, 0, 'count', 100)[2]
+        for i = 1, #page, 2 do
+            local field, value = page[i], page[i + 1]
+            if field ~= 'mode'
+                and not (string.find(field, ':', 1, true) and string.find(value, '^%d+$')) then
+                return redis.error_reply('WRONGTYPE holds a hash: ' .. key)
+            end
+        end
+        return nil
+    end
+    return redis.error_reply('WRONGTYPE holds a ' .. kind .. ': ' .. key)
+end
+-- end shared
+-- shared: refuse another type (nil when `key` is missing or holds a
+-- `want`; else the error reply `WRONGTYPE holds a <type>: <key>`)
+local function wrong_type(key, want)
+    local kind = redis.call('type', key)['ok']
+    if kind == 'none' or kind == want then
+        return nil
+    end
+    return redis.error_reply('WRONGTYPE holds a ' .. kind .. ': ' .. key)
+end
+-- end shared
 local latch = redis.call('get', KEYS[4])
 if latch == 'x' then
     return -2
+end
+local refused = not_a_lock(KEYS[1]) or wrong_type(KEYS[2], 'list')
+    or wrong_type(KEYS[3], 'zset')
+if refused then
+    return refused
 end
 if latch ~= false and redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
     return nil

@@ -12,7 +12,23 @@
 --
 -- Replies 1 when the owner was queued, else 0. When the leaver was first
 -- in line and the lock is free, the next waiter is woken, so that the
--- release that woke the leaver is not lost.
+-- release that woke the leaver is not lost. A queue that is no list or a
+-- timeout set that is no sorted set is left alone and fails with
+-- `WRONGTYPE holds a <type>: <key>`.
+-- shared: refuse another type (nil when `key` is missing or holds a
+-- `want`; else the error reply `WRONGTYPE holds a <type>: <key>`)
+local function wrong_type(key, want)
+    local kind = redis.call('type', key)['ok']
+    if kind == 'none' or kind == want then
+        return nil
+    end
+    return redis.error_reply('WRONGTYPE holds a ' .. kind .. ': ' .. key)
+end
+-- end shared
+local refused = wrong_type(KEYS[1], 'list') or wrong_type(KEYS[2], 'zset')
+if refused then
+    return refused
+end
 local queue = redis.call('lrange', KEYS[1], 0, -1)
 local at = nil
 for i, waiter in ipairs(queue) do

@@ -17,6 +17,43 @@
 -- its own channel), 0 when holds remain, nil when the owner holds nothing
 -- (when the hash is gone altogether, the first waiter is woken all the same).
 -- A retry with the same request id replies what the first call replied.
+-- A lock key that is no lock hash (another type, or a hash with other
+-- fields), a queue that is no list or a timeout set that is no sorted set
+-- is left alone and fails with `WRONGTYPE holds a <type>: <key>`.
+-- shared: refuse what is no lock (nil when `key` is missing or holds a lock
+-- hash; else the error reply `WRONGTYPE holds a <type>: <key>`. A lock
+-- hash's fields are `mode` and owner fields, `<client>:<owner>`, whose
+-- values are counts. One HSCAN page is read: all of a small hash, a
+-- bounded part of a big one)
+local function not_a_lock(key)
+    local kind = redis.call('type', key)['ok']
+    if kind == 'none' then
+        return nil
+    end
+    if kind == 'hash' then
+        local page = redis.call('hscan', key, 0, 'count', 100)[2]
+        for i = 1, #page, 2 do
+            local field, value = page[i], page[i + 1]
+            if field ~= 'mode'
+                and not (string.find(field, ':', 1, true) and string.find(value, '^%d+$')) then
+                return redis.error_reply('WRONGTYPE holds a hash: ' .. key)
+            end
+        end
+        return nil
+    end
+    return redis.error_reply('WRONGTYPE holds a ' .. kind .. ': ' .. key)
+end
+-- end shared
+-- shared: refuse another type (nil when `key` is missing or holds a
+-- `want`; else the error reply `WRONGTYPE holds a <type>: <key>`)
+local function wrong_type(key, want)
+    local kind = redis.call('type', key)['ok']
+    if kind == 'none' or kind == want then
+        return nil
+    end
+    return redis.error_reply('WRONGTYPE holds a ' .. kind .. ': ' .. key)
+end
+-- end shared
 local unlock_latch = KEYS[5]
 -- shared: replay a finished release
 local done = redis.call('get', unlock_latch)
@@ -24,6 +61,11 @@ if done ~= false then
     return tonumber(done)
 end
 -- end shared
+local refused = not_a_lock(KEYS[1]) or wrong_type(KEYS[2], 'list')
+    or wrong_type(KEYS[3], 'zset')
+if refused then
+    return refused
+end
 -- shared: purge dead waiters (the server's time, then every queue head
 -- whose timeout has passed, or that has none, leaves the line)
 local time = redis.call('time')

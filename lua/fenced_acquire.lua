@@ -18,21 +18,70 @@
 -- changing nothing. A request given up by its client (latch `x`, see
 -- acquire_cancel.lua) that reaches Redis late changes nothing and replies
 -- {0, -2}.
--- A key of another type fails with WRONGTYPE and changes nothing.
+-- A lock key that is no lock hash (another type, or a hash with other
+-- fields), or a counter that is no integer, fails with
+-- `WRONGTYPE holds a <type>: <key>` and changes nothing.
+-- shared: refuse what is no lock (nil when `key` is missing or holds a lock
+-- hash; else the error reply `WRONGTYPE holds a <type>: <key>`. A lock
+-- hash's fields are `mode` and owner fields, `<client>:<owner>`, whose
+-- values are counts. One HSCAN page is read: all of a small hash, a
+-- bounded part of a big one)
+local function not_a_lock(key)
+    local kind = redis.call('type', key)['ok']
+    if kind == 'none' then
+        return nil
+    end
+    if kind == 'hash' then
+        local page = redis.call('hscan', key, 0, 'count', 100)[2]
+        for i = 1, #page, 2 do
+            local field, value = page[i], page[i + 1]
+            if field ~= 'mode'
+                and not (string.find(field, ':', 1, true) and string.find(value, '^%d+$')) then
+                return redis.error_reply('WRONGTYPE holds a hash: ' .. key)
+            end
+        end
+        return nil
+    end
+    return redis.error_reply('WRONGTYPE holds a ' .. kind .. ': ' .. key)
+end
+-- end shared
+-- shared: read a count (the integer a string `key` holds; false when the
+-- key is missing; else, another type or a string that is no integer, the
+-- error reply `WRONGTYPE holds a <type>: <key>`)
+local function count_of(key)
+    local kind = redis.call('type', key)['ok']
+    if kind == 'none' then
+        return false
+    end
+    if kind == 'string' then
+        local value = redis.call('get', key)
+        if string.find(value, '^%-?%d+$') then
+            return tonumber(value)
+        end
+    end
+    return redis.error_reply('WRONGTYPE holds a ' .. kind .. ': ' .. key)
+end
+-- end shared
 local granted = redis.call('get', KEYS[3])
 if granted == 'x' then
     return {0, -2}
 end
-if granted ~= false and redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
+-- HEXISTS fails on another type: not held, and looked at below.
+local held = redis.pcall('hexists', KEYS[1], ARGV[2]) == 1
+if granted ~= false and held then
     return {1, tonumber(granted)}
 end
-if redis.call('exists', KEYS[1]) == 0 or redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
-    -- The token first: a counter that is not a number fails the call
-    -- before anything is written (a script's writes are not rolled back).
-    local token = redis.call('incr', KEYS[2])
-    redis.call('hincrby', KEYS[1], ARGV[2], 1)
-    redis.call('pexpire', KEYS[1], ARGV[1])
-    redis.call('set', KEYS[3], token, 'px', ARGV[3])
-    return {1, token}
+if not held and redis.call('exists', KEYS[1]) == 1 then
+    return not_a_lock(KEYS[1]) or {0, redis.call('pttl', KEYS[1])}
 end
-return {0, redis.call('pttl', KEYS[1])}
+-- The token first: a counter that is not a number fails the call before
+-- anything is written (a script's writes are not rolled back).
+local counter = count_of(KEYS[2])
+if type(counter) == 'table' then
+    return counter
+end
+local token = redis.call('incr', KEYS[2])
+redis.call('hincrby', KEYS[1], ARGV[2], 1)
+redis.call('pexpire', KEYS[1], ARGV[1])
+redis.call('set', KEYS[3], token, 'px', ARGV[3])
+return {1, token}

@@ -24,17 +24,48 @@
 -- replies nil again and changes nothing. A request given up by its client
 -- (latch `x`, see acquire_cancel.lua) that reaches Redis late changes
 -- nothing and replies -2.
+--
+-- A key that is no lock hash (another type, or a hash with other fields)
+-- fails with `WRONGTYPE holds a <type>: <key>` and changes nothing.
+-- shared: refuse what is no lock (nil when `key` is missing or holds a lock
+-- hash; else the error reply `WRONGTYPE holds a <type>: <key>`. A lock
+-- hash's fields are `mode` and owner fields, `<client>:<owner>`, whose
+-- values are counts. One HSCAN page is read: all of a small hash, a
+-- bounded part of a big one)
+local function not_a_lock(key)
+    local kind = redis.call('type', key)['ok']
+    if kind == 'none' then
+        return nil
+    end
+    if kind == 'hash' then
+        local page = redis.call('hscan', key, 0, 'count', 100)[2]
+        for i = 1, #page, 2 do
+            local field, value = page[i], page[i + 1]
+            if field ~= 'mode'
+                and not (string.find(field, ':', 1, true) and string.find(value, '^%d+$')) then
+                return redis.error_reply('WRONGTYPE holds a hash: ' .. key)
+            end
+        end
+        return nil
+    end
+    return redis.error_reply('WRONGTYPE holds a ' .. kind .. ': ' .. key)
+end
+-- end shared
 local latch = redis.call('get', KEYS[3])
 if latch == 'x' then
     return -2
 end
+-- HGET fails on another type: looked at here.
+local mode = redis.pcall('hget', KEYS[1], 'mode')
+if type(mode) == 'table' then
+    return not_a_lock(KEYS[1]) or mode
+end
 if latch ~= false and redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
     return nil
 end
-local mode = redis.call('hget', KEYS[1], 'mode')
 if mode == false then
     if redis.call('exists', KEYS[1]) == 1 then
-        return redis.call('pttl', KEYS[1])
+        return not_a_lock(KEYS[1]) or redis.call('pttl', KEYS[1])
     end
     redis.call('hset', KEYS[1], 'mode', 'read', ARGV[2], 1)
     redis.call('set', KEYS[2] .. ':1', 1, 'px', ARGV[1])
@@ -50,4 +81,4 @@ if mode == 'read' or (mode == 'write' and redis.call('hexists', KEYS[1], ARGV[3]
     redis.call('set', KEYS[3], 1, 'px', ARGV[4])
     return nil
 end
-return redis.call('pttl', KEYS[1])
+return not_a_lock(KEYS[1]) or redis.call('pttl', KEYS[1])

@@ -16,7 +16,33 @@
 -- published), 0 when holds remain (this owner's or others'; the hash's TTL
 -- becomes the longest remaining read hold's), nil when the owner holds no
 -- read hold. A retry with the same request id replies what the first call
--- replied, without releasing again.
+-- replied, without releasing again. A key that is no lock hash (another
+-- type, or a hash with other fields) is left alone and fails with
+-- `WRONGTYPE holds a <type>: <key>`.
+-- shared: refuse what is no lock (nil when `key` is missing or holds a lock
+-- hash; else the error reply `WRONGTYPE holds a <type>: <key>`. A lock
+-- hash's fields are `mode` and owner fields, `<client>:<owner>`, whose
+-- values are counts. One HSCAN page is read: all of a small hash, a
+-- bounded part of a big one)
+local function not_a_lock(key)
+    local kind = redis.call('type', key)['ok']
+    if kind == 'none' then
+        return nil
+    end
+    if kind == 'hash' then
+        local page = redis.call('hscan', key, 0, 'count', 100)[2]
+        for i = 1, #page, 2 do
+            local field, value = page[i], page[i + 1]
+            if field ~= 'mode'
+                and not (string.find(field, ':', 1, true) and string.find(value, '^%d+$')) then
+                return redis.error_reply('WRONGTYPE holds a hash: ' .. key)
+            end
+        end
+        return nil
+    end
+    return redis.error_reply('WRONGTYPE holds a ' .. kind .. ': ' .. key)
+end
+-- end shared
 local unlock_latch = KEYS[5]
 -- shared: replay a finished release
 local done = redis.call('get', unlock_latch)
@@ -24,9 +50,14 @@ if done ~= false then
     return tonumber(done)
 end
 -- end shared
-local mode = redis.call('hget', KEYS[1], 'mode')
+-- HGET fails on another type: that, like a lock not held, is looked at
+-- here (nil: not held).
+local mode = redis.pcall('hget', KEYS[1], 'mode')
+if type(mode) == 'table' then
+    return not_a_lock(KEYS[1]) or mode
+end
 if mode == false or redis.call('hexists', KEYS[1], ARGV[2]) == 0 then
-    return nil
+    return not_a_lock(KEYS[1])
 end
 local left = redis.call('hincrby', KEYS[1], ARGV[2], -1)
 if left == 0 then

@@ -12,8 +12,30 @@
 -- Replies the new number of available permits, which is also the message
 -- published; nil, with nothing written or published, when ARGV[3] is `1` and
 -- the semaphore does not exist. The key's TTL, if it has one, is kept. A
--- value that is not an integer is an error (INCRBY's).
-if ARGV[3] == '1' and redis.call('exists', KEYS[1]) == 0 then
+-- key of another type, or a string that is no integer, fails with
+-- `WRONGTYPE holds a <type>: <key>` and changes nothing.
+-- shared: read a count (the integer a string `key` holds; false when the
+-- key is missing; else, another type or a string that is no integer, the
+-- error reply `WRONGTYPE holds a <type>: <key>`)
+local function count_of(key)
+    local kind = redis.call('type', key)['ok']
+    if kind == 'none' then
+        return false
+    end
+    if kind == 'string' then
+        local value = redis.call('get', key)
+        if string.find(value, '^%-?%d+$') then
+            return tonumber(value)
+        end
+    end
+    return redis.error_reply('WRONGTYPE holds a ' .. kind .. ': ' .. key)
+end
+-- end shared
+local available = count_of(KEYS[1])
+if type(available) == 'table' then
+    return available
+end
+if ARGV[3] == '1' and available == false then
     return nil
 end
 local value = redis.call('incrby', KEYS[1], ARGV[1])

@@ -9,8 +9,31 @@
 -- ARGV[4]  the key's TTL in milliseconds; `0` or absent for none
 --          (Redisson's trySetPermits(permits, timeToLive))
 --
--- Replies 1 when the key was set, 0 when it already existed (untouched).
-if redis.call('exists', KEYS[1]) == 1 then
+-- Replies 1 when the key was set, 0 when it already existed (untouched). A
+-- key of another type, or a string that is no integer, is left alone and
+-- fails with `WRONGTYPE holds a <type>: <key>`.
+-- shared: read a count (the integer a string `key` holds; false when the
+-- key is missing; else, another type or a string that is no integer, the
+-- error reply `WRONGTYPE holds a <type>: <key>`)
+local function count_of(key)
+    local kind = redis.call('type', key)['ok']
+    if kind == 'none' then
+        return false
+    end
+    if kind == 'string' then
+        local value = redis.call('get', key)
+        if string.find(value, '^%-?%d+$') then
+            return tonumber(value)
+        end
+    end
+    return redis.error_reply('WRONGTYPE holds a ' .. kind .. ': ' .. key)
+end
+-- end shared
+local count = count_of(KEYS[1])
+if type(count) == 'table' then
+    return count
+end
+if count ~= false then
     return 0
 end
 local ttl = tonumber(ARGV[4] or '0')

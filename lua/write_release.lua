@@ -13,7 +13,33 @@
 -- deleted, or, when the writer still has read holds, its mode becomes
 -- `read`; the message is published either way, so waiting readers can
 -- enter), nil when the owner holds no write hold. A retry with the same
--- request id replies what the first call replied.
+-- request id replies what the first call replied. A key that is no lock
+-- hash (another type, or a hash with other fields) is left alone and fails
+-- with `WRONGTYPE holds a <type>: <key>`.
+-- shared: refuse what is no lock (nil when `key` is missing or holds a lock
+-- hash; else the error reply `WRONGTYPE holds a <type>: <key>`. A lock
+-- hash's fields are `mode` and owner fields, `<client>:<owner>`, whose
+-- values are counts. One HSCAN page is read: all of a small hash, a
+-- bounded part of a big one)
+local function not_a_lock(key)
+    local kind = redis.call('type', key)['ok']
+    if kind == 'none' then
+        return nil
+    end
+    if kind == 'hash' then
+        local page = redis.call('hscan', key, 0, 'count', 100)[2]
+        for i = 1, #page, 2 do
+            local field, value = page[i], page[i + 1]
+            if field ~= 'mode'
+                and not (string.find(field, ':', 1, true) and string.find(value, '^%d+$')) then
+                return redis.error_reply('WRONGTYPE holds a hash: ' .. key)
+            end
+        end
+        return nil
+    end
+    return redis.error_reply('WRONGTYPE holds a ' .. kind .. ': ' .. key)
+end
+-- end shared
 local unlock_latch = KEYS[3]
 -- shared: replay a finished release
 local done = redis.call('get', unlock_latch)
@@ -21,12 +47,15 @@ if done ~= false then
     return tonumber(done)
 end
 -- end shared
-if redis.call('hget', KEYS[1], 'mode') ~= 'write' then
-    return nil
+-- HGET fails on another type: that, like a lock not held, is looked at
+-- here (nil: not held).
+local mode = redis.pcall('hget', KEYS[1], 'mode')
+if mode ~= 'write' then
+    return not_a_lock(KEYS[1]) or (type(mode) == 'table' and mode or nil)
 end
 local held = redis.call('hget', KEYS[1], ARGV[3])
 if held == false then
-    return nil
+    return not_a_lock(KEYS[1])
 end
 -- shared: drop one hold (`held`, the owner's count, read before: with holds
 -- left, the count is lowered, the lease reset and 0 replied; on the last

@@ -110,8 +110,9 @@ impl CountDownLatch {
     /// moved.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`], [`Error::WrongType`], [`Error::Redis`]
-    /// (also when the key holds a string that is not a number).
+    /// [`Error::InvalidArgument`], [`Error::WrongType`] (also when the key
+    /// holds a string that is not a number; it is left alone),
+    /// [`Error::Redis`].
     ///
     /// # Cancel safety
     /// Cancel safe: once sent, the count-down completes in the background.
@@ -141,13 +142,7 @@ impl CountDownLatch {
     /// Cancel safe: it only reads.
     pub async fn count(&self) -> Result<u64> {
         self.obj.checked()?;
-        let mut conn = self.obj.conn();
-        let count: Option<i64> = redis::cmd("GET")
-            .arg(&*self.obj.name)
-            .query_async(&mut conn)
-            .await
-            .map_err(|e| self.obj.error(e))?;
-        Ok(count.unwrap_or(0).max(0) as u64)
+        Ok(self.obj.read_count().await?.max(0) as u64)
     }
 
     /// Waits until the latch is open (its count reached zero, or it was
@@ -203,7 +198,8 @@ impl CountDownLatch {
     /// whether there was a latch.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`], [`Error::Redis`].
+    /// [`Error::InvalidArgument`], [`Error::WrongType`] when the key holds
+    /// other data (which is not deleted), [`Error::Redis`].
     ///
     /// # Cancel safety
     /// Cancel safe: once sent, the delete completes in the background.

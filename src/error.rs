@@ -46,12 +46,32 @@ pub enum Error {
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
 
-    /// The key exists but is not a lock hash: another part of the
-    /// application uses the same name for other data.
-    #[error("key `{name}` exists but is not a lock hash (wrong type)")]
+    /// The key holds data ferrisson did not write: another part of the
+    /// application (or another fleet, a Go service's `SET NX` lock say)
+    /// uses the same name for something else. Every call of every
+    /// synchronizer refuses such a key, reads and deletes included, and
+    /// leaves it as it is: nothing is written for the call.
+    ///
+    /// What counts as the synchronizer's own data: for a lock, a hash whose
+    /// fields are `mode` or owner fields (`<client>:<owner>`) holding a
+    /// count, Redisson's layout; for a semaphore or a latch, a string
+    /// holding an integer. So a hash of other fields (`HSET user:1 name
+    /// bob`) is refused by a lock, and a string that is no integer by a
+    /// semaphore.
+    #[error("key `{name}` holds a {key_type}, not a {expected}")]
     WrongType {
-        /// The lock name.
+        /// The key: the synchronizer's name, or one of its helper keys (a
+        /// fenced lock's token counter, a fair lock's queue...).
         name: String,
+        /// The key's Redis type, as `TYPE` names it: `string`, `list`,
+        /// `set`, `zset`, `hash`, `stream`... (`hash` for a lock: a hash
+        /// whose fields are no lock holds; `string` for a semaphore or a
+        /// latch: a string that is no integer).
+        key_type: String,
+        /// What ferrisson keeps at that key: `lock`, `semaphore`, `latch`,
+        /// `fencing token counter`, `fair lock queue`, `fair lock waiter
+        /// deadlines` or `set of permits out`.
+        expected: &'static str,
     },
 
     /// The owner asked for the write lock of a read-write lock it holds
@@ -160,14 +180,29 @@ impl Error {
         Error::InvalidArgument(what.into())
     }
 
-    /// Turns a Redis WRONGTYPE reply on `name` into [`Error::WrongType`].
-    pub(crate) fn from_redis(err: redis::RedisError, name: &str) -> Self {
-        if err.code() == Some("WRONGTYPE") {
-            Error::WrongType {
-                name: name.to_owned(),
-            }
-        } else {
-            Error::Redis(err)
+    /// Turns a WRONGTYPE reply about the `what` (`lock`, `semaphore`,
+    /// `latch`) named `name` into [`Error::WrongType`]; any other error is
+    /// [`Error::Redis`].
+    ///
+    /// The scripts reply `WRONGTYPE holds a <type>: <key>`, naming the key
+    /// (the object's own, or a helper key) and its type. A WRONGTYPE of
+    /// Redis's own, which names neither, is taken to be about `name`.
+    pub(crate) fn from_redis(err: redis::RedisError, name: &str, what: &'static str) -> Self {
+        if err.code() != Some("WRONGTYPE") {
+            return Error::Redis(err);
+        }
+        let said = err
+            .detail()
+            .and_then(|detail| detail.strip_prefix("holds a "))
+            .and_then(|rest| rest.split_once(": "));
+        let (key_type, key) = match said {
+            Some((key_type, key)) => (key_type.to_owned(), key),
+            None => (UNKNOWN_TYPE.to_owned(), name),
+        };
+        Error::WrongType {
+            expected: crate::keys::kept_at(name, key).unwrap_or(what),
+            name: key.to_owned(),
+            key_type,
         }
     }
 
@@ -187,6 +222,9 @@ impl Error {
         }
     }
 }
+
+/// The `key_type` of a WRONGTYPE from Redis itself, which does not say.
+const UNKNOWN_TYPE: &str = "value of another type";
 
 /// Whether `err` says the connection failed (refused, dropped, timed out)
 /// rather than that Redis refused the command.

@@ -151,7 +151,7 @@ async fn give_back_on(
     let released: i64 = call(client, name, "release", ids, 0)
         .invoke_async(&mut conn)
         .await
-        .map_err(|e| Error::from_redis(e, name))?;
+        .map_err(|e| Error::from_redis(e, name, "semaphore"))?;
     match released {
         1 => Ok(None),
         missing if missing < 0 => Ok(ids.get((-missing - 1) as usize).copied()),
@@ -342,9 +342,10 @@ impl PermitExpirableSemaphore {
     /// # Errors
     /// [`Error::PermitNotOut`] when the permit's lease had run out (it went
     /// back by itself, and may be someone else's now: nothing else is
-    /// touched); [`Error::Redis`] when the connection failed (a lost reply
-    /// is safe to retry with [`release_by_id`](Self::release_by_id): a
-    /// second release of one id finds it not out).
+    /// touched); [`Error::WrongType`] when the keys hold other data;
+    /// [`Error::Redis`] when the connection failed (a lost reply is safe to
+    /// retry with [`release_by_id`](Self::release_by_id): a second release
+    /// of one id finds it not out).
     ///
     /// # Cancel safety
     /// Cancel safe: once sent, the release completes in the background.
@@ -414,7 +415,7 @@ impl PermitExpirableSemaphore {
     /// # Errors
     /// [`Error::PermitNotOut`] when its lease had run out already (it is
     /// not taken again), [`Error::InvalidArgument`] for a lease under 1 ms
-    /// or over a year, [`Error::Redis`].
+    /// or over a year, [`Error::WrongType`], [`Error::Redis`].
     ///
     /// # Cancel safety
     /// Cancel safe: once sent, the update completes in the background; the

@@ -161,6 +161,47 @@ fn request_latch(prefix: &str, name: &str, request_id: &str) -> String {
     key
 }
 
+/// What ferrisson keeps at `key`, a helper key of the object `name`: the
+/// words an `Error::WrongType` about it uses.
+/// `None` for any other key (the object's own, for one).
+pub(crate) fn kept_at(name: &str, key: &str) -> Option<&'static str> {
+    if key == name {
+        None
+    } else if key == fencing_token(name) {
+        Some("fencing token counter")
+    } else if key == fair_queue(name) {
+        Some("fair lock queue")
+    } else if key == fair_timeouts(name) {
+        Some("fair lock waiter deadlines")
+    } else if key == permit_timeouts(name) {
+        Some("set of permits out")
+    } else {
+        None
+    }
+}
+
+/// Whether one field of a hash, with its value, belongs in a lock's hash
+/// (Redisson's layout): a read-write lock's `mode`, or an owner field,
+/// `<client>:<owner>` (a colon in it), holding a count (decimal digits).
+/// A hash with any other field is someone else's data, which no lock call
+/// touches. The scripts apply the same rule (`lua/README.md`, "refuse
+/// what is no lock"); the inspector too.
+pub(crate) fn is_lock_hold(field: &str, value: &str) -> bool {
+    field == "mode" || (field.contains(':') && is_digits(value))
+}
+
+/// Whether a string is a semaphore's or a latch's count, or a fencing
+/// token counter: a decimal integer, perhaps negative. The scripts apply
+/// the same rule ("read a count"); the inspector too.
+#[allow(dead_code)] // the inspector's, which includes this file
+pub(crate) fn is_count(value: &str) -> bool {
+    is_digits(value.strip_prefix('-').unwrap_or(value))
+}
+
+fn is_digits(text: &str) -> bool {
+    !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit())
+}
+
 /// The Redis Cluster hash slot of `key`: CRC16 (XMODEM) of its hash tag
 /// (the text between the first `{` and the next `}`, when not empty), or of
 /// the whole key, modulo 16384.
@@ -191,6 +232,33 @@ pub(crate) fn slot(key: &[u8]) -> u16 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn lock_holds_and_counts_are_told_from_other_data() {
+        assert!(is_lock_hold("mode", "read"));
+        assert!(is_lock_hold("0b3c-uuid:task-7", "2"));
+        assert!(is_lock_hold("0b3c-uuid:task-7:write", "1"));
+        assert!(!is_lock_hold("name", "bob"));
+        assert!(!is_lock_hold("name", "3"));
+        assert!(!is_lock_hold("a:b", "bob"));
+        assert!(!is_lock_hold("a:b", ""));
+        assert!(!is_lock_hold("a:b", "-1"));
+        assert!(!is_lock_hold("a:b", "+1"));
+        assert!(is_count("0") && is_count("42") && is_count("-3"));
+        assert!(!is_count("") && !is_count("-") && !is_count("4.5"));
+        assert!(!is_count("+4") && !is_count(" 4") && !is_count("token-9f2c"));
+        assert_eq!(kept_at("a", "a"), None);
+        assert_eq!(
+            kept_at("a", "redisson_lock_token:{a}"),
+            Some("fencing token counter")
+        );
+        assert_eq!(
+            kept_at("a", "redisson_lock_queue:{a}"),
+            Some("fair lock queue")
+        );
+        assert_eq!(kept_at("a", "{a}:timeout"), Some("set of permits out"));
+        assert_eq!(kept_at("a", "b"), None);
+    }
 
     #[test]
     fn slots_follow_the_cluster_spec() {

@@ -391,7 +391,10 @@
 //!   zero or over-a-year lease or wait, a watchdog timeout under 30 ms, a bad
 //!   owner id. Zero permits, a latch count of zero and an empty multi-lock are
 //!   refused too.
-//! - `WrongType`: the key holds other data. It is left alone.
+//! - `WrongType`: the key holds data ferrisson did not write (another type;
+//!   for a lock, a hash whose fields are no lock holds; for a semaphore or a
+//!   latch, a string that is no integer). Every call refuses it, reads and
+//!   deletes included, names its type, and leaves it alone.
 //! - `RuntimeGone`: the runtime the client was built on has shut down.
 //! - `UpgradeRefused`: a reader asked for the write lock.
 //! - `NotReplicated`: replica sync is on and too few replicas acknowledged an

@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use crate::client::conn::Conn;
 use crate::finish::{runtime, Finish};
-use crate::scripts::SET_IF_MISSING;
+use crate::scripts::{READ_COUNT, SET_IF_MISSING};
 use crate::{args, Client, Error, Result};
 
 /// A name on a client, and what kind of thing it names (for errors).
@@ -50,7 +50,7 @@ impl Object {
 
     /// The crate's error for what Redis replied about this object.
     pub(crate) fn error(&self, err: redis::RedisError) -> Error {
-        Error::from_redis(err, &self.name)
+        Error::from_redis(err, &self.name, self.what)
     }
 
     /// A handle on the client's connection.
@@ -99,6 +99,20 @@ impl Object {
                 .await
         };
         Ok(self.finish(request).await? == 1)
+    }
+}
+
+impl Object {
+    /// The count at the object's key (a semaphore's permits, a latch's
+    /// count): 0 when the key is missing, [`Error::WrongType`] when it is
+    /// not a count.
+    pub(crate) async fn read_count(&self) -> Result<i64> {
+        let mut conn = self.conn();
+        READ_COUNT
+            .key(&*self.name)
+            .invoke_async(&mut conn)
+            .await
+            .map_err(|e| self.error(e))
     }
 }
 

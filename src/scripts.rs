@@ -81,6 +81,14 @@ pub(crate) static SEMAPHORE_RELEASE: LazyLock<Script> =
 pub(crate) static SEMAPHORE_DRAIN: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../lua/semaphore_drain.lua")));
 
+/// `lua/semaphore_delete.lua`: delete a semaphore.
+pub(crate) static SEMAPHORE_DELETE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../lua/semaphore_delete.lua")));
+
+/// `lua/read_count.lua`: a semaphore's permits or a latch's count, read.
+pub(crate) static READ_COUNT: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../lua/read_count.lua")));
+
 /// `lua/set_if_missing.lua`: a semaphore's permits or a latch's count, once.
 pub(crate) static SET_IF_MISSING: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../lua/set_if_missing.lua")));

@@ -12,7 +12,7 @@ use crate::args;
 use crate::config::MAX_DURATION;
 use crate::finish::runtime;
 use crate::object::{Object, Synced};
-use crate::scripts::{SEMAPHORE_ACQUIRE, SEMAPHORE_DRAIN, SEMAPHORE_RELEASE};
+use crate::scripts::{SEMAPHORE_ACQUIRE, SEMAPHORE_DELETE, SEMAPHORE_DRAIN, SEMAPHORE_RELEASE};
 use crate::telemetry;
 use crate::waiting::{wait_on, Channel, Tried};
 use crate::{keys, Client, Error, Result};
@@ -201,7 +201,8 @@ impl Semaphore {
     /// Redisson's `delete()`.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] for a bad name, [`Error::Redis`].
+    /// [`Error::InvalidArgument`] for a bad name, [`Error::WrongType`] when
+    /// the key holds other data (which is not deleted), [`Error::Redis`].
     ///
     /// # Cancel safety
     /// Cancel safe: once sent, the delete completes in the background.
@@ -210,9 +211,9 @@ impl Semaphore {
         let mut conn = self.obj.conn();
         let name = Arc::clone(&self.obj.name);
         let delete = async move {
-            redis::cmd("DEL")
-                .arg(&*name)
-                .query_async::<i64>(&mut conn)
+            SEMAPHORE_DELETE
+                .key(&*name)
+                .invoke_async::<i64>(&mut conn)
                 .await
         };
         Ok(self.obj.finish(delete).await? == 1)
@@ -330,13 +331,7 @@ impl Semaphore {
     /// Cancel safe: it only reads.
     pub async fn available_permits(&self) -> Result<i64> {
         self.obj.checked()?;
-        let mut conn = self.obj.conn();
-        let value: Option<i64> = redis::cmd("GET")
-            .arg(&*self.obj.name)
-            .query_async(&mut conn)
-            .await
-            .map_err(|e| self.obj.error(e))?;
-        Ok(value.unwrap_or(0))
+        self.obj.read_count().await
     }
 
     /// Takes every available permit; how many it took.

@@ -34,8 +34,6 @@ fn handle_owned(
 enum Expect {
     /// `InvalidArgument` whose text contains this.
     Invalid(&'static str),
-    /// `WrongType` naming the lock.
-    WrongType,
     /// `Redis` whose text contains this (a refusal by the server).
     Refused(&'static str),
     /// Success (a guard, released again).
@@ -86,7 +84,6 @@ async fn check(what: &str, result: ferrisson::Result<Option<LockGuard>>, expect:
         (Expect::Invalid(text), Err(Error::InvalidArgument(message))) => {
             assert!(message.contains(text), "{what}: {message}");
         }
-        (Expect::WrongType, Err(Error::WrongType { .. })) => {}
         (Expect::Refused(text), Err(Error::Redis(err))) => {
             assert!(err.to_string().contains(text), "{what}: {err}");
         }
@@ -361,65 +358,237 @@ async fn client_for(server: &RedisServer) -> Client {
     client(server, Duration::from_secs(30)).await
 }
 
-/// Keys of another type under the lock's name (someone else's data), and a
-/// fencing counter that is not a number: the error, and the data untouched.
+/// Data ferrisson did not write, under a synchronizer's name: a Go fleet's
+/// `SET NX` lock (a string that is no number), a list, a set, a zset, a
+/// stream, and a hash whose fields are no lock holds (`HSET user:1 name
+/// bob`). Each setup, with the key type it must be reported as.
+const FOREIGN: [(&str, &[&str]); 6] = [
+    ("string", &["SET", "wrong", "go-fleet-9f2c", "NX"]),
+    ("list", &["RPUSH", "wrong", "a", "b"]),
+    ("set", &["SADD", "wrong", "a"]),
+    ("zset", &["ZADD", "wrong", "1", "a"]),
+    ("stream", &["XADD", "wrong", "1-1", "f", "v"]),
+    ("hash", &["HSET", "wrong", "name", "bob", "age", "7"]),
+];
+
+/// One call of a synchronizer, its result's value dropped.
+type Probe = Pin<Box<dyn Future<Output = ferrisson::Result<()>> + Send>>;
+
+fn probe<T>(call: impl Future<Output = ferrisson::Result<T>> + Send + 'static) -> Probe {
+    Box::pin(async move { call.await.map(drop) })
+}
+
+/// `(name, probe)` for each call: `object.call(args).await`, on a clone
+/// of `object` of its own.
+macro_rules! probes {
+    ($object:expr; $($call:ident($($arg:expr),*)),* $(,)?) => {
+        vec![$({
+            let object = $object.clone();
+            (stringify!($call), probe(async move { object.$call($($arg),*).await }))
+        }),*]
+    };
+}
+
+/// Runs every probe and checks that each fails with `WrongType` naming
+/// `key`, its type `key_type`, and `expected`.
+async fn all_refused(
+    what: &str,
+    probes: Vec<(&'static str, Probe)>,
+    key: &str,
+    key_type: &str,
+    expected: &str,
+) -> usize {
+    let count = probes.len();
+    for (call, probe) in probes {
+        match soon(probe).await {
+            Err(Error::WrongType {
+                name,
+                key_type: found,
+                expected: kept,
+            }) => {
+                assert_eq!(
+                    (name.as_str(), found.as_str(), kept),
+                    (key, key_type, expected),
+                    "{what}, {call}"
+                );
+            }
+            other => panic!("{what}, {call}: expected WrongType, got {other:?}"),
+        }
+    }
+    count
+}
+
+/// Whether `key` still holds what `before` (its DUMP) held, and nothing
+/// else was written.
+fn left_alone(server: &RedisServer, key: &str, before: &common::RespValue, what: &str) {
+    assert_eq!(
+        &server.cmd(&["DUMP", key]),
+        before,
+        "{what}: the data was changed"
+    );
+    assert_eq!(
+        server.cmd(&["DBSIZE"]).as_int(),
+        Some(1),
+        "{what}: something was written"
+    );
+}
+
+/// Every call of every lock kind, on data that is no lock: `WrongType`
+/// naming the key's type, and the data untouched (`force_unlock` deletes
+/// nothing, the reads do not answer as if it were a lock).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn keys_of_the_wrong_type_are_left_alone() {
+async fn lock_calls_refuse_keys_of_another_type_and_leave_them() {
     let server = RedisServer::start();
     let client = client(&server, Duration::from_secs(30)).await;
-    let setups: [(&str, &[&str]); 4] = [
-        ("string", &["SET", "wrong", "payload"]),
-        ("list", &["RPUSH", "wrong", "a", "b"]),
-        ("set", &["SADD", "wrong", "a"]),
-        ("zset", &["ZADD", "wrong", "1", "a"]),
-    ];
-    for (what, setup) in setups {
+    let (lease, wait) = (Duration::from_secs(10), Duration::from_millis(10));
+    let mut refused = 0;
+    for (key_type, setup) in FOREIGN {
         server.cmd(&["FLUSHALL"]);
         server.cmd(setup);
         let before = server.cmd(&["DUMP", "wrong"]);
         for kind in KINDS {
+            let what = format!("{key_type}, {kind}");
             let lock = handle(&client, kind, "wrong");
-            for (call, fut) in calls(&lock, Duration::from_secs(10), Duration::from_millis(10)) {
-                check(
-                    &format!("{what}, {kind}, {call}"),
-                    soon(fut).await,
-                    Expect::WrongType,
-                )
-                .await;
-            }
-            let err = soon(lock.unlock()).await.unwrap_err();
-            assert!(
-                matches!(err, Error::WrongType { ref name } if name == "wrong"),
-                "{err}"
-            );
+            let probes = probes![lock;
+                lock(), try_lock(), lock_with_lease(lease), try_lock_for(wait),
+                try_lock_with_lease(wait, lease), unlock(), force_unlock(),
+                is_locked(), is_held_by_current_task(), is_held_by("task-1"),
+                hold_count(), remaining_ttl(), info(),
+            ];
+            refused += all_refused(&what, probes, "wrong", key_type, "lock").await;
+            left_alone(&server, "wrong", &before, &what);
         }
-        assert_eq!(server.cmd(&["DUMP", "wrong"]), before, "{what} was changed");
-        assert_eq!(
-            server.cmd(&["DBSIZE"]).as_int(),
-            Some(1),
-            "{what}: something was written"
-        );
-    }
-
-    // The fencing counter holds text, or a list.
-    for (what, setup) in [
-        ("text", &["SET", "redisson_lock_token:{fenced}", "abc"][..]),
-        ("list", &["RPUSH", "redisson_lock_token:{fenced}", "a"][..]),
-    ] {
-        server.cmd(&["FLUSHALL"]);
-        server.cmd(setup);
-        let lock = client.fenced_lock("fenced");
-        let result = soon(lock.try_lock()).await;
-        assert!(result.is_err(), "{what}: {result:?}");
-        assert!(
-            !common::exists(&server, "fenced"),
-            "{what}: the lock was taken though the token could not be drawn"
-        );
+        let fenced = client.fenced_lock("wrong");
+        let probes = probes![fenced; current_token()];
+        refused += all_refused(key_type, probes, "wrong", key_type, "lock").await;
+        left_alone(&server, "wrong", &before, key_type);
     }
     println!(
-        "wrong types: 4 key types x {} kinds refused, data untouched",
+        "foreign data under a lock's name: {refused} calls ({} key types x {} kinds) refused \
+         with its type, data untouched",
+        FOREIGN.len(),
         KINDS.len()
     );
+}
+
+/// Every call of both semaphores and the latch, on data that is no count
+/// (a string that is no integer among them): `WrongType` naming the key's
+/// type, and the data untouched (`delete` deletes nothing).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn semaphore_and_latch_calls_refuse_keys_of_another_type_and_leave_them() {
+    let server = RedisServer::start();
+    let client = client(&server, Duration::from_secs(30)).await;
+    let (lease, wait) = (Duration::from_secs(10), Duration::from_millis(10));
+    let id: ferrisson::PermitId = "00112233445566778899aabbccddeeff".parse().unwrap();
+    let mut refused = 0;
+    for (key_type, setup) in FOREIGN {
+        server.cmd(&["FLUSHALL"]);
+        server.cmd(setup);
+        let before = server.cmd(&["DUMP", "wrong"]);
+
+        let semaphore = client.semaphore("wrong");
+        let probes = probes![semaphore;
+            try_set_permits(3), try_set_permits_with_ttl(3, lease), add_permits(2),
+            add_permits(-2), release(), release_many(2), release_if_exists(1), delete(),
+            acquire(), acquire_many(2), try_acquire(), try_acquire_many(2),
+            try_acquire_for(wait), try_acquire_many_for(2, wait), available_permits(),
+            drain_permits(),
+        ];
+        let what = format!("{key_type}, semaphore");
+        refused += all_refused(&what, probes, "wrong", key_type, "semaphore").await;
+        left_alone(&server, "wrong", &before, &what);
+
+        let expirable = client.permit_expirable_semaphore("wrong");
+        let probes = probes![expirable;
+            try_set_permits(3), add_permits(2), acquire(), acquire_with_lease(lease),
+            try_acquire(), try_acquire_for(wait), try_acquire_with_lease(wait, lease),
+            acquire_many(2, None), try_acquire_many(2, wait, Some(lease)),
+            release_by_id(id), try_release(id), release_many(&[id]),
+            update_lease_by_id(id, Some(lease)), lease_of(id), acquired_permits(),
+            permits(), set_permits(4), available_permits(), drain_permits(),
+        ];
+        let what = format!("{key_type}, permit-expirable semaphore");
+        refused += all_refused(&what, probes, "wrong", key_type, "semaphore").await;
+        left_alone(&server, "wrong", &before, &what);
+
+        let latch = client.count_down_latch("wrong");
+        let probes = probes![latch;
+            try_set_count(2), count_down(), count(), wait(), wait_for(wait), delete(),
+        ];
+        let what = format!("{key_type}, latch");
+        refused += all_refused(&what, probes, "wrong", key_type, "latch").await;
+        left_alone(&server, "wrong", &before, &what);
+    }
+    println!(
+        "foreign data under a semaphore's or latch's name: {refused} calls ({} key types) \
+         refused with its type, data untouched",
+        FOREIGN.len()
+    );
+}
+
+/// A helper key of another type beside a free object: a fenced lock's
+/// token counter (text, a list), a fair lock's queue and waiter deadlines,
+/// a permit-expirable semaphore's permits out. The error names the helper
+/// key and its type, and nothing is written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn helper_keys_of_another_type_are_refused_and_left_alone() {
+    let server = RedisServer::start();
+    let client = client(&server, Duration::from_secs(30)).await;
+    let (lease, wait) = (Duration::from_secs(10), Duration::from_millis(10));
+    let cases: [(&str, &[&str], &str); 6] = [
+        (
+            "string",
+            &["SET", "redisson_lock_token:{l}", "abc"],
+            "fencing token counter",
+        ),
+        (
+            "list",
+            &["RPUSH", "redisson_lock_token:{l}", "a"],
+            "fencing token counter",
+        ),
+        (
+            "string",
+            &["SET", "redisson_lock_queue:{l}", "a"],
+            "fair lock queue",
+        ),
+        (
+            "hash",
+            &["HSET", "redisson_lock_timeout:{l}", "a", "1"],
+            "fair lock waiter deadlines",
+        ),
+        ("string", &["SET", "{l}:timeout", "a"], "set of permits out"),
+        ("list", &["RPUSH", "{l}:timeout", "a"], "set of permits out"),
+    ];
+    for (key_type, setup, expected) in cases {
+        server.cmd(&["FLUSHALL"]);
+        server.cmd(setup);
+        let key = setup[1];
+        let before = server.cmd(&["DUMP", key]);
+        let what = format!("{key_type} at {key}");
+        let probes = match expected {
+            "fencing token counter" => {
+                let lock = client.fenced_lock("l");
+                probes![lock; lock(), try_lock(), try_lock_for(wait), info(), current_token()]
+            }
+            "set of permits out" => {
+                let pool = client.permit_expirable_semaphore("l");
+                probes![pool;
+                    try_acquire(), try_acquire_with_lease(wait, lease), available_permits(),
+                    acquired_permits(), permits(), set_permits(2), drain_permits(),
+                ]
+            }
+            _ => {
+                let fair = client.fair_lock("l");
+                probes![fair; lock(), try_lock(), try_lock_for(wait), info(), force_unlock()]
+            }
+        };
+        all_refused(&what, probes, key, key_type, expected).await;
+        left_alone(&server, key, &before, &what);
+        assert!(
+            !common::exists(&server, "l"),
+            "{what}: the object was written"
+        );
+    }
 }
 
 /// A Redis that refuses scripts (EVAL and EVALSHA renamed away), and a user

@@ -660,7 +660,11 @@ async fn bad_input_gets_a_clear_error_and_writes_nothing() {
         soon(other.unlock()).await,
     ] {
         assert!(
-            matches!(result, Err(Error::WrongType { ref name }) if name == "taken"),
+            matches!(
+                result,
+                Err(Error::WrongType { ref name, ref key_type, .. })
+                    if name == "taken" && key_type == "string"
+            ),
             "{result:?}"
         );
     }

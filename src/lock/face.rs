@@ -45,8 +45,9 @@ macro_rules! lock_face {
             /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for
             /// a bad name or owner,
             /// [`Error::WrongType`](crate::Error::WrongType) when the key
-            /// holds other data, [`Error::Redis`](crate::Error::Redis) when
-            /// Redis fails.
+            /// holds other data (another type, or a hash whose fields are no
+            /// lock holds), which is left alone,
+            /// [`Error::Redis`](crate::Error::Redis) when Redis fails.
             ///
             /// # Cancel safety
             /// Cancel safe: a dropped future leaves no hold in Redis, no
@@ -139,7 +140,9 @@ macro_rules! lock_face {
             ///
             /// # Errors
             /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for
-            /// a bad name, [`Error::Redis`](crate::Error::Redis).
+            /// a bad name, [`Error::WrongType`](crate::Error::WrongType) when
+            /// the key holds other data (it is no lock, held or free),
+            /// [`Error::Redis`](crate::Error::Redis).
             ///
             /// # Cancel safety
             /// Cancel safe: it only reads.
@@ -191,7 +194,7 @@ macro_rules! lock_face {
             /// a bad name, [`Error::WrongType`](crate::Error::WrongType),
             /// [`Error::Redis`](crate::Error::Redis), and
             /// [`Error::UnexpectedReply`](crate::Error::UnexpectedReply)
-            /// when a hold count is not a number.
+            /// when a hold count is too large for a `u32`.
             ///
             /// # Cancel safety
             /// Cancel safe: it only reads.
@@ -207,7 +210,7 @@ macro_rules! lock_face {
             /// [`Error::WrongType`](crate::Error::WrongType),
             /// [`Error::Redis`](crate::Error::Redis), and
             /// [`Error::UnexpectedReply`](crate::Error::UnexpectedReply) when
-            /// the field is not a count.
+            /// the count is too large for a `u32`.
             ///
             /// # Cancel safety
             /// Cancel safe: it only reads.
@@ -221,6 +224,8 @@ macro_rules! lock_face {
             ///
             /// # Errors
             /// [`Error::InvalidArgument`](crate::Error::InvalidArgument),
+            /// [`Error::WrongType`](crate::Error::WrongType) when the key
+            /// holds other data (its TTL is not a lock's),
             /// [`Error::Redis`](crate::Error::Redis).
             ///
             /// # Cancel safety
@@ -236,7 +241,8 @@ macro_rules! lock_face {
             /// # Errors
             /// [`Error::InvalidArgument`](crate::Error::InvalidArgument),
             /// [`Error::WrongType`](crate::Error::WrongType) (the key holds
-            /// other data, which is left alone),
+            /// other data: another type, or a hash whose fields are no lock
+            /// holds; it is left alone, nothing deleted),
             /// [`Error::Redis`](crate::Error::Redis).
             ///
             /// # Cancel safety

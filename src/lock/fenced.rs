@@ -35,13 +35,14 @@ impl FencedLock {
 
 impl FencedLock {
     /// The lock's current token: the last one drawn by any holder of this
-    /// name, by a GET of its counter (no acquire); `None` when none was
-    /// ever drawn. Redisson's `RFencedLock.getToken`.
+    /// name, read from its counter (no acquire); `None` when none was ever
+    /// drawn. Redisson's `RFencedLock.getToken`.
     ///
     /// # Errors
     /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for a bad
-    /// name, [`Error::Redis`](crate::Error::Redis) (also when the counter
-    /// holds something that is not a number).
+    /// name, [`Error::WrongType`](crate::Error::WrongType) when the counter
+    /// holds something that is not a number, or the lock's key other data,
+    /// [`Error::Redis`](crate::Error::Redis).
     ///
     /// # Cancel safety
     /// Cancel safe: it only reads.

@@ -313,7 +313,7 @@ impl Hold {
         let gone = call
             .send(&mut conn)
             .await
-            .map_err(|e| Error::from_redis(e, &self.key.0))?;
+            .map_err(|e| Error::from_redis(e, &self.key.0, "lock"))?;
         if !gone.is_empty() {
             if !self.lease.is_lost() {
                 telemetry::lease_lost(self.subject());

@@ -84,33 +84,65 @@ fn split_field(field: &str) -> (String, String) {
 }
 
 /// What `lock_info.lua` replies: hash, PTTL, queue, scores, now, token.
-type Reply = (Vec<String>, i64, Vec<String>, Vec<String>, i64, i64);
+pub(super) type Reply = (Vec<String>, i64, Vec<String>, Vec<String>, i64, i64);
+
+/// What `lock_info.lua` reads besides the lock's hash.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Extra {
+    /// Nothing more.
+    Plain,
+    /// A fair lock's queue and waiter deadlines.
+    Queue,
+    /// A fenced lock's token counter.
+    Token,
+}
 
 impl LockCore {
-    /// What the lock holds now, read in one call.
-    pub(crate) async fn info(&self) -> Result<LockInfo> {
+    /// Reads the lock with `lock_info.lua`, and `extra`: every read of a
+    /// lock goes through it, so that each one refuses a key that is no
+    /// lock hash ([`Error::WrongType`]) rather than answer about it.
+    pub(super) async fn read_lock(&self, extra: Extra) -> Result<Reply> {
         self.obj.checked()?;
         let name = &*self.obj.name;
         let mut call = LOCK_INFO.prepare_invoke();
         call.key(name);
-        match self.kind {
-            Kind::Fair { .. } => {
+        match extra {
+            Extra::Queue => {
                 call.key(keys::fair_queue(name))
                     .key(keys::fair_timeouts(name))
                     .arg("fair");
             }
-            Kind::Fenced => {
+            Extra::Token => {
                 call.key(keys::fencing_token(name)).arg("fenced");
             }
-            _ => {
+            Extra::Plain => {
                 call.arg("plain");
             }
         }
         let mut conn = self.obj.conn();
-        let (hash, pttl, queue, scores, now, token): Reply = call
-            .invoke_async(&mut conn)
+        call.invoke_async(&mut conn)
             .await
-            .map_err(|e| self.error(e))?;
+            .map_err(|e| self.error(e))
+    }
+
+    /// The error for a lock hash with a field that is no lock hold, which
+    /// the script's look (one HSCAN page) did not reach.
+    pub(super) fn not_a_lock_hash(&self) -> Error {
+        Error::WrongType {
+            name: self.obj.name.to_string(),
+            key_type: "hash".into(),
+            expected: "lock",
+        }
+    }
+
+    /// What the lock holds now, read in one call.
+    pub(crate) async fn info(&self) -> Result<LockInfo> {
+        let extra = match self.kind {
+            Kind::Fair { .. } => Extra::Queue,
+            Kind::Fenced => Extra::Token,
+            _ => Extra::Plain,
+        };
+        let (hash, pttl, queue, scores, now, token) = self.read_lock(extra).await?;
         let mut info = LockInfo {
             ttl: (pttl > 0).then(|| Duration::from_millis(pttl as u64)),
             token: u64::try_from(token).ok(),
@@ -125,6 +157,9 @@ impl LockCore {
                     _ => None,
                 };
                 continue;
+            }
+            if !keys::is_lock_hold(field, value) {
+                return Err(self.not_a_lock_hash());
             }
             let holds = value.parse().map_err(|_| Error::UnexpectedReply {
                 script: "lock_info",
@@ -166,15 +201,10 @@ impl LockCore {
         self.with_owner(owner).is_held_by_current_task().await
     }
 
-    /// A fenced lock's current token, by a GET of its counter.
+    /// A fenced lock's current token, read from its counter (with the
+    /// lock's hash, so that a key of another type is refused here too).
     pub(crate) async fn current_token(&self) -> Result<Option<u64>> {
-        self.obj.checked()?;
-        let mut conn = self.obj.conn();
-        let token: Option<u64> = redis::cmd("GET")
-            .arg(keys::fencing_token(&self.obj.name))
-            .query_async(&mut conn)
-            .await
-            .map_err(|e| self.error(e))?;
-        Ok(token)
+        let (.., token) = self.read_lock(Extra::Token).await?;
+        Ok(u64::try_from(token).ok())
     }
 }

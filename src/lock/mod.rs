@@ -20,6 +20,7 @@ pub use fair::FairLock;
 pub use fenced::{FencedGuard, FencedLock};
 pub use guard::LockGuard;
 pub(crate) use holds::Guards;
+use info::Extra;
 pub use info::{LockHolder, LockInfo, LockMode, QueuedWaiter};
 pub(crate) use kind::Kind;
 pub use kind::DEFAULT_FAIR_WAITER_TIMEOUT;
@@ -32,8 +33,6 @@ pub use spin::SpinLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-
-use redis::AsyncCommands;
 
 use crate::finish::{runtime, Finish};
 use crate::object::Object;
@@ -300,32 +299,24 @@ impl LockCore {
     /// Whether anyone holds the lock.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] for a bad name, [`Error::Redis`].
+    /// [`Error::InvalidArgument`] for a bad name, [`Error::WrongType`],
+    /// [`Error::Redis`].
     ///
     /// # Cancel safety
     /// Cancel safe: it only reads.
     pub(crate) async fn is_locked(&self) -> Result<bool> {
         self.field()?;
-        let mut conn = self.obj.client.inner.conn.clone();
+        let (hash, ..) = self.read_lock(Extra::Plain).await?;
         let mode = match self.kind {
             Kind::Reentrant
             | Kind::NonReentrant
             | Kind::Spin(_)
             | Kind::Fenced
-            | Kind::Fair { .. } => {
-                return conn
-                    .exists(&*self.obj.name)
-                    .await
-                    .map_err(|e| self.error(e));
-            }
+            | Kind::Fair { .. } => return Ok(!hash.is_empty()),
             Kind::Read => "read",
             Kind::Write => "write",
         };
-        let held: Option<String> = conn
-            .hget(&*self.obj.name, "mode")
-            .await
-            .map_err(|e| self.error(e))?;
-        Ok(held.as_deref() == Some(mode))
+        Ok(hash_value(&hash, "mode") == Some(mode))
     }
 
     /// Whether this handle's owner (by default, the calling task) holds the
@@ -337,34 +328,34 @@ impl LockCore {
     /// # Cancel safety
     /// Cancel safe: it only reads.
     pub(crate) async fn is_held_by_current_task(&self) -> Result<bool> {
-        let field = self.field()?;
-        let mut conn = self.obj.client.inner.conn.clone();
-        conn.hexists(&*self.obj.name, &*field)
-            .await
-            .map_err(|e| self.error(e))
+        Ok(self.own_holds().await?.is_some())
     }
 
     /// How many holds this handle's owner has on the lock (0 when none).
     ///
     /// # Errors
     /// [`Error::InvalidArgument`], [`Error::WrongType`], [`Error::Redis`],
-    /// and [`Error::UnexpectedReply`] when the field is not a count.
+    /// and [`Error::UnexpectedReply`] when the count is too large.
     ///
     /// # Cancel safety
     /// Cancel safe: it only reads.
     pub(crate) async fn hold_count(&self) -> Result<u32> {
-        let field = self.field()?;
-        let mut conn = self.obj.client.inner.conn.clone();
-        let count: Option<String> = conn
-            .hget(&*self.obj.name, &*field)
-            .await
-            .map_err(|e| self.error(e))?;
-        match count {
+        match self.own_holds().await? {
             None => Ok(0),
             Some(text) => text.parse().map_err(|_| Error::UnexpectedReply {
-                script: "hold count (HGET)",
+                script: "lock_info (hold count)",
                 reply: text,
             }),
+        }
+    }
+
+    /// The value of this handle's owner's field, `None` when it has none.
+    async fn own_holds(&self) -> Result<Option<String>> {
+        let field = self.field()?;
+        let (hash, ..) = self.read_lock(Extra::Plain).await?;
+        match hash_value(&hash, &field) {
+            Some(value) if !keys::is_lock_hold(&field, value) => Err(self.not_a_lock_hash()),
+            value => Ok(value.map(str::to_owned)),
         }
     }
 
@@ -372,17 +363,13 @@ impl LockCore {
     /// key has no TTL, which no Redisson or ferrisson lock has).
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`], [`Error::Redis`].
+    /// [`Error::InvalidArgument`], [`Error::WrongType`], [`Error::Redis`].
     ///
     /// # Cancel safety
     /// Cancel safe: it only reads.
     pub(crate) async fn remaining_ttl(&self) -> Result<Option<Duration>> {
         self.field()?;
-        let mut conn = self.obj.client.inner.conn.clone();
-        let ms: i64 = conn
-            .pttl(&*self.obj.name)
-            .await
-            .map_err(|e| self.error(e))?;
+        let (_, ms, ..) = self.read_lock(Extra::Plain).await?;
         Ok((ms >= 0).then(|| Duration::from_millis(ms as u64)))
     }
 
@@ -392,7 +379,8 @@ impl LockCore {
     ///
     /// # Errors
     /// [`Error::InvalidArgument`], [`Error::WrongType`] (the key holds other
-    /// data, which is left alone), [`Error::Redis`].
+    /// data: another type, or a hash whose fields are no lock holds; it is
+    /// left alone), [`Error::Redis`].
     ///
     /// # Cancel safety
     /// Cancel safe: once sent, the delete completes in the background.
@@ -485,4 +473,11 @@ impl LockCore {
     fn error(&self, err: redis::RedisError) -> Error {
         self.obj.error(err)
     }
+}
+
+/// The value of `field` in a hash read flat (field, value, field, ...).
+fn hash_value<'a>(hash: &'a [String], field: &str) -> Option<&'a str> {
+    hash.chunks_exact(2)
+        .find(|pair| pair[0] == field)
+        .map(|pair| pair[1].as_str())
 }

@@ -84,7 +84,7 @@ pub(crate) async fn release_hold_as(
                 tracing::debug!(lock = %name, error = %err, "release failed; sending it again");
                 tokio::time::sleep(Duration::from_millis(100 * sent as u64)).await;
             }
-            Err(err) => return Err(Error::from_redis(err, name)),
+            Err(err) => return Err(Error::from_redis(err, name, "lock")),
         }
     };
     if reply.is_some() {

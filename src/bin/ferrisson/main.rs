@@ -152,9 +152,9 @@ impl Fail {
     /// A library error on the object `name`.
     pub(crate) fn from_lib(err: ferrisson::Error, name: &str) -> Fail {
         match err {
-            ferrisson::Error::WrongType { .. } => {
-                Fail(format!("`{name}` is not a synchronizer of the kind asked"))
-            }
+            err @ ferrisson::Error::WrongType { .. } => Fail(format!(
+                "`{name}` is not a synchronizer of the kind asked: {err}"
+            )),
             other => Fail(format!("`{name}`: {other}")),
         }
     }

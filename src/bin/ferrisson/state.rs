@@ -86,7 +86,7 @@ pub(crate) async fn detect(target: &Target, name: &str) -> Result<Found, Fail> {
             for (field, value) in &fields {
                 if field == "mode" {
                     mode = true;
-                } else if !field.contains(':') || value.parse::<u32>().is_err() {
+                } else if !layout::is_lock_hold(field, value) {
                     return Ok(Found::Other(format!(
                         "a hash whose field `{field}` = `{value}` is no lock hold"
                     )));
@@ -106,7 +106,7 @@ pub(crate) async fn detect(target: &Target, name: &str) -> Result<Found, Fail> {
         }
         "string" => {
             let value: String = conn.get(name).await?;
-            if value.parse::<i64>().is_err() {
+            if !layout::is_count(&value) {
                 return Ok(Found::Other(format!(
                     "a string that is no count of permits (`{}`)",
                     value.chars().take(40).collect::<String>()
