@@ -128,8 +128,11 @@ async fn the_java_habit_beside_guards_keeps_exclusion() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_leased_hold_that_ran_out_under_a_watchdog_hold_ends_with_it() {
     let server = RedisServer::start();
-    let client = client(&server, WATCHDOG).await;
-    let rival = common::client(&server, WATCHDOG).await;
+    // A watchdog timeout far longer than the rival's wait: before, the key
+    // stayed for a whole watchdog timeout after the inner release.
+    let watchdog = Duration::from_secs(20);
+    let client = client(&server, watchdog).await;
+    let rival = common::client(&server, watchdog).await;
     let lock = client.lock("edges:mixed");
     let outer = soon(lock.lock_with_lease(Duration::from_millis(300)))
         .await
@@ -139,7 +142,7 @@ async fn a_leased_hold_that_ran_out_under_a_watchdog_hold_ends_with_it() {
     soon(outer.lease_lost()).await;
     assert!(exists(&server, "edges:mixed"));
     soon(inner.unlock()).await.unwrap();
-    let taken = soon(rival.lock("edges:mixed").try_lock_for(WATCHDOG))
+    let taken = soon(rival.lock("edges:mixed").try_lock_for(watchdog / 10))
         .await
         .unwrap()
         .expect("the lock is free once the last live hold is gone");
