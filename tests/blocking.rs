@@ -65,8 +65,8 @@ fn same_thread_reenters_and_another_thread_waits() {
     let second = lock.lock().unwrap();
     assert_eq!(lock.hold_count().unwrap(), 2);
     assert!(lock.is_held_by_current_task().unwrap());
-    assert!(first.owner().contains(":thread-"), "{}", first.owner());
-    assert_eq!(first.owner(), second.owner());
+    assert!(first.field().contains(":thread-"), "{}", first.field());
+    assert_eq!(first.field(), second.field());
 
     let (tx, rx) = mpsc::channel();
     let other = lock.clone();
@@ -108,13 +108,13 @@ fn a_guard_moved_to_another_thread_unlocks_its_own_hold() {
     let client = client(&server, WATCHDOG);
     let lock = client.lock("moved");
     let guard = lock.lock().unwrap();
-    let owner = guard.owner().to_owned();
+    let owner = guard.field().to_owned();
 
     let other = lock.clone();
     let done = thread::spawn(move || {
         // This thread holds nothing, though it has the guard.
         assert!(!other.is_held_by_current_task().unwrap());
-        assert_eq!(guard.owner(), owner);
+        assert_eq!(guard.field(), owner);
         guard.unlock()
     })
     .join()
@@ -343,12 +343,12 @@ fn blocking_and_async_agree_on_the_thread_owner() {
     let owner = rt.block_on(async move {
         let async_client = ferrisson::Client::connect(url.as_str()).await.unwrap();
         let guard = async_client.lock("agree-async").lock().await.unwrap();
-        let owner = guard.owner().to_owned();
+        let owner = guard.field().to_owned();
         guard.unlock().await.unwrap();
         owner
     });
     let thread_id = |field: &str| field.split_once(':').unwrap().1.to_owned();
-    assert_eq!(thread_id(&owner), thread_id(guard.owner()));
+    assert_eq!(thread_id(&owner), thread_id(guard.field()));
     assert!(thread_id(&owner).starts_with("thread-"));
     guard.unlock().unwrap();
 }
@@ -730,9 +730,9 @@ fn any_blocking_lock_through_the_trait() {
         assert_eq!(lock.info().unwrap().holders.len(), 1);
         // The owner field is `<client-uuid>:<owner-id>` (`:write` after it
         // for a write lock).
-        let (_, field) = guard.owner().split_once(':').unwrap();
+        let (_, field) = guard.field().split_once(':').unwrap();
         let owner = field.trim_end_matches(":write");
-        assert!(lock.is_held_by(owner).unwrap(), "{}", guard.owner());
+        assert!(lock.is_held_by(owner).unwrap(), "{}", guard.field());
         assert!(!lock.is_held_by("someone-else").unwrap());
         guard.unlock().unwrap();
         assert!(!lock.is_locked().unwrap());

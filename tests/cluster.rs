@@ -155,7 +155,7 @@ async fn every_key_of_a_lock_is_in_its_names_slot() {
     soon(fair.unlock()).await.unwrap();
     let rw = client.read_write_lock(name);
     let read = soon(rw.read().lock()).await.unwrap();
-    let field = read.owner().to_owned();
+    let field = read.field().to_owned();
     soon(read.unlock()).await.unwrap();
     let write = soon(rw.write().lock()).await.unwrap();
     soon(write.unlock()).await.unwrap();

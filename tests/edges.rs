@@ -49,7 +49,7 @@ async fn unlock_spends_the_newest_guard_and_its_drop_sends_nothing() {
     assert!(!exists(&server, "edges:java"), "the one hold was released");
     assert!(g.is_lease_lost(), "the spent guard no longer holds");
     let g2 = soon(lock.lock()).await.unwrap();
-    let field = g2.owner().to_owned();
+    let field = g2.field().to_owned();
     drop(g);
     // A stale release would have been sent by now; the lock is still g2's.
     tokio::task::yield_now().await;
@@ -78,7 +78,7 @@ async fn unlock_inside_a_reentrant_hold_keeps_the_count_true() {
     let lock = client.lock("edges:nested");
     let outer = soon(lock.lock()).await.unwrap();
     let inner = soon(lock.lock()).await.unwrap();
-    let field = outer.owner().to_owned();
+    let field = outer.field().to_owned();
     assert_eq!(count(&server, "edges:nested", &field), 2);
     soon(lock.unlock()).await.unwrap();
     assert_eq!(count(&server, "edges:nested", &field), 1);
@@ -336,4 +336,25 @@ fn a_waiter_and_a_permit_left_as_the_runtime_ends_leave_nothing() {
         let semaphore = client.permit_expirable_semaphore("edges:permits");
         assert_eq!(soon(semaphore.available_permits()).await.unwrap(), 1);
     });
+}
+
+/// A guard's owner is what `is_held_by` and `with_owner` take; its field is
+/// the hash field in Redis.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_guards_owner_is_what_is_held_by_takes() {
+    let server = RedisServer::start();
+    let client = client(&server, WATCHDOG).await;
+    let lock = client.lock("edges:owner");
+    let guard = soon(lock.lock()).await.unwrap();
+    // The test's body runs outside a task: its thread owns it.
+    assert!(guard.owner().starts_with("thread-"), "{}", guard.owner());
+    assert_eq!(guard.field(), format!("{}:{}", client.id(), guard.owner()));
+    assert!(soon(lock.is_held_by(guard.owner())).await.unwrap());
+    soon(guard.unlock()).await.unwrap();
+    let rw = client.read_write_lock("edges:owner:rw");
+    let writing = soon(rw.write().with_owner("job-7").lock()).await.unwrap();
+    assert_eq!(writing.owner(), "job-7");
+    assert_eq!(writing.field(), format!("{}:job-7:write", client.id()));
+    assert!(soon(rw.write().is_held_by("job-7")).await.unwrap());
+    soon(writing.unlock()).await.unwrap();
 }

@@ -203,7 +203,7 @@ async fn the_layout_is_redissons() {
     );
     assert_eq!(
         server
-            .cmd(&["HGET", "line", held.owner()])
+            .cmd(&["HGET", "line", held.field()])
             .as_string()
             .as_deref(),
         Some("1")
@@ -235,7 +235,7 @@ async fn the_layout_is_redissons() {
     soon(held.unlock()).await.unwrap();
     assert_eq!(next_message(sub).await, Some((channel, "0".into())));
     let guard = soon(waiting).await.unwrap();
-    assert_eq!(guard.owner(), field);
+    assert_eq!(guard.field(), field);
     assert!(queue(&server).is_empty());
     soon(guard.unlock()).await.unwrap();
     assert!(soon(holder.fair_lock("line").force_unlock()).await.is_ok());

@@ -235,7 +235,7 @@ async fn a_frozen_holder_loses_the_lock_and_cannot_release_the_next() {
         // The new holder's hold is untouched.
         assert_eq!(
             server
-                .cmd(&["HGET", &name, guard.owner()])
+                .cmd(&["HGET", &name, guard.field()])
                 .as_string()
                 .as_deref(),
             Some("1")

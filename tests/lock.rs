@@ -497,7 +497,7 @@ async fn the_layout_is_redissons() {
     .await
     .unwrap();
     let field = format!("{}:task-{task_id}", client.id());
-    assert_eq!(second.owner(), field);
+    assert_eq!(second.field(), field);
     let all = server.cmd(&["HGETALL", "orders:42"]);
     let all: Vec<String> = all
         .as_array()
@@ -687,7 +687,7 @@ fn code_outside_a_task_owns_by_thread() {
         let client = client(&server, WATCHDOG).await;
         let lock = client.lock("main-thread");
         let outer = soon(lock.lock()).await.unwrap();
-        assert!(outer.owner().contains(":thread-"), "{}", outer.owner());
+        assert!(outer.field().contains(":thread-"), "{}", outer.field());
         let inner = soon(lock.lock()).await.unwrap();
         assert_eq!(soon(lock.hold_count()).await.unwrap(), 2);
         // A spawned task is another owner.

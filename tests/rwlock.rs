@@ -195,12 +195,12 @@ async fn a_crashed_readers_hold_expires_while_others_read_on() {
     )
     .await
     .unwrap();
-    let dead_key = format!("{{doc}}:{}:rwlock_timeout:1", dead.owner());
+    let dead_key = format!("{{doc}}:{}:rwlock_timeout:1", dead.field());
     dead.leak();
     let reading = soon(live.read_write_lock("doc").read().lock())
         .await
         .unwrap();
-    let live_key = format!("{{doc}}:{}:rwlock_timeout:1", reading.owner());
+    let live_key = format!("{{doc}}:{}:rwlock_timeout:1", reading.field());
     let write = writer.read_write_lock("doc").write();
     let waiting = tokio::spawn(async move { write.lock().await.unwrap() });
 
@@ -247,8 +247,8 @@ async fn the_layout_is_redissons() {
     let second = soon(rw.read().lock_with_lease(Duration::from_secs(5)))
         .await
         .unwrap();
-    let field = first.owner().to_owned();
-    assert_eq!(second.owner(), field);
+    let field = first.field().to_owned();
+    assert_eq!(second.field(), field);
     assert_eq!(
         hash(&server, "doc"),
         vec![(field.clone(), "2".into()), ("mode".into(), "read".into())]
@@ -270,11 +270,11 @@ async fn the_layout_is_redissons() {
 
     let sub = RawSubscriber::new(&server, "redisson_rwlock:{doc}");
     let writing = soon(rw.write().lock()).await.unwrap();
-    assert!(writing.owner().ends_with(":write"));
+    assert!(writing.field().ends_with(":write"));
     assert_eq!(
         hash(&server, "doc"),
         vec![
-            (writing.owner().to_owned(), "1".into()),
+            (writing.field().to_owned(), "1".into()),
             ("mode".into(), "write".into())
         ]
     );
@@ -289,7 +289,7 @@ async fn the_layout_is_redissons() {
         .unwrap();
     assert!(exists(
         &server,
-        &format!("{{user}}:7:{}:rwlock_timeout:1", tagged.owner())
+        &format!("{{user}}:7:{}:rwlock_timeout:1", tagged.field())
     ));
     soon(tagged.unlock()).await.unwrap();
 }

@@ -90,7 +90,7 @@ async fn the_client_follows_the_master_through_a_failover() {
     // in the failover (renewals that reached the old master after the
     // promotion were never replicated). What must hold: the client's view
     // agrees with the new master's, by the next renewal at the latest.
-    let owner = guard.owner().to_owned();
+    let owner = guard.field().to_owned();
     eventually(Duration::from_secs(20), || async {
         match replica.try_cmd(&["HEXISTS", "followed", &owner]) {
             Ok(reply) => (reply.as_int() == Some(1)) != guard.is_lease_lost(),

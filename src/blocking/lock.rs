@@ -352,9 +352,14 @@ impl LockGuard {
         self.inner.as_ref().map_or("", |g| g.name())
     }
 
-    /// The owner field of this hold, `<client-uuid>:<owner-id>`.
+    /// The owner id of this hold (see [`crate::LockGuard::owner`]).
     pub fn owner(&self) -> &str {
         self.inner.as_ref().map_or("", |g| g.owner())
+    }
+
+    /// The hash field of this hold, `<client-uuid>:<owner-id>`.
+    pub fn field(&self) -> &str {
+        self.inner.as_ref().map_or("", |g| g.field())
     }
 
     /// The lease this hold was taken with; `None` in watchdog mode.

@@ -90,9 +90,14 @@ impl FencedGuard {
         self.guard.name()
     }
 
-    /// The owner field of this hold, `<client-uuid>:<owner-id>`.
+    /// The owner id of this hold (see [`LockGuard::owner`](crate::LockGuard::owner)).
     pub fn owner(&self) -> &str {
         self.guard.owner()
+    }
+
+    /// The hash field of this hold, `<client-uuid>:<owner-id>`.
+    pub fn field(&self) -> &str {
+        self.guard.field()
     }
 
     /// The lease this hold was taken with; `None` in watchdog mode.

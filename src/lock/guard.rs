@@ -121,8 +121,25 @@ impl LockGuard {
         self.hold().map_or("", |h| &h.key.0)
     }
 
-    /// The owner field of this hold, `<client-uuid>:<owner-id>`.
+    /// The owner id of this hold: the task's (`task-<n>`), the thread's
+    /// (`thread-<n>`), or the one given with `with_owner`. It is what
+    /// [`Lock::is_held_by`](crate::Lock::is_held_by) and `with_owner` take.
     pub fn owner(&self) -> &str {
+        self.hold().map_or("", |h| {
+            let field = &*h.key.1;
+            // `<client-uuid>:<owner-id>`, a write hold's with `:write`: the
+            // UUID has no colon.
+            let owner = field.split_once(':').map_or(field, |(_, owner)| owner);
+            match h.kind {
+                Kind::Write => owner.strip_suffix(":write").unwrap_or(owner),
+                _ => owner,
+            }
+        })
+    }
+
+    /// The hash field of this hold in Redis, `<client-uuid>:<owner-id>`
+    /// (`...:write` for a write hold), as Redisson writes it.
+    pub fn field(&self) -> &str {
         self.hold().map_or("", |h| &h.key.1)
     }
 
