@@ -102,6 +102,56 @@ pub(crate) trait Taken: Send + Sync + 'static {
     ) -> impl Future<Output = ()> + Send;
 }
 
+/// What a granted request took, between its grant and its handing out (the
+/// replicas' acknowledgement is awaited in between): given back in the
+/// background if dropped unclaimed, when the caller left or its wait's
+/// time ran out meanwhile.
+pub(crate) struct Unclaimed<T: Taken> {
+    client: Client,
+    name: Arc<str>,
+    taken: Option<T>,
+    runtime: Handle,
+}
+
+impl<T: Taken> Unclaimed<T> {
+    pub(crate) fn new(client: &Client, name: &Arc<str>, taken: T, runtime: Handle) -> Self {
+        Unclaimed {
+            client: client.clone(),
+            name: Arc::clone(name),
+            taken: Some(taken),
+            runtime,
+        }
+    }
+
+    /// It is the caller's now.
+    pub(crate) fn claim(mut self) {
+        self.taken = None;
+    }
+
+    /// Gives it back now, for `why`; cancel safe (once started, the
+    /// give-back goes on in the background).
+    pub(crate) async fn give_back(mut self, why: GiveBack) {
+        if let Some(taken) = self.taken.take() {
+            let (client, name) = (self.client.clone(), Arc::clone(&self.name));
+            let give_back = async move { taken.give_back(&client, &name, 0, why).await };
+            Finish::detached(self.runtime.clone(), give_back).await;
+        }
+    }
+}
+
+impl<T: Taken> Drop for Unclaimed<T> {
+    fn drop(&mut self) {
+        if let Some(taken) = self.taken.take() {
+            let (client, name) = (self.client.clone(), Arc::clone(&self.name));
+            self.runtime.spawn(async move {
+                taken
+                    .give_back(&client, &name, 0, GiveBack::CallerLeft)
+                    .await;
+            });
+        }
+    }
+}
+
 /// The acquire request of one wait, shared by its attempts: every send of
 /// it carries its id, whose latch makes it count once however many sends
 /// reach Redis (a resend of a granted request is answered as granted). A
@@ -229,10 +279,17 @@ impl<T: Taken> Request<T> {
         };
         if let (1, Some(ttl_ms)) = (granted, ttl_ms) {
             tracing::debug!(name = %self.name, "an acquire whose reply was lost was granted; giving it back");
-            self.taken
-                .give_back(&self.client, &self.name, ttl_ms, GiveBack::ReplyLost)
-                .await;
-            self.client.inner.sweeper.discard(self.latch.clone());
+            // The request no longer says it is unsettled: once started, the
+            // give-back goes on in the background if this call is dropped.
+            let (client, name) = (self.client.clone(), Arc::clone(&self.name));
+            let (taken, latch) = (Arc::clone(&self.taken), self.latch.clone());
+            let give_back = async move {
+                taken
+                    .give_back(&client, &name, ttl_ms, GiveBack::ReplyLost)
+                    .await;
+                client.inner.sweeper.discard(latch);
+            };
+            Finish::detached(self.runtime.clone(), give_back).await;
         }
         Ok(())
     }

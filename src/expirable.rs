@@ -9,13 +9,13 @@ use std::time::Duration;
 use tokio::runtime::Handle;
 use tokio::time::Instant;
 
-use crate::acquire_latch::{send_once, GiveBack, Request, RequestSlot, Taken};
+use crate::acquire_latch::{send_once, GiveBack, Request, RequestSlot, Taken, Unclaimed};
 use crate::args;
 use crate::config::MAX_DURATION;
 use crate::finish::{runtime, Finish};
 use crate::object::{Object, Synced};
 use crate::telemetry;
-use crate::waiting::{wait_on, Channel, Tried};
+use crate::waiting::{wait_on, Channel, Tried, Wait};
 use crate::{keys, scripts::EXPIRABLE, Client, Error, Result};
 
 /// The `kind` label of a permit-expirable semaphore's figures.
@@ -562,7 +562,7 @@ impl PermitExpirableSemaphore {
         let lease_ms = lease
             .map(|lease| args::duration("lease", lease, MAX_DURATION))
             .transpose()?;
-        let deadline = args::deadline(wait)?;
+        let limits = Wait::new(&self.obj.client, wait)?;
         let runtime = runtime()?;
         // One request (and its permit ids) for the whole wait, renewed when
         // it grows old: a resend after a lost reply takes the permits once.
@@ -572,7 +572,7 @@ impl PermitExpirableSemaphore {
             name: keys::semaphore_channel(&self.obj.name),
             broadcast: true,
         };
-        wait_on(&self.obj.client, channel, deadline, attempt).await
+        wait_on(&self.obj.client, channel, limits, attempt).await
     }
 
     /// One attempt of the wait's request to take `n` permits under the
@@ -605,12 +605,16 @@ impl PermitExpirableSemaphore {
             .await
             .map_err(|e| self.obj.error(e))?;
         if reply.is_none() {
+            // Given back should this attempt be dropped before it returns.
+            let (client, name) = (&self.obj.client, &self.obj.name);
+            let out = PermitsOut(ids.clone());
+            let taken = Unclaimed::new(client, name, out, runtime.clone());
             let synced = self.obj.synced().await;
-            if !matches!(synced, Synced::Yes) {
+            match synced {
+                // Claimed by the permits made below, with no await between.
+                Synced::Yes => taken.claim(),
                 // Only the master knows of these permits: give them back.
-                let (client, name) = (&self.obj.client, &self.obj.name);
-                let out = PermitsOut(ids.clone());
-                out.give_back(client, name, 0, GiveBack::Unsynced).await;
+                _ => taken.give_back(GiveBack::Unsynced).await,
             }
             match synced {
                 Synced::Yes => {}

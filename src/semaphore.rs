@@ -6,14 +6,14 @@ use std::time::Duration;
 
 use tokio::runtime::Handle;
 
-use crate::acquire_latch::{send_once, GiveBack, Request, RequestSlot, Taken};
+use crate::acquire_latch::{send_once, GiveBack, Request, RequestSlot, Taken, Unclaimed};
 use crate::args;
 use crate::config::MAX_DURATION;
 use crate::finish::runtime;
 use crate::object::{Object, Synced};
 use crate::scripts::{SEMAPHORE_ACQUIRE, SEMAPHORE_DRAIN, SEMAPHORE_RELEASE};
 use crate::telemetry;
-use crate::waiting::{wait_on, Channel, Tried};
+use crate::waiting::{wait_on, Channel, Tried, Wait};
 use crate::{keys, Client, Error, Result};
 
 /// A distributed counting semaphore, from [`Client::semaphore`]: Redisson's
@@ -356,7 +356,7 @@ impl Semaphore {
     async fn take_in(&self, permits: u32, wait: Option<Duration>) -> Result<bool> {
         self.obj.checked()?;
         let permits = args::permits(permits)?;
-        let deadline = args::deadline(wait)?;
+        let limits = Wait::new(&self.obj.client, wait)?;
         let runtime = runtime()?;
         // One request id for the whole wait (renewed when it grows old): a
         // resend after a lost reply takes the permits once.
@@ -366,7 +366,7 @@ impl Semaphore {
             name: keys::semaphore_channel(&self.obj.name),
             broadcast: true,
         };
-        Ok(wait_on(&self.obj.client, channel, deadline, attempt)
+        Ok(wait_on(&self.obj.client, channel, limits, attempt)
             .await?
             .is_some())
     }
@@ -398,17 +398,19 @@ impl Semaphore {
             call
         };
         let granted = |reply: &i64| *reply == 1;
-        match send_once(request, runtime, build, granted, u64::MAX).await {
+        match send_once(request, runtime.clone(), build, granted, u64::MAX).await {
             Ok(1) => {}
             Ok(_) => return Ok(Tried::Again(None)),
             Err(err) => return Err(self.obj.error(err)),
         }
+        // Given back should this attempt be dropped before it returns.
+        let (client, name) = (&self.obj.client, &self.obj.name);
+        let taken = Unclaimed::new(client, name, Permits(permits), runtime);
         let synced = self.obj.synced().await;
-        if !matches!(synced, Synced::Yes) {
+        match synced {
+            Synced::Yes => taken.claim(),
             // Only the master knows of these permits: give them back.
-            let (client, name) = (&self.obj.client, &self.obj.name);
-            let why = GiveBack::Unsynced;
-            Permits(permits).give_back(client, name, 0, why).await;
+            _ => taken.give_back(GiveBack::Unsynced).await,
         }
         match synced {
             Synced::Yes => Ok(Tried::Done(())),

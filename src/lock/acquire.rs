@@ -17,7 +17,7 @@ use crate::finish::{runtime, Finish};
 use crate::object::Synced;
 use crate::scripts::{ACQUIRE, FAIR_ACQUIRE, FENCED_ACQUIRE, READ_ACQUIRE, WRITE_ACQUIRE};
 use crate::telemetry::{self, Subject};
-use crate::waiting::{self, Channel, Tried};
+use crate::waiting::{self, Channel, Tried, Wait};
 use crate::watchdog::{HoldKey, LeaseState, RenewCall};
 use crate::{keys, Client, Error, Result};
 
@@ -48,7 +48,7 @@ impl LockCore {
         let lease_ms = lease
             .map(|lease| args::duration("lease", lease, MAX_DURATION))
             .transpose()?;
-        let deadline = args::deadline(wait)?;
+        let limits = Wait::new(&self.obj.client, wait)?;
         // A fair lock's waiter joins the queue with its first attempt (one
         // attempt alone does not): whatever ends the wait other than the
         // lock takes it out again, at once.
@@ -73,23 +73,28 @@ impl LockCore {
             let key: HoldKey = (Arc::clone(&self.obj.name), Arc::clone(&field));
             exit.wait = Some(FairOwners::begin_wait(&self.obj.client, &key).await);
         }
-        let result = self.wait_for(&field, lease_ms, deadline, waiter_ms).await;
+        let result = self.wait_for(&field, lease_ms, limits, waiter_ms).await;
         match result {
             Ok(Some(_)) => exit.armed = false,
-            Ok(None) => exit.leave().await,
+            // The leave is waited for within the call's bound (the wait's
+            // margin); a server that does not answer in it gets the leave in
+            // the background.
+            Ok(None) => {
+                let _ = waiting::until(limits.bound, exit.leave()).await;
+            }
             // Dropping `exit` leaves the queue in the background.
             Err(_) => {}
         }
         result
     }
 
-    /// The attempts and waits of [`LockCore::acquire`] until `deadline`.
+    /// The attempts and waits of [`LockCore::acquire`] within `limits`.
     /// `waiter_ms` > 0: a fair lock's waiter, queued by its attempts.
     async fn wait_for(
         &self,
         field: &Arc<str>,
         lease_ms: Option<u64>,
-        deadline: Option<Instant>,
+        limits: Wait,
         waiter_ms: u64,
     ) -> Result<Option<LockGuard>> {
         // One request id for the whole wait (renewed when it grows old):
@@ -99,7 +104,7 @@ impl LockCore {
             key: (Arc::clone(&self.obj.name), Arc::clone(field)),
             lease_ms,
             waiter_ms,
-            deadline,
+            limits,
             slot: &slot,
         };
         let attempt = || async {
@@ -113,7 +118,7 @@ impl LockCore {
             })
         };
         if let Some(backoff) = self.kind.backoff() {
-            return waiting::spin(backoff, deadline, attempt).await;
+            return waiting::spin(backoff, limits, attempt).await;
         }
         let channel = Channel {
             name: match self.kind {
@@ -124,7 +129,7 @@ impl LockCore {
             // A release wakes one waiter.
             broadcast: false,
         };
-        waiting::wait_on(&self.obj.client, channel, deadline, attempt).await
+        waiting::wait_on(&self.obj.client, channel, limits, attempt).await
     }
 
     /// One acquire attempt: send the wait's request (resent on a lost
@@ -181,10 +186,11 @@ impl LockCore {
     }
 
     /// Sends the wait's request, resending it under the same id on a
-    /// connection failure (once always, more until the deadline). Safe to
-    /// resend: the request's acquire latch makes a resend return the first
-    /// outcome instead of taking a second hold. A caller that leaves gets
-    /// its grant given back (and a fair waiter's queue entry left).
+    /// connection failure (up to `release_attempts` sends, and only while
+    /// the wait allows: see [`Wait`]). Safe to resend: the request's
+    /// acquire latch makes a resend return the first outcome instead of
+    /// taking a second hold. A caller that leaves gets its grant given back
+    /// (and a fair waiter's queue entry left).
     async fn send_latched(
         &self,
         req: &AcquireRequest<'_>,
@@ -193,7 +199,7 @@ impl LockCore {
     ) -> Result<Granted> {
         let inner = &self.obj.client.inner;
         let (name, owner) = (Arc::clone(&req.key.0), Arc::clone(&req.key.1));
-        let (kind, waiter_ms, deadline) = (self.kind, req.waiter_ms, req.deadline);
+        let (kind, waiter_ms, limits) = (self.kind, req.waiter_ms, req.limits);
         // The attempts of one wait share their request while it is young
         // enough (see `Request`).
         let hold = Hold {
@@ -218,10 +224,11 @@ impl LockCore {
                     // Perhaps it reached Redis: its outcome is unknown.
                     request.lost(ttl_ms, at);
                 }
-                // One resend always (a single lost reply must not fail a
-                // `try_lock`), more until the caller's deadline.
-                let resend =
-                    sent < sends && (sent == 1 || deadline.is_none_or(|d| Instant::now() < d));
+                // A lost reply is sent again within the wait (for a
+                // `try_lock`, within one response timeout of the call), so
+                // that one dropped connection does not fail it, and a
+                // server that does not answer costs one timeout, not two.
+                let resend = sent < sends && limits.may_resend();
                 match reply {
                     Err(err) if resend && is_connection_failure(&err) => {
                         tracing::debug!(lock = %name, error = %err, "acquire failed; sending it again");
@@ -340,8 +347,8 @@ struct AcquireRequest<'a> {
     lease_ms: Option<u64>,
     /// A fair lock's waiter timeout when the wait queues; else 0.
     waiter_ms: u64,
-    /// When the wait ends; resends stop there too.
-    deadline: Option<Instant>,
+    /// When the wait ends, and until when a failed send goes again.
+    limits: Wait,
     /// The request id the attempts share.
     slot: &'a RequestSlot<Hold>,
 }
