@@ -13,6 +13,7 @@ use crate::acquire_latch::{send_once, GiveBack, Request, RequestSlot, Taken, Unc
 use crate::args;
 use crate::config::MAX_DURATION;
 use crate::finish::{runtime, Finish};
+use crate::give_back::{resend_until, surely_ended, NEVER_EXPIRES};
 use crate::object::{Object, Synced};
 use crate::telemetry;
 use crate::waiting::{wait_on, Channel, Tried, Wait};
@@ -134,13 +135,25 @@ fn call(
 }
 
 /// Gives back the permits `ids`, all or none: `Ok(None)` when they were
-/// all out, else the first that was not (and none was given back).
-async fn give_back(client: &Client, name: &str, ids: &[PermitId]) -> Result<Option<PermitId>> {
-    let mut conn = client.inner.conn.clone();
-    let released: i64 = call(client, name, "release", ids, 0)
-        .invoke_async(&mut conn)
-        .await
-        .map_err(|e| Error::from_redis(e, name))?;
+/// all out, else the first that was not (and none was given back). With
+/// `until`, a send that fails on the connection is resent until then (a
+/// release by id is idempotent: a second finds the permit not out).
+async fn give_back(
+    client: &Client,
+    name: &str,
+    ids: &[PermitId],
+    until: Option<Instant>,
+) -> Result<Option<PermitId>> {
+    let send = |_| {
+        let mut conn = client.inner.conn.clone();
+        let release = call(client, name, "release", ids, 0);
+        async move { release.invoke_async::<i64>(&mut conn).await }
+    };
+    let released = match until {
+        Some(until) => resend_until(&client.inner.config, until, send).await,
+        None => send(0).await,
+    };
+    let released = released.map_err(|e| Error::from_redis(e, name))?;
     match released {
         1 => Ok(None),
         missing if missing < 0 => Ok(ids.get((-missing - 1) as usize).copied()),
@@ -366,7 +379,7 @@ impl PermitExpirableSemaphore {
         }
         let (client, name) = (self.obj.client.clone(), Arc::clone(&self.obj.name));
         let ids = ids.to_vec();
-        let release = async move { give_back(&client, &name, &ids).await };
+        let release = async move { give_back(&client, &name, &ids, None).await };
         match Finish::detached(runtime()?, release).await? {
             None => {
                 self.obj.release_synced().await;
@@ -586,11 +599,11 @@ impl PermitExpirableSemaphore {
         runtime: Handle,
     ) -> Result<Tried<Vec<Permit>>> {
         let new = || {
-            let out = PermitsOut((0..n).map(|_| PermitId::random()).collect());
+            let out = PermitsOut::new((0..n).map(|_| PermitId::random()).collect(), lease_ms);
             Request::new(&self.obj.client, &self.obj.name, out, 0, runtime.clone())
         };
         let request = slot.get(0, new).await.map_err(|e| self.obj.error(e))?;
-        let ids = request.taken().0.clone();
+        let ids = request.taken().ids.clone();
         let (sent, this) = (Instant::now(), Arc::clone(&request));
         let build = |latch: &str, latch_ttl: u64| {
             let lease = lease_ms.unwrap_or(0);
@@ -607,7 +620,7 @@ impl PermitExpirableSemaphore {
         if reply.is_none() {
             // Given back should this attempt be dropped before it returns.
             let (client, name) = (&self.obj.client, &self.obj.name);
-            let out = PermitsOut(ids.clone());
+            let out = PermitsOut::new(ids.clone(), lease_ms);
             let taken = Unclaimed::new(client, name, out, runtime.clone());
             let synced = self.obj.synced().await;
             match synced {
@@ -652,13 +665,30 @@ const MAX_PERMITS_AT_ONCE: u32 = 100_000;
 
 /// A permit-expirable semaphore's grant: the permits of these ids, each
 /// given back by its own release (one that expired meanwhile does not keep
-/// the others out).
-struct PermitsOut(Vec<PermitId>);
+/// the others out), resent until it gets through or the permit's lease has
+/// surely ended ([`NEVER_EXPIRES`] without a lease).
+struct PermitsOut {
+    ids: Vec<PermitId>,
+    /// Their lease; `None`: none.
+    lease_ms: Option<u64>,
+}
+
+impl PermitsOut {
+    fn new(ids: Vec<PermitId>, lease_ms: Option<u64>) -> PermitsOut {
+        PermitsOut { ids, lease_ms }
+    }
+}
 
 impl Taken for PermitsOut {
     async fn give_back(&self, client: &Client, name: &str, _ttl_ms: u64, why: GiveBack) {
-        for &id in &self.0 {
-            if let Err(err) = give_back(client, name, &[id]).await {
+        // The grant came before this: its lease ends by then.
+        let now = Instant::now();
+        let until = match self.lease_ms {
+            Some(ms) => surely_ended(&client.inner.config, now, Duration::from_millis(ms)),
+            None => now + NEVER_EXPIRES,
+        };
+        for &id in &self.ids {
+            if let Err(err) = give_back(client, name, &[id], Some(until)).await {
                 tracing::warn!(semaphore = %name, permit = %id, error = %err, why = why.why(),
                     "could not give back a permit an acquire took");
             }
@@ -767,7 +797,7 @@ impl Permit {
         let runtime = hold.runtime.clone();
         let client = hold.client.clone();
         let release = async move {
-            let given = give_back(&hold.client, &hold.name, &[id]).await;
+            let given = give_back(&hold.client, &hold.name, &[id], None).await;
             if let Ok(None) = given {
                 hold.released();
             }
@@ -795,10 +825,18 @@ impl Drop for Permit {
         };
         let id = self.id;
         let runtime = hold.runtime.clone();
+        // Nobody waits on it: resent until it gets through, or until the
+        // lease has surely ended (counted from the acquire's send here; a
+        // reply in flight and a drift margin more on the server).
+        let config = &hold.client.inner.config;
+        let until = match self.expires {
+            Some(at) => at + config.response_timeout + Duration::from_secs(1),
+            None => Instant::now() + NEVER_EXPIRES,
+        };
         // On a runtime that shut down, nothing is sent: the permit comes
         // back with its lease, if it has one.
         runtime.spawn(async move {
-            match give_back(&hold.client, &hold.name, &[id]).await {
+            match give_back(&hold.client, &hold.name, &[id], Some(until)).await {
                 Ok(None) => hold.released(),
                 Ok(Some(_)) => tracing::debug!(semaphore = %hold.name, permit = %id,
                     "dropped permit had expired already"),

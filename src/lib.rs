@@ -787,6 +787,7 @@ mod client;
 pub mod config;
 mod error;
 mod finish;
+mod give_back;
 mod keys;
 mod object;
 mod scripts;

@@ -5,13 +5,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::runtime::Handle;
+use tokio::time::Instant;
 
 use crate::acquire_latch::{send_once, GiveBack, Request, RequestSlot, Taken, Unclaimed};
 use crate::args;
 use crate::config::MAX_DURATION;
 use crate::finish::runtime;
+use crate::give_back::{resend_until, NEVER_EXPIRES};
 use crate::object::{Object, Synced};
-use crate::scripts::{SEMAPHORE_ACQUIRE, SEMAPHORE_DRAIN, SEMAPHORE_RELEASE};
+use crate::scripts::{SEMAPHORE_ACQUIRE, SEMAPHORE_DRAIN, SEMAPHORE_GIVE_BACK, SEMAPHORE_RELEASE};
 use crate::telemetry;
 use crate::waiting::{wait_on, Channel, Tried, Wait};
 use crate::{keys, Client, Error, Result};
@@ -420,15 +422,35 @@ impl Semaphore {
     }
 }
 
-/// A semaphore's grant: permits, given back by a release of as many.
+/// A semaphore's grant: permits, given back by a release of as many under
+/// its own request id, resent until it gets through (permits never
+/// expire; for [`NEVER_EXPIRES`] at most).
 struct Permits(u32);
 
 impl Taken for Permits {
     async fn give_back(&self, client: &Client, name: &str, _ttl_ms: u64, why: GiveBack) {
         let permits = self.0;
-        if let Err(err) = give(client, name, permits.into(), false).await {
-            tracing::warn!(semaphore = %name, permits, error = %err, why = why.why(),
-                "could not give back permits an acquire took");
+        let inner = &client.inner;
+        let latch = keys::unlock_latch(name, &inner.request_id());
+        let channel = keys::semaphore_channel(name);
+        let send = |latch_ttl: u64| {
+            let mut conn = inner.conn.clone();
+            let mut call = SEMAPHORE_GIVE_BACK.prepare_invoke();
+            call.key(name)
+                .key(&channel)
+                .key(&latch)
+                .arg(permits)
+                .arg(inner.publish())
+                .arg(latch_ttl);
+            async move { call.invoke_async::<i64>(&mut conn).await }
+        };
+        let until = Instant::now() + NEVER_EXPIRES;
+        match resend_until(&inner.config, until, send).await {
+            Ok(_) => inner.sweeper.discard(latch),
+            Err(err) => {
+                tracing::warn!(semaphore = %name, permits, error = %err, why = why.why(),
+                    "could not give back permits an acquire took");
+            }
         }
     }
 }

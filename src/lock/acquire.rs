@@ -7,7 +7,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::queue::{leave_queue, FairOwners, QueueExit};
-use super::{release_hold, LockGuard};
+use super::{release_hold, LockGuard, Resend};
 use super::{Attempt, Kind, LockCore};
 use crate::acquire_latch::{GiveBack, Request, RequestSlot, Taken};
 use crate::args;
@@ -365,7 +365,8 @@ impl LockCore {
         let (client, kind) = (self.obj.client.clone(), self.kind);
         let (name, owner) = (Arc::clone(&key.0), Arc::clone(&key.1));
         runtime.spawn(async move {
-            if let Err(err) = release_hold(&client, kind, &name, &owner, ttl_ms).await {
+            let released = release_hold(&client, kind, &name, &owner, ttl_ms, Resend::UntilExpired);
+            if let Err(err) = released.await {
                 tracing::warn!(lock = %name, %owner, error = %err,
                     "could not give back a hold whose grant could not be confirmed; it expires with its lease");
             }
@@ -390,7 +391,8 @@ impl LockCore {
         let give_back = move |reply: redis::RedisResult<Vec<usize>>| async move {
             if reply.is_ok_and(|gone| gone.is_empty()) {
                 let lease_ms = client.inner.config.watchdog_timeout.as_millis() as u64;
-                let _ = release_hold(&client, kind, &name, &owner, lease_ms).await;
+                let resend = Resend::UntilExpired;
+                let _ = release_hold(&client, kind, &name, &owner, lease_ms, resend).await;
             }
         };
         let reply = Finish::new(runtime()?, request, give_back)
@@ -503,7 +505,8 @@ impl Taken for Hold {
         // The release resets the key's TTL to what the acquire set (a
         // leased re-entry inside a watchdog hold keeps the watchdog's TTL).
         let owner = &self.owner;
-        if let Err(err) = release_hold(client, self.kind, name, owner, ttl_ms).await {
+        let resend = Resend::UntilExpired;
+        if let Err(err) = release_hold(client, self.kind, name, owner, ttl_ms, resend).await {
             tracing::warn!(lock = %name, %owner, error = %err, why = why.why(),
                 "could not give back a hold an acquire took; it expires with its lease");
         }

@@ -7,7 +7,7 @@ use tokio::runtime::Handle;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use super::{release_hold, Kind};
+use super::{release_hold, Kind, Resend};
 use crate::finish::Finish;
 use crate::telemetry::{self, Subject};
 use crate::watchdog::{HoldKey, LeaseState, RenewCall};
@@ -249,11 +249,16 @@ impl LockGuard {
     /// # Cancel safety
     /// Cancel safe: once started, the release runs to its end in the
     /// background if the future is dropped.
-    pub async fn unlock(mut self) -> Result<()> {
+    pub async fn unlock(self) -> Result<()> {
+        self.release(Resend::Bounded).await
+    }
+
+    /// Releases the hold, resending as `resend` says.
+    async fn release(mut self, resend: Resend) -> Result<()> {
         match self.hold.take() {
             Some(hold) => {
                 let runtime = hold.runtime.clone();
-                Finish::detached(runtime, hold.release()).await
+                Finish::detached(runtime, hold.release(resend)).await
             }
             None => Ok(()),
         }
@@ -263,14 +268,15 @@ impl LockGuard {
 impl LockGuard {
     /// Releases a hold its caller never saw (one the replicas did not
     /// acknowledge): as [`LockGuard::unlock`], but no hold time is
-    /// reported for it.
+    /// reported for it, and it is resent until it gets through or the
+    /// hold has surely expired.
     #[cfg_attr(not(feature = "metrics"), allow(unused_mut))]
     pub(crate) async fn give_back(mut self) -> Result<()> {
         #[cfg(feature = "metrics")]
         if let Some(hold) = self.hold.as_mut() {
             hold.since = None;
         }
-        self.unlock().await
+        self.release(Resend::UntilExpired).await
     }
 }
 
@@ -307,18 +313,18 @@ impl Hold {
         }
     }
 
-    async fn release(self) -> Result<()> {
+    async fn release(self, resend: Resend) -> Result<()> {
         #[cfg(feature = "metrics")]
         if let Some(since) = self.since {
             telemetry::released(self.subject(), since.elapsed());
         }
         let span =
             tracing::info_span!("ferrisson.release", lock = %self.key.0, kind = self.kind.label());
-        self.release_in().instrument(span).await
+        self.release_in(resend).instrument(span).await
     }
 
     /// [`Hold::release`], inside its span.
-    async fn release_in(self) -> Result<()> {
+    async fn release_in(self, resend: Resend) -> Result<()> {
         let inner = &self.client.inner;
         let watchdog = self.lease_ms.is_none();
         if watchdog {
@@ -338,7 +344,8 @@ impl Hold {
             Some(ms) if !watched => ms,
             _ => inner.config.watchdog_timeout.as_millis() as u64,
         };
-        release_hold(&self.client, self.kind, &self.key.0, &self.key.1, lease_ms).await
+        let (name, owner) = (&self.key.0, &self.key.1);
+        release_hold(&self.client, self.kind, name, owner, lease_ms, resend).await
     }
 }
 
@@ -350,7 +357,7 @@ impl Drop for LockGuard {
         let runtime = hold.runtime.clone();
         let name = Arc::clone(&hold.key.0);
         runtime.spawn(async move {
-            match hold.release().await {
+            match hold.release(Resend::UntilExpired).await {
                 Ok(()) => {}
                 Err(err @ (Error::LeaseLost { .. } | Error::NotHeld { .. })) => {
                     tracing::debug!(lock = %name, error = %err, "dropped guard was no longer held");

@@ -23,7 +23,7 @@ pub(crate) use kind::Kind;
 pub use kind::DEFAULT_FAIR_WAITER_TIMEOUT;
 pub use non_reentrant::{NonReentrantFairLock, NonReentrantLock};
 pub(crate) use queue::FairOwners;
-pub(crate) use release::release_hold;
+pub(crate) use release::{release_hold, Resend};
 pub use rwlock::{ReadLock, ReadWriteLock, WriteLock};
 pub use spin::SpinLock;
 
@@ -464,7 +464,7 @@ impl LockCore {
             let inner = &client.inner;
             let watchdog_ms = inner.config.watchdog_timeout.as_millis() as u64;
             inner.registry.release_any(&key);
-            release_hold(&client, kind, &key.0, &key.1, watchdog_ms).await
+            release_hold(&client, kind, &key.0, &key.1, watchdog_ms, Resend::Bounded).await
         };
         Finish::detached(runtime()?, release).await
     }
