@@ -431,3 +431,31 @@ async fn give_backs_and_dropped_guards_outlast_a_network_cut() {
     assert_eq!(permits().as_deref(), Some("1"));
     common::settled(&c).await;
 }
+
+/// A release that reaches Redis after the lease ran out there (sent while
+/// the guard's clock still had lease left, delayed on the way) fails with
+/// `LeaseLost`, as one the guard knew to be too late: by the reply, the
+/// guard's clock (which never runs ahead of the server's) says so too. A
+/// hold deleted behind the guard's back while its lease lasts is `NotHeld`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_that_arrives_after_the_lease_says_lease_lost() {
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port());
+    let c = client_at(&proxy.url(), WATCHDOG).await;
+    let lease = Duration::from_secs(1);
+    let lock = c.lock("late-release");
+    let guard = soon(lock.lock_with_lease(lease)).await.unwrap();
+    // Each way: the release runs on the server after the lease has ended.
+    proxy.set_latency(lease);
+    assert!(!guard.is_lease_lost());
+    let err = soon(guard.unlock()).await.unwrap_err();
+    assert!(err.is_lease_lost(), "{err}");
+    proxy.set_latency(Duration::ZERO);
+
+    let guard = soon(lock.lock_with_lease(Duration::from_secs(60)))
+        .await
+        .unwrap();
+    server.cmd(&["DEL", "late-release"]);
+    let err = soon(guard.unlock()).await.unwrap_err();
+    assert!(err.is_not_held(), "{err}");
+}

@@ -22,9 +22,12 @@ use crate::{Client, Error, Result};
 /// Release it with [`LockGuard::unlock`], which reports what happened.
 /// Dropping a guard without `unlock` releases it in the background on the
 /// runtime the lock was taken on: it never blocks and never panics, but it
-/// is not immediate, and a failure is only logged. If that runtime is gone,
-/// nothing is sent and the lock frees itself when its lease runs out (the
-/// watchdog timeout in watchdog mode).
+/// is not immediate, and a failure is only logged. Since nobody waits on
+/// it, that release is resent after a failed connection (with backoff, up
+/// to a second apart) until it gets through or the hold has surely expired
+/// in Redis, so a network cut does not leave the lock held to the end of
+/// its lease. If that runtime is gone, nothing is sent and the lock frees
+/// itself when its lease runs out (the watchdog timeout in watchdog mode).
 ///
 /// The guard is `Send + 'static`: it can move into a spawned task. Its hold
 /// still belongs to the owner that took it (the task that called `lock`),
@@ -237,14 +240,23 @@ impl LockGuard {
     /// Releases this hold; the last hold deletes the lock and wakes a waiter.
     ///
     /// # Errors
-    /// - [`Error::LeaseLost`] when the lease was already known lost: nothing
-    ///   is sent, so a lock someone else took since is never touched. (A
-    ///   leased hold nested in a watchdog hold of the same owner lives as
-    ///   long as the watchdog keeps the key, and is released normally.)
-    /// - [`Error::NotHeld`] when Redis says the owner holds nothing (the
-    ///   lease ran out unnoticed, or the lock was force-unlocked).
-    /// - [`Error::Redis`] when every send failed; the hold then expires with
-    ///   its lease.
+    /// - [`Error::LeaseLost`] when the lease had run out by the guard's
+    ///   clock (see [`LockGuard::is_lease_lost`]): already before the
+    ///   release, which is then not sent, so a lock someone else took since
+    ///   is never touched; or by the time Redis answered that the owner
+    ///   holds nothing (the lease ran out while the release was on its way;
+    ///   the guard's clock never runs ahead of the server's, so a hold the
+    ///   server let go at its lease's end is always reported so). (A leased
+    ///   hold nested in a watchdog hold of the same owner lives as long as
+    ///   the watchdog keeps the key, and is released normally.)
+    /// - [`Error::NotHeld`] when Redis says the owner holds nothing while
+    ///   the guard's clock still gives it lease: the lock was deleted behind
+    ///   its back (force-unlocked; a restart or failover lost it).
+    /// - [`Error::Redis`] when every send failed: `release_attempts` sends
+    ///   ([`ClientBuilder::release_attempts`](crate::ClientBuilder::release_attempts)),
+    ///   spaced 100 ms, 200 ms... apart; the hold then expires with its
+    ///   lease. (A dropped guard's release, which nobody awaits, is resent
+    ///   until it gets through or the hold has surely expired.)
     ///
     /// # Cancel safety
     /// Cancel safe: once started, the release runs to its end in the
@@ -335,7 +347,8 @@ impl Hold {
         // expired, whatever its own lease said, and the holds that remain
         // keep the watchdog's TTL.
         let watched = inner.registry.contains(&self.key);
-        if self.lease.is_lost() && (watchdog || !watched) {
+        let lost = || self.lease.is_lost() && (watchdog || !watched);
+        if lost() {
             return Err(Error::LeaseLost {
                 name: self.key.0.to_string(),
             });
@@ -345,7 +358,15 @@ impl Hold {
             _ => inner.config.watchdog_timeout.as_millis() as u64,
         };
         let (name, owner) = (&self.key.0, &self.key.1);
-        release_hold(&self.client, self.kind, name, owner, lease_ms, resend).await
+        match release_hold(&self.client, self.kind, name, owner, lease_ms, resend).await {
+            // Redis let the hold go while the release was on its way: by
+            // this guard's clock (never ahead of the server's), the lease
+            // had run out by the reply.
+            Err(Error::NotHeld { .. }) if lost() => Err(Error::LeaseLost {
+                name: name.to_string(),
+            }),
+            released => released,
+        }
     }
 }
 
