@@ -105,6 +105,56 @@ pub(crate) trait Taken: Send + Sync + 'static {
     ) -> impl Future<Output = ()> + Send;
 }
 
+/// What a granted request took, between its grant and its handing out (the
+/// replicas' acknowledgement is awaited in between): given back in the
+/// background if dropped unclaimed, when the caller left or its wait's
+/// time ran out meanwhile.
+pub(crate) struct Unclaimed<T: Taken> {
+    client: Client,
+    name: Arc<str>,
+    taken: Option<T>,
+    runtime: Handle,
+}
+
+impl<T: Taken> Unclaimed<T> {
+    pub(crate) fn new(client: &Client, name: &Arc<str>, taken: T, runtime: Handle) -> Self {
+        Unclaimed {
+            client: client.clone(),
+            name: Arc::clone(name),
+            taken: Some(taken),
+            runtime,
+        }
+    }
+
+    /// It is the caller's now.
+    pub(crate) fn claim(mut self) {
+        self.taken = None;
+    }
+
+    /// Gives it back now, for `why`; cancel safe (once started, the
+    /// give-back goes on in the background).
+    pub(crate) async fn give_back(mut self, why: GiveBack) {
+        if let Some(taken) = self.taken.take() {
+            let (client, name) = (self.client.clone(), Arc::clone(&self.name));
+            let give_back = async move { taken.give_back(&client, &name, 0, why).await };
+            Finish::detached(self.runtime.clone(), give_back).await;
+        }
+    }
+}
+
+impl<T: Taken> Drop for Unclaimed<T> {
+    fn drop(&mut self) {
+        if let Some(taken) = self.taken.take() {
+            let (client, name) = (self.client.clone(), Arc::clone(&self.name));
+            self.runtime.spawn(async move {
+                taken
+                    .give_back(&client, &name, 0, GiveBack::CallerLeft)
+                    .await;
+            });
+        }
+    }
+}
+
 /// The acquire request of one wait, shared by its attempts: every send of
 /// it carries its id, whose latch makes it count once however many sends
 /// reach Redis (a resend of a granted request is answered as granted). A
@@ -232,10 +282,17 @@ impl<T: Taken> Request<T> {
         };
         if let (1, Some(ttl_ms)) = (granted, ttl_ms) {
             tracing::debug!(name = %self.name, "an acquire whose reply was lost was granted; giving it back");
-            self.taken
-                .give_back(&self.client, &self.name, ttl_ms, GiveBack::ReplyLost)
-                .await;
-            self.client.inner.sweeper.discard(self.latch.clone());
+            // The request no longer says it is unsettled: once started, the
+            // give-back goes on in the background if this call is dropped.
+            let (client, name) = (self.client.clone(), Arc::clone(&self.name));
+            let (taken, latch) = (Arc::clone(&self.taken), self.latch.clone());
+            let give_back = async move {
+                taken
+                    .give_back(&client, &name, ttl_ms, GiveBack::ReplyLost)
+                    .await;
+                client.inner.sweeper.discard(latch);
+            };
+            Finish::detached(self.runtime.clone(), give_back).await;
         }
         Ok(())
     }
@@ -357,9 +414,10 @@ impl<T: Taken> RequestSlot<T> {
 
 /// Sends `request` by `send` (one call of its script, on the connection
 /// it is given) and resends it under the same id after a connection
-/// failure: once always (a single lost reply must not fail a one-shot
-/// try), more while `deadline` lasts (`None`: no limit), up to
-/// `release_attempts` sends, pausing 100 ms longer before each resend.
+/// failure, while `resend_until` lasts (`None`: no limit; a one-attempt
+/// call's lasts one response timeout, so a single dropped connection does
+/// not fail it, and a server that does not answer costs it one timeout, not
+/// two), up to `release_attempts` sends, pausing 100 ms longer before each resend.
 /// Safe to resend: the request's latch makes a resend of a granted request
 /// answer "granted" without taking anything more. `granted` tells a grant
 /// from the other replies; `lasts_ms`: how long what a grant takes lasts
@@ -370,7 +428,7 @@ impl<T: Taken> RequestSlot<T> {
 /// The locks and the semaphores share it.
 pub(crate) async fn send_resending<T, R, Fut>(
     request: &Request<T>,
-    deadline: Option<Instant>,
+    resend_until: Option<Instant>,
     lasts_ms: u64,
     granted: impl Fn(&R) -> bool,
     mut send: impl FnMut(Conn) -> Fut,
@@ -391,7 +449,11 @@ where
             // Perhaps it reached Redis: its outcome is unknown.
             request.lost(lasts_ms, at);
         }
-        let resend = sent < sends && (sent == 1 || deadline.is_none_or(|d| Instant::now() < d));
+        // A lost reply is sent again within the wait (for a one-attempt
+        // call, within one response timeout of it: see `Wait`), so that one
+        // dropped connection does not fail it, and a server that does not
+        // answer costs one timeout, not two.
+        let resend = sent < sends && resend_until.is_none_or(|until| Instant::now() < until);
         match reply {
             Err(err) if failed && resend => {
                 tracing::debug!(name = %request.name, error = %err, "acquire failed; sending it again");
@@ -409,7 +471,7 @@ where
 /// Sends `request` for the semaphores, resent after a lost reply as
 /// [`send_resending`] says, and returns the reply; the script is built by
 /// `build` from the latch key and its TTL (milliseconds), and `granted`
-/// tells a grant from a refusal. `deadline` and `lasts_ms` as in
+/// tells a grant from a refusal. `resend_until` and `lasts_ms` as in
 /// [`send_resending`].
 ///
 /// Whatever becomes of the caller, a grant is never left behind:
@@ -427,7 +489,7 @@ pub(crate) async fn send<T, R>(
     runtime: Handle,
     build: impl FnOnce(&str, u64) -> ScriptInvocation<'static>,
     granted: fn(&R) -> bool,
-    deadline: Option<Instant>,
+    resend_until: Option<Instant>,
     lasts_ms: u64,
 ) -> redis::RedisResult<R>
 where
@@ -440,7 +502,7 @@ where
     let send = async move {
         let invocation = &invocation;
         let send = |mut conn: Conn| async move { invocation.invoke_async::<R>(&mut conn).await };
-        send_resending(&request, deadline, lasts_ms, granted, send).await
+        send_resending(&request, resend_until, lasts_ms, granted, send).await
     };
     let orphan = move |reply: redis::RedisResult<R>| async move {
         if reply.as_ref().is_ok_and(granted) {

@@ -3,10 +3,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::args;
 use crate::object::Object;
 use crate::scripts::{LATCH_COUNT_DOWN, LATCH_DELETE, UNLOCK_MESSAGE};
-use crate::waiting::{wait_on, Channel, Tried};
+use crate::waiting::{wait_on, Channel, Tried, Wait};
 use crate::{keys, Client, Error, Result};
 
 /// The message `try_set_count` publishes (Redisson's new-count message).
@@ -178,7 +177,7 @@ impl CountDownLatch {
 
     async fn wait_until(&self, wait: Option<Duration>) -> Result<bool> {
         self.obj.checked()?;
-        let deadline = args::deadline(wait)?;
+        let limits = Wait::new(&self.obj.client, wait)?;
         let attempt = || async {
             Ok(match self.count().await? {
                 0 => Tried::Done(()),
@@ -189,7 +188,7 @@ impl CountDownLatch {
             name: self.channel_name(),
             broadcast: true,
         };
-        Ok(wait_on(&self.obj.client, channel, deadline, attempt)
+        Ok(wait_on(&self.obj.client, channel, limits, attempt)
             .await?
             .is_some())
     }

@@ -15,8 +15,10 @@ pub enum Error {
     Redis(#[from] redis::RedisError),
 
     /// A release by an owner that holds nothing on this lock: it never held
-    /// it, already released every hold, or its lease expired and the key
-    /// is gone or someone else's.
+    /// it, already released every hold, or its hold was deleted behind its
+    /// back (force unlock, restart). [`Lock::unlock`](crate::Lock::unlock),
+    /// which has no guard to keep time, also says so when the lease
+    /// expired; a guard's unlock then says [`Error::LeaseLost`].
     #[error("lock `{name}` is not held by owner `{owner}`")]
     NotHeld {
         /// The lock name.
@@ -25,9 +27,11 @@ pub enum Error {
         owner: String,
     },
 
-    /// The lease behind a guard ran out, or the lock was deleted behind the
-    /// holder's back (force unlock, Redis restart): the guard no longer
-    /// protects anything, so nothing was sent.
+    /// The lease behind a guard ran out, or the watchdog found the lock
+    /// deleted behind the holder's back (force unlock, Redis restart): the
+    /// guard no longer protects anything. Known before a call, nothing was
+    /// sent; a release that Redis answered "not held" after the guard's
+    /// lease ran out by its clock says so too (it ran out on the way).
     #[error("the lease on lock `{name}` was lost")]
     LeaseLost {
         /// The lock name.

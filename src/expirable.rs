@@ -9,14 +9,15 @@ use std::time::Duration;
 use tokio::runtime::Handle;
 use tokio::time::Instant;
 
-use crate::acquire_latch::{self, GiveBack, Request, RequestSlot, Taken};
+use crate::acquire_latch::{self, GiveBack, Request, RequestSlot, Taken, Unclaimed};
 use crate::args;
 use crate::client::conn::Conn;
 use crate::config::MAX_DURATION;
 use crate::finish::{runtime, spawn_to_end, Finish};
+use crate::give_back::{resend_until, surely_ended, NEVER_EXPIRES};
 use crate::object::{Object, Synced};
 use crate::telemetry;
-use crate::waiting::{wait_on, Channel, Tried};
+use crate::waiting::{wait_on, Channel, Tried, Wait};
 use crate::{keys, scripts::EXPIRABLE, Client, Error, Result};
 
 /// The `kind` label of a permit-expirable semaphore's figures.
@@ -135,23 +136,37 @@ fn call(
 }
 
 /// Gives back the permits `ids`, all or none: `Ok(None)` when they were
-/// all out, else the first that was not (and none was given back).
-async fn give_back(client: &Client, name: &str, ids: &[PermitId]) -> Result<Option<PermitId>> {
-    give_back_on(client, client.inner.conn.clone(), name, ids).await
+/// all out, else the first that was not (and none was given back). With
+/// `until`, a send that fails on the connection is resent until then (a
+/// release by id is idempotent: a second finds the permit not out).
+async fn give_back(
+    client: &Client,
+    name: &str,
+    ids: &[PermitId],
+    until: Option<Instant>,
+) -> Result<Option<PermitId>> {
+    give_back_on(client, client.inner.conn.clone(), name, ids, until).await
 }
 
 /// [`give_back`] on `conn`. Safe to send twice: a permit given back is no
 /// longer out, and the second send finds it missing.
 async fn give_back_on(
     client: &Client,
-    mut conn: Conn,
+    conn: Conn,
     name: &str,
     ids: &[PermitId],
+    until: Option<Instant>,
 ) -> Result<Option<PermitId>> {
-    let released: i64 = call(client, name, "release", ids, 0)
-        .invoke_async(&mut conn)
-        .await
-        .map_err(|e| Error::from_redis(e, name, "semaphore"))?;
+    let send = |_| {
+        let mut conn = conn.clone();
+        let release = call(client, name, "release", ids, 0);
+        async move { release.invoke_async::<i64>(&mut conn).await }
+    };
+    let released = match until {
+        Some(until) => resend_until(&client.inner.config, until, send).await,
+        None => send(0).await,
+    };
+    let released = released.map_err(|e| Error::from_redis(e, name, "semaphore"))?;
     match released {
         1 => Ok(None),
         missing if missing < 0 => Ok(ids.get((-missing - 1) as usize).copied()),
@@ -399,7 +414,7 @@ impl PermitExpirableSemaphore {
         }
         let (client, name) = (self.obj.client.clone(), Arc::clone(&self.obj.name));
         let ids = ids.to_vec();
-        let release = async move { give_back(&client, &name, &ids).await };
+        let release = async move { give_back(&client, &name, &ids, None).await };
         match Finish::detached(runtime()?, release).await? {
             None => {
                 self.obj.release_synced().await;
@@ -595,17 +610,17 @@ impl PermitExpirableSemaphore {
         let lease_ms = lease
             .map(|lease| args::duration("lease", lease, MAX_DURATION))
             .transpose()?;
-        let deadline = args::deadline(wait)?;
+        let limits = Wait::new(&self.obj.client, wait)?;
         let runtime = runtime()?;
         // One request (and its permit ids) for the whole wait, renewed when
         // it grows old: a resend after a lost reply takes the permits once.
         let slot = RequestSlot::default();
-        let attempt = || self.try_take(n, lease_ms, &slot, deadline, runtime.clone());
+        let attempt = || self.try_take(n, lease_ms, &slot, limits.resend_until, runtime.clone());
         let channel = Channel {
             name: keys::semaphore_channel(&self.obj.name),
             broadcast: true,
         };
-        wait_on(&self.obj.client, channel, deadline, attempt).await
+        wait_on(&self.obj.client, channel, limits, attempt).await
     }
 
     /// One attempt of the wait's request to take `n` permits under the
@@ -617,15 +632,15 @@ impl PermitExpirableSemaphore {
         n: u32,
         lease_ms: Option<u64>,
         slot: &RequestSlot<PermitsOut>,
-        deadline: Option<Instant>,
+        resend_until: Option<Instant>,
         runtime: Handle,
     ) -> Result<Tried<Vec<Permit>>> {
         let new = || {
-            let out = PermitsOut((0..n).map(|_| PermitId::random()).collect());
+            let out = PermitsOut::new((0..n).map(|_| PermitId::random()).collect(), lease_ms);
             Request::new(&self.obj.client, &self.obj.name, out, 0, runtime.clone())
         };
         let request = slot.get(0, new).await.map_err(|e| self.obj.error(e))?;
-        let ids = request.taken().0.clone();
+        let ids = request.taken().ids.clone();
         let (sent, this) = (Instant::now(), Arc::clone(&request));
         let build = |latch: &str, latch_ttl: u64| {
             let lease = lease_ms.unwrap_or(0);
@@ -636,17 +651,27 @@ impl PermitExpirableSemaphore {
         // The script replies nil for permits taken, else how long to wait.
         let granted = |reply: &Option<i64>| reply.is_none();
         let lasts_ms = lease_ms.unwrap_or(u64::MAX);
-        let reply =
-            acquire_latch::send(request, runtime.clone(), build, granted, deadline, lasts_ms)
-                .await
-                .map_err(|e| self.obj.error(e))?;
+        let reply = acquire_latch::send(
+            request,
+            runtime.clone(),
+            build,
+            granted,
+            resend_until,
+            lasts_ms,
+        )
+        .await
+        .map_err(|e| self.obj.error(e))?;
         if reply.is_none() {
+            // Given back should this attempt be dropped before it returns.
+            let (client, name) = (&self.obj.client, &self.obj.name);
+            let out = PermitsOut::new(ids.clone(), lease_ms);
+            let taken = Unclaimed::new(client, name, out, runtime.clone());
             let synced = self.obj.synced().await;
-            if !matches!(synced, Synced::Yes) {
+            match synced {
+                // Claimed by the permits made below, with no await between.
+                Synced::Yes => taken.claim(),
                 // Only the master knows of these permits: give them back.
-                let (client, name) = (&self.obj.client, &self.obj.name);
-                let out = PermitsOut(ids.clone());
-                out.give_back(client, name, 0, GiveBack::Unsynced).await;
+                _ => taken.give_back(GiveBack::Unsynced).await,
             }
             match synced {
                 Synced::Yes => {}
@@ -684,13 +709,30 @@ const MAX_PERMITS_AT_ONCE: u32 = 100_000;
 
 /// A permit-expirable semaphore's grant: the permits of these ids, each
 /// given back by its own release (one that expired meanwhile does not keep
-/// the others out).
-struct PermitsOut(Vec<PermitId>);
+/// the others out), resent until it gets through or the permit's lease has
+/// surely ended ([`NEVER_EXPIRES`] without a lease).
+struct PermitsOut {
+    ids: Vec<PermitId>,
+    /// Their lease; `None`: none.
+    lease_ms: Option<u64>,
+}
+
+impl PermitsOut {
+    fn new(ids: Vec<PermitId>, lease_ms: Option<u64>) -> PermitsOut {
+        PermitsOut { ids, lease_ms }
+    }
+}
 
 impl Taken for PermitsOut {
     async fn give_back(&self, client: &Client, name: &str, _ttl_ms: u64, why: GiveBack) {
-        for &id in &self.0 {
-            if let Err(err) = give_back(client, name, &[id]).await {
+        // The grant came before this: its lease ends by then.
+        let now = Instant::now();
+        let until = match self.lease_ms {
+            Some(ms) => surely_ended(&client.inner.config, now, Duration::from_millis(ms)),
+            None => now + NEVER_EXPIRES,
+        };
+        for &id in &self.ids {
+            if let Err(err) = give_back(client, name, &[id], Some(until)).await {
                 tracing::warn!(semaphore = %name, permit = %id, error = %err, why = why.why(),
                     "could not give back a permit an acquire took");
             }
@@ -799,7 +841,7 @@ impl Permit {
         let runtime = hold.runtime.clone();
         let client = hold.client.clone();
         let release = async move {
-            let given = give_back(&hold.client, &hold.name, &[id]).await;
+            let given = give_back(&hold.client, &hold.name, &[id], None).await;
             if let Ok(None) = given {
                 hold.released();
             }
@@ -827,6 +869,14 @@ impl Drop for Permit {
         };
         let id = self.id;
         let runtime = hold.runtime.clone();
+        // Nobody waits on it: resent until it gets through, or until the
+        // lease has surely ended (counted from the acquire's send here; a
+        // reply in flight and a drift margin more on the server).
+        let config = &hold.client.inner.config;
+        let until = match self.expires {
+            Some(at) => at + config.response_timeout + Duration::from_secs(1),
+            None => Instant::now() + NEVER_EXPIRES,
+        };
         let client = hold.client.clone();
         let hold = Arc::new(hold);
         // Finished even when the runtime shuts down first (see
@@ -835,7 +885,7 @@ impl Drop for Permit {
         spawn_to_end(&client, &runtime, move |conn| {
             let hold = Arc::clone(&hold);
             async move {
-                match give_back_on(&hold.client, conn, &hold.name, &[id]).await {
+                match give_back_on(&hold.client, conn, &hold.name, &[id], Some(until)).await {
                     Ok(None) => hold.released(),
                     Ok(Some(_)) => tracing::debug!(semaphore = %hold.name, permit = %id,
                         "dropped permit had expired already"),

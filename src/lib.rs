@@ -385,8 +385,13 @@
 //!
 //! - `Redis`: Redis refused the command or could not be reached.
 //!   [`Error::is_connection_error`] says whether retrying may help.
-//! - `NotHeld`: a release by a non-owner, or after the lease ran out.
-//! - `LeaseLost`: the guard knew its lease was gone, so nothing was sent.
+//! - `NotHeld`: Redis says the owner holds nothing: a release by a non-owner,
+//!   a guard whose hold was deleted behind its back (force unlock, restart),
+//!   or `Lock::unlock` (no guard) after the lease ran out.
+//! - `LeaseLost`: the guard's lease had run out by its clock: known before a
+//!   call, so nothing was sent, or by the time Redis answered a release that
+//!   found the hold gone (it ran out on the way). A guard's clock never runs
+//!   ahead of the server's, so a lease that ran out is always `LeaseLost`.
 //! - `InvalidArgument`: an empty or over-long name (over [`MAX_NAME_LEN`]), a
 //!   zero or over-a-year lease or wait, a watchdog timeout under 30 ms, a bad
 //!   owner id. Zero permits, a latch count of zero and an empty multi-lock are
@@ -842,6 +847,7 @@ mod client;
 pub mod config;
 mod error;
 mod finish;
+mod give_back;
 mod keys;
 mod object;
 mod scripts;

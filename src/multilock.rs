@@ -9,7 +9,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::args;
-use crate::waiting::pause_before_retry;
+use crate::waiting::{self, pause_before_retry};
 use crate::{Backoff, DistributedLock, Error, LockGuard, Result};
 
 /// Several locks held as one: Redisson's `RedissonMultiLock`. The locks
@@ -157,18 +157,34 @@ impl MultiLock {
             return Err(Error::invalid("a multi-lock needs at least one lock"));
         }
         let deadline = args::deadline(wait)?;
+        // With a wait, the call ends by its end plus a margin, whatever a
+        // server does: a lock's call cut there finishes in the background
+        // and gives back what it took (each lock's acquire is cancel safe);
+        // releases still running then go on in the background. (A zero
+        // wait makes one attempt at each lock, each bounded as its
+        // `try_lock`.)
+        let bound = deadline
+            .filter(|_| wait.is_some_and(|w| !w.is_zero()))
+            .map(|d| d + waiting::margin(wait.unwrap_or_default()));
         let mut first = 0;
         let mut round = 0u32;
         loop {
             let remaining = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+            if round > 0 && remaining == Some(Duration::ZERO) {
+                // Not even a zero-wait attempt: it would take longer.
+                return Ok(None);
+            }
             let lock = &self.locks[first];
-            let guard = match (remaining, lease) {
-                (None, None) => Some(lock.lock().await?),
-                (None, Some(lease)) => Some(lock.lock_with_lease(lease).await?),
-                (Some(wait), None) => lock.try_lock_for(wait).await?,
-                (Some(wait), Some(lease)) => lock.try_lock_with_lease(wait, lease).await?,
+            let call = async {
+                match (remaining, lease) {
+                    (None, None) => lock.lock().await.map(Some),
+                    (None, Some(lease)) => lock.lock_with_lease(lease).await.map(Some),
+                    (Some(wait), None) => lock.try_lock_for(wait).await,
+                    (Some(wait), Some(lease)) => lock.try_lock_with_lease(wait, lease).await,
+                }
             };
-            let Some(guard) = guard else {
+            // The lock's own wait ends at the deadline (see `Wait`).
+            let Some(guard) = call.await? else {
                 return Ok(None);
             };
             // Dropped guards release in the background: an error or a
@@ -176,9 +192,16 @@ impl MultiLock {
             let mut held: Vec<(usize, LockGuard)> = vec![(first, guard)];
             let mut busy = None;
             for (i, lock) in self.locks.iter().enumerate().filter(|(i, _)| *i != first) {
-                let taken = match lease {
-                    None => lock.try_lock().await,
-                    Some(lease) => lock.try_lock_with_lease(Duration::ZERO, lease).await,
+                let call = async {
+                    match lease {
+                        None => lock.try_lock().await,
+                        Some(lease) => lock.try_lock_with_lease(Duration::ZERO, lease).await,
+                    }
+                };
+                let Some(taken) = waiting::until(bound, call).await else {
+                    // The wait ran out with that lock's reply still to come.
+                    release_all(held.into_iter().map(|(_, g)| g), bound).await;
+                    return Ok(None);
                 };
                 match taken {
                     Ok(Some(guard)) => held.push((i, guard)),
@@ -195,7 +218,7 @@ impl MultiLock {
                         break;
                     }
                     Err(err) => {
-                        release_all(held.into_iter().map(|(_, g)| g)).await;
+                        release_all(held.into_iter().map(|(_, g)| g), bound).await;
                         return Err(err);
                     }
                 }
@@ -206,7 +229,7 @@ impl MultiLock {
                     guards: held.into_iter().map(|(_, g)| g).collect(),
                 }));
             };
-            release_all(held.into_iter().map(|(_, g)| g)).await;
+            release_all(held.into_iter().map(|(_, g)| g), bound).await;
             tracing::debug!(lock = %self.locks[busy].name(), "multi-lock: busy; released the rest to wait for it");
             first = busy;
             if !pause_before_retry(&self.backoff, &mut round, deadline).await {
@@ -217,9 +240,10 @@ impl MultiLock {
 }
 
 /// Releases every guard at once, logging failures (each then expires with
-/// its lease).
-async fn release_all(guards: impl IntoIterator<Item = LockGuard>) {
-    let _ = unlock_all(guards.into_iter().collect()).await;
+/// its lease); past `by`, the releases still running go on in the
+/// background.
+async fn release_all(guards: impl IntoIterator<Item = LockGuard>, by: Option<Instant>) {
+    let _ = waiting::until(by, unlock_all(guards.into_iter().collect())).await;
 }
 
 /// Releases every guard at once; the outcome of each release, in order.

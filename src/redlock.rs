@@ -10,7 +10,7 @@ use tokio::time::Instant;
 
 use crate::args;
 use crate::multilock::{lost_count, unlock_all};
-use crate::waiting::pause_before_retry;
+use crate::waiting::{self, pause_before_retry};
 use crate::{Backoff, DistributedLock, Error, LockGuard, Result};
 
 /// The RedLock algorithm over locks on N independent Redis masters
@@ -177,9 +177,16 @@ impl RedLock {
             return Err(Error::invalid("a RedLock needs at least one lock"));
         }
         let deadline = args::deadline(wait)?;
+        // With a wait, the rounds after the first, and every round's
+        // releases, end by its end plus a margin (releases still running
+        // then go on in the background).
+        let bound = deadline
+            .filter(|_| wait.is_some_and(|w| !w.is_zero()))
+            .map(|d| d + waiting::margin(wait.unwrap_or_default()));
         let mut round = 0u32;
         loop {
-            if let Some(guard) = self.round(lease).await? {
+            let ends = bound.filter(|_| round > 0);
+            if let Some(guard) = self.round(lease, ends, bound).await? {
                 return Ok(Some(guard));
             }
             if !pause_before_retry(&self.backoff, &mut round, deadline).await {
@@ -188,8 +195,15 @@ impl RedLock {
         }
     }
 
-    /// One attempt at every lock at once.
-    async fn round(&self, lease: Option<Duration>) -> Result<Option<RedLockGuard>> {
+    /// One attempt at every lock at once, each within its bound, cut to
+    /// `ends`; the releases of a round that did not win are waited for
+    /// until `bound` at most.
+    async fn round(
+        &self,
+        lease: Option<Duration>,
+        ends: Option<Instant>,
+        bound: Option<Instant>,
+    ) -> Result<Option<RedLockGuard>> {
         let ttl = match lease {
             Some(lease) => lease,
             None => self
@@ -201,6 +215,10 @@ impl RedLock {
         };
         let per_attempt = (ttl / 10).clamp(Duration::from_millis(10), Duration::from_secs(1));
         let start = Instant::now();
+        let per_attempt = match ends {
+            Some(ends) => per_attempt.min(ends.saturating_duration_since(start)),
+            None => per_attempt,
+        };
         let attempts = self
             .locks
             .iter()
@@ -238,7 +256,7 @@ impl RedLock {
         let drift = ttl / 100 + Duration::from_millis(2);
         let valid_until = start + ttl.saturating_sub(drift);
         if let Some(err) = failure {
-            release_all(guards).await;
+            release_all(guards, bound).await;
             return Err(err);
         }
         if guards.len() >= self.quorum() && Instant::now() < valid_until {
@@ -248,7 +266,7 @@ impl RedLock {
                 valid_until: lease.map(|_| valid_until),
             }));
         }
-        release_all(guards).await;
+        release_all(guards, bound).await;
         Ok(None)
     }
 }
@@ -307,8 +325,9 @@ async fn gather<'a>(
 
 /// Releases every guard at once (a silent server holds up only its own
 /// release), logging failures: each of those holds expires with its lease.
-async fn release_all(guards: Vec<LockGuard>) {
-    let _ = unlock_all(guards).await;
+/// Past `by`, the releases still running go on in the background.
+async fn release_all(guards: Vec<LockGuard>, by: Option<Instant>) {
+    let _ = waiting::until(by, unlock_all(guards)).await;
 }
 
 /// A RedLock held on a majority of its servers, from [`RedLock`]'s acquire.

@@ -77,6 +77,11 @@ pub(crate) static SEMAPHORE_ACQUIRE: LazyLock<Script> =
 pub(crate) static SEMAPHORE_RELEASE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../lua/semaphore_release.lua")));
 
+/// `lua/semaphore_give_back.lua`: give back permits nobody got,
+/// idempotent per request id.
+pub(crate) static SEMAPHORE_GIVE_BACK: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../lua/semaphore_give_back.lua")));
+
 /// `lua/semaphore_drain.lua`: take every available permit.
 pub(crate) static SEMAPHORE_DRAIN: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../lua/semaphore_drain.lua")));

@@ -7,14 +7,17 @@ use std::time::Duration;
 use tokio::runtime::Handle;
 use tokio::time::Instant;
 
-use crate::acquire_latch::{self, GiveBack, Request, RequestSlot, Taken};
+use crate::acquire_latch::{self, GiveBack, Request, RequestSlot, Taken, Unclaimed};
 use crate::args;
 use crate::config::MAX_DURATION;
 use crate::finish::runtime;
+use crate::give_back::{resend_until, NEVER_EXPIRES};
 use crate::object::{Object, Synced};
-use crate::scripts::{SEMAPHORE_ACQUIRE, SEMAPHORE_DELETE, SEMAPHORE_DRAIN, SEMAPHORE_RELEASE};
+use crate::scripts::{
+    SEMAPHORE_ACQUIRE, SEMAPHORE_DELETE, SEMAPHORE_DRAIN, SEMAPHORE_GIVE_BACK, SEMAPHORE_RELEASE,
+};
 use crate::telemetry;
-use crate::waiting::{wait_on, Channel, Tried};
+use crate::waiting::{wait_on, Channel, Tried, Wait};
 use crate::{keys, Client, Error, Result};
 
 /// A distributed counting semaphore, from [`Client::semaphore`]: Redisson's
@@ -370,17 +373,17 @@ impl Semaphore {
     async fn take_in(&self, permits: u32, wait: Option<Duration>) -> Result<bool> {
         self.obj.checked()?;
         let permits = args::permits(permits)?;
-        let deadline = args::deadline(wait)?;
+        let limits = Wait::new(&self.obj.client, wait)?;
         let runtime = runtime()?;
         // One request id for the whole wait (renewed when it grows old): a
         // resend after a lost reply takes the permits once.
         let slot = RequestSlot::default();
-        let attempt = || self.try_take(permits, &slot, deadline, runtime.clone());
+        let attempt = || self.try_take(permits, &slot, limits.resend_until, runtime.clone());
         let channel = Channel {
             name: keys::semaphore_channel(&self.obj.name),
             broadcast: true,
         };
-        Ok(wait_on(&self.obj.client, channel, deadline, attempt)
+        Ok(wait_on(&self.obj.client, channel, limits, attempt)
             .await?
             .is_some())
     }
@@ -392,7 +395,7 @@ impl Semaphore {
         &self,
         permits: u32,
         slot: &RequestSlot<Permits>,
-        deadline: Option<Instant>,
+        resend_until: Option<Instant>,
         runtime: Handle,
     ) -> Result<Tried<()>> {
         let new = || {
@@ -414,18 +417,27 @@ impl Semaphore {
             call
         };
         let granted = |reply: &i64| *reply == 1;
-        let sent = acquire_latch::send(request, runtime, build, granted, deadline, u64::MAX);
+        let sent = acquire_latch::send(
+            request,
+            runtime.clone(),
+            build,
+            granted,
+            resend_until,
+            u64::MAX,
+        );
         match sent.await {
             Ok(1) => {}
             Ok(_) => return Ok(Tried::Again(None)),
             Err(err) => return Err(self.obj.error(err)),
         }
+        // Given back should this attempt be dropped before it returns.
+        let (client, name) = (&self.obj.client, &self.obj.name);
+        let taken = Unclaimed::new(client, name, Permits(permits), runtime);
         let synced = self.obj.synced().await;
-        if !matches!(synced, Synced::Yes) {
+        match synced {
+            Synced::Yes => taken.claim(),
             // Only the master knows of these permits: give them back.
-            let (client, name) = (&self.obj.client, &self.obj.name);
-            let why = GiveBack::Unsynced;
-            Permits(permits).give_back(client, name, 0, why).await;
+            _ => taken.give_back(GiveBack::Unsynced).await,
         }
         match synced {
             Synced::Yes => Ok(Tried::Done(())),
@@ -435,15 +447,35 @@ impl Semaphore {
     }
 }
 
-/// A semaphore's grant: permits, given back by a release of as many.
+/// A semaphore's grant: permits, given back by a release of as many under
+/// its own request id, resent until it gets through (permits never
+/// expire; for [`NEVER_EXPIRES`] at most).
 struct Permits(u32);
 
 impl Taken for Permits {
     async fn give_back(&self, client: &Client, name: &str, _ttl_ms: u64, why: GiveBack) {
         let permits = self.0;
-        if let Err(err) = give(client, name, permits.into(), false).await {
-            tracing::warn!(semaphore = %name, permits, error = %err, why = why.why(),
-                "could not give back permits an acquire took");
+        let inner = &client.inner;
+        let latch = keys::unlock_latch(name, &inner.request_id());
+        let channel = keys::semaphore_channel(name);
+        let send = |latch_ttl: u64| {
+            let mut conn = inner.conn.clone();
+            let mut call = SEMAPHORE_GIVE_BACK.prepare_invoke();
+            call.key(name)
+                .key(&channel)
+                .key(&latch)
+                .arg(permits)
+                .arg(inner.publish())
+                .arg(latch_ttl);
+            async move { call.invoke_async::<i64>(&mut conn).await }
+        };
+        let until = Instant::now() + NEVER_EXPIRES;
+        match resend_until(&inner.config, until, send).await {
+            Ok(_) => inner.sweeper.discard(latch),
+            Err(err) => {
+                tracing::warn!(semaphore = %name, permits, error = %err, why = why.why(),
+                    "could not give back permits an acquire took");
+            }
         }
     }
 }

@@ -3,11 +3,12 @@
 //! then try again; and the spin lock's wait, which has no channel.
 
 use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::{Backoff, Client, Result};
+use crate::{args, Backoff, Client, Error, Result};
 
 /// What one try gave.
 pub(crate) enum Tried<T> {
@@ -22,6 +23,109 @@ pub(crate) enum Tried<T> {
 
 /// How long a waiter pauses after a try that found no connection.
 const NO_CONNECTION_PAUSE: Duration = Duration::from_millis(100);
+
+/// The time limits of one call that waits (an acquire, a latch's wait).
+///
+/// - With a wait (`try_lock_for(w)`, `w > 0`): no try starts after the
+///   wait, and the call returns by its end plus a small margin (see
+///   [`margin`]) whatever the server does. A try still in flight then is
+///   left to finish in the background, where what it took is given back
+///   (see the acquire latch).
+/// - Without one (`try_lock()`, a zero wait): one try, whose sends are
+///   repeated after a failed connection only within one response timeout
+///   of the call; the call returns by then, plus replica sync's waits (the
+///   acquire's, and a give-back's when too few replicas acknowledged).
+/// - As long as it takes (`None`): no limit.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Wait {
+    /// No try starts after it.
+    pub(crate) deadline: Option<Instant>,
+    /// The call returns by then.
+    pub(crate) bound: Option<Instant>,
+    /// A send that met a failed connection is sent again only before it.
+    pub(crate) resend_until: Option<Instant>,
+}
+
+impl Wait {
+    /// The limits of a call on `client` that waits `wait` from now
+    /// (`None`: as long as it takes); a wait over
+    /// [`MAX_DURATION`](crate::config::MAX_DURATION) is refused.
+    pub(crate) fn new(client: &Client, wait: Option<Duration>) -> Result<Wait> {
+        let now = Instant::now();
+        let deadline = args::deadline(wait)?;
+        let config = &client.inner.config;
+        Ok(match (wait, deadline) {
+            (Some(wait), Some(deadline)) if !wait.is_zero() => Wait {
+                deadline: Some(deadline),
+                bound: Some(deadline + margin(wait).min(config.response_timeout)),
+                resend_until: Some(deadline),
+            },
+            (Some(_), deadline) => {
+                let sync = config.replica_sync.map_or(Duration::ZERO, |s| s.timeout);
+                let one_send = now + config.response_timeout;
+                Wait {
+                    deadline,
+                    bound: Some(one_send + sync * 2),
+                    resend_until: Some(one_send),
+                }
+            }
+            (None, _) => Wait {
+                deadline: None,
+                bound: None,
+                resend_until: None,
+            },
+        })
+    }
+}
+
+/// How long past the end of a wait of `wait` a call waits for the reply of
+/// its try still in flight, and for its clean-up (a fair waiter's leave of
+/// the queue, the releases of a multi-lock or RedLock that did not get them
+/// all), before leaving them to finish in the background: a tenth of the
+/// wait, between 100 ms and 1 s (never more than the response timeout, for
+/// one client's calls). So a wait shorter than a round trip to Redis still
+/// has its one try answered.
+pub(crate) fn margin(wait: Duration) -> Duration {
+    (wait / 10).clamp(Duration::from_millis(100), Duration::from_secs(1))
+}
+
+/// Runs `call` until `bound` (`None`: to its end); `None` when the bound
+/// passed first (the call is dropped: it must be cancel safe).
+pub(crate) async fn until<T>(bound: Option<Instant>, call: impl Future<Output = T>) -> Option<T> {
+    match bound {
+        Some(bound) => tokio::time::timeout_at(bound, call).await.ok(),
+        None => Some(call.await),
+    }
+}
+
+/// Runs `waiting` (a wait whose tries set `answered` once one of them had a
+/// reply) until `bound`. Past it the wait is dropped: what its try in
+/// flight sent finishes in the background (every try is cancel safe), and
+/// the call ends with `Ok(None)` when a try had its reply (the wait ran
+/// out), or a timeout error when none had (nothing is known of the object).
+async fn bounded<T>(
+    bound: Option<Instant>,
+    answered: &AtomicBool,
+    waiting: impl Future<Output = Result<Option<T>>>,
+) -> Result<Option<T>> {
+    let Some(bound) = bound else {
+        return waiting.await;
+    };
+    match tokio::time::timeout_at(bound, waiting).await {
+        Ok(done) => done,
+        Err(_) if answered.load(Ordering::Acquire) => Ok(None),
+        Err(_) => Err(no_reply()),
+    }
+}
+
+/// The error of a call whose time ran out before any reply: a timeout, so
+/// a connection error ([`Error::is_connection_error`]).
+pub(crate) fn no_reply() -> Error {
+    Error::Redis(redis::RedisError::from(std::io::Error::new(
+        std::io::ErrorKind::TimedOut,
+        "no reply from Redis within the call's time; its request is settled in the background",
+    )))
+}
 
 /// Which channel a waiter listens on.
 pub(crate) struct Channel {
@@ -49,21 +153,41 @@ pub(crate) struct Channel {
 /// that try makes, see `release_attempts`) rather than at the end of its
 /// wait.
 ///
+/// The call returns by `wait`'s bound whatever the server does (see
+/// [`Wait`]).
+///
 /// # Cancel safety
 /// Cancel safe if each `attempt` is: a dropped wait leaves its
 /// subscription at once.
 pub(crate) async fn wait_on<T, F, Fut>(
     client: &Client,
     channel: Channel,
+    wait: Wait,
+    attempt: F,
+) -> Result<Option<T>>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<Tried<T>>>,
+{
+    let answered = AtomicBool::new(false);
+    let waiting = wait_on_in(client, channel, wait.deadline, attempt, &answered);
+    bounded(wait.bound, &answered, waiting).await
+}
+
+/// [`wait_on`] without its bound.
+async fn wait_on_in<T, F, Fut>(
+    client: &Client,
+    channel: Channel,
     deadline: Option<Instant>,
     mut attempt: F,
+    answered: &AtomicBool,
 ) -> Result<Option<T>>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<Tried<T>>>,
 {
     let Channel { name, broadcast } = channel;
-    if let Tried::Done(done) = first_try(&mut attempt, &name, deadline).await? {
+    if let Tried::Done(done) = first_try(&mut attempt, &name, deadline, answered).await? {
         return Ok(Some(done));
     }
     if expired(deadline, Instant::now()) {
@@ -137,16 +261,28 @@ where
 ///
 /// # Cancel safety
 /// Cancel safe if each `attempt` is.
-pub(crate) async fn spin<T, F, Fut>(
+pub(crate) async fn spin<T, F, Fut>(backoff: Backoff, wait: Wait, attempt: F) -> Result<Option<T>>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<Tried<T>>>,
+{
+    let answered = AtomicBool::new(false);
+    let waiting = spin_in(backoff, wait.deadline, attempt, &answered);
+    bounded(wait.bound, &answered, waiting).await
+}
+
+/// [`spin`] without its bound.
+async fn spin_in<T, F, Fut>(
     backoff: Backoff,
     deadline: Option<Instant>,
     mut attempt: F,
+    answered: &AtomicBool,
 ) -> Result<Option<T>>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<Tried<T>>>,
 {
-    let mut tried = first_try(&mut attempt, "spin lock", deadline).await?;
+    let mut tried = first_try(&mut attempt, "spin lock", deadline, answered).await?;
     let mut failed = 0u32;
     loop {
         let pause = match tried {
@@ -178,17 +314,23 @@ where
 }
 
 /// The first try of a wait: a connection failure is returned when there is
-/// a deadline, and counts as a failed try when there is none.
+/// a deadline, and counts as a failed try when there is none. A reply
+/// sets `answered`.
 async fn first_try<T, F, Fut>(
     attempt: &mut F,
     what: &str,
     deadline: Option<Instant>,
+    answered: &AtomicBool,
 ) -> Result<Tried<T>>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<Tried<T>>>,
 {
-    match attempt().await {
+    let tried = attempt().await;
+    if tried.is_ok() {
+        answered.store(true, Ordering::Release);
+    }
+    match tried {
         Err(err) if deadline.is_none() && err.may_wait_out() => {
             tracing::debug!(%what, error = %err, "no connection; waiting to try again");
             Ok(Tried::Again(Some(NO_CONNECTION_PAUSE)))

@@ -39,7 +39,9 @@ enum Expect {
     /// Success (a guard, released again).
     Held,
     /// Success with a lease so short (1 ms) that it may have run out by
-    /// the release, which then says so.
+    /// the release, which then says so: `LeaseLost`, whether the guard's
+    /// clock knew before the release was sent or by the time Redis answered
+    /// that the hold was gone.
     HeldBriefly,
     /// `Ok(None)`: the lock is someone else's.
     NotGot,

@@ -408,3 +408,177 @@ fn a_starved_runtime_sees_its_lease_lost_on_waking() {
         assert_eq!(client.held_locks(), 0);
     });
 }
+
+/// What one bounded call gave: its name, how long it may take, how long it
+/// took, whether it returned a guard or permits, and its outcome as text.
+type Timed = (String, Duration, Duration, bool, String);
+
+/// Whether an acquire gave something.
+fn some<T>(got: &Option<T>) -> bool {
+    got.is_some()
+}
+
+/// Runs `call` on its own task (its own owner), timing it.
+fn timed<T: std::fmt::Debug + Send + 'static>(
+    what: String,
+    limit: Duration,
+    got: fn(&T) -> bool,
+    call: impl std::future::Future<Output = ferrisson::Result<T>> + Send + 'static,
+) -> tokio::task::JoinHandle<Timed> {
+    tokio::spawn(async move {
+        let started = Instant::now();
+        let result = call.await;
+        let took = started.elapsed();
+        let held = result.as_ref().is_ok_and(got);
+        let outcome = match &result {
+            Ok(_) if held => "held".to_owned(),
+            Ok(_) => "not held".to_owned(),
+            Err(err) if err.is_connection_error() => "connection error".to_owned(),
+            Err(err) => format!("error: {err}"),
+        };
+        // A guard or permit that came back is released on drop.
+        drop(result);
+        (what, limit, took, held, outcome)
+    })
+}
+
+/// A frozen server (SIGSTOP: connections open, nothing answered): every
+/// acquire with a wait, of every lock kind, both semaphores, the latch, a
+/// multi-lock and RedLock, returns within its wait plus a margin, and a
+/// call without a wait (`try_lock()`, `try_acquire()`) within one response
+/// timeout, not two. Thawed, the server runs the sends that were in flight;
+/// what they took is given back: nothing is left held, no permit is out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acquires_end_within_their_wait_on_a_frozen_server() {
+    if child::role().is_some() {
+        return;
+    }
+    common::init_tracing();
+    let server = RedisServer::start();
+    let other = RedisServer::start();
+    let response = Duration::from_millis(1500);
+    let c = ferrisson::Client::builder(server.url())
+        .response_timeout(response)
+        .build();
+    let c = common::soon(c).await.unwrap();
+    let d = client(&other, Duration::from_secs(30)).await;
+    let wait = Duration::from_secs(1);
+    let lease = Duration::from_secs(60);
+    // Scripts loaded and objects set before the freeze.
+    for kind in common::LOCK_KINDS {
+        let lock = common::lock_of(&c, kind, &format!("frozen:{kind}"));
+        let guard = soon(lock.lock()).await.unwrap();
+        soon(guard.unlock()).await.unwrap();
+    }
+    let sem = c.semaphore("frozen:sem");
+    assert!(soon(sem.try_set_permits(3)).await.unwrap());
+    assert!(soon(sem.try_acquire()).await.unwrap());
+    soon(sem.release()).await.unwrap();
+    let seats = c.permit_expirable_semaphore("frozen:seats");
+    assert!(soon(seats.try_set_permits(3)).await.unwrap());
+    soon(soon(seats.acquire()).await.unwrap().release())
+        .await
+        .unwrap();
+    assert!(soon(c.count_down_latch("frozen:latch").try_set_count(1))
+        .await
+        .unwrap());
+    let two = |name: &str| -> Vec<Box<dyn ferrisson::DistributedLock>> {
+        vec![Box::new(d.lock(name)), Box::new(c.lock(name))]
+    };
+
+    server.freeze();
+    let mut calls = Vec::new();
+    for kind in common::LOCK_KINDS {
+        let lock = || common::lock_of(&c, kind, &format!("frozen:{kind}"));
+        let (l, what) = (lock(), format!("{kind} try_lock_for"));
+        let call = async move { l.try_lock_for(wait).await };
+        calls.push(timed(what, wait, some, call));
+        let (l, what) = (lock(), format!("{kind} try_lock_with_lease"));
+        let call = async move { l.try_lock_with_lease(wait, lease).await };
+        calls.push(timed(what, wait, some, call));
+        let (l, what) = (lock(), format!("{kind} try_lock"));
+        let call = async move { l.try_lock().await };
+        calls.push(timed(what, response, some, call));
+    }
+    let yes = |got: &bool| *got;
+    let s = sem.clone();
+    let call = async move { s.try_acquire_for(wait).await };
+    calls.push(timed("semaphore try_acquire_for".into(), wait, yes, call));
+    let s = sem.clone();
+    let call = async move { s.try_acquire_many_for(2, wait).await };
+    calls.push(timed(
+        "semaphore try_acquire_many_for".into(),
+        wait,
+        yes,
+        call,
+    ));
+    let s = sem.clone();
+    let call = async move { s.try_acquire().await };
+    calls.push(timed("semaphore try_acquire".into(), response, yes, call));
+    let s = seats.clone();
+    let call = async move { s.try_acquire_for(wait).await };
+    calls.push(timed("expirable try_acquire_for".into(), wait, some, call));
+    let s = seats.clone();
+    let call = async move { s.try_acquire_with_lease(wait, lease).await };
+    calls.push(timed(
+        "expirable try_acquire_with_lease".into(),
+        wait,
+        some,
+        call,
+    ));
+    let s = seats.clone();
+    let call = async move { s.try_acquire().await };
+    calls.push(timed("expirable try_acquire".into(), response, some, call));
+    let latch = c.count_down_latch("frozen:latch");
+    let call = async move { latch.wait_for(wait).await };
+    calls.push(timed("latch wait_for".into(), wait, yes, call));
+    let multi = ferrisson::MultiLock::new(two("frozen:multi"));
+    let call = async move { multi.try_lock_for(wait).await };
+    calls.push(timed("multi-lock try_lock_for".into(), wait, some, call));
+    let red = ferrisson::RedLock::new(two("frozen:red"));
+    let call = async move { red.try_lock_for(wait).await };
+    calls.push(timed("RedLock try_lock_for".into(), wait, some, call));
+
+    let mut late = Vec::new();
+    for call in calls {
+        let (what, limit, took, held, outcome) =
+            within(Duration::from_secs(30), call).await.unwrap();
+        println!("frozen server: {what} (limit {limit:?}) returned after {took:?}: {outcome}");
+        assert!(!held, "{what}: held on a frozen server");
+        // Generous: half the limit again, for a loaded machine.
+        if took > limit + limit / 2 {
+            late.push(format!("{what}: {took:?} for a limit of {limit:?}"));
+        }
+    }
+    server.thaw();
+    assert!(late.is_empty(), "late: {late:#?}");
+
+    // The frozen sends ran once the server woke: whatever they took went
+    // back (a give-back, or a settle by the acquire latch).
+    let locks_left = || {
+        let mut left: Vec<String> = common::LOCK_KINDS
+            .iter()
+            .map(|kind| format!("frozen:{kind}"))
+            .chain(["frozen:multi".to_owned(), "frozen:red".to_owned()])
+            .filter(|name| common::exists(&server, name))
+            .collect();
+        for name in ["frozen:multi", "frozen:red"] {
+            if common::exists(&other, name) {
+                left.push(format!("{name} (other server)"));
+            }
+        }
+        left
+    };
+    let out = || {
+        (
+            server.cmd(&["GET", "frozen:sem"]).as_string(),
+            server.cmd(&["ZCARD", "{frozen:seats}:timeout"]).as_int(),
+        )
+    };
+    eventually(Duration::from_secs(30), || async {
+        locks_left().is_empty() && out() == (Some("3".to_owned()), Some(0))
+    })
+    .await;
+    let queues = server.cmd(&["KEYS", "redisson_lock_queue:*"]);
+    assert_eq!(queues.as_array().map(<[_]>::len), Some(0), "{queues:?}");
+}

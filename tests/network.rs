@@ -318,3 +318,144 @@ async fn a_multi_lock_waits_out_a_server_out_of_reach() {
     assert!(common::exists(&one, "multi:a") && common::exists(&two, "multi:b"));
     soon(guard.unlock()).await.unwrap();
 }
+
+/// What nobody waits on keeps trying across a network cut longer than an
+/// awaited release's sends take (`release_attempts`, 4, spaced 100 to
+/// 300 ms apart), and gets through once the network is back, long before
+/// the lease would have freed anything: the give-back of a hold whose
+/// caller left before the grant came (cut right after the grant's reply),
+/// of a re-entry inside a watchdog hold (which the watchdog keeps alive
+/// meanwhile), of a semaphore's permit, and the release of a dropped guard.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn give_backs_and_dropped_guards_outlast_a_network_cut() {
+    common::init_tracing();
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port());
+    // A watchdog that outlasts the cut: the watchdog hold stays alive.
+    let watchdog = Duration::from_secs(10);
+    let c = client_at(&proxy.url(), watchdog).await;
+    let cut = Duration::from_secs(3);
+    let lease = Duration::from_secs(60);
+    // Every script loaded: each acquire below is one command.
+    let warm = soon(c.lock("cut:warm").lock()).await.unwrap();
+    soon(warm.unlock()).await.unwrap();
+    let sem = c.semaphore("cut:sem");
+    assert!(soon(sem.try_set_permits(1)).await.unwrap());
+    assert!(soon(sem.try_acquire()).await.unwrap());
+    soon(sem.release()).await.unwrap();
+    let held = soon(c.lock("cut:watched").with_owner("o").lock())
+        .await
+        .unwrap();
+    let count = |name: &str, field: &str| {
+        server
+            .cmd(&["HGET", name, field])
+            .as_string()
+            .and_then(|n| n.parse::<i64>().ok())
+    };
+    let permits = || server.cmd(&["GET", "cut:sem"]).as_string();
+
+    // A caller that leaves before the grant arrives; the grant's reply
+    // gets through, then the network is cut for `cut`.
+    async fn left_then_cut<T: std::fmt::Debug>(
+        proxy: &Proxy,
+        pattern: &str,
+        call: impl std::future::Future<Output = T>,
+        cut: Duration,
+    ) {
+        proxy.set_latency(Duration::from_millis(200));
+        proxy.refuse_after_reply_to(pattern);
+        let left = tokio::time::timeout(Duration::from_millis(100), call).await;
+        assert!(left.is_err(), "the caller got its reply: {left:?}");
+        eventually(Duration::from_secs(10), || async { proxy.refusing() }).await;
+        proxy.set_latency(Duration::ZERO);
+        tokio::time::sleep(cut).await;
+    }
+
+    let lock = c.lock("cut:left");
+    let call = lock.try_lock_with_lease(Duration::ZERO, lease);
+    left_then_cut(&proxy, "ferrisson_acquire_latch:{cut:left}", call, cut).await;
+    assert!(
+        common::exists(&server, "cut:left"),
+        "the give-back got through a cut"
+    );
+    proxy.refuse(false);
+    let back = Instant::now();
+    eventually(Duration::from_secs(10), || async {
+        !common::exists(&server, "cut:left")
+    })
+    .await;
+    println!(
+        "a hold whose caller left, cut for {cut:?}: given back {:?} after the network came back",
+        back.elapsed()
+    );
+
+    let field = held.owner().to_owned();
+    let lock = c.lock("cut:watched").with_owner("o");
+    let call = lock.try_lock_with_lease(Duration::ZERO, lease);
+    left_then_cut(&proxy, "ferrisson_acquire_latch:{cut:watched}", call, cut).await;
+    assert_eq!(count("cut:watched", &field), Some(2));
+    proxy.refuse(false);
+    eventually(Duration::from_secs(10), || async {
+        count("cut:watched", &field) == Some(1)
+    })
+    .await;
+    assert!(
+        !held.is_lease_lost(),
+        "the watchdog hold was lost in the cut"
+    );
+    soon(held.unlock()).await.unwrap();
+    assert!(!common::exists(&server, "cut:watched"), "a re-entry stayed");
+
+    let call = sem.try_acquire();
+    left_then_cut(&proxy, "ferrisson_acquire_latch:{cut:sem}", call, cut).await;
+    assert_eq!(permits().as_deref(), Some("0"));
+    proxy.refuse(false);
+    eventually(Duration::from_secs(10), || async {
+        permits().as_deref() == Some("1")
+    })
+    .await;
+
+    let guard = soon(c.lock("cut:dropped").lock_with_lease(lease))
+        .await
+        .unwrap();
+    proxy.refuse(true);
+    drop(guard);
+    tokio::time::sleep(cut).await;
+    assert!(common::exists(&server, "cut:dropped"));
+    proxy.refuse(false);
+    eventually(Duration::from_secs(10), || async {
+        !common::exists(&server, "cut:dropped")
+    })
+    .await;
+    // Nothing more: every permit back, no lock left.
+    assert_eq!(permits().as_deref(), Some("1"));
+    common::settled(&c).await;
+}
+
+/// A release that reaches Redis after the lease ran out there (sent while
+/// the guard's clock still had lease left, delayed on the way) fails with
+/// `LeaseLost`, as one the guard knew to be too late: by the reply, the
+/// guard's clock (which never runs ahead of the server's) says so too. A
+/// hold deleted behind the guard's back while its lease lasts is `NotHeld`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_that_arrives_after_the_lease_says_lease_lost() {
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port());
+    let c = client_at(&proxy.url(), WATCHDOG).await;
+    let lease = Duration::from_secs(1);
+    let lock = c.lock("late-release");
+    let guard = soon(lock.lock_with_lease(lease)).await.unwrap();
+    // Each way: the release runs on the server after the lease has ended.
+    proxy.set_latency(lease);
+    assert!(!guard.is_lease_lost());
+    let err = soon(guard.unlock()).await.unwrap_err();
+    assert!(err.is_lease_lost(), "{err}");
+    proxy.set_latency(Duration::ZERO);
+
+    let guard = soon(lock.lock_with_lease(Duration::from_secs(60)))
+        .await
+        .unwrap();
+    server.cmd(&["DEL", "late-release"]);
+    let err = soon(guard.unlock()).await.unwrap_err();
+    assert!(err.is_not_held(), "{err}");
+}

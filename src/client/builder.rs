@@ -405,7 +405,7 @@ async fn connect_single(
     let conn = redis_client
         .get_connection_manager_with_config(command_config)
         .await?;
-    let reopen = super::conn::Reopen::Single(redis_client.clone());
+    let reopen = super::conn::Reopen::Single(Box::new(redis_client.clone()));
     let pubsub = PubSub::connect(redis_client, manager_config).await?;
     Ok(Client::assemble(
         Conn::Single(conn),

@@ -44,5 +44,10 @@ pub(crate) async fn connect(
         }
     };
     let pubsub = PubSub::connect_cluster(builder(), mode == PubSubMode::Sharded).await?;
-    Ok((Conn::Cluster(conn), Reopen::Cluster(cluster), pubsub, mode))
+    Ok((
+        Conn::Cluster(conn),
+        Reopen::Cluster(Box::new(cluster)),
+        pubsub,
+        mode,
+    ))
 }

@@ -150,10 +150,10 @@ impl ConnectionLike for Conn {
 #[derive(Clone)]
 pub(crate) enum Reopen {
     /// A new connection to the one server.
-    Single(redis::Client),
+    Single(Box<redis::Client>),
     /// A new cluster connection.
     #[cfg(feature = "cluster")]
-    Cluster(redis::cluster::ClusterClient),
+    Cluster(Box<redis::cluster::ClusterClient>),
     /// No new connection: the client's own (a sentinel's master is found
     /// by the follower's connections).
     #[cfg(feature = "sentinel")]

@@ -7,7 +7,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::queue::{leave_queue, FairOwners, QueueExit};
-use super::{release_hold, LockGuard};
+use super::{release_hold, LockGuard, Resend};
 use super::{Attempt, Kind, LockCore};
 use crate::acquire_latch::{send_resending, GiveBack, Request, RequestSlot, Taken};
 use crate::args;
@@ -16,7 +16,7 @@ use crate::finish::{runtime, Finish};
 use crate::object::Synced;
 use crate::scripts::{ACQUIRE, FAIR_ACQUIRE, FENCED_ACQUIRE, READ_ACQUIRE, WRITE_ACQUIRE};
 use crate::telemetry::{self, Subject};
-use crate::waiting::{self, Channel, Tried};
+use crate::waiting::{self, Channel, Tried, Wait};
 use crate::watchdog::{HoldKey, LeaseState, RenewCall};
 use crate::{keys, Client, Error, Result};
 
@@ -47,7 +47,7 @@ impl LockCore {
         let lease_ms = lease
             .map(|lease| args::duration("lease", lease, MAX_DURATION))
             .transpose()?;
-        let deadline = args::deadline(wait)?;
+        let limits = Wait::new(&self.obj.client, wait)?;
         // A fair lock's waiter joins the queue with its first attempt (one
         // attempt alone does not): whatever ends the wait other than the
         // lock takes it out again, at once.
@@ -72,23 +72,28 @@ impl LockCore {
             let key: HoldKey = (Arc::clone(&self.obj.name), Arc::clone(&field));
             exit.wait = Some(FairOwners::begin_wait(&self.obj.client, &key).await);
         }
-        let result = self.wait_for(&field, lease_ms, deadline, waiter_ms).await;
+        let result = self.wait_for(&field, lease_ms, limits, waiter_ms).await;
         match result {
             Ok(Some(_)) => exit.armed = false,
-            Ok(None) => exit.leave().await,
+            // The leave is waited for within the call's bound (the wait's
+            // margin); a server that does not answer in it gets the leave in
+            // the background.
+            Ok(None) => {
+                let _ = waiting::until(limits.bound, exit.leave()).await;
+            }
             // Dropping `exit` leaves the queue in the background.
             Err(_) => {}
         }
         result
     }
 
-    /// The attempts and waits of [`LockCore::acquire`] until `deadline`.
+    /// The attempts and waits of [`LockCore::acquire`] within `limits`.
     /// `waiter_ms` > 0: a fair lock's waiter, queued by its attempts.
     async fn wait_for(
         &self,
         field: &Arc<str>,
         lease_ms: Option<u64>,
-        deadline: Option<Instant>,
+        limits: Wait,
         waiter_ms: u64,
     ) -> Result<Option<LockGuard>> {
         // One request id for the whole wait (renewed when it grows old):
@@ -98,7 +103,7 @@ impl LockCore {
             key: (Arc::clone(&self.obj.name), Arc::clone(field)),
             lease_ms,
             waiter_ms,
-            deadline,
+            limits,
             slot: &slot,
         };
         let attempt = || async {
@@ -112,7 +117,7 @@ impl LockCore {
             })
         };
         if let Some(backoff) = self.kind.backoff() {
-            return waiting::spin(backoff, deadline, attempt).await;
+            return waiting::spin(backoff, limits, attempt).await;
         }
         let channel = Channel {
             name: match self.kind {
@@ -123,7 +128,7 @@ impl LockCore {
             // A release wakes one waiter.
             broadcast: false,
         };
-        waiting::wait_on(&self.obj.client, channel, deadline, attempt).await
+        waiting::wait_on(&self.obj.client, channel, limits, attempt).await
     }
 
     /// One acquire attempt: send the wait's request (resent on a lost
@@ -192,11 +197,12 @@ impl LockCore {
     }
 
     /// Sends the wait's request, resending it under the same id on a
-    /// connection failure (once always, more until the deadline; the
-    /// semaphores' schedule too, see `send_resending`). Safe to
-    /// resend: the request's acquire latch makes a resend return the first
-    /// outcome instead of taking a second hold. A caller that leaves gets
-    /// its grant given back (and a fair waiter's queue entry left).
+    /// connection failure (up to `release_attempts` sends, and only while
+    /// the wait allows: see [`Wait`] and `send_resending`, the semaphores'
+    /// schedule too). Safe to resend: the request's acquire latch makes a
+    /// resend return the first outcome instead of taking a second hold. A
+    /// caller that leaves gets its grant given back (and a fair waiter's
+    /// queue entry left).
     async fn send_latched(
         &self,
         req: &AcquireRequest<'_>,
@@ -204,7 +210,7 @@ impl LockCore {
         runtime: &tokio::runtime::Handle,
     ) -> Result<Granted> {
         let (name, owner) = (Arc::clone(&req.key.0), Arc::clone(&req.key.1));
-        let (kind, waiter_ms, deadline) = (self.kind, req.waiter_ms, req.deadline);
+        let (kind, waiter_ms, limits) = (self.kind, req.waiter_ms, req.limits);
         // The attempts of one wait share their request while it is young
         // enough (see `Request`).
         let hold = Hold {
@@ -223,7 +229,7 @@ impl LockCore {
                 .await
             };
             let granted = |reply: &Granted| matches!(reply, Granted::Yes(_));
-            send_resending(&request, deadline, ttl_ms, granted, send).await
+            send_resending(&request, limits.resend_until, ttl_ms, granted, send).await
         };
         let client = self.obj.client.clone();
         let (name, owner) = (Arc::clone(&req.key.0), Arc::clone(&req.key.1));
@@ -326,8 +332,8 @@ struct AcquireRequest<'a> {
     lease_ms: Option<u64>,
     /// A fair lock's waiter timeout when the wait queues; else 0.
     waiter_ms: u64,
-    /// When the wait ends; resends stop there too.
-    deadline: Option<Instant>,
+    /// When the wait ends, and until when a failed send goes again.
+    limits: Wait,
     /// The request id the attempts share.
     slot: &'a RequestSlot<Hold>,
 }
@@ -344,7 +350,8 @@ impl LockCore {
         let (client, kind) = (self.obj.client.clone(), self.kind);
         let (name, owner) = (Arc::clone(&key.0), Arc::clone(&key.1));
         runtime.spawn(async move {
-            if let Err(err) = release_hold(&client, kind, &name, &owner, ttl_ms).await {
+            let released = release_hold(&client, kind, &name, &owner, ttl_ms, Resend::UntilExpired);
+            if let Err(err) = released.await {
                 tracing::warn!(lock = %name, %owner, error = %err,
                     "could not give back a hold whose grant could not be confirmed; it expires with its lease");
             }
@@ -369,7 +376,8 @@ impl LockCore {
         let give_back = move |reply: redis::RedisResult<Vec<usize>>| async move {
             if reply.is_ok_and(|gone| gone.is_empty()) {
                 let lease_ms = client.inner.config.watchdog_timeout.as_millis() as u64;
-                let _ = release_hold(&client, kind, &name, &owner, lease_ms).await;
+                let resend = Resend::UntilExpired;
+                let _ = release_hold(&client, kind, &name, &owner, lease_ms, resend).await;
             }
         };
         let reply = Finish::new(runtime()?, request, give_back)
@@ -482,7 +490,8 @@ impl Taken for Hold {
         // The release resets the key's TTL to what the acquire set (a
         // leased re-entry inside a watchdog hold keeps the watchdog's TTL).
         let owner = &self.owner;
-        if let Err(err) = release_hold(client, self.kind, name, owner, ttl_ms).await {
+        let resend = Resend::UntilExpired;
+        if let Err(err) = release_hold(client, self.kind, name, owner, ttl_ms, resend).await {
             tracing::warn!(lock = %name, %owner, error = %err, why = why.why(),
                 "could not give back a hold an acquire took; it expires with its lease");
         }

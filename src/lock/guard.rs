@@ -8,7 +8,7 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use super::holds::{Slot, SlotLease};
-use super::{release_hold_as, Kind};
+use super::{release_hold_as, Kind, ReleaseCall, Resend};
 use crate::client::conn::Conn;
 use crate::finish::{spawn_to_end, Finish};
 use crate::telemetry::{self, Subject};
@@ -24,11 +24,15 @@ use crate::{Client, Error, Result};
 /// Release it with [`LockGuard::unlock`], which reports what happened.
 /// Dropping a guard without `unlock` releases it in the background on the
 /// runtime the lock was taken on: it never blocks and never panics, but it
-/// is not immediate, and a failure is only logged. When that runtime shuts
-/// down before the release ended (or had shut down already), its drop, or
-/// the guard's, sends the release once more on a thread and a connection of
-/// their own, waiting at most the client's connection and response
-/// timeouts: a program that returns normally leaves no hold behind.
+/// is not immediate, and a failure is only logged. Since nobody waits on
+/// it, that release is resent after a failed connection (with backoff, up
+/// to a second apart) until it gets through or the hold has surely expired
+/// in Redis, so a network cut does not leave the lock held to the end of
+/// its lease. When that runtime shuts down before the release ended (or
+/// had shut down already), its drop, or the guard's, sends the release once
+/// more on a thread and a connection of their own, waiting at most the
+/// client's connection and response timeouts: a program that returns
+/// normally leaves no hold behind.
 ///
 /// [`Lock::unlock`](crate::Lock::unlock) beside a live guard releases the
 /// newest guard's hold; that guard then sends nothing when it goes.
@@ -279,26 +283,40 @@ impl LockGuard {
     /// guard's hold, nothing is sent and the call succeeds.
     ///
     /// # Errors
-    /// - [`Error::LeaseLost`] when the lease was already known lost: nothing
-    ///   is sent, so a lock someone else took since is never touched. (A
-    ///   leased hold nested in a watchdog hold of the same owner lives as
-    ///   long as the watchdog keeps the key, and is released normally.)
-    /// - [`Error::NotHeld`] when Redis says the owner holds nothing (the
-    ///   lease ran out unnoticed, or the lock was force-unlocked).
-    /// - [`Error::Redis`] when every send failed; the hold then expires with
-    ///   its lease.
+    /// - [`Error::LeaseLost`] when the lease had run out by the guard's
+    ///   clock (see [`LockGuard::is_lease_lost`]): already before the
+    ///   release, which is then not sent, so a lock someone else took since
+    ///   is never touched; or by the time Redis answered that the owner
+    ///   holds nothing (the lease ran out while the release was on its way;
+    ///   the guard's clock never runs ahead of the server's, so a hold the
+    ///   server let go at its lease's end is always reported so). (A leased
+    ///   hold nested in a watchdog hold of the same owner lives as long as
+    ///   the watchdog keeps the key, and is released normally.)
+    /// - [`Error::NotHeld`] when Redis says the owner holds nothing while
+    ///   the guard's clock still gives it lease: the lock was deleted behind
+    ///   its back (force-unlocked; a restart or failover lost it).
+    /// - [`Error::Redis`] when every send failed: `release_attempts` sends
+    ///   ([`ClientBuilder::release_attempts`](crate::ClientBuilder::release_attempts)),
+    ///   spaced 100 ms, 200 ms... apart; the hold then expires with its
+    ///   lease. (A dropped guard's release, which nobody awaits, is resent
+    ///   until it gets through or the hold has surely expired.)
     ///
     /// # Cancel safety
     /// Cancel safe: once started, the release runs to its end in the
     /// background if the future is dropped.
-    pub async fn unlock(mut self) -> Result<()> {
+    pub async fn unlock(self) -> Result<()> {
+        self.release(Resend::Bounded).await
+    }
+
+    /// Releases the hold, resending as `resend` says.
+    async fn release(mut self, resend: Resend) -> Result<()> {
         match self.hold.take() {
             Some(hold) => {
                 let runtime = hold.runtime.clone();
                 let Some(release) = hold.claim()? else {
                     return Ok(());
                 };
-                Finish::detached(runtime, async move { release.send().await }).await
+                Finish::detached(runtime, async move { release.send(resend).await }).await
             }
             None => Ok(()),
         }
@@ -308,14 +326,15 @@ impl LockGuard {
 impl LockGuard {
     /// Releases a hold its caller never saw (one the replicas did not
     /// acknowledge): as [`LockGuard::unlock`], but no hold time is
-    /// reported for it.
+    /// reported for it, and it is resent until it gets through or the
+    /// hold has surely expired.
     #[cfg_attr(not(feature = "metrics"), allow(unused_mut))]
     pub(crate) async fn give_back(mut self) -> Result<()> {
         #[cfg(feature = "metrics")]
         if let Some(hold) = self.hold.as_mut() {
             hold.since = None;
         }
-        self.unlock().await
+        self.release(Resend::UntilExpired).await
     }
 }
 
@@ -383,6 +402,11 @@ pub(crate) struct Release {
     key: HoldKey,
     lease_ms: u64,
     request_id: String,
+    /// The hold's lease, and whether only it decides the hold's end (no
+    /// watchdog hold of the owner keeps the key): then a release Redis
+    /// answers with "not held" after the lease ran out is a lost lease.
+    lease: Arc<LeaseState>,
+    own_lease: bool,
 }
 
 impl Release {
@@ -416,7 +440,8 @@ impl Release {
         // expired, whatever its own lease said, and the holds that remain
         // keep the watchdog's TTL.
         let watched = inner.registry.contains(&key);
-        if lease.state.is_lost() && (watchdog || !watched) {
+        let own_lease = watchdog || !watched;
+        if lease.state.is_lost() && own_lease {
             return Err(Error::LeaseLost {
                 name: key.0.to_string(),
             });
@@ -437,30 +462,42 @@ impl Release {
             key,
             lease_ms,
             request_id,
+            lease: lease.state,
+            own_lease,
         })
     }
 
     /// Sends the release (again, when it was sent before: the unlock latch
-    /// makes that harmless).
-    pub(crate) async fn send(&self) -> Result<()> {
-        self.send_on(self.client.inner.conn.clone()).await
+    /// makes that harmless), resending as `resend` says.
+    pub(crate) async fn send(&self, resend: Resend) -> Result<()> {
+        self.send_on(self.client.inner.conn.clone(), resend).await
     }
 
     /// [`Release::send`] on `conn`.
-    async fn send_on(&self, conn: Conn) -> Result<()> {
+    async fn send_on(&self, conn: Conn, resend: Resend) -> Result<()> {
         let span =
             tracing::info_span!("ferrisson.release", lock = %self.key.0, kind = self.kind.label());
-        release_hold_as(
-            &self.client,
-            conn,
-            self.kind,
-            &self.key.0,
-            &self.key.1,
-            self.lease_ms,
-            &self.request_id,
-        )
-        .instrument(span)
-        .await
+        let call = ReleaseCall {
+            kind: self.kind,
+            name: &self.key.0,
+            owner: &self.key.1,
+            lease_ms: self.lease_ms,
+            request_id: &self.request_id,
+        };
+        match release_hold_as(&self.client, conn, &call, resend)
+            .instrument(span)
+            .await
+        {
+            // Redis let the hold go while the release was on its way: by
+            // this guard's clock (never ahead of the server's), the lease
+            // had run out by the reply.
+            Err(Error::NotHeld { .. }) if self.own_lease && self.lease.is_lost() => {
+                Err(Error::LeaseLost {
+                    name: self.key.0.to_string(),
+                })
+            }
+            released => released,
+        }
     }
 }
 
@@ -479,13 +516,15 @@ impl Drop for LockGuard {
                 return;
             }
         };
-        // Finished even when the runtime shuts down first (see
-        // `spawn_to_end`): a program that returns normally leaves no hold.
+        // Nobody awaits it: resent until it gets through or the hold has
+        // surely expired; and finished even when the runtime shuts down
+        // first (see `spawn_to_end`): a program that returns normally
+        // leaves no hold.
         let client = release.client.clone();
         spawn_to_end(&client, &runtime, move |conn| {
             let release = Arc::clone(&release);
             async move {
-                match release.send_on(conn).await {
+                match release.send_on(conn, Resend::UntilExpired).await {
                     Ok(()) => {}
                     Err(err @ (Error::LeaseLost { .. } | Error::NotHeld { .. })) => {
                         tracing::debug!(lock = %release.key.0, error = %err,

@@ -26,7 +26,7 @@ pub(crate) use kind::Kind;
 pub use kind::DEFAULT_FAIR_WAITER_TIMEOUT;
 pub use non_reentrant::{NonReentrantFairLock, NonReentrantLock};
 pub(crate) use queue::FairOwners;
-pub(crate) use release::{release_hold, release_hold_as};
+pub(crate) use release::{release_hold, release_hold_as, ReleaseCall, Resend};
 pub use rwlock::{ReadLock, ReadWriteLock, WriteLock};
 pub use spin::SpinLock;
 
@@ -461,11 +461,11 @@ impl LockCore {
             let inner = &client.inner;
             if let Some(slot) = inner.guards.claim_newest(&key) {
                 let release = guard::Release::prepare(client.clone(), kind, key, slot.lease())?;
-                return release.send().await;
+                return release.send(Resend::Bounded).await;
             }
             let watchdog_ms = inner.config.watchdog_timeout.as_millis() as u64;
             inner.registry.release_any(&key);
-            release_hold(&client, kind, &key.0, &key.1, watchdog_ms).await
+            release_hold(&client, kind, &key.0, &key.1, watchdog_ms, Resend::Bounded).await
         };
         Finish::detached(runtime()?, release).await
     }

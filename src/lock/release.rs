@@ -1,50 +1,112 @@
 //! The one release of a hold: idempotent per request id, resent on a
 //! failed connection.
 
+use std::sync::Arc;
 use std::time::Duration;
+
+use tokio::time::Instant;
 
 use crate::client::conn::Conn;
 use crate::error::is_connection_failure;
+use crate::give_back::{latch_ttl_ms, may_get_through, pause, surely_ended};
 use crate::lock::Kind;
 use crate::scripts::{
     FAIR_RELEASE, READ_RELEASE, RELEASE, UNLOCK_MESSAGE, WAKE_ALL_MESSAGE, WRITE_RELEASE,
 };
+use crate::watchdog::HoldKey;
 use crate::{keys, Client, Error, Result};
 
+/// How a release is resent when its send fails.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Resend {
+    /// After a failed connection, up to `release_attempts` sends: a release
+    /// its caller awaits (`unlock`), which then reports the failure.
+    Bounded,
+    /// Until it gets through, or until the hold has surely expired in
+    /// Redis: a release nobody awaits (a give-back of a hold its caller
+    /// never saw, a dropped guard's). Its lease counts from the start of
+    /// the release (Redis set it earlier); while this client's watchdog
+    /// renews the owner's key (the owner holds it through other guards),
+    /// the hold lives on with it, and so do the resends.
+    UntilExpired,
+}
+
 /// Sends one release of `owner`'s hold on `name` with `kind`'s script,
-/// resending it with the same request id when the connection fails.
+/// resending it with the same request id when the connection fails, as
+/// `resend` says. `lease_ms`: the TTL the key gets back when holds remain,
+/// and the longest the hold lasts.
 pub(crate) async fn release_hold(
     client: &Client,
     kind: Kind,
     name: &str,
     owner: &str,
     lease_ms: u64,
+    resend: Resend,
 ) -> Result<()> {
     let request_id = client.inner.request_id();
     let conn = client.inner.conn.clone();
-    release_hold_as(client, conn, kind, name, owner, lease_ms, &request_id).await
+    let release = ReleaseCall {
+        kind,
+        name,
+        owner,
+        lease_ms,
+        request_id: &request_id,
+    };
+    release_hold_as(client, conn, &release, resend).await
 }
 
-/// [`release_hold`] on `conn`, under a request id the caller chose: a
-/// second call with the same id (the same release, run again after its
-/// runtime shut down, on a connection of its own) releases nothing more.
+/// One release request: what [`release_hold_as`] sends.
+#[derive(Clone, Copy)]
+pub(crate) struct ReleaseCall<'a> {
+    pub(crate) kind: Kind,
+    pub(crate) name: &'a str,
+    pub(crate) owner: &'a str,
+    pub(crate) lease_ms: u64,
+    /// Chosen by the caller: a second call with the same id (the same
+    /// release, run again after its runtime shut down, on a connection of
+    /// its own) releases nothing more.
+    pub(crate) request_id: &'a str,
+}
+
+/// [`release_hold`] on `conn`, for a request the caller made.
 pub(crate) async fn release_hold_as(
     client: &Client,
     mut conn: Conn,
-    kind: Kind,
-    name: &str,
-    owner: &str,
-    lease_ms: u64,
-    request_id: &str,
+    release: &ReleaseCall<'_>,
+    resend: Resend,
 ) -> Result<()> {
+    let ReleaseCall {
+        kind,
+        name,
+        owner,
+        lease_ms,
+        request_id,
+    } = *release;
     let inner = &client.inner;
+    let config = &inner.config;
     let latch = keys::unlock_latch(name, request_id);
     let channel = kind.channel(name);
-    let latch_ttl = inner.config.unlock_latch_ttl_ms();
-    let attempts = inner.config.release_attempts.max(1);
+    let attempts = config.release_attempts.max(1);
+    let mut until = surely_ended(config, Instant::now(), Duration::from_millis(lease_ms));
+    let watched: Option<HoldKey> =
+        (resend == Resend::UntilExpired).then(|| (Arc::from(name), Arc::from(owner)));
     let mut sent = 0;
     let reply = loop {
         sent += 1;
+        let latch_ttl = match &watched {
+            None => config.unlock_latch_ttl_ms(),
+            Some(key) => {
+                if inner.registry.contains(key) {
+                    let renewed = surely_ended(config, Instant::now(), config.watchdog_timeout);
+                    until = until.max(renewed);
+                }
+                // Every resend of it must meet the latch a send that ran
+                // wrote. Resends stop at `until`; and it moves on only while
+                // the watchdog's renewals get through, when this release's
+                // resends do too.
+                latch_ttl_ms(config, until)
+            }
+        };
         let call = if kind == Kind::Read {
             let mut call = READ_RELEASE.key(name);
             call.key(&channel)
@@ -80,9 +142,14 @@ pub(crate) async fn release_hold_as(
         };
         match call.invoke_async::<Option<i64>>(&mut conn).await {
             Ok(reply) => break reply,
-            Err(err) if sent < attempts && is_connection_failure(&err) => {
+            Err(err)
+                if match resend {
+                    Resend::Bounded => sent < attempts && is_connection_failure(&err),
+                    Resend::UntilExpired => may_get_through(&err) && Instant::now() < until,
+                } =>
+            {
                 tracing::debug!(lock = %name, error = %err, "release failed; sending it again");
-                tokio::time::sleep(Duration::from_millis(100 * sent as u64)).await;
+                tokio::time::sleep(pause(sent)).await;
             }
             Err(err) => return Err(Error::from_redis(err, name, "lock")),
         }

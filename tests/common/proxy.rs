@@ -1,8 +1,9 @@
 //! A small TCP proxy between a client and a `redis-server`, for network
 //! faults: it can delay every chunk in both directions, black-hole all
 //! traffic (connections stay open, nothing gets through), drop every open
-//! connection, refuse new ones, or lose the reply to one command (forward the command, then
-//! swallow what the server answers and cut the connection).
+//! connection, refuse new ones, lose the reply to one command (forward the command, then
+//! swallow what the server answers and cut the connection), or refuse new ones
+//! right after delivering the reply to one command.
 //!
 //! Threads and blocking sockets only; each connection has a reader and a
 //! writer thread per direction, so a delay keeps the order of the bytes.
@@ -27,6 +28,9 @@ struct State {
     refuse_after_loss: AtomicBool,
     /// Black-hole at the moment that reply is lost.
     black_hole_after_loss: AtomicBool,
+    /// A pattern of the command after whose reply the server becomes
+    /// unreachable (the reply is delivered first).
+    refuse_after_reply_to: Mutex<Option<Vec<u8>>>,
     /// Both sockets of every connection, to cut them.
     open: Mutex<Vec<(TcpStream, TcpStream)>>,
     accepted: AtomicUsize,
@@ -129,6 +133,19 @@ impl Proxy {
         self.lose_next_reply_to(pattern);
     }
 
+    /// Delivers the reply to the next command whose bytes contain
+    /// `pattern`, and makes the server unreachable right after (as
+    /// [`Proxy::refuse`]): what the client sends next, in answer to that
+    /// reply, finds no way through.
+    pub(crate) fn refuse_after_reply_to(&self, pattern: &str) {
+        *self.state.refuse_after_reply_to.lock().unwrap() = Some(pattern.as_bytes().to_vec());
+    }
+
+    /// Whether new connections are refused now.
+    pub(crate) fn refusing(&self) -> bool {
+        self.state.refusing.load(Ordering::Relaxed)
+    }
+
     /// How many replies were lost so far.
     pub(crate) fn lost_replies(&self) -> usize {
         self.state.lost_replies.load(Ordering::Relaxed)
@@ -160,6 +177,9 @@ fn connect(state: &Arc<State>, client: TcpStream, server: TcpStream) {
     // Set by the client-to-server pump when it forwarded the command whose
     // reply is to be lost.
     let swallow = Arc::new(AtomicBool::new(false));
+    // Set by it when it forwarded the command after whose reply the proxy
+    // refuses.
+    let refuse_after = Arc::new(AtomicBool::new(false));
     let cut = {
         let (client, server) = (client.try_clone().unwrap(), server.try_clone().unwrap());
         move || {
@@ -173,10 +193,35 @@ fn connect(state: &Arc<State>, client: TcpStream, server: TcpStream) {
         client.try_clone().unwrap(),
         server.try_clone().unwrap(),
         Direction::ToServer,
-        Arc::clone(&swallow),
+        Flags {
+            swallow: Arc::clone(&swallow),
+            refuse_after: Arc::clone(&refuse_after),
+        },
         Arc::clone(&cut),
     );
-    pump(state, server, client, Direction::ToClient, swallow, cut);
+    let flags = Flags {
+        swallow,
+        refuse_after,
+    };
+    pump(state, server, client, Direction::ToClient, flags, cut);
+}
+
+/// What the client-to-server pump tells the other about the command it
+/// forwarded.
+struct Flags {
+    /// Lose its reply.
+    swallow: Arc<AtomicBool>,
+    /// Refuse once its reply is delivered.
+    refuse_after: Arc<AtomicBool>,
+}
+
+/// Makes the server unreachable: cuts every connection, refuses new ones.
+fn refuse_now(state: &State) {
+    state.refusing.store(true, Ordering::Relaxed);
+    for (a, b) in state.open.lock().unwrap().drain(..) {
+        let _ = a.shutdown(Shutdown::Both);
+        let _ = b.shutdown(Shutdown::Both);
+    }
 }
 
 #[derive(Clone, Copy, PartialEq)]
@@ -190,10 +235,16 @@ fn pump(
     mut from: TcpStream,
     mut to: TcpStream,
     direction: Direction,
-    swallow: Arc<AtomicBool>,
+    flags: Flags,
     cut: Arc<dyn Fn() + Send + Sync>,
 ) {
-    let (tx, rx) = mpsc::channel::<(Instant, Vec<u8>)>();
+    let Flags {
+        swallow,
+        refuse_after,
+    } = flags;
+    // Each chunk with when to write it, and whether to refuse after it.
+    let (tx, rx) = mpsc::channel::<(Instant, Vec<u8>, bool)>();
+    let writer_state = Arc::clone(state);
     let reader_state = Arc::clone(state);
     let reader_cut = Arc::clone(&cut);
     std::thread::spawn(move || {
@@ -218,6 +269,14 @@ fn pump(
                         *armed = None;
                         swallow.store(true, Ordering::Relaxed);
                     }
+                    let mut armed = state.refuse_after_reply_to.lock().unwrap();
+                    if armed
+                        .as_ref()
+                        .is_some_and(|p| chunk.windows(p.len()).any(|w| w == p.as_slice()))
+                    {
+                        *armed = None;
+                        refuse_after.store(true, Ordering::Relaxed);
+                    }
                 }
                 Direction::ToClient => {
                     if swallow.swap(false, Ordering::Relaxed) {
@@ -225,11 +284,7 @@ fn pump(
                             state.black_hole.store(true, Ordering::Relaxed);
                         }
                         if state.refuse_after_loss.swap(false, Ordering::Relaxed) {
-                            state.refusing.store(true, Ordering::Relaxed);
-                            for (a, b) in state.open.lock().unwrap().drain(..) {
-                                let _ = a.shutdown(Shutdown::Both);
-                                let _ = b.shutdown(Shutdown::Both);
-                            }
+                            refuse_now(&state);
                         }
                         state.lost_replies.fetch_add(1, Ordering::Relaxed);
                         reader_cut();
@@ -237,22 +292,28 @@ fn pump(
                     }
                 }
             }
+            let then_refuse =
+                direction == Direction::ToClient && refuse_after.swap(false, Ordering::Relaxed);
             let at =
                 Instant::now() + Duration::from_micros(state.latency_us.load(Ordering::Relaxed));
-            if tx.send((at, chunk)).is_err() {
+            if tx.send((at, chunk, then_refuse)).is_err() {
                 break;
             }
         }
         reader_cut();
     });
     std::thread::spawn(move || {
-        for (at, chunk) in rx {
+        for (at, chunk, then_refuse) in rx {
             let now = Instant::now();
             if at > now {
                 std::thread::sleep(at - now);
             }
             if to.write_all(&chunk).is_err() {
                 break;
+            }
+            if then_refuse {
+                let _ = to.flush();
+                refuse_now(&writer_state);
             }
         }
         cut();
