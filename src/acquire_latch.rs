@@ -18,7 +18,7 @@ use tokio::time::Instant;
 
 use crate::client::conn::Conn;
 use crate::error::is_connection_failure;
-use crate::finish::Finish;
+use crate::finish::{spawn_to_end, Finish};
 use crate::scripts::ACQUIRE_CANCEL;
 use crate::{keys, Client};
 
@@ -28,6 +28,7 @@ use crate::{keys, Client};
 /// Shared by the locks and the semaphores.
 pub(crate) async fn settle_lost<F, Fut>(
     client: Client,
+    mut conn: Conn,
     name: &str,
     latch: String,
     latch_ttl: u64,
@@ -37,7 +38,6 @@ pub(crate) async fn settle_lost<F, Fut>(
     Fut: std::future::Future<Output = ()>,
 {
     let deadline = Instant::now() + Duration::from_millis(latch_ttl);
-    let mut conn = client.inner.conn.clone();
     let mut pause = Duration::from_millis(100);
     while Instant::now() < deadline {
         tokio::time::sleep(pause).await;
@@ -347,17 +347,28 @@ impl<T: Taken> Drop for Request<T> {
         );
         let latch = std::mem::take(&mut self.latch);
         let latch_ttl = self.latch_ttl;
-        self.runtime.spawn(async move {
-            let give_back = {
-                let (client, name) = (client.clone(), Arc::clone(&name));
-                move || async move {
-                    tracing::debug!(%name, "an acquire whose reply was lost was granted; giving it back");
-                    taken
-                        .give_back(&client, &name, ttl_ms, GiveBack::ReplyLost)
-                        .await;
-                }
-            };
-            settle_lost(client, &name, latch, latch_ttl, give_back).await;
+        // Finished even when the runtime shuts down first (see
+        // `spawn_to_end`): settling twice is harmless.
+        let runtime = self.runtime.clone();
+        spawn_to_end(&self.client, &runtime, move |conn| {
+            let (client, name, taken, latch) = (
+                client.clone(),
+                Arc::clone(&name),
+                Arc::clone(&taken),
+                latch.clone(),
+            );
+            async move {
+                let give_back = {
+                    let (client, name) = (client.clone(), Arc::clone(&name));
+                    move || async move {
+                        tracing::debug!(%name, "an acquire whose reply was lost was granted; giving it back");
+                        taken
+                            .give_back(&client, &name, ttl_ms, GiveBack::ReplyLost)
+                            .await;
+                    }
+                };
+                settle_lost(client, conn, &name, latch, latch_ttl, give_back).await;
+            }
         });
     }
 }

@@ -389,7 +389,7 @@ async fn give_backs_and_dropped_guards_outlast_a_network_cut() {
         back.elapsed()
     );
 
-    let field = held.owner().to_owned();
+    let field = held.field().to_owned();
     let lock = c.lock("cut:watched").with_owner("o");
     let call = lock.try_lock_with_lease(Duration::ZERO, lease);
     left_then_cut(&proxy, "ferrisson_acquire_latch:{cut:watched}", call, cut).await;

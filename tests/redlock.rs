@@ -99,13 +99,12 @@ async fn holds_with_two_servers_killed_refuses_with_three() {
         started.elapsed()
     );
     assert!(refused.is_none(), "two of five are not a majority");
-    assert_eq!(
-        holders(&servers[3..], "report"),
-        0,
-        "the minority taken was released"
-    );
+    // The minority taken is released: within the wait's margin, or, on a
+    // busy machine, in the background right after.
+    let released = || async { holders(&servers[3..], "report") == 0 };
+    common::eventually(Duration::from_secs(10), released).await;
     assert!(soon(lock.try_lock()).await.unwrap().is_none());
-    assert_eq!(holders(&servers[3..], "report"), 0);
+    common::eventually(Duration::from_secs(10), released).await;
 }
 
 /// Three contenders, each with its own five clients, fight over one
