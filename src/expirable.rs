@@ -220,7 +220,9 @@ impl PermitExpirableSemaphore {
     /// # Cancel safety
     /// Cancel safe: a dropped future leaves no permit out. When the take
     /// was already sent, it completes in the background and its permit is
-    /// given back.
+    /// given back. Nobody awaits that give-back: it is resent after a
+    /// failed connection until it gets through, or until the permit's lease
+    /// has surely ended (an hour at most, for a permit without a lease).
     pub async fn acquire(&self) -> Result<Permit> {
         self.take(None, None)
             .await?
@@ -242,10 +244,14 @@ impl PermitExpirableSemaphore {
             .ok_or_else(|| Error::no_deadline("expirable"))
     }
 
-    /// Takes one permit without a lease if one is available now.
+    /// Takes one permit without a lease if one is available now. It waits
+    /// for its one reply the client's response timeout at most, once (with
+    /// replica sync, plus the replicas' acknowledgement), as
+    /// [`Lock::try_lock`](crate::Lock::try_lock).
     ///
     /// # Errors
-    /// As [`acquire`](Self::acquire), and connection failures.
+    /// As [`acquire`](Self::acquire), and connection failures (a server
+    /// that does not answer within the response timeout among them).
     ///
     /// # Cancel safety
     /// As [`acquire`](Self::acquire).
@@ -253,12 +259,17 @@ impl PermitExpirableSemaphore {
         self.take(Some(Duration::ZERO), None).await
     }
 
-    /// Takes one permit without a lease, waiting at most `wait`.
+    /// Takes one permit without a lease, waiting at most `wait`. It
+    /// returns by the end of the wait plus a small margin, whatever the
+    /// server does, as [`Lock::try_lock_for`](crate::Lock::try_lock_for):
+    /// a take still unanswered then finishes in the background, and the
+    /// permit it took is given back.
     ///
     /// # Errors
     /// As [`acquire`](Self::acquire), and [`Error::InvalidArgument`] for a
     /// wait over a year; a connection failure on the first try is
-    /// returned (later ones are waited out within the wait).
+    /// returned (later ones are waited out within the wait), and so is a
+    /// timeout when no try had its reply by the end of the margin.
     ///
     /// # Cancel safety
     /// As [`acquire`](Self::acquire).
@@ -702,7 +713,9 @@ impl Taken for PermitsOut {
 /// [`PermitExpirableSemaphore::release`]), which reports what happened.
 /// Dropping it releases it in the background on the runtime it was taken
 /// on, like a [`LockGuard`](crate::LockGuard): never blocking, never
-/// panicking, a failure only logged. [`Permit::forget`] keeps it out
+/// panicking, a failure only logged; that release is resent after a failed
+/// connection until it gets through or the lease has surely ended (an hour
+/// at most without a lease). [`Permit::forget`] keeps it out
 /// instead, to be released later by id, or to expire.
 #[must_use = "the permit is released as soon as it is dropped"]
 #[clippy::has_significant_drop]

@@ -39,8 +39,15 @@ use crate::{Backoff, DistributedLock, Error, LockGuard, Result};
 ///
 /// One [`MultiLockGuard`] releases them all. An acquire that returns
 /// without a guard (`None` or an error) holds nothing: the locks it took
-/// were released, all at once, before it returned. A release that fails
-/// (a server out of reach) leaves that hold to expire with its lease.
+/// were released, all at once, before it returned (with a wait, those
+/// releases are waited for until the end of the wait plus its margin, and a
+/// release still unanswered then goes on in the background). A release that
+/// fails (a server out of reach) leaves that hold to expire with its lease.
+///
+/// With a wait, the acquire returns by the end of the wait plus a small
+/// margin (as [`Lock::try_lock_for`](crate::Lock::try_lock_for)), whatever
+/// a server does: a lock's attempt still unanswered then finishes in the
+/// background, and what it took is given back.
 ///
 /// ```no_run
 /// # async fn run(a: ferrisson::Client, b: ferrisson::Client) -> ferrisson::Result<()> {

@@ -232,7 +232,9 @@ impl Semaphore {
     /// # Cancel safety
     /// Cancel safe: a dropped future takes no permits. When the take was
     /// already sent, it completes in the background and the permits it
-    /// took are given back.
+    /// took are given back. Nobody awaits that give-back: it is resent
+    /// after a failed connection (under its own request id, so it counts
+    /// once) until it gets through, for up to an hour.
     pub async fn acquire(&self) -> Result<()> {
         self.acquire_many(1).await
     }
@@ -254,10 +256,15 @@ impl Semaphore {
     }
 
     /// Takes one permit if one is available now; whether it did.
-    /// Redisson's `tryAcquire()`.
+    /// Redisson's `tryAcquire()`. It waits for its one reply the client's
+    /// response timeout at most, once (with replica sync, plus the
+    /// replicas' acknowledgement), as
+    /// [`Lock::try_lock`](crate::Lock::try_lock).
     ///
     /// # Errors
-    /// As [`acquire`](Semaphore::acquire), and connection failures.
+    /// As [`acquire`](Semaphore::acquire), and connection failures (a
+    /// server that does not answer within the response timeout among
+    /// them).
     ///
     /// # Cancel safety
     /// As [`acquire`](Semaphore::acquire).
@@ -278,12 +285,17 @@ impl Semaphore {
     }
 
     /// Takes one permit, waiting at most `wait` for it; whether it did.
+    /// It returns by the end of the wait plus a small margin, whatever the
+    /// server does, as [`Lock::try_lock_for`](crate::Lock::try_lock_for):
+    /// a take still unanswered then finishes in the background, and the
+    /// permits it took are given back.
     ///
     /// # Errors
     /// As [`acquire`](Semaphore::acquire), and [`Error::InvalidArgument`]
     /// for a wait over [`MAX_DURATION`](crate::config::MAX_DURATION); a
     /// connection failure on the first try is returned (later ones are
-    /// waited out within the wait).
+    /// waited out within the wait), and so is a timeout when no try had
+    /// its reply by the end of the margin.
     ///
     /// # Cancel safety
     /// As [`acquire`](Semaphore::acquire).
