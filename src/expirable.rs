@@ -831,6 +831,40 @@ impl Permit {
     }
 }
 
+impl Permit {
+    /// Releases a permit whose release nobody waits on for long (the
+    /// blocking API's drop waits a moment): as its drop's release, resent
+    /// until it gets through or the lease has surely ended.
+    pub(crate) async fn release_dropped(mut self) -> Result<()> {
+        let Some(hold) = self.hold.take() else {
+            return Ok(());
+        };
+        let until = self.dropped_until(&hold);
+        match give_back(&hold.client, &hold.name, &[self.id], Some(until)).await? {
+            None => {
+                hold.released();
+                Ok(())
+            }
+            Some(id) => Err(Error::PermitNotOut {
+                name: hold.name.to_string(),
+                permit: id.to_string(),
+            }),
+        }
+    }
+
+    /// Until when the release of a dropped permit is resent: until its
+    /// lease has surely ended (counted from the acquire's send here; a
+    /// reply in flight and a drift margin more on the server), or for
+    /// [`NEVER_EXPIRES`] without a lease.
+    fn dropped_until(&self, hold: &PermitHold) -> Instant {
+        let config = &hold.client.inner.config;
+        match self.expires {
+            Some(at) => at + config.response_timeout + Duration::from_secs(1),
+            None => Instant::now() + NEVER_EXPIRES,
+        }
+    }
+}
+
 impl Drop for Permit {
     fn drop(&mut self) {
         let Some(hold) = self.hold.take() else {
@@ -839,13 +873,8 @@ impl Drop for Permit {
         let id = self.id;
         let runtime = hold.runtime.clone();
         // Nobody waits on it: resent until it gets through, or until the
-        // lease has surely ended (counted from the acquire's send here; a
-        // reply in flight and a drift margin more on the server).
-        let config = &hold.client.inner.config;
-        let until = match self.expires {
-            Some(at) => at + config.response_timeout + Duration::from_secs(1),
-            None => Instant::now() + NEVER_EXPIRES,
-        };
+        // lease has surely ended.
+        let until = self.dropped_until(&hold);
         // On a runtime that shut down, nothing is sent: the permit comes
         // back with its lease, if it has one.
         runtime.spawn(async move {

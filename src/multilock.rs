@@ -253,6 +253,16 @@ async fn release_all(guards: impl IntoIterator<Item = LockGuard>, by: Option<Ins
     let _ = waiting::until(by, unlock_all(guards.into_iter().collect())).await;
 }
 
+/// Releases every guard at once as their drops do (see
+/// [`LockGuard::release_dropped`]); the first error.
+pub(crate) async fn release_dropped(guards: Vec<LockGuard>) -> Result<()> {
+    futures_util::future::join_all(guards.into_iter().map(LockGuard::release_dropped))
+        .await
+        .into_iter()
+        .find_map(Result::err)
+        .map_or(Ok(()), Err)
+}
+
 /// Releases every guard at once; the outcome of each release, in order.
 pub(crate) async fn unlock_all(guards: Vec<LockGuard>) -> Vec<Result<()>> {
     futures_util::future::join_all(guards.into_iter().map(|guard| async move {
@@ -311,6 +321,11 @@ impl MultiLockGuard {
             .into_iter()
             .find_map(Result::err)
             .map_or(Ok(()), Err)
+    }
+
+    /// Releases every hold as their drops do: the blocking API's drop.
+    pub(crate) async fn release_dropped(self) -> Result<()> {
+        release_dropped(self.guards).await
     }
 }
 

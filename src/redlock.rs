@@ -9,7 +9,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::args;
-use crate::multilock::{lost_count, unlock_all};
+use crate::multilock::{lost_count, release_dropped, unlock_all};
 use crate::waiting::{self, pause_before_retry};
 use crate::{Backoff, DistributedLock, Error, LockGuard, Result};
 
@@ -416,5 +416,10 @@ impl RedLockGuard {
             Some(err) if released < self.quorum => Err(err),
             _ => Ok(()),
         }
+    }
+
+    /// Releases every hold as their drops do: the blocking API's drop.
+    pub(crate) async fn release_dropped(self) -> Result<()> {
+        release_dropped(self.guards).await
     }
 }
