@@ -133,7 +133,9 @@ pub struct Config {
     pub response_timeout: Duration,
     /// Time to open a connection.
     pub connection_timeout: Duration,
-    /// Sends of one release, or one acquire, when the connection fails.
+    /// Sends of one awaited release, or one acquire, when the connection
+    /// fails (an acquire's within its call's time; a release nobody waits
+    /// on is resent until the hold has surely expired).
     pub release_attempts: u32,
     /// Waiting for replicas after writes; `None`: no waiting (the default
     /// on one server; Sentinel and Cluster default to

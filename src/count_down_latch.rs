@@ -162,12 +162,15 @@ impl CountDownLatch {
         }
     }
 
-    /// Waits at most `timeout` for the latch to open; whether it did.
+    /// Waits at most `timeout` for the latch to open; whether it did. It
+    /// returns by the end of the timeout plus a small margin, whatever the
+    /// server does, as [`Lock::try_lock_for`](crate::Lock::try_lock_for).
     ///
     /// # Errors
     /// As [`CountDownLatch::wait`], and [`Error::InvalidArgument`] for a
     /// timeout over a year; a connection failure on the first look is
-    /// returned (later ones are waited out within the timeout).
+    /// returned (later ones are waited out within the timeout), and so is
+    /// a timeout when no look had its reply by the end of the margin.
     ///
     /// # Cancel safety
     /// As [`CountDownLatch::wait`].

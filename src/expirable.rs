@@ -239,8 +239,10 @@ impl PermitExpirableSemaphore {
     ///
     /// # Cancel safety
     /// Cancel safe: a dropped future leaves no permit out. When the take
-    /// was already sent, it (and its resends) completes in the background
-    /// and its permit is given back.
+    /// was already sent, it completes in the background and its permit is
+    /// given back. Nobody awaits that give-back: it is resent after a
+    /// failed connection until it gets through, or until the permit's lease
+    /// has surely ended (an hour at most, for a permit without a lease).
     pub async fn acquire(&self) -> Result<Permit> {
         self.take(None, None)
             .await?
@@ -262,18 +264,17 @@ impl PermitExpirableSemaphore {
             .ok_or_else(|| Error::no_deadline("expirable"))
     }
 
-    /// Takes one permit without a lease if one is available now. A take
-    /// whose reply is lost is sent again once, as
-    /// [`acquire`](Self::acquire) says.
+    /// Takes one permit without a lease if one is available now. It waits
+    /// for its one reply the client's response timeout at most, once (with
+    /// replica sync, plus the replicas' acknowledgement), as
+    /// [`Lock::try_lock`](crate::Lock::try_lock); a take whose reply is lost
+    /// within that time is sent again, as [`acquire`](Self::acquire) says.
     ///
     /// # Errors
-    /// As [`acquire`](Self::acquire), and [`Error::Redis`] when the
-    /// connection fails and neither the take nor its resend got a reply
-    /// (at most [`release_attempts`] sends). A permit the take may have
-    /// taken is then given back in the background once Redis can be
-    /// reached: none is left out.
-    ///
-    /// [`release_attempts`]: crate::ClientBuilder::release_attempts
+    /// As [`acquire`](Self::acquire), and connection failures (a server
+    /// that does not answer within the response timeout among them). A
+    /// permit the take may have taken is then given back in the background
+    /// once Redis can be reached: none is left out.
     ///
     /// # Cancel safety
     /// As [`acquire`](Self::acquire).
@@ -281,16 +282,20 @@ impl PermitExpirableSemaphore {
         self.take(Some(Duration::ZERO), None).await
     }
 
-    /// Takes one permit without a lease, waiting at most `wait`.
+    /// Takes one permit without a lease, waiting at most `wait`. It
+    /// returns by the end of the wait plus a small margin, whatever the
+    /// server does, as [`Lock::try_lock_for`](crate::Lock::try_lock_for):
+    /// a take still unanswered then finishes in the background, and the
+    /// permit it took is given back.
     ///
     /// # Errors
     /// As [`acquire`](Self::acquire), and [`Error::InvalidArgument`] for a
     /// wait over a year. The first try's take is resent after a lost
-    /// reply, once always and more while the wait lasts, up to
-    /// [`release_attempts`] sends; when none got a reply, the connection
-    /// failure is returned, and a permit the take may have taken is given
-    /// back in the background (failures of later tries are waited out
-    /// within the wait).
+    /// reply while the wait lasts, up to [`release_attempts`] sends; a
+    /// connection failure on the first try is returned (later ones are
+    /// waited out within the wait), and so is a timeout when no try had its
+    /// reply by the end of the margin. A permit the take may have taken is
+    /// given back in the background.
     ///
     /// [`release_attempts`]: crate::ClientBuilder::release_attempts
     ///
@@ -746,7 +751,9 @@ impl Taken for PermitsOut {
 /// [`PermitExpirableSemaphore::release`]), which reports what happened.
 /// Dropping it releases it in the background on the runtime it was taken
 /// on, like a [`LockGuard`](crate::LockGuard): never blocking, never
-/// panicking, a failure only logged. [`Permit::forget`] keeps it out
+/// panicking, a failure only logged; that release is resent after a failed
+/// connection until it gets through or the lease has surely ended (an hour
+/// at most without a lease). [`Permit::forget`] keeps it out
 /// instead, to be released later by id, or to expire.
 #[must_use = "the permit is released as soon as it is dropped"]
 #[clippy::has_significant_drop]
@@ -862,6 +869,40 @@ impl Permit {
     }
 }
 
+impl Permit {
+    /// Releases a permit whose release nobody waits on for long (the
+    /// blocking API's drop waits a moment): as its drop's release, resent
+    /// until it gets through or the lease has surely ended.
+    pub(crate) async fn release_dropped(mut self) -> Result<()> {
+        let Some(hold) = self.hold.take() else {
+            return Ok(());
+        };
+        let until = self.dropped_until(&hold);
+        match give_back(&hold.client, &hold.name, &[self.id], Some(until)).await? {
+            None => {
+                hold.released();
+                Ok(())
+            }
+            Some(id) => Err(Error::PermitNotOut {
+                name: hold.name.to_string(),
+                permit: id.to_string(),
+            }),
+        }
+    }
+
+    /// Until when the release of a dropped permit is resent: until its
+    /// lease has surely ended (counted from the acquire's send here; a
+    /// reply in flight and a drift margin more on the server), or for
+    /// [`NEVER_EXPIRES`] without a lease.
+    fn dropped_until(&self, hold: &PermitHold) -> Instant {
+        let config = &hold.client.inner.config;
+        match self.expires {
+            Some(at) => at + config.response_timeout + Duration::from_secs(1),
+            None => Instant::now() + NEVER_EXPIRES,
+        }
+    }
+}
+
 impl Drop for Permit {
     fn drop(&mut self) {
         let Some(hold) = self.hold.take() else {
@@ -870,13 +911,8 @@ impl Drop for Permit {
         let id = self.id;
         let runtime = hold.runtime.clone();
         // Nobody waits on it: resent until it gets through, or until the
-        // lease has surely ended (counted from the acquire's send here; a
-        // reply in flight and a drift margin more on the server).
-        let config = &hold.client.inner.config;
-        let until = match self.expires {
-            Some(at) => at + config.response_timeout + Duration::from_secs(1),
-            None => Instant::now() + NEVER_EXPIRES,
-        };
+        // lease has surely ended.
+        let until = self.dropped_until(&hold);
         let client = hold.client.clone();
         let hold = Arc::new(hold);
         // Finished even when the runtime shuts down first (see

@@ -263,9 +263,11 @@
 //! `guard.unlock().await` is the documented path: it reports a lost lease or a
 //! failed release. Dropping a guard releases it in the background, on the
 //! runtime it was taken on. That never blocks and never panics, but it is not
-//! immediate, and a failure is only logged. A dropped [`Permit`] is released
-//! the same way, and a fair waiter whose wait was dropped leaves the queue the
-//! same way.
+//! immediate, and a failure is only logged. Since nobody waits on it, it is
+//! resent after a failed connection until it gets through or the hold has
+//! surely expired (see [Time limits](#time-limits)). A dropped [`Permit`] is
+//! released the same way, and a fair waiter whose wait was dropped leaves the
+//! queue the same way.
 //!
 //! [`Lock::unlock`] is Redisson's `unlock()`: where a guard of the same owner
 //! is alive, it releases the newest guard's hold, and that guard's drop then
@@ -366,18 +368,56 @@
 //!
 //! Acquires of every lock kind, and of both semaphores, are also safe to send
 //! again, and all are resent the same way. When the connection fails before the
-//! reply comes, the same request (the same id) is sent again: once always, so
-//! that even a `try_lock()` or a `try_acquire()` outlives one lost reply, and
-//! more while the caller's wait lasts, up to `release_attempts` sends
-//! ([`ClientBuilder::release_attempts`]), each pause 100 ms longer. A resend of
-//! a request that was granted returns the first outcome (the first fencing
-//! token, the same permit ids) instead of taking a second hold or more permits.
-//! The tries of one wait send the same request. When no send of a call's first
-//! try got a reply, a call with a wait fails with the connection error
+//! reply comes, the same request (the same id) is sent again while the call's
+//! time allows (see [Time limits](#time-limits)), up to `release_attempts`
+//! sends ([`ClientBuilder::release_attempts`]), each pause 100 ms longer. A
+//! resend of a request that was granted returns the first outcome (the first
+//! fencing token, the same permit ids) instead of taking a second hold or more
+//! permits. The tries of one wait send the same request. When no send of a
+//! call's first try got a reply, the call fails with the connection error
 //! (`lock()` and `acquire()` wait the outage out), and the request is settled
 //! in the background: what it took is given back if it was granted (the hold
 //! released, the permits returned), and it is marked cancelled if it was not,
 //! so that it changes nothing should it still reach Redis.
+//!
+//! # Time limits
+//!
+//! How long a call may take, whatever the server does (frozen, partitioned,
+//! slow), and what goes on after it returned:
+//!
+//! - **With a wait** (`try_lock_for`, `try_lock_with_lease`, the semaphores'
+//!   `try_acquire_for` and kin, the latch's `wait_for`, and the multi-lock's
+//!   and RedLock's `try_lock_for`): the call returns by the end of the wait plus
+//!   a small margin, a tenth of the wait, from 100 ms to 1 s (never more than
+//!   the response timeout). No attempt starts after the wait; one whose reply
+//!   has not come by the end of the margin is left to finish in the background,
+//!   where what it took is given back. The call then returns `Ok(None)`
+//!   (`false`) when an earlier attempt had its reply, and a timeout error (a
+//!   connection error) when none had. A RedLock round that has begun runs to its
+//!   end (each attempt within its bound): a `try_lock_for` returns by the end of
+//!   its first round when that is later.
+//! - **Without a wait** (`try_lock()`, `try_acquire()`): one attempt, whose
+//!   reply is waited for one response timeout (3 s by default). A send that met
+//!   a failed connection is sent again within that time, never after it: a
+//!   server that does not answer costs one timeout, not two. Replica sync adds
+//!   its own timeout (twice, when too few replicas acknowledged and the grant
+//!   is given back).
+//! - **As long as it takes** (`lock()`, `acquire()`, `wait()`): connection
+//!   failures are waited out.
+//! - **An awaited release** (`guard.unlock()`, `Lock::unlock`): up to
+//!   `release_attempts` sends after failed connections, 100 ms, 200 ms... apart;
+//!   then an error, and the hold expires with its lease.
+//! - **A release nobody waits on**: the give-back of what an acquire took for a
+//!   caller that never got it (it left, its wait ran out, every reply was lost,
+//!   too few replicas acknowledged), and the release of a dropped guard or
+//!   permit. It is resent with backoff (up to a second apart) until it gets
+//!   through, or until what it gives back has surely ended in Redis: the lease
+//!   from the start of the release, one response timeout and a drift margin;
+//!   while this client's watchdog renews the owner's key (other guards hold it),
+//!   as long as that lasts; for what never expires (a semaphore's permits, a
+//!   permit without a lease), an hour. Each resend counts once (a latch, or a
+//!   release by permit id). So a network cut longer than an awaited release's
+//!   sends leaves nothing behind once the network is back.
 //!
 //! # Errors
 //!
@@ -497,6 +537,9 @@
 //! - Releases are resent safely (the unlock latch), and so are acquires (the
 //!   acquire latch, see [Cancel safety](#cancel-safety)): a lost reply neither
 //!   takes a second hold nor leaves one behind.
+//! - A give-back, or a dropped guard's release, caught in a network cut gets
+//!   through once the network is back, as long as the hold may still stand
+//!   (see [Time limits](#time-limits)): the hold is not left to its lease's end.
 //! - One case escapes the acquire latch. If a granted hold is deleted behind
 //!   its owner's back (a force unlock, or a release that shortened the key's
 //!   TTL), and the same owner takes the lock again before the latch expires,
@@ -518,7 +561,10 @@
 //!   in the background. A lost reply never takes permits twice nor leaves
 //!   them taken.
 //! - A release or a count-down whose reply is lost is not resent: it is not
-//!   idempotent, and the error says the connection failed.
+//!   idempotent, and the error says the connection failed. The give-back of
+//!   permits an acquire took for a caller that never got them is the
+//!   exception: it carries its own latch, and is resent until it gets through
+//!   (for up to an hour).
 //!
 //! **Multi-lock and RedLock.**
 //!
@@ -528,10 +574,12 @@
 //! - After an acquire of either returns without a guard (`None` or an error),
 //!   it holds nothing: the locks it took were released, all at once, before it
 //!   returned, and a RedLock round first waits for its attempts still in flight
-//!   (each within its bound) to release what they took. The one exception: an
-//!   attempt whose server had not answered within that bound is given back in
-//!   the background, and may sit on that server until then, or until its lease
-//!   ends.
+//!   (each within its bound) to release what they took. The exceptions: an
+//!   attempt whose server had not answered within that bound, and, with a
+//!   wait, an attempt or a release a server had not answered by the end of the
+//!   wait plus its margin (see [Time limits](#time-limits)). Those are given
+//!   back or released in the background, resent until they get through or the
+//!   lease has surely ended.
 //! - A guard's release goes to every server at once, so a silent server holds
 //!   up no other release.
 //!

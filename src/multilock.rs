@@ -39,8 +39,15 @@ use crate::{Backoff, DistributedLock, Error, LockGuard, Result};
 ///
 /// One [`MultiLockGuard`] releases them all. An acquire that returns
 /// without a guard (`None` or an error) holds nothing: the locks it took
-/// were released, all at once, before it returned. A release that fails
-/// (a server out of reach) leaves that hold to expire with its lease.
+/// were released, all at once, before it returned (with a wait, those
+/// releases are waited for until the end of the wait plus its margin, and a
+/// release still unanswered then goes on in the background). A release that
+/// fails (a server out of reach) leaves that hold to expire with its lease.
+///
+/// With a wait, the acquire returns by the end of the wait plus a small
+/// margin (as [`Lock::try_lock_for`](crate::Lock::try_lock_for)), whatever
+/// a server does: a lock's attempt still unanswered then finishes in the
+/// background, and what it took is given back.
 ///
 /// ```no_run
 /// # async fn run(a: ferrisson::Client, b: ferrisson::Client) -> ferrisson::Result<()> {
@@ -246,6 +253,16 @@ async fn release_all(guards: impl IntoIterator<Item = LockGuard>, by: Option<Ins
     let _ = waiting::until(by, unlock_all(guards.into_iter().collect())).await;
 }
 
+/// Releases every guard at once as their drops do (see
+/// [`LockGuard::release_dropped`]); the first error.
+pub(crate) async fn release_dropped(guards: Vec<LockGuard>) -> Result<()> {
+    futures_util::future::join_all(guards.into_iter().map(LockGuard::release_dropped))
+        .await
+        .into_iter()
+        .find_map(Result::err)
+        .map_or(Ok(()), Err)
+}
+
 /// Releases every guard at once; the outcome of each release, in order.
 pub(crate) async fn unlock_all(guards: Vec<LockGuard>) -> Vec<Result<()>> {
     futures_util::future::join_all(guards.into_iter().map(|guard| async move {
@@ -304,6 +321,11 @@ impl MultiLockGuard {
             .into_iter()
             .find_map(Result::err)
             .map_or(Ok(()), Err)
+    }
+
+    /// Releases every hold as their drops do: the blocking API's drop.
+    pub(crate) async fn release_dropped(self) -> Result<()> {
+        release_dropped(self.guards).await
     }
 }
 

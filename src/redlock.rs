@@ -9,7 +9,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::args;
-use crate::multilock::{lost_count, unlock_all};
+use crate::multilock::{lost_count, release_dropped, unlock_all};
 use crate::waiting::{self, pause_before_retry};
 use crate::{Backoff, DistributedLock, Error, LockGuard, Result};
 
@@ -33,8 +33,14 @@ use crate::{Backoff, DistributedLock, Error, LockGuard, Result};
 /// nothing on any server that answered: its holds were released before it
 /// returned. Only an attempt that had not answered within its bound (a
 /// silent or partitioned server) is given back in the background, as a
-/// dropped lock acquire is, and may sit on that server until then, or at
-/// most until its lease ends.
+/// dropped lock acquire is (resent until it gets through, or until its
+/// lease has surely ended), and so is a release that a server did not
+/// answer by the end of the wait plus its margin.
+///
+/// With a wait, the rounds after the first are cut to the end of the wait
+/// plus a small margin (as [`Lock::try_lock_for`](crate::Lock::try_lock_for)):
+/// the acquire returns by then, or by the end of its first round when that
+/// is later (one round, each attempt within its bound, always runs).
 ///
 /// # What it guarantees, and what it does not
 /// Redisson deprecated its `RedLock`, and the critique it answered
@@ -410,5 +416,10 @@ impl RedLockGuard {
             Some(err) if released < self.quorum => Err(err),
             _ => Ok(()),
         }
+    }
+
+    /// Releases every hold as their drops do: the blocking API's drop.
+    pub(crate) async fn release_dropped(self) -> Result<()> {
+        release_dropped(self.guards).await
     }
 }

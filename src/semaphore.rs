@@ -240,8 +240,10 @@ impl Semaphore {
     ///
     /// # Cancel safety
     /// Cancel safe: a dropped future takes no permits. When the take was
-    /// already sent, it (and its resends) completes in the background and
-    /// the permits it took are given back.
+    /// already sent, it completes in the background and the permits it
+    /// took are given back. Nobody awaits that give-back: it is resent
+    /// after a failed connection (under its own request id, so it counts
+    /// once) until it gets through, for up to an hour.
     pub async fn acquire(&self) -> Result<()> {
         self.acquire_many(1).await
     }
@@ -263,17 +265,18 @@ impl Semaphore {
     }
 
     /// Takes one permit if one is available now; whether it did.
-    /// Redisson's `tryAcquire()`. A take whose reply is lost is sent again
-    /// once, as [`acquire`](Semaphore::acquire) says.
+    /// Redisson's `tryAcquire()`. It waits for its one reply the client's
+    /// response timeout at most, once (with replica sync, plus the
+    /// replicas' acknowledgement), as
+    /// [`Lock::try_lock`](crate::Lock::try_lock); a take whose reply is lost
+    /// within that time is sent again, as [`acquire`](Semaphore::acquire)
+    /// says.
     ///
     /// # Errors
-    /// As [`acquire`](Semaphore::acquire), and [`Error::Redis`] when the
-    /// connection fails and neither the take nor its resend got a reply
-    /// (at most [`release_attempts`] sends). Permits the take may have
-    /// taken are then given back in the background once Redis can be
-    /// reached: none is left taken.
-    ///
-    /// [`release_attempts`]: crate::ClientBuilder::release_attempts
+    /// As [`acquire`](Semaphore::acquire), and connection failures (a
+    /// server that does not answer within the response timeout among
+    /// them). Permits the take may have taken are then given back in the
+    /// background once Redis can be reached: none is left taken.
     ///
     /// # Cancel safety
     /// As [`acquire`](Semaphore::acquire).
@@ -294,15 +297,19 @@ impl Semaphore {
     }
 
     /// Takes one permit, waiting at most `wait` for it; whether it did.
+    /// It returns by the end of the wait plus a small margin, whatever the
+    /// server does, as [`Lock::try_lock_for`](crate::Lock::try_lock_for):
+    /// a take still unanswered then finishes in the background, and the
+    /// permits it took are given back.
     ///
     /// # Errors
     /// As [`acquire`](Semaphore::acquire), and [`Error::InvalidArgument`]
     /// for a wait over [`MAX_DURATION`](crate::config::MAX_DURATION). The
-    /// first try's take is resent after a lost reply, once always and more
-    /// while the wait lasts, up to [`release_attempts`] sends; when none
-    /// got a reply, the connection failure is returned, and permits the
-    /// take may have taken are given back in the background (failures of
-    /// later tries are waited out within the wait).
+    /// first try's take is resent after a lost reply while the wait lasts,
+    /// up to [`release_attempts`] sends; a connection failure on the first
+    /// try is returned (later ones are waited out within the wait), and so
+    /// is a timeout when no try had its reply by the end of the margin.
+    /// Permits the take may have taken are given back in the background.
     ///
     /// [`release_attempts`]: crate::ClientBuilder::release_attempts
     ///

@@ -800,3 +800,33 @@ fn the_last_guard_dropped_in_an_async_context_is_still_released() {
     );
     eventually(|| !exists(&server, "last-async"));
 }
+
+/// A guard dropped while the network is cut, for longer than an awaited
+/// release's sends take: the drop returns (after at most the response
+/// timeout), and its release keeps trying in the background until the
+/// network is back, long before the 60 s lease would free the lock. So does
+/// a dropped permit's.
+#[test]
+fn a_guard_dropped_in_a_network_cut_is_released_once_it_is_back() {
+    let server = RedisServer::start();
+    let proxy = common::proxy::Proxy::start(server.port());
+    let client = blocking::Client::from_builder(
+        ferrisson::Client::builder(proxy.url()).watchdog_timeout(WATCHDOG),
+    )
+    .expect("connect");
+    let lease = Duration::from_secs(60);
+    let seats = client.permit_expirable_semaphore("cut:seats");
+    assert!(seats.try_set_permits(1).unwrap());
+    let permit = seats.acquire_with_lease(lease).unwrap();
+    let guard = client.lock("cut:dropped").lock_with_lease(lease).unwrap();
+    let out = || server.cmd(&["ZCARD", "{cut:seats}:timeout"]).as_int();
+    proxy.refuse(true);
+    drop(guard);
+    drop(permit);
+    // Longer than `release_attempts` (4) sends, spaced 100 to 300 ms apart.
+    thread::sleep(Duration::from_secs(3));
+    assert!(common::exists(&server, "cut:dropped"));
+    assert_eq!(out(), Some(1));
+    proxy.refuse(false);
+    eventually(|| !common::exists(&server, "cut:dropped") && out() == Some(0));
+}

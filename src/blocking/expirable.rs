@@ -236,7 +236,8 @@ impl Drop for Permit {
     fn drop(&mut self) {
         if let Some(permit) = self.inner.take() {
             let name = permit.semaphore().to_owned();
-            self.rt.release_on_drop("permit", name, permit.release());
+            self.rt
+                .release_on_drop("permit", name, permit.release_dropped());
         }
     }
 }

@@ -424,7 +424,8 @@ impl Drop for LockGuard {
     fn drop(&mut self) {
         if let Some(guard) = self.inner.take() {
             let name = guard.name().to_owned();
-            self.rt.release_on_drop("lock", name, guard.unlock());
+            self.rt
+                .release_on_drop("lock", name, guard.release_dropped());
         }
     }
 }

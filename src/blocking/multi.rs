@@ -522,7 +522,7 @@ macro_rules! blocking_group {
                     // (other clients' connections) live until it ends.
                     let others = self.rts.others();
                     let release = async move {
-                        let released = inner.unlock().await;
+                        let released = inner.release_dropped().await;
                         drop(others);
                         released
                     };

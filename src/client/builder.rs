@@ -233,7 +233,11 @@ impl ClientBuilder {
 
     /// How many times one release, or one acquire, is sent when the
     /// connection fails (resends are safe: the unlock and acquire latches,
-    /// see `lua/README.md`). Default 4.
+    /// see `lua/README.md`). Default 4. An acquire resends only within its
+    /// call's time (one response timeout for a `try_lock()`, the wait for a
+    /// `try_lock_for`). A release nobody waits on (a give-back, a dropped
+    /// guard's) is not limited by it: it is resent until it gets through or
+    /// the hold has surely expired (see the crate docs, "Time limits").
     pub fn release_attempts(mut self, attempts: u32) -> Self {
         self.config.release_attempts = attempts;
         self

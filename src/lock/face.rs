@@ -53,7 +53,11 @@ macro_rules! lock_face {
             /// Cancel safe: a dropped future leaves no hold in Redis, no
             /// registry entry, no queue entry and no subscription. An acquire
             /// already sent when the future is dropped is completed in the
-            /// background and given back.
+            /// background and given back. Nobody awaits that give-back: it
+            /// is resent after a failed connection (with backoff, up to a
+            /// second apart) until it gets through or the hold has surely
+            /// expired in Redis, so a network cut does not leave the hold
+            /// behind to the end of its lease.
             ///
             /// Retry safe: an acquire whose reply is lost is sent again under
             /// the same request id, and a resend of a granted request returns
@@ -90,8 +94,18 @@ macro_rules! lock_face {
             /// holds it. A fair lock's single attempt does not join the
             /// queue.
             ///
+            /// It waits for its one reply as long as one command may take:
+            /// the client's response timeout (3 s by default), once. A send
+            /// that met a failed connection (a dropped connection, say) is
+            /// sent again within that time, never after it, so a server that
+            /// does not answer costs one timeout, not two. With replica sync,
+            /// the replicas' acknowledgement adds its own timeout (twice when
+            /// too few acknowledged and the hold is given back).
+            ///
             /// # Errors
-            #[doc = concat!("As [`", stringify!($face), "::lock`].")]
+            #[doc = concat!("As [`", stringify!($face), "::lock`]; a server that does not answer")]
+            /// within the response timeout is a connection error
+            /// ([`Error::is_connection_error`](crate::Error::is_connection_error)).
             ///
             /// # Cancel safety
             #[doc = concat!("Cancel safe, as [`", stringify!($face), "::lock`].")]
@@ -100,12 +114,26 @@ macro_rules! lock_face {
             }
 
             /// Waits at most `wait` for the lock, watchdog mode. A zero wait
-            /// makes one attempt.
+            #[doc = concat!("makes one attempt, as [`", stringify!($face), "::try_lock`].")]
+            ///
+            /// It returns by the end of the wait plus a small margin (a tenth
+            /// of the wait, from 100 ms to 1 s, never more than the response
+            /// timeout), whatever the server does: no attempt starts after
+            /// the wait, and one still unanswered at the end of the margin is
+            /// left to finish in the background, where a hold it took is
+            /// given back (as for a dropped future). The margin lets a wait
+            /// shorter than a round trip have its one attempt answered. A
+            /// fair lock's waiter leaves the queue within the same margin (a
+            /// leave still unanswered then goes on in the background).
             ///
             /// # Errors
             #[doc = concat!("As [`", stringify!($face), "::lock`], and")]
             /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for
-            /// a wait over [`MAX_DURATION`](crate::config::MAX_DURATION).
+            /// a wait over [`MAX_DURATION`](crate::config::MAX_DURATION). A
+            /// connection failure of the first attempt is returned (later
+            /// ones are waited out within the wait), and so is a timeout
+            /// when no attempt had its reply by the end of the margin. (An
+            /// attempt answered "busy" earlier makes that `Ok(None)`.)
             ///
             /// # Cancel safety
             #[doc = concat!("Cancel safe, as [`", stringify!($face), "::lock`].")]
@@ -116,7 +144,8 @@ macro_rules! lock_face {
                 Ok(self.core.try_lock_for(wait).await?.map($wrap))
             }
 
-            /// Waits at most `wait` for the lock, held for `lease` at most.
+            /// Waits at most `wait` for the lock, held for `lease` at most;
+            #[doc = concat!("the wait ends as [`", stringify!($face), "::try_lock_for`]'s.")]
             ///
             /// # Errors
             #[doc = concat!("As [`", stringify!($face), "::lock_with_lease`] and [`", stringify!($face), "::try_lock_for`].")]

@@ -336,6 +336,13 @@ impl LockGuard {
         }
         self.release(Resend::UntilExpired).await
     }
+
+    /// Releases a guard whose release nobody waits on for long (the
+    /// blocking API's drop waits a moment): as its drop's release, resent
+    /// until it gets through or the hold has surely expired.
+    pub(crate) async fn release_dropped(self) -> Result<()> {
+        self.release(Resend::UntilExpired).await
+    }
 }
 
 impl Hold {
