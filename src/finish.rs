@@ -21,7 +21,8 @@ use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use tokio::runtime::Handle;
 
@@ -136,6 +137,23 @@ where
     });
 }
 
+/// How long one more rescue may take: the rescues of one shutdown share
+/// one window of `bound` from the first (until a second after the window's
+/// end; a rescue after that opens a new one), so that a shutdown with many
+/// releases left, against a Redis that does not answer, waits `bound`
+/// once, not once per release.
+fn rescue_window(bound: Duration) -> Duration {
+    static WINDOW: Mutex<Option<std::time::Instant>> = Mutex::new(None);
+    let now = std::time::Instant::now();
+    let mut window = WINDOW.lock().unwrap_or_else(|p| p.into_inner());
+    let ends = match *window {
+        Some(ends) if now < ends + Duration::from_secs(1) => ends,
+        _ => now + bound,
+    };
+    *window = Some(ends);
+    ends.saturating_duration_since(now).min(bound)
+}
+
 /// Runs its work elsewhere when dropped armed.
 struct Rescue {
     work: Option<Restartable>,
@@ -155,7 +173,13 @@ impl Drop for Rescue {
             return;
         };
         let inner = Arc::clone(&self.client.inner);
-        let bound = inner.config.connection_timeout + inner.config.response_timeout;
+        let bound = rescue_window(inner.config.connection_timeout + inner.config.response_timeout);
+        if bound.is_zero() {
+            tracing::warn!(
+                "work left at a runtime's shutdown was not run: the shutdown's time for it ran out"
+            );
+            return;
+        }
         // A thread of its own: this drop may run inside the runtime's
         // context, where a runtime cannot be entered.
         let spawned = std::thread::Builder::new()
