@@ -1,114 +1,90 @@
-//! The Lua scripts, one per file under `lua/`, loaded once and run with
-//! EVALSHA (falling back to loading the script on NOSCRIPT).
+//! The Lua scripts, one per file under `lua/`, run with EVALSHA. The
+//! command connection loads a script on NOSCRIPT and, when the server will
+//! not load it, sends it whole (see [`Conn`](crate::client::conn::Conn)).
 
+use std::collections::HashMap;
 use std::sync::LazyLock;
 
 use redis::Script;
 
-/// `lua/acquire.lua`: acquire or re-enter.
-pub(crate) static ACQUIRE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../lua/acquire.lua")));
+/// Declares each script as a `LazyLock<Script>` of its file's text, and
+/// [`body_of`] to find the text again by the SHA1 that EVALSHA sends.
+macro_rules! scripts {
+    ($($(#[$doc:meta])* $name:ident = $file:literal;)*) => {
+        $(
+            $(#[$doc])*
+            pub(crate) static $name: LazyLock<Script> =
+                LazyLock::new(|| Script::new(include_str!(concat!("../lua/", $file))));
+        )*
 
-/// `lua/fenced_acquire.lua`: acquire or re-enter, and draw a fencing token.
-pub(crate) static FENCED_ACQUIRE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../lua/fenced_acquire.lua")));
+        /// Every script's text by its SHA1 (lowercase hex).
+        static BODIES: LazyLock<HashMap<&'static str, &'static str>> = LazyLock::new(|| {
+            HashMap::from([$(($name.get_hash(), include_str!(concat!("../lua/", $file)))),*])
+        });
+    };
+}
 
-/// `lua/lock_info.lua`: what a lock holds, read in one call.
-pub(crate) static LOCK_INFO: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../lua/lock_info.lua")));
+scripts! {
+    /// `lua/acquire.lua`: acquire or re-enter.
+    ACQUIRE = "acquire.lua";
+    /// `lua/fenced_acquire.lua`: acquire or re-enter, and draw a fencing token.
+    FENCED_ACQUIRE = "fenced_acquire.lua";
+    /// `lua/lock_info.lua`: what a lock holds, read in one call.
+    LOCK_INFO = "lock_info.lua";
+    /// `lua/acquire_cancel.lua`: settle an acquire whose replies were lost.
+    ACQUIRE_CANCEL = "acquire_cancel.lua";
+    /// `lua/read_acquire.lua`: take or re-enter a read hold.
+    READ_ACQUIRE = "read_acquire.lua";
+    /// `lua/read_release.lua`: drop one read hold, idempotent per request id.
+    READ_RELEASE = "read_release.lua";
+    /// `lua/write_acquire.lua`: take or re-enter a write hold; refuse an upgrade.
+    WRITE_ACQUIRE = "write_acquire.lua";
+    /// `lua/write_release.lua`: drop one write hold, idempotent per request id.
+    WRITE_RELEASE = "write_release.lua";
+    /// `lua/renew_read.lua`: reset the TTLs of read holds still held.
+    RENEW_READ = "renew_read.lua";
+    /// `lua/fair_acquire.lua`: take, re-enter or queue for a fair lock.
+    FAIR_ACQUIRE = "fair_acquire.lua";
+    /// `lua/fair_release.lua`: drop one hold, wake the first waiter in line.
+    FAIR_RELEASE = "fair_release.lua";
+    /// `lua/fair_leave.lua`: a waiter gives up and leaves the line.
+    FAIR_LEAVE = "fair_leave.lua";
+    /// `lua/fair_force_unlock.lua`: delete whoever holds it, wake the first in line.
+    FAIR_FORCE_UNLOCK = "fair_force_unlock.lua";
+    /// `lua/release.lua`: drop one hold, idempotent per request id.
+    RELEASE = "release.lua";
+    /// `lua/renew.lua`: reset the TTL of keys still held by their owners.
+    RENEW = "renew.lua";
+    /// `lua/force_unlock.lua`: delete whoever holds it, wake waiters.
+    FORCE_UNLOCK = "force_unlock.lua";
+    /// `lua/semaphore_acquire.lua`: take permits when enough are available.
+    SEMAPHORE_ACQUIRE = "semaphore_acquire.lua";
+    /// `lua/semaphore_release.lua`: add permits, publish the new count.
+    SEMAPHORE_RELEASE = "semaphore_release.lua";
+    /// `lua/semaphore_give_back.lua`: give back permits nobody got,
+    /// idempotent per request id.
+    SEMAPHORE_GIVE_BACK = "semaphore_give_back.lua";
+    /// `lua/semaphore_drain.lua`: take every available permit.
+    SEMAPHORE_DRAIN = "semaphore_drain.lua";
+    /// `lua/semaphore_delete.lua`: delete a semaphore.
+    SEMAPHORE_DELETE = "semaphore_delete.lua";
+    /// `lua/read_count.lua`: a semaphore's permits or a latch's count, read.
+    READ_COUNT = "read_count.lua";
+    /// `lua/set_if_missing.lua`: a semaphore's permits or a latch's count, once.
+    SET_IF_MISSING = "set_if_missing.lua";
+    /// `lua/expirable.lua`: every operation of a permit-expirable semaphore.
+    EXPIRABLE = "expirable.lua";
+    /// `lua/latch_count_down.lua`: one count down; zero opens the latch.
+    LATCH_COUNT_DOWN = "latch_count_down.lua";
+    /// `lua/latch_delete.lua`: delete a latch, opening it.
+    LATCH_DELETE = "latch_delete.lua";
+}
 
-/// `lua/acquire_cancel.lua`: settle an acquire whose replies were lost.
-pub(crate) static ACQUIRE_CANCEL: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../lua/acquire_cancel.lua")));
-
-/// `lua/read_acquire.lua`: take or re-enter a read hold.
-pub(crate) static READ_ACQUIRE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../lua/read_acquire.lua")));
-
-/// `lua/read_release.lua`: drop one read hold, idempotent per request id.
-pub(crate) static READ_RELEASE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../lua/read_release.lua")));
-
-/// `lua/write_acquire.lua`: take or re-enter a write hold; refuse an upgrade.
-pub(crate) static WRITE_ACQUIRE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../lua/write_acquire.lua")));
-
-/// `lua/write_release.lua`: drop one write hold, idempotent per request id.
-pub(crate) static WRITE_RELEASE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../lua/write_release.lua")));
-
-/// `lua/renew_read.lua`: reset the TTLs of read holds still held.
-pub(crate) static RENEW_READ: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../lua/renew_read.lua")));
-
-/// `lua/fair_acquire.lua`: take, re-enter or queue for a fair lock.
-pub(crate) static FAIR_ACQUIRE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../lua/fair_acquire.lua")));
-
-/// `lua/fair_release.lua`: drop one hold, wake the first waiter in line.
-pub(crate) static FAIR_RELEASE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../lua/fair_release.lua")));
-
-/// `lua/fair_leave.lua`: a waiter gives up and leaves the line.
-pub(crate) static FAIR_LEAVE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../lua/fair_leave.lua")));
-
-/// `lua/fair_force_unlock.lua`: delete whoever holds it, wake the first in line.
-pub(crate) static FAIR_FORCE_UNLOCK: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../lua/fair_force_unlock.lua")));
-
-/// `lua/release.lua`: drop one hold, idempotent per request id.
-pub(crate) static RELEASE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../lua/release.lua")));
-
-/// `lua/renew.lua`: reset the TTL of keys still held by their owners.
-pub(crate) static RENEW: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../lua/renew.lua")));
-
-/// `lua/force_unlock.lua`: delete whoever holds it, wake waiters.
-pub(crate) static FORCE_UNLOCK: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../lua/force_unlock.lua")));
-
-/// `lua/semaphore_acquire.lua`: take permits when enough are available.
-pub(crate) static SEMAPHORE_ACQUIRE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../lua/semaphore_acquire.lua")));
-
-/// `lua/semaphore_release.lua`: add permits, publish the new count.
-pub(crate) static SEMAPHORE_RELEASE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../lua/semaphore_release.lua")));
-
-/// `lua/semaphore_give_back.lua`: give back permits nobody got,
-/// idempotent per request id.
-pub(crate) static SEMAPHORE_GIVE_BACK: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../lua/semaphore_give_back.lua")));
-
-/// `lua/semaphore_drain.lua`: take every available permit.
-pub(crate) static SEMAPHORE_DRAIN: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../lua/semaphore_drain.lua")));
-
-/// `lua/semaphore_delete.lua`: delete a semaphore.
-pub(crate) static SEMAPHORE_DELETE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../lua/semaphore_delete.lua")));
-
-/// `lua/read_count.lua`: a semaphore's permits or a latch's count, read.
-pub(crate) static READ_COUNT: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../lua/read_count.lua")));
-
-/// `lua/set_if_missing.lua`: a semaphore's permits or a latch's count, once.
-pub(crate) static SET_IF_MISSING: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../lua/set_if_missing.lua")));
-
-/// `lua/expirable.lua`: every operation of a permit-expirable semaphore.
-pub(crate) static EXPIRABLE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../lua/expirable.lua")));
-
-/// `lua/latch_count_down.lua`: one count down; zero opens the latch.
-pub(crate) static LATCH_COUNT_DOWN: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../lua/latch_count_down.lua")));
-
-/// `lua/latch_delete.lua`: delete a latch, opening it.
-pub(crate) static LATCH_DELETE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../lua/latch_delete.lua")));
+/// The text of the script whose SHA1 is `sha`, when it is one of ours.
+pub(crate) fn body_of(sha: &[u8]) -> Option<&'static str> {
+    let sha = std::str::from_utf8(sha).ok()?;
+    BODIES.get(sha).copied()
+}
 
 /// The message a final release publishes: wakes one waiter.
 pub(crate) const UNLOCK_MESSAGE: &str = "0";

@@ -8,8 +8,8 @@ mod common;
 use std::time::Duration;
 
 use common::cluster::{
-    client, cluster, cluster_with_password, cluster_with_replicas, keyslot, master_and_replica,
-    move_slot, serves, shard_subscribers, try_shard_subscribers, wait_calls, WATCHDOG,
+    client, cluster, cluster_with_password, cluster_with_replicas, default_mode, keyslot,
+    listeners, master_and_replica, move_slot, serves, wait_calls, WATCHDOG,
 };
 use common::{eventually, soon, within, RedisServer};
 use ferrisson::config::PubSubMode;
@@ -19,7 +19,7 @@ use tokio::time::Instant;
 async fn locks_on_every_node_reenter_renew_and_release() {
     let nodes = cluster().await;
     let client = client(&nodes).await;
-    assert_eq!(client.config().pubsub_mode, PubSubMode::Sharded);
+    assert_eq!(client.config().pubsub_mode, default_mode());
     let mut guards = Vec::new();
     for i in 0..60 {
         let lock = client.lock(format!("spread:{i}"));
@@ -236,7 +236,7 @@ async fn a_lock_survives_a_master_failover_and_its_release_wakes_the_waiter() {
     let lock = b.lock(name);
     let waiting = tokio::spawn(async move { lock.lock().await.unwrap() });
     eventually(Duration::from_secs(5), || async {
-        shard_subscribers(&nodes[master], name) == 1
+        listeners(&nodes, &[master], name) == Some(1)
     })
     .await;
 
@@ -257,11 +257,7 @@ async fn a_lock_survives_a_master_failover_and_its_release_wakes_the_waiter() {
     // moved; the client subscribed again, on a node of the slot's shard (a
     // replica serves shard channels too).
     eventually(Duration::from_secs(10), || async {
-        let both = (
-            try_shard_subscribers(&nodes[replica], name),
-            try_shard_subscribers(&nodes[master], name),
-        );
-        matches!(both, (Some(a), Some(b)) if a + b == 1)
+        listeners(&nodes, &[replica, master], name) == Some(1)
     })
     .await;
     let released = Instant::now();
@@ -396,14 +392,14 @@ async fn a_resharded_slot_takes_its_lock_and_subscription_along() {
     let waiting = tokio::spawn(async move { lock.lock().await.unwrap() });
     eventually(Duration::from_secs(5), || async { b.subscriptions() == 1 }).await;
     eventually(Duration::from_secs(5), || async {
-        shard_subscribers(&nodes[from], name) == 1
+        listeners(&nodes, &[from], name) == Some(1)
     })
     .await;
 
     move_slot(&nodes, slot, from, to);
     assert_eq!(nodes[to].cmd(&["EXISTS", name]).as_int(), Some(1));
     eventually(Duration::from_secs(10), || async {
-        shard_subscribers(&nodes[to], name) == 1
+        listeners(&nodes, &[to], name) == Some(1)
     })
     .await;
     // Renewed on the new node: two renewal periods later it is still held.
@@ -473,7 +469,7 @@ async fn semaphores_and_latches_wake_by_sharded_messages() {
     };
     let a = long().await.unwrap();
     let b = long().await.unwrap();
-    assert_eq!(a.config().pubsub_mode, PubSubMode::Sharded);
+    assert_eq!(a.config().pubsub_mode, default_mode());
     for name in ["sem:1", "sem:2", "sem:3", "{sem}:4"] {
         let sem = a.semaphore(name);
         assert!(soon(sem.try_set_permits(0)).await.unwrap());

@@ -1,6 +1,7 @@
 //! Connecting to a Redis Cluster (feature `cluster`).
 
 use redis::cluster::ClusterClientBuilder;
+use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
 use redis::{ConnectionInfo, ProtocolVersion};
 
 use crate::client::conn::{Conn, Reopen};
@@ -25,10 +26,17 @@ pub(crate) async fn connect(
     };
     let cluster = builder().build()?;
     let mut conn = cluster.get_async_connection().await?;
-    let probe: redis::RedisResult<redis::Value> = redis::cmd("PUBSUB")
-        .arg("SHARDNUMSUB")
-        .query_async(&mut conn)
-        .await;
+    // One node answers: sent to all of them, as the crate routes it, the
+    // errors of a Redis 6 cluster would not combine into one reply.
+    let mut probe = redis::cmd("PUBSUB");
+    probe.arg("SHARDNUMSUB");
+    let probe = conn
+        .route_command(
+            probe,
+            RoutingInfo::SingleNode(SingleNodeRoutingInfo::RandomPrimary),
+        )
+        .await
+        .and_then(redis::Value::extract_error);
     let supported = match probe {
         Ok(_) => true,
         Err(err) if err.code().is_some() => false,

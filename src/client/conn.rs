@@ -101,8 +101,9 @@ impl std::fmt::Debug for Conn {
     }
 }
 
-impl ConnectionLike for Conn {
-    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+impl Conn {
+    /// `cmd` as it is, on the connection underneath.
+    pub(super) fn send<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         match self {
             Conn::Single(conn) => conn.req_packed_command(cmd),
             Conn::Direct(conn) => conn.req_packed_command(cmd),
@@ -112,6 +113,15 @@ impl ConnectionLike for Conn {
             Conn::Sentinel(follower) => Box::pin(follower.request(cmd)),
         }
     }
+}
+
+/// Every command goes through [`scripting::run`](super::scripting::run):
+/// a script the server lost is loaded or sent whole, and a script's error
+/// keeps its own code on every server version.
+impl ConnectionLike for Conn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        Box::pin(super::scripting::run(self, cmd))
+    }
 
     fn req_packed_commands<'a>(
         &'a mut self,
@@ -119,7 +129,7 @@ impl ConnectionLike for Conn {
         offset: usize,
         count: usize,
     ) -> RedisFuture<'a, Vec<Value>> {
-        match self {
+        let replies = match self {
             Conn::Single(conn) => conn.req_packed_commands(pipeline, offset, count),
             Conn::Direct(conn) => conn.req_packed_commands(pipeline, offset, count),
             #[cfg(feature = "cluster")]
@@ -128,7 +138,14 @@ impl ConnectionLike for Conn {
             Conn::Sentinel(follower) => {
                 Box::pin(follower.request_pipeline(pipeline, offset, count))
             }
-        }
+        };
+        Box::pin(async move {
+            let replies = replies.await?;
+            replies
+                .into_iter()
+                .map(|reply| super::scripting::unwrapped(Ok(reply)))
+                .collect()
+        })
     }
 
     fn get_db(&self) -> i64 {

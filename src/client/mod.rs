@@ -7,6 +7,7 @@ mod cluster;
 pub(crate) mod conn;
 pub(crate) mod pubsub;
 mod replicas;
+mod scripting;
 #[cfg(feature = "sentinel")]
 pub(crate) mod sentinel;
 

@@ -176,7 +176,9 @@ impl Follower {
     }
 
     pub(crate) async fn request(&self, cmd: &Cmd) -> RedisResult<Value> {
-        let reply = self.conn().req_packed_command(cmd).await;
+        // A Redis 6 master demoted by a failover wraps its READONLY in the
+        // script's error: unwrapped first, or it would not be followed.
+        let reply = super::scripting::unwrapped(self.conn().req_packed_command(cmd).await);
         if Follower::stale_reply(&reply) {
             self.rediscover().await;
         }

@@ -89,19 +89,48 @@ pub(crate) async fn client(nodes: &[RedisServer]) -> ferrisson::Client {
         .unwrap()
 }
 
-/// How many clients `node` counts on the shard channel of lock `name`.
-pub(crate) fn shard_subscribers(node: &RedisServer, name: &str) -> i64 {
-    let channel = format!("redisson_lock__channel:{{{name}}}");
-    shard_count(node.cmd(&["PUBSUB", "SHARDNUMSUB", &channel]))
+/// Whether the servers under test have sharded pub/sub (Redis 7 and
+/// later, Valkey), which a cluster client then uses by default.
+pub(crate) fn sharded_pubsub() -> bool {
+    super::server::server_version() >= (7, 0)
 }
 
-/// [`shard_subscribers`] for a node that may be switching roles: `None`
-/// while it cannot be asked.
-pub(crate) fn try_shard_subscribers(node: &RedisServer, name: &str) -> Option<i64> {
+/// The pub/sub mode a cluster client takes by default on the servers under
+/// test.
+pub(crate) fn default_mode() -> ferrisson::config::PubSubMode {
+    if sharded_pubsub() {
+        ferrisson::config::PubSubMode::Sharded
+    } else {
+        ferrisson::config::PubSubMode::Classic
+    }
+}
+
+/// How many clients listen for lock `name`'s releases where a default
+/// cluster client subscribes: with sharded pub/sub, on the shard channel
+/// of the nodes `at` (the slot's master, or its master and replica while
+/// they switch roles); on Redis 6, on the classic channel of any node.
+/// `None` while a node cannot be asked.
+pub(crate) fn listeners(nodes: &[RedisServer], at: &[usize], name: &str) -> Option<i64> {
     let channel = format!("redisson_lock__channel:{{{name}}}");
-    node.try_cmd(&["PUBSUB", "SHARDNUMSUB", &channel])
-        .ok()
-        .map(shard_count)
+    if sharded_pubsub() {
+        at.iter()
+            .map(|&i| {
+                nodes[i]
+                    .try_cmd(&["PUBSUB", "SHARDNUMSUB", &channel])
+                    .ok()
+                    .map(shard_count)
+            })
+            .sum()
+    } else {
+        nodes
+            .iter()
+            .map(|node| {
+                node.try_cmd(&["PUBSUB", "NUMSUB", &channel])
+                    .ok()
+                    .map(shard_count)
+            })
+            .sum()
+    }
 }
 
 pub(crate) fn shard_count(reply: RespValue) -> i64 {

@@ -44,13 +44,13 @@ impl Sentinel {
             ),
         )
         .unwrap();
-        let child = Command::new("redis-server")
+        let child = Command::new(super::server::redis_binary())
             .arg(&conf)
             .arg("--sentinel")
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
-            .expect("redis-server on PATH");
+            .expect("the redis-server binary runs");
         let sentinel = Sentinel { port, child, dir };
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
         while sentinel.master_port().is_none() {

@@ -98,11 +98,17 @@ impl RedisServer {
     ///
     /// Panics (including the tail of the server log) if the server does not come up.
     pub fn start_with_args(extra: &[&str]) -> RedisServer {
+        RedisServer::start_binary(redis_binary(), extra)
+    }
+
+    /// Like [`RedisServer::start_with_args`], with the server binary
+    /// `binary` rather than the suite's.
+    pub fn start_binary(binary: OsString, extra: &[&str]) -> RedisServer {
         let mut server = RedisServer {
             port: 0,
             child: None,
             dir: create_unique_dir(),
-            binary: redis_binary(),
+            binary,
             extra_args: extra.iter().map(|arg| (*arg).to_owned()).collect(),
         };
         let mut failures = Vec::new();
@@ -545,8 +551,38 @@ pub fn free_port() -> u16 {
         .port()
 }
 
+/// The version of the server the tests run, `(major, minor)`, read from
+/// its `--version` (`Redis server v=6.2.14 ...`, `Valkey server v=8.1.8
+/// ...`). For what a test asserts that older servers cannot do (sharded
+/// pub/sub before Redis 7): each such test says what it checks instead.
+#[allow(dead_code, unreachable_pub)]
+pub fn server_version() -> (u32, u32) {
+    static VERSION: std::sync::OnceLock<(u32, u32)> = std::sync::OnceLock::new();
+    *VERSION.get_or_init(|| version_of(&redis_binary()))
+}
+
+/// `(major, minor)` of the server binary `binary`.
+#[allow(dead_code, unreachable_pub)]
+pub fn version_of(binary: &std::ffi::OsStr) -> (u32, u32) {
+    let out = Command::new(binary)
+        .arg("--version")
+        .output()
+        .unwrap_or_else(|err| panic!("cannot run {binary:?} --version: {err}"));
+    let text = String::from_utf8_lossy(&out.stdout);
+    let version = text
+        .split_whitespace()
+        .find_map(|word| word.strip_prefix("v="))
+        .unwrap_or_else(|| panic!("no version in {text:?}"));
+    let mut parts = version.split('.').map(|part| part.parse::<u32>().ok());
+    match (parts.next().flatten(), parts.next().flatten()) {
+        (Some(major), Some(minor)) => (major, minor),
+        _ => panic!("cannot read the version {version:?}"),
+    }
+}
+
 /// The `redis-server` binary to run: `$FERRISSON_REDIS_SERVER` or `redis-server`.
-fn redis_binary() -> OsString {
+#[allow(dead_code, unreachable_pub)]
+pub fn redis_binary() -> OsString {
     std::env::var_os(BINARY_ENV)
         .filter(|value| !value.is_empty())
         .unwrap_or_else(|| OsString::from(DEFAULT_BINARY))

@@ -1,6 +1,7 @@
 //! A private CA and a `redis-server` with a TLS port, for the TLS tests
 //! (feature `tls` or `native-tls`).
 
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
 use super::RedisServer;
@@ -51,20 +52,43 @@ impl Certificates {
     }
 }
 
+/// Where the TLS tests take their server from when the suite's has no
+/// TLS (the servers in PyPI wheels are built without it).
+const TLS_BINARY_ENV: &str = "FERRISSON_TLS_REDIS_SERVER";
+
+/// The server binary the TLS tests run: `$FERRISSON_TLS_REDIS_SERVER`, or
+/// the suite's own. Named on stderr, so that a run on a server without TLS
+/// shows where its TLS tests ran instead; a binary without TLS fails to
+/// start, with its log, never a silent pass.
+fn tls_binary() -> OsString {
+    let binary = std::env::var_os(TLS_BINARY_ENV)
+        .filter(|value| !value.is_empty())
+        .unwrap_or_else(super::server::redis_binary);
+    eprintln!(
+        "TLS tests on {} (version {:?}; {TLS_BINARY_ENV} names another)",
+        Path::new(&binary).display(),
+        super::server::version_of(&binary)
+    );
+    binary
+}
+
 /// A server with its plain port (for the harness) and a TLS port.
 pub(crate) fn tls_server(certs: &Certificates) -> (RedisServer, u16) {
     let tls_port = super::server::free_port();
-    let server = RedisServer::start_with_args(&[
-        "--tls-port",
-        &tls_port.to_string(),
-        "--tls-cert-file",
-        &certs.path("server.crt"),
-        "--tls-key-file",
-        &certs.path("server.key"),
-        "--tls-ca-cert-file",
-        &certs.path("ca.crt"),
-        "--tls-auth-clients",
-        "no",
-    ]);
+    let server = RedisServer::start_binary(
+        tls_binary(),
+        &[
+            "--tls-port",
+            &tls_port.to_string(),
+            "--tls-cert-file",
+            &certs.path("server.crt"),
+            "--tls-key-file",
+            &certs.path("server.key"),
+            "--tls-ca-cert-file",
+            &certs.path("ca.crt"),
+            "--tls-auth-clients",
+            "no",
+        ],
+    );
     (server, tls_port)
 }

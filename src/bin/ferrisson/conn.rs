@@ -177,8 +177,9 @@ pub(crate) type Heard = (String, String);
 /// Subscribes to `channels` and `patterns` and hands each message to the
 /// receiver, until it is dropped. On a cluster, the channels are followed
 /// both as sharded channels (SSUBSCRIBE, on their slot's node) and as
-/// classic ones, as a ferrisson or Redisson client may publish either way;
-/// patterns are not, as a cluster has no sharded pattern.
+/// classic ones, as a ferrisson or Redisson client may publish either way
+/// (classic only on Redis 6, which has no sharded pub/sub); patterns are
+/// not, as a cluster has no sharded pattern.
 pub(crate) async fn follow(
     target: &Target,
     channels: &[String],
@@ -201,8 +202,16 @@ pub(crate) async fn follow(
             .get_async_connection()
             .await
             .map_err(|e| connect_error(url, &e))?;
+        // Redis 6 has no sharded pub/sub: refused once, classic only.
+        let mut sharded = true;
         for channel in channels {
-            conn.ssubscribe(channel).await?;
+            if sharded {
+                match conn.ssubscribe(channel).await {
+                    Ok(()) => {}
+                    Err(err) if err.code().is_some() => sharded = false,
+                    Err(err) => return Err(err.into()),
+                }
+            }
             conn.subscribe(channel).await?;
         }
         tokio::spawn(async move {
