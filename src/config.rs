@@ -74,7 +74,8 @@ pub const DEFAULT_REPLICA_SYNC_TIMEOUT: Duration = Duration::from_secs(1);
 pub struct ReplicaSync {
     /// Which replicas are waited for, and how many must acknowledge.
     pub replicas: Replicas,
-    /// How long to wait for them (at least 1 ms).
+    /// How long to wait for them: at least 1 ms, and shorter than the
+    /// response timeout, within which `WAIT`'s reply must arrive.
     pub timeout: Duration,
     /// What an acquire does when they did not.
     pub on_unsynced: Unsynced,
@@ -219,6 +220,15 @@ impl Config {
                     sync.timeout
                 )));
             }
+            // WAIT answers when its timeout is up: a response timeout no
+            // longer than that would cut every slow sync short.
+            if sync.timeout >= self.response_timeout {
+                return Err(Error::invalid(format!(
+                    "replica sync timeout ({:?}) must be shorter than the response timeout ({:?}), \
+                     which WAIT's reply must arrive within",
+                    sync.timeout, self.response_timeout
+                )));
+            }
         }
         Ok(())
     }
@@ -280,6 +290,19 @@ mod tests {
                 ..Config::default()
             };
             assert!(c.validate().is_err(), "{replicas} replicas, {timeout} ms");
+        }
+        // WAIT's reply comes after its timeout; the response timeout must
+        // leave room for it.
+        for timeout in [DEFAULT_RESPONSE_TIMEOUT, DEFAULT_RESPONSE_TIMEOUT * 2] {
+            let c = Config {
+                replica_sync: Some(ReplicaSync {
+                    timeout,
+                    ..ReplicaSync::REDISSON
+                }),
+                ..Config::default()
+            };
+            let err = c.validate().unwrap_err().to_string();
+            assert!(err.contains("shorter than the response timeout"), "{err}");
         }
     }
 }

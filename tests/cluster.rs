@@ -8,8 +8,8 @@ mod common;
 use std::time::Duration;
 
 use common::cluster::{
-    client, cluster, cluster_with_password, cluster_with_replicas, default_mode, keyslot,
-    listeners, master_and_replica, move_slot, serves, wait_calls, WATCHDOG,
+    blocked_clients, client, cluster, cluster_with_password, cluster_with_replicas, default_mode,
+    keyslot, listeners, master_and_replica, move_slot, serves, wait_calls, WATCHDOG,
 };
 use common::{eventually, soon, within, RedisServer};
 use ferrisson::config::PubSubMode;
@@ -291,6 +291,7 @@ async fn replica_sync_waits_on_the_slots_master() {
     // on two cores.
     let client = client_of(&nodes, |b| {
         b.replica_sync(1, Duration::from_secs(5), ferrisson::config::Unsynced::Fail)
+            .response_timeout(Duration::from_secs(10))
     })
     .await;
     let name = "synced";
@@ -329,6 +330,12 @@ async fn replica_sync_waits_on_the_slots_master() {
     assert_eq!(nodes[master].cmd(&["EXISTS", name]).as_int(), Some(0));
 
     // The default is Redisson's: the slot's master waits for its replica.
+    // A WAIT is counted when it returns, which a server may do after the
+    // client returned: none may still block when the count is read.
+    eventually(Duration::from_secs(10), || async {
+        blocked_clients(&nodes[master]) == 0
+    })
+    .await;
     let waits = wait_calls(&nodes[master]);
     let default = client_of(&nodes, |b| b).await;
     let guard = soon(default.lock(name).lock()).await.unwrap();

@@ -53,6 +53,12 @@ const SHORT: Duration = Duration::from_millis(500);
 /// `acquire()` fail with `NotReplicated` there.)
 const GENEROUS: Duration = Duration::from_secs(10);
 
+/// The response timeout of a client waiting for replicas `timeout` at
+/// most: WAIT's reply must arrive within it.
+fn response_for(timeout: Duration) -> Duration {
+    timeout + Duration::from_secs(5)
+}
+
 /// A client waiting for one replica, `timeout` at most.
 async fn synced_client(
     master: &RedisServer,
@@ -61,6 +67,7 @@ async fn synced_client(
 ) -> ferrisson::Client {
     ferrisson::Client::builder(master.url())
         .replica_sync(1, timeout, on_unsynced)
+        .response_timeout(response_for(timeout))
         .build()
         .await
         .unwrap()
@@ -297,6 +304,7 @@ async fn online_replicas_are_counted_and_counted_again_when_one_goes() {
     };
     let client = ferrisson::Client::builder(master.url())
         .replica_sync_with(Some(redisson(GENEROUS)))
+        .response_timeout(response_for(GENEROUS))
         .build()
         .await
         .unwrap();

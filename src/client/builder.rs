@@ -176,7 +176,10 @@ impl ClientBuilder {
     /// permits or an expirable permit) until `replicas` replicas
     /// acknowledged it, for `timeout` at most (`WAIT`); an acquire that too
     /// few acknowledged is given back and, by `on_unsynced`, fails or is
-    /// tried again. A release that too few acknowledged is logged. When the
+    /// tried again; `timeout` must be shorter than the
+    /// [response timeout](Self::response_timeout), which the reply to
+    /// `WAIT` must arrive within. A release that too few acknowledged is
+    /// logged. When the
     /// server refuses `WAIT` (some managed services do), the client says so
     /// once in a warning and stops waiting. See [`ReplicaSync`](crate::config::ReplicaSync);
     /// [`replica_sync_with`](Self::replica_sync_with) takes the other

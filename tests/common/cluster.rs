@@ -211,6 +211,14 @@ pub(crate) fn wait_calls(node: &RedisServer) -> u64 {
         .map_or(0, |n| n.parse().unwrap())
 }
 
+/// How many clients `node` has blocked (in WAIT, here).
+pub(crate) fn blocked_clients(node: &RedisServer) -> u64 {
+    let info = node.cmd(&["INFO", "clients"]).as_string().unwrap();
+    info.lines()
+        .find_map(|line| line.strip_prefix("blocked_clients:"))
+        .map_or(0, |n| n.trim().parse().unwrap())
+}
+
 /// The id of the node at `port`, from `CLUSTER NODES`.
 pub(crate) fn node_id(nodes: &[RedisServer], index: usize) -> String {
     let table = nodes[0].cmd(&["CLUSTER", "NODES"]).as_string().unwrap();
