@@ -20,6 +20,22 @@ pub const MAX_DURATION: Duration = Duration::from_secs(365 * 24 * 3600);
 /// Default time Redis has to answer one command before it counts as failed.
 pub const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(3);
 
+/// The ACL command rules a Redis user needs for everything ferrisson does
+/// on one server or behind Sentinel, as `ACL SETUSER` takes them: the Lua
+/// scripts (`@scripting`) and the commands they run (`@hash`, `@string`,
+/// `@keyspace`, `@list` and `@sortedset` for the data, `@pubsub` for the
+/// unlock messages, `TIME` for the server's clock), and the connection's
+/// own (`@connection`: `HELLO`, `PING`, `WAIT` for replica sync). The
+/// same on Redis 6.2, 7, 8 and Valkey 8; the suite runs every kind of
+/// synchronizer as a user with exactly these.
+///
+/// The user also needs its keys and channels: `~*` and `&*`, or patterns
+/// that cover the names used and the `redisson_*` channels. Replica sync's
+/// default count of the master's online replicas reads `ROLE`
+/// (`+role`); without it, sync is turned off with one warning.
+pub const ACL_RULES: &str =
+    "+@scripting +@hash +@string +@keyspace +@list +@sortedset +@pubsub +time +@connection";
+
 /// Default time to open a connection.
 pub const DEFAULT_CONNECTION_TIMEOUT: Duration = Duration::from_secs(5);
 

@@ -129,6 +129,20 @@ pub enum Error {
         permit: String,
     },
 
+    /// The server does not run ferrisson's Lua scripts, which every
+    /// synchronizer is made of: it runs without a scripting engine (Valkey
+    /// can be built or started without Lua), its configuration hides
+    /// `EVAL` (`rename-command`), or the ACL user may not run scripts (see
+    /// [`ACL_RULES`](crate::ACL_RULES)). Found when the client is built,
+    /// before any call.
+    #[error("the server at {addr} does not run Lua scripts, which ferrisson needs: {reason}")]
+    ScriptingUnavailable {
+        /// The server's address, as the client was given it.
+        addr: String,
+        /// The server's own words for it.
+        reason: String,
+    },
+
     /// A call of the [blocking API](crate::blocking) that could not be run:
     /// the blocking client's runtime, or the helper thread a call made
     /// inside an async runtime's context needs, could not start.

@@ -602,9 +602,10 @@
 //!
 //! A user and password go in the URL, and every connection the client opens
 //! (commands and subscriptions) authenticates with them. The user needs the
-//! lock keys, the `redisson_*` channels (`&*` or narrower) and the commands the
-//! scripts use (`+@all`, or `+@scripting +@hash +@string +@keyspace +@pubsub
-//! +@list +@sortedset`). `rediss://` needs the crate's `tls` feature (rustls,
+//! lock keys, the `redisson_*` channels (`&*` or narrower) and the commands
+//! in [`ACL_RULES`] (or `+@all`). A user who may not run scripts, like a
+//! server without them, is refused by `build()` with
+//! [`Error::ScriptingUnavailable`]. `rediss://` needs the crate's `tls` feature (rustls,
 //! with ring for its cryptography: no system library) or its `native-tls`
 //! feature (the platform's TLS). A private CA is trusted with
 //! `ClientBuilder::tls_root_certificate`:
@@ -907,6 +908,7 @@ mod watchdog;
 pub use backoff::Backoff;
 pub use client::{Client, ClientBuilder};
 pub use config::Config;
+pub use config::ACL_RULES;
 pub use config::MAX_NAME_LEN;
 pub use error::{Error, Result};
 

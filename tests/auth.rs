@@ -5,7 +5,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{soon, within, RedisServer};
+use common::{eventually, soon, within, RedisServer};
 use tokio::time::Instant;
 
 fn acl_server() -> RedisServer {
@@ -84,4 +84,206 @@ async fn secrets_never_appear_in_debug_output() {
         assert!(!text.contains("locker"), "{text}");
     }
     soon(guard.unlock()).await.unwrap();
+}
+
+/// A server whose default user has a password (the test's own commands
+/// authenticate with it) and a user `locker` with `rules` on every key
+/// and channel.
+fn server_with_user(extra: &[&str], rules: &str) -> RedisServer {
+    let mut args = vec!["--requirepass", "admin-pw"];
+    args.extend_from_slice(extra);
+    let server = RedisServer::start_with_args(&args);
+    let mut setuser = vec!["ACL", "SETUSER", "locker", "on", ">s3cret-pw", "~*", "&*"];
+    setuser.extend(rules.split_whitespace());
+    assert_eq!(
+        server.cmd(&setuser).as_string().as_deref(),
+        Some("OK"),
+        "ACL SETUSER {rules}"
+    );
+    server
+}
+
+async fn locker(server: &RedisServer) -> ferrisson::Client {
+    soon(
+        ferrisson::Client::builder(url(server, "s3cret-pw"))
+            .watchdog_timeout(Duration::from_millis(600))
+            .build(),
+    )
+    .await
+    .unwrap()
+}
+
+/// Every kind of synchronizer, as a user with exactly the documented ACL
+/// rules: a command a script runs that the rules left out would fail its
+/// call with NOPERM. Waiters are woken through the subscriptions, and
+/// holds renewed by the watchdog.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_with_exactly_the_documented_acl_rules_runs_every_kind() {
+    let server = server_with_user(&[], ferrisson::ACL_RULES);
+    let a = locker(&server).await;
+    let b = locker(&server).await;
+
+    // A lock, its waiter woken by the release, renewals meanwhile.
+    let guard = soon(a.lock("acl:lock").lock()).await.unwrap();
+    let waiting = {
+        let lock = b.lock("acl:lock");
+        tokio::spawn(async move { lock.lock().await.unwrap() })
+    };
+    eventually(Duration::from_secs(10), || async { b.subscriptions() == 1 }).await;
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    assert!(!guard.is_lease_lost());
+    assert_eq!(
+        soon(a.lock("acl:lock").info()).await.unwrap().holders.len(),
+        1
+    );
+    soon(guard.unlock()).await.unwrap();
+    let next = within(Duration::from_secs(10), waiting).await.unwrap();
+    soon(next.unlock()).await.unwrap();
+    let guard = soon(a.lock("acl:lock").lock()).await.unwrap();
+    assert!(soon(b.lock("acl:lock").force_unlock()).await.unwrap());
+    drop(guard);
+
+    // A fair lock and its queue (the server's clock: TIME).
+    let guard = soon(a.fair_lock("acl:fair").lock()).await.unwrap();
+    let waiting = {
+        let lock = b.fair_lock("acl:fair");
+        tokio::spawn(async move { lock.lock().await.unwrap() })
+    };
+    eventually(Duration::from_secs(10), || async {
+        server
+            .cmd(&["LLEN", "redisson_lock_queue:{acl:fair}"])
+            .as_int()
+            == Some(1)
+    })
+    .await;
+    soon(guard.unlock()).await.unwrap();
+    let next = within(Duration::from_secs(10), waiting).await.unwrap();
+    soon(next.unlock()).await.unwrap();
+
+    // Read and write holds, fenced, spin and non-reentrant locks, and a
+    // multi-lock.
+    let rw = a.read_write_lock("acl:rw");
+    let read = soon(rw.read().lock()).await.unwrap();
+    soon(read.unlock()).await.unwrap();
+    let write = soon(rw.write().lock()).await.unwrap();
+    soon(write.unlock()).await.unwrap();
+    let fenced = soon(a.fenced_lock("acl:fenced").lock()).await.unwrap();
+    soon(fenced.unlock()).await.unwrap();
+    let spin = soon(a.spin_lock("acl:spin").lock()).await.unwrap();
+    soon(spin.unlock()).await.unwrap();
+    let single = soon(a.non_reentrant_lock("acl:single").lock())
+        .await
+        .unwrap();
+    soon(single.unlock()).await.unwrap();
+    let multi = ferrisson::MultiLock::new(vec![
+        Box::new(a.lock("acl:m1")) as Box<dyn ferrisson::DistributedLock>,
+        Box::new(a.lock("acl:m2")),
+    ]);
+    let both = soon(multi.lock()).await.unwrap();
+    soon(both.unlock()).await.unwrap();
+
+    // A semaphore whose waiter a release wakes, an expirable permit, a
+    // latch.
+    let sem = a.semaphore("acl:sem");
+    assert!(soon(sem.try_set_permits(0)).await.unwrap());
+    let waiting = {
+        let sem = b.semaphore("acl:sem");
+        tokio::spawn(async move { sem.acquire().await.unwrap() })
+    };
+    eventually(Duration::from_secs(10), || async { b.subscriptions() == 1 }).await;
+    soon(sem.release()).await.unwrap();
+    within(Duration::from_secs(10), waiting).await.unwrap();
+    let seats = a.permit_expirable_semaphore("acl:seats");
+    assert!(soon(seats.try_set_permits(1)).await.unwrap());
+    let permit = soon(seats.acquire()).await.unwrap();
+    soon(permit.release()).await.unwrap();
+    let latch = a.count_down_latch("acl:latch");
+    assert!(soon(latch.try_set_count(1)).await.unwrap());
+    assert_eq!(soon(latch.count_down()).await.unwrap(), 0);
+    soon(b.count_down_latch("acl:latch").wait()).await.unwrap();
+
+    // A key of another type is read (TYPE) and refused.
+    server.cmd(&["SET", "acl:string", "v"]);
+    let err = soon(a.lock("acl:string").try_lock()).await.unwrap_err();
+    assert!(matches!(err, ferrisson::Error::WrongType { .. }), "{err}");
+}
+
+/// A user who may not run scripts is refused when the client is built,
+/// with an error that says so, not at the first lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_who_may_not_run_scripts_is_refused_at_connect() {
+    let rules = ferrisson::ACL_RULES.replace("+@scripting", "");
+    let server = server_with_user(&[], &rules);
+    let err = soon(ferrisson::Client::connect(url(&server, "s3cret-pw")))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, ferrisson::Error::ScriptingUnavailable { reason, .. }
+            if reason.to_lowercase().contains("perm")),
+        "{err}"
+    );
+    assert!(
+        err.to_string().contains("does not run Lua scripts"),
+        "{err}"
+    );
+}
+
+/// A server without scripting (Valkey can run without its Lua engine;
+/// here `EVAL` and `EVALSHA` are renamed away, which answers the same
+/// "unknown command") is refused when the client is built.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_without_scripting_is_refused_at_connect() {
+    let server = RedisServer::start_with_args(&[
+        "--rename-command",
+        "EVAL",
+        "",
+        "--rename-command",
+        "EVALSHA",
+        "",
+    ]);
+    let err = soon(ferrisson::Client::connect(server.url()))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, ferrisson::Error::ScriptingUnavailable { addr, .. }
+            if addr.contains(&server.port().to_string())),
+        "{err}"
+    );
+    assert!(!err.is_connection_error(), "{err}");
+}
+
+/// A server that refuses `SCRIPT LOAD` (for memory, or as here an ACL
+/// user without it) still runs every call: a script it does not have is
+/// sent whole with EVAL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_script_load_sends_the_script_whole() {
+    let rules = format!("{} -script", ferrisson::ACL_RULES);
+    let server = server_with_user(&[], &rules);
+    let a = locker(&server).await;
+    let b = locker(&server).await;
+    for round in 0..3 {
+        let guard = soon(a.lock("whole").lock()).await.unwrap();
+        let waiting = {
+            let lock = b.lock("whole");
+            tokio::spawn(async move { lock.lock().await.unwrap() })
+        };
+        eventually(Duration::from_secs(10), || async { b.subscriptions() == 1 }).await;
+        soon(guard.unlock()).await.unwrap();
+        let next = within(Duration::from_secs(10), waiting).await.unwrap();
+        soon(next.unlock()).await.unwrap();
+        assert_eq!(
+            server.cmd(&["EXISTS", "whole"]).as_int(),
+            Some(0),
+            "{round}"
+        );
+    }
+    // The scripts came whole: the probe, an acquire and a release at
+    // least (EVAL caches a script, so later calls find it by EVALSHA).
+    let info = server.cmd(&["INFO", "commandstats"]).as_string().unwrap();
+    let eval_calls = info
+        .lines()
+        .find_map(|line| line.strip_prefix("cmdstat_eval:calls="))
+        .and_then(|rest| rest.split(',').next())
+        .map_or(0, |n| n.parse::<u64>().unwrap());
+    assert!(eval_calls >= 3, "{info}");
 }

@@ -288,7 +288,10 @@ impl ClientBuilder {
     /// impossible settings (a watchdog timeout under 30 ms, a zero timeout,
     /// a private TLS root certificate for a cluster or sentinels);
     /// [`Error::Redis`](crate::Error::Redis) for a malformed URL or an
-    /// unreachable Redis.
+    /// unreachable Redis;
+    /// [`Error::ScriptingUnavailable`](crate::Error::ScriptingUnavailable)
+    /// for a server that does not run Lua scripts, or an ACL user who may
+    /// not run them.
     ///
     /// # Cancel safety
     /// Cancel safe: a dropped call opens nothing that outlives it.
@@ -339,15 +342,12 @@ impl ClientBuilder {
                     config.response_timeout,
                 )
                 .await?;
-                let pubsub = PubSub::connect(master, manager_config).await?;
                 let addr = follower.master();
-                let client = Client::assemble(
-                    Conn::Sentinel(std::sync::Arc::clone(&follower)),
-                    super::conn::Reopen::Same,
-                    pubsub,
-                    config,
-                    addr,
-                );
+                let mut conn = Conn::Sentinel(std::sync::Arc::clone(&follower));
+                super::scripting::check(&mut conn, &addr).await?;
+                let pubsub = PubSub::connect(master, manager_config).await?;
+                let client =
+                    Client::assemble(conn, super::conn::Reopen::Same, pubsub, config, addr);
                 follower.attach(&client.inner.pubsub);
                 Ok(client)
             }
@@ -409,18 +409,15 @@ async fn connect_single(
     // (the default retries with backoff for about 9 s before a command
     // hears of it); the next command tries again.
     let command_config = manager_config.clone().set_number_of_retries(1);
-    let conn = redis_client
-        .get_connection_manager_with_config(command_config)
-        .await?;
+    let mut conn = Conn::Single(
+        redis_client
+            .get_connection_manager_with_config(command_config)
+            .await?,
+    );
+    super::scripting::check(&mut conn, &addr).await?;
     let reopen = super::conn::Reopen::Single(Box::new(redis_client.clone()));
     let pubsub = PubSub::connect(redis_client, manager_config).await?;
-    Ok(Client::assemble(
-        Conn::Single(conn),
-        reopen,
-        pubsub,
-        config,
-        addr,
-    ))
+    Ok(Client::assemble(conn, reopen, pubsub, config, addr))
 }
 
 /// The config of a client that is not on a cluster: classic pub/sub (a

@@ -26,6 +26,8 @@ pub(crate) async fn connect(
     };
     let cluster = builder().build()?;
     let mut conn = cluster.get_async_connection().await?;
+    let addr = nodes[0].addr().to_string();
+    super::scripting::check(&mut Conn::Cluster(conn.clone()), &addr).await?;
     // One node answers: sent to all of them, as the crate routes it, the
     // errors of a Redis 6 cluster would not combine into one reply.
     let mut probe = redis::cmd("PUBSUB");

@@ -39,6 +39,26 @@ pub(crate) async fn run(conn: &mut Conn, cmd: &Cmd) -> RedisResult<Value> {
     }
 }
 
+/// Checks that the server behind `conn` runs scripts, as every call
+/// needs: an `EVAL` of `return 1`, sent once when a client is built.
+pub(crate) async fn check(conn: &mut Conn, addr: &str) -> crate::Result<()> {
+    let mut probe = redis::cmd("EVAL");
+    probe.arg("return 1").arg(0);
+    let reply = run(conn, &probe).await.and_then(Value::extract_error);
+    let unavailable = |reason: String| crate::Error::ScriptingUnavailable {
+        addr: addr.to_owned(),
+        reason,
+    };
+    match reply {
+        Ok(Value::Int(1)) => Ok(()),
+        Ok(other) => Err(unavailable(format!(
+            "`EVAL \"return 1\" 0` replied {other:?}"
+        ))),
+        Err(err) if crate::error::is_connection_failure(&err) => Err(err.into()),
+        Err(err) => Err(unavailable(err.to_string())),
+    }
+}
+
 /// The script text when `cmd` is an EVALSHA of one of ferrisson's scripts.
 fn our_script(cmd: &Cmd) -> Option<&'static str> {
     let mut args = cmd.args_iter();
