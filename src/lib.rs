@@ -18,7 +18,9 @@
 //!
 //! The rest of Redisson's family sits around it, on Redisson's layouts too:
 //! spin, fenced, fair and read-write locks, two semaphores, a count-down latch,
-//! a multi-lock and RedLock. ferrisson needs Redis 6 or later (it speaks RESP3).
+//! a multi-lock and RedLock. ferrisson speaks RESP3 and runs Lua scripts; its
+//! suite runs on Redis 6.2, 7.0 and 8.2 and Valkey 8.1. On Redis 6.2, which
+//! has no sharded pub/sub, a cluster client uses classic pub/sub.
 //! Its async API runs on a tokio runtime; programs without one use the
 //! [blocking API](#without-an-async-runtime).
 //!
