@@ -361,3 +361,26 @@ async fn online_replicas_are_counted_and_counted_again_when_one_goes() {
     );
     assert!(stat(&master, "role", "calls") > roles);
 }
+
+/// A script's write on a replica (a master demoted by a failover, not yet
+/// known as such) is refused with READONLY on every server: what Sentinel
+/// following and waiting out a failover go by. Redis 6 wraps a script's
+/// error in `ERR Error running script`, where READONLY was not seen.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_on_a_replica_is_readonly_on_every_server() {
+    let (_master, replica) = pair().await;
+    let client = soon(ferrisson::Client::connect(replica.url()))
+        .await
+        .unwrap();
+    let err = soon(client.lock("demoted").try_lock()).await.unwrap_err();
+    match &err {
+        Error::Redis(redis) => assert_eq!(redis.code(), Some("READONLY"), "{err}"),
+        other => panic!("{other}"),
+    }
+    let sem = client.semaphore("demoted:sem");
+    let err = soon(sem.try_set_permits(1)).await.unwrap_err();
+    match &err {
+        Error::Redis(redis) => assert_eq!(redis.code(), Some("READONLY"), "{err}"),
+        other => panic!("{other}"),
+    }
+}
