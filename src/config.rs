@@ -25,16 +25,17 @@ pub const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(3);
 /// scripts (`@scripting`) and the commands they run (`@hash`, `@string`,
 /// `@keyspace`, `@list` and `@sortedset` for the data, `@pubsub` for the
 /// unlock messages, `TIME` for the server's clock), and the connection's
-/// own (`@connection`: `HELLO`, `PING`, `WAIT` for replica sync). The
-/// same on Redis 6.2, 7, 8 and Valkey 8; the suite runs every kind of
-/// synchronizer as a user with exactly these.
+/// own (`@connection`: `HELLO`, `PING`), and for replica sync `WAIT`
+/// (`@keyspace` on Redis 6, `@connection` later) and `ROLE`, which counts
+/// the master's online replicas (without it, sync is turned off with one
+/// warning). The same on Redis 6.2, 7, 8 and Valkey 8; the suite runs
+/// every kind of synchronizer, and replica sync, as a user with exactly
+/// these.
 ///
 /// The user also needs its keys and channels: `~*` and `&*`, or patterns
-/// that cover the names used and the `redisson_*` channels. Replica sync's
-/// default count of the master's online replicas reads `ROLE`
-/// (`+role`); without it, sync is turned off with one warning.
+/// that cover the names used and the `redisson_*` channels.
 pub const ACL_RULES: &str =
-    "+@scripting +@hash +@string +@keyspace +@list +@sortedset +@pubsub +time +@connection";
+    "+@scripting +@hash +@string +@keyspace +@list +@sortedset +@pubsub +time +@connection +role";
 
 /// Default time to open a connection.
 pub const DEFAULT_CONNECTION_TIMEOUT: Duration = Duration::from_secs(5);
@@ -90,8 +91,10 @@ pub const DEFAULT_REPLICA_SYNC_TIMEOUT: Duration = Duration::from_secs(1);
 pub struct ReplicaSync {
     /// Which replicas are waited for, and how many must acknowledge.
     pub replicas: Replicas,
-    /// How long to wait for them: at least 1 ms, and shorter than the
-    /// response timeout, within which `WAIT`'s reply must arrive.
+    /// How long to wait for them: at least 1 ms, and short enough that
+    /// `WAIT`'s reply, which comes when this is up, arrives within the
+    /// response timeout (a tenth of it, at least 100 ms and at most half,
+    /// is kept for the way back: 2.7 s at most for the default 3 s).
     pub timeout: Duration,
     /// What an acquire does when they did not.
     pub on_unsynced: Unsynced,
@@ -236,18 +239,39 @@ impl Config {
                     sync.timeout
                 )));
             }
-            // WAIT answers when its timeout is up: a response timeout no
-            // longer than that would cut every slow sync short.
-            if sync.timeout >= self.response_timeout {
+            let longest = longest_sync_for(self.response_timeout);
+            if sync.timeout > longest {
                 return Err(Error::invalid(format!(
-                    "replica sync timeout ({:?}) must be shorter than the response timeout ({:?}), \
-                     which WAIT's reply must arrive within",
+                    "replica sync timeout ({:?}) must leave room for WAIT's reply within the \
+                     response timeout ({:?}): {longest:?} at most",
                     sync.timeout, self.response_timeout
                 )));
             }
         }
         Ok(())
     }
+
+    /// The default replica sync of a cluster or Sentinel client, fitted to
+    /// the response timeout: Redisson's 1 s, or less when the response
+    /// timeout leaves no room for it (see [`longest_sync_for`]). A sync the
+    /// program asked for is not fitted, but checked by `validate`.
+    pub(crate) fn fit_default_sync(&mut self) {
+        let longest = longest_sync_for(self.response_timeout);
+        if let Some(sync) = self.replica_sync.as_mut() {
+            sync.timeout = sync.timeout.min(longest).max(Duration::from_millis(1));
+        }
+    }
+}
+
+/// The longest replica sync timeout a response timeout leaves room for.
+/// `WAIT` replies when its timeout is up, and its reply must still arrive
+/// within the response timeout: a tenth of it (at least 100 ms, at most
+/// half) is kept for the way back.
+pub(crate) fn longest_sync_for(response_timeout: Duration) -> Duration {
+    let margin = (response_timeout / 10)
+        .max(Duration::from_millis(100))
+        .min(response_timeout / 2);
+    response_timeout - margin
 }
 
 #[cfg(test)]
@@ -309,7 +333,23 @@ mod tests {
         }
         // WAIT's reply comes after its timeout; the response timeout must
         // leave room for it.
-        for timeout in [DEFAULT_RESPONSE_TIMEOUT, DEFAULT_RESPONSE_TIMEOUT * 2] {
+        assert_eq!(
+            longest_sync_for(DEFAULT_RESPONSE_TIMEOUT),
+            Duration::from_millis(2_700)
+        );
+        assert_eq!(
+            longest_sync_for(Duration::from_millis(500)),
+            Duration::from_millis(400)
+        );
+        assert_eq!(
+            longest_sync_for(Duration::from_millis(100)),
+            Duration::from_millis(50)
+        );
+        for timeout in [
+            Duration::from_millis(2_701),
+            DEFAULT_RESPONSE_TIMEOUT,
+            DEFAULT_RESPONSE_TIMEOUT * 2,
+        ] {
             let c = Config {
                 replica_sync: Some(ReplicaSync {
                     timeout,
@@ -318,7 +358,25 @@ mod tests {
                 ..Config::default()
             };
             let err = c.validate().unwrap_err().to_string();
-            assert!(err.contains("shorter than the response timeout"), "{err}");
+            assert!(err.contains("must leave room for WAIT's reply"), "{err}");
+        }
+    }
+
+    #[test]
+    fn the_default_sync_fits_a_short_response_timeout() {
+        for (response, expected) in [(3_000, 1_000), (800, 700), (300, 200), (50, 25)] {
+            let mut c = Config {
+                response_timeout: Duration::from_millis(response),
+                replica_sync: Some(ReplicaSync::REDISSON),
+                ..Config::default()
+            };
+            c.fit_default_sync();
+            assert_eq!(
+                c.replica_sync.unwrap().timeout,
+                Duration::from_millis(expected),
+                "{response} ms"
+            );
+            c.validate().unwrap();
         }
     }
 }

@@ -137,7 +137,9 @@ pub enum Error {
     /// before any call.
     #[error("the server at {addr} does not run Lua scripts, which ferrisson needs: {reason}")]
     ScriptingUnavailable {
-        /// The server's address, as the client was given it.
+        /// The server's address, as the client was given it; for a
+        /// cluster, the first node given (the probe went to one of its
+        /// masters).
         addr: String,
         /// The server's own words for it.
         reason: String,

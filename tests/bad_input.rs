@@ -34,8 +34,6 @@ fn handle_owned(
 enum Expect {
     /// `InvalidArgument` whose text contains this.
     Invalid(&'static str),
-    /// `Redis` whose text contains this (a refusal by the server).
-    Refused(&'static str),
     /// Success (a guard, released again).
     Held,
     /// Success with a lease so short (1 ms) that it may have run out by
@@ -85,9 +83,6 @@ async fn check(what: &str, result: ferrisson::Result<Option<LockGuard>>, expect:
     match (expect, result) {
         (Expect::Invalid(text), Err(Error::InvalidArgument(message))) => {
             assert!(message.contains(text), "{what}: {message}");
-        }
-        (Expect::Refused(text), Err(Error::Redis(err))) => {
-            assert!(err.to_string().contains(text), "{what}: {err}");
         }
         (Expect::Held, Ok(Some(guard))) => soon(guard.unlock()).await.unwrap(),
         (Expect::HeldBriefly, Ok(Some(guard))) => match soon(guard.unlock()).await {
@@ -593,10 +588,12 @@ async fn helper_keys_of_another_type_are_refused_and_left_alone() {
     }
 }
 
-/// A Redis that refuses scripts (EVAL and EVALSHA renamed away), and a user
-/// whose ACL forbids them: a clear Redis error, no panic, nothing written.
+/// A Redis that refuses scripts (EVAL and EVALSHA renamed away, as a
+/// server without a scripting engine answers), and a user whose ACL
+/// forbids them: `build()` refuses the client with an error that says so,
+/// rather than every call failing later; nothing is written.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_redis_that_refuses_scripts_gives_an_error() {
+async fn a_redis_that_refuses_scripts_is_refused_at_connect() {
     let server = RedisServer::start_with_args(&[
         "--rename-command",
         "EVALSHA",
@@ -605,18 +602,13 @@ async fn a_redis_that_refuses_scripts_gives_an_error() {
         "EVAL",
         "",
     ]);
-    let client = client(&server, Duration::from_secs(30)).await;
-    for kind in KINDS {
-        let lock = handle(&client, kind, "no-scripts");
-        for (call, fut) in calls(&lock, Duration::from_secs(10), Duration::from_millis(10)) {
-            check(
-                &format!("no scripts, {kind}, {call}"),
-                soon(fut).await,
-                Expect::Refused("unknown command"),
-            )
-            .await;
-        }
-    }
+    let err = soon(Client::connect(server.url())).await.unwrap_err();
+    assert!(
+        matches!(&err, Error::ScriptingUnavailable { addr, reason }
+            if addr.contains(&server.port().to_string()) && reason.contains("unknown command")),
+        "{err}"
+    );
+    assert!(!err.is_connection_error(), "{err}");
     assert_eq!(server.cmd(&["DBSIZE"]).as_int(), Some(0));
 
     let server = RedisServer::start();
@@ -632,20 +624,17 @@ async fn a_redis_that_refuses_scripts_gives_an_error() {
         "-@scripting",
     ]);
     let url = format!("redis://noscript:secret@127.0.0.1:{}/", server.port());
-    let client = soon(Client::connect(url)).await.unwrap();
-    for kind in KINDS {
-        let lock = handle(&client, kind, "no-scripts");
-        for (call, fut) in calls(&lock, Duration::from_secs(10), Duration::from_millis(10)) {
-            check(
-                &format!("ACL, {kind}, {call}"),
-                soon(fut).await,
-                Expect::Refused("no permissions"),
-            )
-            .await;
-        }
-    }
+    let err = soon(Client::connect(url)).await.unwrap_err();
+    assert!(
+        matches!(&err, Error::ScriptingUnavailable { reason, .. }
+            if reason.contains("no permissions")),
+        "{err}"
+    );
+    assert!(
+        err.to_string().contains("does not run Lua scripts"),
+        "{err}"
+    );
     assert_eq!(server.cmd(&["DBSIZE"]).as_int(), Some(0));
-    println!("scripts refused (renamed away, or by ACL): every acquire of every kind gives a Redis error, nothing written");
 }
 
 /// The pub/sub mode: sharded is for a cluster, so one server refuses it at

@@ -33,6 +33,9 @@ pub struct ClientBuilder {
     #[cfg(feature = "sentinel")]
     master_auth: Option<redis::RedisConnectionInfo>,
     config: Config,
+    /// Whether `config.replica_sync` is the deployment's default, which
+    /// `build` fits to the response timeout, rather than the program's.
+    default_sync: bool,
     /// PEM of the CA that signed the server's certificate, when it is not
     /// in the system's trust store.
     #[cfg(any(feature = "tls", feature = "native-tls"))]
@@ -132,6 +135,7 @@ impl ClientBuilder {
             #[cfg(feature = "sentinel")]
             master_auth: None,
             config,
+            default_sync: true,
             #[cfg(any(feature = "tls", feature = "native-tls"))]
             tls_root: None,
         }
@@ -160,7 +164,10 @@ impl ClientBuilder {
         self
     }
 
-    /// How long Redis has to answer one command. Default 3 s.
+    /// How long Redis has to answer one command. Default 3 s. With
+    /// replica sync on, `WAIT`'s reply must arrive within it too: a
+    /// cluster's or Sentinel's default sync is shortened to fit, a sync
+    /// the program set is refused by `build` when it does not fit.
     pub fn response_timeout(mut self, timeout: Duration) -> Self {
         self.config.response_timeout = timeout;
         self
@@ -176,10 +183,10 @@ impl ClientBuilder {
     /// permits or an expirable permit) until `replicas` replicas
     /// acknowledged it, for `timeout` at most (`WAIT`); an acquire that too
     /// few acknowledged is given back and, by `on_unsynced`, fails or is
-    /// tried again; `timeout` must be shorter than the
-    /// [response timeout](Self::response_timeout), which the reply to
-    /// `WAIT` must arrive within. A release that too few acknowledged is
-    /// logged. When the
+    /// tried again; `timeout` must leave room for the reply to `WAIT`
+    /// within the [response timeout](Self::response_timeout) (see
+    /// [`ReplicaSync::timeout`](crate::config::ReplicaSync::timeout)). A
+    /// release that too few acknowledged is logged. When the
     /// server refuses `WAIT` (some managed services do), the client says so
     /// once in a warning and stops waiting. See [`ReplicaSync`](crate::config::ReplicaSync);
     /// [`replica_sync_with`](Self::replica_sync_with) takes the other
@@ -202,7 +209,9 @@ impl ClientBuilder {
     /// [`Client::cluster_builder`] (every replica the master has online is
     /// waited for up to 1 s, one acknowledgement is enough, an acquire none
     /// acknowledged is given back and tried again: Redisson's
-    /// `checkLockSyncedSlaves`), and off for one server.
+    /// `checkLockSyncedSlaves`; less than 1 s when the
+    /// [response timeout](Self::response_timeout) leaves no room for it),
+    /// and off for one server.
     ///
     /// What it costs: each acquire and release waits one more round trip
     /// to the master and the replicas' acknowledgement (on one machine,
@@ -231,6 +240,7 @@ impl ClientBuilder {
     )]
     pub fn replica_sync_with(mut self, sync: Option<crate::config::ReplicaSync>) -> Self {
         self.config.replica_sync = sync;
+        self.default_sync = false;
         self
     }
 
@@ -295,7 +305,10 @@ impl ClientBuilder {
     ///
     /// # Cancel safety
     /// Cancel safe: a dropped call opens nothing that outlives it.
-    pub async fn build(self) -> Result<Client> {
+    pub async fn build(mut self) -> Result<Client> {
+        if self.default_sync {
+            self.config.fit_default_sync();
+        }
         self.config.validate()?;
         #[cfg(feature = "tls")]
         if self.target.uses_tls() {

@@ -54,8 +54,26 @@ pub(crate) async fn check(conn: &mut Conn, addr: &str) -> crate::Result<()> {
         Ok(other) => Err(unavailable(format!(
             "`EVAL \"return 1\" 0` replied {other:?}"
         ))),
-        Err(err) if crate::error::is_connection_failure(&err) => Err(err.into()),
-        Err(err) => Err(unavailable(err.to_string())),
+        Err(err) if refuses_scripting(&err) => Err(unavailable(err.to_string())),
+        // A server loading its data, busy with a script or without its
+        // master may run scripts a moment later: not a refusal.
+        Err(err) => Err(err.into()),
+    }
+}
+
+/// Whether the probe's error says that scripts will not run here at all:
+/// the ACL user may not (`NOPERM`), or the server does not know `EVAL`
+/// (renamed away, or no scripting engine).
+fn refuses_scripting(err: &redis::RedisError) -> bool {
+    match err.code() {
+        Some("NOPERM") => true,
+        Some("ERR") => {
+            let detail = err.detail().unwrap_or_default().to_ascii_lowercase();
+            ["unknown command", "lua", "script", "engine"]
+                .iter()
+                .any(|word| detail.contains(word))
+        }
+        _ => false,
     }
 }
 
@@ -117,15 +135,17 @@ fn inner_error(code: &str, detail: Option<&str>) -> Option<Value> {
         return None;
     }
     let rest = detail?.strip_prefix("Error running script (call to ")?;
-    let (_, mut inner) = rest.split_once("): ")?;
+    let (function, mut inner) = rest.split_once("): ")?;
     // `@user_script:32: ` once, `@user_script: 1: ` again when the
     // error came from redis.call.
+    let mut line = None;
     while let Some(after) = inner
         .strip_prefix("@user_script:")
         .or_else(|| inner.strip_prefix("user_script:"))
     {
         let after = after.trim_start();
         let digits = after.bytes().take_while(u8::is_ascii_digit).count();
+        line = line.or(Some(&after[..digits]));
         inner = after[digits..].strip_prefix(':')?.trim_start();
     }
     let inner = inner.strip_prefix('-').unwrap_or(inner);
@@ -133,8 +153,14 @@ fn inner_error(code: &str, detail: Option<&str>) -> Option<Value> {
     if inner_code.len() < 2 || !inner_code.bytes().all(|b| b.is_ascii_uppercase()) {
         return None;
     }
-    let line = format!("-{}\r\n", inner.replace(['\r', '\n'], " "));
-    match redis::parse_redis_value(line.as_bytes()) {
+    // Which script and line, as Redis 7 tells them.
+    let script = function.strip_prefix("f_").unwrap_or(function);
+    let reply = format!(
+        "-{}. script: {script}, on @user_script:{}.\r\n",
+        inner.trim_end_matches('.').replace(['\r', '\n'], " "),
+        line.unwrap_or("?")
+    );
+    match redis::parse_redis_value(reply.as_bytes()) {
         Ok(value @ Value::ServerError(_)) => Some(value),
         _ => None,
     }
@@ -173,7 +199,9 @@ mod tests {
             code_after(WRONGTYPE_6),
             (
                 "WRONGTYPE".to_owned(),
-                "Operation against a key holding the wrong kind of value".to_owned()
+                "Operation against a key holding the wrong kind of value. \
+                 script: 5f2af38aef0d643491266f94e18ef7a4e2ec66fe, on @user_script:1."
+                    .to_owned()
             )
         );
         assert_eq!(code_after(READONLY_6).0, "READONLY");
@@ -205,6 +233,24 @@ mod tests {
         match unwrapped(Ok(value)) {
             Ok(Value::ServerError(err)) => assert_eq!(err.code(), "WRONGTYPE"),
             other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn only_a_refusal_of_scripts_is_scripting_unavailable() {
+        for line in [
+            "NOPERM this user has no permissions to run the 'eval' command",
+            "ERR unknown command 'EVAL', with args beginning with: 'return 1' '0' ",
+        ] {
+            assert!(refuses_scripting(&server_error(line)), "{line}");
+        }
+        for line in [
+            "LOADING Redis is loading the dataset in memory",
+            "BUSY Redis is busy running a script.",
+            "MASTERDOWN Link with MASTER is down and replica-serve-stale-data is set to 'no'.",
+            "ERR max number of clients reached",
+        ] {
+            assert!(!refuses_scripting(&server_error(line)), "{line}");
         }
     }
 
