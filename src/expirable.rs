@@ -443,7 +443,7 @@ impl PermitExpirableSemaphore {
     pub async fn update_lease(&self, permit: &mut Permit, lease: Option<Duration>) -> Result<()> {
         let sent = Instant::now();
         let lease_ms = self.update(permit.id, lease).await?;
-        permit.expires = lease_ms.map(|ms| sent + Duration::from_millis(ms));
+        permit.expires = lease_ms.map(|ms| lease_end(sent, ms));
         Ok(())
     }
 
@@ -699,7 +699,7 @@ impl PermitExpirableSemaphore {
                             granted: std::time::Instant::now(),
                         }),
                         id,
-                        expires: lease_ms.map(|ms| start + Duration::from_millis(ms)),
+                        expires: lease_ms.map(|ms| lease_end(start, ms)),
                     })
                     .collect(),
             ),
@@ -707,6 +707,16 @@ impl PermitExpirableSemaphore {
             Some(_) => Tried::Again(None),
         })
     }
+}
+
+/// When a lease of `ms` begun by the server after `start` ends by this
+/// process's clock: no later than on the server's. The server reads its
+/// clock in whole milliseconds, truncated, and the two clocks may run at
+/// slightly different rates: the drift margin the watchdog takes for a
+/// lock's lease is taken off here too.
+fn lease_end(start: Instant, ms: u64) -> Instant {
+    let lease = Duration::from_millis(ms);
+    start + lease - crate::watchdog::drift_margin(lease)
 }
 
 /// The most permits one acquire takes: their ids travel in one argument.
@@ -812,15 +822,18 @@ impl Permit {
         self.hold.as_ref().map_or("", |h| &h.name)
     }
 
-    /// How long until its lease ends, by this process's clock (counted from
-    /// the send of the acquire, so never later than the server's);
-    /// `None` for a permit without a lease.
+    /// How long until its lease ends, by this process's clock: counted
+    /// from the send of the acquire, less a drift margin (a tenth of the
+    /// lease, at most 1 s), so never later than the server's; `None` for
+    /// a permit without a lease.
     pub fn remaining_lease(&self) -> Option<Duration> {
         self.expires
             .map(|at| at.saturating_duration_since(Instant::now()))
     }
 
-    /// Whether its lease has ended, by this process's clock.
+    /// Whether its lease has ended, by this process's clock (see
+    /// [`remaining_lease`](Self::remaining_lease)): true once the server
+    /// may have taken the permit back.
     pub fn is_expired(&self) -> bool {
         self.expires.is_some_and(|at| Instant::now() >= at)
     }
@@ -891,13 +904,13 @@ impl Permit {
     }
 
     /// Until when the release of a dropped permit is resent: until its
-    /// lease has surely ended (counted from the acquire's send here; a
-    /// reply in flight and a drift margin more on the server), or for
-    /// [`NEVER_EXPIRES`] without a lease.
+    /// lease has surely ended (here it ends a drift margin, at most 1 s,
+    /// before the server's; a reply in flight and a drift margin more on
+    /// the server), or for [`NEVER_EXPIRES`] without a lease.
     fn dropped_until(&self, hold: &PermitHold) -> Instant {
         let config = &hold.client.inner.config;
         match self.expires {
-            Some(at) => at + config.response_timeout + Duration::from_secs(1),
+            Some(at) => at + config.response_timeout + Duration::from_secs(2),
             None => Instant::now() + NEVER_EXPIRES,
         }
     }

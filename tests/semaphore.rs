@@ -683,3 +683,30 @@ async fn a_permit_granted_after_a_long_wait_has_its_whole_lease() {
     );
     soon(permit.release()).await.unwrap();
 }
+
+/// A permit's own clock never says it is still out once the server took
+/// it back: the server reads its clock in whole milliseconds, so a client
+/// that ended the lease exactly a lease after its send was up to 1 ms
+/// late. Each round asks as soon as the permit comes back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_permit_is_expired_by_its_own_clock_once_the_server_took_it_back() {
+    let server = RedisServer::start();
+    let client = client(&server, WATCHDOG).await;
+    let sem = client.permit_expirable_semaphore("expiring");
+    assert!(sem.try_set_permits(1).await.unwrap());
+    for round in 0..20 {
+        let permit = soon(sem.acquire_with_lease(Duration::from_millis(20)))
+            .await
+            .unwrap();
+        // The script that reads the count takes expired permits back.
+        within(Duration::from_secs(10), async {
+            while sem.available_permits().await.unwrap() == 0 {}
+        })
+        .await;
+        assert!(
+            permit.is_expired(),
+            "round {round}: taken back, and still {:?} left by the permit's clock",
+            permit.remaining_lease()
+        );
+    }
+}

@@ -199,7 +199,9 @@ impl Permit {
         self.inner.as_ref().map_or("", |p| p.semaphore())
     }
 
-    /// How long until its lease ends, by this process's clock; `None`
+    /// How long until its lease ends, by this process's clock (a drift
+    /// margin before the server's: see
+    /// [`Permit::remaining_lease`](crate::Permit::remaining_lease)); `None`
     /// without a lease.
     pub fn remaining_lease(&self) -> Option<Duration> {
         self.inner.as_ref().and_then(|p| p.remaining_lease())
