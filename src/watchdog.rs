@@ -21,13 +21,13 @@ use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
 use crate::client::conn::Conn;
+use crate::client::pubsub::Recheck;
 use dashmap::mapref::entry::Entry;
 use dashmap::DashMap;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::keys;
-use crate::lock::Kind;
 use crate::scripts::{RENEW, RENEW_READ};
 use crate::telemetry;
 #[cfg(feature = "metrics")]
@@ -102,8 +102,7 @@ fn instant_from_origin(nanos: i64) -> Instant {
 #[derive(Debug)]
 struct Watched {
     key: HoldKey,
-    /// Read holds of a read-write lock, renewed with their timeout keys.
-    read: bool,
+    renewal: Renewal,
     /// The lock kind's label, for a lost lease in metrics.
     #[cfg(feature = "metrics")]
     kind: &'static str,
@@ -116,12 +115,19 @@ impl LeaseState {
 
     /// A watchdog hold's lease of `key`, good until `deadline` unless
     /// renewed.
-    fn watched(deadline: Instant, key: HoldKey, kind: Kind) -> Arc<Self> {
+    fn watched(
+        deadline: Instant,
+        key: HoldKey,
+        renewal: Renewal,
+        label: &'static str,
+    ) -> Arc<Self> {
+        #[cfg(not(feature = "metrics"))]
+        let _ = label;
         let watched = Watched {
             key,
-            read: kind == Kind::Read,
+            renewal,
             #[cfg(feature = "metrics")]
-            kind: kind.label(),
+            kind: label,
         };
         LeaseState::new(deadline, Some(watched))
     }
@@ -193,22 +199,41 @@ impl LeaseState {
     }
 }
 
+/// How a hold's lease is renewed. The watchdog's own word: the kinds of
+/// lock each say which theirs is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum Renewal {
+    /// The hold's hash, with `renew.lua`.
+    Hash,
+    /// A read hold of a read-write lock: the hash and the hold's timeout
+    /// keys, with `renew_read.lua`.
+    ReadHold,
+}
+
+impl Renewal {
+    fn script(self) -> &'static redis::Script {
+        match self {
+            Renewal::Hash => &RENEW,
+            Renewal::ReadHold => &RENEW_READ,
+        }
+    }
+
+    /// Most holds renewed by one call: a read hold sends two keys (its
+    /// hash and its timeout keys' prefix) and costs the server about three
+    /// times a plain hold, so its calls take half as many.
+    fn holds_per_call(self) -> usize {
+        match self {
+            Renewal::Hash => RENEW_BATCH,
+            Renewal::ReadHold => RENEW_BATCH / 2,
+        }
+    }
+}
+
 /// Most keys sent by one renewal script call. Redisson sends 100; twice
 /// that halves the calls, and with them the client's and the server's work
 /// per call, which is most of the client's share at a million held locks.
 /// A call of 200 plain holds keeps the server about half a millisecond.
 pub(crate) const RENEW_BATCH: usize = 200;
-
-/// Most holds renewed by one call: a read hold sends two keys (its hash
-/// and its timeout keys' prefix) and costs the server about three times
-/// a plain hold, so its calls take half as many.
-fn holds_per_call(read: bool) -> usize {
-    if read {
-        RENEW_BATCH / 2
-    } else {
-        RENEW_BATCH
-    }
-}
 
 /// The registry's record of one (lock, owner).
 #[derive(Debug)]
@@ -219,9 +244,9 @@ struct Held {
     lease: Arc<LeaseState>,
 }
 
-/// Which renewal script call a lease can share: read holds or not, and on
-/// a cluster the key's hash slot (0 elsewhere).
-type Group = (bool, u16);
+/// Which renewal script call a lease can share: its renewal, and on a
+/// cluster the key's hash slot (0 elsewhere).
+type Group = (Renewal, u16);
 
 /// Batches of leases by the time they fall due. The leases of one batch
 /// are of one [`Group`], so that a batch is renewed as it stands, in calls
@@ -273,28 +298,6 @@ struct Shared {
     names: bool,
 }
 
-/// Asks the watchdog to renew every held lease at once. The client asks
-/// when a connection to Redis was lost (Redis may come back empty after a
-/// restart) and when it follows a new master: a hold found gone is then
-/// reported lost as soon as Redis answers, not a third of the watchdog
-/// timeout later.
-#[derive(Debug, Default)]
-pub(crate) struct Recheck {
-    asked: AtomicBool,
-    wake: Notify,
-}
-
-impl Recheck {
-    pub(crate) fn ask(&self) {
-        self.asked.store(true, Ordering::Release);
-        self.wake.notify_one();
-    }
-
-    fn take(&self) -> bool {
-        self.asked.swap(false, Ordering::AcqRel)
-    }
-}
-
 /// The per-client registry of watchdog-mode holds.
 #[derive(Debug)]
 pub(crate) struct Registry {
@@ -335,9 +338,15 @@ impl Registry {
 
     /// Records one more local hold of `key`, acquired by a request sent at
     /// `sent`; puts the key on the renewal schedule when it is the first.
-    /// `kind`: the lock's (read holds of a read-write lock renew with their
-    /// timeout keys).
-    pub(crate) fn hold(&self, key: HoldKey, sent: Instant, kind: Kind) -> Arc<LeaseState> {
+    /// `renewal`: how the lease is renewed; `label`: the lock kind's, for a
+    /// lost lease in metrics.
+    pub(crate) fn hold(
+        &self,
+        key: HoldKey,
+        sent: Instant,
+        renewal: Renewal,
+        label: &'static str,
+    ) -> Arc<LeaseState> {
         let shared = &self.shared;
         match shared.map.entry(key) {
             Entry::Occupied(mut held) if held.get().lease.is_lost() => {
@@ -349,10 +358,10 @@ impl Registry {
                 old.mark_lost();
                 #[cfg(feature = "metrics")]
                 telemetry::lease_lost(Subject {
-                    kind: kind.label(),
+                    kind: label,
                     name: shared.names.then_some(&*held.key().0),
                 });
-                let lease = shared.new_lease(held.key().clone(), sent, kind);
+                let lease = shared.new_lease(held.key().clone(), sent, renewal, label);
                 held.insert(Held {
                     holds: 1,
                     lease: Arc::clone(&lease),
@@ -368,7 +377,7 @@ impl Registry {
                 Arc::clone(&held.lease)
             }
             Entry::Vacant(vacant) => {
-                let lease = shared.new_lease(vacant.key().clone(), sent, kind);
+                let lease = shared.new_lease(vacant.key().clone(), sent, renewal, label);
                 vacant.insert(Held {
                     holds: 1,
                     lease: Arc::clone(&lease),
@@ -444,9 +453,15 @@ impl Drop for SchedulerAlive {
 impl Shared {
     /// A new lease of `key`, first acquired by a request sent at `sent`,
     /// put on the schedule (the caller holds the map entry).
-    fn new_lease(&self, key: HoldKey, sent: Instant, kind: Kind) -> Arc<LeaseState> {
-        let lease =
-            LeaseState::watched(sent + self.timeout - drift_margin(self.timeout), key, kind);
+    fn new_lease(
+        &self,
+        key: HoldKey,
+        sent: Instant,
+        renewal: Renewal,
+        label: &'static str,
+    ) -> Arc<LeaseState> {
+        let deadline = sent + self.timeout - drift_margin(self.timeout);
+        let lease = LeaseState::watched(deadline, key, renewal, label);
         let due = sent + self.timeout / 3;
         let group = self.group(&lease);
         let mut schedule = self.lock_schedule();
@@ -484,31 +499,32 @@ impl Shared {
     /// The renewal calls `lease` can share.
     fn group(&self, lease: &LeaseState) -> Group {
         let Some(watched) = lease.watched.as_ref() else {
-            return (false, 0);
+            return (Renewal::Hash, 0);
         };
         let slot = if self.conn.is_cluster() {
             keys::slot(watched.key.0.as_bytes())
         } else {
             0
         };
-        (watched.read, slot)
+        (watched.renewal, slot)
     }
 
     /// Sends the renewals of `batches`, one task per call.
     fn renew_batches(self: &Arc<Self>, batches: Vec<Vec<Arc<LeaseState>>>) {
         for batch in batches {
-            // A batch is all read holds or none.
-            let read = batch
+            // A batch is of one renewal.
+            let renewal = batch
                 .first()
-                .is_some_and(|lease| lease.watched.as_ref().is_some_and(|w| w.read));
-            let per_call = holds_per_call(read);
+                .and_then(|lease| lease.watched.as_ref())
+                .map_or(Renewal::Hash, |w| w.renewal);
+            let per_call = renewal.holds_per_call();
             let mut rest = batch.into_iter();
             loop {
                 let chunk: Vec<_> = rest.by_ref().take(per_call).collect();
                 if chunk.is_empty() {
                     break;
                 }
-                tokio::spawn(renew_chunk(Arc::clone(self), chunk, read));
+                tokio::spawn(renew_chunk(Arc::clone(self), chunk, renewal));
             }
         }
     }
@@ -649,7 +665,7 @@ async fn schedule(_alive: SchedulerAlive, shared: Weak<Shared>, wake: Arc<Notify
                 tokio::select! {
                     _ = tokio::time::sleep_until(due) => {}
                     _ = wake.notified() => {}
-                    _ = recheck.wake.notified() => {}
+                    _ = recheck.notified() => {}
                 }
             }
             None => {
@@ -657,14 +673,14 @@ async fn schedule(_alive: SchedulerAlive, shared: Weak<Shared>, wake: Arc<Notify
                 drop(this);
                 tokio::select! {
                     _ = wake.notified() => {}
-                    _ = recheck.wake.notified() => {}
+                    _ = recheck.notified() => {}
                 }
             }
         }
     }
 }
 
-/// One renewal script call for some holds (all read holds, or none):
+/// One renewal script call for some holds of one [`Renewal`]:
 /// each key's TTL reset to the timeout if its owner still holds it; Redis
 /// replies the positions of the holds that are gone, usually none.
 ///
@@ -673,18 +689,19 @@ async fn schedule(_alive: SchedulerAlive, shared: Weak<Shared>, wake: Arc<Notify
 /// it is written: a renewal sends two hundred keys, and a million held
 /// locks send a hundred thousand a second at the default timeout.
 pub(crate) struct RenewCall {
-    read: bool,
+    renewal: Renewal,
     holds: usize,
     cmd: redis::Cmd,
 }
 
 impl RenewCall {
     pub(crate) fn new<'a>(
-        read: bool,
+        renewal: Renewal,
         timeout: Duration,
         holds: impl Iterator<Item = &'a HoldKey> + Clone,
     ) -> RenewCall {
-        let script = if read { &*RENEW_READ } else { &*RENEW };
+        let script = renewal.script();
+        let read = renewal == Renewal::ReadHold;
         // Lengths only: they sit in the keys' pointers, so sizing the
         // command reads no name or field.
         let (count, bytes) = holds.clone().fold((0, 0), |(count, bytes), (name, owner)| {
@@ -711,7 +728,7 @@ impl RenewCall {
             cmd.arg(&**owner);
         }
         RenewCall {
-            read,
+            renewal,
             holds: count,
             cmd,
         }
@@ -725,8 +742,11 @@ impl RenewCall {
             Err(err)
                 if err.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
             {
-                let script = if self.read { &*RENEW_READ } else { &*RENEW };
-                script.prepare_invoke().load_async(conn).await?;
+                self.renewal
+                    .script()
+                    .prepare_invoke()
+                    .load_async(conn)
+                    .await?;
                 self.cmd.query_async(conn).await?
             }
             reply => reply?,
@@ -772,17 +792,17 @@ impl RenewCall {
 /// fell due. The calls of one batch go out side by side, each in its own
 /// task: a stalled reply holds up no other call, and each lease is read
 /// by the task that sends it, while it is in the cache.
-async fn renew_chunk(shared: Arc<Shared>, chunk: Vec<Arc<LeaseState>>, read: bool) {
+async fn renew_chunk(shared: Arc<Shared>, chunk: Vec<Arc<LeaseState>>, renewal: Renewal) {
     let sent = Instant::now();
     let live = shared.live(chunk, sent);
     if !live.is_empty() {
-        renew(&shared, live, sent, read).await;
+        renew(&shared, live, sent, renewal).await;
     }
 }
 
-/// Renews one call's worth of leases (all read holds when `read`, or
-/// none) in one script call sent at `sent`.
-async fn renew(shared: &Shared, batch: Vec<Arc<LeaseState>>, sent: Instant, read: bool) {
+/// Renews one call's worth of leases of one `renewal` in one script call
+/// sent at `sent`.
+async fn renew(shared: &Shared, batch: Vec<Arc<LeaseState>>, sent: Instant, renewal: Renewal) {
     let timeout = shared.timeout;
     let deadline = batch
         .iter()
@@ -790,7 +810,7 @@ async fn renew(shared: &Shared, batch: Vec<Arc<LeaseState>>, sent: Instant, read
         .min()
         .unwrap_or(sent + timeout);
     let call = RenewCall::new(
-        read,
+        renewal,
         timeout,
         batch
             .iter()
@@ -862,7 +882,7 @@ mod tests {
             .iter()
             .map(|name| (Arc::from(*name), Arc::from("owner")))
             .collect();
-        let call = RenewCall::new(false, Duration::from_secs(30), keys.iter());
+        let call = RenewCall::new(Renewal::Hash, Duration::from_secs(30), keys.iter());
         let ints =
             |p: &[i64]| redis::Value::Array(p.iter().map(|&i| redis::Value::Int(i)).collect());
         assert_eq!(call.gone(ints(&[])).unwrap(), Vec::<usize>::new());

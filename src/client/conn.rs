@@ -5,6 +5,8 @@
 use redis::aio::{ConnectionLike, ConnectionManager, MultiplexedConnection};
 use redis::{Cmd, Pipeline, RedisFuture, Value};
 
+use super::scripting::RawSend;
+
 /// A command connection; cheap to clone (both kinds are handles).
 #[derive(Clone)]
 pub(crate) enum Conn {
@@ -101,9 +103,9 @@ impl std::fmt::Debug for Conn {
     }
 }
 
-impl Conn {
+impl RawSend for Conn {
     /// `cmd` as it is, on the connection underneath.
-    pub(super) fn send<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+    fn send<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         match self {
             Conn::Single(conn) => conn.req_packed_command(cmd),
             Conn::Direct(conn) => conn.req_packed_command(cmd),

@@ -74,10 +74,6 @@ pub(crate) struct ClientInner {
     pub(crate) pubsub: Arc<PubSub>,
     pub(crate) registry: Registry,
     pub(crate) sweeper: Sweeper,
-    /// The fair-lock waits in progress, by lock and owner.
-    pub(crate) fair_owners: crate::lock::FairOwners,
-    /// The live lock guards, by lock and owner.
-    pub(crate) guards: crate::lock::Guards,
     /// Release request ids are this plus a count: 32 hex digits, unique per
     /// client, without a call to the system's random source per release.
     request_base: u128,
@@ -336,8 +332,6 @@ impl Client {
                 pubsub: Arc::new(pubsub),
                 registry,
                 sweeper,
-                fair_owners: Default::default(),
-                guards: Default::default(),
                 request_base: Uuid::new_v4().as_u128(),
                 requests: AtomicU64::new(0),
                 replicas: replicas::ReplicaState::default(),

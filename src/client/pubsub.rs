@@ -7,7 +7,7 @@
 //! wakes one waiter, any other message wakes them all, and a lost connection
 //! wakes them all too, so that each retries and re-arms.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use dashmap::mapref::entry::Entry;
@@ -18,7 +18,6 @@ use tokio::sync::futures::Notified;
 use tokio::sync::{Mutex, Notify};
 
 use crate::telemetry;
-use crate::watchdog::Recheck;
 use crate::Result;
 
 /// The subscription state of one channel.
@@ -460,6 +459,34 @@ fn dispatch(channels: &Channels, info: PushInfo) {
             }
         }
         _ => {}
+    }
+}
+
+/// Asks the watchdog to renew every held lease at once. The client asks
+/// when a connection to Redis was lost (Redis may come back empty after a
+/// restart) and when it follows a new master: a hold found gone is then
+/// reported lost as soon as Redis answers, not a third of the watchdog
+/// timeout later. The client raises it; the watchdog reads it.
+#[derive(Debug, Default)]
+pub(crate) struct Recheck {
+    asked: AtomicBool,
+    wake: Notify,
+}
+
+impl Recheck {
+    pub(crate) fn ask(&self) {
+        self.asked.store(true, Ordering::Release);
+        self.wake.notify_one();
+    }
+
+    /// Whether a recheck was asked since the last call.
+    pub(crate) fn take(&self) -> bool {
+        self.asked.swap(false, Ordering::AcqRel)
+    }
+
+    /// Resolves when a recheck is asked (or was, unseen).
+    pub(crate) async fn notified(&self) {
+        self.wake.notified().await;
     }
 }
 

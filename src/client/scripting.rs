@@ -13,13 +13,18 @@
 //!   @user_script:<line>: WRONGTYPE ...`, where nothing downstream would
 //!   see the WRONGTYPE, the READONLY of a demoted master or an OOM.
 
-use redis::{Arg, Cmd, RedisResult, Value};
+use redis::{Arg, Cmd, RedisFuture, RedisResult, Value};
 
-use crate::client::conn::Conn;
 use crate::scripts;
 
+/// A connection's own send, below this layer: the command connection
+/// implements it, and its `ConnectionLike` goes through [`run`].
+pub(crate) trait RawSend {
+    fn send<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value>;
+}
+
 /// Runs `cmd` on `conn`; see the module docs.
-pub(crate) async fn run(conn: &mut Conn, cmd: &Cmd) -> RedisResult<Value> {
+pub(crate) async fn run(conn: &mut impl RawSend, cmd: &Cmd) -> RedisResult<Value> {
     let reply = unwrapped(conn.send(cmd).await);
     let Some(body) = our_script(cmd) else {
         return reply;
@@ -41,7 +46,7 @@ pub(crate) async fn run(conn: &mut Conn, cmd: &Cmd) -> RedisResult<Value> {
 
 /// Checks that the server behind `conn` runs scripts, as every call
 /// needs: an `EVAL` of `return 1`, sent once when a client is built.
-pub(crate) async fn check(conn: &mut Conn, addr: &str) -> crate::Result<()> {
+pub(crate) async fn check(conn: &mut impl RawSend, addr: &str) -> crate::Result<()> {
     let mut probe = redis::cmd("EVAL");
     probe.arg("return 1").arg(0);
     let reply = run(conn, &probe).await.and_then(Value::extract_error);

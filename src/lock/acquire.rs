@@ -8,7 +8,7 @@ use tokio::time::Instant;
 
 use super::queue::{leave_queue, FairOwners, QueueExit};
 use super::{release_hold, LockGuard, Resend};
-use super::{Attempt, Kind, LockCore};
+use super::{Attempt, Guards, Kind, LockCore};
 use crate::acquire_latch::{send_resending, GiveBack, Request, RequestSlot, Taken};
 use crate::args;
 use crate::config::MAX_DURATION;
@@ -184,8 +184,7 @@ impl LockCore {
             if self.kind == Kind::Read {
                 return 0;
             }
-            inner
-                .guards
+            Guards::get()
                 .lease_left(&req.key)
                 .map_or(0, |left| left.as_millis() as u64)
         };
@@ -292,7 +291,9 @@ impl LockCore {
         let inner = &self.obj.client.inner;
         let key = req.key.clone();
         let lease = match req.lease_ms {
-            None => inner.registry.hold(key.clone(), sent, self.kind),
+            None => inner
+                .registry
+                .hold(key.clone(), sent, self.kind.renewal(), self.kind.label()),
             Some(ms) => LeaseState::leased(sent + Duration::from_millis(ms)),
         };
         LockGuard::new(
@@ -364,7 +365,7 @@ impl LockCore {
     async fn confirm(&self, key: &HoldKey) -> Result<(bool, Instant)> {
         let inner = &self.obj.client.inner;
         let call = RenewCall::new(
-            self.kind == Kind::Read,
+            self.kind.renewal(),
             inner.config.watchdog_timeout,
             std::iter::once(key),
         );

@@ -7,7 +7,7 @@ use tokio::runtime::Handle;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use super::holds::{Slot, SlotLease};
+use super::holds::{Guards, Slot, SlotLease};
 use super::{release_hold_as, Kind, ReleaseCall, Resend};
 use crate::client::conn::Conn;
 use crate::finish::{spawn_to_end, Finish};
@@ -89,7 +89,7 @@ impl LockGuard {
         runtime: Handle,
     ) -> LockGuard {
         let slot = Slot::new(lease_ms, Arc::clone(&lease));
-        client.inner.guards.add(&key, &slot);
+        Guards::get().add(&key, &slot);
         LockGuard {
             hold: Some(Hold {
                 client,
@@ -250,7 +250,12 @@ impl LockGuard {
         }
         let inner = &hold.client.inner;
         let sent = hold.renew(inner.config.watchdog_timeout).await?;
-        hold.lease = inner.registry.hold(hold.key.clone(), sent, hold.kind);
+        hold.lease = inner.registry.hold(
+            hold.key.clone(),
+            sent,
+            hold.kind.renewal(),
+            hold.kind.label(),
+        );
         hold.lease_ms = None;
         hold.slot.set_lease(None, Arc::clone(&hold.lease));
         Ok(())
@@ -274,7 +279,7 @@ impl LockGuard {
         if let Some(hold) = self.hold.take() {
             // No longer a guard's: `Lock::unlock` releases it as a hold
             // without one.
-            hold.client.inner.guards.remove(&hold.key, &hold.slot);
+            Guards::get().remove(&hold.key, &hold.slot);
         }
     }
 
@@ -350,7 +355,7 @@ impl Hold {
     /// renewal does; when the renewal was sent. A refusal marks the lease
     /// lost and is [`Error::NotHeld`].
     async fn renew(&self, ttl: Duration) -> Result<Instant> {
-        let call = RenewCall::new(self.kind == Kind::Read, ttl, std::iter::once(&self.key));
+        let call = RenewCall::new(self.kind.renewal(), ttl, std::iter::once(&self.key));
         let mut conn = self.client.inner.conn.clone();
         let sent = Instant::now();
         let gone = call
@@ -386,7 +391,7 @@ impl Hold {
         if !self.slot.claim() {
             return Ok(None);
         }
-        self.client.inner.guards.remove(&self.key, &self.slot);
+        Guards::get().remove(&self.key, &self.slot);
         #[cfg(feature = "metrics")]
         if let Some(since) = self.since {
             telemetry::released(self.subject(), since.elapsed());
@@ -456,7 +461,7 @@ impl Release {
         let watchdog_ms = inner.config.watchdog_timeout.as_millis() as u64;
         let lease_ms = if watched {
             watchdog_ms
-        } else if let Some(left) = inner.guards.lease_left(&key) {
+        } else if let Some(left) = Guards::get().lease_left(&key) {
             // At least 1 ms: `PEXPIRE 0` would delete the key.
             (left.as_millis() as u64).max(1)
         } else {

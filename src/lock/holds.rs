@@ -14,7 +14,7 @@
 //!   one shorter than that: no hold expires before its own lease says.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Duration;
 
 use dashmap::DashMap;
@@ -72,11 +72,20 @@ impl Slot {
     }
 }
 
-/// The live guards of every (lock, owner) of one client, oldest first.
+/// The live guards of every (lock, owner) of this process, oldest first.
+/// An owner's field names its client's id, so the clients of a process
+/// share the map without meeting in it; an entry goes with its last guard.
 #[derive(Debug, Default)]
 pub(crate) struct Guards(DashMap<HoldKey, Vec<Arc<Slot>>>);
 
+static GUARDS: LazyLock<Guards> = LazyLock::new(Guards::default);
+
 impl Guards {
+    /// The process's live guards.
+    pub(crate) fn get() -> &'static Guards {
+        &GUARDS
+    }
+
     pub(crate) fn add(&self, key: &HoldKey, slot: &Arc<Slot>) {
         self.0
             .entry(key.clone())

@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use crate::watchdog::Renewal;
 use crate::{keys, Backoff};
 
 /// How long a fair lock's queued waiter may stay silent before the others
@@ -69,6 +70,19 @@ impl Kind {
             Kind::Fair {
                 reentrant: false, ..
             } => "non_reentrant_fair_lock",
+        }
+    }
+
+    /// How the watchdog renews a hold of this kind.
+    pub(crate) fn renewal(self) -> Renewal {
+        match self {
+            Kind::Read => Renewal::ReadHold,
+            Kind::Reentrant
+            | Kind::NonReentrant
+            | Kind::Spin(_)
+            | Kind::Fenced
+            | Kind::Write
+            | Kind::Fair { .. } => Renewal::Hash,
         }
     }
 

@@ -19,13 +19,12 @@ mod spin;
 pub use fair::FairLock;
 pub use fenced::{FencedGuard, FencedLock};
 pub use guard::LockGuard;
-pub(crate) use holds::Guards;
+use holds::Guards;
 use info::Extra;
 pub use info::{LockHolder, LockInfo, LockMode, QueuedWaiter};
 pub(crate) use kind::Kind;
 pub use kind::DEFAULT_FAIR_WAITER_TIMEOUT;
 pub use non_reentrant::{NonReentrantFairLock, NonReentrantLock};
-pub(crate) use queue::FairOwners;
 pub(crate) use release::{release_hold, release_hold_as, ReleaseCall, Resend};
 pub use rwlock::{ReadLock, ReadWriteLock, WriteLock};
 pub use spin::SpinLock;
@@ -459,7 +458,7 @@ impl LockCore {
         let kind = self.kind;
         let release = async move {
             let inner = &client.inner;
-            if let Some(slot) = inner.guards.claim_newest(&key) {
+            if let Some(slot) = Guards::get().claim_newest(&key) {
                 let release = guard::Release::prepare(client.clone(), kind, key, slot.lease())?;
                 return release.send(Resend::Bounded).await;
             }

@@ -73,8 +73,11 @@ impl Drop for QueueExit<'_> {
 /// abandoned attempt once its reply is in) is sent only while none of that
 /// owner's waits is in progress, so a late leave cannot take out the entry
 /// of a newer wait. An entry lives while it is used ([`OwnerUse`]).
+/// Process-wide: an owner's field names its client's id.
 #[derive(Default)]
 pub(crate) struct FairOwners(dashmap::DashMap<HoldKey, Arc<FairOwner>>);
+
+static FAIR_OWNERS: std::sync::LazyLock<FairOwners> = std::sync::LazyLock::new(FairOwners::default);
 
 pub(crate) struct FairOwner {
     /// The owner's waits in progress.
@@ -95,9 +98,7 @@ pub(super) struct OwnerUse {
 
 impl FairOwners {
     pub(super) fn use_of(client: &Client, key: &HoldKey) -> OwnerUse {
-        let owner = client
-            .inner
-            .fair_owners
+        let owner = FAIR_OWNERS
             .0
             .entry(key.clone())
             .or_insert_with(|| {
@@ -133,13 +134,9 @@ impl Drop for OwnerUse {
         }
         // Every other use clones the entry through the map, under the
         // shard's lock: a count of two (the map's and this one) is final.
-        self.client
-            .inner
-            .fair_owners
-            .0
-            .remove_if(&self.key, |_, owner| {
-                Arc::ptr_eq(owner, &self.owner) && Arc::strong_count(owner) == 2
-            });
+        FAIR_OWNERS.0.remove_if(&self.key, |_, owner| {
+            Arc::ptr_eq(owner, &self.owner) && Arc::strong_count(owner) == 2
+        });
     }
 }
 
