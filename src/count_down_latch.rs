@@ -223,3 +223,13 @@ impl CountDownLatch {
         Ok(deleted == 1)
     }
 }
+
+// `Client::count_down_latch`, beside the handle (the client never names
+// it).
+impl Client {
+    /// A handle to the count-down latch `name`, Redisson's
+    /// `RCountDownLatch` (see [`CountDownLatch`]).
+    pub fn count_down_latch(&self, name: impl Into<String>) -> CountDownLatch {
+        CountDownLatch::new(self.clone(), name.into())
+    }
+}

@@ -945,3 +945,15 @@ impl Drop for Permit {
         });
     }
 }
+
+// `Client::permit_expirable_semaphore`, beside the handle (the client never
+// names it).
+impl Client {
+    /// A handle to the permit-expirable semaphore `name`, Redisson's
+    /// `RPermitExpirableSemaphore`: each permit has an id and, optionally,
+    /// a lease after which it comes back by itself (see
+    /// [`PermitExpirableSemaphore`]).
+    pub fn permit_expirable_semaphore(&self, name: impl Into<String>) -> PermitExpirableSemaphore {
+        PermitExpirableSemaphore::new(self.clone(), name.into())
+    }
+}

@@ -506,3 +506,13 @@ async fn give(
         .invoke_async::<Option<i64>>(&mut conn)
         .await
 }
+
+// `Client::semaphore`, beside the handle (the client never names it).
+impl Client {
+    /// A handle to the semaphore `name`, Redisson's `RSemaphore`: a count
+    /// of permits that anyone takes and gives back (not owner-bound; see
+    /// [`Semaphore`]).
+    pub fn semaphore(&self, name: impl Into<String>) -> Semaphore {
+        Semaphore::new(self.clone(), name.into())
+    }
+}

@@ -28,10 +28,7 @@ use uuid::Uuid;
 use crate::config::Config;
 use crate::sweeper::Sweeper;
 use crate::watchdog::Registry;
-use crate::{
-    CountDownLatch, FairLock, FencedLock, Lock, NonReentrantFairLock, NonReentrantLock,
-    PermitExpirableSemaphore, ReadWriteLock, Result, Semaphore, SpinLock,
-};
+use crate::Result;
 
 /// A connection to Redis that hands out locks.
 ///
@@ -168,106 +165,6 @@ impl Client {
     /// Starts a [`ClientBuilder`] for `url`.
     pub fn builder(url: impl IntoConnectionInfo) -> ClientBuilder {
         ClientBuilder::new(Target::Single(url.into_connection_info()))
-    }
-
-    /// A handle to the reentrant lock `name`. Nothing is sent to Redis until
-    /// the handle is used; a bad name is reported by the first call.
-    pub fn lock(&self, name: impl Into<String>) -> Lock {
-        Lock::new(self.clone(), name.into())
-    }
-
-    /// A handle to the non-reentrant lock `name`, Redisson's
-    /// `getNonReentrantLock`: the reentrant lock's hash (it excludes
-    /// [`Client::lock`] holders of the same name), but an owner that holds
-    /// it and asks again is refused
-    /// ([`Error::NonReentrantReacquire`](crate::Error::NonReentrantReacquire))
-    /// instead of re-entering. For code whose futures share a task (`join!`,
-    /// `select!`, `buffer_unordered`): see [`NonReentrantLock`].
-    pub fn non_reentrant_lock(&self, name: impl Into<String>) -> NonReentrantLock {
-        NonReentrantLock::new(self.clone(), name.into())
-    }
-
-    /// A handle to the non-reentrant fair lock `name`, Redisson's
-    /// `getNonReentrantFairLock`: the [`FairLock`] whose holder is refused
-    /// when it asks again, as [`Client::non_reentrant_lock`]'s.
-    pub fn non_reentrant_fair_lock(&self, name: impl Into<String>) -> NonReentrantFairLock {
-        NonReentrantFairLock::new(self.clone(), name.into())
-    }
-
-    /// A handle to the spin lock `name`: the reentrant lock's hash and
-    /// scripts (it excludes [`Client::lock`] holders of the same name, and
-    /// Redisson's `getLock` and `getSpinLock`), but its waiters poll with
-    /// exponential backoff and jitter ([`Backoff`](crate::Backoff), 1 ms up
-    /// to 128 ms by default; change it with
-    /// [`SpinLock::with_backoff`]) instead of subscribing.
-    ///
-    /// For very many locks with waiters, where one subscription per lock
-    /// name costs too much. The price: a waiter learns of a release up to
-    /// one pause late, and polling waiters cost Redis one call per pause.
-    pub fn spin_lock(&self, name: impl Into<String>) -> SpinLock {
-        SpinLock::new(self.clone(), name.into())
-    }
-
-    /// A handle to the fenced lock `name`: the reentrant lock (same hash,
-    /// waits, watchdog and release), and every successful acquire, re-entry
-    /// included, also draws a fencing token from the counter
-    /// `redisson_lock_token:{name}`, as Redisson's `RFencedLock`:
-    /// [`FencedGuard::token`](crate::FencedGuard::token). Tokens rise strictly
-    /// across all holders, forever (the counter has no TTL).
-    ///
-    /// A lease can run out while its holder is paused; the lock alone cannot
-    /// stop that holder's late write. The token can: the protected resource
-    /// keeps the highest token it has seen and refuses lower ones
-    /// (`cargo run --example fencing`).
-    pub fn fenced_lock(&self, name: impl Into<String>) -> FencedLock {
-        FencedLock::new(self.clone(), name.into())
-    }
-
-    /// A handle to the fair lock `name`, Redisson's `getFairLock`: the
-    /// reentrant lock, granted first come, first served across every client
-    /// and process, through a queue of waiters
-    /// (`redisson_lock_queue:{name}`, `redisson_lock_timeout:{name}`).
-    ///
-    /// - Each waiter is woken on its own channel when its turn comes.
-    /// - A waiter that gives up (its wait ran out, its future was dropped,
-    ///   an error) leaves the queue at once and the ones behind it move up.
-    /// - A waiter whose process died is skipped once it has been silent for
-    ///   the waiter timeout (default
-    ///   [`DEFAULT_FAIR_WAITER_TIMEOUT`](crate::DEFAULT_FAIR_WAITER_TIMEOUT),
-    ///   300 s; [`FairLock::with_waiter_timeout`]): until then the line waits
-    ///   for it, which is the price of fairness.
-    /// - `try_lock()` (one attempt) does not join the queue.
-    pub fn fair_lock(&self, name: impl Into<String>) -> FairLock {
-        FairLock::new(self.clone(), name.into())
-    }
-
-    /// A handle to the read-write lock `name`, Redisson's `RReadWriteLock`:
-    /// its [`read`](ReadWriteLock::read) side admits many holders at once,
-    /// its [`write`](ReadWriteLock::write) side one, and never both at once
-    /// (but for one owner's downgrade).
-    pub fn read_write_lock(&self, name: impl Into<String>) -> ReadWriteLock {
-        ReadWriteLock::new(self.clone(), name.into())
-    }
-
-    /// A handle to the semaphore `name`, Redisson's `RSemaphore`: a count
-    /// of permits that anyone takes and gives back (not owner-bound; see
-    /// [`Semaphore`]).
-    pub fn semaphore(&self, name: impl Into<String>) -> Semaphore {
-        Semaphore::new(self.clone(), name.into())
-    }
-
-    /// A handle to the permit-expirable semaphore `name`, Redisson's
-    /// `RPermitExpirableSemaphore`: each permit has an id and, optionally,
-    /// a lease after which it comes back by itself (see
-    /// [`PermitExpirableSemaphore`]).
-    pub fn permit_expirable_semaphore(&self, name: impl Into<String>) -> PermitExpirableSemaphore {
-        PermitExpirableSemaphore::new(self.clone(), name.into())
-    }
-
-    /// A handle to the count-down latch `name`, Redisson's
-    /// `RCountDownLatch` (see [`CountDownLatch`]).
-    pub fn count_down_latch(&self, name: impl Into<String>) -> CountDownLatch {
-        CountDownLatch::new(self.clone(), name.into())
     }
 
     /// This client's UUID: the first half of every owner field it writes.
