@@ -3,10 +3,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::object::Object;
-use crate::scripts::{LATCH_COUNT_DOWN, LATCH_DELETE, UNLOCK_MESSAGE};
-use crate::waiting::{wait_on, Channel, Tried, Wait};
-use crate::{keys, Client, Error, Result};
+use crate::engine::keys;
+use crate::engine::object::Object;
+use crate::engine::scripts::{LATCH_COUNT_DOWN, LATCH_DELETE, UNLOCK_MESSAGE};
+use crate::engine::waiting::{wait_on, Channel, Tried, Wait};
+use crate::{Client, Error, Result};
 
 /// The message `try_set_count` publishes (Redisson's new-count message).
 const NEW_COUNT_MESSAGE: &str = "1";

@@ -220,7 +220,7 @@ impl Error {
             None => (UNKNOWN_TYPE.to_owned(), name),
         };
         Error::WrongType {
-            expected: crate::keys::kept_at(name, key).unwrap_or(what),
+            expected: crate::engine::keys::kept_at(name, key).unwrap_or(what),
             name: key.to_owned(),
             key_type,
         }

@@ -870,48 +870,36 @@
 // The synchronizers.
 mod count_down_latch;
 mod distributed;
-mod expirable;
+mod group;
 mod lock;
-mod multilock;
-mod redlock;
 mod semaphore;
 
 pub use count_down_latch::CountDownLatch;
 pub use distributed::DistributedLock;
-pub use expirable::{Permit, PermitExpirableSemaphore, PermitId};
+pub use group::multilock::{MultiLock, MultiLockGuard};
+pub use group::redlock::{RedLock, RedLockGuard};
 pub use lock::{
     FairLock, FencedGuard, FencedLock, Lock, LockGuard, LockHolder, LockInfo, LockMode,
     NonReentrantFairLock, NonReentrantLock, QueuedWaiter, ReadLock, ReadWriteLock, SpinLock,
     WriteLock, DEFAULT_FAIR_WAITER_TIMEOUT,
 };
-pub use multilock::{MultiLock, MultiLockGuard};
-pub use redlock::{RedLock, RedLockGuard};
+pub use semaphore::expirable::{Permit, PermitExpirableSemaphore, PermitId};
 pub use semaphore::Semaphore;
 
 // What they share: the client and its settings, errors, and the machinery
 // under every handle.
-mod acquire_latch;
 mod args;
-mod backoff;
 pub mod blocking;
 mod client;
 pub mod config;
+mod engine;
 mod error;
-mod finish;
-mod give_back;
-mod keys;
-mod object;
-mod scripts;
-mod sweeper;
-mod telemetry;
-mod waiting;
-mod watchdog;
 
-pub use backoff::Backoff;
 pub use client::{Client, ClientBuilder};
 pub use config::Config;
 pub use config::ACL_RULES;
 pub use config::MAX_NAME_LEN;
+pub use engine::backoff::Backoff;
 pub use error::{Error, Result};
 
 /// README.md's examples, compiled and run as doctests.

@@ -78,7 +78,7 @@ impl Conn {
             #[cfg(feature = "cluster")]
             Conn::Cluster(mut conn) => {
                 use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
-                let route = Route::new(crate::keys::slot(key.as_bytes()), SlotAddr::Master);
+                let route = Route::new(crate::engine::keys::slot(key.as_bytes()), SlotAddr::Master);
                 conn.route_command(
                     cmd,
                     RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route)),

@@ -26,8 +26,8 @@ use redis::IntoConnectionInfo;
 use uuid::Uuid;
 
 use crate::config::Config;
-use crate::sweeper::Sweeper;
-use crate::watchdog::Registry;
+use crate::engine::sweeper::Sweeper;
+use crate::engine::watchdog::Registry;
 use crate::Result;
 
 /// A connection to Redis that hands out locks.
@@ -64,7 +64,7 @@ pub struct Client {
 pub(crate) struct ClientInner {
     pub(crate) id: Uuid,
     /// Owner fields made from `id`, shared by the holds of one owner.
-    pub(crate) fields: crate::keys::OwnerFields,
+    pub(crate) fields: crate::engine::keys::OwnerFields,
     pub(crate) conn: Conn,
     /// How work left at a runtime's shutdown opens a connection.
     pub(crate) reopen: conn::Reopen,
@@ -223,7 +223,7 @@ impl Client {
         Client {
             inner: Arc::new(ClientInner {
                 id,
-                fields: crate::keys::OwnerFields::new(id),
+                fields: crate::engine::keys::OwnerFields::new(id),
                 conn,
                 reopen,
                 pubsub: Arc::new(pubsub),

@@ -17,7 +17,7 @@ use redis::{PushInfo, PushKind, Value};
 use tokio::sync::futures::Notified;
 use tokio::sync::{Mutex, Notify};
 
-use crate::telemetry;
+use crate::engine::telemetry;
 use crate::Result;
 
 /// The subscription state of one channel.
@@ -432,7 +432,9 @@ fn dispatch(channels: &Channels, info: PushInfo) {
                 return;
             };
             if let Some(slot) = channels.get(channel) {
-                if !slot.state.broadcast && payload == crate::scripts::UNLOCK_MESSAGE.as_bytes() {
+                if !slot.state.broadcast
+                    && payload == crate::engine::scripts::UNLOCK_MESSAGE.as_bytes()
+                {
                     slot.state.notify.notify_one();
                 } else {
                     slot.state.notify.notify_waiters();

@@ -50,7 +50,7 @@ impl ReplicaState {
 /// Which master carries `key`'s writes, as the count cache names it.
 fn master_of(conn: &Conn, key: &str) -> u16 {
     if conn.is_cluster() {
-        crate::keys::slot(key.as_bytes())
+        crate::engine::keys::slot(key.as_bytes())
     } else {
         0
     }

@@ -15,7 +15,7 @@
 
 use redis::{Arg, Cmd, RedisFuture, RedisResult, Value};
 
-use crate::scripts;
+use crate::engine::scripts;
 
 /// A connection's own send, below this layer: the command connection
 /// implements it, and its `ConnectionLike` goes through [`run`].

@@ -9,16 +9,17 @@ use tokio::time::Instant;
 use super::queue::{leave_queue, FairOwners, QueueExit};
 use super::{release_hold, LockGuard, Resend};
 use super::{Attempt, Guards, Kind, LockCore};
-use crate::acquire_latch::{send_resending, GiveBack, Request, RequestSlot, Taken};
 use crate::args;
 use crate::config::MAX_DURATION;
-use crate::finish::{runtime, Finish};
-use crate::object::Synced;
-use crate::scripts::{ACQUIRE, FAIR_ACQUIRE, FENCED_ACQUIRE, READ_ACQUIRE, WRITE_ACQUIRE};
-use crate::telemetry::{self, Subject};
-use crate::waiting::{self, Channel, Tried, Wait};
-use crate::watchdog::{HoldKey, LeaseState, RenewCall};
-use crate::{keys, Client, Error, Result};
+use crate::engine::acquire_latch::{send_resending, GiveBack, Request, RequestSlot, Taken};
+use crate::engine::finish::{runtime, Finish};
+use crate::engine::keys;
+use crate::engine::object::Synced;
+use crate::engine::scripts::{ACQUIRE, FAIR_ACQUIRE, FENCED_ACQUIRE, READ_ACQUIRE, WRITE_ACQUIRE};
+use crate::engine::telemetry::{self, Subject};
+use crate::engine::waiting::{self, Channel, Tried, Wait};
+use crate::engine::watchdog::{HoldKey, LeaseState, RenewCall};
+use crate::{Client, Error, Result};
 
 impl LockCore {
     /// Acquires within `wait` (`None`: no limit), with `lease` (`None`:

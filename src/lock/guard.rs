@@ -10,9 +10,9 @@ use tracing::Instrument;
 use super::holds::{Guards, Slot, SlotLease};
 use super::{release_hold_as, Kind, ReleaseCall, Resend};
 use crate::client::conn::Conn;
-use crate::finish::{spawn_to_end, Finish};
-use crate::telemetry::{self, Subject};
-use crate::watchdog::{HoldKey, LeaseState, RenewCall};
+use crate::engine::finish::{spawn_to_end, Finish};
+use crate::engine::telemetry::{self, Subject};
+use crate::engine::watchdog::{HoldKey, LeaseState, RenewCall};
 use crate::{Client, Error, Result};
 
 /// One hold of a [`Lock`](crate::Lock), from a successful acquire.

@@ -20,7 +20,7 @@ use std::time::Duration;
 use dashmap::DashMap;
 use tokio::time::Instant;
 
-use crate::watchdog::{HoldKey, LeaseState};
+use crate::engine::watchdog::{HoldKey, LeaseState};
 
 /// One live guard's hold, as its owner's other calls see it.
 #[derive(Debug)]

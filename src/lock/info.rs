@@ -3,8 +3,9 @@
 use std::time::Duration;
 
 use super::{Kind, LockCore};
-use crate::scripts::LOCK_INFO;
-use crate::{keys, Error, Result};
+use crate::engine::keys;
+use crate::engine::scripts::LOCK_INFO;
+use crate::{Error, Result};
 
 /// What a lock holds, read in one call by `info()` (on every lock type):
 /// its holders, its TTL, and what only some kinds have (a read-write

@@ -2,8 +2,9 @@
 
 use std::time::Duration;
 
-use crate::watchdog::Renewal;
-use crate::{keys, Backoff};
+use crate::engine::keys;
+use crate::engine::watchdog::Renewal;
+use crate::Backoff;
 
 /// How long a fair lock's queued waiter may stay silent before the others
 /// skip it, by default: 300 s, as Redisson.

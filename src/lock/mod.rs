@@ -33,11 +33,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::finish::{runtime, Finish};
-use crate::object::Object;
-use crate::scripts::{FAIR_FORCE_UNLOCK, FORCE_UNLOCK, UNLOCK_MESSAGE, WAKE_ALL_MESSAGE};
-use crate::watchdog::HoldKey;
-use crate::{keys, Client, Error, Result};
+use crate::engine::finish::{runtime, Finish};
+use crate::engine::keys;
+use crate::engine::object::Object;
+use crate::engine::scripts::{FAIR_FORCE_UNLOCK, FORCE_UNLOCK, UNLOCK_MESSAGE, WAKE_ALL_MESSAGE};
+use crate::engine::watchdog::HoldKey;
+use crate::{Client, Error, Result};
 
 /// What every lock handle is: a name on a client, an owner and a kind.
 /// The public types ([`Lock`], [`SpinLock`], [`FairLock`], [`FencedLock`],

@@ -9,11 +9,12 @@ use tokio::time::Instant;
 
 use super::LockCore;
 use crate::client::conn::Conn;
+use crate::engine::finish::{runtime, spawn_to_end, Finish};
+use crate::engine::keys;
+use crate::engine::scripts::{FAIR_LEAVE, UNLOCK_MESSAGE};
+use crate::engine::watchdog::HoldKey;
 use crate::error::is_connection_failure;
-use crate::finish::{runtime, spawn_to_end, Finish};
-use crate::scripts::{FAIR_LEAVE, UNLOCK_MESSAGE};
-use crate::watchdog::HoldKey;
-use crate::{keys, Client};
+use crate::Client;
 
 /// Takes a fair lock's waiter out of the queue when its wait ends without
 /// the lock: at once with [`QueueExit::leave`], or in the background when

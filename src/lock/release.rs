@@ -7,14 +7,15 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::client::conn::Conn;
-use crate::error::is_connection_failure;
-use crate::give_back::{latch_ttl_ms, may_get_through, pause, surely_ended};
-use crate::lock::Kind;
-use crate::scripts::{
+use crate::engine::give_back::{latch_ttl_ms, may_get_through, pause, surely_ended};
+use crate::engine::keys;
+use crate::engine::scripts::{
     FAIR_RELEASE, READ_RELEASE, RELEASE, UNLOCK_MESSAGE, WAKE_ALL_MESSAGE, WRITE_RELEASE,
 };
-use crate::watchdog::HoldKey;
-use crate::{keys, Client, Error, Result};
+use crate::engine::watchdog::HoldKey;
+use crate::error::is_connection_failure;
+use crate::lock::Kind;
+use crate::{Client, Error, Result};
 
 /// How a release is resent when its send fails.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

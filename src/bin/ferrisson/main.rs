@@ -9,7 +9,7 @@ mod conn;
 // The library's key and channel names, the one source of them; the binary
 // uses some.
 #[allow(dead_code)]
-#[path = "../../keys.rs"]
+#[path = "../../engine/keys.rs"]
 mod keys;
 mod layout;
 mod state;

@@ -9,8 +9,8 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::args;
-use crate::multilock::{lost_count, release_dropped, unlock_all};
-use crate::waiting::{self, pause_before_retry};
+use crate::engine::waiting::{self, pause_before_retry};
+use crate::group::multilock::{lost_count, release_dropped, unlock_all};
 use crate::{Backoff, DistributedLock, Error, LockGuard, Result};
 
 /// The RedLock algorithm over locks on N independent Redis masters

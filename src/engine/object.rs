@@ -1,8 +1,7 @@
 //! What every handle is: a name on a client.
 //!
-//! A synchronizer's handle ([`Semaphore`](crate::Semaphore),
-//! [`CountDownLatch`](crate::CountDownLatch), a lock's core...) is an
-//! [`Object`] and what is its own: the object checks the name before a
+//! A synchronizer's handle (the semaphore, the latch, a lock's core...) is
+//! an [`Object`] and what is its own: the object checks the name before a
 //! call writes anything, maps Redis's errors to the crate's under that
 //! name, and runs a call that finishes even if its caller leaves.
 
@@ -10,8 +9,8 @@ use std::future::Future;
 use std::sync::Arc;
 
 use crate::client::conn::Conn;
-use crate::finish::{runtime, Finish};
-use crate::scripts::{READ_COUNT, SET_IF_MISSING};
+use crate::engine::finish::{runtime, Finish};
+use crate::engine::scripts::{READ_COUNT, SET_IF_MISSING};
 use crate::{args, Client, Error, Result};
 
 /// A name on a client, and what kind of thing it names (for errors).
@@ -33,8 +32,8 @@ impl Object {
     }
 
     /// Who this object's figures are about, in metrics, as a `kind`.
-    pub(crate) fn subject(&self, kind: &'static str) -> crate::telemetry::Subject<'_> {
-        crate::telemetry::Subject {
+    pub(crate) fn subject(&self, kind: &'static str) -> crate::engine::telemetry::Subject<'_> {
+        crate::engine::telemetry::Subject {
             kind,
             name: (self.client.inner.config.metric_lock_names).then_some(&*self.name),
         }

@@ -14,12 +14,12 @@ macro_rules! scripts {
         $(
             $(#[$doc])*
             pub(crate) static $name: LazyLock<Script> =
-                LazyLock::new(|| Script::new(include_str!(concat!("../lua/", $file))));
+                LazyLock::new(|| Script::new(include_str!(concat!("../../lua/", $file))));
         )*
 
         /// Every script's text by its SHA1 (lowercase hex).
         static BODIES: LazyLock<HashMap<&'static str, &'static str>> = LazyLock::new(|| {
-            HashMap::from([$(($name.get_hash(), include_str!(concat!("../lua/", $file)))),*])
+            HashMap::from([$(($name.get_hash(), include_str!(concat!("../../lua/", $file)))),*])
         });
     };
 }

@@ -27,11 +27,11 @@ use dashmap::DashMap;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use crate::keys;
-use crate::scripts::{RENEW, RENEW_READ};
-use crate::telemetry;
+use crate::engine::keys;
+use crate::engine::scripts::{RENEW, RENEW_READ};
+use crate::engine::telemetry;
 #[cfg(feature = "metrics")]
-use crate::telemetry::Subject;
+use crate::engine::telemetry::Subject;
 
 /// (lock name, owner field)
 pub(crate) type HoldKey = (Arc<str>, Arc<str>);

@@ -1,24 +1,26 @@
 //! The semaphore: a count of permits in Redis, taken and given back by
 //! anyone.
 
+pub(crate) mod expirable;
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::runtime::Handle;
 use tokio::time::Instant;
 
-use crate::acquire_latch::{self, GiveBack, Request, RequestSlot, Taken, Unclaimed};
 use crate::args;
 use crate::config::MAX_DURATION;
-use crate::finish::runtime;
-use crate::give_back::{resend_until, NEVER_EXPIRES};
-use crate::object::{Object, Synced};
-use crate::scripts::{
+use crate::engine::acquire_latch::{self, GiveBack, Request, RequestSlot, Taken, Unclaimed};
+use crate::engine::finish::runtime;
+use crate::engine::give_back::{resend_until, NEVER_EXPIRES};
+use crate::engine::keys;
+use crate::engine::object::{Object, Synced};
+use crate::engine::scripts::{
     SEMAPHORE_ACQUIRE, SEMAPHORE_DELETE, SEMAPHORE_DRAIN, SEMAPHORE_GIVE_BACK, SEMAPHORE_RELEASE,
 };
-use crate::telemetry;
-use crate::waiting::{wait_on, Channel, Tried, Wait};
-use crate::{keys, Client, Error, Result};
+use crate::engine::telemetry;
+use crate::engine::waiting::{wait_on, Channel, Tried, Wait};
+use crate::{Client, Error, Result};
 
 /// A distributed counting semaphore, from [`Client::semaphore`]: Redisson's
 /// `RSemaphore`, on the same key and channel.

@@ -9,7 +9,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::args;
-use crate::waiting::{self, pause_before_retry};
+use crate::engine::waiting::{self, pause_before_retry};
 use crate::{Backoff, DistributedLock, Error, LockGuard, Result};
 
 /// Several locks held as one: Redisson's `RedissonMultiLock`. The locks

@@ -12,8 +12,8 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::config::Config;
+use crate::engine::watchdog::drift_margin;
 use crate::error::is_connection_failure;
-use crate::watchdog::drift_margin;
 
 /// How long a give-back of what never expires (a semaphore's permits, a
 /// permit taken without a lease) is resent, at most: an hour. Its latch,

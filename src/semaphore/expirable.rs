@@ -9,16 +9,17 @@ use std::time::Duration;
 use tokio::runtime::Handle;
 use tokio::time::Instant;
 
-use crate::acquire_latch::{self, GiveBack, Request, RequestSlot, Taken, Unclaimed};
 use crate::args;
 use crate::client::conn::Conn;
 use crate::config::MAX_DURATION;
-use crate::finish::{runtime, spawn_to_end, Finish};
-use crate::give_back::{resend_until, surely_ended, NEVER_EXPIRES};
-use crate::object::{Object, Synced};
-use crate::telemetry;
-use crate::waiting::{wait_on, Channel, Tried, Wait};
-use crate::{keys, scripts::EXPIRABLE, Client, Error, Result};
+use crate::engine::acquire_latch::{self, GiveBack, Request, RequestSlot, Taken, Unclaimed};
+use crate::engine::finish::{runtime, spawn_to_end, Finish};
+use crate::engine::give_back::{resend_until, surely_ended, NEVER_EXPIRES};
+use crate::engine::object::{Object, Synced};
+use crate::engine::telemetry;
+use crate::engine::waiting::{wait_on, Channel, Tried, Wait};
+use crate::engine::{keys, scripts::EXPIRABLE};
+use crate::{Client, Error, Result};
 
 /// The `kind` label of a permit-expirable semaphore's figures.
 const EXPIRABLE_KIND: &str = "permit_expirable_semaphore";
@@ -716,7 +717,7 @@ impl PermitExpirableSemaphore {
 /// lock's lease is taken off here too.
 fn lease_end(start: Instant, ms: u64) -> Instant {
     let lease = Duration::from_millis(ms);
-    start + lease - crate::watchdog::drift_margin(lease)
+    start + lease - crate::engine::watchdog::drift_margin(lease)
 }
 
 /// The most permits one acquire takes: their ids travel in one argument.

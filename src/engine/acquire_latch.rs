@@ -17,10 +17,11 @@ use tokio::runtime::Handle;
 use tokio::time::Instant;
 
 use crate::client::conn::Conn;
+use crate::engine::finish::{spawn_to_end, Finish};
+use crate::engine::keys;
+use crate::engine::scripts::ACQUIRE_CANCEL;
 use crate::error::is_connection_failure;
-use crate::finish::{spawn_to_end, Finish};
-use crate::scripts::ACQUIRE_CANCEL;
-use crate::{keys, Client};
+use crate::Client;
 
 /// Settles a request whose replies were all lost, by its acquire latch:
 /// marks it cancelled so that a late arrival changes nothing, or, when it
