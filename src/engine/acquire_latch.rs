@@ -17,6 +17,7 @@ use tokio::runtime::Handle;
 use tokio::time::Instant;
 
 use crate::client::conn::Conn;
+use crate::engine::backoff::{RESEND, SETTLE_LOST};
 use crate::engine::finish::{spawn_to_end, Finish};
 use crate::engine::keys;
 use crate::engine::scripts::ACQUIRE_CANCEL;
@@ -39,10 +40,10 @@ pub(crate) async fn settle_lost<F, Fut>(
     Fut: std::future::Future<Output = ()>,
 {
     let deadline = Instant::now() + Duration::from_millis(latch_ttl);
-    let mut pause = Duration::from_millis(100);
+    let mut checks = 0;
     while Instant::now() < deadline {
-        tokio::time::sleep(pause).await;
-        pause = (pause * 2).min(Duration::from_secs(1));
+        tokio::time::sleep(SETTLE_LOST.pause(checks)).await;
+        checks += 1;
         let settled: redis::RedisResult<i64> = ACQUIRE_CANCEL
             .key(&latch)
             .arg(latch_ttl)
@@ -469,7 +470,8 @@ where
         match reply {
             Err(err) if failed && resend => {
                 tracing::debug!(name = %request.name, error = %err, "acquire failed; sending it again");
-                tokio::time::sleep(Duration::from_millis(100 * u64::from(sent))).await;
+                // `sent` counts from 1.
+                tokio::time::sleep(RESEND.pause(sent - 1)).await;
             }
             Ok(reply) if granted(&reply) => {
                 request.granted();

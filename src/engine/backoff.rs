@@ -1,7 +1,73 @@
-//! How a spin-lock waiter spaces its attempts.
+//! Every retry schedule of the crate, named: how a spin-lock waiter spaces
+//! its attempts ([`Backoff`], the one users set), and the fixed schedules
+//! of the work that resends by itself.
 
 use std::cell::Cell;
 use std::time::Duration;
+
+/// A fixed retry schedule: the pause before each resend, from `first`,
+/// growing by `growth` up to `max`. No jitter: these resends are one
+/// client's own, spaced so as not to crowd a Redis that is coming back.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Schedule {
+    first: Duration,
+    growth: Growth,
+    max: Duration,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Growth {
+    /// Each pause doubles the one before.
+    Doubling,
+    /// Each pause is `first` longer than the one before.
+    Linear,
+}
+
+impl Schedule {
+    /// The pause before retry `n` (from 0).
+    pub(crate) fn pause(&self, n: u32) -> Duration {
+        let grown = match self.growth {
+            Growth::Doubling => self
+                .first
+                .saturating_mul(1u32.checked_shl(n.min(31)).unwrap_or(u32::MAX)),
+            Growth::Linear => self.first.saturating_mul(n.saturating_add(1)),
+        };
+        grown.min(self.max)
+    }
+}
+
+/// A release's and a give-back's resends after a failed connection: 100 ms
+/// more each time, up to 1 s (so the first ones come soon, as a release
+/// that only met a reconnect wants).
+pub(crate) const RESEND: Schedule = Schedule {
+    first: Duration::from_millis(100),
+    growth: Growth::Linear,
+    max: Duration::from_secs(1),
+};
+
+/// The checks of an acquire whose reply was lost, until its latch says
+/// whether it ran: from 100 ms, doubling up to 1 s.
+pub(crate) const SETTLE_LOST: Schedule = Schedule {
+    first: Duration::from_millis(100),
+    growth: Growth::Doubling,
+    max: Duration::from_secs(1),
+};
+
+/// A fair waiter's leave of the queue, resent in the background after a
+/// failed connection: from 50 ms, doubling up to 1 s.
+pub(crate) const LEAVE_QUEUE: Schedule = Schedule {
+    first: Duration::from_millis(50),
+    growth: Growth::Doubling,
+    max: Duration::from_secs(1),
+};
+
+/// How long a waiter pauses after a try that found no connection.
+pub(crate) const NO_CONNECTION: Duration = Duration::from_millis(100);
+
+/// A spin lock's default backoff: 1 ms doubling up to 128 ms, as
+/// Redisson's.
+const SPIN_FIRST: Duration = Duration::from_millis(1);
+const SPIN_MAX: Duration = Duration::from_millis(128);
 
 /// Exponential backoff with jitter, for waiters that poll instead of
 /// subscribing ([`Client::spin_lock`](crate::Client::spin_lock)).
@@ -26,8 +92,8 @@ pub struct Backoff {
 impl Default for Backoff {
     fn default() -> Self {
         Backoff {
-            initial: Duration::from_millis(1),
-            max: Duration::from_millis(128),
+            initial: SPIN_FIRST,
+            max: SPIN_MAX,
         }
     }
 }
@@ -112,6 +178,22 @@ mod tests {
             let pause = backoff.pause(n);
             assert!(pause <= ceiling && pause >= ceiling / 2, "{n}: {pause:?}");
         }
+    }
+
+    #[test]
+    fn the_fixed_schedules_grow_to_their_cap() {
+        let ms = Duration::from_millis;
+        let resend: Vec<_> = (0..12).map(|n| RESEND.pause(n)).collect();
+        assert_eq!(&resend[..3], &[ms(100), ms(200), ms(300)]);
+        assert_eq!(resend[11], ms(1000));
+        let settle: Vec<_> = (0..6).map(|n| SETTLE_LOST.pause(n)).collect();
+        assert_eq!(
+            settle,
+            [ms(100), ms(200), ms(400), ms(800), ms(1000), ms(1000)]
+        );
+        assert_eq!(LEAVE_QUEUE.pause(0), ms(50));
+        assert_eq!(LEAVE_QUEUE.pause(u32::MAX), ms(1000));
+        assert_eq!(RESEND.pause(u32::MAX), ms(1000));
     }
 
     #[test]

@@ -12,6 +12,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::config::Config;
+use crate::engine::backoff::RESEND;
 use crate::engine::watchdog::drift_margin;
 use crate::error::is_connection_failure;
 
@@ -27,12 +28,6 @@ pub(crate) fn may_get_through(err: &redis::RedisError) -> bool {
     is_connection_failure(err)
         || err.kind() == redis::ErrorKind::ClusterConnectionNotFound
         || err.code() == Some("READONLY")
-}
-
-/// The pause before the `n`-th resend (from 1): 100 ms more each time, up
-/// to 1 s (so the first sends space out as a release's always have).
-pub(crate) fn pause(n: u32) -> Duration {
-    (Duration::from_millis(100) * n).min(Duration::from_secs(1))
 }
 
 /// By when what lasted `lease` from `from` (seen from this client: the
@@ -56,13 +51,13 @@ where
     F: FnMut(u64) -> Fut,
     Fut: Future<Output = redis::RedisResult<T>>,
 {
-    let mut sent = 0u32;
+    let mut resends = 0u32;
     loop {
-        sent += 1;
         match send(latch_ttl_ms(config, until)).await {
             Err(err) if may_get_through(&err) && Instant::now() < until => {
                 tracing::debug!(error = %err, "a give-back failed; sending it again");
-                tokio::time::sleep(pause(sent)).await;
+                tokio::time::sleep(RESEND.pause(resends)).await;
+                resends += 1;
             }
             reply => return reply,
         }

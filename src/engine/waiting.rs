@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::engine::backoff::NO_CONNECTION;
 use crate::{args, Backoff, Client, Error, Result};
 
 /// What one try gave.
@@ -20,9 +21,6 @@ pub(crate) enum Tried<T> {
     /// client's watchdog timeout, in case a message was lost.
     Again(Option<Duration>),
 }
-
-/// How long a waiter pauses after a try that found no connection.
-const NO_CONNECTION_PAUSE: Duration = Duration::from_millis(100);
 
 /// The time limits of one call that waits (an acquire, a latch's wait).
 ///
@@ -215,7 +213,7 @@ where
             // again, subscribe again.
             Err(err) if deadline.is_none() && err.may_wait_out() => {
                 tracing::debug!(channel = %name, error = %err, "cannot subscribe; waiting to try again");
-                tokio::time::sleep(NO_CONNECTION_PAUSE).await;
+                tokio::time::sleep(NO_CONNECTION).await;
                 match attempt().await {
                     Ok(Tried::Done(done)) => return Ok(Some(done)),
                     Ok(Tried::Again(_)) => {}
@@ -241,7 +239,7 @@ where
             // wait lets that request go).
             Err(err) if err.may_wait_out() => {
                 tracing::debug!(channel = %name, error = %err, "no connection; waiting to try again");
-                NO_CONNECTION_PAUSE
+                NO_CONNECTION
             }
             Err(err) => return Err(err),
         };
@@ -302,7 +300,7 @@ where
                 Ok(tried) => break tried,
                 Err(err) if err.may_wait_out() => {
                     tracing::debug!(error = %err, "no connection; waiting to try again");
-                    let Some(pause) = cut_to(deadline, NO_CONNECTION_PAUSE) else {
+                    let Some(pause) = cut_to(deadline, NO_CONNECTION) else {
                         return Ok(None);
                     };
                     tokio::time::sleep(pause).await;
@@ -333,7 +331,7 @@ where
     match tried {
         Err(err) if deadline.is_none() && err.may_wait_out() => {
             tracing::debug!(%what, error = %err, "no connection; waiting to try again");
-            Ok(Tried::Again(Some(NO_CONNECTION_PAUSE)))
+            Ok(Tried::Again(Some(NO_CONNECTION)))
         }
         tried => tried,
     }

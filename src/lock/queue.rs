@@ -9,6 +9,7 @@ use tokio::time::Instant;
 
 use super::LockCore;
 use crate::client::conn::Conn;
+use crate::engine::backoff::LEAVE_QUEUE;
 use crate::engine::finish::{runtime, spawn_to_end, Finish};
 use crate::engine::keys;
 use crate::engine::scripts::{FAIR_LEAVE, UNLOCK_MESSAGE};
@@ -200,10 +201,8 @@ async fn leave_queue_on(leave: Arc<OwnerUse>, conn: Conn, waiter_ms: u64) {
     };
     runtime.spawn(async move {
         let give_up = Instant::now() + Duration::from_millis(waiter_ms);
-        let mut pause = Duration::from_millis(50);
-        loop {
-            tokio::time::sleep(pause).await;
-            pause = (pause * 2).min(Duration::from_secs(1));
+        for n in 0.. {
+            tokio::time::sleep(LEAVE_QUEUE.pause(n)).await;
             match leave.send_leave(waiter_ms).await {
                 None | Some(Ok(())) => return,
                 Some(Err(err)) if is_connection_failure(&err) && Instant::now() < give_up => {

@@ -7,7 +7,8 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::client::conn::Conn;
-use crate::engine::give_back::{latch_ttl_ms, may_get_through, pause, surely_ended};
+use crate::engine::backoff::RESEND;
+use crate::engine::give_back::{latch_ttl_ms, may_get_through, surely_ended};
 use crate::engine::keys;
 use crate::engine::scripts::{
     FAIR_RELEASE, READ_RELEASE, RELEASE, UNLOCK_MESSAGE, WAKE_ALL_MESSAGE, WRITE_RELEASE,
@@ -150,7 +151,8 @@ pub(crate) async fn release_hold_as(
                 } =>
             {
                 tracing::debug!(lock = %name, error = %err, "release failed; sending it again");
-                tokio::time::sleep(pause(sent)).await;
+                // `sent` counts from 1: the pause before resend `sent - 1`.
+                tokio::time::sleep(RESEND.pause(sent - 1)).await;
             }
             Err(err) => return Err(Error::from_redis(err, name, "lock")),
         }
