@@ -33,8 +33,21 @@ use crate::engine::telemetry;
 #[cfg(feature = "metrics")]
 use crate::engine::telemetry::Subject;
 
-/// (lock name, owner field)
-pub(crate) type HoldKey = (Arc<str>, Arc<str>);
+/// One owner's holds of one lock: what the watchdog renews, and what the
+/// lock's own maps are keyed by.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) struct HoldKey {
+    /// The lock's name (its hash's key).
+    pub(crate) name: Arc<str>,
+    /// The owner's hash field, `<client-uuid>:<owner-id>`.
+    pub(crate) field: Arc<str>,
+}
+
+impl HoldKey {
+    pub(crate) fn new(name: Arc<str>, field: Arc<str>) -> HoldKey {
+        HoldKey { name, field }
+    }
+}
 
 /// What a guard knows of its lease.
 ///
@@ -359,7 +372,7 @@ impl Registry {
                 #[cfg(feature = "metrics")]
                 telemetry::lease_lost(Subject {
                     kind: label,
-                    name: shared.names.then_some(&*held.key().0),
+                    name: shared.names.then_some(&*held.key().name),
                 });
                 let lease = shared.new_lease(held.key().clone(), sent, renewal, label);
                 held.insert(Held {
@@ -502,7 +515,7 @@ impl Shared {
             return (Renewal::Hash, 0);
         };
         let slot = if self.conn.is_cluster() {
-            keys::slot(watched.key.0.as_bytes())
+            keys::slot(watched.key.name.as_bytes())
         } else {
             0
         };
@@ -600,11 +613,11 @@ impl Shared {
             .remove_if(key, |_, held| Arc::ptr_eq(&held.lease, lease))
             .is_some()
         {
-            tracing::warn!(lock = %key.0, owner = %key.1, %reason, "lease lost");
+            tracing::warn!(lock = %key.name, owner = %key.field, %reason, "lease lost");
             #[cfg(feature = "metrics")]
             telemetry::lease_lost(Subject {
                 kind: watched.kind,
-                name: self.names.then_some(&*key.0),
+                name: self.names.then_some(&*key.name),
             });
             lease.retire();
             lease.mark_lost();
@@ -704,28 +717,31 @@ impl RenewCall {
         let read = renewal == Renewal::ReadHold;
         // Lengths only: they sit in the keys' pointers, so sizing the
         // command reads no name or field.
-        let (count, bytes) = holds.clone().fold((0, 0), |(count, bytes), (name, owner)| {
+        let (count, bytes) = holds.clone().fold((0, 0), |(count, bytes), hold| {
             // `{name}:<field>:rwlock_timeout`, near enough.
             let prefix = if read {
-                name.len() + owner.len() + 18
+                hold.name.len() + hold.field.len() + 18
             } else {
                 0
             };
-            (count + 1, bytes + name.len() + prefix + owner.len())
+            (
+                count + 1,
+                bytes + hold.name.len() + prefix + hold.field.len(),
+            )
         });
         let keys = if read { 2 * count } else { count };
         // EVALSHA, the hash, the key count, the keys, the lease, the fields.
         let mut cmd = redis::Cmd::with_capacity(4 + keys + count, 80 + bytes);
         cmd.arg("EVALSHA").arg(script.get_hash()).arg(keys);
-        for (name, owner) in holds.clone() {
-            cmd.arg(&**name);
+        for hold in holds.clone() {
+            cmd.arg(&*hold.name);
             if read {
-                cmd.arg(keys::rwlock_timeout_prefix(name, owner));
+                cmd.arg(keys::rwlock_timeout_prefix(&hold.name, &hold.field));
             }
         }
         cmd.arg(timeout.as_millis() as u64);
-        for (_, owner) in holds {
-            cmd.arg(&**owner);
+        for hold in holds {
+            cmd.arg(&*hold.field);
         }
         RenewCall {
             renewal,
@@ -845,7 +861,7 @@ async fn renew(shared: &Shared, batch: Vec<Arc<LeaseState>>, sent: Instant, rene
             shared.reschedule(kept, sent + timeout / 3);
         }
         Err(error) => {
-            let first = batch[0].watched.as_ref().map_or("", |w| &*w.key.0);
+            let first = batch[0].watched.as_ref().map_or("", |w| &*w.key.name);
             tracing::warn!(keys = batch.len(), %first, %error, "lease renewal failed; retrying");
             telemetry::renewal_failed(batch.len());
             let retry = Instant::now() + retry_interval(timeout);
@@ -880,7 +896,7 @@ mod tests {
     fn a_renewal_reply_names_gone_holds_once_each_in_order() {
         let keys: Vec<HoldKey> = ["a", "b", "c"]
             .iter()
-            .map(|name| (Arc::from(*name), Arc::from("owner")))
+            .map(|name| HoldKey::new(Arc::from(*name), Arc::from("owner")))
             .collect();
         let call = RenewCall::new(Renewal::Hash, Duration::from_secs(30), keys.iter());
         let ints =

@@ -70,7 +70,7 @@ impl LockCore {
             // of an earlier wait, still being resent or sent late) takes it
             // out: the entry is this wait's too. (Were this future dropped
             // meanwhile, `exit` leaves anew.)
-            let key: HoldKey = (Arc::clone(&self.obj.name), Arc::clone(&field));
+            let key = HoldKey::new(Arc::clone(&self.obj.name), Arc::clone(&field));
             exit.wait = Some(FairOwners::begin_wait(&self.obj.client, &key).await);
         }
         let result = self.wait_for(&field, lease_ms, limits, waiter_ms).await;
@@ -101,7 +101,7 @@ impl LockCore {
         // sends whose replies were lost are settled once, when it goes.
         let slot = RequestSlot::default();
         let req = AcquireRequest {
-            key: (Arc::clone(&self.obj.name), Arc::clone(field)),
+            key: HoldKey::new(Arc::clone(&self.obj.name), Arc::clone(field)),
             lease_ms,
             waiter_ms,
             limits,
@@ -151,11 +151,11 @@ impl LockCore {
             Granted::Reacquire => {
                 return Err(Error::NonReentrantReacquire {
                     name: self.obj.name.to_string(),
-                    owner: req.key.1.to_string(),
+                    owner: req.key.field.to_string(),
                 })
             }
             Granted::Upgrade => {
-                let owner = &req.key.1;
+                let owner = &req.key.field;
                 return Err(Error::UpgradeRefused {
                     name: self.obj.name.to_string(),
                     owner: owner.strip_suffix(":write").unwrap_or(owner).to_owned(),
@@ -209,7 +209,7 @@ impl LockCore {
         ttl_ms: u64,
         runtime: &tokio::runtime::Handle,
     ) -> Result<Granted> {
-        let (name, owner) = (Arc::clone(&req.key.0), Arc::clone(&req.key.1));
+        let (name, owner) = (Arc::clone(&req.key.name), Arc::clone(&req.key.field));
         let (kind, waiter_ms, limits) = (self.kind, req.waiter_ms, req.limits);
         // The attempts of one wait share their request while it is young
         // enough (see `Request`).
@@ -232,12 +232,12 @@ impl LockCore {
             send_resending(&request, limits.resend_until, ttl_ms, granted, send).await
         };
         let client = self.obj.client.clone();
-        let (name, owner) = (Arc::clone(&req.key.0), Arc::clone(&req.key.1));
+        let (name, owner) = (Arc::clone(&req.key.name), Arc::clone(&req.key.field));
         let give_back = move |reply: redis::RedisResult<Granted>| async move {
             if waiter_ms > 0 && !matches!(reply, Ok(Granted::Yes(_))) {
                 // Perhaps queued by this very attempt: leave the line
                 // (unless a newer wait of the owner is in it).
-                let key: HoldKey = (name.clone(), owner.clone());
+                let key = HoldKey::new(name.clone(), owner.clone());
                 leave_queue(FairOwners::use_of(&client, &key), waiter_ms).await;
             }
             if let Ok(Granted::Yes(_)) = reply {
@@ -350,7 +350,7 @@ impl LockCore {
         runtime: &tokio::runtime::Handle,
     ) {
         let (client, kind) = (self.obj.client.clone(), self.kind);
-        let (name, owner) = (Arc::clone(&key.0), Arc::clone(&key.1));
+        let (name, owner) = (Arc::clone(&key.name), Arc::clone(&key.field));
         runtime.spawn(async move {
             let released = release_hold(&client, kind, &name, &owner, ttl_ms, Resend::UntilExpired);
             if let Err(err) = released.await {
@@ -374,7 +374,7 @@ impl LockCore {
         let sent = Instant::now();
         let request = async move { call.send(&mut conn).await };
         let (client, kind) = (self.obj.client.clone(), self.kind);
-        let (name, owner) = (Arc::clone(&key.0), Arc::clone(&key.1));
+        let (name, owner) = (Arc::clone(&key.name), Arc::clone(&key.field));
         let give_back = move |reply: redis::RedisResult<Vec<usize>>| async move {
             if reply.is_ok_and(|gone| gone.is_empty()) {
                 let lease_ms = client.inner.config.watchdog_timeout.as_millis() as u64;

@@ -69,8 +69,8 @@ impl std::fmt::Debug for LockGuard {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let mut d = f.debug_struct("LockGuard");
         if let Some(hold) = &self.hold {
-            d.field("name", &hold.key.0)
-                .field("owner", &hold.key.1)
+            d.field("name", &hold.key.name)
+                .field("owner", &hold.key.field)
                 .field("lease_ms", &hold.lease_ms)
                 .field("lease_lost", &hold.lease.is_lost())
                 .field("token", &self.token);
@@ -122,7 +122,7 @@ impl LockGuard {
 
     /// The lock's name.
     pub fn name(&self) -> &str {
-        self.hold().map_or("", |h| &h.key.0)
+        self.hold().map_or("", |h| &h.key.name)
     }
 
     /// The owner id of this hold: the task's (`task-<n>`), the thread's
@@ -130,7 +130,7 @@ impl LockGuard {
     /// [`Lock::is_held_by`](crate::Lock::is_held_by) and `with_owner` take.
     pub fn owner(&self) -> &str {
         self.hold().map_or("", |h| {
-            let field = &*h.key.1;
+            let field = &*h.key.field;
             // `<client-uuid>:<owner-id>`, a write hold's with `:write`: the
             // UUID has no colon.
             let owner = field.split_once(':').map_or(field, |(_, owner)| owner);
@@ -144,7 +144,7 @@ impl LockGuard {
     /// The hash field of this hold in Redis, `<client-uuid>:<owner-id>`
     /// (`...:write` for a write hold), as Redisson writes it.
     pub fn field(&self) -> &str {
-        self.hold().map_or("", |h| &h.key.1)
+        self.hold().map_or("", |h| &h.key.field)
     }
 
     /// The lease this hold was taken with; `None` in watchdog mode.
@@ -266,7 +266,7 @@ impl LockGuard {
         match self.hold.as_mut() {
             Some(hold) if !hold.lease.is_lost() && !hold.slot.is_claimed() => Ok(hold),
             hold => Err(Error::LeaseLost {
-                name: hold.map_or_else(String::new, |h| h.key.0.to_string()),
+                name: hold.map_or_else(String::new, |h| h.key.name.to_string()),
             }),
         }
     }
@@ -361,15 +361,15 @@ impl Hold {
         let gone = call
             .send(&mut conn)
             .await
-            .map_err(|e| Error::from_redis(e, &self.key.0, "lock"))?;
+            .map_err(|e| Error::from_redis(e, &self.key.name, "lock"))?;
         if !gone.is_empty() {
             if !self.lease.is_lost() {
                 telemetry::lease_lost(self.subject());
             }
             self.lease.mark_lost();
             return Err(Error::NotHeld {
-                name: self.key.0.to_string(),
-                owner: self.key.1.to_string(),
+                name: self.key.name.to_string(),
+                owner: self.key.field.to_string(),
             });
         }
         Ok(sent)
@@ -379,7 +379,7 @@ impl Hold {
     fn subject(&self) -> Subject<'_> {
         Subject {
             kind: self.kind.label(),
-            name: (self.client.inner.config.metric_lock_names).then_some(&*self.key.0),
+            name: (self.client.inner.config.metric_lock_names).then_some(&*self.key.name),
         }
     }
 
@@ -455,7 +455,7 @@ impl Release {
         let own_lease = watchdog || !watched;
         if lease.state.is_lost() && own_lease {
             return Err(Error::LeaseLost {
-                name: key.0.to_string(),
+                name: key.name.to_string(),
             });
         }
         let watchdog_ms = inner.config.watchdog_timeout.as_millis() as u64;
@@ -487,12 +487,11 @@ impl Release {
 
     /// [`Release::send`] on `conn`.
     async fn send_on(&self, conn: Conn, resend: Resend) -> Result<()> {
-        let span =
-            tracing::info_span!("ferrisson.release", lock = %self.key.0, kind = self.kind.label());
+        let span = tracing::info_span!("ferrisson.release", lock = %self.key.name, kind = self.kind.label());
         let call = ReleaseCall {
             kind: self.kind,
-            name: &self.key.0,
-            owner: &self.key.1,
+            name: &self.key.name,
+            owner: &self.key.field,
             lease_ms: self.lease_ms,
             request_id: &self.request_id,
         };
@@ -505,7 +504,7 @@ impl Release {
             // had run out by the reply.
             Err(Error::NotHeld { .. }) if self.own_lease && self.lease.is_lost() => {
                 Err(Error::LeaseLost {
-                    name: self.key.0.to_string(),
+                    name: self.key.name.to_string(),
                 })
             }
             released => released,
@@ -519,7 +518,7 @@ impl Drop for LockGuard {
             return;
         };
         let runtime = hold.runtime.clone();
-        let name = Arc::clone(&hold.key.0);
+        let name = Arc::clone(&hold.key.name);
         let release = match hold.claim() {
             Ok(Some(release)) => Arc::new(release),
             Ok(None) => return,
@@ -539,11 +538,11 @@ impl Drop for LockGuard {
                 match release.send_on(conn, Resend::UntilExpired).await {
                     Ok(()) => {}
                     Err(err @ (Error::LeaseLost { .. } | Error::NotHeld { .. })) => {
-                        tracing::debug!(lock = %release.key.0, error = %err,
+                        tracing::debug!(lock = %release.key.name, error = %err,
                             "dropped guard was no longer held");
                     }
                     Err(err) => {
-                        tracing::warn!(lock = %release.key.0, error = %err,
+                        tracing::warn!(lock = %release.key.name, error = %err,
                             "release of a dropped guard failed; the lock expires with its lease");
                     }
                 }

@@ -455,7 +455,7 @@ impl LockCore {
     pub(crate) async fn unlock(&self) -> Result<()> {
         let field = self.field()?;
         let client = self.obj.client.clone();
-        let key: HoldKey = (Arc::clone(&self.obj.name), field);
+        let key = HoldKey::new(Arc::clone(&self.obj.name), field);
         let kind = self.kind;
         let release = async move {
             let inner = &client.inner;
@@ -465,7 +465,15 @@ impl LockCore {
             }
             let watchdog_ms = inner.config.watchdog_timeout.as_millis() as u64;
             inner.registry.release_any(&key);
-            release_hold(&client, kind, &key.0, &key.1, watchdog_ms, Resend::Bounded).await
+            release_hold(
+                &client,
+                kind,
+                &key.name,
+                &key.field,
+                watchdog_ms,
+                Resend::Bounded,
+            )
+            .await
         };
         Finish::detached(runtime()?, release).await
     }

@@ -34,7 +34,7 @@ impl QueueExit<'_> {
     pub(super) async fn leave(&mut self) {
         self.wait = None;
         if std::mem::take(&mut self.armed) {
-            let key: HoldKey = (Arc::clone(&self.lock.obj.name), Arc::clone(&self.field));
+            let key = HoldKey::new(Arc::clone(&self.lock.obj.name), Arc::clone(&self.field));
             let leave = FairOwners::use_of(&self.lock.obj.client, &key);
             let send = leave_queue(leave, self.waiter_ms);
             // Runs to its end even if the caller is dropped meanwhile.
@@ -56,7 +56,7 @@ impl Drop for QueueExit<'_> {
             // No runtime: the entry counts as dead after the waiter timeout.
             return;
         };
-        let key: HoldKey = (Arc::clone(&self.lock.obj.name), Arc::clone(&self.field));
+        let key = HoldKey::new(Arc::clone(&self.lock.obj.name), Arc::clone(&self.field));
         let client = &self.lock.obj.client;
         let leave = Arc::new(FairOwners::use_of(client, &key));
         let waiter_ms = self.waiter_ms;
@@ -164,7 +164,16 @@ impl OwnerUse {
         if self.owner.waits.load(Ordering::Acquire) > 0 {
             return None;
         }
-        Some(send_leave(&self.client, conn, &self.key.0, &self.key.1, waiter_ms).await)
+        Some(
+            send_leave(
+                &self.client,
+                conn,
+                &self.key.name,
+                &self.key.field,
+                waiter_ms,
+            )
+            .await,
+        )
     }
 }
 
@@ -180,7 +189,7 @@ pub(super) async fn leave_queue(leave: OwnerUse, waiter_ms: u64) {
 
 /// [`leave_queue`], its first send on `conn`.
 async fn leave_queue_on(leave: Arc<OwnerUse>, conn: Conn, waiter_ms: u64) {
-    let (name, owner) = (Arc::clone(&leave.key.0), Arc::clone(&leave.key.1));
+    let (name, owner) = (Arc::clone(&leave.key.name), Arc::clone(&leave.key.field));
     let failed = match leave.send_leave_on(conn, waiter_ms).await {
         None | Some(Ok(())) => return,
         Some(Err(err)) if is_connection_failure(&err) => err,

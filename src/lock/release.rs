@@ -91,7 +91,7 @@ pub(crate) async fn release_hold_as(
     let attempts = config.release_attempts.max(1);
     let mut until = surely_ended(config, Instant::now(), Duration::from_millis(lease_ms));
     let watched: Option<HoldKey> =
-        (resend == Resend::UntilExpired).then(|| (Arc::from(name), Arc::from(owner)));
+        (resend == Resend::UntilExpired).then(|| HoldKey::new(Arc::from(name), Arc::from(owner)));
     let mut sent = 0;
     let reply = loop {
         sent += 1;
