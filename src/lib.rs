@@ -890,6 +890,7 @@ pub use semaphore::Semaphore;
 // under every handle.
 mod args;
 pub mod blocking;
+mod checks;
 mod client;
 pub mod config;
 mod engine;

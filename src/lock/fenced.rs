@@ -58,6 +58,7 @@ face::lock_face!(FencedLock, guard: FencedGuard = FencedGuard::new);
 /// It is a [`LockGuard`] otherwise (release, drop, lease), and turns into
 /// one with `LockGuard::from` (the token is then gone).
 #[must_use = "the hold is released in the background as soon as the guard is dropped"]
+#[clippy::has_significant_drop]
 #[derive(Debug)]
 pub struct FencedGuard {
     guard: LockGuard,
