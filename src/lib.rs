@@ -316,7 +316,8 @@
 //!
 //! # Without an async runtime
 //!
-//! Batch jobs, command-line tools and synchronous services use [`blocking`]:
+//! Batch jobs, command-line tools and synchronous services use [`blocking`]
+//! (feature `blocking`):
 //! a [`blocking::Client`] runs a small tokio runtime of its own (one worker
 //! thread) and offers the same handles (every lock kind, the multi-lock and
 //! RedLock, both semaphores, the latch), guards and permits as plain
@@ -325,6 +326,7 @@
 //!
 //! ```rust,no_run
 //! use std::time::Duration;
+//! # #[cfg(feature = "blocking")]
 //! # fn run() -> ferrisson::Result<()> {
 //! let client = ferrisson::blocking::Client::connect("redis://127.0.0.1/")?;
 //! let lock = client.lock("nightly-export");
@@ -355,7 +357,7 @@
 //!   the task's worker like any blocking call, so use the async API there.
 //!   Dropping the client or a guard on such a thread does not block.
 //!
-//! `cargo run --example blocking` runs worker threads on a lock, a semaphore
+//! `cargo run --features blocking --example blocking` runs worker threads on a lock, a semaphore
 //! and a latch. [The module docs](blocking) say more.
 //!
 //! # Cancel safety
@@ -864,8 +866,13 @@
 //! | `metrics` | figures through the `metrics` facade (see [Metrics and traces](#metrics-and-traces)); `ClientBuilder::metric_lock_names` |
 //! | `cluster` | Redis Cluster, through the `redis` crate's async cluster connection; `Client::cluster_builder` |
 //! | `sentinel` | Redis Sentinel: the master is found, and found again after a failover; `Client::sentinel_builder`, `ClientBuilder::sentinel_master_auth` |
+//! | `blocking` | [`blocking`]: the same handles for programs without an async runtime |
 //!
 //! None is on by default.
+
+// The docs link the blocking API, which a build without its feature lacks
+// (docs.rs builds with every feature).
+#![cfg_attr(not(feature = "blocking"), allow(rustdoc::broken_intra_doc_links))]
 
 // The synchronizers.
 mod count_down_latch;
@@ -889,6 +896,7 @@ pub use semaphore::Semaphore;
 // What they share: the client and its settings, errors, and the machinery
 // under every handle.
 mod args;
+#[cfg(feature = "blocking")]
 pub mod blocking;
 mod checks;
 mod client;

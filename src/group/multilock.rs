@@ -255,6 +255,7 @@ async fn release_all(guards: impl IntoIterator<Item = LockGuard>, by: Option<Ins
 
 /// Releases every guard at once as their drops do (see
 /// [`LockGuard::release_dropped`]); the first error.
+#[cfg(feature = "blocking")]
 pub(crate) async fn release_dropped(guards: Vec<LockGuard>) -> Result<()> {
     futures_util::future::join_all(guards.into_iter().map(LockGuard::release_dropped))
         .await
@@ -324,6 +325,7 @@ impl MultiLockGuard {
     }
 
     /// Releases every hold as their drops do: the blocking API's drop.
+    #[cfg(feature = "blocking")]
     pub(crate) async fn release_dropped(self) -> Result<()> {
         release_dropped(self.guards).await
     }

@@ -10,7 +10,7 @@ use tokio::time::Instant;
 
 use crate::args;
 use crate::engine::waiting::{self, pause_before_retry};
-use crate::group::multilock::{lost_count, release_dropped, unlock_all};
+use crate::group::multilock::{lost_count, unlock_all};
 use crate::{Backoff, DistributedLock, Error, LockGuard, Result};
 
 /// The RedLock algorithm over locks on N independent Redis masters
@@ -419,7 +419,8 @@ impl RedLockGuard {
     }
 
     /// Releases every hold as their drops do: the blocking API's drop.
+    #[cfg(feature = "blocking")]
     pub(crate) async fn release_dropped(self) -> Result<()> {
-        release_dropped(self.guards).await
+        crate::group::multilock::release_dropped(self.guards).await
     }
 }

@@ -345,6 +345,7 @@ impl LockGuard {
     /// Releases a guard whose release nobody waits on for long (the
     /// blocking API's drop waits a moment): as its drop's release, resent
     /// until it gets through or the hold has surely expired.
+    #[cfg(feature = "blocking")]
     pub(crate) async fn release_dropped(self) -> Result<()> {
         self.release(Resend::UntilExpired).await
     }

@@ -887,6 +887,7 @@ impl Permit {
     /// Releases a permit whose release nobody waits on for long (the
     /// blocking API's drop waits a moment): as its drop's release, resent
     /// until it gets through or the lease has surely ended.
+    #[cfg(feature = "blocking")]
     pub(crate) async fn release_dropped(mut self) -> Result<()> {
         let Some(hold) = self.hold.take() else {
             return Ok(());
