@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::kind::{AcquireArgs, Granted};
 use super::queue::{leave_queue, FairOwners, QueueExit};
 use super::{release_hold, LockGuard, Resend};
 use super::{Attempt, Guards, Kind, LockCore};
@@ -13,9 +14,7 @@ use crate::args;
 use crate::config::MAX_DURATION;
 use crate::engine::acquire_latch::{send_resending, GiveBack, Request, RequestSlot, Taken};
 use crate::engine::finish::{runtime, Finish};
-use crate::engine::keys;
 use crate::engine::object::Synced;
-use crate::engine::scripts::{ACQUIRE, FAIR_ACQUIRE, FENCED_ACQUIRE, READ_ACQUIRE, WRITE_ACQUIRE};
 use crate::engine::telemetry::{self, Subject};
 use crate::engine::waiting::{self, Channel, Tried, Wait};
 use crate::engine::watchdog::{HoldKey, LeaseState, RenewCall};
@@ -121,11 +120,7 @@ impl LockCore {
             return waiting::spin(backoff, limits, attempt).await;
         }
         let channel = Channel {
-            name: match self.kind {
-                // Each fair waiter is woken on its own channel.
-                Kind::Fair { .. } => format!("{}:{field}", self.kind.channel(&self.obj.name)),
-                kind => kind.channel(&self.obj.name),
-            },
+            name: self.kind.waiter_channel(&self.obj.name, field),
             // A release wakes one waiter.
             broadcast: false,
         };
@@ -182,7 +177,7 @@ impl LockCore {
         // but for read holds, whose script keeps one timeout key per hold
         // and the hash as long as the longest.
         let left = || {
-            if self.kind == Kind::Read {
+            if !self.kind.holds_share_ttl() {
                 return 0;
             }
             Guards::get()
@@ -223,10 +218,15 @@ impl LockCore {
             let (latch, latch_ttl) = (&request.latch, request.latch_ttl);
             let (name, owner) = (&name, &owner);
             let send = |mut conn: crate::client::conn::Conn| async move {
-                send_acquire(
-                    kind, &mut conn, name, owner, latch, ttl_ms, latch_ttl, waiter_ms,
-                )
-                .await
+                let call = kind.acquire(&AcquireArgs {
+                    name,
+                    field: owner,
+                    latch,
+                    ttl_ms,
+                    latch_ttl,
+                    waiter_ms,
+                });
+                kind.granted(call.invoke_async(&mut conn).await?)
             };
             let granted = |reply: &Granted| matches!(reply, Granted::Yes(_));
             send_resending(&request, limits.resend_until, ttl_ms, granted, send).await
@@ -389,98 +389,6 @@ impl LockCore {
     }
 }
 
-/// Sends one acquire of `kind`'s script; `latch` makes resends of the same
-/// request safe.
-#[allow(clippy::too_many_arguments)]
-async fn send_acquire(
-    kind: Kind,
-    conn: &mut crate::client::conn::Conn,
-    name: &str,
-    owner: &str,
-    latch: &str,
-    ttl_ms: u64,
-    latch_ttl: u64,
-    waiter_ms: u64,
-) -> redis::RedisResult<Granted> {
-    let pttl = |reply: Option<i64>| match reply {
-        None => Granted::Yes(None),
-        Some(REACQUIRE) => Granted::Reacquire,
-        Some(ttl) => Granted::No(ttl),
-    };
-    let reentrant = if kind.reentrant() { "1" } else { "0" };
-    Ok(match kind {
-        Kind::Reentrant | Kind::NonReentrant | Kind::Spin(_) => pttl(
-            ACQUIRE
-                .key(name)
-                .key(latch)
-                .arg(ttl_ms)
-                .arg(owner)
-                .arg(latch_ttl)
-                .arg(reentrant)
-                .invoke_async(conn)
-                .await?,
-        ),
-        Kind::Fenced => {
-            let reply: Vec<i64> = FENCED_ACQUIRE
-                .key(name)
-                .key(keys::fencing_token(name))
-                .key(latch)
-                .arg(ttl_ms)
-                .arg(owner)
-                .arg(latch_ttl)
-                .invoke_async(conn)
-                .await?;
-            match reply.as_slice() {
-                [1, token] if *token > 0 => Granted::Yes(Some(*token as u64)),
-                [0, ttl] => Granted::No(*ttl),
-                other => Granted::Unexpected(format!("{other:?}")),
-            }
-        }
-        Kind::Fair { .. } => pttl(
-            FAIR_ACQUIRE
-                .key(name)
-                .key(keys::fair_queue(name))
-                .key(keys::fair_timeouts(name))
-                .key(latch)
-                .arg(ttl_ms)
-                .arg(owner)
-                .arg(waiter_ms)
-                .arg(if waiter_ms > 0 { "1" } else { "0" })
-                .arg(latch_ttl)
-                .arg(reentrant)
-                .invoke_async(conn)
-                .await?,
-        ),
-        Kind::Read => pttl(
-            READ_ACQUIRE
-                .key(name)
-                .key(keys::rwlock_timeout_prefix(name, owner))
-                .key(latch)
-                .arg(ttl_ms)
-                .arg(owner)
-                .arg(format!("{owner}:write"))
-                .arg(latch_ttl)
-                .invoke_async(conn)
-                .await?,
-        ),
-        Kind::Write => {
-            let reply: Option<i64> = WRITE_ACQUIRE
-                .key(name)
-                .key(latch)
-                .arg(ttl_ms)
-                .arg(owner)
-                .arg(owner.strip_suffix(":write").unwrap_or(owner))
-                .arg(latch_ttl)
-                .invoke_async(conn)
-                .await?;
-            match reply {
-                Some(UPGRADE) => Granted::Upgrade,
-                other => pttl(other),
-            }
-        }
-    })
-}
-
 /// A lock's grant: one hold of an owner, given back by one release.
 pub(super) struct Hold {
     kind: Kind,
@@ -499,24 +407,3 @@ impl Taken for Hold {
         }
     }
 }
-
-/// What one acquire script call replied.
-enum Granted {
-    /// Held now, with the fencing token of a fenced lock.
-    Yes(Option<u64>),
-    /// Held by someone else, for this PTTL (ms; -1 without a TTL).
-    No(i64),
-    /// A reply the script never gives.
-    Unexpected(String),
-    /// The owner reads and asked to write: it would wait for itself.
-    Upgrade,
-    /// The owner holds a non-reentrant lock and asked for it again.
-    Reacquire,
-}
-
-/// What the write acquire script replies to a refused upgrade.
-const UPGRADE: i64 = -3;
-
-/// What the acquire scripts reply to a non-reentrant lock's holder that
-/// asks again.
-const REACQUIRE: i64 = -4;

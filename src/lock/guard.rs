@@ -129,16 +129,7 @@ impl LockGuard {
     /// (`thread-<n>`), or the one given with `with_owner`. It is what
     /// [`Lock::is_held_by`](crate::Lock::is_held_by) and `with_owner` take.
     pub fn owner(&self) -> &str {
-        self.hold().map_or("", |h| {
-            let field = &*h.key.field;
-            // `<client-uuid>:<owner-id>`, a write hold's with `:write`: the
-            // UUID has no colon.
-            let owner = field.split_once(':').map_or(field, |(_, owner)| owner);
-            match h.kind {
-                Kind::Write => owner.strip_suffix(":write").unwrap_or(owner),
-                _ => owner,
-            }
-        })
+        self.hold().map_or("", |h| h.kind.owner_id(&h.key.field))
     }
 
     /// The hash field of this hold in Redis, `<client-uuid>:<owner-id>`

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use super::{Kind, LockCore};
+use super::LockCore;
 use crate::engine::keys;
 use crate::engine::scripts::LOCK_INFO;
 use crate::{Error, Result};
@@ -138,12 +138,7 @@ impl LockCore {
 
     /// What the lock holds now, read in one call.
     pub(crate) async fn info(&self) -> Result<LockInfo> {
-        let extra = match self.kind {
-            Kind::Fair { .. } => Extra::Queue,
-            Kind::Fenced => Extra::Token,
-            _ => Extra::Plain,
-        };
-        let (hash, pttl, queue, scores, now, token) = self.read_lock(extra).await?;
+        let (hash, pttl, queue, scores, now, token) = self.read_lock(self.kind.extra()).await?;
         let mut info = LockInfo {
             ttl: (pttl > 0).then(|| Duration::from_millis(pttl as u64)),
             token: u64::try_from(token).ok(),
@@ -167,7 +162,7 @@ impl LockCore {
                 reply: format!("hold count {value:?} of {field:?}"),
             })?;
             let (field, write) = match field.strip_suffix(":write") {
-                Some(owner) if matches!(self.kind, Kind::Read | Kind::Write) => (owner, true),
+                Some(owner) if self.kind.mode().is_some() => (owner, true),
                 _ => (field.as_str(), false),
             };
             let (client_id, owner_id) = split_field(field);

@@ -1,10 +1,76 @@
-//! Every difference between the kinds of lock.
+//! Every difference between the kinds of lock: the scripts each sends and
+//! how it reads their replies, its hash field, channel and unlock message,
+//! its renewal, its wait and what its reads show. The rest of `lock/` asks
+//! `Kind` and never matches on it, so a new kind makes the compiler list
+//! here each place to decide.
 
 use std::time::Duration;
 
+use redis::{RedisResult, ScriptInvocation, Value};
+
+use super::info::Extra;
 use crate::engine::keys;
+use crate::engine::scripts::{
+    ACQUIRE, FAIR_ACQUIRE, FAIR_FORCE_UNLOCK, FAIR_RELEASE, FENCED_ACQUIRE, FORCE_UNLOCK,
+    READ_ACQUIRE, READ_RELEASE, RELEASE, UNLOCK_MESSAGE, WAKE_ALL_MESSAGE, WRITE_ACQUIRE,
+    WRITE_RELEASE,
+};
 use crate::engine::watchdog::Renewal;
 use crate::Backoff;
+
+/// One acquire request, as every kind's script takes it.
+pub(super) struct AcquireArgs<'a> {
+    pub(super) name: &'a str,
+    /// The owner's hash field.
+    pub(super) field: &'a str,
+    /// The request's acquire latch, which makes its resends safe.
+    pub(super) latch: &'a str,
+    /// The TTL a grant sets, in ms.
+    pub(super) ttl_ms: u64,
+    /// How long the latch lives, in ms.
+    pub(super) latch_ttl: u64,
+    /// A fair waiter's timeout in ms; 0 for a try that does not queue.
+    pub(super) waiter_ms: u64,
+}
+
+/// One release request, as every kind's script takes it.
+pub(super) struct ReleaseArgs<'a> {
+    pub(super) name: &'a str,
+    /// The owner's hash field.
+    pub(super) field: &'a str,
+    /// The request's unlock latch, which makes its resends safe.
+    pub(super) latch: &'a str,
+    /// The TTL left to the owner's other holds, in ms.
+    pub(super) lease_ms: u64,
+    /// `publish` or `spublish`.
+    pub(super) publish: &'static str,
+    /// How long the latch lives, in ms.
+    pub(super) latch_ttl: u64,
+}
+
+/// What one acquire script call replied.
+pub(super) enum Granted {
+    /// Held now, with the fencing token of a fenced lock.
+    Yes(Option<u64>),
+    /// Held by someone else, for this PTTL (ms; -1 without a TTL).
+    No(i64),
+    /// A reply the script never gives.
+    Unexpected(String),
+    /// The owner reads and asked to write: it would wait for itself.
+    Upgrade,
+    /// The owner holds a non-reentrant lock and asked for it again.
+    Reacquire,
+}
+
+/// What the write acquire script replies to a refused upgrade.
+const UPGRADE: i64 = -3;
+
+/// What the acquire scripts reply to a non-reentrant lock's holder that
+/// asks again.
+const REACQUIRE: i64 = -4;
+
+/// The suffix of a write hold's field.
+const WRITE_SUFFIX: &str = ":write";
 
 /// How long a fair lock's queued waiter may stay silent before the others
 /// skip it, by default: 300 s, as Redisson.
@@ -53,6 +119,242 @@ impl Kind {
             | Kind::Fenced
             | Kind::Fair { .. } => keys::lock_channel(name),
             Kind::Read | Kind::Write => keys::rwlock_channel(name),
+        }
+    }
+
+    /// The acquire script call of this kind for `a`.
+    pub(super) fn acquire(self, a: &AcquireArgs<'_>) -> ScriptInvocation<'static> {
+        let reentrant = if self.reentrant() { "1" } else { "0" };
+        let (name, field) = (a.name, a.field);
+        match self {
+            Kind::Reentrant | Kind::NonReentrant | Kind::Spin(_) => {
+                let mut call = ACQUIRE.key(name);
+                call.key(a.latch)
+                    .arg(a.ttl_ms)
+                    .arg(field)
+                    .arg(a.latch_ttl)
+                    .arg(reentrant);
+                call
+            }
+            Kind::Fenced => {
+                let mut call = FENCED_ACQUIRE.key(name);
+                call.key(keys::fencing_token(name))
+                    .key(a.latch)
+                    .arg(a.ttl_ms)
+                    .arg(field)
+                    .arg(a.latch_ttl);
+                call
+            }
+            Kind::Fair { .. } => {
+                let mut call = FAIR_ACQUIRE.key(name);
+                call.key(keys::fair_queue(name))
+                    .key(keys::fair_timeouts(name))
+                    .key(a.latch)
+                    .arg(a.ttl_ms)
+                    .arg(field)
+                    .arg(a.waiter_ms)
+                    .arg(if a.waiter_ms > 0 { "1" } else { "0" })
+                    .arg(a.latch_ttl)
+                    .arg(reentrant);
+                call
+            }
+            Kind::Read => {
+                let mut call = READ_ACQUIRE.key(name);
+                call.key(keys::rwlock_timeout_prefix(name, field))
+                    .key(a.latch)
+                    .arg(a.ttl_ms)
+                    .arg(field)
+                    .arg(format!("{field}{WRITE_SUFFIX}"))
+                    .arg(a.latch_ttl);
+                call
+            }
+            Kind::Write => {
+                let mut call = WRITE_ACQUIRE.key(name);
+                call.key(a.latch)
+                    .arg(a.ttl_ms)
+                    .arg(field)
+                    .arg(field.strip_suffix(WRITE_SUFFIX).unwrap_or(field))
+                    .arg(a.latch_ttl);
+                call
+            }
+        }
+    }
+
+    /// What this kind's acquire reply says.
+    pub(super) fn granted(self, reply: Value) -> RedisResult<Granted> {
+        let pttl = |reply: Option<i64>| match reply {
+            None => Granted::Yes(None),
+            Some(REACQUIRE) => Granted::Reacquire,
+            Some(ttl) => Granted::No(ttl),
+        };
+        Ok(match self {
+            Kind::Fenced => match redis::from_redis_value::<Vec<i64>>(reply)?.as_slice() {
+                [1, token] if *token > 0 => Granted::Yes(Some(*token as u64)),
+                [0, ttl] => Granted::No(*ttl),
+                other => Granted::Unexpected(format!("{other:?}")),
+            },
+            Kind::Write => match redis::from_redis_value::<Option<i64>>(reply)? {
+                Some(UPGRADE) => Granted::Upgrade,
+                other => pttl(other),
+            },
+            Kind::Reentrant
+            | Kind::NonReentrant
+            | Kind::Spin(_)
+            | Kind::Fair { .. }
+            | Kind::Read => pttl(redis::from_redis_value(reply)?),
+        })
+    }
+
+    /// The release script call of this kind for `r`.
+    pub(super) fn release(self, r: &ReleaseArgs<'_>) -> ScriptInvocation<'static> {
+        let (name, field) = (r.name, r.field);
+        let channel = self.channel(name);
+        if self == Kind::Read {
+            let mut call = READ_RELEASE.key(name);
+            call.key(&channel)
+                .key(keys::rwlock_timeout_prefix(name, field))
+                .key(keys::rwlock_key_prefix(name))
+                .key(r.latch)
+                .arg(UNLOCK_MESSAGE)
+                .arg(field)
+                .arg(r.publish)
+                .arg(r.latch_ttl);
+            return call;
+        }
+        // The others share one shape: the hash, their own keys, the
+        // channel and the latch; message, lease, owner, publish, TTL.
+        let script = match self {
+            Kind::Fair { .. } => &*FAIR_RELEASE,
+            Kind::Write => &*WRITE_RELEASE,
+            Kind::Reentrant | Kind::NonReentrant | Kind::Spin(_) | Kind::Fenced | Kind::Read => {
+                &*RELEASE
+            }
+        };
+        let mut call = script.key(name);
+        if self.queues() {
+            call.key(keys::fair_queue(name))
+                .key(keys::fair_timeouts(name));
+        }
+        call.key(&channel)
+            .key(r.latch)
+            .arg(self.unlock_message())
+            .arg(r.lease_ms)
+            .arg(field)
+            .arg(r.publish)
+            .arg(r.latch_ttl);
+        call
+    }
+
+    /// The force-unlock script call of this kind (`publish`: `publish` or
+    /// `spublish`).
+    pub(super) fn force_unlock(
+        self,
+        name: &str,
+        publish: &'static str,
+    ) -> ScriptInvocation<'static> {
+        let mut call = if self.queues() {
+            let mut call = FAIR_FORCE_UNLOCK.key(name);
+            call.key(keys::fair_queue(name))
+                .key(keys::fair_timeouts(name));
+            call
+        } else {
+            FORCE_UNLOCK.key(name)
+        };
+        call.key(self.channel(name))
+            .arg(self.unlock_message())
+            .arg(publish);
+        call
+    }
+
+    /// The message a release publishes: a read-write lock's wakes every
+    /// waiter (readers may all go in), the others' one.
+    pub(super) fn unlock_message(self) -> &'static str {
+        match self {
+            Kind::Read | Kind::Write => WAKE_ALL_MESSAGE,
+            Kind::Reentrant
+            | Kind::NonReentrant
+            | Kind::Spin(_)
+            | Kind::Fenced
+            | Kind::Fair { .. } => UNLOCK_MESSAGE,
+        }
+    }
+
+    /// Whether waiters queue (the fair lock): each is woken on its own
+    /// channel, and a release and a force-unlock also touch the queue.
+    pub(super) fn queues(self) -> bool {
+        match self {
+            Kind::Fair { .. } => true,
+            Kind::Reentrant
+            | Kind::NonReentrant
+            | Kind::Spin(_)
+            | Kind::Fenced
+            | Kind::Read
+            | Kind::Write => false,
+        }
+    }
+
+    /// The channel one waiter of this kind listens on: the fair lock's
+    /// own per waiter, the others' shared.
+    pub(super) fn waiter_channel(self, name: &str, field: &str) -> String {
+        if self.queues() {
+            format!("{}:{field}", self.channel(name))
+        } else {
+            self.channel(name)
+        }
+    }
+
+    /// The end of this kind's hash fields after the owner: `:write` for a
+    /// write hold.
+    pub(super) fn field_suffix(self) -> &'static str {
+        match self {
+            Kind::Write => WRITE_SUFFIX,
+            Kind::Reentrant
+            | Kind::NonReentrant
+            | Kind::Spin(_)
+            | Kind::Fenced
+            | Kind::Fair { .. }
+            | Kind::Read => "",
+        }
+    }
+
+    /// The owner id in one of this kind's hash fields
+    /// (`<client-uuid>:<owner-id>`, a write hold's with `:write`: the UUID
+    /// has no colon).
+    pub(super) fn owner_id(self, field: &str) -> &str {
+        let owner = field.split_once(':').map_or(field, |(_, owner)| owner);
+        owner.strip_suffix(self.field_suffix()).unwrap_or(owner)
+    }
+
+    /// The read-write lock's `mode` that says this side is held; `None`
+    /// for the kinds whose hash is held while it exists.
+    pub(super) fn mode(self) -> Option<&'static str> {
+        match self {
+            Kind::Read => Some("read"),
+            Kind::Write => Some("write"),
+            Kind::Reentrant
+            | Kind::NonReentrant
+            | Kind::Spin(_)
+            | Kind::Fenced
+            | Kind::Fair { .. } => None,
+        }
+    }
+
+    /// Whether the owner's holds share the hash's TTL, so that a leased
+    /// acquire never sets it below another hold's lease. A read hold keeps
+    /// a timeout key of its own (and the hash lives as the longest).
+    pub(super) fn holds_share_ttl(self) -> bool {
+        self.renewal() == Renewal::Hash
+    }
+
+    /// What a read of this kind asks beside the hash: the fair lock's
+    /// queue, the fenced lock's token.
+    pub(super) fn extra(self) -> Extra {
+        match self {
+            Kind::Fair { .. } => Extra::Queue,
+            Kind::Fenced => Extra::Token,
+            Kind::Reentrant | Kind::NonReentrant | Kind::Spin(_) | Kind::Read | Kind::Write => {
+                Extra::Plain
+            }
         }
     }
 

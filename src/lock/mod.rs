@@ -36,7 +36,6 @@ use std::time::Duration;
 use crate::engine::finish::{runtime, Finish};
 use crate::engine::keys;
 use crate::engine::object::Object;
-use crate::engine::scripts::{FAIR_FORCE_UNLOCK, FORCE_UNLOCK, UNLOCK_MESSAGE, WAKE_ALL_MESSAGE};
 use crate::engine::watchdog::HoldKey;
 use crate::{Client, Error, Result};
 
@@ -203,11 +202,7 @@ impl LockCore {
             }
             None => current_owner_id(),
         };
-        let suffix = if self.kind == Kind::Write {
-            ":write"
-        } else {
-            ""
-        };
+        let suffix = self.kind.field_suffix();
         Ok(self.obj.client.inner.fields.field(&owner, suffix))
     }
 
@@ -307,16 +302,10 @@ impl LockCore {
     pub(crate) async fn is_locked(&self) -> Result<bool> {
         self.field()?;
         let (hash, ..) = self.read_lock(Extra::Plain).await?;
-        let mode = match self.kind {
-            Kind::Reentrant
-            | Kind::NonReentrant
-            | Kind::Spin(_)
-            | Kind::Fenced
-            | Kind::Fair { .. } => return Ok(!hash.is_empty()),
-            Kind::Read => "read",
-            Kind::Write => "write",
-        };
-        Ok(hash_value(&hash, "mode") == Some(mode))
+        Ok(match self.kind.mode() {
+            None => !hash.is_empty(),
+            Some(mode) => hash_value(&hash, "mode") == Some(mode),
+        })
     }
 
     /// Whether this handle's owner (by default, the calling task) holds the
@@ -390,33 +379,8 @@ impl LockCore {
         let name = Arc::clone(&self.obj.name);
         let kind = self.kind;
         let publish = self.obj.client.inner.publish();
-        let request = async move {
-            if matches!(kind, Kind::Fair { .. }) {
-                return FAIR_FORCE_UNLOCK
-                    .key(&*name)
-                    .key(keys::fair_queue(&name))
-                    .key(keys::fair_timeouts(&name))
-                    .key(kind.channel(&name))
-                    .arg(UNLOCK_MESSAGE)
-                    .arg(publish)
-                    .invoke_async::<i64>(&mut conn)
-                    .await;
-            }
-            FORCE_UNLOCK
-                .key(&*name)
-                .key(kind.channel(&name))
-                .arg(match kind {
-                    Kind::Reentrant
-                    | Kind::NonReentrant
-                    | Kind::Spin(_)
-                    | Kind::Fenced
-                    | Kind::Fair { .. } => UNLOCK_MESSAGE,
-                    Kind::Read | Kind::Write => WAKE_ALL_MESSAGE,
-                })
-                .arg(publish)
-                .invoke_async::<i64>(&mut conn)
-                .await
-        };
+        let call = kind.force_unlock(&name, publish);
+        let request = async move { call.invoke_async::<i64>(&mut conn).await };
         let reply = Finish::detached(runtime()?, request)
             .await
             .map_err(|e| self.error(e))?;

@@ -10,11 +10,9 @@ use crate::client::conn::Conn;
 use crate::engine::backoff::RESEND;
 use crate::engine::give_back::{latch_ttl_ms, may_get_through, surely_ended};
 use crate::engine::keys;
-use crate::engine::scripts::{
-    FAIR_RELEASE, READ_RELEASE, RELEASE, UNLOCK_MESSAGE, WAKE_ALL_MESSAGE, WRITE_RELEASE,
-};
 use crate::engine::watchdog::HoldKey;
 use crate::error::is_connection_failure;
+use crate::lock::kind::ReleaseArgs;
 use crate::lock::Kind;
 use crate::{Client, Error, Result};
 
@@ -87,7 +85,6 @@ pub(crate) async fn release_hold_as(
     let inner = &client.inner;
     let config = &inner.config;
     let latch = keys::unlock_latch(name, request_id);
-    let channel = kind.channel(name);
     let attempts = config.release_attempts.max(1);
     let mut until = surely_ended(config, Instant::now(), Duration::from_millis(lease_ms));
     let watched: Option<HoldKey> =
@@ -109,39 +106,14 @@ pub(crate) async fn release_hold_as(
                 latch_ttl_ms(config, until)
             }
         };
-        let call = if kind == Kind::Read {
-            let mut call = READ_RELEASE.key(name);
-            call.key(&channel)
-                .key(keys::rwlock_timeout_prefix(name, owner))
-                .key(keys::rwlock_key_prefix(name))
-                .key(&latch)
-                .arg(UNLOCK_MESSAGE)
-                .arg(owner)
-                .arg(inner.publish())
-                .arg(latch_ttl);
-            call
-        } else {
-            // The others share one shape: the hash, their own keys, the
-            // channel and the latch; message, lease, owner, publish, TTL.
-            let (script, queue, message) = match kind {
-                Kind::Fair { .. } => (&*FAIR_RELEASE, true, UNLOCK_MESSAGE),
-                Kind::Write => (&*WRITE_RELEASE, false, WAKE_ALL_MESSAGE),
-                _ => (&*RELEASE, false, UNLOCK_MESSAGE),
-            };
-            let mut call = script.key(name);
-            if queue {
-                call.key(keys::fair_queue(name))
-                    .key(keys::fair_timeouts(name));
-            }
-            call.key(&channel)
-                .key(&latch)
-                .arg(message)
-                .arg(lease_ms)
-                .arg(owner)
-                .arg(inner.publish())
-                .arg(latch_ttl);
-            call
-        };
+        let call = kind.release(&ReleaseArgs {
+            name,
+            field: owner,
+            latch: &latch,
+            lease_ms,
+            publish: inner.publish(),
+            latch_ttl,
+        });
         match call.invoke_async::<Option<i64>>(&mut conn).await {
             Ok(reply) => break reply,
             Err(err)
