@@ -61,6 +61,10 @@ pub(crate) const LEAVE_QUEUE: Schedule = Schedule {
     max: Duration::from_secs(1),
 };
 
+/// How long a waiter pauses before a try that should go at once (a grant
+/// whose confirmation came back empty, a key expiring as it was read).
+pub(crate) const SOON: Duration = Duration::from_millis(1);
+
 /// How long a waiter pauses after a try that found no connection.
 pub(crate) const NO_CONNECTION: Duration = Duration::from_millis(100);
 

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::engine::backoff::NO_CONNECTION;
+use crate::engine::backoff::{NO_CONNECTION, SOON};
 use crate::{args, Backoff, Client, Error, Result};
 
 /// What one try gave.
@@ -20,6 +20,23 @@ pub(crate) enum Tried<T> {
     /// message can change it, so the waiter looks again every third of the
     /// client's watchdog timeout, in case a message was lost.
     Again(Option<Duration>),
+}
+
+impl<T> Tried<T> {
+    /// Held by another for `pttl` ms, as Redis's PTTL says (-1: no TTL):
+    /// free by then, or on a message.
+    pub(crate) fn after_pttl(pttl: i64) -> Tried<T> {
+        match u64::try_from(pttl) {
+            Ok(0) => Tried::soon(),
+            Ok(ms) => Tried::Again(Some(Duration::from_millis(ms))),
+            Err(_) => Tried::Again(None),
+        }
+    }
+
+    /// Not yet, but try again at once.
+    pub(crate) fn soon() -> Tried<T> {
+        Tried::Again(Some(SOON))
+    }
 }
 
 /// The time limits of one call that waits (an acquire, a latch's wait).

@@ -237,24 +237,29 @@ impl RedLock {
                         }
                     };
                     // A dropped attempt is cancel safe: nothing is left held.
-                    tokio::time::timeout(per_attempt, attempt).await
-                }) as Pin<Box<dyn Future<Output = Attempt> + Send + '_>>
+                    match tokio::time::timeout(per_attempt, attempt).await {
+                        Ok(Ok(Some(guard))) => ServerReply::Held(guard),
+                        Ok(Ok(None)) => ServerReply::Busy,
+                        Ok(Err(err)) => ServerReply::Failed(err),
+                        Err(_) => ServerReply::Silent,
+                    }
+                }) as Pin<Box<dyn Future<Output = ServerReply> + Send + '_>>
             })
             .collect();
         let replies = gather(attempts, self.quorum()).await;
         let mut guards = Vec::new();
         let mut failure = None;
         for (lock, reply) in self.locks.iter().zip(replies) {
-            match reply {
-                Some(Ok(Ok(Some(guard)))) => guards.push(guard),
-                Some(Ok(Ok(None))) => {}
-                Some(Ok(Err(err))) if err.may_wait_out() => {
+            match reply.unwrap_or(ServerReply::Silent) {
+                ServerReply::Held(guard) => guards.push(guard),
+                ServerReply::Busy => {}
+                ServerReply::Failed(err) if err.may_wait_out() => {
                     tracing::debug!(lock = %lock.name(), error = %err, "RedLock: a server failed");
                 }
-                Some(Ok(Err(err))) => {
+                ServerReply::Failed(err) => {
                     failure.get_or_insert(err);
                 }
-                Some(Err(_)) | None => {
+                ServerReply::Silent => {
                     tracing::debug!(lock = %lock.name(), "RedLock: a server did not answer in time");
                 }
             }
@@ -277,8 +282,18 @@ impl RedLock {
     }
 }
 
-/// One lock's attempt in a round: timed out, or what its acquire gave.
-type Attempt = std::result::Result<Result<Option<LockGuard>>, tokio::time::error::Elapsed>;
+/// What one server's lock gave in a round.
+enum ServerReply {
+    /// Taken: a guard.
+    Held(LockGuard),
+    /// Held by someone else.
+    Busy,
+    /// The attempt failed.
+    Failed(Error),
+    /// No answer within the round's bound per server (or dropped once a
+    /// majority was in).
+    Silent,
+}
 
 /// Polls every attempt in the caller's task (so each lock's default owner
 /// is the caller, as when it calls the lock itself) until all are done,
@@ -289,12 +304,12 @@ type Attempt = std::result::Result<Result<Option<LockGuard>>, tokio::time::error
 /// A round without a majority waits for every attempt, so that what they
 /// took is released before the round returns.
 async fn gather<'a>(
-    mut attempts: Vec<Pin<Box<dyn Future<Output = Attempt> + Send + 'a>>>,
+    mut attempts: Vec<Pin<Box<dyn Future<Output = ServerReply> + Send + 'a>>>,
     quorum: usize,
-) -> Vec<Option<Attempt>> {
+) -> Vec<Option<ServerReply>> {
     let n = attempts.len();
     let start = Instant::now();
-    let mut outputs: Vec<Option<Attempt>> = (0..n).map(|_| None).collect();
+    let mut outputs: Vec<Option<ServerReply>> = (0..n).map(|_| None).collect();
     let mut grace: Option<Pin<Box<tokio::time::Sleep>>> = None;
     std::future::poll_fn(|cx| {
         for (attempt, out) in attempts.iter_mut().zip(outputs.iter_mut()) {
@@ -307,7 +322,7 @@ async fn gather<'a>(
         let done = outputs.iter().filter(|out| out.is_some()).count();
         let won = outputs
             .iter()
-            .filter(|out| matches!(out, Some(Ok(Ok(Some(_))))))
+            .filter(|out| matches!(out, Some(ServerReply::Held(_))))
             .count();
         if done == n {
             return Poll::Ready(());

@@ -9,10 +9,11 @@ use tokio::time::Instant;
 use super::kind::{AcquireArgs, Granted};
 use super::queue::{leave_queue, FairOwners, QueueExit};
 use super::{release_hold, LockGuard, Resend};
-use super::{Attempt, Guards, Kind, LockCore};
+use super::{Guards, Kind, LockCore};
 use crate::args;
 use crate::config::MAX_DURATION;
 use crate::engine::acquire_latch::{send_resending, GiveBack, Request, RequestSlot, Taken};
+use crate::engine::backoff::SOON;
 use crate::engine::finish::{runtime, Finish};
 use crate::engine::object::Synced;
 use crate::engine::telemetry::{self, Subject};
@@ -106,16 +107,7 @@ impl LockCore {
             limits,
             slot: &slot,
         };
-        let attempt = || async {
-            Ok(match self.attempt(&req).await? {
-                Ok(guard) => Tried::Done(guard),
-                // The holder's TTL: the lock is free by then.
-                Err(ttl) if ttl > 0 => Tried::Again(Some(Duration::from_millis(ttl as u64))),
-                Err(0) => Tried::Again(Some(Duration::from_millis(1))),
-                // No TTL: only a release (or a periodic look) frees it.
-                Err(_) => Tried::Again(None),
-            })
-        };
+        let attempt = || self.attempt(&req);
         if let Some(backoff) = self.kind.backoff() {
             return waiting::spin(backoff, limits, attempt).await;
         }
@@ -129,14 +121,15 @@ impl LockCore {
 
     /// One acquire attempt: send the wait's request (resent on a lost
     /// reply), confirm a grant that came back late, make the guard, and
-    /// check the replicas. `Err(ttl)` when someone else holds the lock.
-    async fn attempt(&self, req: &AcquireRequest<'_>) -> Result<Attempt> {
+    /// check the replicas.
+    async fn attempt(&self, req: &AcquireRequest<'_>) -> Result<Tried<LockGuard>> {
         let runtime = runtime()?;
         let ttl_ms = self.hold_ttl(req);
         let sent = Instant::now();
         let token = match self.send_latched(req, ttl_ms, &runtime).await? {
             Granted::Yes(token) => token,
-            Granted::No(ttl) => return Ok(Err(ttl)),
+            // The holder's TTL: the lock is free by then.
+            Granted::No(pttl) => return Ok(Tried::after_pttl(pttl)),
             Granted::Unexpected(reply) => {
                 return Err(Error::UnexpectedReply {
                     script: "fenced_acquire",
@@ -161,7 +154,7 @@ impl LockCore {
         // lost: its lease counts from there.
         let sent = req.slot.lease_start(sent);
         let Some(sent) = self.confirm_if_late(req, sent, ttl_ms, &runtime).await? else {
-            return Ok(Err(0));
+            return Ok(Tried::soon());
         };
         let guard = self.hold(req, sent, token, runtime);
         self.check_replicas(guard).await
@@ -311,10 +304,10 @@ impl LockCore {
     /// With replica sync configured: waits for the replicas to acknowledge
     /// the hold, and gives it back when too few did (then retries later or
     /// fails, as configured).
-    async fn check_replicas(&self, guard: LockGuard) -> Result<Attempt> {
+    async fn check_replicas(&self, guard: LockGuard) -> Result<Tried<LockGuard>> {
         let outcome = match self.obj.synced().await {
-            Synced::Yes => return Ok(Ok(guard)),
-            Synced::Retry(after) => Ok(Err(after.as_millis() as i64)),
+            Synced::Yes => return Ok(Tried::Done(guard)),
+            Synced::Retry(after) => Ok(Tried::Again(Some(after.max(SOON)))),
             Synced::Failed(err) => Err(err),
         };
         // Only the master knows of this hold: give it back.

@@ -120,9 +120,6 @@ impl Lock {
 
 face::lock_face!(Lock, guard: LockGuard = face::plain);
 
-/// The result of one acquire attempt: a guard, or the holder's PTTL in ms.
-pub(crate) type Attempt = std::result::Result<LockGuard, i64>;
-
 impl LockCore {
     pub(crate) fn new(client: Client, name: String, kind: Kind) -> LockCore {
         LockCore {
