@@ -2,17 +2,18 @@
 //!
 //! Every acquire script takes an *acquire latch* key named by its request
 //! id: a resend of the same request counts once, and a request whose
-//! replies were all lost is settled here, by that latch. Both send their
-//! requests by [`send_resending`], so a lost reply is resent alike. The
-//! attempts of one wait share one [`Request`] (kept in a [`RequestSlot`]);
-//! what a grant took, and how it is given back, is the [`Taken`] of each
-//! synchronizer.
+//! replies were all lost is settled here, by that latch (one [`cancel`],
+//! now or in the background). Both send their requests by [`send`], whose
+//! [`Sending`] is each one's policy as data, so a lost reply is resent
+//! alike. The attempts of one wait share one [`Request`] (kept in a
+//! [`RequestSlot`]); what a grant took, and its one give-back, is the
+//! [`Taken`] of each synchronizer.
 
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use redis::{FromRedisValue, ScriptInvocation};
+use redis::ScriptInvocation;
 use tokio::runtime::Handle;
 use tokio::time::Instant;
 
@@ -24,38 +25,55 @@ use crate::engine::scripts::ACQUIRE_CANCEL;
 use crate::error::is_connection_failure;
 use crate::Client;
 
-/// Settles a request whose replies were all lost, by its acquire latch:
-/// marks it cancelled so that a late arrival changes nothing, or, when it
-/// was granted, runs `give_back`. Tries for as long as the latch lives.
-/// Shared by the locks and the semaphores.
-pub(crate) async fn settle_lost<F, Fut>(
+/// One settle of a request whose replies were all lost, by its acquire
+/// latch: closes the latch, so that a send arriving late changes nothing,
+/// and says whether a send of it was granted (then what it took is the
+/// caller's to give back, by [`give_back_lost`]).
+async fn cancel(conn: &mut Conn, latch: &str, latch_ttl: u64) -> redis::RedisResult<bool> {
+    let granted: i64 = ACQUIRE_CANCEL
+        .key(latch)
+        .arg(latch_ttl)
+        .invoke_async(conn)
+        .await?;
+    Ok(granted == 1)
+}
+
+/// Gives back what a request whose replies were lost took (its send was
+/// granted after all), then has its latch swept.
+async fn give_back_lost<T: Taken>(
+    client: Client,
+    name: Arc<str>,
+    taken: Arc<T>,
+    ttl_ms: u64,
+    latch: String,
+) {
+    tracing::debug!(%name, "an acquire whose reply was lost was granted; giving it back");
+    taken
+        .give_back(&client, &name, ttl_ms, GiveBack::ReplyLost)
+        .await;
+    client.inner.sweeper.discard(latch);
+}
+
+/// Settles a request whose replies were all lost in the background, once
+/// nobody sends it any more: [`cancel`], tried on the `SETTLE_LOST`
+/// schedule for as long as the latch lives, and a grant found given back.
+async fn settle_lost<T: Taken>(
     client: Client,
     mut conn: Conn,
-    name: &str,
+    name: Arc<str>,
+    taken: Arc<T>,
+    ttl_ms: u64,
     latch: String,
     latch_ttl: u64,
-    give_back: F,
-) where
-    F: FnOnce() -> Fut,
-    Fut: std::future::Future<Output = ()>,
-{
+) {
     let deadline = Instant::now() + Duration::from_millis(latch_ttl);
     let mut checks = 0;
     while Instant::now() < deadline {
         tokio::time::sleep(SETTLE_LOST.pause(checks)).await;
         checks += 1;
-        let settled: redis::RedisResult<i64> = ACQUIRE_CANCEL
-            .key(&latch)
-            .arg(latch_ttl)
-            .invoke_async(&mut conn)
-            .await;
-        match settled {
-            Ok(0) => return,
-            Ok(_) => {
-                give_back().await;
-                client.inner.sweeper.discard(latch);
-                return;
-            }
+        match cancel(&mut conn, &latch, latch_ttl).await {
+            Ok(false) => return,
+            Ok(true) => return give_back_lost(client, name, taken, ttl_ms, latch).await,
             Err(err) if is_connection_failure(&err) => {}
             Err(err) => {
                 tracing::warn!(%name, error = %err, "could not settle a request whose reply was lost");
@@ -172,6 +190,9 @@ pub(crate) struct Request<T: Taken> {
     pub(crate) latch: String,
     /// Its TTL (ms).
     pub(crate) latch_ttl: u64,
+    /// The longest TTL its sends set (ms; 0: what they take does not
+    /// expire), which a give-back of an orphaned grant restores.
+    ttl_ms: u64,
     /// When it was made: before its first send, so before any grant.
     born: Instant,
     outcome: Mutex<Outcome>,
@@ -207,6 +228,7 @@ impl<T: Taken> Request<T> {
             taken: Arc::new(taken),
             latch: keys::acquire_latch(name, &inner.request_id()),
             latch_ttl: Self::latch_ttl(&inner.config, ttl_ms),
+            ttl_ms,
             born: Instant::now(),
             outcome: Mutex::new(Outcome::default()),
             runtime,
@@ -273,27 +295,17 @@ impl<T: Taken> Request<T> {
     /// (its drop, or the next call, tries again).
     async fn settle_now(&self) -> redis::RedisResult<()> {
         let mut conn = self.client.inner.conn.clone();
-        let granted: i64 = ACQUIRE_CANCEL
-            .key(&self.latch)
-            .arg(self.latch_ttl)
-            .invoke_async(&mut conn)
-            .await?;
+        let granted = cancel(&mut conn, &self.latch, self.latch_ttl).await?;
         let ttl_ms = {
             let mut outcome = self.outcome.lock().unwrap_or_else(|p| p.into_inner());
             outcome.lost.take()
         };
-        if let (1, Some(ttl_ms)) = (granted, ttl_ms) {
-            tracing::debug!(name = %self.name, "an acquire whose reply was lost was granted; giving it back");
+        if let (true, Some(ttl_ms)) = (granted, ttl_ms) {
             // The request no longer says it is unsettled: once started, the
             // give-back goes on in the background if this call is dropped.
             let (client, name) = (self.client.clone(), Arc::clone(&self.name));
             let (taken, latch) = (Arc::clone(&self.taken), self.latch.clone());
-            let give_back = async move {
-                taken
-                    .give_back(&client, &name, ttl_ms, GiveBack::ReplyLost)
-                    .await;
-                client.inner.sweeper.discard(latch);
-            };
+            let give_back = give_back_lost(client, name, taken, ttl_ms, latch);
             Finish::detached(self.runtime.clone(), give_back).await;
         }
         Ok(())
@@ -359,18 +371,7 @@ impl<T: Taken> Drop for Request<T> {
                 Arc::clone(&taken),
                 latch.clone(),
             );
-            async move {
-                let give_back = {
-                    let (client, name) = (client.clone(), Arc::clone(&name));
-                    move || async move {
-                        tracing::debug!(%name, "an acquire whose reply was lost was granted; giving it back");
-                        taken
-                            .give_back(&client, &name, ttl_ms, GiveBack::ReplyLost)
-                            .await;
-                    }
-                };
-                settle_lost(client, conn, &name, latch, latch_ttl, give_back).await;
-            }
+            settle_lost(client, conn, name, taken, ttl_ms, latch, latch_ttl)
         });
     }
 }
@@ -439,7 +440,7 @@ impl<T: Taken> RequestSlot<T> {
 /// wait lets it go (`Request`'s drop): once per request, not per attempt.
 ///
 /// The locks and the semaphores share it.
-pub(crate) async fn send_resending<T, R, Fut>(
+async fn send_resending<T, R, Fut>(
     request: &Request<T>,
     resend_until: Option<Instant>,
     lasts_ms: u64,
@@ -482,48 +483,74 @@ where
     }
 }
 
-/// Sends `request` for the semaphores, resent after a lost reply as
-/// [`send_resending`] says, and returns the reply; the script is built by
-/// `build` from the latch key and its TTL (milliseconds), and `granted`
-/// tells a grant from a refusal. `resend_until` and `lasts_ms` as in
-/// [`send_resending`].
+/// How one request is sent: what every synchronizer gives [`send`].
+pub(crate) struct Sending<B, D> {
+    /// Builds the script call from the latch key and its TTL (ms).
+    pub(crate) build: B,
+    /// Reads the script's reply.
+    pub(crate) decode: D,
+    /// Until when a lost reply is resent (see [`send_resending`]).
+    pub(crate) resend_until: Option<Instant>,
+    /// How long what a grant takes lasts (ms; `u64::MAX`: for ever).
+    pub(crate) lasts_ms: u64,
+}
+
+/// Sends `request` as `how` says, resent after a lost reply as
+/// [`send_resending`] says, and returns the reply; `granted` tells a grant
+/// from a refusal. The locks and both semaphores send this way.
 ///
 /// Whatever becomes of the caller, a grant is never left behind:
 /// - granted and answered: the latch is swept (or closed after a lost send);
 /// - reply lost: the request is resent at once, and by the wait's next
 ///   attempt; when the wait ends first, it is settled in the background by
 ///   its latch, and a grant found there is given back;
-/// - granted after the caller's future was dropped: given back.
+/// - granted after the caller's future was dropped: given back, with the
+///   TTL the request's sends set (its [`Taken`]'s one give-back);
+///   `orphaned` then runs too, told whether it was granted (a fair
+///   waiter's attempt leaves the queue it may have joined).
 ///
 /// # Cancel safety
 /// Cancel safe: once sent, the request (and its resends) runs to its end
 /// on `runtime`.
-pub(crate) async fn send<T, R>(
+pub(crate) async fn send<T, R, B, D, O, OF>(
     request: Arc<Request<T>>,
     runtime: Handle,
-    build: impl FnOnce(&str, u64) -> ScriptInvocation<'static>,
+    how: Sending<B, D>,
     granted: fn(&R) -> bool,
-    resend_until: Option<Instant>,
-    lasts_ms: u64,
+    orphaned: O,
 ) -> redis::RedisResult<R>
 where
     T: Taken,
-    R: FromRedisValue + Send + 'static,
+    R: Send + 'static,
+    B: FnOnce(&str, u64) -> ScriptInvocation<'static>,
+    D: Fn(redis::Value) -> redis::RedisResult<R> + Send + Sync + 'static,
+    O: FnOnce(bool) -> OF + Send + 'static,
+    OF: Future<Output = ()> + Send,
 {
+    let Sending {
+        build,
+        decode,
+        resend_until,
+        lasts_ms,
+    } = how;
     let invocation = build(&request.latch, request.latch_ttl);
     let taken = Arc::clone(&request.taken);
+    let ttl_ms = request.ttl_ms;
     let (client, name) = (request.client.clone(), Arc::clone(&request.name));
     let send = async move {
-        let invocation = &invocation;
-        let send = |mut conn: Conn| async move { invocation.invoke_async::<R>(&mut conn).await };
+        let (invocation, decode) = (&invocation, &decode);
+        let send =
+            |mut conn: Conn| async move { decode(invocation.invoke_async(&mut conn).await?) };
         send_resending(&request, resend_until, lasts_ms, granted, send).await
     };
     let orphan = move |reply: redis::RedisResult<R>| async move {
-        if reply.as_ref().is_ok_and(granted) {
+        let was_granted = reply.as_ref().is_ok_and(granted);
+        if was_granted {
             taken
-                .give_back(&client, &name, 0, GiveBack::CallerLeft)
+                .give_back(&client, &name, ttl_ms, GiveBack::CallerLeft)
                 .await;
         }
+        orphaned(was_granted).await;
     };
     Finish::new(runtime, send, orphan).await
 }

@@ -12,7 +12,7 @@ use super::{release_hold, LockGuard, Resend};
 use super::{Guards, Kind, LockCore};
 use crate::args;
 use crate::config::MAX_DURATION;
-use crate::engine::acquire_latch::{send_resending, GiveBack, Request, RequestSlot, Taken};
+use crate::engine::acquire_latch::{send, GiveBack, Request, RequestSlot, Sending, Taken};
 use crate::engine::backoff::SOON;
 use crate::engine::finish::{runtime, Finish};
 use crate::engine::object::Synced;
@@ -186,8 +186,8 @@ impl LockCore {
 
     /// Sends the wait's request, resending it under the same id on a
     /// connection failure (up to `release_attempts` sends, and only while
-    /// the wait allows: see [`Wait`] and `send_resending`, the semaphores'
-    /// schedule too). Safe to resend: the request's acquire latch makes a
+    /// the wait allows: see [`Wait`] and `acquire_latch::send`, the
+    /// semaphores' too). Safe to resend: the request's acquire latch makes a
     /// resend return the first outcome instead of taking a second hold. A
     /// caller that leaves gets its grant given back (and a fair waiter's
     /// queue entry left).
@@ -207,41 +207,33 @@ impl LockCore {
         };
         let new = || Request::new(&self.obj.client, &name, hold, ttl_ms, runtime.clone());
         let request = req.slot.get(ttl_ms, new).await.map_err(|e| self.error(e))?;
-        let send = async move {
-            let (latch, latch_ttl) = (&request.latch, request.latch_ttl);
-            let (name, owner) = (&name, &owner);
-            let send = |mut conn: crate::client::conn::Conn| async move {
-                let call = kind.acquire(&AcquireArgs {
-                    name,
-                    field: owner,
-                    latch,
-                    ttl_ms,
-                    latch_ttl,
-                    waiter_ms,
-                });
-                kind.granted(call.invoke_async(&mut conn).await?)
-            };
-            let granted = |reply: &Granted| matches!(reply, Granted::Yes(_));
-            send_resending(&request, limits.resend_until, ttl_ms, granted, send).await
+        let build = |latch: &str, latch_ttl: u64| {
+            kind.acquire(&AcquireArgs {
+                name: &name,
+                field: &owner,
+                latch,
+                ttl_ms,
+                latch_ttl,
+                waiter_ms,
+            })
         };
+        let how = Sending {
+            build,
+            decode: move |reply| kind.granted(reply),
+            resend_until: limits.resend_until,
+            lasts_ms: ttl_ms,
+        };
+        let granted = |reply: &Granted| matches!(reply, Granted::Yes(_));
         let client = self.obj.client.clone();
-        let (name, owner) = (Arc::clone(&req.key.name), Arc::clone(&req.key.field));
-        let give_back = move |reply: redis::RedisResult<Granted>| async move {
-            if waiter_ms > 0 && !matches!(reply, Ok(Granted::Yes(_))) {
+        let key = req.key.clone();
+        let orphaned = move |granted: bool| async move {
+            if waiter_ms > 0 && !granted {
                 // Perhaps queued by this very attempt: leave the line
                 // (unless a newer wait of the owner is in it).
-                let key = HoldKey::new(name.clone(), owner.clone());
                 leave_queue(FairOwners::use_of(&client, &key), waiter_ms).await;
             }
-            if let Ok(Granted::Yes(_)) = reply {
-                // The caller left after Redis granted the hold: undo it,
-                // leaving the key's TTL as this acquire set it.
-                let hold = Hold { kind, owner };
-                hold.give_back(&client, &name, ttl_ms, GiveBack::CallerLeft)
-                    .await;
-            }
         };
-        Finish::new(runtime.clone(), send, give_back)
+        send(request, runtime.clone(), how, granted, orphaned)
             .await
             .map_err(|e| self.error(e))
     }

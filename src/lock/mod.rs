@@ -464,7 +464,7 @@ impl Client {
     /// `getNonReentrantLock`: the reentrant lock's hash (it excludes
     /// [`Client::lock`] holders of the same name), but an owner that holds
     /// it and asks again is refused
-    /// ([`Error::NonReentrantReacquire`](crate::Error::NonReentrantReacquire))
+    /// ([`Error::NonReentrantReacquire`])
     /// instead of re-entering. For code whose futures share a task (`join!`,
     /// `select!`, `buffer_unordered`): see [`NonReentrantLock`].
     pub fn non_reentrant_lock(&self, name: impl Into<String>) -> NonReentrantLock {
@@ -517,7 +517,7 @@ impl Client {
     ///   an error) leaves the queue at once and the ones behind it move up.
     /// - A waiter whose process died is skipped once it has been silent for
     ///   the waiter timeout (default
-    ///   [`DEFAULT_FAIR_WAITER_TIMEOUT`](crate::DEFAULT_FAIR_WAITER_TIMEOUT),
+    ///   [`DEFAULT_FAIR_WAITER_TIMEOUT`],
     ///   300 s; [`FairLock::with_waiter_timeout`]): until then the line waits
     ///   for it, which is the price of fairness.
     /// - `try_lock()` (one attempt) does not join the queue.

@@ -12,7 +12,9 @@ use tokio::time::Instant;
 use crate::args;
 use crate::client::conn::Conn;
 use crate::config::MAX_DURATION;
-use crate::engine::acquire_latch::{self, GiveBack, Request, RequestSlot, Taken, Unclaimed};
+use crate::engine::acquire_latch::{
+    self, GiveBack, Request, RequestSlot, Sending, Taken, Unclaimed,
+};
 use crate::engine::finish::{runtime, spawn_to_end, Finish};
 use crate::engine::give_back::{resend_until, surely_ended, NEVER_EXPIRES};
 use crate::engine::object::{Object, Synced};
@@ -657,16 +659,15 @@ impl PermitExpirableSemaphore {
         // The script replies nil for permits taken, else how long to wait.
         let granted = |reply: &Option<i64>| reply.is_none();
         let lasts_ms = lease_ms.unwrap_or(u64::MAX);
-        let reply = acquire_latch::send(
-            request,
-            runtime.clone(),
+        let how = Sending {
             build,
-            granted,
+            decode: |reply| Ok(redis::from_redis_value::<Option<i64>>(reply)?),
             resend_until,
             lasts_ms,
-        )
-        .await
-        .map_err(|e| self.obj.error(e))?;
+        };
+        let reply = acquire_latch::send(request, runtime.clone(), how, granted, |_| async {})
+            .await
+            .map_err(|e| self.obj.error(e))?;
         if reply.is_none() {
             // Given back should this attempt be dropped before it returns.
             let (client, name) = (&self.obj.client, &self.obj.name);

@@ -10,7 +10,9 @@ use tokio::time::Instant;
 
 use crate::args;
 use crate::config::MAX_DURATION;
-use crate::engine::acquire_latch::{self, GiveBack, Request, RequestSlot, Taken, Unclaimed};
+use crate::engine::acquire_latch::{
+    self, GiveBack, Request, RequestSlot, Sending, Taken, Unclaimed,
+};
 use crate::engine::finish::runtime;
 use crate::engine::give_back::{resend_until, NEVER_EXPIRES};
 use crate::engine::keys;
@@ -99,7 +101,7 @@ impl Semaphore {
     /// # Errors
     /// As [`try_set_permits`](Semaphore::try_set_permits), and
     /// [`Error::InvalidArgument`] for a TTL under 1 ms or over
-    /// [`MAX_DURATION`](crate::config::MAX_DURATION).
+    /// [`MAX_DURATION`].
     ///
     /// # Cancel safety
     /// Cancel safe: once sent, the call completes in the background.
@@ -426,14 +428,13 @@ impl Semaphore {
             call
         };
         let granted = |reply: &i64| *reply == 1;
-        let sent = acquire_latch::send(
-            request,
-            runtime.clone(),
+        let how = Sending {
             build,
-            granted,
+            decode: |reply| Ok(redis::from_redis_value::<i64>(reply)?),
             resend_until,
-            u64::MAX,
-        );
+            lasts_ms: u64::MAX,
+        };
+        let sent = acquire_latch::send(request, runtime.clone(), how, granted, |_| async {});
         match sent.await {
             Ok(1) => {}
             Ok(_) => return Ok(Tried::Again(None)),
