@@ -139,10 +139,16 @@ async fn a_user_with_exactly_the_documented_acl_rules_runs_every_kind() {
         tokio::spawn(async move { lock.lock().await.unwrap() })
     };
     eventually(Duration::from_secs(10), || async { b.subscriptions() == 1 }).await;
-    // A renewal: the TTL rises above a reading (it only falls without).
-    let before = server.cmd(&["PTTL", "acl:lock"]).as_int().unwrap();
-    eventually(Duration::from_secs(10), || async {
-        server.cmd(&["PTTL", "acl:lock"]).as_int().unwrap() > before
+    // A renewal: the TTL rises between two readings (it only falls
+    // without). Not above the first reading alone: taken in the
+    // millisecond of the acquire it is the full timeout, which no later
+    // reading exceeds.
+    let mut last = server.cmd(&["PTTL", "acl:lock"]).as_int().unwrap();
+    eventually(Duration::from_secs(10), || {
+        let now = server.cmd(&["PTTL", "acl:lock"]).as_int().unwrap();
+        let rose = now > last;
+        last = now;
+        async move { rose }
     })
     .await;
     assert!(!guard.is_lease_lost());
