@@ -190,9 +190,6 @@ pub(crate) struct Request<T: Taken> {
     pub(crate) latch: String,
     /// Its TTL (ms).
     pub(crate) latch_ttl: u64,
-    /// The longest TTL its sends set (ms; 0: what they take does not
-    /// expire), which a give-back of an orphaned grant restores.
-    ttl_ms: u64,
     /// When it was made: before its first send, so before any grant.
     born: Instant,
     outcome: Mutex<Outcome>,
@@ -228,7 +225,6 @@ impl<T: Taken> Request<T> {
             taken: Arc::new(taken),
             latch: keys::acquire_latch(name, &inner.request_id()),
             latch_ttl: Self::latch_ttl(&inner.config, ttl_ms),
-            ttl_ms,
             born: Instant::now(),
             outcome: Mutex::new(Outcome::default()),
             runtime,
@@ -491,7 +487,9 @@ pub(crate) struct Sending<B, D> {
     pub(crate) decode: D,
     /// Until when a lost reply is resent (see [`send_resending`]).
     pub(crate) resend_until: Option<Instant>,
-    /// How long what a grant takes lasts (ms; `u64::MAX`: for ever).
+    /// How long what a grant takes lasts (ms; `u64::MAX`: for ever): for a
+    /// lock, the TTL this send sets, which the give-back of an orphaned
+    /// grant restores.
     pub(crate) lasts_ms: u64,
 }
 
@@ -505,7 +503,7 @@ pub(crate) struct Sending<B, D> {
 ///   attempt; when the wait ends first, it is settled in the background by
 ///   its latch, and a grant found there is given back;
 /// - granted after the caller's future was dropped: given back, with the
-///   TTL the request's sends set (its [`Taken`]'s one give-back);
+///   TTL this send set, `lasts_ms` (its [`Taken`]'s one give-back);
 ///   `orphaned` then runs too, told whether it was granted (a fair
 ///   waiter's attempt leaves the queue it may have joined).
 ///
@@ -535,7 +533,9 @@ where
     } = how;
     let invocation = build(&request.latch, request.latch_ttl);
     let taken = Arc::clone(&request.taken);
-    let ttl_ms = request.ttl_ms;
+    // This send's own TTL: the attempts of one wait share the request, and
+    // a later one may set a longer TTL than the first.
+    let ttl_ms = lasts_ms;
     let (client, name) = (request.client.clone(), Arc::clone(&request.name));
     let send = async move {
         let (invocation, decode) = (&invocation, &decode);
