@@ -79,135 +79,10 @@
 //! `Vec<Box<dyn DistributedLock>>`, and a [`MultiLock`] or [`RedLock`] can
 //! hold any of them.
 //!
-//! **Spin lock.** The same hash and scripts as [`Lock`], so it excludes
-//! `client.lock(name)` holders and Redisson's `RLock` on that name. Its waiters
-//! never subscribe. They try again after an exponential pause with jitter,
-//! 1 ms doubling to 128 ms by default ([`Backoff`], set with
-//! [`SpinLock::with_backoff`]), never longer than the holder's remaining TTL.
-//! It suits very many locks with waiters, where one subscription per name costs
-//! too much. The price: a hand-off up to one pause late, and a call per pause.
-//!
-//! **Fenced lock.** The reentrant lock plus Redisson's fencing counter
-//! `redisson_lock_token:{name}`. Every acquire, re-entry included, returns a
-//! token ([`FencedGuard::token`]) higher than any before it on that name, from
-//! any client, forever. A lease can run out while its holder is paused (a GC
-//! pause, a swap storm, a stopped VM), and the lock cannot stop that holder's
-//! late write; the token can. Send it with each write, and let the resource
-//! refuse a token lower than the highest it has accepted:
-//!
-//! ```rust,no_run
-//! # async fn run(client: ferrisson::Client, highest: &mut u64) -> ferrisson::Result<()> {
-//! let guard = client.fenced_lock("ledger").lock().await?;
-//! let token = guard.token();
-//! if token >= *highest {
-//!     *highest = token; // the resource's side: accept, and remember
-//!     // ... write ...
-//! }
-//! guard.unlock().await?;
-//! # Ok(()) }
-//! ```
-//!
-//! `cargo run --example fencing` shows a stale holder refused. A dropped or
-//! failed acquire may have drawn a token: tokens rise strictly but may skip.
-//!
-//! **Fair lock.** The reentrant lock, granted in the order waiters arrived,
-//! across every client and process. The line is a list with a sorted set of
-//! deadlines, and each waiter is woken on its own channel when its turn comes.
-//! A waiter that gives up (its wait ran out, its future was dropped) leaves the
-//! line at once, unless another wait of the same owner is still in line: an
-//! owner has one entry, which its last wait takes out. A late leave of an
-//! earlier wait never takes out a newer one's. A waiter whose process died
-//! holds up the line until its waiter timeout (300 s by default, as Redisson;
-//! [`FairLock::with_waiter_timeout`]), and is then skipped: that is the price
-//! of fairness. `try_lock()` makes one attempt and never joins the line.
-//! `cargo run --example fair_queue` serves five workers in arrival order.
-//!
-//! **Read-write lock.** [`ReadWriteLock::read`] admits many holders,
-//! [`ReadWriteLock::write`] one. A writer may take read holds (a downgrade:
-//! when it lets the write go, its reads remain and other readers may enter). A
-//! reader asking for the write lock would wait for itself, so it gets
-//! [`Error::UpgradeRefused`] at once instead. Each read hold has its own
-//! timeout key, so a crashed reader's holds expire one by one while live
-//! readers, renewed by the watchdog, carry on. Releasing the write lock wakes
-//! every waiter. `cargo run --example read_write` shows readers overlapping and
-//! a writer alone.
-//!
-//! **Semaphore.** A number of permits at the key `name`, set once with
-//! [`try_set_permits(n)`](Semaphore::try_set_permits) (every process may call
-//! it; the first one sets it). Take one with [`acquire()`](Semaphore::acquire)
-//! (it waits, woken by each release's message),
-//! [`try_acquire()`](Semaphore::try_acquire) or
-//! [`try_acquire_for(wait)`](Semaphore::try_acquire_for), and several at once,
-//! all or none, with the `_many` forms, such as
-//! [`acquire_many(n)`](Semaphore::acquire_many). Give them back with
-//! [`release()`](Semaphore::release) or
-//! [`release_many(n)`](Semaphore::release_many);
-//! [`add_permits(n)`](Semaphore::add_permits) adds to the available ones (a
-//! negative `n` takes some away). Read them with
-//! [`available_permits()`](Semaphore::available_permits); empty them with
-//! [`drain_permits()`](Semaphore::drain_permits). As in Redisson, **permits
-//! belong to nobody**: anyone may release them, and the permits of a holder
-//! that crashed are lost until someone adds them back. `cargo run --example
-//! rate_limit` caps a partner API at three calls in flight across three
-//! replicas.
-//!
-//! ```rust,no_run
-//! # async fn run(client: ferrisson::Client) -> ferrisson::Result<()> {
-//! let calls = client.semaphore("partner-api");
-//! calls.try_set_permits(3).await?;
-//! calls.acquire().await?; // one permit; waits while all three are out
-//! // ... call the partner ...
-//! calls.release().await?;
-//! # Ok(()) }
-//! ```
-//!
-//! **Permit-expirable semaphore.** For holders that may die. Each acquire takes
-//! one permit and returns a [`Permit`] with its own id. With
-//! `acquire_with_lease(lease)` the permit also has a lease, after which it goes
-//! back by itself, by the server's clock: every call on the semaphore, from any
-//! client, first takes back the expired permits, and a waiter wakes when the
-//! first lease it waits on ends. Release a permit with `release(permit)`, or
-//! `release_by_id` from anywhere; renew its lease with `update_lease`. A
-//! dropped permit is released in the background, like a guard. Releasing a
-//! permit that expired is [`Error::PermitNotOut`], never a release of someone
-//! else's.
-//!
-//! ```rust,no_run
-//! use std::time::Duration;
-//! # async fn run(client: ferrisson::Client) -> ferrisson::Result<()> {
-//! let seats = client.permit_expirable_semaphore("gpu:seats");
-//! seats.try_set_permits(2).await?;
-//! let permit = seats.acquire_with_lease(Duration::from_secs(60)).await?;
-//! // ... if this process dies here, the seat is back within a minute ...
-//! permit.release().await?;
-//! # Ok(()) }
-//! ```
-//!
-//! **Count-down latch.** `try_set_count(n)`, `count_down()`, `count()`,
-//! `wait()`, `wait_for(timeout)` and `delete()`. At zero Redis deletes the key,
-//! and one message opens every waiter in every process. A latch that was never
-//! set is open, so set it before anyone waits. `cargo run --example
-//! startup_barrier` switches traffic once four replicas are warm.
-//!
-//! **Multi-lock.** Several locks held as one, all or nothing: any lock kinds,
-//! from different clients and servers. It never holds one lock while waiting
-//! for another. It waits for one lock while holding nothing, then takes the
-//! others without waiting; when one is busy, it releases everything and waits
-//! for that one first. So two multi-locks over the same locks, in any order,
-//! cannot deadlock. One [`MultiLockGuard`] releases them all, and reports a
-//! lost lease when any lease is lost.
-//!
-//! **RedLock.** The RedLock algorithm over one lock per independent Redis
-//! master. It is held when a majority (`N/2 + 1`) was taken within the validity
-//! time (the lease, less the round's elapsed time and a drift allowance), and
-//! released everywhere otherwise. With five servers it holds with two of them
-//! down, and refuses with three down. Redisson deprecated it, and so should
-//! you, mostly: its safety rests on bounded clock drift, on no process pausing
-//! past the validity, and on restarted servers staying down for a lease, and
-//! nothing checks any of that. It has no single counter for fencing tokens.
-//! For correctness, use one fenced lock and have the resource refuse stale
-//! tokens. Use RedLock only to survive the loss of a minority of servers
-//! without replication. [`RedLock`]'s own docs say more.
+//! Each type's docs say how it works and what it costs: the spin lock's
+//! backoff, the fencing token, the fair lock's line, the read-write lock's
+//! downgrade, whose permits belong to whom, the latch's reset, the
+//! multi-lock's deadlock freedom and RedLock's limits.
 //!
 //! # Owners and reentrancy
 //!
@@ -317,48 +192,10 @@
 //! # Without an async runtime
 //!
 //! Batch jobs, command-line tools and synchronous services use [`blocking`]
-//! (feature `blocking`):
-//! a [`blocking::Client`] runs a small tokio runtime of its own (one worker
-//! thread) and offers the same handles (every lock kind, the multi-lock and
-//! RedLock, both semaphores, the latch), guards and permits as plain
-//! blocking calls. The runtime keeps running between calls, so the watchdog renews a
-//! held lock's lease while the calling thread does its work.
-//!
-//! ```rust,no_run
-//! use std::time::Duration;
-//! # #[cfg(feature = "blocking")]
-//! # fn run() -> ferrisson::Result<()> {
-//! let client = ferrisson::blocking::Client::connect("redis://127.0.0.1/")?;
-//! let lock = client.lock("nightly-export");
-//! if let Some(guard) = lock.try_lock_for(Duration::from_secs(5))? {
-//!     // ... the export ...
-//!     guard.unlock()?;
-//! }
-//! # Ok(()) }
-//! ```
-//!
-//! - **Owners are threads.** A blocking handle's default owner is the calling
-//!   thread, `thread-<n>`, the id the async API gives code outside a task. The
-//!   same thread re-enters; other threads wait. Each call reads the owner on
-//!   the caller's thread before it goes to the runtime, so the runtime's own
-//!   thread never owns anything. `is_held_by_current_task` asks about the
-//!   calling thread.
-//! - **A dropped guard is released before the drop returns**, waiting at most
-//!   the client's response timeout (3 s by default); past that the release goes
-//!   on in the background. `unlock()` is still the path that reports errors.
-//!   Guards and permits keep the runtime alive, so a guard that outlives its
-//!   client is still renewed and released; when the last one goes, the
-//!   runtime gives the releases still running the response timeout again
-//!   before it stops (so that last drop may take twice the timeout, and up
-//!   to a second more for the runtime's thread).
-//! - **Plain threads, or `spawn_blocking`.** A blocking call never panics,
-//!   also on a thread with a tokio runtime's context (where a nested
-//!   `block_on` would): a helper thread drives it. In an async task it blocks
-//!   the task's worker like any blocking call, so use the async API there.
-//!   Dropping the client or a guard on such a thread does not block.
-//!
-//! `cargo run --features blocking --example blocking` runs worker threads on a lock, a semaphore
-//! and a latch. [The module docs](blocking) say more.
+//! (feature `blocking`): the same handles, guards and permits as plain
+//! blocking calls, owned by the calling thread, on a small runtime of the
+//! client's own that keeps renewing leases between calls. Its module docs
+//! say how drops, owners and threads behave there.
 //!
 //! # Cancel safety
 //!
@@ -602,180 +439,10 @@
 //!
 //! # Deployments
 //!
-//! ## One server, with ACL users and TLS
-//!
-//! A user and password go in the URL, and every connection the client opens
-//! (commands and subscriptions) authenticates with them. The user needs the
-//! lock keys, the `redisson_*` channels (`&*` or narrower) and the commands
-//! in [`ACL_RULES`] (or `+@all`). A user who may not run scripts, like a
-//! server without them, is refused by `build()` with
-//! [`Error::ScriptingUnavailable`]. `rediss://` needs the crate's `tls` feature (rustls,
-//! with ring for its cryptography: no system library) or its `native-tls`
-//! feature (the platform's TLS). A private CA is trusted with
-//! `ClientBuilder::tls_root_certificate`:
-//!
-//! ```rust,no_run
-//! # #[cfg(any(feature = "tls", feature = "native-tls"))]
-//! # async fn run(ca_pem: Vec<u8>) -> ferrisson::Result<()> {
-//! let client = ferrisson::Client::builder("rediss://locker:secret@redis.internal:6380/")
-//!     .tls_root_certificate(ca_pem) // PEM; omit it to use the system's trust store
-//!     .build()
-//!     .await?;
-//! # Ok(()) }
-//! ```
-//!
-//! A refused password, an untrusted certificate or an unreachable server fails
-//! `build()` at once with [`Error::Redis`], whose text carries the server's or
-//! the TLS library's reason. Secrets never appear in the `Debug` output of a
-//! client, builder, lock or guard: they print the host and port only.
-//!
-//! rustls takes its cryptography from a process-wide provider. When the
-//! program has installed none, `build()` for a `rediss://` address installs
-//! ring's (with feature `tls`), and the program's other rustls clients then
-//! use it too. A program that wants another one (aws-lc-rs, a FIPS build)
-//! installs it before building its first client. Turning on `tls` also turns
-//! on rustls's `ring` feature for the whole program: where aws-lc-rs is on
-//! too, rustls no longer picks a provider by itself, so such a program
-//! installs one in `main`.
-//!
-//! Turn on one TLS feature, not both. With both, the redis crate uses rustls
-//! without the system's trust store: a server is then trusted only through
-//! `tls_root_certificate`.
-//!
-//! ## Replica sync
-//!
-//! With a replica behind the master, a fresh lock exists only on the master
-//! until replication carries it over. If the master fails in between, the
-//! promoted replica has no lock, and a second holder can get in. Replica sync
-//! narrows that window, as Redisson's `checkLockSyncedSlaves` does: after each
-//! acquire and release (of a lock, a semaphore's permits or an expirable
-//! permit) the client sends `WAIT replicas timeout`. An acquire that too few
-//! replicas acknowledged is given back, then fails with
-//! [`Error::NotReplicated`] or is tried again within the call's wait
-//! ([`config::Unsynced`]).
-//!
-//! Behind Sentinel and on a Cluster it is on by default, as in Redisson
-//! ([`config::ReplicaSync::REDISSON`]): every replica the master reports
-//! online (`ROLE`, counted at most once a second) is waited for up to 1 s,
-//! one acknowledgement is enough, a master without replicas is not waited
-//! on, and an acquire none acknowledged is given back and tried again. On
-//! one server it is off unless asked for:
-//!
-//! ```rust,no_run
-//! # async fn run() -> ferrisson::Result<()> {
-//! use std::time::Duration;
-//! use ferrisson::config::Unsynced;
-//! let client = ferrisson::Client::builder("redis://master.internal/")
-//!     .replica_sync(1, Duration::from_millis(500), Unsynced::Retry)
-//!     .build()
-//!     .await?;
-//! # Ok(()) }
-//! ```
-//!
-//! Its price is latency: each acquire and release waits one more round trip
-//! and the replicas' acknowledgement. On one machine that about doubles a
-//! lock and unlock (`docs/benchmarks.md`, scenario 8); across a network it
-//! adds the slowest replica's round trip. A replica that hangs while staying
-//! connected makes every write wait the whole timeout until its master drops
-//! it. [`ClientBuilder::replica_sync_with`]`(None)` turns it off.
-//!
-//! It does not make replication synchronous. A replica that acknowledged can
-//! still lag behind on the next write, and WAIT says nothing of which replica
-//! will be promoted. Fencing tokens remain the way to make a resource refuse a
-//! stale holder. A server that refuses WAIT or ROLE (some managed services do,
-//! and ACL users without them) gets one attempt and a warning; the client
-//! then locks without sync. Releases that too
-//! few replicas acknowledged are logged, not undone.
-//!
-//! ## Redis Cluster
-//!
-//! With the crate's `cluster` feature, `Client::cluster_builder(nodes)`
-//! connects through the `redis` crate's cluster connection. Any of the nodes
-//! will do; the rest are discovered.
-//!
-//! ```rust,no_run
-//! # #[cfg(feature = "cluster")]
-//! # async fn run() -> ferrisson::Result<()> {
-//! let client = ferrisson::Client::cluster_builder([
-//!     "redis://10.0.0.1:7000/",
-//!     "redis://10.0.0.2:7000/",
-//! ])
-//! .build()
-//! .await?;
-//! let guard = client.lock("orders:42").lock().await?; // same API as on one server
-//! guard.unlock().await?;
-//! # Ok(()) }
-//! ```
-//!
-//! - Every key and channel of a lock carries its name's hash tag (Redisson's
-//!   brace rule), so each script runs on the one node that owns the slot.
-//!   Scripts are loaded on every master when a node answers NOSCRIPT.
-//! - Watchdog renewals are batched per slot (a script's keys must share one),
-//!   still 200 keys at most per call (100 read holds, of two keys each).
-//! - Unlock messages use sharded pub/sub (SPUBLISH inside the scripts,
-//!   SSUBSCRIBE) when the cluster supports it, probed with `PUBSUB
-//!   SHARDNUMSUB` as Redisson does; classic pub/sub otherwise. The mode in
-//!   use is [`Config::pubsub_mode`] (`client.config().pubsub_mode`). A Java
-//!   service sharing the locks must use the same mode, or the two do not hear
-//!   each other's unlocks: when its `shardedSubscriptionMode` is forced, force
-//!   the same with [`ClientBuilder::pubsub_mode`] (`Classic` or `Sharded`).
-//! - A master that dies takes its slots' locks with it until its replica is
-//!   promoted (asynchronous replication: a fresh lock may be lost, as on one
-//!   server). Locks on the other masters carry on. Replica sync works here too:
-//!   WAIT goes to the master of the lock's slot, on the connection that carried
-//!   the write.
-//! - When a slot moves (a failover, a resharding), the server drops its shard
-//!   subscriptions. The client subscribes again (the cluster connection routes
-//!   it to a node of the slot's shard) and wakes the waiters to try again. A
-//!   waiter whose attempt found no connection to the slot's node (mid-failover)
-//!   waits and tries again instead of failing: that attempt never left.
-//!
-//! `tests/cluster.rs` runs against clusters made by `redis-cli --cluster
-//! create`. With three masters: locks on every node, re-entry and renewals,
-//! wake-ups by sharded messages, the slot of every key, and a master killed
-//! while locks on the others are held. With three masters and a replica each: a
-//! held lock survives `CLUSTER FAILOVER` (kept, renewed on the new master,
-//! scripts loaded again), and its release wakes, within milliseconds, a waiter
-//! that subscribed before the failover. Also: a slot moved by resharding
-//! (`CLUSTER SETSLOT`, `MIGRATE`) takes a held lock and its waiter's
-//! subscription along; replica sync waits on the slot's master; and nodes that
-//! require a password get it on every connection.
-//!
-//! ## Sentinel
-//!
-//! With the crate's `sentinel` feature, `Client::sentinel_builder(sentinels,
-//! service)` asks the sentinels (through the `redis` crate's sentinel client)
-//! for the master of `service`. It asks again whenever a command says the
-//! server is no longer the master (READONLY) or cannot be reached. Commands and
-//! subscriptions then move to the new master, without restarting anything.
-//! Waiters ride out the switch and keep waiting.
-//!
-//! ```rust,no_run
-//! # #[cfg(feature = "sentinel")]
-//! # async fn run() -> ferrisson::Result<()> {
-//! let client = ferrisson::Client::sentinel_builder(
-//!     ["redis://10.0.0.1:26379/", "redis://10.0.0.2:26379/"],
-//!     "mymaster",
-//! )
-//! .sentinel_master_auth(Some("locker"), "secret") // the masters' ACL user
-//! .build()
-//! .await?;
-//! # Ok(()) }
-//! ```
-//!
-//! What a failover does to a lock held across it: replication is asynchronous,
-//! and until the old master is demoted it keeps accepting the holder's
-//! renewals, which never reach the promoted replica. If that window is longer
-//! than what was left of the lease, the lock is gone on the new master. The
-//! holder is then told (`lease_lost()`, and `unlock()` returns `LeaseLost`) at
-//! its first renewal on the new master, and a waiter gets the lock.
-//! `tests/sentinel.rs` (one master, one replica, one sentinel,
-//! `SENTINEL FAILOVER`, a 10 s lease) sees exactly that: the lock is lost and
-//! reported lost, and the client follows the new master. Replica sync narrows
-//! the window for acquires and releases, not for renewals; fencing tokens are
-//! what make a resource refuse the old holder. The sentinels' own credentials
-//! go in their URLs. The masters' go in `sentinel_master_auth(user, password)`,
-//! used by every connection to a master.
+//! One server, with ACL users, TLS and replica sync: [`ClientBuilder`]. A
+//! Redis Cluster: [`Client::cluster_builder`] (feature `cluster`). Redis
+//! Sentinel: [`Client::sentinel_builder`] (feature `sentinel`). Each says
+//! how it is set up, with an example, and what differs there.
 //!
 //! # Redisson compatibility
 //!
@@ -799,63 +466,15 @@
 //! sides must use the same pub/sub mode (see [Redis Cluster](#redis-cluster)),
 //! and in a mixed fleet mind the clocks (see [Guarantees](#guarantees)).
 //!
-//! # How it works
-//!
-//! - Each client has two RESP3 connections (`redis::aio::ConnectionManager`):
-//!   one for commands, one for subscriptions. Both reconnect by themselves.
-//!   Subscriptions are renewed on reconnect, and waiters are woken to try again.
-//! - Scripts are compiled in (`include_str!`) and run with EVALSHA. They are
-//!   loaded again on NOSCRIPT (after `SCRIPT FLUSH` or a restart).
-//! - The watchdog registry is keyed by (lock, owner), and emptied by the last
-//!   local release of each key ([`Client::held_locks`]). Each key is renewed a
-//!   third of the timeout after its last confirmed renewal. One scheduler task
-//!   per client renews together every key due within a short window (the
-//!   timeout / 30, at most 1 s: early, never late), up to 200 keys per script
-//!   call (Redisson sends 100; a read hold sends two). Keys taken together
-//!   stay together, so 100 000 held locks cost about 500 calls a period, not
-//!   100 000. A held lock costs the client about 400 bytes, guard included,
-//!   and a million of them renew at the default timeout with about 6% of one
-//!   core (figures in `docs/benchmarks.md`).
-//! - Waiters on one lock name share one subscription per client
-//!   ([`Client::subscriptions`]). An unlock message `0` wakes one of them, so
-//!   one release costs about one acquire attempt.
-//! - Each release's unlock latch is deleted afterwards, as Redisson does, but in
-//!   batches: one DEL of up to 512 latches every 5 ms at most, rather than a
-//!   third command for every lock and unlock. Acquire latches go in the same
-//!   batches, so the retry-safe acquire adds no round trip.
-//!
-//! What all this costs, against the limit of one round trip to acquire and one
-//! to release, is measured by `cargo run --release --example bench`. The
-//! figures are in `docs/benchmarks.md` in the repository.
-//!
 //! # Metrics and traces
 //!
-//! With the `metrics` feature, the locks and semaphores report through the
-//! [`metrics`](https://docs.rs/metrics) crate's facade, so whatever
-//! recorder the program installs (Prometheus, StatsD, OpenTelemetry...)
-//! gets them. Each figure is labelled `kind` (`lock`, `spin_lock`,
-//! `fenced_lock`, `fair_lock`, `non_reentrant_lock`,
-//! `non_reentrant_fair_lock`, `read_lock`, `write_lock`, `semaphore`,
-//! `permit_expirable_semaphore`), and with the
-//! lock's name as `name` only when the client is built with
-//! `ClientBuilder::metric_lock_names(true)`: a service that makes a lock
-//! per order would make a time series per order.
-//!
-//! | metric | type | what it counts |
-//! |---|---|---|
-//! | `ferrisson_acquires_total` | counter, also labelled `outcome` | acquires that ended: `acquired`, `timed_out` (not got within the wait; a `try_lock` that found the lock held) or `failed` (an error). A dropped acquire is not counted. A [`MultiLock`] or [`RedLock`] is counted through its member locks, each attempt of each |
-//! | `ferrisson_acquire_wait_seconds` | histogram | how long each successful acquire took, its waits included |
-//! | `ferrisson_hold_seconds` | histogram | from the grant to the release of a guard (`unlock` or its drop) or of an expirable [`Permit`] (released through it, not by id, before its lease ran out); a hold given back because the replicas did not acknowledge it is not counted. A plain [`Semaphore`]'s permits belong to nobody and have no hold time |
-//! | `ferrisson_leases_lost_total` | counter | watchdog leases found lost: a renewal (or `extend`) refused by Redis because the key expired, was deleted or taken, or no renewal got through before the lease ran out. A leased hold that simply runs out is not counted |
-//! | `ferrisson_renewals_total` | counter, no labels | holds the watchdog sent for renewal |
-//! | `ferrisson_renewal_failures_total` | counter, no labels | holds whose renewal call failed (it is sent again while the lease lasts) |
-//! | `ferrisson_renewal_batch_keys` | histogram, no labels | holds per renewal call (at most 200, or 100 read holds) |
-//! | `ferrisson_subscriptions` | gauge, no labels | channels subscribed to (or being unsubscribed from) over every client in the process: one per lock, semaphore or latch name with local waiters, and one per waiting owner of a fair lock |
-//!
-//! Every lock or semaphore acquire, and every lock guard's release, also runs in a `tracing` span,
-//! `ferrisson.acquire` or `ferrisson.release`, at level INFO, with the
-//! fields `lock` (the name) and `kind`: a slow acquire shows in a trace
-//! with its waits inside it. Spans need no feature.
+//! With the `metrics` feature, the locks and semaphores report acquires,
+//! waits, hold times, lost leases, renewals and subscriptions through the
+//! [`metrics`](https://docs.rs/metrics) crate's facade, labelled by kind
+//! (and by name only with `ClientBuilder::metric_lock_names(true)`). Every
+//! acquire and every guard's release also runs in a `tracing` span
+//! (`ferrisson.acquire`, `ferrisson.release`), with or without the
+//! feature. The list of figures is `docs/metrics.md` in the repository.
 //!
 //! # Cargo features
 //!

@@ -26,6 +26,93 @@ use crate::Result;
 ///     .await?;
 /// # Ok(()) }
 /// ```
+///
+/// # One server, with ACL users and TLS
+///
+/// A user and password go in the URL, and every connection the client opens
+/// (commands and subscriptions) authenticates with them. The user needs the
+/// lock keys, the `redisson_*` channels (`&*` or narrower) and the commands
+/// in [`ACL_RULES`](crate::ACL_RULES) (or `+@all`). A user who may not run scripts, like a
+/// server without them, is refused by `build()` with
+/// [`Error::ScriptingUnavailable`](crate::Error::ScriptingUnavailable). `rediss://` needs the crate's `tls` feature (rustls,
+/// with ring for its cryptography: no system library) or its `native-tls`
+/// feature (the platform's TLS). A private CA is trusted with
+/// `ClientBuilder::tls_root_certificate`:
+///
+/// ```rust,no_run
+/// # #[cfg(any(feature = "tls", feature = "native-tls"))]
+/// # async fn run(ca_pem: Vec<u8>) -> ferrisson::Result<()> {
+/// let client = ferrisson::Client::builder("rediss://locker:secret@redis.internal:6380/")
+///     .tls_root_certificate(ca_pem) // PEM; omit it to use the system's trust store
+///     .build()
+///     .await?;
+/// # Ok(()) }
+/// ```
+///
+/// A refused password, an untrusted certificate or an unreachable server fails
+/// `build()` at once with [`Error::Redis`](crate::Error::Redis), whose text carries the server's or
+/// the TLS library's reason. Secrets never appear in the `Debug` output of a
+/// client, builder, lock or guard: they print the host and port only.
+///
+/// rustls takes its cryptography from a process-wide provider. When the
+/// program has installed none, `build()` for a `rediss://` address installs
+/// ring's (with feature `tls`), and the program's other rustls clients then
+/// use it too. A program that wants another one (aws-lc-rs, a FIPS build)
+/// installs it before building its first client. Turning on `tls` also turns
+/// on rustls's `ring` feature for the whole program: where aws-lc-rs is on
+/// too, rustls no longer picks a provider by itself, so such a program
+/// installs one in `main`.
+///
+/// Turn on one TLS feature, not both. With both, the redis crate uses rustls
+/// without the system's trust store: a server is then trusted only through
+/// `tls_root_certificate`.
+///
+///
+/// # Replica sync
+///
+/// With a replica behind the master, a fresh lock exists only on the master
+/// until replication carries it over. If the master fails in between, the
+/// promoted replica has no lock, and a second holder can get in. Replica sync
+/// narrows that window, as Redisson's `checkLockSyncedSlaves` does: after each
+/// acquire and release (of a lock, a semaphore's permits or an expirable
+/// permit) the client sends `WAIT replicas timeout`. An acquire that too few
+/// replicas acknowledged is given back, then fails with
+/// [`Error::NotReplicated`](crate::Error::NotReplicated) or is tried again within the call's wait
+/// ([`config::Unsynced`](crate::config::Unsynced)).
+///
+/// Behind Sentinel and on a Cluster it is on by default, as in Redisson
+/// ([`config::ReplicaSync::REDISSON`](crate::config::ReplicaSync::REDISSON)): every replica the master reports
+/// online (`ROLE`, counted at most once a second) is waited for up to 1 s,
+/// one acknowledgement is enough, a master without replicas is not waited
+/// on, and an acquire none acknowledged is given back and tried again. On
+/// one server it is off unless asked for:
+///
+/// ```rust,no_run
+/// # async fn run() -> ferrisson::Result<()> {
+/// use std::time::Duration;
+/// use ferrisson::config::Unsynced;
+/// let client = ferrisson::Client::builder("redis://master.internal/")
+///     .replica_sync(1, Duration::from_millis(500), Unsynced::Retry)
+///     .build()
+///     .await?;
+/// # Ok(()) }
+/// ```
+///
+/// Its price is latency: each acquire and release waits one more round trip
+/// and the replicas' acknowledgement. On one machine that about doubles a
+/// lock and unlock (`docs/benchmarks.md`, scenario 8); across a network it
+/// adds the slowest replica's round trip. A replica that hangs while staying
+/// connected makes every write wait the whole timeout until its master drops
+/// it. [`ClientBuilder::replica_sync_with`]`(None)` turns it off.
+///
+/// It does not make replication synchronous. A replica that acknowledged can
+/// still lag behind on the next write, and WAIT says nothing of which replica
+/// will be promoted. Fencing tokens remain the way to make a resource refuse a
+/// stale holder. A server that refuses WAIT or ROLE (some managed services do,
+/// and ACL users without them) gets one attempt and a warning; the client
+/// then locks without sync. Releases that too
+/// few replicas acknowledged are logged, not undone.
+///
 #[must_use = "a builder does nothing until `build` is awaited"]
 pub struct ClientBuilder {
     target: Target,

@@ -132,6 +132,62 @@ impl Client {
     /// name's hash slot, so each script runs on one node; unlock messages
     /// use sharded pub/sub when the cluster supports it (Redis 7+).
     ///
+    ///
+    /// # Redis Cluster
+    ///
+    /// With the crate's `cluster` feature, `Client::cluster_builder(nodes)`
+    /// connects through the `redis` crate's cluster connection. Any of the nodes
+    /// will do; the rest are discovered.
+    ///
+    /// ```rust,no_run
+    /// # #[cfg(feature = "cluster")]
+    /// # async fn run() -> ferrisson::Result<()> {
+    /// let client = ferrisson::Client::cluster_builder([
+    ///     "redis://10.0.0.1:7000/",
+    ///     "redis://10.0.0.2:7000/",
+    /// ])
+    /// .build()
+    /// .await?;
+    /// let guard = client.lock("orders:42").lock().await?; // same API as on one server
+    /// guard.unlock().await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// - Every key and channel of a lock carries its name's hash tag (Redisson's
+    ///   brace rule), so each script runs on the one node that owns the slot.
+    ///   Scripts are loaded on every master when a node answers NOSCRIPT.
+    /// - Watchdog renewals are batched per slot (a script's keys must share one),
+    ///   still 200 keys at most per call (100 read holds, of two keys each).
+    /// - Unlock messages use sharded pub/sub (SPUBLISH inside the scripts,
+    ///   SSUBSCRIBE) when the cluster supports it, probed with `PUBSUB
+    ///   SHARDNUMSUB` as Redisson does; classic pub/sub otherwise. The mode in
+    ///   use is [`Config::pubsub_mode`] (`client.config().pubsub_mode`). A Java
+    ///   service sharing the locks must use the same mode, or the two do not hear
+    ///   each other's unlocks: when its `shardedSubscriptionMode` is forced, force
+    ///   the same with [`ClientBuilder::pubsub_mode`] (`Classic` or `Sharded`).
+    /// - A master that dies takes its slots' locks with it until its replica is
+    ///   promoted (asynchronous replication: a fresh lock may be lost, as on one
+    ///   server). Locks on the other masters carry on. Replica sync works here too:
+    ///   WAIT goes to the master of the lock's slot, on the connection that carried
+    ///   the write.
+    /// - When a slot moves (a failover, a resharding), the server drops its shard
+    ///   subscriptions. The client subscribes again (the cluster connection routes
+    ///   it to a node of the slot's shard) and wakes the waiters to try again. A
+    ///   waiter whose attempt found no connection to the slot's node (mid-failover)
+    ///   waits and tries again instead of failing: that attempt never left.
+    ///
+    /// `tests/cluster.rs` runs against clusters made by `redis-cli --cluster
+    /// create`. With three masters: locks on every node, re-entry and renewals,
+    /// wake-ups by sharded messages, the slot of every key, and a master killed
+    /// while locks on the others are held. With three masters and a replica each: a
+    /// held lock survives `CLUSTER FAILOVER` (kept, renewed on the new master,
+    /// scripts loaded again), and its release wakes, within milliseconds, a waiter
+    /// that subscribed before the failover. Also: a slot moved by resharding
+    /// (`CLUSTER SETSLOT`, `MIGRATE`) takes a held lock and its waiter's
+    /// subscription along; replica sync waits on the slot's master; and nodes that
+    /// require a password get it on every connection.
+    ///
+    ///
     /// # Errors
     /// The builder's `build` reports a malformed URL or an empty list.
     #[cfg(feature = "cluster")]
@@ -151,6 +207,43 @@ impl Client {
     /// without restarting anything. The sentinels' own user and password go
     /// in their URLs; the master's are set with
     /// [`ClientBuilder::sentinel_master_auth`].
+    ///
+    /// # Sentinel
+    ///
+    /// With the crate's `sentinel` feature, `Client::sentinel_builder(sentinels,
+    /// service)` asks the sentinels (through the `redis` crate's sentinel client)
+    /// for the master of `service`. It asks again whenever a command says the
+    /// server is no longer the master (READONLY) or cannot be reached. Commands and
+    /// subscriptions then move to the new master, without restarting anything.
+    /// Waiters ride out the switch and keep waiting.
+    ///
+    /// ```rust,no_run
+    /// # #[cfg(feature = "sentinel")]
+    /// # async fn run() -> ferrisson::Result<()> {
+    /// let client = ferrisson::Client::sentinel_builder(
+    ///     ["redis://10.0.0.1:26379/", "redis://10.0.0.2:26379/"],
+    ///     "mymaster",
+    /// )
+    /// .sentinel_master_auth(Some("locker"), "secret") // the masters' ACL user
+    /// .build()
+    /// .await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// What a failover does to a lock held across it: replication is asynchronous,
+    /// and until the old master is demoted it keeps accepting the holder's
+    /// renewals, which never reach the promoted replica. If that window is longer
+    /// than what was left of the lease, the lock is gone on the new master. The
+    /// holder is then told (`lease_lost()`, and `unlock()` returns `LeaseLost`) at
+    /// its first renewal on the new master, and a waiter gets the lock.
+    /// `tests/sentinel.rs` (one master, one replica, one sentinel,
+    /// `SENTINEL FAILOVER`, a 10 s lease) sees exactly that: the lock is lost and
+    /// reported lost, and the client follows the new master. Replica sync narrows
+    /// the window for acquires and releases, not for renewals; fencing tokens are
+    /// what make a resource refuse the old holder. The sentinels' own credentials
+    /// go in their URLs. The masters' go in `sentinel_master_auth(user, password)`,
+    /// used by every connection to a master.
+    ///
     #[cfg(feature = "sentinel")]
     pub fn sentinel_builder<T: IntoConnectionInfo>(
         sentinels: impl IntoIterator<Item = T>,

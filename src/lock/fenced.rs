@@ -16,7 +16,20 @@ use crate::{Client, LockGuard, Result};
 /// A lease can run out while its holder is paused; the lock alone cannot
 /// stop that holder's late write. The token can: the protected resource
 /// keeps the highest token it has seen and refuses lower ones
-/// (`cargo run --example fencing`).
+/// (`cargo run --example fencing`). A dropped or failed acquire may have
+/// drawn a token: tokens rise strictly but may skip.
+///
+/// ```rust,no_run
+/// # async fn run(client: ferrisson::Client, highest: &mut u64) -> ferrisson::Result<()> {
+/// let guard = client.fenced_lock("ledger").lock().await?;
+/// let token = guard.token();
+/// if token >= *highest {
+///     *highest = token; // the resource's side: accept, and remember
+///     // ... write ...
+/// }
+/// guard.unlock().await?;
+/// # Ok(()) }
+/// ```
 ///
 /// Everything else (owners, reentrancy, leases, the watchdog, cancel
 /// safety) is as [`Lock`](crate::Lock)'s.
