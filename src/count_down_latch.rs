@@ -1,6 +1,5 @@
 //! The count-down latch: waiters wait until a count reaches zero.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use crate::engine::keys;
@@ -54,7 +53,7 @@ impl CountDownLatch {
     /// The latch's channel: Redisson's name, except on a cluster where
     /// that would leave the name's slot (see `keys::cluster_latch_channel`).
     fn channel_name(&self) -> String {
-        if self.obj.client.inner.conn.is_cluster() {
+        if self.obj.client.conn().is_cluster() {
             keys::cluster_latch_channel(&self.obj.name)
         } else {
             keys::latch_channel(&self.obj.name)
@@ -118,19 +117,12 @@ impl CountDownLatch {
     /// Cancel safe: once sent, the count-down completes in the background.
     pub async fn count_down(&self) -> Result<u64> {
         self.obj.checked()?;
-        let mut conn = self.obj.conn();
-        let (name, publish) = (Arc::clone(&self.obj.name), self.obj.client.inner.publish());
-        let channel = self.channel_name();
-        let request = async move {
-            LATCH_COUNT_DOWN
-                .key(&*name)
-                .key(&channel)
-                .arg(UNLOCK_MESSAGE)
-                .arg(publish)
-                .invoke_async::<u64>(&mut conn)
-                .await
-        };
-        self.obj.finish(request).await
+        let mut call = LATCH_COUNT_DOWN.prepare_invoke();
+        call.key(&*self.obj.name)
+            .key(self.channel_name())
+            .arg(UNLOCK_MESSAGE)
+            .arg(self.obj.client.publish());
+        self.obj.run(call).await
     }
 
     /// The count now; 0 when the latch is open (or was never set).
@@ -208,20 +200,12 @@ impl CountDownLatch {
     /// Cancel safe: once sent, the delete completes in the background.
     pub async fn delete(&self) -> Result<bool> {
         self.obj.checked()?;
-        let mut conn = self.obj.conn();
-        let (name, publish) = (Arc::clone(&self.obj.name), self.obj.client.inner.publish());
-        let channel = self.channel_name();
-        let request = async move {
-            LATCH_DELETE
-                .key(&*name)
-                .key(&channel)
-                .arg(UNLOCK_MESSAGE)
-                .arg(publish)
-                .invoke_async::<i64>(&mut conn)
-                .await
-        };
-        let deleted = self.obj.finish(request).await?;
-        Ok(deleted == 1)
+        let mut call = LATCH_DELETE.prepare_invoke();
+        call.key(&*self.obj.name)
+            .key(self.channel_name())
+            .arg(UNLOCK_MESSAGE)
+            .arg(self.obj.client.publish());
+        Ok(self.obj.run::<i64>(call).await? == 1)
     }
 }
 

@@ -499,7 +499,8 @@ async fn semaphore_and_latch_calls_refuse_keys_of_another_type_and_leave_them() 
         let probes = probes![expirable;
             try_set_permits(3), add_permits(2), acquire(), acquire_with_lease(lease),
             try_acquire(), try_acquire_for(wait), try_acquire_with_lease(wait, lease),
-            acquire_many(2, None), try_acquire_many(2, wait, Some(lease)),
+            acquire_many(2), acquire_many_with_lease(2, lease), try_acquire_many(2),
+            try_acquire_many_for(2, wait), try_acquire_many_with_lease(2, wait, lease), add_permits(-2),
             release_by_id(id), try_release(id), release_many(&[id]),
             update_lease_by_id(id, Some(lease)), lease_of(id), acquired_permits(),
             permits(), set_permits(4), available_permits(), drain_permits(),

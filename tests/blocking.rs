@@ -463,7 +463,7 @@ fn expirable_permits_across_threads() {
     let seats = client.permit_expirable_semaphore("gpu");
     assert!(seats.try_set_permits(1).unwrap());
     let permit = seats.acquire().unwrap();
-    assert_eq!(permit.semaphore(), "gpu");
+    assert_eq!(permit.name(), "gpu");
     assert!(seats.try_acquire().unwrap().is_none());
 
     let (tx, rx) = mpsc::channel();
@@ -486,7 +486,7 @@ fn expirable_permits_across_threads() {
     seats.update_lease(&mut leased, None).unwrap();
     assert_eq!(seats.lease_of(leased.id()).unwrap(), None);
     let id = leased.id();
-    leased.forget();
+    leased.leak();
     assert_eq!(seats.acquired_permits().unwrap(), 1);
     seats.release_by_id(id).unwrap();
 

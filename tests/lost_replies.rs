@@ -286,7 +286,7 @@ async fn an_expirable_acquire_whose_reply_is_lost_is_resent_and_takes_its_permit
     // Loads the script, so that the next command is the script itself.
     let warm = client.permit_expirable_semaphore("warm-up:seats");
     assert!(soon(warm.try_set_permits(1)).await.unwrap());
-    soon(warm.try_acquire()).await.unwrap().unwrap().forget();
+    soon(warm.try_acquire()).await.unwrap().unwrap().leak();
     let hows = [
         "once",
         "once-leased",
@@ -324,10 +324,10 @@ async fn an_expirable_acquire_whose_reply_is_lost_is_resent_and_takes_its_permit
             "waits-leased" => soon(semaphore.acquire_with_lease(LEASE))
                 .await
                 .map(|permit| vec![permit]),
-            "many" => soon(semaphore.try_acquire_many(2, Duration::ZERO, None))
+            "many" => soon(semaphore.try_acquire_many(2))
                 .await
                 .map(Option::unwrap_or_default),
-            _ => soon(semaphore.acquire_many(2, Some(LEASE))).await,
+            _ => soon(semaphore.acquire_many_with_lease(2, LEASE)).await,
         }
         .unwrap();
         let taken = if how.starts_with("many") { 2 } else { 1 };
@@ -383,7 +383,7 @@ async fn a_semaphore_acquire_whose_replies_are_all_lost_gives_its_permits_back()
     assert!(soon(warm.try_acquire()).await.unwrap());
     let warm = client.permit_expirable_semaphore("warm-up:seats");
     assert!(soon(warm.try_set_permits(1)).await.unwrap());
-    soon(warm.try_acquire()).await.unwrap().unwrap().forget();
+    soon(warm.try_acquire()).await.unwrap().unwrap().leak();
     // Settled within the latch's TTL at the latest, counted from the
     // call's failure; twice that, and the time to reconnect, generously.
     let settled = semaphore_latch_ttl(timeouts) * 2;

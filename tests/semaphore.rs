@@ -458,7 +458,7 @@ async fn leases_update_and_ids_release_once() {
     );
     // Handed to another process by id.
     let id: PermitId = permit.id().to_string().parse().unwrap();
-    permit.forget();
+    permit.leak();
     let other = b.permit_expirable_semaphore("seats");
     other.release_by_id(id).await.unwrap();
     assert!(other
@@ -483,7 +483,7 @@ async fn leases_update_and_ids_release_once() {
         2,
         "an expired permit is not taken again"
     );
-    short.forget();
+    short.leak();
     assert!(matches!(
         sem.update_lease(&mut sem.acquire().await.unwrap(), Some(Duration::ZERO))
             .await,
@@ -577,17 +577,14 @@ async fn expirable_calls_redisson_users_migrate_with() {
     let out = || server.cmd(&["ZCARD", "{rows}:timeout"]).as_int().unwrap();
     assert!(soon(sem.try_set_permits(5)).await.unwrap());
     let lease = Duration::from_secs(30);
-    let taken = soon(sem.acquire_many(3, Some(lease))).await.unwrap();
+    let taken = soon(sem.acquire_many_with_lease(3, lease)).await.unwrap();
     let ids: Vec<PermitId> = taken.iter().map(|p| p.id()).collect();
     assert_eq!(ids.len(), 3);
     assert!(ids[0] != ids[1] && ids[1] != ids[2] && ids[0] != ids[2]);
     assert_eq!(out(), 3);
     assert_eq!(get(&server, "rows").as_deref(), Some("2"));
     // Three are not there: none is taken.
-    assert!(soon(sem.try_acquire_many(3, Duration::ZERO, None))
-        .await
-        .unwrap()
-        .is_none());
+    assert!(soon(sem.try_acquire_many(3)).await.unwrap().is_none());
     assert_eq!((out(), get(&server, "rows").as_deref()), (3, Some("2")));
     assert_eq!(soon(sem.permits()).await.unwrap(), 5);
     assert_eq!(soon(sem.acquired_permits()).await.unwrap(), 3);
@@ -603,7 +600,7 @@ async fn expirable_calls_redisson_users_migrate_with() {
     let left = soon(sem.lease_of(ids[0])).await.unwrap().unwrap();
     assert!(left > Duration::from_secs(60), "{left:?}");
     for permit in taken {
-        permit.forget();
+        permit.leak();
     }
 
     // All or none: one id that is not out keeps the others out.
@@ -634,7 +631,7 @@ async fn expirable_calls_redisson_users_migrate_with() {
     assert_eq!(soon(sem.available_permits()).await.unwrap(), 2);
 
     for err in [
-        soon(sem.acquire_many(0, None)).await.map(drop).unwrap_err(),
+        soon(sem.acquire_many(0)).await.map(drop).unwrap_err(),
         soon(sem.release_many(&[])).await.unwrap_err(),
     ] {
         assert!(matches!(err, Error::InvalidArgument(_)), "{err}");

@@ -21,7 +21,7 @@ impl PermitExpirableSemaphore {
         /// call set it.
         fn try_set_permits(&self, permits: u32) -> bool;
         /// Adds `permits` and wakes waiters.
-        fn add_permits(&self, permits: u32) -> ();
+        fn add_permits(&self, permits: i64) -> ();
         /// Gives back the permit `id`, from anywhere.
         fn release_by_id(&self, id: PermitId) -> ();
         /// Gives back the permit `id` if it is out; whether it was.
@@ -108,30 +108,70 @@ impl PermitExpirableSemaphore {
         Ok(permit.map(|p| Permit::new(p, &self.rt)))
     }
 
-    /// Waits for `permits` permits at once, each with `lease` if given.
+    /// Waits for `permits` permits at once, without a lease.
     ///
     /// # Errors
     /// As [`crate::PermitExpirableSemaphore::acquire_many`], and
     /// [`Error::Blocking`](crate::Error::Blocking) when the call cannot be run.
-    pub fn acquire_many(&self, permits: u32, lease: Option<Duration>) -> Result<Vec<Permit>> {
-        let permits = self.rt.run(self.inner.acquire_many(permits, lease))?;
+    pub fn acquire_many(&self, permits: u32) -> Result<Vec<Permit>> {
+        let permits = self.rt.run(self.inner.acquire_many(permits))?;
         Ok(self.wrap(permits))
+    }
+
+    /// Waits for `permits` permits at once, each with `lease`.
+    ///
+    /// # Errors
+    /// As [`crate::PermitExpirableSemaphore::acquire_many_with_lease`], and
+    /// [`Error::Blocking`](crate::Error::Blocking) when the call cannot be run.
+    pub fn acquire_many_with_lease(&self, permits: u32, lease: Duration) -> Result<Vec<Permit>> {
+        let permits = self
+            .rt
+            .run(self.inner.acquire_many_with_lease(permits, lease))?;
+        Ok(self.wrap(permits))
+    }
+
+    /// Takes `permits` permits at once if they are available now.
+    ///
+    /// # Errors
+    /// As [`crate::PermitExpirableSemaphore::try_acquire_many`], and
+    /// [`Error::Blocking`](crate::Error::Blocking) when the call cannot be run.
+    pub fn try_acquire_many(&self, permits: u32) -> Result<Option<Vec<Permit>>> {
+        let permits = self.rt.run(self.inner.try_acquire_many(permits))?;
+        Ok(permits.map(|p| self.wrap(p)))
     }
 
     /// Waits at most `wait` for `permits` permits at once.
     ///
     /// # Errors
-    /// As [`crate::PermitExpirableSemaphore::try_acquire_many`], and
+    /// As [`crate::PermitExpirableSemaphore::try_acquire_many_for`], and
     /// [`Error::Blocking`](crate::Error::Blocking) when the call cannot be run.
-    pub fn try_acquire_many(
+    pub fn try_acquire_many_for(
         &self,
         permits: u32,
         wait: Duration,
-        lease: Option<Duration>,
     ) -> Result<Option<Vec<Permit>>> {
         let permits = self
             .rt
-            .run(self.inner.try_acquire_many(permits, wait, lease))?;
+            .run(self.inner.try_acquire_many_for(permits, wait))?;
+        Ok(permits.map(|p| self.wrap(p)))
+    }
+
+    /// Waits at most `wait` for `permits` permits at once, each with
+    /// `lease`.
+    ///
+    /// # Errors
+    /// As [`crate::PermitExpirableSemaphore::try_acquire_many_with_lease`],
+    /// and [`Error::Blocking`](crate::Error::Blocking) when the call cannot
+    /// be run.
+    pub fn try_acquire_many_with_lease(
+        &self,
+        permits: u32,
+        wait: Duration,
+        lease: Duration,
+    ) -> Result<Option<Vec<Permit>>> {
+        let permits = self
+            .rt
+            .run(self.inner.try_acquire_many_with_lease(permits, wait, lease))?;
         Ok(permits.map(|p| self.wrap(p)))
     }
 
@@ -162,11 +202,11 @@ impl PermitExpirableSemaphore {
 ///
 /// [`Permit::release`] gives it back and reports the outcome. Dropping it
 /// gives it back too, waiting at most the client's response timeout, as a
-/// [`LockGuard`](super::LockGuard) does. [`Permit::forget`] keeps it out.
+/// [`LockGuard`](super::LockGuard) does. [`Permit::leak`] keeps it out.
 #[must_use = "the permit is released as soon as it is dropped"]
 #[clippy::has_significant_drop]
 pub struct Permit {
-    /// `None` once released or forgotten.
+    /// `None` once released or leaked.
     inner: Option<crate::Permit>,
     id: PermitId,
     rt: Arc<Runtime>,
@@ -195,8 +235,8 @@ impl Permit {
     }
 
     /// The name of the semaphore it came from.
-    pub fn semaphore(&self) -> &str {
-        self.inner.as_ref().map_or("", |p| p.semaphore())
+    pub fn name(&self) -> &str {
+        self.inner.as_ref().map_or("", |p| p.name())
     }
 
     /// How long until its lease ends, by this process's clock (a drift
@@ -213,9 +253,9 @@ impl Permit {
     }
 
     /// Keeps the permit out: nothing is released, now or on drop.
-    pub fn forget(mut self) {
+    pub fn leak(mut self) {
         if let Some(permit) = self.inner.take() {
-            permit.forget();
+            permit.leak();
         }
     }
 
@@ -237,7 +277,7 @@ impl Permit {
 impl Drop for Permit {
     fn drop(&mut self) {
         if let Some(permit) = self.inner.take() {
-            let name = permit.semaphore().to_owned();
+            let name = permit.name().to_owned();
             self.rt
                 .release_on_drop("permit", name, permit.release_dropped());
         }

@@ -58,33 +58,86 @@ use crate::Result;
 ///   locks; the guards keep the client alive until they are released.
 #[derive(Clone)]
 pub struct Client {
-    pub(crate) inner: Arc<ClientInner>,
+    inner: Arc<ClientInner>,
 }
 
-pub(crate) struct ClientInner {
-    pub(crate) id: Uuid,
+// Private to `client/`: the rest of the crate reaches a client through the
+// methods below (and handles through their `Object`).
+struct ClientInner {
+    id: Uuid,
     /// Owner fields made from `id`, shared by the holds of one owner.
-    pub(crate) fields: crate::engine::keys::OwnerFields,
-    pub(crate) conn: Conn,
+    fields: crate::engine::keys::OwnerFields,
+    conn: Conn,
     /// How work left at a runtime's shutdown opens a connection.
-    pub(crate) reopen: conn::Reopen,
-    pub(crate) pubsub: Arc<PubSub>,
-    pub(crate) registry: Registry,
-    pub(crate) sweeper: Sweeper,
+    reopen: conn::Reopen,
+    pubsub: Arc<PubSub>,
+    registry: Registry,
+    sweeper: Sweeper,
     /// Release request ids are this plus a count: 32 hex digits, unique per
     /// client, without a call to the system's random source per release.
     request_base: u128,
     requests: AtomicU64,
     /// Replica sync's refusal flag and replica counts.
     replicas: replicas::ReplicaState,
-    pub(crate) config: Config,
+    config: Config,
     /// Host and port only: never the credentials.
     addr: String,
 }
 
-impl ClientInner {
+/// The crate's door to a client: what its handles and the engine use.
+impl Client {
+    /// A handle on the command connection.
+    pub(crate) fn conn(&self) -> Conn {
+        self.inner.conn.clone()
+    }
+
+    /// Opens a connection of its own, for work left at a runtime's
+    /// shutdown (whose connection that runtime may have driven).
+    pub(crate) async fn reopen(&self) -> redis::RedisResult<Conn> {
+        let inner = &self.inner;
+        inner.reopen.open(&inner.conn, &inner.config).await
+    }
+
+    /// The subscription connection.
+    pub(crate) fn pubsub(&self) -> &Arc<PubSub> {
+        &self.inner.pubsub
+    }
+
+    /// The watchdog's registry of held leases.
+    pub(crate) fn registry(&self) -> &Registry {
+        &self.inner.registry
+    }
+
+    /// The sweeper of latches left behind.
+    pub(crate) fn sweeper(&self) -> &Sweeper {
+        &self.inner.sweeper
+    }
+
+    /// Owner fields made from the client's id.
+    pub(crate) fn fields(&self) -> &crate::engine::keys::OwnerFields {
+        &self.inner.fields
+    }
+
     /// The command the scripts publish unlock messages with.
     pub(crate) fn publish(&self) -> &'static str {
+        self.inner.publish()
+    }
+
+    /// A new id for one release request (and its resends).
+    pub(crate) fn request_id(&self) -> String {
+        self.inner.request_id()
+    }
+
+    /// With replica sync on, how many replicas acknowledged the writes so
+    /// far on `key`'s connection (see `ClientInner::replicated`).
+    pub(crate) async fn replicated(&self, key: &str) -> Option<replicas::Replicated> {
+        self.inner.replicated(key).await
+    }
+}
+
+impl ClientInner {
+    /// The command the scripts publish unlock messages with.
+    fn publish(&self) -> &'static str {
         match self.config.pubsub_mode {
             crate::config::PubSubMode::Sharded => "spublish",
             // A connected client's mode is never `Auto` (the builder
@@ -94,7 +147,7 @@ impl ClientInner {
     }
 
     /// A new id for one release request (and its resends), as 32 hex digits.
-    pub(crate) fn request_id(&self) -> String {
+    fn request_id(&self) -> String {
         let n = self.requests.fetch_add(1, Ordering::Relaxed);
         format!("{:032x}", self.request_base.wrapping_add(u128::from(n)))
     }

@@ -44,14 +44,14 @@ async fn give_back_lost<T: Taken>(
     client: Client,
     name: Arc<str>,
     taken: Arc<T>,
-    ttl_ms: u64,
+    lasts: Lasts,
     latch: String,
 ) {
     tracing::debug!(%name, "an acquire whose reply was lost was granted; giving it back");
     taken
-        .give_back(&client, &name, ttl_ms, GiveBack::ReplyLost)
+        .give_back(&client, &name, lasts, GiveBack::ReplyLost)
         .await;
-    client.inner.sweeper.discard(latch);
+    client.sweeper().discard(latch);
 }
 
 /// Settles a request whose replies were all lost in the background, once
@@ -62,7 +62,7 @@ async fn settle_lost<T: Taken>(
     mut conn: Conn,
     name: Arc<str>,
     taken: Arc<T>,
-    ttl_ms: u64,
+    lasts: Lasts,
     latch: String,
     latch_ttl: u64,
 ) {
@@ -73,7 +73,7 @@ async fn settle_lost<T: Taken>(
         checks += 1;
         match cancel(&mut conn, &latch, latch_ttl).await {
             Ok(false) => return,
-            Ok(true) => return give_back_lost(client, name, taken, ttl_ms, latch).await,
+            Ok(true) => return give_back_lost(client, name, taken, lasts, latch).await,
             Err(err) if is_connection_failure(&err) => {}
             Err(err) => {
                 tracing::warn!(%name, error = %err, "could not settle a request whose reply was lost");
@@ -110,17 +110,38 @@ impl GiveBack {
     }
 }
 
+/// How long what a grant takes lasts on the server: a send whose reply was
+/// lost may have taken it for that long, and a lock's give-back restores
+/// it as the key's TTL.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum Lasts {
+    /// A TTL of this many ms (a lock's hold, a leased permit).
+    Ms(u64),
+    /// Until given back (a semaphore's permits, a permit without a lease).
+    UntilReleased,
+}
+
+impl Lasts {
+    /// The TTL in ms; `None` for what lasts until given back.
+    pub(crate) fn ms(self) -> Option<u64> {
+        match self {
+            Lasts::Ms(ms) => Some(ms),
+            Lasts::UntilReleased => None,
+        }
+    }
+}
+
 /// What a granted acquire took (a hold, permits, a permit by id), and how
 /// to give it back when nobody will own it.
 pub(crate) trait Taken: Send + Sync + 'static {
-    /// Undoes one grant of the request on `name`; `ttl_ms` is the longest
-    /// TTL a send of it set (a lock's give-back restores it). Logs its own
-    /// failure, saying `why`.
+    /// Undoes one grant of the request on `name`; `lasts` is how long the
+    /// longest grant of a send of it lasts (a lock's give-back restores it
+    /// as the TTL). Logs its own failure, saying `why`.
     fn give_back(
         &self,
         client: &Client,
         name: &str,
-        ttl_ms: u64,
+        lasts: Lasts,
         why: GiveBack,
     ) -> impl Future<Output = ()> + Send;
 }
@@ -156,7 +177,11 @@ impl<T: Taken> Unclaimed<T> {
     pub(crate) async fn give_back(mut self, why: GiveBack) {
         if let Some(taken) = self.taken.take() {
             let (client, name) = (self.client.clone(), Arc::clone(&self.name));
-            let give_back = async move { taken.give_back(&client, &name, 0, why).await };
+            let give_back = async move {
+                taken
+                    .give_back(&client, &name, Lasts::UntilReleased, why)
+                    .await
+            };
             Finish::detached(self.runtime.clone(), give_back).await;
         }
     }
@@ -168,7 +193,7 @@ impl<T: Taken> Drop for Unclaimed<T> {
             let (client, name) = (self.client.clone(), Arc::clone(&self.name));
             self.runtime.spawn(async move {
                 taken
-                    .give_back(&client, &name, 0, GiveBack::CallerLeft)
+                    .give_back(&client, &name, Lasts::UntilReleased, GiveBack::CallerLeft)
                     .await;
             });
         }
@@ -198,9 +223,9 @@ pub(crate) struct Request<T: Taken> {
 
 #[derive(Default)]
 struct Outcome {
-    /// Some send got no reply; the longest TTL such a send set (or how long
-    /// what it took lasts), should it have been granted.
-    lost: Option<u64>,
+    /// Some send got no reply; how long what the longest-lasting such send
+    /// took lasts, should it have been granted.
+    lost: Option<Lasts>,
     /// When the first send that got no reply was sent: a grant answered by
     /// a later send may have been taken then.
     lost_since: Option<Instant>,
@@ -218,13 +243,12 @@ impl<T: Taken> Request<T> {
         ttl_ms: u64,
         runtime: Handle,
     ) -> Self {
-        let inner = &client.inner;
         Request {
             client: client.clone(),
             name: Arc::clone(name),
             taken: Arc::new(taken),
-            latch: keys::acquire_latch(name, &inner.request_id()),
-            latch_ttl: Self::latch_ttl(&inner.config, ttl_ms),
+            latch: keys::acquire_latch(name, &client.request_id()),
+            latch_ttl: Self::latch_ttl(client.config(), ttl_ms),
             born: Instant::now(),
             outcome: Mutex::new(Outcome::default()),
             runtime,
@@ -251,21 +275,23 @@ impl<T: Taken> Request<T> {
     /// a lost send, within that send's TTL (while what it may have taken
     /// still stands, a resend's "granted" means that).
     fn reusable(&self, ttl_ms: u64) -> bool {
-        let config = &self.client.inner.config;
+        let config = self.client.config();
         let outcome = self.outcome.lock().unwrap_or_else(|p| p.into_inner());
-        let limit = config
-            .unlock_latch_ttl_ms()
-            .min(outcome.lost.unwrap_or(u64::MAX));
+        let window = config.unlock_latch_ttl_ms();
+        let limit = match outcome.lost.and_then(Lasts::ms) {
+            Some(lost) => window.min(lost),
+            None => window,
+        };
         !outcome.granted
             && self.born.elapsed() < Duration::from_millis(limit)
             && self.latch_ttl >= Self::latch_ttl(config, ttl_ms)
     }
 
     /// A send made at `sent` got no reply: perhaps it reached Redis and
-    /// took what lasts `ttl_ms`.
-    pub(crate) fn lost(&self, ttl_ms: u64, sent: Instant) {
+    /// took what lasts `lasts`.
+    pub(crate) fn lost(&self, lasts: Lasts, sent: Instant) {
         let mut outcome = self.outcome.lock().unwrap_or_else(|p| p.into_inner());
-        outcome.lost = Some(outcome.lost.map_or(ttl_ms, |t| t.max(ttl_ms)));
+        outcome.lost = Some(outcome.lost.map_or(lasts, |l| l.max(lasts)));
         outcome.lost_since = Some(outcome.lost_since.map_or(sent, |t| t.min(sent)));
     }
 
@@ -290,18 +316,18 @@ impl<T: Taken> Request<T> {
     /// what a lost send took. A connection failure leaves it unsettled
     /// (its drop, or the next call, tries again).
     async fn settle_now(&self) -> redis::RedisResult<()> {
-        let mut conn = self.client.inner.conn.clone();
+        let mut conn = self.client.conn();
         let granted = cancel(&mut conn, &self.latch, self.latch_ttl).await?;
-        let ttl_ms = {
+        let lasts = {
             let mut outcome = self.outcome.lock().unwrap_or_else(|p| p.into_inner());
             outcome.lost.take()
         };
-        if let (true, Some(ttl_ms)) = (granted, ttl_ms) {
+        if let (true, Some(lasts)) = (granted, lasts) {
             // The request no longer says it is unsettled: once started, the
             // give-back goes on in the background if this call is dropped.
             let (client, name) = (self.client.clone(), Arc::clone(&self.name));
             let (taken, latch) = (Arc::clone(&self.taken), self.latch.clone());
-            let give_back = give_back_lost(client, name, taken, ttl_ms, latch);
+            let give_back = give_back_lost(client, name, taken, lasts, latch);
             Finish::detached(self.runtime.clone(), give_back).await;
         }
         Ok(())
@@ -319,10 +345,10 @@ impl<T: Taken> Request<T> {
         };
         let client = &self.client;
         if !lost {
-            client.inner.sweeper.discard(self.latch.clone());
+            client.sweeper().discard(self.latch.clone());
             return;
         }
-        let mut conn = client.inner.conn.clone();
+        let mut conn = client.conn();
         let (latch, latch_ttl) = (self.latch.clone(), self.latch_ttl);
         let name = Arc::clone(&self.name);
         self.runtime.spawn(async move {
@@ -344,7 +370,7 @@ impl<T: Taken> Request<T> {
 impl<T: Taken> Drop for Request<T> {
     fn drop(&mut self) {
         let outcome = std::mem::take(self.outcome.get_mut().unwrap_or_else(|p| p.into_inner()));
-        let (false, Some(ttl_ms)) = (outcome.granted, outcome.lost) else {
+        let (false, Some(lasts)) = (outcome.granted, outcome.lost) else {
             return;
         };
         // Nobody sends it any more (a send that timed out may still wait
@@ -367,7 +393,7 @@ impl<T: Taken> Drop for Request<T> {
                 Arc::clone(&taken),
                 latch.clone(),
             );
-            settle_lost(client, conn, name, taken, ttl_ms, latch, latch_ttl)
+            settle_lost(client, conn, name, taken, lasts, latch, latch_ttl)
         });
     }
 }
@@ -430,16 +456,15 @@ impl<T: Taken> RequestSlot<T> {
 /// two), up to `release_attempts` sends, pausing 100 ms longer before each resend.
 /// Safe to resend: the request's latch makes a resend of a granted request
 /// answer "granted" without taking anything more. `granted` tells a grant
-/// from the other replies; `lasts_ms`: how long what a grant takes lasts
-/// (`u64::MAX` for ever), which bounds the reuse of a request with a lost
-/// send. A request still unknown after the last send is settled when the
+/// from the other replies; `lasts`: how long what a grant takes lasts,
+/// which bounds the reuse of a request with a lost send. A request still unknown after the last send is settled when the
 /// wait lets it go (`Request`'s drop): once per request, not per attempt.
 ///
 /// The locks and the semaphores share it.
 async fn send_resending<T, R, Fut>(
     request: &Request<T>,
     resend_until: Option<Instant>,
-    lasts_ms: u64,
+    lasts: Lasts,
     granted: impl Fn(&R) -> bool,
     mut send: impl FnMut(Conn) -> Fut,
 ) -> redis::RedisResult<R>
@@ -447,17 +472,17 @@ where
     T: Taken,
     Fut: Future<Output = redis::RedisResult<R>>,
 {
-    let inner = &request.client.inner;
-    let sends = inner.config.release_attempts.max(1);
+    let client = &request.client;
+    let sends = client.config().release_attempts.max(1);
     let mut sent = 0;
     loop {
         sent += 1;
         let at = Instant::now();
-        let reply = send(inner.conn.clone()).await;
+        let reply = send(client.conn()).await;
         let failed = matches!(&reply, Err(err) if is_connection_failure(err));
         if failed {
             // Perhaps it reached Redis: its outcome is unknown.
-            request.lost(lasts_ms, at);
+            request.lost(lasts, at);
         }
         // A lost reply is sent again within the wait (for a one-attempt
         // call, within one response timeout of it: see `Wait`), so that one
@@ -487,10 +512,9 @@ pub(crate) struct Sending<B, D> {
     pub(crate) decode: D,
     /// Until when a lost reply is resent (see [`send_resending`]).
     pub(crate) resend_until: Option<Instant>,
-    /// How long what a grant takes lasts (ms; `u64::MAX`: for ever): for a
-    /// lock, the TTL this send sets, which the give-back of an orphaned
-    /// grant restores.
-    pub(crate) lasts_ms: u64,
+    /// How long what a grant takes lasts: for a lock, the TTL this send
+    /// sets, which the give-back of an orphaned grant restores.
+    pub(crate) lasts: Lasts,
 }
 
 /// Sends `request` as `how` says, resent after a lost reply as
@@ -503,7 +527,7 @@ pub(crate) struct Sending<B, D> {
 ///   attempt; when the wait ends first, it is settled in the background by
 ///   its latch, and a grant found there is given back;
 /// - granted after the caller's future was dropped: given back, with the
-///   TTL this send set, `lasts_ms` (its [`Taken`]'s one give-back);
+///   TTL this send set, `lasts` (its [`Taken`]'s one give-back);
 ///   `orphaned` then runs too, told whether it was granted (a fair
 ///   waiter's attempt leaves the queue it may have joined).
 ///
@@ -529,25 +553,24 @@ where
         build,
         decode,
         resend_until,
-        lasts_ms,
+        lasts,
     } = how;
     let invocation = build(&request.latch, request.latch_ttl);
     let taken = Arc::clone(&request.taken);
-    // This send's own TTL: the attempts of one wait share the request, and
-    // a later one may set a longer TTL than the first.
-    let ttl_ms = lasts_ms;
+    // This send's own TTL (`lasts`), not the request's first: the attempts
+    // of one wait share the request, and a later one may set a longer TTL.
     let (client, name) = (request.client.clone(), Arc::clone(&request.name));
     let send = async move {
         let (invocation, decode) = (&invocation, &decode);
         let send =
             |mut conn: Conn| async move { decode(invocation.invoke_async(&mut conn).await?) };
-        send_resending(&request, resend_until, lasts_ms, granted, send).await
+        send_resending(&request, resend_until, lasts, granted, send).await
     };
     let orphan = move |reply: redis::RedisResult<R>| async move {
         let was_granted = reply.as_ref().is_ok_and(granted);
         if was_granted {
             taken
-                .give_back(&client, &name, ttl_ms, GiveBack::CallerLeft)
+                .give_back(&client, &name, lasts, GiveBack::CallerLeft)
                 .await;
         }
         orphaned(was_granted).await;

@@ -130,7 +130,7 @@ where
         work: Some(Arc::clone(&work)),
         client: client.clone(),
     };
-    let conn = client.inner.conn.clone();
+    let conn = client.conn();
     runtime.spawn(async move {
         work(conn).await;
         rescue.disarm();
@@ -172,8 +172,9 @@ impl Drop for Rescue {
         let Some(work) = self.work.take() else {
             return;
         };
-        let inner = Arc::clone(&self.client.inner);
-        let bound = rescue_window(inner.config.connection_timeout + inner.config.response_timeout);
+        let client = self.client.clone();
+        let config = client.config();
+        let bound = rescue_window(config.connection_timeout + config.response_timeout);
         if bound.is_zero() {
             tracing::warn!(
                 "work left at a runtime's shutdown was not run: the shutdown's time for it ran out"
@@ -198,7 +199,7 @@ impl Drop for Rescue {
                 let run = async {
                     // The client's connection may be driven by the runtime
                     // that is shutting down: a new one.
-                    match inner.reopen.open(&inner.conn, &inner.config).await {
+                    match client.reopen().await {
                         Ok(conn) => work(conn).await,
                         Err(err) => tracing::warn!(error = %err,
                             "no connection to finish a release on; what it held expires with its lease"),

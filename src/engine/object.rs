@@ -6,6 +6,8 @@
 //! name, and runs a call that finishes even if its caller leaves.
 
 use std::future::Future;
+
+use redis::ScriptInvocation;
 use std::sync::Arc;
 
 use crate::client::conn::Conn;
@@ -35,7 +37,7 @@ impl Object {
     pub(crate) fn subject(&self, kind: &'static str) -> crate::engine::telemetry::Subject<'_> {
         crate::engine::telemetry::Subject {
             kind,
-            name: (self.client.inner.config.metric_lock_names).then_some(&*self.name),
+            name: (self.client.config().metric_lock_names).then_some(&*self.name),
         }
     }
 
@@ -54,7 +56,7 @@ impl Object {
 
     /// A handle on the client's connection.
     pub(crate) fn conn(&self) -> Conn {
-        self.client.inner.conn.clone()
+        self.client.conn()
     }
 
     /// Runs `request` to its end on the current runtime, even when the
@@ -67,6 +69,20 @@ impl Object {
         Finish::detached(runtime()?, request)
             .await
             .map_err(|e| self.error(e))
+    }
+
+    /// Runs one script call to its end, even when the caller's future is
+    /// dropped after it was sent: a cold call is what it sends.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: once sent, the call completes in the background.
+    pub(crate) async fn run<T>(&self, call: ScriptInvocation<'static>) -> Result<T>
+    where
+        T: redis::FromRedisValue + Send + 'static,
+    {
+        let mut conn = self.conn();
+        self.finish(async move { call.invoke_async::<T>(&mut conn).await })
+            .await
     }
 
     /// Sets the object's key to `value` unless it exists, publishing
@@ -83,21 +99,14 @@ impl Object {
         message: String,
         ttl_ms: Option<u64>,
     ) -> Result<bool> {
-        let mut conn = self.conn();
-        let publish = self.client.inner.publish();
-        let key = Arc::clone(&self.name);
-        let request = async move {
-            SET_IF_MISSING
-                .key(&*key)
-                .key(channel)
-                .arg(value)
-                .arg(message)
-                .arg(publish)
-                .arg(ttl_ms.unwrap_or(0))
-                .invoke_async::<i64>(&mut conn)
-                .await
-        };
-        Ok(self.finish(request).await? == 1)
+        let mut call = SET_IF_MISSING.prepare_invoke();
+        call.key(&*self.name)
+            .key(channel)
+            .arg(value)
+            .arg(message)
+            .arg(self.client.publish())
+            .arg(ttl_ms.unwrap_or(0));
+        Ok(self.run::<i64>(call).await? == 1)
     }
 }
 
@@ -130,10 +139,10 @@ impl Object {
     /// With replica sync on, waits for the replicas to acknowledge the
     /// grant just written, and says what becomes of it.
     pub(crate) async fn synced(&self) -> Synced {
-        let inner = &self.client.inner;
+        let inner = &self.client;
         match (
             inner.replicated(&self.name).await,
-            inner.config.replica_sync,
+            inner.config().replica_sync,
         ) {
             (Some(verdict), Some(sync)) if !verdict.enough => match sync.on_unsynced {
                 crate::config::Unsynced::Retry => Synced::Retry(sync.timeout),
@@ -151,7 +160,7 @@ impl Object {
     /// release just written; only warns when too few did (it stands on the
     /// master, as a lock's release does).
     pub(crate) async fn release_synced(&self) {
-        let verdict = self.client.inner.replicated(&self.name).await;
+        let verdict = self.client.replicated(&self.name).await;
         if let Some(verdict) = verdict.filter(|v| !v.enough) {
             tracing::warn!(name = %self.name, acked = verdict.acked,
                 "too few replicas acknowledged a release in time; it stands on the master");

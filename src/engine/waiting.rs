@@ -68,7 +68,7 @@ impl Wait {
     pub(crate) fn new(client: &Client, wait: Option<Duration>) -> Result<Wait> {
         let now = Instant::now();
         let deadline = args::deadline(wait)?;
-        let config = &client.inner.config;
+        let config = client.config();
         Ok(match (wait, deadline) {
             (Some(wait), Some(deadline)) if !wait.is_zero() => Wait {
                 deadline: Some(deadline),
@@ -208,7 +208,7 @@ where
     if expired(deadline, Instant::now()) {
         return Ok(None);
     }
-    let pubsub = &client.inner.pubsub;
+    let pubsub = &client.pubsub();
     let subscription = loop {
         let subscribe = async {
             match broadcast {
@@ -241,7 +241,7 @@ where
             Err(err) => return Err(err),
         }
     };
-    let look_again = client.inner.config.renewal_interval();
+    let look_again = client.config().renewal_interval();
     loop {
         let notified = subscription.notified();
         tokio::pin!(notified);

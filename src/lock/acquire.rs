@@ -7,12 +7,12 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::kind::{AcquireArgs, Granted};
-use super::queue::{leave_queue, FairOwners, QueueExit};
+use super::queue::{leave_queue, FairOwners, Queue, QueueExit};
 use super::{release_hold, LockGuard, Resend};
 use super::{Guards, Kind, LockCore};
 use crate::args;
 use crate::config::MAX_DURATION;
-use crate::engine::acquire_latch::{send, GiveBack, Request, RequestSlot, Sending, Taken};
+use crate::engine::acquire_latch::{send, GiveBack, Lasts, Request, RequestSlot, Sending, Taken};
 use crate::engine::backoff::SOON;
 use crate::engine::finish::{runtime, Finish};
 use crate::engine::object::Synced;
@@ -52,20 +52,20 @@ impl LockCore {
         // A fair lock's waiter joins the queue with its first attempt (one
         // attempt alone does not): whatever ends the wait other than the
         // lock takes it out again, at once.
-        let waiter_timeout = self.kind.waiter_timeout();
-        let queue = waiter_timeout.is_some() && wait != Some(Duration::ZERO);
-        let waiter_ms = match waiter_timeout {
-            Some(timeout) if queue => args::duration("waiter timeout", timeout, MAX_DURATION)?,
-            _ => 0,
+        let queue = match self.kind.waiter_timeout() {
+            Some(timeout) if wait != Some(Duration::ZERO) => Queue::Joins {
+                waiter_ms: args::duration("waiter timeout", timeout, MAX_DURATION)?,
+            },
+            _ => Queue::No,
         };
         let mut exit = QueueExit {
             lock: self,
             field: Arc::clone(&field),
-            waiter_ms,
-            armed: queue,
+            waiter_ms: queue.waiter_ms(),
+            armed: queue != Queue::No,
             wait: None,
         };
-        if queue {
+        if queue != Queue::No {
             // While this wait goes on, no leave of this owner's entry (one
             // of an earlier wait, still being resent or sent late) takes it
             // out: the entry is this wait's too. (Were this future dropped
@@ -73,7 +73,7 @@ impl LockCore {
             let key = HoldKey::new(Arc::clone(&self.obj.name), Arc::clone(&field));
             exit.wait = Some(FairOwners::begin_wait(&self.obj.client, &key).await);
         }
-        let result = self.wait_for(&field, lease_ms, limits, waiter_ms).await;
+        let result = self.wait_for(&field, lease_ms, limits, queue).await;
         match result {
             Ok(Some(_)) => exit.armed = false,
             // The leave is waited for within the call's bound (the wait's
@@ -89,13 +89,13 @@ impl LockCore {
     }
 
     /// The attempts and waits of [`LockCore::acquire`] within `limits`.
-    /// `waiter_ms` > 0: a fair lock's waiter, queued by its attempts.
+    /// `queue`: whether its attempts join a fair lock's queue.
     async fn wait_for(
         &self,
         field: &Arc<str>,
         lease_ms: Option<u64>,
         limits: Wait,
-        waiter_ms: u64,
+        queue: Queue,
     ) -> Result<Option<LockGuard>> {
         // One request id for the whole wait (renewed when it grows old):
         // sends whose replies were lost are settled once, when it goes.
@@ -103,7 +103,7 @@ impl LockCore {
         let req = AcquireRequest {
             key: HoldKey::new(Arc::clone(&self.obj.name), Arc::clone(field)),
             lease_ms,
-            waiter_ms,
+            queue,
             limits,
             slot: &slot,
         };
@@ -164,8 +164,8 @@ impl LockCore {
     /// leased hold taken inside a watchdog hold must not shorten the key's
     /// TTL below what the watchdog's schedule expects.
     fn hold_ttl(&self, req: &AcquireRequest<'_>) -> u64 {
-        let inner = &self.obj.client.inner;
-        let watchdog_ms = inner.config.watchdog_timeout.as_millis() as u64;
+        let client = &self.obj.client;
+        let watchdog_ms = client.config().watchdog_timeout.as_millis() as u64;
         // Nor below the lease another leased hold of the owner still has;
         // but for read holds, whose script keeps one timeout key per hold
         // and the hash as long as the longest.
@@ -179,7 +179,7 @@ impl LockCore {
         };
         match req.lease_ms {
             None => watchdog_ms,
-            Some(ms) if inner.registry.contains(&req.key) => ms.max(watchdog_ms),
+            Some(ms) if client.registry().contains(&req.key) => ms.max(watchdog_ms),
             Some(ms) => ms.max(left()),
         }
     }
@@ -198,7 +198,7 @@ impl LockCore {
         runtime: &tokio::runtime::Handle,
     ) -> Result<Granted> {
         let (name, owner) = (Arc::clone(&req.key.name), Arc::clone(&req.key.field));
-        let (kind, waiter_ms, limits) = (self.kind, req.waiter_ms, req.limits);
+        let (kind, queue, limits) = (self.kind, req.queue, req.limits);
         // The attempts of one wait share their request while it is young
         // enough (see `Request`).
         let hold = Hold {
@@ -214,20 +214,20 @@ impl LockCore {
                 latch,
                 ttl_ms,
                 latch_ttl,
-                waiter_ms,
+                queue,
             })
         };
         let how = Sending {
             build,
             decode: move |reply| kind.granted(reply),
             resend_until: limits.resend_until,
-            lasts_ms: ttl_ms,
+            lasts: Lasts::Ms(ttl_ms),
         };
         let granted = |reply: &Granted| matches!(reply, Granted::Yes(_));
         let client = self.obj.client.clone();
         let key = req.key.clone();
         let orphaned = move |granted: bool| async move {
-            if waiter_ms > 0 && !granted {
+            if let (Queue::Joins { waiter_ms }, false) = (queue, granted) {
                 // Perhaps queued by this very attempt: leave the line
                 // (unless a newer wait of the owner is in it).
                 leave_queue(FairOwners::use_of(&client, &key), waiter_ms).await;
@@ -251,7 +251,7 @@ impl LockCore {
         ttl_ms: u64,
         runtime: &tokio::runtime::Handle,
     ) -> Result<Option<Instant>> {
-        let watchdog = self.obj.client.inner.config.watchdog_timeout;
+        let watchdog = self.obj.client.config().watchdog_timeout;
         if req.lease_ms.is_some() || Instant::now() < sent + watchdog / 3 {
             return Ok(Some(sent));
         }
@@ -274,12 +274,14 @@ impl LockCore {
         token: Option<u64>,
         runtime: tokio::runtime::Handle,
     ) -> LockGuard {
-        let inner = &self.obj.client.inner;
+        let client = &self.obj.client;
         let key = req.key.clone();
         let lease = match req.lease_ms {
-            None => inner
-                .registry
-                .hold(key.clone(), sent, self.kind.renewal(), self.kind.label()),
+            None => {
+                client
+                    .registry()
+                    .hold(key.clone(), sent, self.kind.renewal(), self.kind.label())
+            }
             Some(ms) => LeaseState::leased(sent + Duration::from_millis(ms)),
         };
         LockGuard::new(
@@ -317,8 +319,8 @@ struct AcquireRequest<'a> {
     key: HoldKey,
     /// The lease; `None` in watchdog mode.
     lease_ms: Option<u64>,
-    /// A fair lock's waiter timeout when the wait queues; else 0.
-    waiter_ms: u64,
+    /// Whether the attempts join a fair lock's queue.
+    queue: Queue,
     /// When the wait ends, and until when a failed send goes again.
     limits: Wait,
     /// The request id the attempts share.
@@ -349,20 +351,20 @@ impl LockCore {
     /// holds it, and when the renewal was sent. A caller that leaves
     /// meanwhile has the hold given back in the background.
     async fn confirm(&self, key: &HoldKey) -> Result<(bool, Instant)> {
-        let inner = &self.obj.client.inner;
+        let client = &self.obj.client;
         let call = RenewCall::new(
             self.kind.renewal(),
-            inner.config.watchdog_timeout,
+            client.config().watchdog_timeout,
             std::iter::once(key),
         );
-        let mut conn = inner.conn.clone();
+        let mut conn = client.conn();
         let sent = Instant::now();
         let request = async move { call.send(&mut conn).await };
         let (client, kind) = (self.obj.client.clone(), self.kind);
         let (name, owner) = (Arc::clone(&key.name), Arc::clone(&key.field));
         let give_back = move |reply: redis::RedisResult<Vec<usize>>| async move {
             if reply.is_ok_and(|gone| gone.is_empty()) {
-                let lease_ms = client.inner.config.watchdog_timeout.as_millis() as u64;
+                let lease_ms = client.config().watchdog_timeout.as_millis() as u64;
                 let resend = Resend::UntilExpired;
                 let _ = release_hold(&client, kind, &name, &owner, lease_ms, resend).await;
             }
@@ -381,9 +383,12 @@ pub(super) struct Hold {
 }
 
 impl Taken for Hold {
-    async fn give_back(&self, client: &Client, name: &str, ttl_ms: u64, why: GiveBack) {
+    async fn give_back(&self, client: &Client, name: &str, lasts: Lasts, why: GiveBack) {
         // The release resets the key's TTL to what the acquire set (a
-        // leased re-entry inside a watchdog hold keeps the watchdog's TTL).
+        // leased re-entry inside a watchdog hold keeps the watchdog's TTL);
+        // a lock's grant always sets one.
+        let watchdog_ms = client.config().watchdog_timeout.as_millis() as u64;
+        let ttl_ms = lasts.ms().unwrap_or(watchdog_ms);
         let owner = &self.owner;
         let resend = Resend::UntilExpired;
         if let Err(err) = release_hold(client, self.kind, name, owner, ttl_ms, resend).await {

@@ -210,10 +210,10 @@ impl LockGuard {
                 "a watchdog-mode hold is renewed by the watchdog; extend is for leased holds",
             ));
         }
-        let inner = &hold.client.inner;
-        let watched = inner.registry.contains(&hold.key);
+        let client = &hold.client;
+        let watched = client.registry().contains(&hold.key);
         let ttl = match watched {
-            true => lease.max(inner.config.watchdog_timeout),
+            true => lease.max(client.config().watchdog_timeout),
             false => lease,
         };
         let sent = hold.renew(ttl).await?;
@@ -239,9 +239,9 @@ impl LockGuard {
         if hold.lease_ms.is_none() {
             return Ok(());
         }
-        let inner = &hold.client.inner;
-        let sent = hold.renew(inner.config.watchdog_timeout).await?;
-        hold.lease = inner.registry.hold(
+        let client = &hold.client;
+        let sent = hold.renew(client.config().watchdog_timeout).await?;
+        hold.lease = client.registry().hold(
             hold.key.clone(),
             sent,
             hold.kind.renewal(),
@@ -348,7 +348,7 @@ impl Hold {
     /// lost and is [`Error::NotHeld`].
     async fn renew(&self, ttl: Duration) -> Result<Instant> {
         let call = RenewCall::new(self.kind.renewal(), ttl, std::iter::once(&self.key));
-        let mut conn = self.client.inner.conn.clone();
+        let mut conn = self.client.conn();
         let sent = Instant::now();
         let gone = call
             .send(&mut conn)
@@ -371,7 +371,7 @@ impl Hold {
     fn subject(&self) -> Subject<'_> {
         Subject {
             kind: self.kind.label(),
-            name: (self.client.inner.config.metric_lock_names).then_some(&*self.key.name),
+            name: (self.client.config().metric_lock_names).then_some(&*self.key.name),
         }
     }
 
@@ -434,23 +434,22 @@ impl Release {
         key: HoldKey,
         lease: SlotLease,
     ) -> Result<Release> {
-        let inner = &client.inner;
         let watchdog = lease.lease_ms.is_none();
         if watchdog {
-            inner.registry.release(&key, &lease.state);
+            client.registry().release(&key, &lease.state);
         }
         // Whether the watchdog still keeps the key alive for this owner
         // (other watchdog holds remain). A leased hold inside it has not
         // expired, whatever its own lease said, and the holds that remain
         // keep the watchdog's TTL.
-        let watched = inner.registry.contains(&key);
+        let watched = client.registry().contains(&key);
         let own_lease = watchdog || !watched;
         if lease.state.is_lost() && own_lease {
             return Err(Error::LeaseLost {
                 name: key.name.to_string(),
             });
         }
-        let watchdog_ms = inner.config.watchdog_timeout.as_millis() as u64;
+        let watchdog_ms = client.config().watchdog_timeout.as_millis() as u64;
         let lease_ms = if watched {
             watchdog_ms
         } else if let Some(left) = Guards::get().lease_left(&key) {
@@ -459,7 +458,7 @@ impl Release {
         } else {
             lease.lease_ms.unwrap_or(watchdog_ms)
         };
-        let request_id = inner.request_id();
+        let request_id = client.request_id();
         Ok(Release {
             client,
             kind,
@@ -474,7 +473,7 @@ impl Release {
     /// Sends the release (again, when it was sent before: the unlock latch
     /// makes that harmless), resending as `resend` says.
     pub(crate) async fn send(&self, resend: Resend) -> Result<()> {
-        self.send_on(self.client.inner.conn.clone(), resend).await
+        self.send_on(self.client.conn(), resend).await
     }
 
     /// [`Release::send`] on `conn`.

@@ -9,6 +9,7 @@ use std::time::Duration;
 use redis::{RedisResult, ScriptInvocation, Value};
 
 use super::info::Extra;
+use super::queue::Queue;
 use crate::engine::keys;
 use crate::engine::scripts::{
     ACQUIRE, FAIR_ACQUIRE, FAIR_FORCE_UNLOCK, FAIR_RELEASE, FENCED_ACQUIRE, FORCE_UNLOCK,
@@ -29,8 +30,8 @@ pub(super) struct AcquireArgs<'a> {
     pub(super) ttl_ms: u64,
     /// How long the latch lives, in ms.
     pub(super) latch_ttl: u64,
-    /// A fair waiter's timeout in ms; 0 for a try that does not queue.
-    pub(super) waiter_ms: u64,
+    /// Whether the attempt joins a fair lock's queue, and for how long.
+    pub(super) queue: Queue,
 }
 
 /// One release request, as every kind's script takes it.
@@ -152,8 +153,8 @@ impl Kind {
                     .key(a.latch)
                     .arg(a.ttl_ms)
                     .arg(field)
-                    .arg(a.waiter_ms)
-                    .arg(if a.waiter_ms > 0 { "1" } else { "0" })
+                    .arg(a.queue.waiter_ms())
+                    .arg(if a.queue == Queue::No { "0" } else { "1" })
                     .arg(a.latch_ttl)
                     .arg(reentrant);
                 call

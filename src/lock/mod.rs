@@ -57,7 +57,7 @@ impl LockCore {
             .field("name", &self.obj.name)
             .field("owner", &self.owner)
             .field("kind", &self.kind)
-            .field("client", &self.obj.client.inner.id)
+            .field("client", &self.obj.client.id())
             .finish()
     }
 }
@@ -200,7 +200,7 @@ impl LockCore {
             None => current_owner_id(),
         };
         let suffix = self.kind.field_suffix();
-        Ok(self.obj.client.inner.fields.field(&owner, suffix))
+        Ok(self.obj.client.fields().field(&owner, suffix))
     }
 
     /// Waits until the lock is held, then keeps it alive with the watchdog
@@ -372,15 +372,10 @@ impl LockCore {
     /// Cancel safe: once sent, the delete completes in the background.
     pub(crate) async fn force_unlock(&self) -> Result<bool> {
         self.field()?;
-        let mut conn = self.obj.client.inner.conn.clone();
-        let name = Arc::clone(&self.obj.name);
-        let kind = self.kind;
-        let publish = self.obj.client.inner.publish();
-        let call = kind.force_unlock(&name, publish);
-        let request = async move { call.invoke_async::<i64>(&mut conn).await };
-        let reply = Finish::detached(runtime()?, request)
-            .await
-            .map_err(|e| self.error(e))?;
+        let call = self
+            .kind
+            .force_unlock(&self.obj.name, self.obj.client.publish());
+        let reply = self.obj.run::<i64>(call).await?;
         match reply {
             0 => Ok(false),
             1 => Ok(true),
@@ -419,13 +414,12 @@ impl LockCore {
         let key = HoldKey::new(Arc::clone(&self.obj.name), field);
         let kind = self.kind;
         let release = async move {
-            let inner = &client.inner;
             if let Some(slot) = Guards::get().claim_newest(&key) {
                 let release = guard::Release::prepare(client.clone(), kind, key, slot.lease())?;
                 return release.send(Resend::Bounded).await;
             }
-            let watchdog_ms = inner.config.watchdog_timeout.as_millis() as u64;
-            inner.registry.release_any(&key);
+            let watchdog_ms = client.config().watchdog_timeout.as_millis() as u64;
+            client.registry().release_any(&key);
             release_hold(
                 &client,
                 kind,

@@ -17,6 +17,27 @@ use crate::engine::watchdog::HoldKey;
 use crate::error::is_connection_failure;
 use crate::Client;
 
+/// Whether an acquire's attempts join a fair lock's queue.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Queue {
+    /// Not a fair lock, or one attempt alone: it does not queue.
+    No,
+    /// It queues; its entry lasts `waiter_ms` past each attempt (the fair
+    /// lock's waiter timeout).
+    Joins { waiter_ms: u64 },
+}
+
+impl Queue {
+    /// The waiter timeout as the fair acquire script takes it (0 when the
+    /// attempt does not queue, which the script is told too).
+    pub(super) fn waiter_ms(self) -> u64 {
+        match self {
+            Queue::No => 0,
+            Queue::Joins { waiter_ms } => waiter_ms,
+        }
+    }
+}
+
 /// Takes a fair lock's waiter out of the queue when its wait ends without
 /// the lock: at once with [`QueueExit::leave`], or in the background when
 /// dropped armed (an error, or the caller's future dropped).
@@ -154,8 +175,7 @@ impl OwnerUse {
     /// Sends a leave unless a wait of the owner is in progress: `None`
     /// then (that wait leaves when it ends).
     async fn send_leave(&self, waiter_ms: u64) -> Option<redis::RedisResult<()>> {
-        self.send_leave_on(self.client.inner.conn.clone(), waiter_ms)
-            .await
+        self.send_leave_on(self.client.conn(), waiter_ms).await
     }
 
     /// [`OwnerUse::send_leave`] on `conn`.
@@ -183,7 +203,7 @@ impl OwnerUse {
 /// timeout); other failures are logged (the entry then counts as dead
 /// after the waiter timeout).
 pub(super) async fn leave_queue(leave: OwnerUse, waiter_ms: u64) {
-    let conn = leave.client.inner.conn.clone();
+    let conn = leave.client.conn();
     leave_queue_on(Arc::new(leave), conn, waiter_ms).await;
 }
 
@@ -243,7 +263,7 @@ async fn send_leave(
         .arg(field)
         .arg(waiter_ms)
         .arg(UNLOCK_MESSAGE)
-        .arg(client.inner.publish())
+        .arg(client.publish())
         .invoke_async::<i64>(&mut conn)
         .await
         .map(drop)

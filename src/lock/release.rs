@@ -43,8 +43,8 @@ pub(crate) async fn release_hold(
     lease_ms: u64,
     resend: Resend,
 ) -> Result<()> {
-    let request_id = client.inner.request_id();
-    let conn = client.inner.conn.clone();
+    let request_id = client.request_id();
+    let conn = client.conn();
     let release = ReleaseCall {
         kind,
         name,
@@ -82,8 +82,7 @@ pub(crate) async fn release_hold_as(
         lease_ms,
         request_id,
     } = *release;
-    let inner = &client.inner;
-    let config = &inner.config;
+    let config = client.config();
     let latch = keys::unlock_latch(name, request_id);
     let attempts = config.release_attempts.max(1);
     let mut until = surely_ended(config, Instant::now(), Duration::from_millis(lease_ms));
@@ -95,7 +94,7 @@ pub(crate) async fn release_hold_as(
         let latch_ttl = match &watched {
             None => config.unlock_latch_ttl_ms(),
             Some(key) => {
-                if inner.registry.contains(key) {
+                if client.registry().contains(key) {
                     let renewed = surely_ended(config, Instant::now(), config.watchdog_timeout);
                     until = until.max(renewed);
                 }
@@ -111,7 +110,7 @@ pub(crate) async fn release_hold_as(
             field: owner,
             latch: &latch,
             lease_ms,
-            publish: inner.publish(),
+            publish: client.publish(),
             latch_ttl,
         });
         match call.invoke_async::<Option<i64>>(&mut conn).await {
@@ -132,8 +131,8 @@ pub(crate) async fn release_hold_as(
     if reply.is_some() {
         // The script wrote the latch; it only matters to resends of this
         // request: have it deleted rather than left to its TTL.
-        inner.sweeper.discard(latch);
-        let verdict = inner.replicated(name).await;
+        client.sweeper().discard(latch);
+        let verdict = client.replicated(name).await;
         if let Some(verdict) = verdict.filter(|v| !v.enough) {
             tracing::warn!(lock = %name, acked = verdict.acked,
                 "too few replicas acknowledged a release in time; it stands on the master");

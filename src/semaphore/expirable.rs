@@ -13,7 +13,7 @@ use crate::args;
 use crate::client::conn::Conn;
 use crate::config::MAX_DURATION;
 use crate::engine::acquire_latch::{
-    self, GiveBack, Request, RequestSlot, Sending, Taken, Unclaimed,
+    self, GiveBack, Lasts, Request, RequestSlot, Sending, Taken, Unclaimed,
 };
 use crate::engine::finish::{runtime, spawn_to_end, Finish};
 use crate::engine::give_back::{resend_until, surely_ended, NEVER_EXPIRES};
@@ -131,7 +131,7 @@ fn call(
         .key(keys::permit_timeouts(name))
         .key(keys::semaphore_channel(name))
         .arg(op)
-        .arg(client.inner.publish())
+        .arg(client.publish())
         .arg(ids.iter().flat_map(|id| id.0).collect::<Vec<u8>>())
         .arg(number)
         .arg(NO_EXPIRY);
@@ -148,7 +148,7 @@ async fn give_back(
     ids: &[PermitId],
     until: Option<Instant>,
 ) -> Result<Option<PermitId>> {
-    give_back_on(client, client.inner.conn.clone(), name, ids, until).await
+    give_back_on(client, client.conn(), name, ids, until).await
 }
 
 /// [`give_back`] on `conn`. Safe to send twice: a permit given back is no
@@ -166,7 +166,7 @@ async fn give_back_on(
         async move { release.invoke_async::<i64>(&mut conn).await }
     };
     let released = match until {
-        Some(until) => resend_until(&client.inner.config, until, send).await,
+        Some(until) => resend_until(client.config(), until, send).await,
         None => send(0).await,
     };
     let released = released.map_err(|e| Error::from_redis(e, name, "semaphore"))?;
@@ -206,16 +206,18 @@ impl PermitExpirableSemaphore {
         self.counter().try_set_permits(permits).await
     }
 
-    /// Adds `permits` new permits, and wakes the waiters.
+    /// Adds `permits` to the available ones and wakes the waiters; a
+    /// negative number takes them away: as
+    /// [`Semaphore::add_permits`](crate::Semaphore::add_permits), whose
+    /// errors and cancel safety it shares.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] for a bad name or zero permits,
-    /// [`Error::WrongType`], [`Error::Redis`].
+    /// As [`Semaphore::add_permits`](crate::Semaphore::add_permits).
     ///
     /// # Cancel safety
     /// Cancel safe: once sent, the call completes in the background.
-    pub async fn add_permits(&self, permits: u32) -> Result<()> {
-        self.counter().release_many(permits).await
+    pub async fn add_permits(&self, permits: i64) -> Result<()> {
+        self.counter().add_permits(permits).await
     }
 
     /// The count of available permits alone: the key and channel of a
@@ -326,24 +328,56 @@ impl PermitExpirableSemaphore {
     }
 
     /// Takes `permits` permits at once, all or none, each with its own id
-    /// and with `lease` (`None`: no lease), waiting as long as it takes:
-    /// Redisson's `acquire(permits)`.
+    /// and without a lease, waiting as long as it takes: Redisson's
+    /// `acquire(permits)`.
     ///
     /// # Errors
     /// As [`acquire`](Self::acquire), and [`Error::InvalidArgument`] for
-    /// zero permits, more than 100 000 at once, or a bad lease.
+    /// zero permits or more than 100 000 at once.
     ///
     /// # Cancel safety
     /// As [`acquire`](Self::acquire): a dropped future leaves none of them
     /// out.
-    pub async fn acquire_many(&self, permits: u32, lease: Option<Duration>) -> Result<Vec<Permit>> {
-        self.take_many(permits, None, lease)
+    pub async fn acquire_many(&self, permits: u32) -> Result<Vec<Permit>> {
+        self.take_many(permits, None, None)
             .await?
             .ok_or_else(|| Error::no_deadline("expirable"))
     }
 
+    /// As [`acquire_many`](Self::acquire_many), each permit coming back by
+    /// itself after `lease`: Redisson's `acquire(permits, leaseTime, unit)`.
+    ///
+    /// # Errors
+    /// As [`acquire_many`](Self::acquire_many), and
+    /// [`Error::InvalidArgument`] for a bad lease.
+    ///
+    /// # Cancel safety
+    /// As [`acquire`](Self::acquire).
+    pub async fn acquire_many_with_lease(
+        &self,
+        permits: u32,
+        lease: Duration,
+    ) -> Result<Vec<Permit>> {
+        self.take_many(permits, None, Some(lease))
+            .await?
+            .ok_or_else(|| Error::no_deadline("expirable"))
+    }
+
+    /// Takes `permits` permits at once, all or none, if they are available
+    /// now (one attempt, as [`try_acquire`](Self::try_acquire)).
+    ///
+    /// # Errors
+    /// As [`acquire_many`](Self::acquire_many) and
+    /// [`try_acquire`](Self::try_acquire).
+    ///
+    /// # Cancel safety
+    /// As [`acquire`](Self::acquire).
+    pub async fn try_acquire_many(&self, permits: u32) -> Result<Option<Vec<Permit>>> {
+        self.take_many(permits, Some(Duration::ZERO), None).await
+    }
+
     /// Takes `permits` permits at once, all or none, waiting at most
-    /// `wait` (zero: one attempt): Redisson's `tryAcquire(permits, ...)`.
+    /// `wait`: Redisson's `tryAcquire(permits, waitTime, unit)`.
     ///
     /// # Errors
     /// As [`acquire_many`](Self::acquire_many) and
@@ -351,13 +385,31 @@ impl PermitExpirableSemaphore {
     ///
     /// # Cancel safety
     /// As [`acquire`](Self::acquire).
-    pub async fn try_acquire_many(
+    pub async fn try_acquire_many_for(
         &self,
         permits: u32,
         wait: Duration,
-        lease: Option<Duration>,
     ) -> Result<Option<Vec<Permit>>> {
-        self.take_many(permits, Some(wait), lease).await
+        self.take_many(permits, Some(wait), None).await
+    }
+
+    /// As [`try_acquire_many_for`](Self::try_acquire_many_for), each permit
+    /// coming back by itself after `lease`: Redisson's
+    /// `tryAcquire(permits, waitTime, leaseTime, unit)`.
+    ///
+    /// # Errors
+    /// As [`try_acquire_many_for`](Self::try_acquire_many_for), and
+    /// [`Error::InvalidArgument`] for a bad lease.
+    ///
+    /// # Cancel safety
+    /// As [`acquire`](Self::acquire).
+    pub async fn try_acquire_many_with_lease(
+        &self,
+        permits: u32,
+        wait: Duration,
+        lease: Duration,
+    ) -> Result<Option<Vec<Permit>>> {
+        self.take_many(permits, Some(wait), Some(lease)).await
     }
 
     /// Gives the permit back and wakes the waiters.
@@ -565,10 +617,8 @@ impl PermitExpirableSemaphore {
 
     /// Runs `op` to its end, even if the caller leaves.
     async fn run(&self, op: &'static str, ids: &[PermitId], number: u64) -> Result<i64> {
-        let mut conn = self.obj.conn();
-        let invocation = call(&self.obj.client, &self.obj.name, op, ids, number);
-        let request = async move { invocation.invoke_async::<i64>(&mut conn).await };
-        self.obj.finish(request).await
+        let call = call(&self.obj.client, &self.obj.name, op, ids, number);
+        self.obj.run(call).await
     }
 
     fn not_out(&self, id: PermitId) -> Error {
@@ -658,12 +708,12 @@ impl PermitExpirableSemaphore {
         };
         // The script replies nil for permits taken, else how long to wait.
         let granted = |reply: &Option<i64>| reply.is_none();
-        let lasts_ms = lease_ms.unwrap_or(u64::MAX);
+        let lasts = lease_ms.map_or(Lasts::UntilReleased, Lasts::Ms);
         let how = Sending {
             build,
             decode: |reply| Ok(redis::from_redis_value::<Option<i64>>(reply)?),
             resend_until,
-            lasts_ms,
+            lasts,
         };
         let reply = acquire_latch::send(request, runtime.clone(), how, granted, |_| async {})
             .await
@@ -741,11 +791,11 @@ impl PermitsOut {
 }
 
 impl Taken for PermitsOut {
-    async fn give_back(&self, client: &Client, name: &str, _ttl_ms: u64, why: GiveBack) {
+    async fn give_back(&self, client: &Client, name: &str, _lasts: Lasts, why: GiveBack) {
         // The grant came before this: its lease ends by then.
         let now = Instant::now();
         let until = match self.lease_ms {
-            Some(ms) => surely_ended(&client.inner.config, now, Duration::from_millis(ms)),
+            Some(ms) => surely_ended(client.config(), now, Duration::from_millis(ms)),
             None => now + NEVER_EXPIRES,
         };
         for &id in &self.ids {
@@ -765,7 +815,7 @@ impl Taken for PermitsOut {
 /// on, like a [`LockGuard`](crate::LockGuard): never blocking, never
 /// panicking, a failure only logged; that release is resent after a failed
 /// connection until it gets through or the lease has surely ended (an hour
-/// at most without a lease). [`Permit::forget`] keeps it out
+/// at most without a lease). [`Permit::leak`] keeps it out
 /// instead, to be released later by id, or to expire.
 #[must_use = "the permit is released as soon as it is dropped"]
 #[clippy::has_significant_drop]
@@ -791,7 +841,7 @@ impl PermitHold {
     fn released(&self) {
         #[cfg(feature = "metrics")]
         {
-            let object = &self.client.inner.config;
+            let object = self.client.config();
             telemetry::released(
                 telemetry::Subject {
                     kind: EXPIRABLE_KIND,
@@ -819,8 +869,9 @@ impl Permit {
         self.id
     }
 
-    /// The name of the semaphore it came from.
-    pub fn semaphore(&self) -> &str {
+    /// The name of the semaphore it came from (as a guard's
+    /// [`name`](crate::LockGuard::name)).
+    pub fn name(&self) -> &str {
         self.hold.as_ref().map_or("", |h| &h.name)
     }
 
@@ -842,8 +893,9 @@ impl Permit {
 
     /// Keeps the permit out: nothing is released, now or on drop.
     /// Release it later with [`PermitExpirableSemaphore::release_by_id`],
-    /// or let its lease run out.
-    pub fn forget(mut self) {
+    /// or let its lease run out. The verb of
+    /// [`LockGuard::leak`](crate::LockGuard::leak).
+    pub fn leak(mut self) {
         self.hold = None;
     }
 
@@ -911,7 +963,7 @@ impl Permit {
     /// before the server's; a reply in flight and a drift margin more on
     /// the server), or for [`NEVER_EXPIRES`] without a lease.
     fn dropped_until(&self, hold: &PermitHold) -> Instant {
-        let config = &hold.client.inner.config;
+        let config = &hold.client.config();
         match self.expires {
             Some(at) => at + config.response_timeout + Duration::from_secs(2),
             None => Instant::now() + NEVER_EXPIRES,

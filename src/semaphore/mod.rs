@@ -11,7 +11,7 @@ use tokio::time::Instant;
 use crate::args;
 use crate::config::MAX_DURATION;
 use crate::engine::acquire_latch::{
-    self, GiveBack, Request, RequestSlot, Sending, Taken, Unclaimed,
+    self, GiveBack, Lasts, Request, RequestSlot, Sending, Taken, Unclaimed,
 };
 use crate::engine::finish::runtime;
 use crate::engine::give_back::{resend_until, NEVER_EXPIRES};
@@ -215,15 +215,9 @@ impl Semaphore {
     /// Cancel safe: once sent, the delete completes in the background.
     pub async fn delete(&self) -> Result<bool> {
         self.obj.checked()?;
-        let mut conn = self.obj.conn();
-        let name = Arc::clone(&self.obj.name);
-        let delete = async move {
-            SEMAPHORE_DELETE
-                .key(&*name)
-                .invoke_async::<i64>(&mut conn)
-                .await
-        };
-        Ok(self.obj.finish(delete).await? == 1)
+        let mut call = SEMAPHORE_DELETE.prepare_invoke();
+        call.key(&*self.obj.name);
+        Ok(self.obj.run::<i64>(call).await? == 1)
     }
 
     /// Takes one permit, waiting as long as it takes until one is
@@ -358,15 +352,9 @@ impl Semaphore {
     /// the permits stay taken).
     pub async fn drain_permits(&self) -> Result<i64> {
         self.obj.checked()?;
-        let mut conn = self.obj.conn();
-        let name = Arc::clone(&self.obj.name);
-        let drain = async move {
-            SEMAPHORE_DRAIN
-                .key(&*name)
-                .invoke_async::<i64>(&mut conn)
-                .await
-        };
-        self.obj.finish(drain).await
+        let mut call = SEMAPHORE_DRAIN.prepare_invoke();
+        call.key(&*self.obj.name);
+        self.obj.run(call).await
     }
 
     async fn take(&self, permits: u32, wait: Option<Duration>) -> Result<bool> {
@@ -432,7 +420,7 @@ impl Semaphore {
             build,
             decode: |reply| Ok(redis::from_redis_value::<i64>(reply)?),
             resend_until,
-            lasts_ms: u64::MAX,
+            lasts: Lasts::UntilReleased,
         };
         let sent = acquire_latch::send(request, runtime.clone(), how, granted, |_| async {});
         match sent.await {
@@ -463,25 +451,24 @@ impl Semaphore {
 struct Permits(u32);
 
 impl Taken for Permits {
-    async fn give_back(&self, client: &Client, name: &str, _ttl_ms: u64, why: GiveBack) {
+    async fn give_back(&self, client: &Client, name: &str, _lasts: Lasts, why: GiveBack) {
         let permits = self.0;
-        let inner = &client.inner;
-        let latch = keys::unlock_latch(name, &inner.request_id());
+        let latch = keys::unlock_latch(name, &client.request_id());
         let channel = keys::semaphore_channel(name);
         let send = |latch_ttl: u64| {
-            let mut conn = inner.conn.clone();
+            let mut conn = client.conn();
             let mut call = SEMAPHORE_GIVE_BACK.prepare_invoke();
             call.key(name)
                 .key(&channel)
                 .key(&latch)
                 .arg(permits)
-                .arg(inner.publish())
+                .arg(client.publish())
                 .arg(latch_ttl);
             async move { call.invoke_async::<i64>(&mut conn).await }
         };
         let until = Instant::now() + NEVER_EXPIRES;
-        match resend_until(&inner.config, until, send).await {
-            Ok(_) => inner.sweeper.discard(latch),
+        match resend_until(client.config(), until, send).await {
+            Ok(_) => client.sweeper().discard(latch),
             Err(err) => {
                 tracing::warn!(semaphore = %name, permits, error = %err, why = why.why(),
                     "could not give back permits an acquire took");
@@ -499,12 +486,12 @@ async fn give(
     permits: i64,
     if_exists: bool,
 ) -> redis::RedisResult<Option<i64>> {
-    let mut conn = client.inner.conn.clone();
+    let mut conn = client.conn();
     SEMAPHORE_RELEASE
         .key(name)
         .key(keys::semaphore_channel(name))
         .arg(permits)
-        .arg(client.inner.publish())
+        .arg(client.publish())
         .arg(if if_exists { "1" } else { "0" })
         .invoke_async::<Option<i64>>(&mut conn)
         .await
