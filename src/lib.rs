@@ -522,6 +522,8 @@ mod client;
 pub mod config;
 mod engine;
 mod error;
+#[doc(hidden)]
+pub mod layout;
 
 pub use client::{Client, ClientBuilder};
 pub use config::Config;

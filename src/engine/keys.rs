@@ -65,7 +65,7 @@ pub(crate) fn prefix_name(prefix: &str, name: &str) -> String {
 }
 
 /// The channel a lock's unlock message goes to.
-pub(crate) fn lock_channel(name: &str) -> String {
+pub fn lock_channel(name: &str) -> String {
     prefix_name("redisson_lock__channel", name)
 }
 
@@ -75,7 +75,7 @@ fn suffix_name(name: &str, suffix: &str) -> String {
 }
 
 /// The channel of a read-write lock.
-pub(crate) fn rwlock_channel(name: &str) -> String {
+pub fn rwlock_channel(name: &str) -> String {
     prefix_name("redisson_rwlock", name)
 }
 
@@ -86,32 +86,32 @@ pub(crate) fn rwlock_key_prefix(name: &str) -> String {
 }
 
 /// One owner's read-hold timeout prefix, `{name}:<field>:rwlock_timeout`.
-pub(crate) fn rwlock_timeout_prefix(name: &str, field: &str) -> String {
+pub fn rwlock_timeout_prefix(name: &str, field: &str) -> String {
     suffix_name(name, &format!("{field}:rwlock_timeout"))
 }
 
 /// The fair lock's queue of waiters.
-pub(crate) fn fair_queue(name: &str) -> String {
+pub fn fair_queue(name: &str) -> String {
     prefix_name("redisson_lock_queue", name)
 }
 
 /// The fair lock's waiter timeouts.
-pub(crate) fn fair_timeouts(name: &str) -> String {
+pub fn fair_timeouts(name: &str) -> String {
     prefix_name("redisson_lock_timeout", name)
 }
 
 /// The fenced lock's token counter.
-pub(crate) fn fencing_token(name: &str) -> String {
+pub fn fencing_token(name: &str) -> String {
     prefix_name("redisson_lock_token", name)
 }
 
 /// The channel of a semaphore (either kind): `redisson_sc:{name}`.
-pub(crate) fn semaphore_channel(name: &str) -> String {
+pub fn semaphore_channel(name: &str) -> String {
     prefix_name("redisson_sc", name)
 }
 
 /// The permits a permit-expirable semaphore handed out: `{name}:timeout`.
-pub(crate) fn permit_timeouts(name: &str) -> String {
+pub fn permit_timeouts(name: &str) -> String {
     suffix_name(name, "timeout")
 }
 
@@ -122,7 +122,7 @@ pub(crate) fn permit_timeouts(name: &str) -> String {
 /// concatenation: the name is wrapped in braces even when it already holds a
 /// `{` (`boot{eu}` gives `redisson_countdownlatch__channel__{boot{eu}}`).
 /// Java and Rust waiters hear each other only on that exact name.
-pub(crate) fn latch_channel(name: &str) -> String {
+pub fn latch_channel(name: &str) -> String {
     format!("redisson_countdownlatch__channel__{{{name}}}")
 }
 
@@ -186,15 +186,14 @@ pub(crate) fn kept_at(name: &str, key: &str) -> Option<&'static str> {
 /// A hash with any other field is someone else's data, which no lock call
 /// touches. The scripts apply the same rule (`lua/README.md`, "refuse
 /// what is no lock"); the inspector too.
-pub(crate) fn is_lock_hold(field: &str, value: &str) -> bool {
+pub fn is_lock_hold(field: &str, value: &str) -> bool {
     field == "mode" || (field.contains(':') && is_digits(value))
 }
 
 /// Whether a string is a semaphore's or a latch's count, or a fencing
 /// token counter: a decimal integer, perhaps negative. The scripts apply
 /// the same rule ("read a count"); the inspector too.
-#[allow(dead_code)] // the inspector's, which includes this file
-pub(crate) fn is_count(value: &str) -> bool {
+pub fn is_count(value: &str) -> bool {
     is_digits(value.strip_prefix('-').unwrap_or(value))
 }
 

@@ -9,10 +9,10 @@ pub(crate) mod child;
 pub(crate) mod cluster;
 pub(crate) mod proxy;
 pub(crate) mod rng;
-#[cfg(feature = "sentinel")]
+// Shared with the inspector's tests (ferrisson-cli), whose crate has no
+// `sentinel` or `native-tls` feature: these two need none.
 pub(crate) mod sentinel;
 pub(crate) mod server;
-#[cfg(any(feature = "tls", feature = "native-tls"))]
 pub(crate) mod tls;
 
 use std::future::Future;

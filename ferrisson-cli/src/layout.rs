@@ -1,8 +1,8 @@
 //! The key and channel names of Redisson's layout that the inspector reads:
-//! the library's own helpers (its `keys.rs`, compiled into the binary as
-//! well), and what only the inspector needs.
+//! the library's own (its doc-hidden `layout` module, the one source of
+//! them), and what only the inspector needs.
 
-pub(crate) use crate::keys::{
+pub(crate) use ferrisson::layout::{
     fair_queue, fair_timeouts, fencing_token, is_count, is_lock_hold, latch_channel, lock_channel,
     permit_timeouts, rwlock_channel, semaphore_channel,
 };
@@ -15,7 +15,10 @@ pub(crate) const PERMIT_NO_EXPIRY: i64 = 922_337_203_685_477;
 
 /// One read hold's timeout key: `{name}:<field>:rwlock_timeout:<n>`.
 pub(crate) fn read_hold_key(name: &str, field: &str, n: u32) -> String {
-    format!("{}:{n}", crate::keys::rwlock_timeout_prefix(name, field))
+    format!(
+        "{}:{n}",
+        ferrisson::layout::rwlock_timeout_prefix(name, field)
+    )
 }
 
 /// Whether `key` is one of the helper keys an object keeps beside its own

@@ -2,15 +2,10 @@
 //! by ferrisson or by Java Redisson clients: the layout is the same) and
 //! says who holds what, who waits, and for how long.
 //!
-//! `cargo install ferrisson --features cli`; `ferrisson --help` lists the
+//! `cargo install ferrisson-cli`; `ferrisson --help` lists the
 //! subcommands.
 
 mod conn;
-// The library's key and channel names, the one source of them; the binary
-// uses some.
-#[allow(dead_code)]
-#[path = "../../engine/keys.rs"]
-mod keys;
 mod layout;
 mod state;
 

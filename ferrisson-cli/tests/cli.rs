@@ -2,8 +2,8 @@
 //! `redis-server` per test: `inspect` of every kind (text, and JSON parsed
 //! back), `list`, `watch`, `force-unlock`, and its errors.
 
-#![cfg(feature = "cli")]
-
+// The library's test support, shared: one way to start servers.
+#[path = "../../tests/common/mod.rs"]
 mod common;
 
 use std::io::{BufRead, BufReader, Write};
@@ -1006,7 +1006,6 @@ async fn tls_with_a_private_ca() {
 
 /// `--sentinel MASTER`: the URLs are sentinels, and the master they name
 /// is the one inspected; a name they do not know is said plainly.
-#[cfg(feature = "sentinel")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_master_found_through_a_sentinel() {
     let master = RedisServer::start();

@@ -1,0 +1,9 @@
+//! Redisson's key and channel names, for the `ferrisson` inspector (the
+//! `ferrisson-cli` crate), which reads them and must not spell them a
+//! second time. Not part of the API: the layout is described in
+//! `lua/README.md`, and this module may change with any release.
+
+pub use crate::engine::keys::{
+    fair_queue, fair_timeouts, fencing_token, is_count, is_lock_hold, latch_channel, lock_channel,
+    permit_timeouts, rwlock_channel, rwlock_timeout_prefix, semaphore_channel,
+};
