@@ -77,7 +77,7 @@ pub const DEFAULT_REPLICA_SYNC_TIMEOUT: Duration = Duration::from_secs(1);
 )]
 #[cfg_attr(
     not(feature = "sentinel"),
-    doc = "[`Client::sentinel_builder`]: crate#sentinel"
+    doc = "[`Client::sentinel_builder`]: crate#deployments"
 )]
 #[cfg_attr(
     feature = "cluster",
@@ -85,7 +85,7 @@ pub const DEFAULT_REPLICA_SYNC_TIMEOUT: Duration = Duration::from_secs(1);
 )]
 #[cfg_attr(
     not(feature = "cluster"),
-    doc = "[`Client::cluster_builder`]: crate#redis-cluster"
+    doc = "[`Client::cluster_builder`]: crate#deployments"
 )]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ReplicaSync {

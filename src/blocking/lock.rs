@@ -79,10 +79,10 @@ macro_rules! blocking_face {
                 }
             }
 
-            #[doc = concat!("Waits until the lock is held, then keeps it alive with the watchdog until the guard is released, as [`", stringify!($face), "::lock`](crate::", stringify!($face), "::lock).")]
+            #[doc = concat!("Waits until the lock is held, then keeps it alive with the watchdog until the guard is released, as [`Lock::lock`](crate::Lock::lock).")]
             ///
             /// # Errors
-            #[doc = concat!("As [`", stringify!($face), "::lock`](crate::", stringify!($face), "::lock), and [`Error::Blocking`](crate::Error::Blocking) when the call cannot be run.")]
+            #[doc = concat!("As [`Lock::lock`](crate::Lock::lock), and [`Error::Blocking`](crate::Error::Blocking) when the call cannot be run.")]
             pub fn lock(&self) -> Result<$guard> {
                 let handle = self.handle();
                 let guard = self.rt.run(handle.lock())?;
@@ -93,7 +93,7 @@ macro_rules! blocking_face {
             /// watchdog; the lock frees itself when the lease runs out.
             ///
             /// # Errors
-            #[doc = concat!("As [`", stringify!($face), "::lock_with_lease`](crate::", stringify!($face), "::lock_with_lease), and [`Error::Blocking`](crate::Error::Blocking) when the call cannot be run.")]
+            #[doc = concat!("As [`Lock::lock_with_lease`](crate::Lock::lock_with_lease), and [`Error::Blocking`](crate::Error::Blocking) when the call cannot be run.")]
             pub fn lock_with_lease(&self, lease: Duration) -> Result<$guard> {
                 let handle = self.handle();
                 let guard = self.rt.run(handle.lock_with_lease(lease))?;
@@ -105,7 +105,7 @@ macro_rules! blocking_face {
             /// holds it.
             ///
             /// # Errors
-            #[doc = concat!("As [`", stringify!($face), "::try_lock`](crate::", stringify!($face), "::try_lock), and [`Error::Blocking`](crate::Error::Blocking) when the call cannot be run.")]
+            #[doc = concat!("As [`Lock::try_lock`](crate::Lock::try_lock), and [`Error::Blocking`](crate::Error::Blocking) when the call cannot be run.")]
             pub fn try_lock(&self) -> Result<Option<$guard>> {
                 let handle = self.handle();
                 let guard = self.rt.run(handle.try_lock())?;
@@ -116,7 +116,7 @@ macro_rules! blocking_face {
             /// makes one attempt.
             ///
             /// # Errors
-            #[doc = concat!("As [`", stringify!($face), "::try_lock_for`](crate::", stringify!($face), "::try_lock_for), and [`Error::Blocking`](crate::Error::Blocking) when the call cannot be run.")]
+            #[doc = concat!("As [`Lock::try_lock_for`](crate::Lock::try_lock_for), and [`Error::Blocking`](crate::Error::Blocking) when the call cannot be run.")]
             pub fn try_lock_for(&self, wait: Duration) -> Result<Option<$guard>> {
                 let handle = self.handle();
                 let guard = self.rt.run(handle.try_lock_for(wait))?;
@@ -126,7 +126,7 @@ macro_rules! blocking_face {
             /// Waits at most `wait` for the lock, held for `lease` at most.
             ///
             /// # Errors
-            #[doc = concat!("As [`", stringify!($face), "::try_lock_with_lease`](crate::", stringify!($face), "::try_lock_with_lease), and [`Error::Blocking`](crate::Error::Blocking) when the call cannot be run.")]
+            #[doc = concat!("As [`Lock::try_lock_with_lease`](crate::Lock::try_lock_with_lease), and [`Error::Blocking`](crate::Error::Blocking) when the call cannot be run.")]
             pub fn try_lock_with_lease(
                 &self,
                 wait: Duration,

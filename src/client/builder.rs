@@ -308,14 +308,14 @@ impl ClientBuilder {
     /// (its `repl-timeout`, 60 s by default).
     ///
     /// [`ReplicaSync::REDISSON`]: crate::config::ReplicaSync::REDISSON
-    // The builders of features that are off link to the guide's sections.
+    // The builders of features that are off link to the crate docs.
     #[cfg_attr(
         feature = "sentinel",
         doc = "[`Client::sentinel_builder`]: crate::Client::sentinel_builder"
     )]
     #[cfg_attr(
         not(feature = "sentinel"),
-        doc = "[`Client::sentinel_builder`]: crate#sentinel"
+        doc = "[`Client::sentinel_builder`]: crate#deployments"
     )]
     #[cfg_attr(
         feature = "cluster",
@@ -323,7 +323,7 @@ impl ClientBuilder {
     )]
     #[cfg_attr(
         not(feature = "cluster"),
-        doc = "[`Client::cluster_builder`]: crate#redis-cluster"
+        doc = "[`Client::cluster_builder`]: crate#deployments"
     )]
     pub fn replica_sync_with(mut self, sync: Option<crate::config::ReplicaSync>) -> Self {
         self.config.replica_sync = sync;

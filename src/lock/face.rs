@@ -33,6 +33,7 @@ macro_rules! lock_face {
                 }
             }
 
+            $crate::lock::face::contract! { $face, "lock",
             /// Waits until the lock is held, then keeps it alive with the
             /// watchdog until the guard is released.
             ///
@@ -69,7 +70,9 @@ macro_rules! lock_face {
             pub async fn lock(&self) -> $crate::Result<$guard> {
                 self.core.lock().await.map($wrap)
             }
+            }
 
+            $crate::lock::face::contract! { $face, "lock_with_lease",
             /// Waits until the lock is held, for `lease` at most: no
             /// watchdog; the lock frees itself when the lease runs out,
             /// released or not.
@@ -88,7 +91,9 @@ macro_rules! lock_face {
             ) -> $crate::Result<$guard> {
                 self.core.lock_with_lease(lease).await.map($wrap)
             }
+            }
 
+            $crate::lock::face::contract! { $face, "try_lock",
             /// One attempt, watchdog mode: `Some(guard)` when the lock was
             /// free or already held by this owner, `None` when someone else
             /// holds it. A fair lock's single attempt does not join the
@@ -112,7 +117,9 @@ macro_rules! lock_face {
             pub async fn try_lock(&self) -> $crate::Result<Option<$guard>> {
                 Ok(self.core.try_lock().await?.map($wrap))
             }
+            }
 
+            $crate::lock::face::contract! { $face, "try_lock_for",
             /// Waits at most `wait` for the lock, watchdog mode. A zero wait
             #[doc = concat!("makes one attempt, as [`", stringify!($face), "::try_lock`].")]
             ///
@@ -143,7 +150,9 @@ macro_rules! lock_face {
             ) -> $crate::Result<Option<$guard>> {
                 Ok(self.core.try_lock_for(wait).await?.map($wrap))
             }
+            }
 
+            $crate::lock::face::contract! { $face, "try_lock_with_lease",
             /// Waits at most `wait` for the lock, held for `lease` at most;
             #[doc = concat!("the wait ends as [`", stringify!($face), "::try_lock_for`]'s.")]
             ///
@@ -163,7 +172,9 @@ macro_rules! lock_face {
                     .await?
                     .map($wrap))
             }
+            }
 
+            $crate::lock::face::contract! { $face, "is_locked",
             /// Whether anyone holds the lock (a read or write side: whether
             /// it is held in that mode).
             ///
@@ -178,7 +189,9 @@ macro_rules! lock_face {
             pub async fn is_locked(&self) -> $crate::Result<bool> {
                 self.core.is_locked().await
             }
+            }
 
+            $crate::lock::face::contract! { $face, "is_held_by_current_task",
             /// Whether this handle's owner (by default, the calling task)
             /// holds the lock.
             ///
@@ -192,7 +205,9 @@ macro_rules! lock_face {
             pub async fn is_held_by_current_task(&self) -> $crate::Result<bool> {
                 self.core.is_held_by_current_task().await
             }
+            }
 
+            $crate::lock::face::contract! { $face, "is_held_by",
             /// Whether `owner` of this handle's client holds the lock, as
             /// Redisson's `isHeldByThread`: the owner id given to
             /// `with_owner`, or `task-<id>` / `thread-<n>` for the default
@@ -209,7 +224,9 @@ macro_rules! lock_face {
             pub async fn is_held_by(&self, owner: &str) -> $crate::Result<bool> {
                 self.core.is_held_by(owner).await
             }
+            }
 
+            $crate::lock::face::contract! { $face, "info",
             /// What the lock holds now, read in one call: its holders
             /// (client id, owner id, hold count), its TTL, and what only
             /// some kinds have (a read-write lock's mode, a fair lock's
@@ -230,7 +247,9 @@ macro_rules! lock_face {
             pub async fn info(&self) -> $crate::Result<$crate::LockInfo> {
                 self.core.info().await
             }
+            }
 
+            $crate::lock::face::contract! { $face, "hold_count",
             /// How many holds this handle's owner has on the lock (0 when
             /// none).
             ///
@@ -246,7 +265,9 @@ macro_rules! lock_face {
             pub async fn hold_count(&self) -> $crate::Result<u32> {
                 self.core.hold_count().await
             }
+            }
 
+            $crate::lock::face::contract! { $face, "remaining_ttl",
             /// How long until the lock expires: `None` when nobody holds it
             /// (or the key has no TTL, which no Redisson or ferrisson lock
             /// has).
@@ -262,7 +283,9 @@ macro_rules! lock_face {
             pub async fn remaining_ttl(&self) -> $crate::Result<Option<std::time::Duration>> {
                 self.core.remaining_ttl().await
             }
+            }
 
+            $crate::lock::face::contract! { $face, "force_unlock",
             /// Deletes the lock whoever holds it and wakes a waiter. Returns
             /// whether there was a lock to delete. The holders' guards learn
             /// it at their next renewal (`lease_lost`) or release (an error).
@@ -280,7 +303,9 @@ macro_rules! lock_face {
             pub async fn force_unlock(&self) -> $crate::Result<bool> {
                 self.core.force_unlock().await
             }
+            }
 
+            $crate::lock::face::contract! { $face, "unlock",
             /// Releases one hold of this handle's owner without a guard, as
             /// Redisson's `unlock()` does: for holds whose guard was given up
             /// with [`LockGuard::leak`](crate::LockGuard::leak). Prefer the
@@ -300,6 +325,7 @@ macro_rules! lock_face {
             /// background if the future is dropped.
             pub async fn unlock(&self) -> $crate::Result<()> {
                 self.core.unlock().await
+            }
             }
         }
 
@@ -387,6 +413,26 @@ macro_rules! lock_face {
 }
 
 pub(crate) use lock_face;
+
+/// One method of a face, with its docs: [`Lock`](crate::Lock)'s carry the
+/// contract (what it does, its errors, its cancel safety), written once;
+/// every other face's point to them, and to the face's own docs for what
+/// differs.
+macro_rules! contract {
+    (Lock, $method:literal, $(#[$doc:meta])* pub $($item:tt)*) => {
+        $(#[$doc])*
+        pub $($item)*
+    };
+    ($face:ident, $method:literal, $(#[$doc:meta])* pub $($item:tt)*) => {
+        #[doc = concat!(
+            "As [`Lock::", $method, "`](crate::Lock::", $method, "), with its errors and \
+             cancel safety, on this kind of lock: [`", stringify!($face), "`] says what differs."
+        )]
+        pub $($item)*
+    };
+}
+
+pub(crate) use contract;
 
 /// The guard of every face but the fenced lock's, as it is.
 pub(crate) fn plain(guard: crate::LockGuard) -> crate::LockGuard {

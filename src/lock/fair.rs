@@ -20,6 +20,9 @@ use crate::{Client, LockGuard};
 ///   which is the price of fairness.
 /// - `try_lock()` (one attempt) does not join the queue.
 /// - An owner has one entry in the queue, shared by its waits.
+/// - Shared with Java clients, the queue's deadlines are read on each
+///   Redisson client's clock: mind the clocks, as for the
+///   [`PermitExpirableSemaphore`](crate::PermitExpirableSemaphore#clocks-in-a-fleet-shared-with-redisson).
 ///
 /// Everything else (owners, reentrancy, leases, the watchdog, guards,
 /// cancel safety) is as [`Lock`](crate::Lock)'s.

@@ -203,83 +203,36 @@ impl LockCore {
         Ok(self.obj.client.fields().field(&owner, suffix))
     }
 
-    /// Waits until the lock is held, then keeps it alive with the watchdog
-    /// until the guard is released.
-    ///
-    /// The lease is the client's watchdog timeout (default 30 s), renewed
-    /// every third of it while the guard lives; if the process dies the lock
-    /// frees itself at most one watchdog timeout later.
-    ///
-    /// # Errors
-    /// [`Error::InvalidArgument`] for a bad name or owner,
-    /// [`Error::WrongType`] when the key holds other data,
-    /// [`Error::Redis`] when Redis fails.
-    ///
-    /// # Cancel safety
-    /// Cancel safe: a dropped future leaves no hold in Redis, no registry
-    /// entry and no subscription. An acquire already sent when the future is
-    /// dropped is completed in the background and given back.
-    ///
-    /// Retry safe: an acquire whose reply is lost is sent again under the
-    /// same request id, and a resend of a granted request returns the first
-    /// outcome instead of taking a second hold. The tries of one wait share
-    /// that request (a new one after a resend window), so a wait through an
-    /// outage settles it once: when the wait ends without the lock, a hold
-    /// one of its unanswered sends may have taken is given back in the
-    /// background (the acquire latch, see `lua/README.md`).
+    /// The work of [`Lock::lock`](crate::Lock::lock) for every face,
+    /// whose docs are the contract.
     pub(crate) async fn lock(&self) -> Result<LockGuard> {
         self.acquire(None, None)
             .await?
             .ok_or_else(|| Error::no_deadline("acquire"))
     }
 
-    /// Waits until the lock is held, for `lease` at most: no watchdog; the
-    /// lock frees itself when the lease runs out, released or not.
-    ///
-    /// # Errors
-    /// As [`crate::Lock::lock`], and [`Error::InvalidArgument`] for a lease under
-    /// 1 ms or over [`MAX_DURATION`](crate::config::MAX_DURATION).
-    ///
-    /// # Cancel safety
-    /// Cancel safe, as [`crate::Lock::lock`].
+    /// The work of [`Lock::lock_with_lease`](crate::Lock::lock_with_lease) for every face,
+    /// whose docs are the contract.
     pub(crate) async fn lock_with_lease(&self, lease: Duration) -> Result<LockGuard> {
         self.acquire(None, Some(lease))
             .await?
             .ok_or_else(|| Error::no_deadline("acquire"))
     }
 
-    /// One attempt, watchdog mode: `Some(guard)` when the lock was free or
-    /// already held by this owner, `None` when someone else holds it.
-    ///
-    /// # Errors
-    /// As [`crate::Lock::lock`].
-    ///
-    /// # Cancel safety
-    /// Cancel safe, as [`crate::Lock::lock`].
+    /// The work of [`Lock::try_lock`](crate::Lock::try_lock) for every face,
+    /// whose docs are the contract.
     pub(crate) async fn try_lock(&self) -> Result<Option<LockGuard>> {
         self.acquire(Some(Duration::ZERO), None).await
     }
 
-    /// Waits at most `wait` for the lock, watchdog mode. A zero wait makes
-    /// one attempt.
-    ///
-    /// # Errors
-    /// As [`crate::Lock::lock`], and [`Error::InvalidArgument`] for a wait over
-    /// [`MAX_DURATION`](crate::config::MAX_DURATION).
-    ///
-    /// # Cancel safety
-    /// Cancel safe, as [`crate::Lock::lock`].
+    /// The work of [`Lock::try_lock_for`](crate::Lock::try_lock_for) for every face,
+    /// whose docs are the contract.
     pub(crate) async fn try_lock_for(&self, wait: Duration) -> Result<Option<LockGuard>> {
         self.acquire(Some(wait), None).await
     }
 
-    /// Waits at most `wait` for the lock, held for `lease` at most.
-    ///
-    /// # Errors
-    /// As [`crate::Lock::lock_with_lease`] and [`crate::Lock::try_lock_for`].
-    ///
-    /// # Cancel safety
-    /// Cancel safe, as [`crate::Lock::lock`].
+    /// The work of [`Lock::try_lock_with_lease`](crate::Lock::try_lock_with_lease) for every face,
+    /// whose docs are the contract.
     pub(crate) async fn try_lock_with_lease(
         &self,
         wait: Duration,
@@ -288,14 +241,8 @@ impl LockCore {
         self.acquire(Some(wait), Some(lease)).await
     }
 
-    /// Whether anyone holds the lock.
-    ///
-    /// # Errors
-    /// [`Error::InvalidArgument`] for a bad name, [`Error::WrongType`],
-    /// [`Error::Redis`].
-    ///
-    /// # Cancel safety
-    /// Cancel safe: it only reads.
+    /// The work of [`Lock::is_locked`](crate::Lock::is_locked) for every face,
+    /// whose docs are the contract.
     pub(crate) async fn is_locked(&self) -> Result<bool> {
         self.field()?;
         let (hash, ..) = self.read_lock(Extra::Plain).await?;
@@ -305,26 +252,14 @@ impl LockCore {
         })
     }
 
-    /// Whether this handle's owner (by default, the calling task) holds the
-    /// lock.
-    ///
-    /// # Errors
-    /// [`Error::InvalidArgument`], [`Error::WrongType`], [`Error::Redis`].
-    ///
-    /// # Cancel safety
-    /// Cancel safe: it only reads.
+    /// The work of [`Lock::is_held_by_current_task`](crate::Lock::is_held_by_current_task) for every face,
+    /// whose docs are the contract.
     pub(crate) async fn is_held_by_current_task(&self) -> Result<bool> {
         Ok(self.own_holds().await?.is_some())
     }
 
-    /// How many holds this handle's owner has on the lock (0 when none).
-    ///
-    /// # Errors
-    /// [`Error::InvalidArgument`], [`Error::WrongType`], [`Error::Redis`],
-    /// and [`Error::UnexpectedReply`] when the count is too large.
-    ///
-    /// # Cancel safety
-    /// Cancel safe: it only reads.
+    /// The work of [`Lock::hold_count`](crate::Lock::hold_count) for every face,
+    /// whose docs are the contract.
     pub(crate) async fn hold_count(&self) -> Result<u32> {
         match self.own_holds().await? {
             None => Ok(0),
@@ -345,31 +280,16 @@ impl LockCore {
         }
     }
 
-    /// How long until the lock expires: `None` when nobody holds it (or the
-    /// key has no TTL, which no Redisson or ferrisson lock has).
-    ///
-    /// # Errors
-    /// [`Error::InvalidArgument`], [`Error::WrongType`], [`Error::Redis`].
-    ///
-    /// # Cancel safety
-    /// Cancel safe: it only reads.
+    /// The work of [`Lock::remaining_ttl`](crate::Lock::remaining_ttl) for every face,
+    /// whose docs are the contract.
     pub(crate) async fn remaining_ttl(&self) -> Result<Option<Duration>> {
         self.field()?;
         let (_, ms, ..) = self.read_lock(Extra::Plain).await?;
         Ok((ms >= 0).then(|| Duration::from_millis(ms as u64)))
     }
 
-    /// Deletes the lock whoever holds it and wakes a waiter. Returns whether
-    /// there was a lock to delete. The holders' guards learn it at their next
-    /// renewal (`lease_lost`) or release (an error).
-    ///
-    /// # Errors
-    /// [`Error::InvalidArgument`], [`Error::WrongType`] (the key holds other
-    /// data: another type, or a hash whose fields are no lock holds; it is
-    /// left alone), [`Error::Redis`].
-    ///
-    /// # Cancel safety
-    /// Cancel safe: once sent, the delete completes in the background.
+    /// The work of [`Lock::force_unlock`](crate::Lock::force_unlock) for every face,
+    /// whose docs are the contract.
     pub(crate) async fn force_unlock(&self) -> Result<bool> {
         self.field()?;
         let call = self
@@ -386,28 +306,8 @@ impl LockCore {
         }
     }
 
-    /// Releases one hold of this handle's owner, as Redisson's `unlock()`
-    /// does, also where a guard of that owner is still alive.
-    ///
-    /// When the owner has live guards on this client, the hold released is
-    /// the newest guard's: that guard is spent (its `unlock` and drop send
-    /// nothing more, and [`LockGuard::is_lease_lost`] says true), so
-    /// Redisson's `lock(); try { ... } finally { unlock(); }` beside a
-    /// guard never releases a hold twice, nor one taken later. Otherwise it
-    /// releases a hold without a guard (one given up with
-    /// [`LockGuard::leak`], or taken by another process of the same owner
-    /// field).
-    ///
-    /// # Errors
-    /// [`Error::NotHeld`] when the owner holds nothing on this lock (as in
-    /// Redisson, unlocking what you do not hold is an error);
-    /// [`Error::LeaseLost`] when the newest guard's lease was already known
-    /// lost (nothing is sent);
-    /// [`Error::InvalidArgument`], [`Error::WrongType`], [`Error::Redis`].
-    ///
-    /// # Cancel safety
-    /// Cancel safe: once started, the release runs to its end in the
-    /// background if the future is dropped.
+    /// The work of [`Lock::unlock`](crate::Lock::unlock) for every face,
+    /// whose docs are the contract.
     pub(crate) async fn unlock(&self) -> Result<()> {
         let field = self.field()?;
         let client = self.obj.client.clone();

@@ -89,7 +89,19 @@ impl FromStr for PermitId {
 ///
 /// Layout: the available permits at the key `name`, the permits out in the
 /// sorted set `{name}:timeout` (member: the id's 16 bytes; score: when the
-/// lease ends, in epoch ms), the channel `redisson_sc:{name}`.
+/// lease ends, in epoch ms), the channel `redisson_sc:{name}`. Its
+/// guarantees are the [`Semaphore`](crate::Semaphore)'s.
+///
+/// # Clocks in a fleet shared with Redisson
+/// The lease ends are epoch milliseconds kept in Redis (as are a
+/// [`FairLock`](crate::FairLock)'s queue deadlines). ferrisson's scripts
+/// read them against the server's clock (`TIME`); Redisson computes them
+/// on each Java client's own clock and passes them in. So where Java and
+/// Rust clients share the semaphore, a JVM whose clock runs ahead takes
+/// permits back early: with 5 s of skew, a one-permit semaphore was seen
+/// with two holders. Keep every client host on NTP, with skew well under
+/// a lease, or keep this semaphore and the fair lock to one language. The
+/// other synchronizers use only TTLs, which the server keeps.
 ///
 /// ```no_run
 /// # async fn run(client: ferrisson::Client) -> ferrisson::Result<()> {

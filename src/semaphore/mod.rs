@@ -44,6 +44,25 @@ use crate::{Client, Error, Result};
 /// A semaphore that was never set has no permits: set it once with
 /// [`try_set_permits`](Semaphore::try_set_permits).
 ///
+/// # Guarantees
+/// These hold for both semaphores (this one and the
+/// [`PermitExpirableSemaphore`](crate::PermitExpirableSemaphore)):
+/// - Permits in use never exceed the permits set, and no acquire takes the
+///   count below zero. Taking permits away
+///   ([`add_permits`](Semaphore::add_permits) with a negative number, as
+///   Redisson's `addPermits(-n)`) may: acquires then wait until releases
+///   bring the count back above what they ask.
+/// - Acquires are cancel safe and safe against lost replies, as a lock's
+///   are (see [Cancel safety](crate#cancel-safety)): a take whose reply
+///   is lost is resent under its request id and counts once, permits taken
+///   for a caller that left are given back, and so are those of a request
+///   whose every reply was lost.
+/// - A release (or a latch's count-down) whose reply is lost is not sent
+///   again: it is not idempotent, and its error says the connection
+///   failed. The give-back of permits nobody got is the exception: it
+///   carries its own latch and is resent until it gets through, for an
+///   hour at most.
+///
 /// ```no_run
 /// # async fn run(client: ferrisson::Client) -> ferrisson::Result<()> {
 /// let slots = client.semaphore("exports:slots");
