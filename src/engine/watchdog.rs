@@ -20,13 +20,13 @@ use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
-use crate::client::conn::Conn;
-use crate::client::pubsub::Recheck;
 use dashmap::mapref::entry::Entry;
 use dashmap::DashMap;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
+use crate::client::conn::Conn;
+use crate::client::pubsub::Recheck;
 use crate::engine::keys;
 use crate::engine::scripts::{RENEW, RENEW_READ};
 use crate::engine::telemetry;
@@ -702,7 +702,6 @@ async fn schedule(_alive: SchedulerAlive, shared: Weak<Shared>, wake: Arc<Notify
 /// it is written: a renewal sends two hundred keys, and a million held
 /// locks send a hundred thousand a second at the default timeout.
 pub(crate) struct RenewCall {
-    renewal: Renewal,
     holds: usize,
     cmd: redis::Cmd,
 }
@@ -743,30 +742,14 @@ impl RenewCall {
         for hold in holds {
             cmd.arg(&*hold.field);
         }
-        RenewCall {
-            renewal,
-            holds: count,
-            cmd,
-        }
+        RenewCall { holds: count, cmd }
     }
 
-    /// Sends the call; loads the script first when Redis lost it (after a
-    /// restart or `SCRIPT FLUSH`). Returns the indices (from 0, ascending)
-    /// of the holds whose owner no longer holds the key.
+    /// Sends the call (the connection loads the script again when Redis
+    /// lost it, as for every script). Returns the indices (from 0,
+    /// ascending) of the holds whose owner no longer holds the key.
     pub(crate) async fn send(&self, conn: &mut Conn) -> redis::RedisResult<Vec<usize>> {
-        let reply: redis::Value = match self.cmd.query_async(conn).await {
-            Err(err)
-                if err.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
-            {
-                self.renewal
-                    .script()
-                    .prepare_invoke()
-                    .load_async(conn)
-                    .await?;
-                self.cmd.query_async(conn).await?
-            }
-            reply => reply?,
-        };
+        let reply: redis::Value = self.cmd.query_async(conn).await?;
         self.gone(reply)
     }
 
