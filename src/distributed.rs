@@ -48,15 +48,16 @@ pub trait DistributedLock: sealed::Sealed + Send + Sync + std::fmt::Debug {
     /// the lock's client.
     fn watchdog_timeout(&self) -> Duration;
 
-    /// Waits until the lock is held, in watchdog mode. As [`Lock::lock`](crate::Lock::lock), whose docs
-    /// give its errors.
+    /// Waits until the lock is held, in watchdog mode. As
+    /// [`Lock::lock`](crate::Lock::lock), whose docs give its errors.
     ///
     /// # Cancel safety
     /// Cancel safe: a dropped future leaves no hold behind.
     async fn lock(&self) -> Result<LockGuard>;
 
-    /// Waits until the lock is held, for `lease` at most. As [`Lock::lock_with_lease`](crate::Lock::lock_with_lease), whose docs
-    /// give its errors.
+    /// Waits until the lock is held, for `lease` at most. As
+    /// [`Lock::lock_with_lease`](crate::Lock::lock_with_lease), whose docs give
+    /// its errors.
     ///
     /// # Cancel safety
     /// Cancel safe: a dropped future leaves no hold behind.
@@ -69,15 +70,17 @@ pub trait DistributedLock: sealed::Sealed + Send + Sync + std::fmt::Debug {
     /// Cancel safe: a dropped future leaves no hold behind.
     async fn try_lock(&self) -> Result<Option<LockGuard>>;
 
-    /// Waits at most `wait`, watchdog mode. As [`Lock::try_lock_for`](crate::Lock::try_lock_for), whose docs
-    /// give its errors.
+    /// Waits at most `wait`, watchdog mode. As
+    /// [`Lock::try_lock_for`](crate::Lock::try_lock_for), whose docs give its
+    /// errors.
     ///
     /// # Cancel safety
     /// Cancel safe: a dropped future leaves no hold behind.
     async fn try_lock_for(&self, wait: Duration) -> Result<Option<LockGuard>>;
 
-    /// Waits at most `wait`, held for `lease` at most. As [`Lock::try_lock_with_lease`](crate::Lock::try_lock_with_lease), whose docs
-    /// give its errors.
+    /// Waits at most `wait`, held for `lease` at most. As
+    /// [`Lock::try_lock_with_lease`](crate::Lock::try_lock_with_lease), whose
+    /// docs give its errors.
     ///
     /// # Cancel safety
     /// Cancel safe: a dropped future leaves no hold behind.

@@ -250,9 +250,12 @@
 //!   due is confirmed by a renewal before its guard is handed out.
 //! - **Resent calls count once.** Acquires (the acquire latch) and releases
 //!   (Redisson's unlock latch) are resent after a lost reply, and a lost
-//!   reply neither takes a second hold nor leaves one behind. A waiter
-//!   rides out connection failures; a call on a server that is down fails
-//!   after one reconnect attempt.
+//!   reply neither takes a second hold nor leaves one behind. One case
+//!   escapes the acquire latch: a granted hold deleted behind its owner's
+//!   back (a force unlock), then taken again by the same owner before the
+//!   latch expires, is given back when the old request is settled. A
+//!   waiter rides out connection failures; a call on a server that is
+//!   down fails after one reconnect attempt.
 //! - **A lost wake-up costs at most the lock's remaining TTL**: each wait is
 //!   bounded by it (a semaphore or latch waiter without such a bound looks
 //!   again every third of the watchdog timeout).

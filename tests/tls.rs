@@ -1,7 +1,8 @@
 //! `rediss://`: a server with a certificate from a private CA, made in the
 //! test. README's test command (`--all-features`) runs them on rustls
 //! without the system's trust store; `.ci/run` runs them again with
-//! `--features tls` alone and with `--features native-tls` alone.
+//! `-p ferrisson --features tls` alone and with `-p ferrisson --features
+//! native-tls` alone (`-p`: the inspector's crate would turn rustls on).
 #![cfg(any(feature = "tls", feature = "native-tls"))]
 
 mod common;

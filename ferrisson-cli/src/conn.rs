@@ -437,7 +437,8 @@ async fn cluster(
         let _ = (settings, first);
         Err(Fail(
             "this ferrisson was built without the `cluster` feature: \
-             install it with `--features cli,cluster` for a Redis Cluster"
+             install it with its default features (`cargo install ferrisson-cli`) \
+             for a Redis Cluster"
                 .to_owned(),
         ))
     }

@@ -149,7 +149,9 @@ pub(crate) trait Taken: Send + Sync + 'static {
 /// What a granted request took, between its grant and its handing out (the
 /// replicas' acknowledgement is awaited in between): given back in the
 /// background if dropped unclaimed, when the caller left or its wait's
-/// time ran out meanwhile.
+/// time ran out meanwhile. For what lasts until given back (the
+/// semaphores' permits): its give-back says [`Lasts::UntilReleased`], and
+/// a lock's hold, which restores a TTL, does not go through it.
 pub(crate) struct Unclaimed<T: Taken> {
     client: Client,
     name: Arc<str>,
@@ -457,8 +459,9 @@ impl<T: Taken> RequestSlot<T> {
 /// Safe to resend: the request's latch makes a resend of a granted request
 /// answer "granted" without taking anything more. `granted` tells a grant
 /// from the other replies; `lasts`: how long what a grant takes lasts,
-/// which bounds the reuse of a request with a lost send. A request still unknown after the last send is settled when the
-/// wait lets it go (`Request`'s drop): once per request, not per attempt.
+/// which bounds the reuse of a request with a lost send. A request still
+/// unknown after the last send is settled when the wait lets it go (`Request`'s
+/// drop): once per request, not per attempt.
 ///
 /// The locks and the semaphores share it.
 async fn send_resending<T, R, Fut>(

@@ -6,9 +6,9 @@
 //! name, and runs a call that finishes even if its caller leaves.
 
 use std::future::Future;
+use std::sync::Arc;
 
 use redis::ScriptInvocation;
-use std::sync::Arc;
 
 use crate::client::conn::Conn;
 use crate::engine::finish::{runtime, Finish};

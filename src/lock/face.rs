@@ -306,16 +306,25 @@ macro_rules! lock_face {
             }
 
             $crate::lock::face::contract! { $face, "unlock",
-            /// Releases one hold of this handle's owner without a guard, as
-            /// Redisson's `unlock()` does: for holds whose guard was given up
-            /// with [`LockGuard::leak`](crate::LockGuard::leak). Prefer the
-            /// guard's `unlock` otherwise: a guard still alive for the
-            /// released hold would release another one when it goes.
+            /// Releases one hold of this handle's owner, as Redisson's
+            /// `unlock()` does, also where a guard of that owner is alive.
+            ///
+            /// When the owner has live guards on this client, the hold
+            /// released is the newest guard's: that guard is spent (its
+            /// `unlock` and drop send nothing more, and its
+            /// [`is_lease_lost`](crate::LockGuard::is_lease_lost) says true),
+            /// so Redisson's `lock(); try { ... } finally { unlock(); }`
+            /// beside a guard never releases a hold twice, nor one taken
+            /// later. Otherwise it releases a hold without a guard (one given
+            /// up with [`LockGuard::leak`](crate::LockGuard::leak), or taken
+            /// by another process of the same owner field).
             ///
             /// # Errors
             /// [`Error::NotHeld`](crate::Error::NotHeld) when the owner holds
             /// nothing on this lock (as in Redisson, unlocking what you do
             /// not hold is an error);
+            /// [`Error::LeaseLost`](crate::Error::LeaseLost) when the newest
+            /// guard's lease was already known lost (nothing is sent);
             /// [`Error::InvalidArgument`](crate::Error::InvalidArgument),
             /// [`Error::WrongType`](crate::Error::WrongType),
             /// [`Error::Redis`](crate::Error::Redis).

@@ -90,7 +90,8 @@ impl FromStr for PermitId {
 /// Layout: the available permits at the key `name`, the permits out in the
 /// sorted set `{name}:timeout` (member: the id's 16 bytes; score: when the
 /// lease ends, in epoch ms), the channel `redisson_sc:{name}`. Its
-/// guarantees are the [`Semaphore`](crate::Semaphore)'s.
+/// guarantees are the [`Semaphore`](crate::Semaphore)'s, but for its
+/// releases, which name their permits and are safe to repeat.
 ///
 /// # Clocks in a fleet shared with Redisson
 /// The lease ends are epoch milliseconds kept in Redis (as are a

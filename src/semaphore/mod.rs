@@ -57,11 +57,12 @@ use crate::{Client, Error, Result};
 ///   is lost is resent under its request id and counts once, permits taken
 ///   for a caller that left are given back, and so are those of a request
 ///   whose every reply was lost.
-/// - A release (or a latch's count-down) whose reply is lost is not sent
-///   again: it is not idempotent, and its error says the connection
+/// - Here, a release (or a latch's count-down) whose reply is lost is not
+///   sent again: it is not idempotent, and its error says the connection
 ///   failed. The give-back of permits nobody got is the exception: it
 ///   carries its own latch and is resent until it gets through, for an
-///   hour at most.
+///   hour at most. A permit-expirable semaphore's release names its
+///   permit, so it is safe to repeat, and a dropped permit's is resent.
 ///
 /// ```no_run
 /// # async fn run(client: ferrisson::Client) -> ferrisson::Result<()> {
