@@ -501,6 +501,76 @@ async fn a_lost_leased_reentry_is_given_back_without_shortening_the_ttl() {
     assert!(!common::exists(&server, "lost:reentry"));
 }
 
+/// The attempts of one wait share a request, and a later one may set a
+/// longer TTL than the first: here a leased wait (1 s) whose owner took a
+/// watchdog hold (10 s) meanwhile re-enters with the watchdog's TTL. When
+/// the caller leaves while that re-entry's reply is on its way, the hold it
+/// took is given back with the TTL that send set, not the first attempt's:
+/// the owner's watchdog hold keeps its 10 s instead of being cut to 1 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_orphaned_reentry_is_given_back_with_its_own_sends_ttl() {
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port());
+    let watchdog = Duration::from_secs(10);
+    let client = soon(
+        Client::builder(proxy.url())
+            .watchdog_timeout(watchdog)
+            .response_timeout(Duration::from_secs(5))
+            .build(),
+    )
+    .await
+    .unwrap();
+    warm_up(&client).await;
+    let (name, channel) = ("orphan-ttl", "redisson_lock__channel:{orphan-ttl}");
+    let field = format!("{}:job", client.id());
+    // Someone else holds the lock: the wait's first attempt is refused.
+    server.cmd(&["HSET", name, "someone:else", "1"]);
+    server.cmd(&["PEXPIRE", name, "60000"]);
+    let wait = {
+        let lock = client.lock(name).with_owner("job");
+        tokio::spawn(async move {
+            lock.try_lock_with_lease(Duration::from_secs(60), Duration::from_secs(1))
+                .await
+        })
+    };
+    eventually(Duration::from_secs(10), || async {
+        common::subscribers(&server, channel) == 1
+    })
+    .await;
+    // The lock is freed without a message, and the same owner takes it in
+    // watchdog mode while the wait sleeps.
+    server.cmd(&["DEL", name]);
+    let held = soon(client.lock(name).with_owner("job").lock())
+        .await
+        .unwrap();
+    // Woken, the wait re-enters (TTL: the watchdog's 10 s); its reply takes
+    // a second to come back, and the caller leaves before it does.
+    proxy.set_latency(Duration::from_secs(1));
+    server.cmd(&["PUBLISH", channel, "0"]);
+    eventually(Duration::from_secs(10), || async {
+        hold_count(&server, name, &field) == 2
+    })
+    .await;
+    wait.abort();
+    assert!(wait.await.unwrap_err().is_cancelled());
+    eventually(Duration::from_secs(10), || async {
+        hold_count(&server, name, &field) == 1
+    })
+    .await;
+    let pttl = server.cmd(&["PTTL", name]).as_int().unwrap();
+    println!(
+        "orphaned re-entry given back: 2 holds -> 1, key TTL {pttl} ms (watchdog 10 s, lease 1 s)"
+    );
+    assert!(
+        pttl > 5000,
+        "the give-back restored the first attempt's 1 s lease: {pttl} ms"
+    );
+    proxy.set_latency(Duration::ZERO);
+    assert!(!held.is_lease_lost());
+    soon(held.unlock()).await.unwrap();
+    assert!(!common::exists(&server, name));
+}
+
 /// A re-entry whose reply is lost and whose resend gets through only after
 /// the hold's own TTL (a short watchdog timeout here) still finds its
 /// acquire latch: the latch lives as long as the request may be resent, so
