@@ -821,9 +821,17 @@ async fn a_leased_hold_inside_a_watchdog_hold_is_kept_and_released() {
     settled(&client).await;
 }
 
-/// With the server down, a call fails within about a connection timeout
-/// (one reconnect attempt), not after the connection manager's default
-/// backoff of about 9 s; once the server is back, calls work again.
+/// With the server down, each send of a call fails after one reconnect
+/// attempt, not after the connection manager's default backoff (six
+/// retries, 100 ms doubling: 6.3 s before the first command hears of it);
+/// once the server is back, calls work again.
+///
+/// The response timeout is set far above that backoff, so that it is not
+/// what ends the call: a `try_lock` makes its four sends (three pauses of
+/// 100 to 300 ms) and fails, in about a second here. The bound is the
+/// default backoff, which a single send that waited it out would exceed,
+/// not this machine's speed (a run on a loaded machine once took 3 s, when
+/// a 3 s response timeout was the bound).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_call_on_a_server_that_is_down_fails_fast() {
     let mut server = RedisServer::start();
@@ -831,6 +839,7 @@ async fn a_call_on_a_server_that_is_down_fails_fast() {
         ferrisson::Client::builder(server.url())
             .watchdog_timeout(WATCHDOG)
             .connection_timeout(Duration::from_millis(500))
+            .response_timeout(Duration::from_secs(30))
             .build(),
     )
     .await
@@ -846,7 +855,9 @@ async fn a_call_on_a_server_that_is_down_fails_fast() {
         slowest = slowest.max(started.elapsed());
     }
     println!("try_lock with the server down failed after {slowest:?} at most");
-    assert!(slowest < Duration::from_secs(3), "{slowest:?}");
+    // The default backoff's delays alone: 100 + 200 + ... + 3 200 ms.
+    let default_backoff = Duration::from_millis(6300);
+    assert!(slowest < default_backoff, "{slowest:?}");
     server.restart();
     eventually(Duration::from_secs(20), || async {
         matches!(lock.try_lock().await, Ok(Some(_)))
