@@ -219,8 +219,12 @@ async fn a_dead_master_does_not_disturb_locks_on_the_others() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lock_survives_a_master_failover_and_its_release_wakes_the_waiter() {
     let nodes = cluster_with_replicas().await;
-    // A lease that outlasts the failover's own pause of writes.
-    let watchdog = Duration::from_secs(3);
+    // A lease that outlasts the failover's own pause of writes: a manual
+    // failover pauses the old master's writers (renewals included) for up
+    // to Redis's 5 s manual-failover timeout, and the key must not run out
+    // on the new master meanwhile. With 3 s, a loaded machine once lost it
+    // (EXISTS 0 on the new master).
+    let watchdog = Duration::from_secs(15);
     let connect = || {
         ferrisson::Client::cluster_builder(nodes[..3].iter().map(RedisServer::url))
             .watchdog_timeout(watchdog)
@@ -248,10 +252,21 @@ async fn a_lock_survives_a_master_failover_and_its_release_wakes_the_waiter() {
     .await;
     assert_eq!(nodes[replica].cmd(&["EXISTS", name]).as_int(), Some(1));
 
-    // Renewals follow the slot: two watchdog timeouts later it is held.
-    tokio::time::sleep(watchdog * 2).await;
+    // Renewals follow the slot: the new master sees one (its TTL of the
+    // key rises between two readings) within two watchdog timeouts.
+    let pttl = || nodes[replica].cmd(&["PTTL", name]).as_int().unwrap();
+    let deadline = Instant::now() + watchdog * 2;
+    let mut before = pttl();
+    loop {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let now = pttl();
+        if now > before {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no renewal on the new master");
+        before = now;
+    }
     assert!(!guard.is_lease_lost(), "the lease was lost in the failover");
-    assert!(nodes[replica].cmd(&["PTTL", name]).as_int().unwrap() > 0);
 
     // The server dropped the waiter's shard subscription when the slot
     // moved; the client subscribed again, on a node of the slot's shard (a
@@ -264,9 +279,11 @@ async fn a_lock_survives_a_master_failover_and_its_release_wakes_the_waiter() {
     soon(guard.unlock()).await.unwrap();
     let next = within(Duration::from_secs(10), waiting).await.unwrap();
     println!("waiter woken {:?} after the release", released.elapsed());
-    // By the message: the lock's TTL (3 s) would take far longer.
+    // By the message, in milliseconds. Without it, the waiter would wake
+    // when it looks again (every third of the watchdog timeout, 5 s) or at
+    // the lock's TTL (15 s); half the look-again interval is the bound.
     assert!(
-        released.elapsed() < Duration::from_secs(1),
+        released.elapsed() < watchdog / 6,
         "{:?}",
         released.elapsed()
     );
