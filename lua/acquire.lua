@@ -13,10 +13,12 @@
 -- Replies nil when the owner now holds the lock: the hold count was raised by
 -- one, the key's TTL set to the lease, and the latch written. Otherwise
 -- replies the key's PTTL in milliseconds (-1 when the key has no TTL), and
--- changes nothing. A resend of a granted request (its latch exists and the
--- owner still holds the lock) replies nil again without raising the count.
--- A request given up by its client (latch `x`, see acquire_cancel.lua) that
--- reaches Redis late changes nothing and replies -2.
+-- changes nothing. A resend of a granted request (its latch exists) changes
+-- nothing: it replies nil while the owner still holds the lock, else -2
+-- (the hold it took is gone: a send arriving late takes no new one, which
+-- nobody would own). A request given up by its client (latch `x`, see
+-- acquire_cancel.lua) that reaches Redis late changes nothing and replies
+-- -2.
 -- A key that is no lock hash (another type, or a hash with other fields)
 -- fails with `WRONGTYPE holds a <type>: <key>` and changes nothing.
 -- shared: refuse what is no lock (nil when `key` is missing or holds a lock
@@ -47,6 +49,15 @@ local latch = redis.call('get', KEYS[2])
 if latch == 'x' then
     return -2
 end
+-- Granted before: nil while the owner holds the lock, else -2 (that hold
+-- is gone; a late send takes no new one). HEXISTS fails on another type:
+-- not held, and refused as below.
+if latch ~= false then
+    if redis.pcall('hexists', KEYS[1], ARGV[2]) == 1 then
+        return nil
+    end
+    return not_a_lock(KEYS[1]) or -2
+end
 -- The common case first: a free lock is taken with no look at its fields.
 if redis.call('exists', KEYS[1]) == 0 then
     redis.call('hset', KEYS[1], ARGV[2], 1)
@@ -59,10 +70,7 @@ end
 if redis.pcall('hexists', KEYS[1], ARGV[2]) ~= 1 then
     return not_a_lock(KEYS[1]) or redis.call('pttl', KEYS[1])
 end
--- The owner holds it: a resend of a granted request, or a re-entry.
-if latch ~= false then
-    return nil
-end
+-- The owner holds it: a re-entry.
 if ARGV[4] == '0' then
     return -4
 end

@@ -26,10 +26,11 @@
 -- waiter timeout.
 --
 -- Safe to resend per request id: a granted request writes its latch (TTL:
--- ARGV's latch TTL); a resend while the latch exists and the owner holds the lock
--- replies nil again and changes nothing. A request given up by its client
--- (latch `x`, see acquire_cancel.lua) that reaches Redis late changes
--- nothing and replies -2.
+-- ARGV's latch TTL); a resend while the latch exists changes nothing and
+-- replies nil while the owner holds the lock, else -2 (the hold it took is
+-- gone: a send arriving late takes no new one, which nobody would own). A
+-- request given up by its client (latch `x`, see acquire_cancel.lua) that
+-- reaches Redis late changes nothing and replies -2.
 --
 -- A lock key that is no lock hash (another type, or a hash with other
 -- fields), a queue that is no list or a timeout set that is no sorted set
@@ -77,8 +78,13 @@ local refused = not_a_lock(KEYS[1]) or wrong_type(KEYS[2], 'list')
 if refused then
     return refused
 end
-if latch ~= false and redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
-    return nil
+-- Granted before: nil while the owner holds it, else -2 (that hold is
+-- gone; a late send takes no new one).
+if latch ~= false then
+    if redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
+        return nil
+    end
+    return -2
 end
 if ARGV[6] == '0' and redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
     return -4

@@ -13,11 +13,12 @@
 -- raised by one, the key's TTL set to the lease, the counter raised by one
 -- (re-entry included) and the latch set to the token, the counter's new
 -- value. Otherwise replies {0, pttl} (pttl -1 when the key has no TTL) and
--- changes nothing. A resend of a granted request (its latch exists and the
--- owner still holds the lock) replies {1, token} with the first call's token,
--- changing nothing. A request given up by its client (latch `x`, see
--- acquire_cancel.lua) that reaches Redis late changes nothing and replies
--- {0, -2}.
+-- changes nothing. A resend of a granted request (its latch exists)
+-- changes nothing: it replies {1, token} with the first call's token while
+-- the owner still holds the lock, else {0, -2} (the hold it took is gone: a
+-- send arriving late takes no new one, which nobody would own). A request
+-- given up by its client (latch `x`, see acquire_cancel.lua) that reaches
+-- Redis late changes nothing and replies {0, -2}.
 -- A lock key that is no lock hash (another type, or a hash with other
 -- fields), or a counter that is no integer, fails with
 -- `WRONGTYPE holds a <type>: <key>` and changes nothing.
@@ -68,8 +69,13 @@ if granted == 'x' then
 end
 -- HEXISTS fails on another type: not held, and looked at below.
 local held = redis.pcall('hexists', KEYS[1], ARGV[2]) == 1
-if granted ~= false and held then
-    return {1, tonumber(granted)}
+-- Granted before: its token while the owner holds the lock, else {0, -2}
+-- (that hold is gone; a late send takes no new one).
+if granted ~= false then
+    if held then
+        return {1, tonumber(granted)}
+    end
+    return not_a_lock(KEYS[1]) or {0, -2}
 end
 if not held and redis.call('exists', KEYS[1]) == 1 then
     return not_a_lock(KEYS[1]) or {0, redis.call('pttl', KEYS[1])}

@@ -20,10 +20,11 @@
 -- plain lock (a hash without `mode`).
 --
 -- Safe to resend per request id: a granted request writes its latch (TTL:
--- ARGV's latch TTL); a resend while the latch exists and the owner holds the lock
--- replies nil again and changes nothing. A request given up by its client
--- (latch `x`, see acquire_cancel.lua) that reaches Redis late changes
--- nothing and replies -2.
+-- ARGV's latch TTL); a resend while the latch exists changes nothing and
+-- replies nil while the owner holds the lock, else -2 (the hold it took is
+-- gone: a send arriving late takes no new one, which nobody would own). A
+-- request given up by its client (latch `x`, see acquire_cancel.lua) that
+-- reaches Redis late changes nothing and replies -2.
 --
 -- A key that is no lock hash (another type, or a hash with other fields)
 -- fails with `WRONGTYPE holds a <type>: <key>` and changes nothing.
@@ -60,8 +61,13 @@ local mode = redis.pcall('hget', KEYS[1], 'mode')
 if type(mode) == 'table' then
     return not_a_lock(KEYS[1]) or mode
 end
-if latch ~= false and redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
-    return nil
+-- Granted before: nil while the owner holds it, else -2 (that hold is
+-- gone; a late send takes no new one).
+if latch ~= false then
+    if redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
+        return nil
+    end
+    return -2
 end
 if mode == false then
     if redis.call('exists', KEYS[1]) == 1 then

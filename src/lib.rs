@@ -187,7 +187,8 @@
 //! sends ([`ClientBuilder::release_attempts`]), each pause 100 ms longer. A
 //! resend of a request that was granted returns the first outcome (the first
 //! fencing token, the same permit ids) instead of taking a second hold or more
-//! permits. The tries of one wait send the same request. When no send of a
+//! permits; once a lock's hold it took is gone (expired, released, forced
+//! open), it takes nothing at all, and a wait goes on with a new request. The tries of one wait send the same request. When no send of a
 //! call's first try got a reply, the call fails with the connection error
 //! (`lock()` and `acquire()` wait the outage out), and the request is settled
 //! in the background: what it took is given back if it was granted (the hold

@@ -192,6 +192,19 @@ async fn an_acquire_whose_replies_are_all_lost_gives_its_hold_back() {
          Redis could be reached again (lease {LEASE:?})",
         healed.elapsed()
     );
+    // And its latch closed, not deleted: a copy of the send still on its
+    // way takes nothing.
+    eventually(Duration::from_secs(10), || async {
+        let keys = server.cmd(&["KEYS", "ferrisson_acquire_latch:{lost:all}:*"]);
+        let keys = keys.as_array().unwrap();
+        keys.len() == 1
+            && server
+                .cmd(&["GET", &keys[0].as_string().unwrap()])
+                .as_string()
+                .as_deref()
+                == Some("x")
+    })
+    .await;
     // And the client locks normally afterwards.
     let guard = soon(lock.lock_with_lease(LEASE)).await.unwrap();
     assert_eq!(hold_count(&server, "lost:all", &field), 1);
@@ -849,6 +862,132 @@ async fn a_stale_queue_leave_does_not_take_out_a_newer_entry() {
     soon(guard.unlock()).await.unwrap();
 }
 
+/// A server, a proxy to it, a warmed-up client through the proxy (3 s
+/// timeouts) and a `MONITOR` of the server.
+async fn watched() -> (RedisServer, Proxy, Client, Monitor) {
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port());
+    let client = proxied(&proxy, Duration::from_secs(3)).await;
+    warm_up(&client).await;
+    let monitor = Monitor::start(&server);
+    (server, proxy, client, monitor)
+}
+
+/// Takes the `kind` lock `name` (owner `job`) with `lease`, the reply to
+/// its first send lost: a resend answers.
+async fn lock_losing_one_reply(
+    server: &RedisServer,
+    proxy: &Proxy,
+    client: &Client,
+    kind: &str,
+    name: &str,
+    lease: Duration,
+) -> ferrisson::LockGuard {
+    let lock = common::owned_lock_of(client, kind, name, Some("job"));
+    swept(server).await;
+    proxy.lose_next_reply_to(name);
+    let lost_before = proxy.lost_replies();
+    let guard = soon(lock.lock_with_lease(lease)).await.unwrap();
+    assert_eq!(
+        proxy.lost_replies(),
+        lost_before + 1,
+        "{kind}: no reply lost"
+    );
+    guard
+}
+
+/// A copy of a granted acquire that reaches Redis after its hold is gone
+/// (the network delivers a send whose reply was lost late, or twice)
+/// takes nothing, for every kind: what it took nobody would own, and the
+/// lock would stay taken until its lease ran out. The copy is replayed
+/// here as Redis first ran it, from `MONITOR`, after the unlock; with the
+/// latch's close after the grant skipped (it is best effort: a cut network
+/// loses it), so that the request's latch still says "granted".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_copy_of_a_granted_acquire_takes_nothing_once_its_hold_is_gone() {
+    let (server, proxy, client, monitor) = watched().await;
+    for kind in [
+        "reentrant",
+        "non-reentrant",
+        "fenced",
+        "fair",
+        "read",
+        "write",
+    ] {
+        let name = format!("late:{kind}");
+        let guard = lock_losing_one_reply(&server, &proxy, &client, kind, &name, LEASE).await;
+        soon(guard.unlock()).await.unwrap();
+        assert!(!common::exists(&server, &name), "{kind}: a hold was left");
+        let sends = monitor.acquires_of(&name);
+        assert_eq!(
+            sends.len(),
+            2,
+            "{kind}: the acquire and its resend: {sends:?}"
+        );
+        let latch = sends[0]
+            .iter()
+            .find(|arg| arg.starts_with("ferrisson_acquire_latch:"))
+            .unwrap();
+        // The client closes the latch after such a grant; as if that write
+        // had been lost, it says "granted" again.
+        eventually(Duration::from_secs(10), || async {
+            server.cmd(&["GET", latch]).as_string().as_deref() == Some("x")
+        })
+        .await;
+        server.cmd(&["SET", latch, "1", "PX", "60000"]);
+        let args: Vec<&str> = sends[0].iter().map(String::as_str).collect();
+        let reply = server.cmd(&args);
+        let spent = match kind {
+            "fenced" => reply.as_array().and_then(|r| r[1].as_int()),
+            _ => reply.as_int(),
+        };
+        assert_eq!(spent, Some(-2), "{kind}: {reply:?}");
+        println!(
+            "{kind}: a late copy of the granted acquire, replayed after the unlock: {reply:?}"
+        );
+        assert!(
+            !common::exists(&server, &name),
+            "{kind}: the late copy took a hold nobody owns ({reply:?})"
+        );
+        server.cmd(&["DEL", latch]);
+    }
+    assert_eq!(client.held_locks(), 0);
+}
+
+/// An acquire whose reply is lost, and whose hold runs out before its
+/// resend reaches Redis (a lease shorter than the resend's pause): the
+/// resend takes nothing (its request was granted once), and the wait goes
+/// on with a new request, which takes the lock. The call returns a guard.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resend_after_its_grant_ran_out_takes_nothing_and_the_wait_goes_on() {
+    let (server, proxy, client, monitor) = watched().await;
+    // Shorter than the first resend's pause (100 ms).
+    let lease = Duration::from_millis(20);
+    for kind in ["reentrant", "fenced", "fair", "read", "write"] {
+        let name = format!("ran-out:{kind}");
+        let guard = lock_losing_one_reply(&server, &proxy, &client, kind, &name, lease).await;
+        let sends = monitor.acquires_of(&name);
+        let latch = |send: &Vec<String>| {
+            send.iter()
+                .find(|arg| arg.starts_with("ferrisson_acquire_latch:"))
+                .cloned()
+                .unwrap()
+        };
+        let latches: Vec<String> = sends.iter().map(latch).collect();
+        println!("{kind}: the acquire, its resend and a new request: {latches:?}");
+        assert_eq!(sends.len(), 3, "{kind}: {sends:?}");
+        assert_eq!(
+            latches[0], latches[1],
+            "{kind}: the resend is the same request"
+        );
+        assert_ne!(
+            latches[1], latches[2],
+            "{kind}: the wait went on with a new request"
+        );
+        drop(guard);
+    }
+}
+
 /// The commands a server runs, by `MONITOR`, read on a thread.
 struct Monitor {
     server_port: u16,
@@ -901,10 +1040,40 @@ impl Monitor {
             .count()
     }
 
+    /// The acquires (script calls, `EVALSHA` or `EVAL`, with an acquire
+    /// latch) run so far whose first key is `name`, each as its arguments.
+    fn acquires_of(&self, name: &str) -> Vec<Vec<String>> {
+        self.seen()
+            .iter()
+            .map(|line| {
+                // `<time> [<db> <client>] "<arg>" "<arg>" ...`; the
+                // arguments here hold no quotes.
+                let args: Vec<String> = line
+                    .split('"')
+                    .skip(1)
+                    .step_by(2)
+                    .map(str::to_owned)
+                    .collect();
+                args
+            })
+            .filter(|args| {
+                args.len() > 3
+                    && matches!(args[0].to_lowercase().as_str(), "evalsha" | "eval")
+                    && args[3] == name
+                    && args
+                        .iter()
+                        .any(|arg| arg.starts_with("ferrisson_acquire_latch:"))
+            })
+            .collect()
+    }
+
     /// The commands run so far.
     fn seen(&self) -> Vec<String> {
-        // A marker after them: once it is seen, so is all before it.
-        let marker = format!("monitor-marker-{}", self.server_port);
+        // A marker after them, new for each call: once it is seen, so is
+        // all before it.
+        static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let marker = format!("monitor-marker-{}-{call}", self.server_port);
         let mut conn = redis::Client::open(format!("redis://127.0.0.1:{}/", self.server_port))
             .unwrap()
             .get_connection()

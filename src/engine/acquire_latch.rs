@@ -39,19 +39,41 @@ async fn cancel(conn: &mut Conn, latch: &str, latch_ttl: u64) -> redis::RedisRes
 }
 
 /// Gives back what a request whose replies were lost took (its send was
-/// granted after all), then has its latch swept.
+/// granted after all), then closes its latch: another of its sends may
+/// still reach Redis.
 async fn give_back_lost<T: Taken>(
     client: Client,
     name: Arc<str>,
     taken: Arc<T>,
     lasts: Lasts,
     latch: String,
+    latch_ttl: u64,
 ) {
     tracing::debug!(%name, "an acquire whose reply was lost was granted; giving it back");
     taken
         .give_back(&client, &name, lasts, GiveBack::ReplyLost)
         .await;
-    client.sweeper().discard(latch);
+    close(&client, &name, &latch, latch_ttl).await;
+}
+
+/// Closes a request's latch (`x`, for `latch_ttl` ms) once nothing is
+/// left to settle: a send of it that still reaches Redis changes nothing
+/// and says so, and a second settle of it gives nothing back twice. Best
+/// effort: a latch left granted makes a late send change nothing too
+/// (every acquire script takes nothing anew for it), and is settled once
+/// as long as its settle is not started twice.
+async fn close(client: &Client, name: &str, latch: &str, latch_ttl: u64) {
+    let closed: redis::RedisResult<()> = redis::cmd("SET")
+        .arg(latch)
+        .arg("x")
+        .arg("PX")
+        .arg(latch_ttl)
+        .query_async(&mut client.conn())
+        .await;
+    if let Err(err) = closed {
+        tracing::debug!(%name, error = %err,
+            "could not close a spent request's latch; it answers late sends alike");
+    }
 }
 
 /// Settles a request whose replies were all lost in the background, once
@@ -73,7 +95,7 @@ async fn settle_lost<T: Taken>(
         checks += 1;
         match cancel(&mut conn, &latch, latch_ttl).await {
             Ok(false) => return,
-            Ok(true) => return give_back_lost(client, name, taken, lasts, latch).await,
+            Ok(true) => return give_back_lost(client, name, taken, lasts, latch, latch_ttl).await,
             Err(err) if is_connection_failure(&err) => {}
             Err(err) => {
                 tracing::warn!(%name, error = %err, "could not settle a request whose reply was lost");
@@ -204,7 +226,8 @@ impl<T: Taken> Drop for Unclaimed<T> {
 
 /// The acquire request of one wait, shared by its attempts: every send of
 /// it carries its id, whose latch makes it count once however many sends
-/// reach Redis (a resend of a granted request is answered as granted). A
+/// reach Redis (a resend of a granted request is answered as granted, or,
+/// once what it took is gone, as [spent](Answer::Spent)). A
 /// send whose reply is lost leaves the outcome unknown until a later send
 /// of the same request answers; a request that is never granted while its
 /// outcome is unknown is settled once, when its last user lets it go (the
@@ -231,8 +254,9 @@ struct Outcome {
     /// When the first send that got no reply was sent: a grant answered by
     /// a later send may have been taken then.
     lost_since: Option<Instant>,
-    /// A send was granted: the request is spent.
-    granted: bool,
+    /// A send was granted, or answered that an earlier one was: the
+    /// request is spent, with nothing left to settle.
+    spent: bool,
 }
 
 impl<T: Taken> Request<T> {
@@ -273,7 +297,7 @@ impl<T: Taken> Request<T> {
     }
 
     /// Whether a new attempt setting `ttl_ms` may send this request again:
-    /// not granted yet, within one resend window of its birth, and, after
+    /// not granted (nor spent) yet, within one resend window of its birth, and, after
     /// a lost send, within that send's TTL (while what it may have taken
     /// still stands, a resend's "granted" means that).
     fn reusable(&self, ttl_ms: u64) -> bool {
@@ -284,7 +308,7 @@ impl<T: Taken> Request<T> {
             Some(lost) => window.min(lost),
             None => window,
         };
-        !outcome.granted
+        !outcome.spent
             && self.born.elapsed() < Duration::from_millis(limit)
             && self.latch_ttl >= Self::latch_ttl(config, ttl_ms)
     }
@@ -311,7 +335,7 @@ impl<T: Taken> Request<T> {
     /// none was granted.
     fn unsettled(&self) -> bool {
         let outcome = self.outcome.lock().unwrap_or_else(|p| p.into_inner());
-        !outcome.granted && outcome.lost.is_some()
+        !outcome.spent && outcome.lost.is_some()
     }
 
     /// Settles the request now, once: marks it cancelled, or gives back
@@ -329,50 +353,38 @@ impl<T: Taken> Request<T> {
             // give-back goes on in the background if this call is dropped.
             let (client, name) = (self.client.clone(), Arc::clone(&self.name));
             let (taken, latch) = (Arc::clone(&self.taken), self.latch.clone());
-            let give_back = give_back_lost(client, name, taken, lasts, latch);
+            let give_back = give_back_lost(client, name, taken, lasts, latch, self.latch_ttl);
             Finish::detached(self.runtime.clone(), give_back).await;
         }
         Ok(())
     }
 
-    /// A send was granted. Its latch then only matters to sends whose
-    /// replies were lost: none, and it is deleted; some, and it is marked
-    /// cancelled, so that such a send, arriving after what it took is gone,
-    /// changes nothing instead of taking what nobody owns.
-    pub(crate) fn granted(&self) {
+    /// A send was granted, or answered that the request is [spent](Answer::Spent):
+    /// nothing of it is left to settle. Its latch then only matters to
+    /// sends whose replies were lost, which may still reach Redis: none,
+    /// and it is deleted; some, and it stays for its TTL, [closed](close)
+    /// in the background.
+    pub(crate) fn spent(&self) {
         let lost = {
             let mut outcome = self.outcome.lock().unwrap_or_else(|p| p.into_inner());
-            outcome.granted = true;
+            outcome.spent = true;
             outcome.lost.is_some()
         };
-        let client = &self.client;
         if !lost {
-            client.sweeper().discard(self.latch.clone());
+            self.client.sweeper().discard(self.latch.clone());
             return;
         }
-        let mut conn = client.conn();
+        let (client, name) = (self.client.clone(), Arc::clone(&self.name));
         let (latch, latch_ttl) = (self.latch.clone(), self.latch_ttl);
-        let name = Arc::clone(&self.name);
-        self.runtime.spawn(async move {
-            let cancelled: redis::RedisResult<()> = redis::cmd("SET")
-                .arg(&latch)
-                .arg("x")
-                .arg("PX")
-                .arg(latch_ttl)
-                .query_async(&mut conn)
-                .await;
-            if let Err(err) = cancelled {
-                tracing::warn!(%name, error = %err,
-                    "could not close a granted request that had a lost send; it closes with its latch's TTL");
-            }
-        });
+        self.runtime
+            .spawn(async move { close(&client, &name, &latch, latch_ttl).await });
     }
 }
 
 impl<T: Taken> Drop for Request<T> {
     fn drop(&mut self) {
         let outcome = std::mem::take(self.outcome.get_mut().unwrap_or_else(|p| p.into_inner()));
-        let (false, Some(lasts)) = (outcome.granted, outcome.lost) else {
+        let (false, Some(lasts)) = (outcome.spent, outcome.lost) else {
             return;
         };
         // Nobody sends it any more (a send that timed out may still wait
@@ -450,6 +462,34 @@ impl<T: Taken> RequestSlot<T> {
     }
 }
 
+/// What a reply of an acquire script says of its request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Answer {
+    /// Granted: this send took it, or an earlier one whose reply was lost.
+    Granted,
+    /// A lock's request granted by an earlier send whose reply was lost,
+    /// and the hold it took is gone since (expired, released, forced open;
+    /// or the request was given up, latch `x`): it takes nothing more, and
+    /// the wait goes on with a new one.
+    Spent,
+    /// Not granted (waits on, or fails, as the reply says).
+    Refused,
+}
+
+impl Answer {
+    /// [`Answer::Granted`] when `granted`, else [`Answer::Refused`]: for
+    /// the semaphores, whose scripts never answer "spent" (a resend of a
+    /// granted request takes no more permits, and is answered as granted,
+    /// or, by the permit-expirable one once its permit is gone, refused).
+    pub(crate) fn granted_if(granted: bool) -> Answer {
+        if granted {
+            Answer::Granted
+        } else {
+            Answer::Refused
+        }
+    }
+}
+
 /// Sends `request` by `send` (one call of its script, on the connection
 /// it is given) and resends it under the same id after a connection
 /// failure, while `resend_until` lasts (`None`: no limit; a one-attempt
@@ -457,7 +497,8 @@ impl<T: Taken> RequestSlot<T> {
 /// not fail it, and a server that does not answer costs it one timeout, not
 /// two), up to `release_attempts` sends, pausing 100 ms longer before each resend.
 /// Safe to resend: the request's latch makes a resend of a granted request
-/// answer "granted" without taking anything more. `granted` tells a grant
+/// answer "granted" (or "spent", once a lock's hold it took is gone)
+/// without taking anything more. `answer` tells a grant
 /// from the other replies; `lasts`: how long what a grant takes lasts,
 /// which bounds the reuse of a request with a lost send. A request still
 /// unknown after the last send is settled when the wait lets it go (`Request`'s
@@ -468,7 +509,7 @@ async fn send_resending<T, R, Fut>(
     request: &Request<T>,
     resend_until: Option<Instant>,
     lasts: Lasts,
-    granted: impl Fn(&R) -> bool,
+    answer: fn(&R) -> Answer,
     mut send: impl FnMut(Conn) -> Fut,
 ) -> redis::RedisResult<R>
 where
@@ -498,8 +539,8 @@ where
                 // `sent` counts from 1.
                 tokio::time::sleep(RESEND.pause(sent - 1)).await;
             }
-            Ok(reply) if granted(&reply) => {
-                request.granted();
+            Ok(reply) if answer(&reply) != Answer::Refused => {
+                request.spent();
                 return Ok(reply);
             }
             reply => return reply,
@@ -521,11 +562,12 @@ pub(crate) struct Sending<B, D> {
 }
 
 /// Sends `request` as `how` says, resent after a lost reply as
-/// [`send_resending`] says, and returns the reply; `granted` tells a grant
-/// from a refusal. The locks and both semaphores send this way.
+/// [`send_resending`] says, and returns the reply; `answer` reads what it
+/// says of the request. The locks and both semaphores send this way.
 ///
 /// Whatever becomes of the caller, a grant is never left behind:
-/// - granted and answered: the latch is swept (or closed after a lost send);
+/// - granted and answered: the latch is swept (or, after a lost send, left
+///   for its TTL, so that a send arriving late changes nothing);
 /// - reply lost: the request is resent at once, and by the wait's next
 ///   attempt; when the wait ends first, it is settled in the background by
 ///   its latch, and a grant found there is given back;
@@ -541,7 +583,7 @@ pub(crate) async fn send<T, R, B, D, O, OF>(
     request: Arc<Request<T>>,
     runtime: Handle,
     how: Sending<B, D>,
-    granted: fn(&R) -> bool,
+    answer: fn(&R) -> Answer,
     orphaned: O,
 ) -> redis::RedisResult<R>
 where
@@ -567,10 +609,10 @@ where
         let (invocation, decode) = (&invocation, &decode);
         let send =
             |mut conn: Conn| async move { decode(invocation.invoke_async(&mut conn).await?) };
-        send_resending(&request, resend_until, lasts, granted, send).await
+        send_resending(&request, resend_until, lasts, answer, send).await
     };
     let orphan = move |reply: redis::RedisResult<R>| async move {
-        let was_granted = reply.as_ref().is_ok_and(granted);
+        let was_granted = reply.as_ref().is_ok_and(|r| answer(r) == Answer::Granted);
         if was_granted {
             taken
                 .give_back(&client, &name, lasts, GiveBack::CallerLeft)

@@ -12,7 +12,9 @@ use super::{release_hold, LockGuard, Resend};
 use super::{Guards, Kind, LockCore};
 use crate::args;
 use crate::config::MAX_DURATION;
-use crate::engine::acquire_latch::{send, GiveBack, Lasts, Request, RequestSlot, Sending, Taken};
+use crate::engine::acquire_latch::{
+    send, Answer, GiveBack, Lasts, Request, RequestSlot, Sending, Taken,
+};
 use crate::engine::backoff::SOON;
 use crate::engine::finish::{runtime, Finish};
 use crate::engine::object::Synced;
@@ -130,6 +132,9 @@ impl LockCore {
             Granted::Yes(token) => token,
             // The holder's TTL: the lock is free by then.
             Granted::No(pttl) => return Ok(Tried::after_pttl(pttl)),
+            // What an earlier send of the request took is gone: the next
+            // attempt sends a new request.
+            Granted::Spent => return Ok(Tried::soon()),
             Granted::Unexpected(reply) => {
                 return Err(Error::UnexpectedReply {
                     script: "fenced_acquire",
@@ -223,7 +228,11 @@ impl LockCore {
             resend_until: limits.resend_until,
             lasts: Lasts::Ms(ttl_ms),
         };
-        let granted = |reply: &Granted| matches!(reply, Granted::Yes(_));
+        let answer = |reply: &Granted| match reply {
+            Granted::Yes(_) => Answer::Granted,
+            Granted::Spent => Answer::Spent,
+            _ => Answer::Refused,
+        };
         let client = self.obj.client.clone();
         let key = req.key.clone();
         let orphaned = move |granted: bool| async move {
@@ -233,7 +242,7 @@ impl LockCore {
                 leave_queue(FairOwners::use_of(&client, &key), waiter_ms).await;
             }
         };
-        send(request, runtime.clone(), how, granted, orphaned)
+        send(request, runtime.clone(), how, answer, orphaned)
             .await
             .map_err(|e| self.error(e))
     }

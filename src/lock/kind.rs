@@ -55,6 +55,10 @@ pub(super) enum Granted {
     Yes(Option<u64>),
     /// Held by someone else, for this PTTL (ms; -1 without a TTL).
     No(i64),
+    /// The request was granted by an earlier send whose reply was lost,
+    /// and that hold is gone since (or the request was given up): nothing
+    /// changed.
+    Spent,
     /// A reply the script never gives.
     Unexpected(String),
     /// The owner reads and asked to write: it would wait for itself.
@@ -62,6 +66,10 @@ pub(super) enum Granted {
     /// The owner holds a non-reentrant lock and asked for it again.
     Reacquire,
 }
+
+/// What the acquire scripts reply to a request that takes nothing more:
+/// granted before and its hold gone since, or given up.
+const SPENT: i64 = -2;
 
 /// What the write acquire script replies to a refused upgrade.
 const UPGRADE: i64 = -3;
@@ -186,11 +194,13 @@ impl Kind {
         let pttl = |reply: Option<i64>| match reply {
             None => Granted::Yes(None),
             Some(REACQUIRE) => Granted::Reacquire,
+            Some(SPENT) => Granted::Spent,
             Some(ttl) => Granted::No(ttl),
         };
         Ok(match self {
             Kind::Fenced => match redis::from_redis_value::<Vec<i64>>(reply)?.as_slice() {
                 [1, token] if *token > 0 => Granted::Yes(Some(*token as u64)),
+                [0, SPENT] => Granted::Spent,
                 [0, ttl] => Granted::No(*ttl),
                 other => Granted::Unexpected(format!("{other:?}")),
             },

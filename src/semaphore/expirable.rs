@@ -13,7 +13,7 @@ use crate::args;
 use crate::client::conn::Conn;
 use crate::config::MAX_DURATION;
 use crate::engine::acquire_latch::{
-    self, GiveBack, Lasts, Request, RequestSlot, Sending, Taken, Unclaimed,
+    self, Answer, GiveBack, Lasts, Request, RequestSlot, Sending, Taken, Unclaimed,
 };
 use crate::engine::finish::{runtime, spawn_to_end, Finish};
 use crate::engine::give_back::{resend_until, surely_ended, NEVER_EXPIRES};
@@ -720,7 +720,7 @@ impl PermitExpirableSemaphore {
             call
         };
         // The script replies nil for permits taken, else how long to wait.
-        let granted = |reply: &Option<i64>| reply.is_none();
+        let answer = |reply: &Option<i64>| Answer::granted_if(reply.is_none());
         let lasts = lease_ms.map_or(Lasts::UntilReleased, Lasts::Ms);
         let how = Sending {
             build,
@@ -728,7 +728,7 @@ impl PermitExpirableSemaphore {
             resend_until,
             lasts,
         };
-        let reply = acquire_latch::send(request, runtime.clone(), how, granted, |_| async {})
+        let reply = acquire_latch::send(request, runtime.clone(), how, answer, |_| async {})
             .await
             .map_err(|e| self.obj.error(e))?;
         if reply.is_none() {

@@ -11,7 +11,7 @@ use tokio::time::Instant;
 use crate::args;
 use crate::config::MAX_DURATION;
 use crate::engine::acquire_latch::{
-    self, GiveBack, Lasts, Request, RequestSlot, Sending, Taken, Unclaimed,
+    self, Answer, GiveBack, Lasts, Request, RequestSlot, Sending, Taken, Unclaimed,
 };
 use crate::engine::finish::runtime;
 use crate::engine::give_back::{resend_until, NEVER_EXPIRES};
@@ -435,14 +435,14 @@ impl Semaphore {
                 .arg(latch_ttl);
             call
         };
-        let granted = |reply: &i64| *reply == 1;
+        let answer = |reply: &i64| Answer::granted_if(*reply == 1);
         let how = Sending {
             build,
             decode: |reply| Ok(redis::from_redis_value::<i64>(reply)?),
             resend_until,
             lasts: Lasts::UntilReleased,
         };
-        let sent = acquire_latch::send(request, runtime.clone(), how, granted, |_| async {});
+        let sent = acquire_latch::send(request, runtime.clone(), how, answer, |_| async {});
         match sent.await {
             Ok(1) => {}
             Ok(_) => return Ok(Tried::Again(None)),
