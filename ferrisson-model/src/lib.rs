@@ -1,0 +1,837 @@
+//! A model of ferrisson's reentrant lock protocol on Redis, checked by the
+//! [`stateright`] model checker: every interleaving of two clients'
+//! acquires, renewals and releases, within bounds, over a network that
+//! delays, reorders, duplicates and loses, while time passes.
+//!
+//! It models what the `lua/` scripts do to the keys, each script one atomic
+//! step as Redis runs it ([`Server`]), and what a client does with their
+//! replies ([`Client`]): the acquire latch that makes a resent acquire
+//! count once, the unlock latch that makes a resent release release once,
+//! the settle of an acquire whose replies were all lost, the watchdog's
+//! renewals, and the local lease deadline counted from the acquire's send.
+//! `docs/model.md` says what is checked, within which bounds, and what is
+//! not modelled.
+//!
+//! [`Mutation`]s break one rule each; the checker must then find the
+//! failure that rule prevents (tests/check.rs). The conformance test
+//! (tests/conformance.rs) holds [`Server`] to the real scripts.
+
+use std::fmt;
+
+use stateright::{Model, Property};
+
+/// Logical time, in ticks.
+pub type Time = u8;
+
+/// A client: 0 or 1 (or 2).
+pub type ClientId = u8;
+
+/// A request id: its client, and that client's count.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ReqId {
+    pub client: ClientId,
+    pub seq: u8,
+}
+
+/// One rule of the protocol broken on purpose: the checker must find what
+/// it guards against.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum Mutation {
+    /// The protocol as the scripts and the client run it.
+    #[default]
+    None,
+    /// The acquire script keeps no latch: a resend after a lost reply
+    /// takes a second hold (Redisson's issue 7367).
+    NoAcquireLatch,
+    /// A granted latch answers "granted" only while the owner holds, and
+    /// otherwise takes the lock anew: a late copy of a granted send takes
+    /// a hold nobody owns (ferrisson's rule before it was fixed).
+    GrantedLatchTakesAgain,
+    /// The renewal sets the owner's hold whether or not it still stands:
+    /// a renewal that runs after the release brings the lock back
+    /// (Redisson's issue 7272, a lease that outlives its unlock).
+    RenewRecreates,
+}
+
+/// The bounds of one check.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Bounds {
+    /// Clients, each one owner.
+    pub clients: u8,
+    /// Acquire requests per client.
+    pub acquires: u8,
+    /// Resends per request after a timeout.
+    pub resends: u8,
+    /// Renewals per client.
+    pub renewals: u8,
+    /// Copies the network may make of requests in flight, in all.
+    pub duplicates: u8,
+    /// Clients that may crash, in all.
+    pub crashes: u8,
+    /// The clock stops here.
+    pub max_time: Time,
+    /// A hold's lease (the watchdog timeout): the TTL an acquire and a
+    /// renewal set.
+    pub lease: Time,
+    /// How long a request may fly before it reaches Redis: after that it
+    /// never does (its connection is long closed). The client's resend
+    /// window: (response timeout + 1.5 s) x release attempts, 18 s by
+    /// default.
+    pub window: Time,
+    /// How long an acquire or unlock latch lives: the longer of the lease
+    /// and the window, plus the window, as the client sets it.
+    pub latch_ttl: Time,
+}
+
+impl Bounds {
+    /// Lost replies, resends and late sends: two clients, one acquire
+    /// each, one resend per call, one renewal, one tick of time.
+    pub fn lost_replies() -> Bounds {
+        Bounds {
+            clients: 2,
+            acquires: 1,
+            resends: 1,
+            renewals: 1,
+            duplicates: 0,
+            crashes: 0,
+            max_time: 1,
+            lease: 2,
+            window: 1,
+            latch_ttl: 3,
+        }
+    }
+
+    /// Time: leases that run out, renewals, a crash; no lost reply.
+    pub fn time() -> Bounds {
+        Bounds {
+            clients: 2,
+            acquires: 1,
+            resends: 0,
+            renewals: 1,
+            duplicates: 0,
+            crashes: 1,
+            max_time: 3,
+            lease: 2,
+            window: 1,
+            latch_ttl: 3,
+        }
+    }
+}
+
+/// The lock hash: one owner field and its count, and the key's TTL as the
+/// time it runs out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Hold {
+    pub owner: ClientId,
+    pub count: u8,
+    pub expires: Time,
+}
+
+/// An acquire latch's value: `1` (granted) or `x` (given up).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Latch {
+    Granted,
+    Cancelled,
+}
+
+/// What Redis holds.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Server {
+    pub hold: Option<Hold>,
+    /// Acquire latches: request, value, when it runs out. Sorted.
+    pub acquire_latches: Vec<(ReqId, Latch, Time)>,
+    /// Unlock latches: request, the first reply (1 last hold, 0 holds
+    /// remain), when it runs out. Sorted.
+    pub unlock_latches: Vec<(ReqId, u8, Time)>,
+}
+
+/// A script's reply, as the client reads it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Reply {
+    /// Acquire: held now (nil).
+    Granted,
+    /// Acquire: held by another (its PTTL).
+    Refused,
+    /// Acquire: the request is spent (-2): granted before and its hold
+    /// gone since, or given up.
+    Spent,
+    /// Release: 1 the last hold, 0 holds remain.
+    Released(u8),
+    /// Release: the owner holds nothing (nil).
+    NotHeld,
+    /// Renewal: whether the owner still held it.
+    Renewed(bool),
+    /// Settle: whether the request had been granted.
+    Settled(bool),
+}
+
+impl Server {
+    fn latch(&self, req: ReqId) -> Option<Latch> {
+        self.acquire_latches
+            .iter()
+            .find(|(r, _, _)| *r == req)
+            .map(|(_, latch, _)| *latch)
+    }
+
+    fn set_latch(&mut self, req: ReqId, latch: Latch, expires: Time) {
+        self.acquire_latches.retain(|(r, _, _)| *r != req);
+        self.acquire_latches.push((req, latch, expires));
+        self.acquire_latches.sort();
+    }
+
+    fn held_by(&self, owner: ClientId) -> bool {
+        self.hold.is_some_and(|h| h.owner == owner)
+    }
+
+    /// The owner's count (0: not its hold).
+    pub fn count_of(&self, owner: ClientId) -> u8 {
+        self.hold
+            .filter(|h| h.owner == owner)
+            .map_or(0, |h| h.count)
+    }
+
+    /// `lua/acquire.lua`, for a reentrant lock.
+    pub fn acquire(&mut self, now: Time, req: ReqId, b: &Bounds, mutation: Mutation) -> Reply {
+        let owner = req.client;
+        let latch = match mutation {
+            Mutation::NoAcquireLatch => None,
+            _ => self.latch(req),
+        };
+        match latch {
+            Some(Latch::Cancelled) => return Reply::Spent,
+            Some(Latch::Granted) if self.held_by(owner) => return Reply::Granted,
+            Some(Latch::Granted) if mutation != Mutation::GrantedLatchTakesAgain => {
+                return Reply::Spent
+            }
+            _ => {}
+        }
+        match &mut self.hold {
+            None => {
+                self.hold = Some(Hold {
+                    owner,
+                    count: 1,
+                    expires: now + b.lease,
+                })
+            }
+            Some(h) if h.owner == owner => {
+                h.count += 1;
+                h.expires = now + b.lease;
+            }
+            Some(_) => return Reply::Refused,
+        }
+        if mutation != Mutation::NoAcquireLatch {
+            self.set_latch(req, Latch::Granted, now + b.latch_ttl);
+        }
+        Reply::Granted
+    }
+
+    /// `lua/release.lua`.
+    pub fn release(&mut self, now: Time, req: ReqId, b: &Bounds) -> Reply {
+        if let Some((_, first, _)) = self.unlock_latches.iter().find(|(r, _, _)| *r == req) {
+            return Reply::Released(*first);
+        }
+        let owner = req.client;
+        let Some(h) = self.hold.as_mut().filter(|h| h.owner == owner) else {
+            return Reply::NotHeld;
+        };
+        let first = if h.count > 1 {
+            h.count -= 1;
+            h.expires = now + b.lease;
+            0
+        } else {
+            self.hold = None;
+            1
+        };
+        self.unlock_latches.push((req, first, now + b.latch_ttl));
+        self.unlock_latches.sort();
+        Reply::Released(first)
+    }
+
+    /// `lua/renew.lua`, for one key.
+    pub fn renew(&mut self, now: Time, owner: ClientId, b: &Bounds, mutation: Mutation) -> Reply {
+        match &mut self.hold {
+            Some(h) if h.owner == owner => {
+                h.expires = now + b.lease;
+                Reply::Renewed(true)
+            }
+            None if mutation == Mutation::RenewRecreates => {
+                self.hold = Some(Hold {
+                    owner,
+                    count: 1,
+                    expires: now + b.lease,
+                });
+                Reply::Renewed(true)
+            }
+            _ => Reply::Renewed(false),
+        }
+    }
+
+    /// `lua/acquire_cancel.lua`.
+    pub fn settle(&mut self, now: Time, req: ReqId, b: &Bounds) -> Reply {
+        match self.latch(req) {
+            None => {
+                self.set_latch(req, Latch::Cancelled, now + b.latch_ttl);
+                Reply::Settled(false)
+            }
+            Some(Latch::Cancelled) => Reply::Settled(false),
+            Some(Latch::Granted) => Reply::Settled(true),
+        }
+    }
+
+    /// Time passes to `now`: what ran out is gone.
+    pub fn expire(&mut self, now: Time) {
+        if self.hold.is_some_and(|h| h.expires <= now) {
+            self.hold = None;
+        }
+        self.acquire_latches.retain(|(_, _, at)| *at > now);
+        self.unlock_latches.retain(|(_, _, at)| *at > now);
+    }
+}
+
+/// What a client asks of Redis.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Op {
+    Acquire(ReqId),
+    Release(ReqId),
+    /// The watchdog's renewal, sent at this time.
+    Renew(Time),
+    Settle(ReqId),
+}
+
+/// A request in flight: its client's send number (a reply to an older
+/// send is not read: the client dropped that connection), and what it asks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Sent {
+    pub client: ClientId,
+    pub send: u8,
+    pub op: Op,
+    /// When it was sent.
+    pub at: Time,
+}
+
+/// A reply in flight, to the send that asked.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Answer {
+    pub to: Sent,
+    pub reply: Reply,
+}
+
+/// What a client is doing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Phase {
+    Idle,
+    /// An acquire sent first at `since`; `resends` so far.
+    Acquiring {
+        req: ReqId,
+        since: Time,
+        resends: u8,
+    },
+    Holding,
+    Releasing {
+        req: ReqId,
+        resends: u8,
+    },
+    /// Settling an acquire whose sends were lost (a timeout, or a refusal
+    /// after one). Not resent here (the client retries it for as long as
+    /// the latch lives; a settle that never gets through leaves what the
+    /// acquire took to its TTL, which one that gives up models).
+    Settling(ReqId),
+    /// Giving back what a settled acquire was found to have taken.
+    GivingBack {
+        req: ReqId,
+        resends: u8,
+    },
+    Crashed,
+}
+
+/// One client, one owner.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Client {
+    pub phase: Phase,
+    /// The holds it has guards for (0 or 1).
+    pub count: u8,
+    /// Its lease's local end: the acquire's first send (or the last
+    /// confirmed renewal's send) plus the lease.
+    pub deadline: Time,
+    /// A renewal in flight, sent at this time.
+    pub renewing: Option<Time>,
+    /// Its current send number.
+    pub send: u8,
+    /// Requests made so far.
+    pub requests: u8,
+    /// Acquires started so far.
+    pub acquires: u8,
+    /// Renewals sent so far.
+    pub renewals: u8,
+    /// It let go of a hold it could not release or learn about: the
+    /// server's may stand until its TTL ends.
+    pub abandoned: bool,
+    /// A send of its current acquire got no reply.
+    pub lost: bool,
+}
+
+impl Client {
+    fn new() -> Self {
+        Client {
+            phase: Phase::Idle,
+            count: 0,
+            deadline: 0,
+            renewing: None,
+            send: 0,
+            requests: 0,
+            acquires: 0,
+            renewals: 0,
+            abandoned: false,
+            lost: false,
+        }
+    }
+
+    /// Whether it believes it holds the lock with a lease not yet run out.
+    pub fn believes_it_holds(&self, now: Time) -> bool {
+        self.phase == Phase::Holding && now < self.deadline
+    }
+}
+
+/// The whole system.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct State {
+    pub now: Time,
+    pub server: Server,
+    pub clients: Vec<Client>,
+    /// Requests in flight (a multiset, sorted).
+    pub requests: Vec<Sent>,
+    /// Replies in flight (a multiset, sorted).
+    pub replies: Vec<Answer>,
+    pub duplicates_left: u8,
+    pub crashes_left: u8,
+}
+
+impl State {
+    /// Nothing in flight and nobody mid-call: the moment the counts must
+    /// agree.
+    pub fn at_rest(&self) -> bool {
+        self.requests.is_empty()
+            && self.replies.is_empty()
+            && self
+                .clients
+                .iter()
+                .all(|c| matches!(c.phase, Phase::Idle | Phase::Holding | Phase::Crashed))
+    }
+}
+
+/// A step of the system.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Action {
+    /// A client starts an acquire.
+    Acquire(ClientId),
+    /// A holder's watchdog sends a renewal.
+    Renew(ClientId),
+    /// A holder releases.
+    Release(ClientId),
+    /// A holder whose local lease ran out lets the hold go (its unlock
+    /// fails with `LeaseLost`, touching nothing).
+    LetGo(ClientId),
+    /// A client's call times out: it resends, or gives up.
+    Timeout(ClientId),
+    /// A client crashes: it sends nothing more; what it sent still flies.
+    Crash(ClientId),
+    /// Redis runs the request at this index.
+    Run(usize),
+    /// The network copies the request at this index.
+    Duplicate(usize),
+    /// The reply at this index reaches its client.
+    Deliver(usize),
+    /// Time passes one tick.
+    Tick,
+}
+
+/// The reentrant lock's protocol, as a [`Model`].
+#[derive(Clone, Debug)]
+pub struct LockModel {
+    pub bounds: Bounds,
+    pub mutation: Mutation,
+    /// Ticks a client's local lease runs past the server's TTL: 0, as the
+    /// client counts it (from the acquire's send, a drift margin early);
+    /// more shows what the lease is for.
+    pub local_lease_slack: Time,
+}
+
+impl LockModel {
+    pub fn new(bounds: Bounds, mutation: Mutation) -> Self {
+        LockModel {
+            bounds,
+            mutation,
+            local_lease_slack: 0,
+        }
+    }
+
+    fn send(state: &mut State, client: ClientId, op: Op) {
+        let c = &mut state.clients[client as usize];
+        c.send += 1;
+        let sent = Sent {
+            client,
+            send: c.send,
+            op,
+            at: state.now,
+        };
+        state.requests.push(sent);
+        state.requests.sort();
+    }
+
+    fn next_req(state: &mut State, client: ClientId) -> ReqId {
+        let c = &mut state.clients[client as usize];
+        c.requests += 1;
+        ReqId {
+            client,
+            seq: c.requests,
+        }
+    }
+
+    /// Whether `sent`'s client still waits for its reply.
+    fn awaited(&self, state: &State, sent: Sent) -> bool {
+        let c = &state.clients[sent.client as usize];
+        match sent.op {
+            Op::Renew(at) => c.phase == Phase::Holding && c.renewing == Some(at),
+            _ => c.phase != Phase::Crashed && c.send == sent.send,
+        }
+    }
+
+    /// A client reads a reply to its current send.
+    fn read(&self, state: &mut State, answer: Answer) {
+        let id = answer.to.client;
+        let lease = self.bounds.lease + self.local_lease_slack;
+        let c = state.clients[id as usize];
+        if let Op::Renew(at) = answer.to.op {
+            // The watchdog's reply: read while it still renews this hold.
+            if c.phase == Phase::Holding && c.renewing == Some(at) {
+                let c = &mut state.clients[id as usize];
+                c.renewing = None;
+                if answer.reply == Reply::Renewed(true) {
+                    c.deadline = c.deadline.max(at + lease);
+                } else {
+                    c.phase = Phase::Idle;
+                    c.count = 0;
+                }
+            }
+            return;
+        }
+        if answer.to.send != c.send {
+            return;
+        }
+        match (c.phase, answer.reply) {
+            (Phase::Acquiring { since, .. }, Reply::Granted) => {
+                let c = &mut state.clients[id as usize];
+                c.phase = Phase::Holding;
+                c.count = 1;
+                c.deadline = since + lease;
+                c.lost = false;
+            }
+            (Phase::Acquiring { req, .. }, Reply::Refused) if c.lost => {
+                // Nobody sends it any more, and a lost send of it may still
+                // take the lock: settled.
+                state.clients[id as usize].phase = Phase::Settling(req);
+                Self::send(state, id, Op::Settle(req));
+            }
+            (Phase::Releasing { .. }, _) => {
+                let c = &mut state.clients[id as usize];
+                c.phase = Phase::Idle;
+                c.count = 0;
+            }
+            (Phase::Settling(_), Reply::Settled(true)) => {
+                let give_back = Self::next_req(state, id);
+                state.clients[id as usize].phase = Phase::GivingBack {
+                    req: give_back,
+                    resends: 0,
+                };
+                Self::send(state, id, Op::Release(give_back));
+            }
+            // Refused or spent with nothing to settle, settled, given back.
+            (Phase::Acquiring { .. }, Reply::Refused | Reply::Spent)
+            | (Phase::Settling(_), _)
+            | (Phase::GivingBack { .. }, _) => {
+                let c = &mut state.clients[id as usize];
+                c.phase = Phase::Idle;
+                c.lost = false;
+            }
+            _ => {}
+        }
+    }
+
+    /// A client's call timed out: resend while its budget lasts, else give
+    /// up.
+    fn time_out(&self, state: &mut State, id: ClientId) {
+        let resends_max = self.bounds.resends;
+        let c = state.clients[id as usize];
+        let (phase, op) = match c.phase {
+            Phase::Acquiring {
+                req,
+                since,
+                resends,
+            } if resends < resends_max => (
+                Phase::Acquiring {
+                    req,
+                    since,
+                    resends: resends + 1,
+                },
+                Some(Op::Acquire(req)),
+            ),
+            Phase::Acquiring { req, .. } => (Phase::Settling(req), Some(Op::Settle(req))),
+            Phase::Releasing { req, resends } if resends < resends_max => (
+                Phase::Releasing {
+                    req,
+                    resends: resends + 1,
+                },
+                Some(Op::Release(req)),
+            ),
+            Phase::GivingBack { req, resends } if resends < resends_max => (
+                Phase::GivingBack {
+                    req,
+                    resends: resends + 1,
+                },
+                Some(Op::Release(req)),
+            ),
+            // Out of resends: what it held or may have taken stands until
+            // its TTL ends.
+            Phase::Releasing { .. } | Phase::Settling(_) | Phase::GivingBack { .. } => {
+                let c = &mut state.clients[id as usize];
+                c.count = 0;
+                c.abandoned = true;
+                c.lost = false;
+                (Phase::Idle, None)
+            }
+            _ => return,
+        };
+        let c = &mut state.clients[id as usize];
+        if matches!(c.phase, Phase::Acquiring { .. }) {
+            c.lost = true;
+        }
+        c.phase = phase;
+        match op {
+            Some(op) => Self::send(state, id, op),
+            // No reply of the last send is read any more.
+            None => state.clients[id as usize].send += 1,
+        }
+    }
+}
+
+impl Model for LockModel {
+    type State = State;
+    type Action = Action;
+
+    fn init_states(&self) -> Vec<State> {
+        vec![State {
+            now: 0,
+            server: Server::default(),
+            clients: vec![Client::new(); self.bounds.clients as usize],
+            requests: Vec::new(),
+            replies: Vec::new(),
+            duplicates_left: self.bounds.duplicates,
+            crashes_left: self.bounds.crashes,
+        }]
+    }
+
+    fn actions(&self, state: &State, actions: &mut Vec<Action>) {
+        for (i, c) in state.clients.iter().enumerate() {
+            let id = i as ClientId;
+            match c.phase {
+                Phase::Idle if c.acquires < self.bounds.acquires => {
+                    actions.push(Action::Acquire(id))
+                }
+                Phase::Holding if c.believes_it_holds(state.now) => {
+                    actions.push(Action::Release(id));
+                    if c.renewing.is_none() && c.renewals < self.bounds.renewals {
+                        actions.push(Action::Renew(id));
+                    }
+                }
+                Phase::Holding => actions.push(Action::LetGo(id)),
+                Phase::Acquiring { .. }
+                | Phase::Releasing { .. }
+                | Phase::Settling(_)
+                | Phase::GivingBack { .. } => actions.push(Action::Timeout(id)),
+                _ => {}
+            }
+            if c.phase != Phase::Crashed && state.crashes_left > 0 {
+                actions.push(Action::Crash(id));
+            }
+        }
+        for i in 0..state.requests.len() {
+            if i > 0 && state.requests[i] == state.requests[i - 1] {
+                continue;
+            }
+            actions.push(Action::Run(i));
+            if state.duplicates_left > 0 {
+                actions.push(Action::Duplicate(i));
+            }
+        }
+        for i in 0..state.replies.len() {
+            if i > 0 && state.replies[i] == state.replies[i - 1] {
+                continue;
+            }
+            actions.push(Action::Deliver(i));
+        }
+        if state.now < self.bounds.max_time {
+            actions.push(Action::Tick);
+        }
+    }
+
+    fn next_state(&self, last: &State, action: Action) -> Option<State> {
+        let mut state = last.clone();
+        let (b, m) = (&self.bounds, self.mutation);
+        match action {
+            Action::Acquire(id) => {
+                let req = Self::next_req(&mut state, id);
+                let now = state.now;
+                let c = &mut state.clients[id as usize];
+                c.phase = Phase::Acquiring {
+                    req,
+                    since: now,
+                    resends: 0,
+                };
+                c.acquires += 1;
+                c.lost = false;
+                Self::send(&mut state, id, Op::Acquire(req));
+            }
+            Action::Renew(id) => {
+                let now = state.now;
+                state.clients[id as usize].renewing = Some(now);
+                state.clients[id as usize].renewals += 1;
+                // The watchdog's own connection: its send number is not the
+                // client's.
+                let sent = Sent {
+                    client: id,
+                    send: 0,
+                    op: Op::Renew(now),
+                    at: now,
+                };
+                state.requests.push(sent);
+                state.requests.sort();
+            }
+            Action::Release(id) => {
+                let req = Self::next_req(&mut state, id);
+                let c = &mut state.clients[id as usize];
+                c.phase = Phase::Releasing { req, resends: 0 };
+                // The watchdog stops: a renewal in flight is not read.
+                c.renewing = None;
+                Self::send(&mut state, id, Op::Release(req));
+            }
+            Action::LetGo(id) => {
+                let c = &mut state.clients[id as usize];
+                c.phase = Phase::Idle;
+                c.count = 0;
+                c.renewing = None;
+                c.abandoned = true;
+            }
+            Action::Timeout(id) => self.time_out(&mut state, id),
+            Action::Crash(id) => {
+                let c = &mut state.clients[id as usize];
+                c.phase = Phase::Crashed;
+                c.count = 0;
+                c.renewing = None;
+                state.crashes_left -= 1;
+            }
+            Action::Run(i) => {
+                let sent = state.requests.remove(i);
+                let now = state.now;
+                let server = &mut state.server;
+                let reply = match sent.op {
+                    Op::Acquire(req) => server.acquire(now, req, b, m),
+                    Op::Release(req) => server.release(now, req, b),
+                    Op::Renew(_) => server.renew(now, sent.client, b, m),
+                    Op::Settle(req) => server.settle(now, req, b),
+                };
+                // A reply nobody reads is not sent: its client dropped the
+                // connection (a timed-out send), stopped renewing, or
+                // crashed.
+                if self.awaited(&state, sent) {
+                    state.replies.push(Answer { to: sent, reply });
+                    state.replies.sort();
+                }
+            }
+            Action::Duplicate(i) => {
+                let copy = state.requests[i];
+                state.requests.push(copy);
+                state.requests.sort();
+                state.duplicates_left -= 1;
+            }
+            Action::Deliver(i) => {
+                let answer = state.replies.remove(i);
+                if state.clients[answer.to.client as usize].phase != Phase::Crashed {
+                    self.read(&mut state, answer);
+                }
+            }
+            Action::Tick => {
+                state.now += 1;
+                let now = state.now;
+                state.server.expire(now);
+                // What did not reach Redis within the window never will.
+                let window = self.bounds.window;
+                state.requests.retain(|r| r.at + window > now);
+                for (i, c) in state.clients.iter_mut().enumerate() {
+                    // What it let go of has run out on the server, and
+                    // nothing it sent can take the lock any more.
+                    let id = i as ClientId;
+                    if c.abandoned
+                        && !state.server.held_by(id)
+                        && state.requests.iter().all(|r| r.client != id)
+                    {
+                        c.abandoned = false;
+                    }
+                }
+            }
+        }
+        Some(state)
+    }
+
+    fn properties(&self) -> Vec<Property<Self>> {
+        vec![
+            Property::always("at most one holder", |_, s: &State| {
+                s.clients
+                    .iter()
+                    .filter(|c| c.believes_it_holds(s.now))
+                    .count()
+                    <= 1
+            }),
+            Property::always("the server counts what its owner holds", |_, s: &State| {
+                counts_agree(s)
+            }),
+            Property::sometimes("a client holds", |_, s: &State| {
+                s.clients.iter().any(|c| c.believes_it_holds(s.now))
+            }),
+            Property::sometimes("both clients held", |_, s: &State| {
+                s.server.unlock_latches.len() >= 2
+                    && s.server
+                        .unlock_latches
+                        .iter()
+                        .any(|(r, _, _)| r.client == 0)
+                    && s.server
+                        .unlock_latches
+                        .iter()
+                        .any(|(r, _, _)| r.client == 1)
+            }),
+        ]
+    }
+}
+
+/// At rest, each live client's count is the server's for it: no hold
+/// taken twice, none nobody owns, none lost while its lease runs. Two
+/// exceptions are the design's: a hold let go of unreleased (out of
+/// resends, or its local lease ran out) stands until its TTL ends, and a
+/// hold whose lease ran out is gone from the server first.
+pub fn counts_agree(s: &State) -> bool {
+    if !s.at_rest() {
+        return true;
+    }
+    s.clients.iter().enumerate().all(|(i, c)| {
+        let server = s.server.count_of(i as ClientId);
+        c.phase == Phase::Crashed
+            || server == c.count
+            || (c.count == 0 && c.abandoned)
+            || (c.count == 1 && server == 0 && s.now >= c.deadline)
+    })
+}
+
+impl fmt::Display for Mutation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self, f)
+    }
+}

@@ -1,0 +1,254 @@
+//! The model cannot drift from the code: random sequences of script calls
+//! (acquires, resends and late copies of them, releases, renewals,
+//! settles, a hold running out) go through the model's [`Server`] and, in
+//! the same order, through the real `lua/` scripts on a spawned server;
+//! after each step the replies and the keys must agree.
+
+#[allow(dead_code, unreachable_pub)]
+#[path = "../../tests/common/rng.rs"]
+mod rng;
+#[allow(dead_code, unreachable_pub)]
+#[path = "../../tests/common/server.rs"]
+mod server;
+
+use ferrisson_model::{Bounds, ClientId, Latch, Mutation, Reply, ReqId, Server};
+use redis::{Commands, Script, Value};
+use rng::{announced_seed, Rng};
+use server::RedisServer;
+
+const NAME: &str = "model";
+const LEASE_MS: u64 = 60_000;
+const LATCH_TTL_MS: u64 = 120_000;
+/// Steps per sequence, and sequences per run.
+const STEPS: usize = 60;
+const SEQUENCES: usize = 50;
+/// The request ids each client draws from: few, so that resends and late
+/// copies of one request are common.
+const ACQUIRES: u8 = 3;
+const RELEASES: u8 = 3;
+
+fn field(client: ClientId) -> String {
+    format!("model-client-{client}:owner")
+}
+
+fn id(req: ReqId) -> String {
+    format!("c{}-{}", req.client, req.seq)
+}
+
+fn acquire_latch(req: ReqId) -> String {
+    format!("ferrisson_acquire_latch:{{{NAME}}}:{}", id(req))
+}
+
+fn unlock_latch(req: ReqId) -> String {
+    format!("redisson_unlock_latch:{{{NAME}}}:{}", id(req))
+}
+
+/// A step of a sequence.
+#[derive(Clone, Copy, Debug)]
+enum Step {
+    Acquire(ReqId),
+    Release(ReqId),
+    Renew(ClientId),
+    Settle(ReqId),
+    /// The hold's TTL runs out (or it is forced open): the key goes.
+    RunOut,
+}
+
+fn draw(rng: &mut Rng) -> Step {
+    let client = rng.below(2) as ClientId;
+    let acquire = ReqId {
+        client,
+        seq: 1 + rng.below(ACQUIRES as u64) as u8,
+    };
+    match rng.below(10) {
+        0..=3 => Step::Acquire(acquire),
+        4..=6 => Step::Release(ReqId {
+            client,
+            seq: 100 + rng.below(RELEASES as u64) as u8,
+        }),
+        7 => Step::Renew(client),
+        8 => Step::Settle(acquire),
+        _ => Step::RunOut,
+    }
+}
+
+struct Scripts {
+    acquire: Script,
+    release: Script,
+    renew: Script,
+    settle: Script,
+}
+
+impl Scripts {
+    fn load() -> Scripts {
+        Scripts {
+            acquire: Script::new(include_str!("../../lua/acquire.lua")),
+            release: Script::new(include_str!("../../lua/release.lua")),
+            renew: Script::new(include_str!("../../lua/renew.lua")),
+            settle: Script::new(include_str!("../../lua/acquire_cancel.lua")),
+        }
+    }
+
+    /// Runs `step` on Redis, and reads its reply as the model's.
+    fn run(&self, conn: &mut redis::Connection, step: Step) -> Option<Reply> {
+        let reply: Value = match step {
+            Step::Acquire(req) => self
+                .acquire
+                .key(NAME)
+                .key(acquire_latch(req))
+                .arg(LEASE_MS)
+                .arg(field(req.client))
+                .arg(LATCH_TTL_MS)
+                .arg(1)
+                .invoke(conn)
+                .unwrap(),
+            Step::Release(req) => self
+                .release
+                .key(NAME)
+                .key(format!("redisson_lock__channel:{{{NAME}}}"))
+                .key(unlock_latch(req))
+                .arg(0)
+                .arg(LEASE_MS)
+                .arg(field(req.client))
+                .arg("publish")
+                .arg(LATCH_TTL_MS)
+                .invoke(conn)
+                .unwrap(),
+            Step::Renew(client) => self
+                .renew
+                .key(NAME)
+                .arg(LEASE_MS)
+                .arg(field(client))
+                .invoke(conn)
+                .unwrap(),
+            Step::Settle(req) => self
+                .settle
+                .key(acquire_latch(req))
+                .arg(LATCH_TTL_MS)
+                .invoke(conn)
+                .unwrap(),
+            Step::RunOut => {
+                let _: i64 = conn.del(NAME).unwrap();
+                return None;
+            }
+        };
+        Some(match (step, reply) {
+            (Step::Acquire(_), Value::Nil) => Reply::Granted,
+            (Step::Acquire(_), Value::Int(-2)) => Reply::Spent,
+            (Step::Acquire(_), Value::Int(_)) => Reply::Refused,
+            (Step::Release(_), Value::Int(n)) => Reply::Released(n as u8),
+            (Step::Release(_), Value::Nil) => Reply::NotHeld,
+            (Step::Renew(_), Value::Array(gone)) => Reply::Renewed(gone.is_empty()),
+            (Step::Settle(_), Value::Int(n)) => Reply::Settled(n == 1),
+            (step, reply) => panic!("{step:?}: a reply the model has no word for: {reply:?}"),
+        })
+    }
+}
+
+/// Runs `step` on the model.
+fn model_run(server: &mut Server, step: Step, bounds: &Bounds) -> Option<Reply> {
+    let now = 0;
+    match step {
+        Step::Acquire(req) => Some(server.acquire(now, req, bounds, Mutation::None)),
+        Step::Release(req) => Some(server.release(now, req, bounds)),
+        Step::Renew(client) => Some(server.renew(now, client, bounds, Mutation::None)),
+        Step::Settle(req) => Some(server.settle(now, req, bounds)),
+        Step::RunOut => {
+            server.hold = None;
+            None
+        }
+    }
+}
+
+/// The keys Redis holds, compared with the model's.
+fn compare(conn: &mut redis::Connection, model: &Server, context: &str) {
+    let hash: Vec<(String, String)> = conn.hgetall(NAME).unwrap();
+    let expected: Vec<(String, String)> = model
+        .hold
+        .iter()
+        .map(|h| (field(h.owner), h.count.to_string()))
+        .collect();
+    assert_eq!(hash, expected, "{context}: the lock hash");
+    if model.hold.is_some() {
+        let pttl: i64 = conn.pttl(NAME).unwrap();
+        assert!(
+            pttl > 0 && pttl as u64 <= LEASE_MS,
+            "{context}: the hold's TTL is {pttl} ms"
+        );
+    }
+    for client in 0..2 {
+        let acquires = (1..=ACQUIRES).map(|seq| {
+            let req = ReqId { client, seq };
+            let expected = model.acquire_latches.iter().find(|(r, _, _)| *r == req);
+            let expected = expected.map(|(_, latch, _)| match latch {
+                Latch::Granted => "1".to_owned(),
+                Latch::Cancelled => "x".to_owned(),
+            });
+            (acquire_latch(req), expected)
+        });
+        let releases = (100..100 + RELEASES).map(|seq| {
+            let req = ReqId { client, seq };
+            let expected = model.unlock_latches.iter().find(|(r, _, _)| *r == req);
+            (
+                unlock_latch(req),
+                expected.map(|(_, first, _)| first.to_string()),
+            )
+        });
+        for (key, expected) in acquires.chain(releases) {
+            let latch: Option<String> = conn.get(&key).unwrap();
+            assert_eq!(latch, expected, "{context}: {key}");
+        }
+    }
+}
+
+#[test]
+fn the_model_and_the_scripts_agree_step_by_step() {
+    let seed = announced_seed("model conformance");
+    let mut rng = Rng::new(seed);
+    let redis = RedisServer::start();
+    let mut conn = redis::Client::open(redis.url())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let scripts = Scripts::load();
+    let bounds = Bounds::lost_replies();
+    let mut replies = std::collections::BTreeMap::<String, usize>::new();
+    for sequence in 0..SEQUENCES {
+        let _: () = redis::cmd("FLUSHALL").query(&mut conn).unwrap();
+        let mut model = Server::default();
+        let mut steps = Vec::new();
+        for _ in 0..STEPS {
+            let step = draw(&mut rng);
+            steps.push(step);
+            let context = format!("seed {seed}, sequence {sequence}, steps {steps:?}");
+            let real = scripts.run(&mut conn, step);
+            let modelled = model_run(&mut model, step, &bounds);
+            assert_eq!(real, modelled, "{context}: the reply");
+            compare(&mut conn, &model, &context);
+            if let Some(reply) = real {
+                *replies.entry(format!("{reply:?}")).or_default() += 1;
+            }
+        }
+    }
+    println!(
+        "model conformance (seed {seed}): {SEQUENCES} sequences of {STEPS} steps agree; replies seen: {replies:?}"
+    );
+    // Every reply the model knows was met, so that each rule was compared.
+    for reply in [
+        "Granted",
+        "Refused",
+        "Spent",
+        "Released(0)",
+        "Released(1)",
+        "NotHeld",
+        "Renewed(true)",
+        "Renewed(false)",
+        "Settled(true)",
+        "Settled(false)",
+    ] {
+        assert!(
+            replies.contains_key(reply),
+            "no step replied {reply}: {replies:?}"
+        );
+    }
+}
