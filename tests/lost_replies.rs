@@ -988,6 +988,52 @@ async fn a_resend_after_its_grant_ran_out_takes_nothing_and_the_wait_goes_on() {
     }
 }
 
+/// A copy of a release whose reply was lost, reaching Redis after its
+/// resend was answered, releases nothing more: the request's unlock latch
+/// is kept for its TTL once a send of it failed. (Deleted at once, the
+/// late copy released the outer hold of a re-entered lock, which its guard
+/// still believed in.) The copy is replayed as Redis first ran it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_copy_of_a_resent_release_releases_nothing_more() {
+    let (server, proxy, client, monitor) = watched().await;
+    let name = "late:release";
+    let field = format!("{}:job", client.id());
+    let lock = client.lock(name).with_owner("job");
+    let outer = soon(lock.lock_with_lease(LEASE)).await.unwrap();
+    let inner = soon(lock.lock_with_lease(LEASE)).await.unwrap();
+    swept(&server).await;
+    proxy.lose_next_reply_to(name);
+    soon(inner.unlock()).await.unwrap();
+    assert_eq!(proxy.lost_replies(), 1, "no reply lost");
+    assert_eq!(hold_count(&server, name, &field), 1);
+    // The sweeper deletes latches in the order it is given them: once a
+    // later release's latch is gone, this one's would be too.
+    let barrier = client.lock("late:barrier");
+    let held = soon(barrier.lock_with_lease(LEASE)).await.unwrap();
+    soon(held.unlock()).await.unwrap();
+    eventually(Duration::from_secs(10), || async {
+        let keys = server.cmd(&["KEYS", "redisson_unlock_latch:{late:barrier}:*"]);
+        keys.as_array().unwrap().is_empty()
+    })
+    .await;
+    let releases = monitor.script_calls(name, "redisson_unlock_latch:");
+    assert_eq!(
+        releases.len(),
+        2,
+        "the release and its resend: {releases:?}"
+    );
+    let args: Vec<&str> = releases[0].iter().map(String::as_str).collect();
+    let reply = server.cmd(&args);
+    println!("a late copy of the resent release, replayed: {reply:?}");
+    assert_eq!(
+        hold_count(&server, name, &field),
+        1,
+        "the late copy released the outer hold"
+    );
+    soon(outer.unlock()).await.unwrap();
+    assert!(!common::exists(&server, name));
+}
+
 /// The commands a server runs, by `MONITOR`, read on a thread.
 struct Monitor {
     server_port: u16,
@@ -1043,6 +1089,13 @@ impl Monitor {
     /// The acquires (script calls, `EVALSHA` or `EVAL`, with an acquire
     /// latch) run so far whose first key is `name`, each as its arguments.
     fn acquires_of(&self, name: &str) -> Vec<Vec<String>> {
+        self.script_calls(name, "ferrisson_acquire_latch:")
+    }
+
+    /// The script calls (`EVALSHA` or `EVAL`) run so far whose first key is
+    /// `name` and that name a key starting with `prefix`, each as its
+    /// arguments.
+    fn script_calls(&self, name: &str, prefix: &str) -> Vec<Vec<String>> {
         self.seen()
             .iter()
             .map(|line| {
@@ -1060,9 +1113,7 @@ impl Monitor {
                 args.len() > 3
                     && matches!(args[0].to_lowercase().as_str(), "evalsha" | "eval")
                     && args[3] == name
-                    && args
-                        .iter()
-                        .any(|arg| arg.starts_with("ferrisson_acquire_latch:"))
+                    && args.iter().any(|arg| arg.starts_with(prefix))
             })
             .collect()
     }

@@ -129,9 +129,13 @@ pub(crate) async fn release_hold_as(
         }
     };
     if reply.is_some() {
-        // The script wrote the latch; it only matters to resends of this
-        // request: have it deleted rather than left to its TTL.
-        client.sweeper().discard(latch);
+        // The script wrote the latch; it only matters to sends of this
+        // request: have it deleted rather than left to its TTL, unless a
+        // send failed, which may still reach Redis and must find it (or
+        // release a second time: a re-entered hold, or the owner's next).
+        if sent == 1 {
+            client.sweeper().discard(latch);
+        }
         let verdict = client.replicated(name).await;
         if let Some(verdict) = verdict.filter(|v| !v.enough) {
             tracing::warn!(lock = %name, acked = verdict.acked,

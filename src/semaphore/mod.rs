@@ -475,7 +475,9 @@ impl Taken for Permits {
         let permits = self.0;
         let latch = keys::unlock_latch(name, &client.request_id());
         let channel = keys::semaphore_channel(name);
+        let mut sends = 0;
         let send = |latch_ttl: u64| {
+            sends += 1;
             let mut conn = client.conn();
             let mut call = SEMAPHORE_GIVE_BACK.prepare_invoke();
             call.key(name)
@@ -488,6 +490,9 @@ impl Taken for Permits {
         };
         let until = Instant::now() + NEVER_EXPIRES;
         match resend_until(client.config(), until, send).await {
+            // Kept to its TTL after a failed send, which may still reach
+            // Redis and must find it (or add the permits twice).
+            Ok(_) if sends > 1 => {}
             Ok(_) => client.sweeper().discard(latch),
             Err(err) => {
                 tracing::warn!(semaphore = %name, permits, error = %err, why = why.why(),
