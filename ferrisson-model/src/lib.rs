@@ -78,8 +78,9 @@ pub struct Bounds {
     /// window: (response timeout + 1.5 s) x release attempts, 18 s by
     /// default.
     pub window: Time,
-    /// How long an acquire or unlock latch lives: the longer of the lease
-    /// and the window, plus the window, as the client sets it.
+    /// How long an acquire or unlock latch lives: at least the window
+    /// (an acquire latch: the longer of the lease and the window, plus the
+    /// window, as the client sets it; a release's: the window, or more).
     pub latch_ttl: Time,
 }
 
@@ -451,8 +452,8 @@ pub struct LockModel {
     pub bounds: Bounds,
     pub mutation: Mutation,
     /// Ticks a client's local lease runs past the server's TTL: 0, as the
-    /// client counts it (from the acquire's send, a drift margin early);
-    /// more shows what the lease is for.
+    /// client counts it (from the acquire's first send); more shows what
+    /// the lease is for.
     pub local_lease_slack: Time,
 }
 
@@ -797,7 +798,7 @@ impl Model for LockModel {
             Property::sometimes("a client holds", |_, s: &State| {
                 s.clients.iter().any(|c| c.believes_it_holds(s.now))
             }),
-            Property::sometimes("both clients held", |_, s: &State| {
+            Property::sometimes("both clients released a hold", |_, s: &State| {
                 s.server.unlock_latches.len() >= 2
                     && s.server
                         .unlock_latches
@@ -825,7 +826,7 @@ pub fn counts_agree(s: &State) -> bool {
         let server = s.server.count_of(i as ClientId);
         c.phase == Phase::Crashed
             || server == c.count
-            || (c.count == 0 && c.abandoned)
+            || (c.count == 0 && c.abandoned && server <= 1)
             || (c.count == 1 && server == 0 && s.now >= c.deadline)
     })
 }

@@ -169,6 +169,12 @@ fn compare(conn: &mut redis::Connection, model: &Server, context: &str) {
         .map(|h| (field(h.owner), h.count.to_string()))
         .collect();
     assert_eq!(hash, expected, "{context}: the lock hash");
+    // No key the model lacks.
+    let keys: usize = redis::cmd("DBSIZE").query(conn).unwrap();
+    let modelled = usize::from(model.hold.is_some())
+        + model.acquire_latches.len()
+        + model.unlock_latches.len();
+    assert_eq!(keys, modelled, "{context}: the number of keys");
     if model.hold.is_some() {
         let pttl: i64 = conn.pttl(NAME).unwrap();
         assert!(
