@@ -255,7 +255,18 @@ async fn dropped_acquires_over_a_cutting_network_leave_nothing_behind() {
             .collect::<Vec<_>>()
     };
     let clean = || fuzzed.held_locks() == 0 && fuzzed.subscriptions() == 0 && holds().is_empty();
-    while !clean() && quiet.elapsed() < Duration::from_secs(20) {
+    // The sends of dropped acquires go on in the background for up to one
+    // resend window (`release_attempts` sends of at most a response
+    // timeout each): one that gets through once the cuts stop takes a hold
+    // and gives it back at once. A look before the window has passed can
+    // catch such a hold between the two; after it, no send takes anything,
+    // and what is left must go within a few round trips, long before the
+    // 30 s leases would free it.
+    let config = fuzzed.config();
+    let window =
+        (config.response_timeout + Duration::from_millis(1500)) * config.release_attempts.max(1);
+    tokio::time::sleep_until(tokio::time::Instant::from_std(quiet + window)).await;
+    while !clean() && quiet.elapsed() < window + Duration::from_secs(5) {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     assert!(
