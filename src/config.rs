@@ -155,7 +155,7 @@ pub struct Config {
     pub connection_timeout: Duration,
     /// Sends of one awaited release, or one acquire, when the connection
     /// fails (an acquire's within its call's time; a release nobody waits
-    /// on is resent until the hold has surely expired).
+    /// on is resent until the hold's lease runs out).
     pub release_attempts: u32,
     /// Waiting for replicas after writes; `None`: no waiting (the default
     /// on one server; Sentinel and Cluster default to

@@ -115,8 +115,8 @@
 //! failed release. Dropping a guard releases it in the background, on the
 //! runtime it was taken on. That never blocks and never panics, but it is not
 //! immediate, and a failure is only logged. Since nobody waits on it, it is
-//! resent after a failed connection until it gets through or the hold has
-//! surely expired (see [Time limits](#time-limits)). A dropped [`Permit`] is
+//! resent after a failed connection until it gets through or the hold's
+//! lease runs out (see [Time limits](#time-limits)). A dropped [`Permit`] is
 //! released the same way, and a fair waiter whose wait was dropped leaves the
 //! queue the same way.
 //!
@@ -214,9 +214,17 @@
 //!   sends, then an error; the hold expires with its lease.
 //! - **A release nobody waits on** (a dropped guard or permit, the
 //!   give-back of what a caller never got): resent, up to a second apart,
-//!   until it gets through or what it gives back has surely ended in Redis
-//!   (for what never expires, an hour). A network cut longer than an
+//!   until it gets through or, for a lock's hold, its lease runs out
+//!   (below); for a semaphore's permits, until they have surely ended in
+//!   Redis (for what never expires, an hour). A network cut longer than an
 //!   awaited release's sends so leaves nothing behind once it heals.
+//! - **No release of a lock's hold is sent once its lease has run out** by
+//!   this client's clock (a guard's lease; for a hold nested in a watchdog
+//!   hold of the same owner, the watchdog's; for the give-back of a hold
+//!   nobody got, counted from the first send that may have taken it): the
+//!   hold may be gone by then, and its owner may hold the lock anew, which
+//!   a late release would take, Redis counting holds per owner, not per
+//!   acquire. The hold, if it still stands, ends with its lease.
 //!
 //! # Errors
 //!

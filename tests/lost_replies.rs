@@ -1034,6 +1034,51 @@ async fn a_late_copy_of_a_resent_release_releases_nothing_more() {
     assert!(!common::exists(&server, name));
 }
 
+/// A hold taken by an acquire whose replies were all lost, whose lease
+/// runs out while Redis is out of reach, is not given back when the
+/// request is settled afterwards and found granted: by then its owner may
+/// hold the lock anew (as here, at once), and the give-back would release
+/// that newer hold, Redis counting holds per owner, not per acquire.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_grant_whose_lease_ran_out_is_not_given_back_over_the_owners_next_hold() {
+    let (server, proxy, client, _monitor) = watched().await;
+    let name = "lost-then-expired";
+    let field = format!("{}:job", client.id());
+    let lock = client.lock(name).with_owner("job");
+    swept(&server).await;
+    let lease = Duration::from_secs(2);
+    proxy.lose_next_reply_to_then_refuse(name);
+    let err = soon(lock.try_lock_with_lease(Duration::ZERO, lease))
+        .await
+        .unwrap_err();
+    assert!(err.is_connection_error(), "{err}");
+    assert_eq!(
+        hold_count(&server, name, &field),
+        1,
+        "no send took the lock"
+    );
+    let latches = server.cmd(&["KEYS", "ferrisson_acquire_latch:{lost-then-expired}:*"]);
+    let latch = latches.as_array().unwrap()[0].as_string().unwrap();
+    eventually(Duration::from_secs(10), || async {
+        !common::exists(&server, name)
+    })
+    .await;
+    proxy.refuse(false);
+    let newer = soon(lock.lock_with_lease(LEASE)).await.unwrap();
+    // The old request is settled: found granted, then its latch closed.
+    eventually(Duration::from_secs(30), || async {
+        server.cmd(&["GET", &latch]).as_string().as_deref() == Some("x")
+    })
+    .await;
+    assert_eq!(
+        hold_count(&server, name, &field),
+        1,
+        "the give-back of the old grant released the newer hold"
+    );
+    assert!(!newer.is_lease_lost());
+    soon(newer.unlock()).await.unwrap();
+}
+
 /// The commands a server runs, by `MONITOR`, read on a thread.
 struct Monitor {
     server_port: u16,

@@ -432,6 +432,59 @@ async fn give_backs_and_dropped_guards_outlast_a_network_cut() {
     common::settled(&c).await;
 }
 
+/// A dropped guard's release that cannot get through is not sent again
+/// once its lease has run out by the guard's clock: the hold may be gone
+/// by then, and its owner may hold the lock anew (its next `lock()`),
+/// which a late resend would release, the hash counting holds per owner,
+/// not per acquire. Here the network comes back once the old hold has
+/// expired, and the owner takes the lock again through the same client
+/// (its connection back, the old release's resends could get through
+/// too): the newer hold stands.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_guards_release_is_not_resent_past_its_lease() {
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port());
+    let c = client_at(&proxy.url(), WATCHDOG).await;
+    let warm = soon(c.lock("stale:warm").lock()).await.unwrap();
+    soon(warm.unlock()).await.unwrap();
+    let name = "stale:release";
+    let lease = Duration::from_secs(4);
+    let lock = c.lock(name).with_owner("job");
+    let guard = soon(lock.lock_with_lease(lease)).await.unwrap();
+    let field = guard.field().to_owned();
+    // Dropped halfway through its lease, in an outage (time is the
+    // subject): by a rule that resends until the hold has surely expired
+    // counted from the drop, the resends would go on for the rest of the
+    // lease after it ran out.
+    tokio::time::sleep(lease / 2).await;
+    proxy.refuse(true);
+    let dropped = Instant::now();
+    drop(guard);
+    eventually(lease + Duration::from_secs(5), || async {
+        !common::exists(&server, name)
+    })
+    .await;
+    proxy.refuse(false);
+    let newer = soon(lock.lock_with_lease(Duration::from_secs(60)))
+        .await
+        .unwrap();
+    // Until when that rule would resend: the drop, the lease, a response
+    // timeout and a margin; then a resend's longest pause (1 s).
+    let old_rule_ends = dropped
+        + lease
+        + c.config().response_timeout
+        + Duration::from_secs(1)
+        + Duration::from_secs(1);
+    tokio::time::sleep_until(old_rule_ends).await;
+    assert_eq!(
+        server.cmd(&["HGET", name, &field]).as_string().as_deref(),
+        Some("1"),
+        "a resend of the old hold's release took the newer hold"
+    );
+    assert!(!newer.is_lease_lost());
+    soon(newer.unlock()).await.unwrap();
+}
+
 /// A release that reaches Redis after the lease ran out there (sent while
 /// the guard's clock still had lease left, delayed on the way) fails with
 /// `LeaseLost`, as one the guard knew to be too late: by the reply, the

@@ -56,7 +56,7 @@
 //! Past that the release goes on in the background and the drop returns, so
 //! a drop never blocks for long; a failure is only logged. As an async
 //! guard's drop, that release is resent after a failed connection until it
-//! gets through or the hold has surely expired (while the runtime runs). A
+//! gets through or the hold's lease runs out (while the runtime runs). A
 //! guard dropped
 //! on a thread with an async runtime's context does not wait at all. A guard
 //! keeps its client's runtime alive, so its watchdog goes on renewing after

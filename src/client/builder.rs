@@ -337,7 +337,7 @@ impl ClientBuilder {
     /// call's time (one response timeout for a `try_lock()`, the wait for a
     /// `try_lock_for`). A release nobody waits on (a give-back, a dropped
     /// guard's) is not limited by it: it is resent until it gets through or
-    /// the hold has surely expired (see the crate docs, "Time limits").
+    /// the hold's lease runs out (see the crate docs, "Time limits").
     pub fn release_attempts(mut self, attempts: u32) -> Self {
         self.config.release_attempts = attempts;
         self

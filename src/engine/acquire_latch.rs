@@ -45,13 +45,13 @@ async fn give_back_lost<T: Taken>(
     client: Client,
     name: Arc<str>,
     taken: Arc<T>,
-    lasts: Lasts,
+    (lasts, since): (Lasts, Instant),
     latch: String,
     latch_ttl: u64,
 ) {
     tracing::debug!(%name, "an acquire whose reply was lost was granted; giving it back");
     taken
-        .give_back(&client, &name, lasts, GiveBack::ReplyLost)
+        .give_back(&client, &name, lasts, since, GiveBack::ReplyLost)
         .await;
     close(&client, &name, &latch, latch_ttl).await;
 }
@@ -84,7 +84,7 @@ async fn settle_lost<T: Taken>(
     mut conn: Conn,
     name: Arc<str>,
     taken: Arc<T>,
-    lasts: Lasts,
+    lost: (Lasts, Instant),
     latch: String,
     latch_ttl: u64,
 ) {
@@ -95,7 +95,7 @@ async fn settle_lost<T: Taken>(
         checks += 1;
         match cancel(&mut conn, &latch, latch_ttl).await {
             Ok(false) => return,
-            Ok(true) => return give_back_lost(client, name, taken, lasts, latch, latch_ttl).await,
+            Ok(true) => return give_back_lost(client, name, taken, lost, latch, latch_ttl).await,
             Err(err) if is_connection_failure(&err) => {}
             Err(err) => {
                 tracing::warn!(%name, error = %err, "could not settle a request whose reply was lost");
@@ -158,12 +158,17 @@ impl Lasts {
 pub(crate) trait Taken: Send + Sync + 'static {
     /// Undoes one grant of the request on `name`; `lasts` is how long the
     /// longest grant of a send of it lasts (a lock's give-back restores it
-    /// as the TTL). Logs its own failure, saying `why`.
+    /// as the TTL), and `since` when it began to, at the earliest (the
+    /// first send that may have taken it): a lock's hold surely stands
+    /// until `since` + `lasts` by this client's clock, and its give-back
+    /// is not sent after that (the owner may hold the lock anew by then).
+    /// Logs its own failure, saying `why`.
     fn give_back(
         &self,
         client: &Client,
         name: &str,
         lasts: Lasts,
+        since: Instant,
         why: GiveBack,
     ) -> impl Future<Output = ()> + Send;
 }
@@ -203,7 +208,7 @@ impl<T: Taken> Unclaimed<T> {
             let (client, name) = (self.client.clone(), Arc::clone(&self.name));
             let give_back = async move {
                 taken
-                    .give_back(&client, &name, Lasts::UntilReleased, why)
+                    .give_back(&client, &name, Lasts::UntilReleased, Instant::now(), why)
                     .await
             };
             Finish::detached(self.runtime.clone(), give_back).await;
@@ -217,7 +222,13 @@ impl<T: Taken> Drop for Unclaimed<T> {
             let (client, name) = (self.client.clone(), Arc::clone(&self.name));
             self.runtime.spawn(async move {
                 taken
-                    .give_back(&client, &name, Lasts::UntilReleased, GiveBack::CallerLeft)
+                    .give_back(
+                        &client,
+                        &name,
+                        Lasts::UntilReleased,
+                        Instant::now(),
+                        GiveBack::CallerLeft,
+                    )
                     .await;
             });
         }
@@ -254,6 +265,8 @@ struct Outcome {
     /// When the first send that got no reply was sent: a grant answered by
     /// a later send may have been taken then.
     lost_since: Option<Instant>,
+    /// When the last send was made.
+    last_sent: Option<Instant>,
     /// A send was granted, or answered that an earlier one was: the
     /// request is spent, with nothing left to settle.
     spent: bool,
@@ -326,6 +339,12 @@ impl<T: Taken> Request<T> {
     /// got no reply (the grant may have been taken by it). Not the
     /// request's birth: the attempts of one wait share the request, and a
     /// refusal answered in between took nothing.
+    /// When the last send of it was made (its birth, before any).
+    fn last_sent(&self) -> Instant {
+        let outcome = self.outcome.lock().unwrap_or_else(|p| p.into_inner());
+        outcome.last_sent.unwrap_or(self.born)
+    }
+
     pub(crate) fn lease_start(&self, sent: Instant) -> Instant {
         let outcome = self.outcome.lock().unwrap_or_else(|p| p.into_inner());
         outcome.lost_since.map_or(sent, |lost| lost.min(sent))
@@ -344,16 +363,16 @@ impl<T: Taken> Request<T> {
     async fn settle_now(&self) -> redis::RedisResult<()> {
         let mut conn = self.client.conn();
         let granted = cancel(&mut conn, &self.latch, self.latch_ttl).await?;
-        let lasts = {
+        let lost = {
             let mut outcome = self.outcome.lock().unwrap_or_else(|p| p.into_inner());
-            outcome.lost.take()
+            outcome.lost.take().zip(outcome.lost_since)
         };
-        if let (true, Some(lasts)) = (granted, lasts) {
+        if let (true, Some(lost)) = (granted, lost) {
             // The request no longer says it is unsettled: once started, the
             // give-back goes on in the background if this call is dropped.
             let (client, name) = (self.client.clone(), Arc::clone(&self.name));
             let (taken, latch) = (Arc::clone(&self.taken), self.latch.clone());
-            let give_back = give_back_lost(client, name, taken, lasts, latch, self.latch_ttl);
+            let give_back = give_back_lost(client, name, taken, lost, latch, self.latch_ttl);
             Finish::detached(self.runtime.clone(), give_back).await;
         }
         Ok(())
@@ -384,7 +403,7 @@ impl<T: Taken> Request<T> {
 impl<T: Taken> Drop for Request<T> {
     fn drop(&mut self) {
         let outcome = std::mem::take(self.outcome.get_mut().unwrap_or_else(|p| p.into_inner()));
-        let (false, Some(lasts)) = (outcome.spent, outcome.lost) else {
+        let (false, Some(lost)) = (outcome.spent, outcome.lost.zip(outcome.lost_since)) else {
             return;
         };
         // Nobody sends it any more (a send that timed out may still wait
@@ -407,7 +426,7 @@ impl<T: Taken> Drop for Request<T> {
                 Arc::clone(&taken),
                 latch.clone(),
             );
-            settle_lost(client, conn, name, taken, lasts, latch, latch_ttl)
+            settle_lost(client, conn, name, taken, lost, latch, latch_ttl)
         });
     }
 }
@@ -522,6 +541,11 @@ where
     loop {
         sent += 1;
         let at = Instant::now();
+        request
+            .outcome
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .last_sent = Some(at);
         let reply = send(client.conn()).await;
         let failed = matches!(&reply, Err(err) if is_connection_failure(err));
         if failed {
@@ -605,6 +629,7 @@ where
     // This send's own TTL (`lasts`), not the request's first: the attempts
     // of one wait share the request, and a later one may set a longer TTL.
     let (client, name) = (request.client.clone(), Arc::clone(&request.name));
+    let asked = Arc::clone(&request);
     let send = async move {
         let (invocation, decode) = (&invocation, &decode);
         let send =
@@ -614,8 +639,9 @@ where
     let orphan = move |reply: redis::RedisResult<R>| async move {
         let was_granted = reply.as_ref().is_ok_and(|r| answer(r) == Answer::Granted);
         if was_granted {
+            let since = asked.lease_start(asked.last_sent());
             taken
-                .give_back(&client, &name, lasts, GiveBack::CallerLeft)
+                .give_back(&client, &name, lasts, since, GiveBack::CallerLeft)
                 .await;
         }
         orphaned(was_granted).await;

@@ -165,6 +165,12 @@ impl LeaseState {
         instant_from_origin(self.deadline.load(Ordering::Relaxed))
     }
 
+    /// Whether the lease, not known lost, still runs at `at` by this
+    /// process's clock (the server's key surely stands until then).
+    pub(crate) fn stands_at(&self, at: Instant) -> bool {
+        !self.lost.load(Ordering::Acquire) && at < self.deadline()
+    }
+
     pub(crate) fn is_lost(&self) -> bool {
         self.lost.load(Ordering::Acquire) || Instant::now() >= self.deadline()
     }
@@ -420,6 +426,11 @@ impl Registry {
         let lease = Arc::clone(&self.shared.map.get(key)?.lease);
         self.release(key, &lease);
         Some(lease)
+    }
+
+    /// The lease the watchdog keeps `key` alive by, if it does.
+    pub(crate) fn lease_of(&self, key: &HoldKey) -> Option<Arc<LeaseState>> {
+        self.shared.map.get(key).map(|held| Arc::clone(&held.lease))
     }
 
     /// Whether the watchdog keeps `key` alive.

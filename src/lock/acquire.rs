@@ -268,7 +268,7 @@ impl LockCore {
             Ok((true, confirmed)) => Ok(Some(confirmed)),
             Ok((false, _)) => Ok(None),
             Err(err) => {
-                self.give_back_in_background(&req.key, ttl_ms, runtime);
+                self.give_back_in_background(&req.key, (sent, ttl_ms), runtime);
                 Err(err)
             }
         }
@@ -342,13 +342,16 @@ impl LockCore {
     fn give_back_in_background(
         &self,
         key: &HoldKey,
-        ttl_ms: u64,
+        (sent, ttl_ms): (Instant, u64),
         runtime: &tokio::runtime::Handle,
     ) {
         let (client, kind) = (self.obj.client.clone(), self.kind);
         let (name, owner) = (Arc::clone(&key.name), Arc::clone(&key.field));
+        let stands = LeaseState::leased(sent + Duration::from_millis(ttl_ms));
         runtime.spawn(async move {
-            let released = release_hold(&client, kind, &name, &owner, ttl_ms, Resend::UntilExpired);
+            let resend = Resend::UntilExpired;
+            let released =
+                release_hold(&client, kind, &name, &owner, ttl_ms, Some(&*stands), resend);
             if let Err(err) = released.await {
                 tracing::warn!(lock = %name, %owner, error = %err,
                     "could not give back a hold whose grant could not be confirmed; it expires with its lease");
@@ -374,8 +377,11 @@ impl LockCore {
         let give_back = move |reply: redis::RedisResult<Vec<usize>>| async move {
             if reply.is_ok_and(|gone| gone.is_empty()) {
                 let lease_ms = client.config().watchdog_timeout.as_millis() as u64;
+                // The renewal, sent at `sent`, set the key's TTL.
+                let stands = LeaseState::leased(sent + Duration::from_millis(lease_ms));
                 let resend = Resend::UntilExpired;
-                let _ = release_hold(&client, kind, &name, &owner, lease_ms, resend).await;
+                let stands = Some(&*stands);
+                let _ = release_hold(&client, kind, &name, &owner, lease_ms, stands, resend).await;
             }
         };
         let reply = Finish::new(runtime()?, request, give_back)
@@ -392,7 +398,14 @@ pub(super) struct Hold {
 }
 
 impl Taken for Hold {
-    async fn give_back(&self, client: &Client, name: &str, lasts: Lasts, why: GiveBack) {
+    async fn give_back(
+        &self,
+        client: &Client,
+        name: &str,
+        lasts: Lasts,
+        since: Instant,
+        why: GiveBack,
+    ) {
         // The release resets the key's TTL to what the acquire set (a
         // leased re-entry inside a watchdog hold keeps the watchdog's TTL);
         // a lock's grant always sets one.
@@ -400,9 +413,28 @@ impl Taken for Hold {
         let ttl_ms = lasts.ms().unwrap_or(watchdog_ms);
         let owner = &self.owner;
         let resend = Resend::UntilExpired;
-        if let Err(err) = release_hold(client, self.kind, name, owner, ttl_ms, resend).await {
-            tracing::warn!(lock = %name, %owner, error = %err, why = why.why(),
-                "could not give back a hold an acquire took; it expires with its lease");
+        let stands = LeaseState::leased(since + Duration::from_millis(ttl_ms));
+        let released = release_hold(
+            client,
+            self.kind,
+            name,
+            owner,
+            ttl_ms,
+            Some(&*stands),
+            resend,
+        );
+        match released.await {
+            Ok(()) => {}
+            // Its lease ran out before the give-back could be sent: the
+            // hold is gone, or ends with its TTL; the owner may hold anew.
+            Err(err @ Error::LeaseLost { .. }) => {
+                tracing::debug!(lock = %name, %owner, error = %err, why = why.why(),
+                    "a hold an acquire took ran out before it could be given back");
+            }
+            Err(err) => {
+                tracing::warn!(lock = %name, %owner, error = %err, why = why.why(),
+                    "could not give back a hold an acquire took; it expires with its lease");
+            }
         }
     }
 }

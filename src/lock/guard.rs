@@ -26,8 +26,9 @@ use crate::{Client, Error, Result};
 /// runtime the lock was taken on: it never blocks and never panics, but it
 /// is not immediate, and a failure is only logged. Since nobody waits on
 /// it, that release is resent after a failed connection (with backoff, up
-/// to a second apart) until it gets through or the hold has surely expired
-/// in Redis, so a network cut does not leave the lock held to the end of
+/// to a second apart) until it gets through or the hold's lease runs out
+/// (after that the owner may hold the lock anew, which a late resend would
+/// release), so a network cut does not leave the lock held to the end of
 /// its lease. When that runtime shuts down before the release ended (or
 /// had shut down already), its drop, or the guard's, sends the release once
 /// more on a thread and a connection of their own, waiting at most the
@@ -295,7 +296,8 @@ impl LockGuard {
     ///   ([`ClientBuilder::release_attempts`](crate::ClientBuilder::release_attempts)),
     ///   spaced 100 ms, 200 ms... apart; the hold then expires with its
     ///   lease. (A dropped guard's release, which nobody awaits, is resent
-    ///   until it gets through or the hold has surely expired.)
+    ///   until it gets through or its lease runs out.) No send is made
+    ///   again after the lease ran out.
     ///
     /// # Cancel safety
     /// Cancel safe: once started, the release runs to its end in the
@@ -322,8 +324,8 @@ impl LockGuard {
 impl LockGuard {
     /// Releases a hold its caller never saw (one the replicas did not
     /// acknowledge): as [`LockGuard::unlock`], but no hold time is
-    /// reported for it, and it is resent until it gets through or the
-    /// hold has surely expired.
+    /// reported for it, and it is resent until it gets through or its
+    /// lease runs out.
     #[cfg_attr(not(feature = "metrics"), allow(unused_mut))]
     pub(crate) async fn give_back(mut self) -> Result<()> {
         #[cfg(feature = "metrics")]
@@ -335,7 +337,7 @@ impl LockGuard {
 
     /// Releases a guard whose release nobody waits on for long (the
     /// blocking API's drop waits a moment): as its drop's release, resent
-    /// until it gets through or the hold has surely expired.
+    /// until it gets through or its lease runs out.
     #[cfg(feature = "blocking")]
     pub(crate) async fn release_dropped(self) -> Result<()> {
         self.release(Resend::UntilExpired).await
@@ -411,6 +413,10 @@ pub(crate) struct Release {
     /// answers with "not held" after the lease ran out is a lost lease.
     lease: Arc<LeaseState>,
     own_lease: bool,
+    /// The lease the hold stands by: its own, or the watchdog's of the
+    /// owner's other holds, which keeps the key (see
+    /// [`ReleaseCall::stands`]).
+    stands: Arc<LeaseState>,
 }
 
 impl Release {
@@ -459,6 +465,13 @@ impl Release {
             lease.lease_ms.unwrap_or(watchdog_ms)
         };
         let request_id = client.request_id();
+        let stands = match own_lease {
+            true => Arc::clone(&lease.state),
+            false => client
+                .registry()
+                .lease_of(&key)
+                .unwrap_or_else(|| Arc::clone(&lease.state)),
+        };
         Ok(Release {
             client,
             kind,
@@ -467,6 +480,7 @@ impl Release {
             request_id,
             lease: lease.state,
             own_lease,
+            stands,
         })
     }
 
@@ -485,6 +499,7 @@ impl Release {
             owner: &self.key.field,
             lease_ms: self.lease_ms,
             request_id: &self.request_id,
+            stands: Some(&self.stands),
         };
         match release_hold_as(&self.client, conn, &call, resend)
             .instrument(span)
@@ -518,8 +533,8 @@ impl Drop for LockGuard {
                 return;
             }
         };
-        // Nobody awaits it: resent until it gets through or the hold has
-        // surely expired; and finished even when the runtime shuts down
+        // Nobody awaits it: resent until it gets through or its lease runs
+        // out; and finished even when the runtime shuts down
         // first (see `spawn_to_end`): a program that returns normally
         // leaves no hold.
         let client = release.client.clone();

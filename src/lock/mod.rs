@@ -319,13 +319,16 @@ impl LockCore {
                 return release.send(Resend::Bounded).await;
             }
             let watchdog_ms = client.config().watchdog_timeout.as_millis() as u64;
-            client.registry().release_any(&key);
+            // A watchdog hold without a guard (leaked): its lease bounds the
+            // resends, as a guard's does.
+            let lease = client.registry().release_any(&key);
             release_hold(
                 &client,
                 kind,
                 &key.name,
                 &key.field,
                 watchdog_ms,
+                lease.as_deref(),
                 Resend::Bounded,
             )
             .await

@@ -10,7 +10,7 @@ use crate::client::conn::Conn;
 use crate::engine::backoff::RESEND;
 use crate::engine::give_back::{latch_ttl_ms, may_get_through, surely_ended};
 use crate::engine::keys;
-use crate::engine::watchdog::HoldKey;
+use crate::engine::watchdog::{HoldKey, LeaseState};
 use crate::error::is_connection_failure;
 use crate::lock::kind::ReleaseArgs;
 use crate::lock::Kind;
@@ -23,7 +23,8 @@ pub(crate) enum Resend {
     /// its caller awaits (`unlock`), which then reports the failure.
     Bounded,
     /// Until it gets through, or until the hold has surely expired in
-    /// Redis: a release nobody awaits (a give-back of a hold its caller
+    /// Redis, and only while its lease runs ([`ReleaseCall::stands`]): a
+    /// release nobody awaits (a give-back of a hold its caller
     /// never saw, a dropped guard's). Its lease counts from the start of
     /// the release (Redis set it earlier); while this client's watchdog
     /// renews the owner's key (the owner holds it through other guards),
@@ -41,6 +42,7 @@ pub(crate) async fn release_hold(
     name: &str,
     owner: &str,
     lease_ms: u64,
+    stands: Option<&LeaseState>,
     resend: Resend,
 ) -> Result<()> {
     let request_id = client.request_id();
@@ -51,6 +53,7 @@ pub(crate) async fn release_hold(
         owner,
         lease_ms,
         request_id: &request_id,
+        stands,
     };
     release_hold_as(client, conn, &release, resend).await
 }
@@ -66,6 +69,17 @@ pub(crate) struct ReleaseCall<'a> {
     /// release, run again after its runtime shut down, on a connection of
     /// its own) releases nothing more.
     pub(crate) request_id: &'a str,
+    /// The lease the hold stands by, where the caller knows it (a guard's,
+    /// the watchdog's of the owner's other holds, or, for a give-back, the
+    /// TTL counted from the first send that may have taken the hold): the
+    /// release is sent, and sent again, only while that lease runs by this
+    /// client's clock (else it fails: `LeaseLost` before any send, the last
+    /// send's error after one). Past its end the hold may be gone, and the
+    /// owner may hold the lock anew: a release reaching Redis then would
+    /// take that newer hold (the hash counts holds per owner, not per
+    /// acquire). `None` when nothing is known of it (`Lock::unlock` of a
+    /// hold with neither a guard nor a watchdog entry here).
+    pub(crate) stands: Option<&'a LeaseState>,
 }
 
 /// [`release_hold`] on `conn`, for a request the caller made.
@@ -81,6 +95,7 @@ pub(crate) async fn release_hold_as(
         owner,
         lease_ms,
         request_id,
+        stands,
     } = *release;
     let config = client.config();
     let latch = keys::unlock_latch(name, request_id);
@@ -89,7 +104,18 @@ pub(crate) async fn release_hold_as(
     let watched: Option<HoldKey> =
         (resend == Resend::UntilExpired).then(|| HoldKey::new(Arc::from(name), Arc::from(owner)));
     let mut sent = 0;
+    let mut failed: Option<redis::RedisError> = None;
     let reply = loop {
+        // Checked right before each send (a resend's pause, a rerun after
+        // the runtime shut down, may have taken it past the lease's end).
+        if stands.is_some_and(|lease| !lease.stands_at(Instant::now())) {
+            return Err(match failed {
+                Some(err) => Error::from_redis(err, name, "lock"),
+                None => Error::LeaseLost {
+                    name: name.to_owned(),
+                },
+            });
+        }
         sent += 1;
         let latch_ttl = match &watched {
             None => config.unlock_latch_ttl_ms(),
@@ -124,6 +150,7 @@ pub(crate) async fn release_hold_as(
                 tracing::debug!(lock = %name, error = %err, "release failed; sending it again");
                 // `sent` counts from 1: the pause before resend `sent - 1`.
                 tokio::time::sleep(RESEND.pause(sent - 1)).await;
+                failed = Some(err);
             }
             Err(err) => return Err(Error::from_redis(err, name, "lock")),
         }

@@ -804,7 +804,14 @@ impl PermitsOut {
 }
 
 impl Taken for PermitsOut {
-    async fn give_back(&self, client: &Client, name: &str, _lasts: Lasts, why: GiveBack) {
+    async fn give_back(
+        &self,
+        client: &Client,
+        name: &str,
+        _lasts: Lasts,
+        _since: Instant,
+        why: GiveBack,
+    ) {
         // The grant came before this: its lease ends by then.
         let now = Instant::now();
         let until = match self.lease_ms {

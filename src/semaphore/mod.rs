@@ -471,7 +471,14 @@ impl Semaphore {
 struct Permits(u32);
 
 impl Taken for Permits {
-    async fn give_back(&self, client: &Client, name: &str, _lasts: Lasts, why: GiveBack) {
+    async fn give_back(
+        &self,
+        client: &Client,
+        name: &str,
+        _lasts: Lasts,
+        _since: Instant,
+        why: GiveBack,
+    ) {
         let permits = self.0;
         let latch = keys::unlock_latch(name, &client.request_id());
         let channel = keys::semaphore_channel(name);
