@@ -8,7 +8,9 @@
 //! replies ([`Client`]): the acquire latch that makes a resent acquire
 //! count once, the unlock latch that makes a resent release release once,
 //! the settle of an acquire whose replies were all lost, the watchdog's
-//! renewals, and the local lease deadline counted from the acquire's send.
+//! renewals, the local lease deadline counted from the acquire's send, and
+//! a dropped guard's release going on in the background while its owner
+//! acquires again.
 //! `docs/model.md` says what is checked, within which bounds, and what is
 //! not modelled.
 //!
@@ -51,6 +53,16 @@ pub enum Mutation {
     /// a renewal that runs after the release brings the lock back
     /// (Redisson's issue 7272, a lease that outlives its unlock).
     RenewRecreates,
+    /// A dropped guard's release is resent until its hold has surely
+    /// expired counted from the drop (the lease and a response timeout),
+    /// not only while the guard's lease runs: a resend that arrives after
+    /// the owner took the lock again releases that newer hold (ferrisson's
+    /// rule before the fix of 2026-11-27).
+    DroppedReleasePastLease,
+    /// The give-back of a grant whose replies were lost is sent whenever
+    /// the settle finds the grant, also after its lease ran out: it
+    /// releases the owner's newer hold (the same fix).
+    GiveBackPastLease,
 }
 
 /// The bounds of one check.
@@ -58,8 +70,10 @@ pub enum Mutation {
 pub struct Bounds {
     /// Clients, each one owner.
     pub clients: u8,
-    /// Acquire requests per client.
+    /// Acquire requests per client, but the first.
     pub acquires: u8,
+    /// Acquire requests of the first client.
+    pub first_acquires: u8,
     /// Resends per request after a timeout.
     pub resends: u8,
     /// Renewals per client.
@@ -68,6 +82,11 @@ pub struct Bounds {
     pub duplicates: u8,
     /// Clients that may crash, in all.
     pub crashes: u8,
+    /// Guards that may be dropped, in all: the release goes on in the
+    /// background while the owner acquires again.
+    pub drops: u8,
+    /// Resends of a dropped guard's release.
+    pub drop_resends: u8,
     /// The clock stops here.
     pub max_time: Time,
     /// A hold's lease (the watchdog timeout): the TTL an acquire and a
@@ -85,16 +104,27 @@ pub struct Bounds {
 }
 
 impl Bounds {
+    /// Acquire requests client `id` makes.
+    pub fn acquires_of(&self, id: ClientId) -> u8 {
+        match id {
+            0 => self.first_acquires,
+            _ => self.acquires,
+        }
+    }
+
     /// Lost replies, resends and late sends: two clients, one acquire
     /// each, one resend per call, one renewal, one tick of time.
     pub fn lost_replies() -> Bounds {
         Bounds {
             clients: 2,
             acquires: 1,
+            first_acquires: 1,
             resends: 1,
             renewals: 1,
             duplicates: 0,
             crashes: 0,
+            drops: 0,
+            drop_resends: 0,
             max_time: 1,
             lease: 2,
             window: 1,
@@ -107,11 +137,36 @@ impl Bounds {
         Bounds {
             clients: 2,
             acquires: 1,
+            first_acquires: 1,
             resends: 0,
             renewals: 1,
             duplicates: 0,
             crashes: 1,
+            drops: 0,
+            drop_resends: 0,
             max_time: 3,
+            lease: 2,
+            window: 1,
+            latch_ttl: 3,
+        }
+    }
+
+    /// A dropped guard: its release goes on in the background, resent
+    /// after a timeout, while its owner acquires again; the lease runs
+    /// out meanwhile. Two acquires of the first client, one of the other,
+    /// one drop.
+    pub fn dropped() -> Bounds {
+        Bounds {
+            clients: 2,
+            acquires: 1,
+            first_acquires: 2,
+            resends: 0,
+            renewals: 0,
+            duplicates: 0,
+            crashes: 0,
+            drops: 1,
+            drop_resends: 1,
+            max_time: 2,
             lease: 2,
             window: 1,
             latch_ttl: 3,
@@ -297,6 +352,8 @@ pub enum Op {
     /// The watchdog's renewal, sent at this time.
     Renew(Time),
     Settle(ReqId),
+    /// A dropped guard's release, sent in the background.
+    Dropped(ReqId),
 }
 
 /// A request in flight: its client's send number (a reply to an older
@@ -345,6 +402,18 @@ pub enum Phase {
     Crashed,
 }
 
+/// A dropped guard's release, going on in the background.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Background {
+    pub req: ReqId,
+    /// The guard's lease's local end.
+    pub deadline: Time,
+    /// When its hold has surely expired, counted from the drop (the
+    /// old rule's bound).
+    pub until: Time,
+    pub resends: u8,
+}
+
 /// One client, one owner.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Client {
@@ -364,11 +433,16 @@ pub struct Client {
     pub acquires: u8,
     /// Renewals sent so far.
     pub renewals: u8,
-    /// It let go of a hold it could not release or learn about: the
-    /// server's may stand until its TTL ends.
-    pub abandoned: bool,
+    /// Holds it let go of without a release it could learn the end of:
+    /// the server's may stand until their TTL ends.
+    pub abandoned: u8,
     /// A send of its current acquire got no reply.
     pub lost: bool,
+    /// A dropped guard's release in the background.
+    pub background: Option<Background>,
+    /// When its current (or last) acquire was first sent: what that
+    /// acquire took lasts at least the lease from then.
+    pub since: Time,
 }
 
 impl Client {
@@ -382,8 +456,10 @@ impl Client {
             requests: 0,
             acquires: 0,
             renewals: 0,
-            abandoned: false,
+            abandoned: 0,
             lost: false,
+            background: None,
+            since: 0,
         }
     }
 
@@ -405,6 +481,7 @@ pub struct State {
     pub replies: Vec<Answer>,
     pub duplicates_left: u8,
     pub crashes_left: u8,
+    pub drops_left: u8,
 }
 
 impl State {
@@ -413,10 +490,10 @@ impl State {
     pub fn at_rest(&self) -> bool {
         self.requests.is_empty()
             && self.replies.is_empty()
-            && self
-                .clients
-                .iter()
-                .all(|c| matches!(c.phase, Phase::Idle | Phase::Holding | Phase::Crashed))
+            && self.clients.iter().all(|c| {
+                matches!(c.phase, Phase::Idle | Phase::Holding | Phase::Crashed)
+                    && c.background.is_none()
+            })
     }
 }
 
@@ -436,6 +513,11 @@ pub enum Action {
     Timeout(ClientId),
     /// A client crashes: it sends nothing more; what it sent still flies.
     Crash(ClientId),
+    /// A holder drops its guard: the release goes on in the background,
+    /// and the client is free to acquire again.
+    Drop(ClientId),
+    /// A dropped guard's release timed out: it is sent again.
+    ResendDropped(ClientId),
     /// Redis runs the request at this index.
     Run(usize),
     /// The network copies the request at this index.
@@ -493,6 +575,9 @@ impl LockModel {
         let c = &state.clients[sent.client as usize];
         match sent.op {
             Op::Renew(at) => c.phase == Phase::Holding && c.renewing == Some(at),
+            Op::Dropped(req) => {
+                c.phase != Phase::Crashed && c.background.is_some_and(|b| b.req == req)
+            }
             _ => c.phase != Phase::Crashed && c.send == sent.send,
         }
     }
@@ -513,6 +598,12 @@ impl LockModel {
                     c.phase = Phase::Idle;
                     c.count = 0;
                 }
+            }
+            return;
+        }
+        if let Op::Dropped(req) = answer.to.op {
+            if c.background.is_some_and(|b| b.req == req) {
+                state.clients[id as usize].background = None;
             }
             return;
         }
@@ -538,6 +629,16 @@ impl LockModel {
                 c.phase = Phase::Idle;
                 c.count = 0;
             }
+            (Phase::Settling(_), Reply::Settled(true))
+                if !self.may_give_back(state.now, c.since + self.bounds.lease) =>
+            {
+                // Its lease has run out: the hold is gone, or ends with its
+                // TTL; the owner may hold anew.
+                let c = &mut state.clients[id as usize];
+                c.phase = Phase::Idle;
+                c.lost = false;
+                c.abandoned += 1;
+            }
             (Phase::Settling(_), Reply::Settled(true)) => {
                 let give_back = Self::next_req(state, id);
                 state.clients[id as usize].phase = Phase::GivingBack {
@@ -556,6 +657,22 @@ impl LockModel {
             }
             _ => {}
         }
+    }
+
+    /// Whether a dropped guard's release may be sent again at `now`: while
+    /// the guard's lease runs (the mutation: until the hold has surely
+    /// expired, counted from the drop).
+    fn may_resend_dropped(&self, now: Time, bg: Background) -> bool {
+        match self.mutation {
+            Mutation::DroppedReleasePastLease => now < bg.until,
+            _ => now < bg.deadline,
+        }
+    }
+
+    /// Whether the give-back of a grant whose lease runs until `deadline`
+    /// may be sent at `now`: while it runs (the mutation: always).
+    fn may_give_back(&self, now: Time, deadline: Time) -> bool {
+        self.mutation == Mutation::GiveBackPastLease || now < deadline
     }
 
     /// A client's call timed out: resend while its budget lasts, else give
@@ -584,19 +701,24 @@ impl LockModel {
                 },
                 Some(Op::Release(req)),
             ),
-            Phase::GivingBack { req, resends } if resends < resends_max => (
-                Phase::GivingBack {
-                    req,
-                    resends: resends + 1,
-                },
-                Some(Op::Release(req)),
-            ),
+            Phase::GivingBack { req, resends }
+                if resends < resends_max
+                    && self.may_give_back(state.now, c.since + self.bounds.lease) =>
+            {
+                (
+                    Phase::GivingBack {
+                        req,
+                        resends: resends + 1,
+                    },
+                    Some(Op::Release(req)),
+                )
+            }
             // Out of resends: what it held or may have taken stands until
             // its TTL ends.
             Phase::Releasing { .. } | Phase::Settling(_) | Phase::GivingBack { .. } => {
                 let c = &mut state.clients[id as usize];
                 c.count = 0;
-                c.abandoned = true;
+                c.abandoned += 1;
                 c.lost = false;
                 (Phase::Idle, None)
             }
@@ -628,6 +750,7 @@ impl Model for LockModel {
             replies: Vec::new(),
             duplicates_left: self.bounds.duplicates,
             crashes_left: self.bounds.crashes,
+            drops_left: self.bounds.drops,
         }]
     }
 
@@ -635,11 +758,14 @@ impl Model for LockModel {
         for (i, c) in state.clients.iter().enumerate() {
             let id = i as ClientId;
             match c.phase {
-                Phase::Idle if c.acquires < self.bounds.acquires => {
+                Phase::Idle if c.acquires < self.bounds.acquires_of(id) => {
                     actions.push(Action::Acquire(id))
                 }
                 Phase::Holding if c.believes_it_holds(state.now) => {
                     actions.push(Action::Release(id));
+                    if state.drops_left > 0 && c.background.is_none() {
+                        actions.push(Action::Drop(id));
+                    }
                     if c.renewing.is_none() && c.renewals < self.bounds.renewals {
                         actions.push(Action::Renew(id));
                     }
@@ -653,6 +779,14 @@ impl Model for LockModel {
             }
             if c.phase != Phase::Crashed && state.crashes_left > 0 {
                 actions.push(Action::Crash(id));
+            }
+            if let Some(b) = c.background {
+                if c.phase != Phase::Crashed
+                    && b.resends < self.bounds.drop_resends
+                    && self.may_resend_dropped(state.now, b)
+                {
+                    actions.push(Action::ResendDropped(id));
+                }
             }
         }
         for i in 0..state.requests.len() {
@@ -690,6 +824,7 @@ impl Model for LockModel {
                 };
                 c.acquires += 1;
                 c.lost = false;
+                c.since = now;
                 Self::send(&mut state, id, Op::Acquire(req));
             }
             Action::Renew(id) => {
@@ -720,7 +855,45 @@ impl Model for LockModel {
                 c.phase = Phase::Idle;
                 c.count = 0;
                 c.renewing = None;
-                c.abandoned = true;
+                c.abandoned += 1;
+            }
+            Action::Drop(id) => {
+                let req = Self::next_req(&mut state, id);
+                let now = state.now;
+                let c = &mut state.clients[id as usize];
+                c.background = Some(Background {
+                    req,
+                    deadline: c.deadline,
+                    until: now + b.lease + 1,
+                    resends: 0,
+                });
+                c.phase = Phase::Idle;
+                c.count = 0;
+                c.renewing = None;
+                state.drops_left -= 1;
+                // Its own connection, as the watchdog's.
+                let sent = Sent {
+                    client: id,
+                    send: 0,
+                    op: Op::Dropped(req),
+                    at: now,
+                };
+                state.requests.push(sent);
+                state.requests.sort();
+            }
+            Action::ResendDropped(id) => {
+                let now = state.now;
+                let c = &mut state.clients[id as usize];
+                let bg = c.background.as_mut()?;
+                bg.resends += 1;
+                let sent = Sent {
+                    client: id,
+                    send: 0,
+                    op: Op::Dropped(bg.req),
+                    at: now,
+                };
+                state.requests.push(sent);
+                state.requests.sort();
             }
             Action::Timeout(id) => self.time_out(&mut state, id),
             Action::Crash(id) => {
@@ -739,6 +912,7 @@ impl Model for LockModel {
                     Op::Release(req) => server.release(now, req, b),
                     Op::Renew(_) => server.renew(now, sent.client, b, m),
                     Op::Settle(req) => server.settle(now, req, b),
+                    Op::Dropped(req) => server.release(now, req, b),
                 };
                 // A reply nobody reads is not sent: its client dropped the
                 // connection (a timed-out send), stopped renewing, or
@@ -768,14 +942,26 @@ impl Model for LockModel {
                 let window = self.bounds.window;
                 state.requests.retain(|r| r.at + window > now);
                 for (i, c) in state.clients.iter_mut().enumerate() {
+                    let id = i as ClientId;
+                    // A dropped guard's release that will not be sent
+                    // again, with no send of it in flight: what it held
+                    // stands until its TTL ends.
+                    if let Some(bg) = c.background {
+                        let in_flight = state.requests.iter().any(|r| r.op == Op::Dropped(bg.req));
+                        let more = bg.resends < self.bounds.drop_resends
+                            && self.may_resend_dropped(now, bg);
+                        if !in_flight && !more {
+                            c.background = None;
+                            c.abandoned += 1;
+                        }
+                    }
                     // What it let go of has run out on the server, and
                     // nothing it sent can take the lock any more.
-                    let id = i as ClientId;
-                    if c.abandoned
+                    if c.abandoned > 0
                         && !state.server.held_by(id)
                         && state.requests.iter().all(|r| r.client != id)
                     {
-                        c.abandoned = false;
+                        c.abandoned = 0;
                     }
                 }
             }
@@ -816,8 +1002,10 @@ impl Model for LockModel {
 /// At rest, each live client's count is the server's for it: no hold
 /// taken twice, none nobody owns, none lost while its lease runs. Two
 /// exceptions are the design's: a hold let go of unreleased (out of
-/// resends, or its local lease ran out) stands until its TTL ends, and a
-/// hold whose lease ran out is gone from the server first.
+/// resends, its local lease ran out, or a dropped guard's release stopped
+/// at the lease's end) stands until its TTL ends, also under the owner's
+/// next hold, and a hold whose lease ran out is gone from the server
+/// first.
 pub fn counts_agree(s: &State) -> bool {
     if !s.at_rest() {
         return true;
@@ -826,7 +1014,7 @@ pub fn counts_agree(s: &State) -> bool {
         let server = s.server.count_of(i as ClientId);
         c.phase == Phase::Crashed
             || server == c.count
-            || (c.count == 0 && c.abandoned && server <= 1)
+            || (c.abandoned > 0 && server >= c.count && server <= c.count + c.abandoned)
             || (c.count == 1 && server == 0 && s.now >= c.deadline)
     })
 }

@@ -37,6 +37,11 @@ fn the_protocol_holds_through_leases_running_out_renewals_and_a_crash() {
     holds(Bounds::time());
 }
 
+#[test]
+fn the_protocol_holds_when_a_dropped_guards_release_meets_the_owners_next_acquire() {
+    holds(Bounds::dropped());
+}
+
 /// Checks `model` until `property` fails, and prints how.
 fn found(model: LockModel, property: &'static str) {
     let started = Instant::now();
@@ -73,6 +78,18 @@ fn a_granted_latch_that_takes_again_lets_a_late_send_take_a_hold_nobody_owns() {
 fn a_renewal_that_recreates_lets_a_lease_outlive_its_unlock() {
     let model = LockModel::new(Bounds::time(), Mutation::RenewRecreates);
     found(model, COUNTS);
+}
+
+#[test]
+fn a_dropped_guards_release_resent_past_its_lease_releases_the_owners_next_hold() {
+    let model = LockModel::new(Bounds::dropped(), Mutation::DroppedReleasePastLease);
+    found(model, ONE_HOLDER);
+}
+
+#[test]
+fn a_give_back_sent_past_its_grants_lease_releases_the_owners_next_hold() {
+    let model = LockModel::new(Bounds::dropped(), Mutation::GiveBackPastLease);
+    found(model, ONE_HOLDER);
 }
 
 /// A limit, not a bug: a request the transport itself delivers twice
