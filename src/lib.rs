@@ -224,7 +224,11 @@
 //!   nobody got, counted from the first send that may have taken it): the
 //!   hold may be gone by then, and its owner may hold the lock anew, which
 //!   a late release would take, Redis counting holds per owner, not per
-//!   acquire. The hold, if it still stands, ends with its lease.
+//!   acquire. The hold, if it still stands, ends with its lease. One case
+//!   is left: a leased hold taken inside a watchdog hold of the same owner
+//!   whose watchdog lease is lost (the key expired while renewals could not
+//!   get through), when the owner holds the lock anew before that leased
+//!   hold is released: the release takes the newer hold.
 //!
 //! # Errors
 //!

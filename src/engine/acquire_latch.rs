@@ -334,17 +334,17 @@ impl<T: Taken> Request<T> {
         outcome.lost_since = Some(outcome.lost_since.map_or(sent, |t| t.min(sent)));
     }
 
-    /// When the lease of a grant answered to a send made at `sent` began,
-    /// at the earliest: that send, or an earlier one of this request that
-    /// got no reply (the grant may have been taken by it). Not the
-    /// request's birth: the attempts of one wait share the request, and a
-    /// refusal answered in between took nothing.
     /// When the last send of it was made (its birth, before any).
     fn last_sent(&self) -> Instant {
         let outcome = self.outcome.lock().unwrap_or_else(|p| p.into_inner());
         outcome.last_sent.unwrap_or(self.born)
     }
 
+    /// When the lease of a grant answered to a send made at `sent` began,
+    /// at the earliest: that send, or an earlier one of this request that
+    /// got no reply (the grant may have been taken by it). Not the
+    /// request's birth: the attempts of one wait share the request, and a
+    /// refusal answered in between took nothing.
     pub(crate) fn lease_start(&self, sent: Instant) -> Instant {
         let outcome = self.outcome.lock().unwrap_or_else(|p| p.into_inner());
         outcome.lost_since.map_or(sent, |lost| lost.min(sent))
@@ -638,8 +638,11 @@ where
     };
     let orphan = move |reply: redis::RedisResult<R>| async move {
         let was_granted = reply.as_ref().is_ok_and(|r| answer(r) == Answer::Granted);
+        let since = asked.lease_start(asked.last_sent());
+        // The request is settled when its last holder lets it go: not held
+        // here any longer than needed.
+        drop(asked);
         if was_granted {
-            let since = asked.lease_start(asked.last_sent());
             taken
                 .give_back(&client, &name, lasts, since, GiveBack::CallerLeft)
                 .await;

@@ -2,9 +2,11 @@
 //! caller that never got them (it left, its wait ran out, the reply was
 //! lost, the replicas did not acknowledge), and the release of a dropped
 //! guard or permit. Each is resent, with backoff, until it gets through or
-//! until what it gives back has surely ended on the server: a network cut
-//! longer than a few sends must not leave a hold behind until it expires,
-//! nor forever what never expires.
+//! until what it gives back has surely ended on the server (a lock's hold:
+//! until its lease has run out by this client's clock, after which the
+//! owner may hold the lock anew): a network cut longer than a few sends
+//! must not leave a hold behind until it expires, nor forever what never
+//! expires.
 
 use std::future::Future;
 use std::time::Duration;

@@ -34,7 +34,7 @@ use crate::{Backoff, DistributedLock, Error, LockGuard, Result};
 /// returned. Only an attempt that had not answered within its bound (a
 /// silent or partitioned server) is given back in the background, as a
 /// dropped lock acquire is (resent until it gets through, or until its
-/// lease has surely ended), and so is a release that a server did not
+/// lease has run out), and so is a release that a server did not
 /// answer by the end of the wait plus its margin.
 ///
 /// With a wait, the rounds after the first are cut to the end of the wait

@@ -352,9 +352,16 @@ impl LockCore {
             let resend = Resend::UntilExpired;
             let released =
                 release_hold(&client, kind, &name, &owner, ttl_ms, Some(&*stands), resend);
-            if let Err(err) = released.await {
-                tracing::warn!(lock = %name, %owner, error = %err,
-                    "could not give back a hold whose grant could not be confirmed; it expires with its lease");
+            match released.await {
+                Ok(()) => {}
+                Err(err @ Error::LeaseLost { .. }) => {
+                    tracing::debug!(lock = %name, %owner, error = %err,
+                        "a hold whose grant could not be confirmed ran out before it could be given back");
+                }
+                Err(err) => {
+                    tracing::warn!(lock = %name, %owner, error = %err,
+                        "could not give back a hold whose grant could not be confirmed; it expires with its lease");
+                }
             }
         });
     }

@@ -56,9 +56,9 @@ macro_rules! lock_face {
             /// already sent when the future is dropped is completed in the
             /// background and given back. Nobody awaits that give-back: it
             /// is resent after a failed connection (with backoff, up to a
-            /// second apart) until it gets through or the hold has surely
-            /// expired in Redis, so a network cut does not leave the hold
-            /// behind to the end of its lease.
+            /// second apart) until it gets through or the hold's lease has
+            /// run out, so a network cut does not leave the hold behind to
+            /// the end of its lease.
             ///
             /// Retry safe: an acquire whose reply is lost is sent again under
             /// the same request id, and a resend of a granted request returns
