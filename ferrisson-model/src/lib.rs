@@ -87,6 +87,8 @@ pub struct Bounds {
     pub drops: u8,
     /// Resends of a dropped guard's release.
     pub drop_resends: u8,
+    /// Writes each holder may send to the resource the lock guards.
+    pub writes: u8,
     /// The clock stops here.
     pub max_time: Time,
     /// A hold's lease (the watchdog timeout): the TTL an acquire and a
@@ -125,6 +127,7 @@ impl Bounds {
             crashes: 0,
             drops: 0,
             drop_resends: 0,
+            writes: 0,
             max_time: 1,
             lease: 2,
             window: 1,
@@ -144,6 +147,29 @@ impl Bounds {
             crashes: 1,
             drops: 0,
             drop_resends: 0,
+            writes: 0,
+            max_time: 3,
+            lease: 2,
+            window: 1,
+            latch_ttl: 3,
+        }
+    }
+
+    /// A fenced lock and the resource it guards: each holder writes once,
+    /// its write may land late (its holder paused, or the network slow),
+    /// while leases run out and the other client takes the lock.
+    pub fn fencing() -> Bounds {
+        Bounds {
+            clients: 2,
+            acquires: 1,
+            first_acquires: 1,
+            resends: 0,
+            renewals: 0,
+            duplicates: 0,
+            crashes: 0,
+            drops: 0,
+            drop_resends: 0,
+            writes: 1,
             max_time: 3,
             lease: 2,
             window: 1,
@@ -166,6 +192,7 @@ impl Bounds {
             crashes: 0,
             drops: 1,
             drop_resends: 1,
+            writes: 0,
             max_time: 2,
             lease: 2,
             window: 1,
@@ -199,6 +226,13 @@ pub struct Server {
     /// Unlock latches: request, the first reply (1 last hold, 0 holds
     /// remain), when it runs out. Sorted.
     pub unlock_latches: Vec<(ReqId, u8, Time)>,
+    /// A fenced lock (`lua/fenced_acquire.lua`): every grant raises the
+    /// token counter, which never expires, and the latch keeps the token.
+    pub fenced: bool,
+    /// The token counter (`redisson_lock_token:{name}`).
+    pub token: u8,
+    /// The token each granted request got, as its latch keeps it. Sorted.
+    pub tokens: Vec<(ReqId, u8)>,
 }
 
 /// A script's reply, as the client reads it.
@@ -278,7 +312,20 @@ impl Server {
         if mutation != Mutation::NoAcquireLatch {
             self.set_latch(req, Latch::Granted, now + b.latch_ttl);
         }
+        if self.fenced {
+            self.token += 1;
+            self.tokens.push((req, self.token));
+            self.tokens.sort();
+        }
         Reply::Granted
+    }
+
+    /// The token a granted request got (0: none, or not fenced).
+    pub fn token_of(&self, req: ReqId) -> u8 {
+        self.tokens
+            .iter()
+            .find(|(r, _)| *r == req)
+            .map_or(0, |(_, t)| *t)
     }
 
     /// `lua/release.lua`.
@@ -339,6 +386,9 @@ impl Server {
         if self.hold.is_some_and(|h| h.expires <= now) {
             self.hold = None;
         }
+        let latches = &self.acquire_latches;
+        self.tokens
+            .retain(|(r, _)| latches.iter().any(|(l, _, at)| l == r && *at > now));
         self.acquire_latches.retain(|(_, _, at)| *at > now);
         self.unlock_latches.retain(|(_, _, at)| *at > now);
     }
@@ -372,6 +422,8 @@ pub struct Sent {
 pub struct Answer {
     pub to: Sent,
     pub reply: Reply,
+    /// A fenced grant's token (0 otherwise).
+    pub token: u8,
 }
 
 /// What a client is doing.
@@ -443,6 +495,10 @@ pub struct Client {
     /// When its current (or last) acquire was first sent: what that
     /// acquire took lasts at least the lease from then.
     pub since: Time,
+    /// Its hold's fencing token (a fenced lock).
+    pub token: u8,
+    /// Writes it sent to the resource so far.
+    pub writes: u8,
 }
 
 impl Client {
@@ -460,6 +516,8 @@ impl Client {
             lost: false,
             background: None,
             since: 0,
+            token: 0,
+            writes: 0,
         }
     }
 
@@ -482,6 +540,20 @@ pub struct State {
     pub duplicates_left: u8,
     pub crashes_left: u8,
     pub drops_left: u8,
+    /// Writes on their way to the resource: writer and token. Sorted.
+    pub writes: Vec<(ClientId, u8)>,
+    pub resource: Resource,
+}
+
+/// The resource the lock guards: it takes writes, and with fencing checks
+/// their tokens (`UPDATE ... WHERE fence <= $token`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Resource {
+    /// The highest token of a write it took.
+    pub highest: u8,
+    /// It took a write whose token is lower than one it took before: a
+    /// holder whose lease ran out wrote after the next holder did.
+    pub out_of_order: bool,
 }
 
 impl State {
@@ -518,6 +590,11 @@ pub enum Action {
     Drop(ClientId),
     /// A dropped guard's release timed out: it is sent again.
     ResendDropped(ClientId),
+    /// A holder writes to the resource with its token.
+    Write(ClientId),
+    /// The write at this index reaches the resource (late, if its writer
+    /// paused meanwhile).
+    Land(usize),
     /// Redis runs the request at this index.
     Run(usize),
     /// The network copies the request at this index.
@@ -537,6 +614,11 @@ pub struct LockModel {
     /// client counts it (from the acquire's first send); more shows what
     /// the lease is for.
     pub local_lease_slack: Time,
+    /// A fenced lock (tokens on every grant).
+    pub fenced: bool,
+    /// The resource takes a write only if its token is at least the
+    /// highest it took (fencing); otherwise it takes every write.
+    pub resource_checks_tokens: bool,
 }
 
 impl LockModel {
@@ -545,6 +627,17 @@ impl LockModel {
             bounds,
             mutation,
             local_lease_slack: 0,
+            fenced: false,
+            resource_checks_tokens: false,
+        }
+    }
+
+    /// A fenced lock guarding a resource that checks tokens, or not.
+    pub fn fenced(bounds: Bounds, resource_checks_tokens: bool) -> Self {
+        LockModel {
+            fenced: true,
+            resource_checks_tokens,
+            ..LockModel::new(bounds, Mutation::None)
         }
     }
 
@@ -617,6 +710,7 @@ impl LockModel {
                 c.count = 1;
                 c.deadline = since + lease;
                 c.lost = false;
+                c.token = answer.token;
             }
             (Phase::Acquiring { req, .. }, Reply::Refused) if c.lost => {
                 // Nobody sends it any more, and a lost send of it may still
@@ -744,13 +838,18 @@ impl Model for LockModel {
     fn init_states(&self) -> Vec<State> {
         vec![State {
             now: 0,
-            server: Server::default(),
+            server: Server {
+                fenced: self.fenced,
+                ..Server::default()
+            },
             clients: vec![Client::new(); self.bounds.clients as usize],
             requests: Vec::new(),
             replies: Vec::new(),
             duplicates_left: self.bounds.duplicates,
             crashes_left: self.bounds.crashes,
             drops_left: self.bounds.drops,
+            writes: Vec::new(),
+            resource: Resource::default(),
         }]
     }
 
@@ -765,6 +864,9 @@ impl Model for LockModel {
                     actions.push(Action::Release(id));
                     if state.drops_left > 0 && c.background.is_none() {
                         actions.push(Action::Drop(id));
+                    }
+                    if c.writes < self.bounds.writes {
+                        actions.push(Action::Write(id));
                     }
                     if c.renewing.is_none() && c.renewals < self.bounds.renewals {
                         actions.push(Action::Renew(id));
@@ -803,6 +905,9 @@ impl Model for LockModel {
                 continue;
             }
             actions.push(Action::Deliver(i));
+        }
+        for i in 0..state.writes.len() {
+            actions.push(Action::Land(i));
         }
         if state.now < self.bounds.max_time {
             actions.push(Action::Tick);
@@ -895,6 +1000,21 @@ impl Model for LockModel {
                 state.requests.push(sent);
                 state.requests.sort();
             }
+            Action::Write(id) => {
+                let c = &mut state.clients[id as usize];
+                c.writes += 1;
+                let write = (id, c.token);
+                state.writes.push(write);
+                state.writes.sort();
+            }
+            Action::Land(i) => {
+                let (_, token) = state.writes.remove(i);
+                let r = &mut state.resource;
+                if !self.resource_checks_tokens || token >= r.highest {
+                    r.out_of_order |= token < r.highest;
+                    r.highest = r.highest.max(token);
+                }
+            }
             Action::Timeout(id) => self.time_out(&mut state, id),
             Action::Crash(id) => {
                 let c = &mut state.clients[id as usize];
@@ -918,7 +1038,15 @@ impl Model for LockModel {
                 // connection (a timed-out send), stopped renewing, or
                 // crashed.
                 if self.awaited(&state, sent) {
-                    state.replies.push(Answer { to: sent, reply });
+                    let token = match sent.op {
+                        Op::Acquire(req) if reply == Reply::Granted => state.server.token_of(req),
+                        _ => 0,
+                    };
+                    state.replies.push(Answer {
+                        to: sent,
+                        reply,
+                        token,
+                    });
                     state.replies.sort();
                 }
             }
@@ -971,6 +1099,24 @@ impl Model for LockModel {
 
     fn properties(&self) -> Vec<Property<Self>> {
         vec![
+            Property::always(
+                "the resource takes writes in token order",
+                |_, s: &State| !s.resource.out_of_order,
+            ),
+            Property::always("no two holds share a token", |m: &LockModel, s: &State| {
+                !m.fenced || {
+                    let mut tokens: Vec<u8> = s
+                        .clients
+                        .iter()
+                        .filter(|c| c.phase == Phase::Holding)
+                        .map(|c| c.token)
+                        .collect();
+                    let n = tokens.len();
+                    tokens.sort();
+                    tokens.dedup();
+                    tokens.len() == n && !tokens.contains(&0)
+                }
+            }),
             Property::always("at most one holder", |_, s: &State| {
                 s.clients
                     .iter()

@@ -2,7 +2,8 @@
 //! (acquires, resends and late copies of them, releases, renewals,
 //! settles, a hold running out) go through the model's [`Server`] and, in
 //! the same order, through the real `lua/` scripts on a spawned server;
-//! after each step the replies and the keys must agree.
+//! after each step the replies and the keys must agree. The same for the
+//! fenced lock, whose grants carry tokens.
 
 #[allow(dead_code, unreachable_pub)]
 #[path = "../../tests/common/rng.rs"]
@@ -72,8 +73,11 @@ fn draw(rng: &mut Rng) -> Step {
     }
 }
 
+const TOKEN_KEY: &str = "redisson_lock_token:{model}";
+
 struct Scripts {
     acquire: Script,
+    fenced_acquire: Script,
     release: Script,
     renew: Script,
     settle: Script,
@@ -83,14 +87,34 @@ impl Scripts {
     fn load() -> Scripts {
         Scripts {
             acquire: Script::new(include_str!("../../lua/acquire.lua")),
+            fenced_acquire: Script::new(include_str!("../../lua/fenced_acquire.lua")),
             release: Script::new(include_str!("../../lua/release.lua")),
             renew: Script::new(include_str!("../../lua/renew.lua")),
             settle: Script::new(include_str!("../../lua/acquire_cancel.lua")),
         }
     }
 
-    /// Runs `step` on Redis, and reads its reply as the model's.
-    fn run(&self, conn: &mut redis::Connection, step: Step) -> Option<Reply> {
+    /// Runs `step` on Redis, and reads its reply as the model's (and a
+    /// fenced grant's token).
+    fn run(&self, conn: &mut redis::Connection, step: Step, fenced: bool) -> Option<(Reply, u8)> {
+        if let (true, Step::Acquire(req)) = (fenced, step) {
+            let reply: Vec<i64> = self
+                .fenced_acquire
+                .key(NAME)
+                .key(TOKEN_KEY)
+                .key(acquire_latch(req))
+                .arg(LEASE_MS)
+                .arg(field(req.client))
+                .arg(LATCH_TTL_MS)
+                .invoke(conn)
+                .unwrap();
+            return Some(match reply[..] {
+                [1, token] => (Reply::Granted, token as u8),
+                [0, -2] => (Reply::Spent, 0),
+                [0, _] => (Reply::Refused, 0),
+                _ => panic!("{step:?}: a reply the model has no word for: {reply:?}"),
+            });
+        }
         let reply: Value = match step {
             Step::Acquire(req) => self
                 .acquire
@@ -132,7 +156,7 @@ impl Scripts {
                 return None;
             }
         };
-        Some(match (step, reply) {
+        let reply = match (step, reply) {
             (Step::Acquire(_), Value::Nil) => Reply::Granted,
             (Step::Acquire(_), Value::Int(-2)) => Reply::Spent,
             (Step::Acquire(_), Value::Int(_)) => Reply::Refused,
@@ -141,12 +165,22 @@ impl Scripts {
             (Step::Renew(_), Value::Array(gone)) => Reply::Renewed(gone.is_empty()),
             (Step::Settle(_), Value::Int(n)) => Reply::Settled(n == 1),
             (step, reply) => panic!("{step:?}: a reply the model has no word for: {reply:?}"),
-        })
+        };
+        Some((reply, 0))
     }
 }
 
-/// Runs `step` on the model.
-fn model_run(server: &mut Server, step: Step, bounds: &Bounds) -> Option<Reply> {
+/// Runs `step` on the model (and a fenced grant's token).
+fn model_run(server: &mut Server, step: Step, bounds: &Bounds) -> Option<(Reply, u8)> {
+    let reply = model_reply(server, step, bounds)?;
+    let token = match (step, reply) {
+        (Step::Acquire(req), Reply::Granted) => server.token_of(req),
+        _ => 0,
+    };
+    Some((reply, token))
+}
+
+fn model_reply(server: &mut Server, step: Step, bounds: &Bounds) -> Option<Reply> {
     let now = 0;
     match step {
         Step::Acquire(req) => Some(server.acquire(now, req, bounds, Mutation::None)),
@@ -173,8 +207,14 @@ fn compare(conn: &mut redis::Connection, model: &Server, context: &str) {
     let keys: usize = redis::cmd("DBSIZE").query(conn).unwrap();
     let modelled = usize::from(model.hold.is_some())
         + model.acquire_latches.len()
-        + model.unlock_latches.len();
+        + model.unlock_latches.len()
+        + usize::from(model.token > 0);
     assert_eq!(keys, modelled, "{context}: the number of keys");
+    if model.fenced {
+        let token: Option<u8> = conn.get(TOKEN_KEY).unwrap();
+        let expected = (model.token > 0).then_some(model.token);
+        assert_eq!(token, expected, "{context}: the token counter");
+    }
     if model.hold.is_some() {
         let pttl: i64 = conn.pttl(NAME).unwrap();
         assert!(
@@ -187,6 +227,8 @@ fn compare(conn: &mut redis::Connection, model: &Server, context: &str) {
             let req = ReqId { client, seq };
             let expected = model.acquire_latches.iter().find(|(r, _, _)| *r == req);
             let expected = expected.map(|(_, latch, _)| match latch {
+                // A fenced grant's latch keeps its token.
+                Latch::Granted if model.fenced => model.token_of(req).to_string(),
                 Latch::Granted => "1".to_owned(),
                 Latch::Cancelled => "x".to_owned(),
             });
@@ -209,6 +251,15 @@ fn compare(conn: &mut redis::Connection, model: &Server, context: &str) {
 
 #[test]
 fn the_model_and_the_scripts_agree_step_by_step() {
+    agree_step_by_step(false);
+}
+
+#[test]
+fn the_fenced_model_and_the_scripts_agree_step_by_step() {
+    agree_step_by_step(true);
+}
+
+fn agree_step_by_step(fenced: bool) {
     let seed = announced_seed("model conformance");
     let mut rng = Rng::new(seed);
     let redis = RedisServer::start();
@@ -221,23 +272,26 @@ fn the_model_and_the_scripts_agree_step_by_step() {
     let mut replies = std::collections::BTreeMap::<String, usize>::new();
     for sequence in 0..SEQUENCES {
         let _: () = redis::cmd("FLUSHALL").query(&mut conn).unwrap();
-        let mut model = Server::default();
+        let mut model = Server {
+            fenced,
+            ..Server::default()
+        };
         let mut steps = Vec::new();
         for _ in 0..STEPS {
             let step = draw(&mut rng);
             steps.push(step);
             let context = format!("seed {seed}, sequence {sequence}, steps {steps:?}");
-            let real = scripts.run(&mut conn, step);
+            let real = scripts.run(&mut conn, step, fenced);
             let modelled = model_run(&mut model, step, &bounds);
             assert_eq!(real, modelled, "{context}: the reply");
             compare(&mut conn, &model, &context);
-            if let Some(reply) = real {
+            if let Some((reply, _)) = real {
                 *replies.entry(format!("{reply:?}")).or_default() += 1;
             }
         }
     }
     println!(
-        "model conformance (seed {seed}): {SEQUENCES} sequences of {STEPS} steps agree; replies seen: {replies:?}"
+        "model conformance (seed {seed}, fenced: {fenced}): {SEQUENCES} sequences of {STEPS} steps agree; replies seen: {replies:?}"
     );
     // Every reply the model knows was met, so that each rule was compared.
     for reply in [
