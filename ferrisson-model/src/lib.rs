@@ -89,6 +89,8 @@ pub struct Bounds {
     pub drop_resends: u8,
     /// Writes each holder may send to the resource the lock guards.
     pub writes: u8,
+    /// Failovers to the replica, in all (with a replica).
+    pub failovers: u8,
     /// The clock stops here.
     pub max_time: Time,
     /// A hold's lease (the watchdog timeout): the TTL an acquire and a
@@ -128,6 +130,7 @@ impl Bounds {
             drops: 0,
             drop_resends: 0,
             writes: 0,
+            failovers: 0,
             max_time: 1,
             lease: 2,
             window: 1,
@@ -148,6 +151,7 @@ impl Bounds {
             drops: 0,
             drop_resends: 0,
             writes: 0,
+            failovers: 0,
             max_time: 3,
             lease: 2,
             window: 1,
@@ -170,7 +174,30 @@ impl Bounds {
             drops: 0,
             drop_resends: 0,
             writes: 1,
+            failovers: 0,
             max_time: 3,
+            lease: 2,
+            window: 1,
+            latch_ttl: 3,
+        }
+    }
+
+    /// A replica and one failover to it, with no resend and no time
+    /// passing: what the promoted replica lacks.
+    pub fn failover() -> Bounds {
+        Bounds {
+            clients: 2,
+            acquires: 1,
+            first_acquires: 1,
+            resends: 1,
+            renewals: 0,
+            duplicates: 0,
+            crashes: 0,
+            drops: 0,
+            drop_resends: 0,
+            writes: 0,
+            failovers: 1,
+            max_time: 1,
             lease: 2,
             window: 1,
             latch_ttl: 3,
@@ -193,6 +220,7 @@ impl Bounds {
             drops: 1,
             drop_resends: 1,
             writes: 0,
+            failovers: 0,
             max_time: 2,
             lease: 2,
             window: 1,
@@ -543,6 +571,9 @@ pub struct State {
     /// Writes on their way to the resource: writer and token. Sorted.
     pub writes: Vec<(ClientId, u8)>,
     pub resource: Resource,
+    /// The replica's copy of the keys, when there is a replica.
+    pub replica: Option<Server>,
+    pub failovers_left: u8,
 }
 
 /// The resource the lock guards: it takes writes, and with fencing checks
@@ -595,6 +626,10 @@ pub enum Action {
     /// The write at this index reaches the resource (late, if its writer
     /// paused meanwhile).
     Land(usize),
+    /// The replica catches up with the master (asynchronous replication).
+    Replicate,
+    /// The master fails and the replica is promoted, with what it has.
+    Failover,
     /// Redis runs the request at this index.
     Run(usize),
     /// The network copies the request at this index.
@@ -619,6 +654,10 @@ pub struct LockModel {
     /// The resource takes a write only if its token is at least the
     /// highest it took (fencing); otherwise it takes every write.
     pub resource_checks_tokens: bool,
+    /// A replica: `Some(true)` with replica sync (every write reaches the
+    /// replica before its reply is sent, as `WAIT` makes it), `Some(false)`
+    /// with asynchronous replication only.
+    pub replica: Option<bool>,
 }
 
 impl LockModel {
@@ -629,6 +668,16 @@ impl LockModel {
             local_lease_slack: 0,
             fenced: false,
             resource_checks_tokens: false,
+            replica: None,
+        }
+    }
+
+    /// A lock on a master with a replica that a failover promotes, with
+    /// replica sync or without.
+    pub fn replicated(bounds: Bounds, sync: bool) -> Self {
+        LockModel {
+            replica: Some(sync),
+            ..LockModel::new(bounds, Mutation::None)
         }
     }
 
@@ -850,6 +899,11 @@ impl Model for LockModel {
             drops_left: self.bounds.drops,
             writes: Vec::new(),
             resource: Resource::default(),
+            replica: self.replica.map(|_| Server {
+                fenced: self.fenced,
+                ..Server::default()
+            }),
+            failovers_left: self.bounds.failovers,
         }]
     }
 
@@ -908,6 +962,14 @@ impl Model for LockModel {
         }
         for i in 0..state.writes.len() {
             actions.push(Action::Land(i));
+        }
+        if let Some(replica) = &state.replica {
+            if *replica != state.server {
+                actions.push(Action::Replicate);
+            }
+            if state.failovers_left > 0 {
+                actions.push(Action::Failover);
+            }
         }
         if state.now < self.bounds.max_time {
             actions.push(Action::Tick);
@@ -1015,6 +1077,12 @@ impl Model for LockModel {
                     r.highest = r.highest.max(token);
                 }
             }
+            Action::Replicate => state.replica = Some(state.server.clone()),
+            Action::Failover => {
+                let promoted = state.replica.clone()?;
+                state.server = promoted;
+                state.failovers_left -= 1;
+            }
             Action::Timeout(id) => self.time_out(&mut state, id),
             Action::Crash(id) => {
                 let c = &mut state.clients[id as usize];
@@ -1034,6 +1102,10 @@ impl Model for LockModel {
                     Op::Settle(req) => server.settle(now, req, b),
                     Op::Dropped(req) => server.release(now, req, b),
                 };
+                // With replica sync, the reply waits for the replica.
+                if self.replica == Some(true) {
+                    state.replica = Some(state.server.clone());
+                }
                 // A reply nobody reads is not sent: its client dropped the
                 // connection (a timed-out send), stopped renewing, or
                 // crashed.
@@ -1066,6 +1138,9 @@ impl Model for LockModel {
                 state.now += 1;
                 let now = state.now;
                 state.server.expire(now);
+                if let Some(replica) = state.replica.as_mut() {
+                    replica.expire(now);
+                }
                 // What did not reach Redis within the window never will.
                 let window = self.bounds.window;
                 state.requests.retain(|r| r.at + window > now);

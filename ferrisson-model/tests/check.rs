@@ -113,6 +113,21 @@ fn a_limit_a_paused_holder_writes_late_without_fencing() {
     found(LockModel::fenced(Bounds::fencing(), false), IN_ORDER);
 }
 
+/// With replica sync (every write on the replica before its reply), a
+/// failover keeps one holder.
+#[test]
+fn with_replica_sync_a_failover_keeps_one_holder() {
+    holds_for(LockModel::replicated(Bounds::failover(), true));
+}
+
+/// A limit: without replica sync, a failover that promotes a replica the
+/// grant had not reached yet lets a second client take the lock while the
+/// first believes it holds it.
+#[test]
+fn a_limit_a_failover_without_replica_sync_allows_two_holders() {
+    found(LockModel::replicated(Bounds::failover(), false), ONE_HOLDER);
+}
+
 /// A limit, not a bug: a request the transport itself delivers twice
 /// (TCP does not) after its caller was refused and went away is not
 /// settled, and may take a hold nobody owns until its lease ends.
