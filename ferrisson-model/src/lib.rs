@@ -20,6 +20,9 @@
 
 use std::fmt;
 
+pub mod expirable;
+pub mod semaphore;
+
 use stateright::{Model, Property};
 
 /// Logical time, in ticks.

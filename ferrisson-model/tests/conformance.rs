@@ -312,3 +312,421 @@ fn agree_step_by_step(fenced: bool) {
         );
     }
 }
+
+/// The semaphore's scripts and its model ([`semaphore::Server`]).
+mod semaphore_scripts {
+    use ferrisson_model::semaphore::{Bounds, Mutation, Reply, Server};
+    use ferrisson_model::{ClientId, Latch, ReqId};
+    use redis::{Commands, Script};
+
+    use super::rng::{announced_seed, Rng};
+    use super::server::RedisServer;
+    use super::{id, SEQUENCES, STEPS};
+
+    const NAME: &str = "model-semaphore";
+    const CHANNEL: &str = "redisson_sc:{model-semaphore}";
+    const TOTAL: u8 = 2;
+    const LATCH_TTL_MS: u64 = 120_000;
+    const ACQUIRES: u8 = 3;
+    const GIVE_BACKS: u8 = 2;
+
+    fn acquire_latch(req: ReqId) -> String {
+        format!("ferrisson_acquire_latch:{{{NAME}}}:{}", id(req))
+    }
+
+    fn give_back_latch(req: ReqId) -> String {
+        format!("redisson_unlock_latch:{{{NAME}}}:{}", id(req))
+    }
+
+    #[derive(Clone, Copy, Debug)]
+    enum Step {
+        Acquire(ReqId),
+        Release,
+        Settle(ReqId),
+        GiveBack(ReqId),
+    }
+
+    fn draw(rng: &mut Rng) -> Step {
+        let client = rng.below(2) as ClientId;
+        let acquire = ReqId {
+            client,
+            seq: 1 + rng.below(ACQUIRES as u64) as u8,
+        };
+        match rng.below(10) {
+            0..=3 => Step::Acquire(acquire),
+            4..=5 => Step::Release,
+            6..=7 => Step::Settle(acquire),
+            _ => Step::GiveBack(ReqId {
+                client,
+                seq: 100 + rng.below(GIVE_BACKS as u64) as u8,
+            }),
+        }
+    }
+
+    struct Scripts {
+        acquire: Script,
+        release: Script,
+        settle: Script,
+        give_back: Script,
+    }
+
+    impl Scripts {
+        fn load() -> Scripts {
+            Scripts {
+                acquire: Script::new(include_str!("../../lua/semaphore_acquire.lua")),
+                release: Script::new(include_str!("../../lua/semaphore_release.lua")),
+                settle: Script::new(include_str!("../../lua/acquire_cancel.lua")),
+                give_back: Script::new(include_str!("../../lua/semaphore_give_back.lua")),
+            }
+        }
+
+        fn run(&self, conn: &mut redis::Connection, step: Step) -> Reply {
+            match step {
+                Step::Acquire(req) => {
+                    let taken: i64 = self
+                        .acquire
+                        .key(NAME)
+                        .key(acquire_latch(req))
+                        .arg(1)
+                        .arg(LATCH_TTL_MS)
+                        .invoke(conn)
+                        .unwrap();
+                    Reply::Taken(taken == 1)
+                }
+                Step::Release => {
+                    let count: i64 = self
+                        .release
+                        .key(NAME)
+                        .key(CHANNEL)
+                        .arg(1)
+                        .arg("publish")
+                        .arg("0")
+                        .invoke(conn)
+                        .unwrap();
+                    Reply::Count(count as i16)
+                }
+                Step::Settle(req) => {
+                    let settled: i64 = self
+                        .settle
+                        .key(acquire_latch(req))
+                        .arg(LATCH_TTL_MS)
+                        .invoke(conn)
+                        .unwrap();
+                    Reply::Settled(settled == 1)
+                }
+                Step::GiveBack(req) => {
+                    let count: i64 = self
+                        .give_back
+                        .key(NAME)
+                        .key(CHANNEL)
+                        .key(give_back_latch(req))
+                        .arg(1)
+                        .arg("publish")
+                        .arg(LATCH_TTL_MS)
+                        .invoke(conn)
+                        .unwrap();
+                    Reply::Count(count as i16)
+                }
+            }
+        }
+    }
+
+    fn model_run(server: &mut Server, step: Step, b: &Bounds) -> Reply {
+        let now = 0;
+        match step {
+            Step::Acquire(req) => server.acquire(now, req, 1, b, Mutation::None),
+            Step::Release => server.release(1),
+            Step::Settle(req) => server.settle(now, req, b),
+            Step::GiveBack(req) => server.give_back(now, req, 1, b, Mutation::None),
+        }
+    }
+
+    fn compare(conn: &mut redis::Connection, model: &Server, context: &str) {
+        let count: i64 = conn.get(NAME).unwrap();
+        assert_eq!(count, i64::from(model.available), "{context}: the count");
+        let keys: usize = redis::cmd("DBSIZE").query(conn).unwrap();
+        let modelled = 1 + model.acquire_latches.len() + model.give_back_latches.len();
+        assert_eq!(keys, modelled, "{context}: the number of keys");
+        for client in 0..2 {
+            let acquires = (1..=ACQUIRES).map(|seq| {
+                let req = ReqId { client, seq };
+                let expected = model.latch(req).map(|latch| match latch {
+                    Latch::Granted => "1".to_owned(),
+                    Latch::Cancelled => "x".to_owned(),
+                });
+                (acquire_latch(req), expected)
+            });
+            let give_backs = (100..100 + GIVE_BACKS).map(|seq| {
+                let req = ReqId { client, seq };
+                let expected = model.give_back_latches.iter().find(|(r, _, _)| *r == req);
+                (
+                    give_back_latch(req),
+                    expected.map(|(_, first, _)| first.to_string()),
+                )
+            });
+            for (key, expected) in acquires.chain(give_backs) {
+                let latch: Option<String> = conn.get(&key).unwrap();
+                assert_eq!(latch, expected, "{context}: {key}");
+            }
+        }
+    }
+
+    #[test]
+    fn the_semaphore_model_and_the_scripts_agree_step_by_step() {
+        let seed = announced_seed("semaphore model conformance");
+        let mut rng = Rng::new(seed);
+        let redis = RedisServer::start();
+        let mut conn = redis::Client::open(redis.url())
+            .unwrap()
+            .get_connection()
+            .unwrap();
+        let scripts = Scripts::load();
+        let bounds = Bounds::lost_replies();
+        let mut replies = std::collections::BTreeMap::<String, usize>::new();
+        for sequence in 0..SEQUENCES {
+            let _: () = redis::cmd("FLUSHALL").query(&mut conn).unwrap();
+            let _: () = conn.set(NAME, TOTAL).unwrap();
+            let mut model = Server::with(TOTAL);
+            let mut steps = Vec::new();
+            for _ in 0..STEPS {
+                let step = draw(&mut rng);
+                steps.push(step);
+                let context = format!("seed {seed}, sequence {sequence}, steps {steps:?}");
+                let real = scripts.run(&mut conn, step);
+                let modelled = model_run(&mut model, step, &bounds);
+                assert_eq!(real, modelled, "{context}: the reply");
+                compare(&mut conn, &model, &context);
+                let kind = match real {
+                    Reply::Count(_) => "Count".to_owned(),
+                    reply => format!("{reply:?}"),
+                };
+                *replies.entry(kind).or_default() += 1;
+            }
+        }
+        println!(
+            "semaphore model conformance (seed {seed}): {SEQUENCES} sequences of {STEPS} steps agree; replies seen: {replies:?}"
+        );
+        for reply in [
+            "Taken(true)",
+            "Taken(false)",
+            "Count",
+            "Settled(true)",
+            "Settled(false)",
+        ] {
+            assert!(
+                replies.contains_key(reply),
+                "no step replied {reply}: {replies:?}"
+            );
+        }
+    }
+}
+
+/// The permit-expirable semaphore's script and its model
+/// ([`expirable::Server`]).
+mod expirable_script {
+    use ferrisson_model::expirable::{Bounds, Mutation, Reply, Server};
+    use ferrisson_model::{ClientId, Latch, ReqId};
+    use redis::{Commands, Script, Value};
+
+    use super::rng::{announced_seed, Rng};
+    use super::server::RedisServer;
+    use super::{id, SEQUENCES, STEPS};
+
+    const NAME: &str = "model-expirable";
+    const TIMEOUTS: &str = "{model-expirable}:timeout";
+    const CHANNEL: &str = "redisson_sc:{model-expirable}";
+    const TOTAL: u8 = 2;
+    const LEASE_MS: u64 = 60_000;
+    const LATCH_TTL_MS: u64 = 120_000;
+    const NO_EXPIRY: i64 = 922_337_203_685_477;
+    const ACQUIRES: u8 = 3;
+
+    fn acquire_latch(req: ReqId) -> String {
+        format!("ferrisson_acquire_latch:{{{NAME}}}:{}", id(req))
+    }
+
+    /// The permit id a take sends: 16 bytes.
+    fn permit(req: ReqId) -> String {
+        format!("permit-c{}-s{:05}", req.client, req.seq)
+    }
+
+    #[derive(Clone, Copy, Debug)]
+    enum Step {
+        Acquire(ReqId),
+        Release(ReqId),
+        Settle(ReqId),
+        /// The permit's lease ends (its score set in the past); the next
+        /// script takes it back.
+        RunOut(ReqId),
+    }
+
+    fn draw(rng: &mut Rng) -> Step {
+        let req = ReqId {
+            client: rng.below(2) as ClientId,
+            seq: 1 + rng.below(ACQUIRES as u64) as u8,
+        };
+        match rng.below(10) {
+            0..=3 => Step::Acquire(req),
+            4..=5 => Step::Release(req),
+            6..=7 => Step::Settle(req),
+            _ => Step::RunOut(req),
+        }
+    }
+
+    fn call<'a>(
+        script: &'a Script,
+        op: &str,
+        req: ReqId,
+        number: u64,
+    ) -> redis::ScriptInvocation<'a> {
+        let mut call = script.prepare_invoke();
+        call.key(NAME)
+            .key(TIMEOUTS)
+            .key(CHANNEL)
+            .arg(op)
+            .arg("publish")
+            .arg(permit(req))
+            .arg(number)
+            .arg(NO_EXPIRY);
+        call
+    }
+
+    fn run(
+        conn: &mut redis::Connection,
+        script: &Script,
+        settle: &Script,
+        step: Step,
+    ) -> Option<Reply> {
+        match step {
+            Step::Acquire(req) => {
+                let reply: Value = call(script, "acquire", req, LEASE_MS)
+                    .key(acquire_latch(req))
+                    .arg(LATCH_TTL_MS)
+                    .invoke(conn)
+                    .unwrap();
+                Some(Reply::Taken(reply == Value::Nil))
+            }
+            Step::Release(req) => {
+                let reply: i64 = call(script, "release", req, 0).invoke(conn).unwrap();
+                Some(Reply::Released(reply == 1))
+            }
+            Step::Settle(req) => {
+                let settled: i64 = settle
+                    .key(acquire_latch(req))
+                    .arg(LATCH_TTL_MS)
+                    .invoke(conn)
+                    .unwrap();
+                Some(Reply::Settled(settled == 1))
+            }
+            Step::RunOut(req) => {
+                let _: i64 = redis::cmd("ZADD")
+                    .arg(TIMEOUTS)
+                    .arg("XX")
+                    .arg(1)
+                    .arg(permit(req))
+                    .query(conn)
+                    .unwrap();
+                let _: i64 = call(script, "available", req, 0).invoke(conn).unwrap();
+                None
+            }
+        }
+    }
+
+    fn model_run(server: &mut Server, step: Step, b: &Bounds) -> Option<Reply> {
+        let now = 0;
+        match step {
+            Step::Acquire(req) => Some(server.acquire(now, req, b, Mutation::None)),
+            Step::Release(req) => Some(server.release(req)),
+            Step::Settle(req) => Some(server.settle(now, req, b)),
+            Step::RunOut(req) => {
+                // Its lease ends now: taken back at once.
+                for out in server.out.iter_mut().filter(|(p, _)| *p == req) {
+                    out.1 = now;
+                }
+                server.expire(now);
+                None
+            }
+        }
+    }
+
+    fn compare(conn: &mut redis::Connection, model: &Server, context: &str) {
+        let count: i64 = conn.get(NAME).unwrap();
+        assert_eq!(count, i64::from(model.available), "{context}: the count");
+        let out: Vec<String> = conn.zrange(TIMEOUTS, 0, -1).unwrap();
+        let mut out_sorted = out.clone();
+        out_sorted.sort();
+        let expected: Vec<String> = model.out.iter().map(|(p, _)| permit(*p)).collect();
+        assert_eq!(out_sorted, expected, "{context}: the permits out");
+        let keys: usize = redis::cmd("DBSIZE").query(conn).unwrap();
+        let modelled = 1 + usize::from(!model.out.is_empty()) + model.acquire_latches.len();
+        assert_eq!(keys, modelled, "{context}: the number of keys");
+        for (req, _) in &model.out {
+            let score: f64 = conn.zscore(TIMEOUTS, permit(*req)).unwrap();
+            assert!(
+                score > 1.0 && score < NO_EXPIRY as f64,
+                "{context}: a permit out without its lease ({score})"
+            );
+        }
+        for client in 0..2 {
+            for seq in 1..=ACQUIRES {
+                let req = ReqId { client, seq };
+                let expected = model.latch(req).map(|latch| match latch {
+                    Latch::Granted => "1".to_owned(),
+                    Latch::Cancelled => "x".to_owned(),
+                });
+                let key = acquire_latch(req);
+                let latch: Option<String> = conn.get(&key).unwrap();
+                assert_eq!(latch, expected, "{context}: {key}");
+            }
+        }
+    }
+
+    #[test]
+    fn the_expirable_model_and_the_script_agree_step_by_step() {
+        let seed = announced_seed("expirable model conformance");
+        let mut rng = Rng::new(seed);
+        let redis = RedisServer::start();
+        let mut conn = redis::Client::open(redis.url())
+            .unwrap()
+            .get_connection()
+            .unwrap();
+        let script = Script::new(include_str!("../../lua/expirable.lua"));
+        let settle = Script::new(include_str!("../../lua/acquire_cancel.lua"));
+        let bounds = Bounds::leases();
+        let mut replies = std::collections::BTreeMap::<String, usize>::new();
+        for sequence in 0..SEQUENCES {
+            let _: () = redis::cmd("FLUSHALL").query(&mut conn).unwrap();
+            let _: () = conn.set(NAME, TOTAL).unwrap();
+            let mut model = Server::with(TOTAL);
+            let mut steps = Vec::new();
+            for _ in 0..STEPS {
+                let step = draw(&mut rng);
+                steps.push(step);
+                let context = format!("seed {seed}, sequence {sequence}, steps {steps:?}");
+                let real = run(&mut conn, &script, &settle, step);
+                let modelled = model_run(&mut model, step, &bounds);
+                assert_eq!(real, modelled, "{context}: the reply");
+                compare(&mut conn, &model, &context);
+                if let Some(reply) = real {
+                    *replies.entry(format!("{reply:?}")).or_default() += 1;
+                }
+            }
+        }
+        println!(
+            "expirable model conformance (seed {seed}): {SEQUENCES} sequences of {STEPS} steps agree; replies seen: {replies:?}"
+        );
+        for reply in [
+            "Taken(true)",
+            "Taken(false)",
+            "Released(true)",
+            "Released(false)",
+            "Settled(true)",
+            "Settled(false)",
+        ] {
+            assert!(
+                replies.contains_key(reply),
+                "no step replied {reply}: {replies:?}"
+            );
+        }
+    }
+}

@@ -1,0 +1,188 @@
+//! The semaphore's model checked exhaustively within its bounds, and each
+//! mutation's counterexample found and printed.
+
+use std::time::Instant;
+
+use ferrisson_model::semaphore::{Bounds, Mutation, SemaphoreModel};
+use stateright::{Checker, HasDiscoveries, Model};
+
+const WITHIN_TOTAL: &str = "permits out never exceed the total";
+const COUNTS: &str = "the count accounts for every permit";
+const NO_WAITER_STUCK: &str = "no waiter waits forever";
+
+/// Checks every state of `model`, and says how many there were.
+fn holds(model: SemaphoreModel) {
+    let started = Instant::now();
+    let (bounds, look_again) = (model.bounds, model.look_again);
+    let checker = model.checker().spawn_dfs().join();
+    println!(
+        "{bounds:?} (look-again: {look_again}): {} states ({} unique), depth {}, checked in {:.1?}",
+        checker.state_count(),
+        checker.unique_state_count(),
+        checker.max_depth(),
+        started.elapsed()
+    );
+    checker.assert_properties();
+}
+
+/// Checks `model` until `property` fails, and prints how.
+fn found(model: SemaphoreModel, property: &'static str) {
+    let started = Instant::now();
+    let what = format!("{} within {:?}", model.mutation, model.bounds);
+    let checker = model
+        .checker()
+        .finish_when(HasDiscoveries::AnyOf([property].into()))
+        .spawn_bfs()
+        .join();
+    let actions = checker.assert_any_discovery(property).into_actions();
+    println!(
+        "{what}: \"{property}\" fails after {} steps (found in {:.1?}):",
+        actions.len(),
+        started.elapsed()
+    );
+    for action in actions {
+        println!("  {action:?}");
+    }
+}
+
+#[test]
+fn the_semaphore_holds_through_lost_replies_late_sends_and_waits_that_end() {
+    holds(SemaphoreModel::new(Bounds::lost_replies(), Mutation::None));
+}
+
+#[test]
+fn the_semaphore_holds_with_three_clients_and_two_permits() {
+    holds(SemaphoreModel::new(Bounds::three_clients(), Mutation::None));
+}
+
+/// Pub/sub alone wakes every waiter when no message is lost.
+#[test]
+fn pub_sub_alone_wakes_every_waiter() {
+    holds(SemaphoreModel::without_look_again(
+        Bounds::waiting(),
+        Mutation::None,
+    ));
+}
+
+/// The look-again timer wakes a waiter whose message was lost.
+#[test]
+fn the_look_again_wakes_a_waiter_whose_message_was_lost() {
+    let bounds = Bounds {
+        losses: 1,
+        ..Bounds::waiting()
+    };
+    holds(SemaphoreModel::new(bounds, Mutation::None));
+}
+
+#[test]
+fn without_the_acquire_latch_a_resent_take_takes_twice() {
+    let model = SemaphoreModel::new(Bounds::lost_replies(), Mutation::NoAcquireLatch);
+    found(model, COUNTS);
+}
+
+#[test]
+fn without_the_give_back_latch_more_permits_go_out_than_there_are() {
+    let bounds = Bounds {
+        acquires: 2,
+        ..Bounds::lost_replies()
+    };
+    let model = SemaphoreModel::new(bounds, Mutation::NoGiveBackLatch);
+    found(model, WITHIN_TOTAL);
+}
+
+#[test]
+fn a_waiter_that_listens_only_after_its_refusal_sleeps_through_a_release() {
+    let model = SemaphoreModel::without_look_again(Bounds::waiting(), Mutation::NotifyAfterTry);
+    found(model, NO_WAITER_STUCK);
+}
+
+/// A limit of pub/sub: without the look-again timer, a lost message
+/// leaves a waiter asleep while permits are free.
+#[test]
+fn a_limit_without_the_look_again_a_lost_message_leaves_a_waiter_asleep() {
+    let bounds = Bounds {
+        losses: 1,
+        ..Bounds::waiting()
+    };
+    found(
+        SemaphoreModel::without_look_again(bounds, Mutation::None),
+        NO_WAITER_STUCK,
+    );
+}
+
+/// The permit-expirable semaphore.
+mod expirable {
+    use std::time::Instant;
+
+    use ferrisson_model::expirable::{Bounds, ExpirableModel, Mutation};
+    use stateright::{Checker, HasDiscoveries, Model};
+
+    const WITHIN_TOTAL: &str = "permits out never exceed the total";
+    const ADDS_UP: &str = "the count and the permits out add up to the total";
+
+    fn found(model: ExpirableModel, property: &'static str) {
+        let started = Instant::now();
+        let what = format!("{} within {:?}", model.mutation, model.bounds);
+        let checker = model
+            .checker()
+            .finish_when(HasDiscoveries::AnyOf([property].into()))
+            .spawn_bfs()
+            .join();
+        let actions = checker.assert_any_discovery(property).into_actions();
+        println!(
+            "{what}: \"{property}\" fails after {} steps (found in {:.1?}):",
+            actions.len(),
+            started.elapsed()
+        );
+        for action in actions {
+            println!("  {action:?}");
+        }
+    }
+
+    fn holds(bounds: Bounds) {
+        let started = Instant::now();
+        let checker = ExpirableModel::new(bounds, Mutation::None)
+            .checker()
+            .spawn_dfs()
+            .join();
+        println!(
+            "{bounds:?}: {} states ({} unique), depth {}, checked in {:.1?}",
+            checker.state_count(),
+            checker.unique_state_count(),
+            checker.max_depth(),
+            started.elapsed()
+        );
+        checker.assert_properties();
+    }
+
+    #[test]
+    fn the_expirable_semaphore_holds_through_leases_running_out_and_lost_replies() {
+        holds(Bounds::leases());
+    }
+
+    #[test]
+    fn the_expirable_semaphore_holds_with_three_clients_and_two_permits() {
+        holds(Bounds::three_clients());
+    }
+
+    #[test]
+    fn without_the_acquire_latch_a_resent_take_takes_a_permit_no_id_names() {
+        // Two permits: with one, the resend finds none left.
+        let bounds = Bounds {
+            total: 2,
+            ..Bounds::leases()
+        };
+        found(
+            ExpirableModel::new(bounds, Mutation::NoAcquireLatch),
+            ADDS_UP,
+        );
+    }
+
+    #[test]
+    fn a_lease_counted_from_the_reply_outlives_the_servers() {
+        found(
+            ExpirableModel::new(Bounds::leases(), Mutation::LeaseFromReply),
+            WITHIN_TOTAL,
+        );
+    }
+}
