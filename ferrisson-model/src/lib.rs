@@ -21,6 +21,7 @@
 use std::fmt;
 
 pub mod expirable;
+pub mod fair;
 pub mod semaphore;
 
 use stateright::{Model, Property};

@@ -730,3 +730,282 @@ mod expirable_script {
         }
     }
 }
+
+/// The fair lock's scripts and its queue's model ([`fair::Server`]),
+/// with the wake-up messages each step publishes.
+mod fair_scripts {
+    use std::time::Duration;
+
+    use ferrisson_model::fair::{Mutation, Reply, Server};
+    use ferrisson_model::{ClientId, Latch, ReqId};
+    use redis::{Commands, Script, Value};
+
+    use super::rng::{announced_seed, Rng};
+    use super::server::RedisServer;
+    use super::{field, id, SEQUENCES, STEPS};
+
+    const NAME: &str = "model-fair";
+    const QUEUE: &str = "redisson_lock_queue:{model-fair}";
+    const TIMEOUTS: &str = "redisson_lock_timeout:{model-fair}";
+    const CHANNEL: &str = "redisson_lock__channel:{model-fair}";
+    const LEASE_MS: u64 = 60_000;
+    const LATCH_TTL_MS: u64 = 120_000;
+    /// Long enough that no waiter counts as dead within a run.
+    const WAITER_MS: u64 = 600_000;
+    const CLIENTS: u8 = 3;
+    const ACQUIRES: u8 = 3;
+    const RELEASES: u8 = 2;
+
+    fn acquire_latch(req: ReqId) -> String {
+        format!("ferrisson_acquire_latch:{{{NAME}}}:{}", id(req))
+    }
+
+    fn unlock_latch(req: ReqId) -> String {
+        format!("redisson_unlock_latch:{{{NAME}}}:{}", id(req))
+    }
+
+    #[derive(Clone, Copy, Debug)]
+    enum Step {
+        Acquire(ReqId),
+        Release(ReqId),
+        Leave(ClientId),
+    }
+
+    fn draw(rng: &mut Rng) -> Step {
+        let client = rng.below(CLIENTS as u64) as ClientId;
+        match rng.below(10) {
+            0..=4 => Step::Acquire(ReqId {
+                client,
+                seq: 1 + rng.below(ACQUIRES as u64) as u8,
+            }),
+            5..=7 => Step::Release(ReqId {
+                client,
+                seq: 100 + rng.below(RELEASES as u64) as u8,
+            }),
+            _ => Step::Leave(client),
+        }
+    }
+
+    struct Scripts {
+        acquire: Script,
+        release: Script,
+        leave: Script,
+    }
+
+    impl Scripts {
+        fn run(&self, conn: &mut redis::Connection, step: Step) -> Reply {
+            match step {
+                Step::Acquire(req) => {
+                    let reply: Value = self
+                        .acquire
+                        .key(NAME)
+                        .key(QUEUE)
+                        .key(TIMEOUTS)
+                        .key(acquire_latch(req))
+                        .arg(LEASE_MS)
+                        .arg(field(req.client))
+                        .arg(WAITER_MS)
+                        .arg(1)
+                        .arg(LATCH_TTL_MS)
+                        .arg(1)
+                        .invoke(conn)
+                        .unwrap();
+                    match reply {
+                        Value::Nil => Reply::Granted,
+                        Value::Int(-2) => Reply::Spent,
+                        Value::Int(_) => Reply::Refused,
+                        other => panic!("{step:?}: a reply the model has no word for: {other:?}"),
+                    }
+                }
+                Step::Release(req) => {
+                    let reply: Option<i64> = self
+                        .release
+                        .key(NAME)
+                        .key(QUEUE)
+                        .key(TIMEOUTS)
+                        .key(CHANNEL)
+                        .key(unlock_latch(req))
+                        .arg(0)
+                        .arg(LEASE_MS)
+                        .arg(field(req.client))
+                        .arg("publish")
+                        .arg(LATCH_TTL_MS)
+                        .invoke(conn)
+                        .unwrap();
+                    reply.map_or(Reply::NotHeld, |n| Reply::Released(n as u8))
+                }
+                Step::Leave(client) => {
+                    let left: i64 = self
+                        .leave
+                        .key(QUEUE)
+                        .key(TIMEOUTS)
+                        .key(NAME)
+                        .key(CHANNEL)
+                        .arg(field(client))
+                        .arg(WAITER_MS)
+                        .arg(0)
+                        .arg("publish")
+                        .invoke(conn)
+                        .unwrap();
+                    Reply::Left(left == 1)
+                }
+            }
+        }
+    }
+
+    fn model_run(server: &mut Server, step: Step) -> (Reply, Option<ClientId>) {
+        match step {
+            Step::Acquire(req) => (server.acquire(req, true, Mutation::None), None),
+            Step::Release(req) => server.release(req),
+            Step::Leave(client) => server.leave(client, Mutation::None),
+        }
+    }
+
+    fn compare(conn: &mut redis::Connection, model: &Server, context: &str) {
+        let hash: Vec<(String, String)> = conn.hgetall(NAME).unwrap();
+        let expected: Vec<(String, String)> = model
+            .hold
+            .iter()
+            .map(|(owner, count)| (field(*owner), count.to_string()))
+            .collect();
+        assert_eq!(hash, expected, "{context}: the lock hash");
+        let queue: Vec<String> = conn.lrange(QUEUE, 0, -1).unwrap();
+        let expected: Vec<String> = model.queue.iter().map(|c| field(*c)).collect();
+        assert_eq!(queue, expected, "{context}: the queue");
+        let mut timeouts: Vec<String> = conn.zrange(TIMEOUTS, 0, -1).unwrap();
+        timeouts.sort();
+        let mut expected = expected;
+        expected.sort();
+        assert_eq!(timeouts, expected, "{context}: the timeout set's members");
+        let keys: usize = redis::cmd("DBSIZE").query(conn).unwrap();
+        let modelled = usize::from(model.hold.is_some())
+            + 2 * usize::from(!model.queue.is_empty())
+            + model.acquire_latches.len()
+            + model.unlock_latches.len();
+        assert_eq!(keys, modelled, "{context}: the number of keys");
+        for client in 0..CLIENTS {
+            let acquires = (1..=ACQUIRES).map(|seq| {
+                let req = ReqId { client, seq };
+                let expected = model.latch(req).map(|latch| match latch {
+                    Latch::Granted => "1".to_owned(),
+                    Latch::Cancelled => "x".to_owned(),
+                });
+                (acquire_latch(req), expected)
+            });
+            let releases = (100..100 + RELEASES).map(|seq| {
+                let req = ReqId { client, seq };
+                let expected = model.unlock_latches.iter().find(|(r, _)| *r == req);
+                (
+                    unlock_latch(req),
+                    expected.map(|(_, first)| first.to_string()),
+                )
+            });
+            for (key, expected) in acquires.chain(releases) {
+                let latch: Option<String> = conn.get(&key).unwrap();
+                assert_eq!(latch, expected, "{context}: {key}");
+            }
+        }
+    }
+
+    /// The owners woken by the step just run: every message on an owner's
+    /// channel before the marker published after the step.
+    fn woken(conn: &mut redis::Connection, pubsub: &mut redis::PubSub<'_>) -> Vec<ClientId> {
+        let marker = format!("{CHANNEL}:marker");
+        let _: i64 = conn.publish(&marker, "end").unwrap();
+        let mut woken = Vec::new();
+        loop {
+            let message = pubsub.get_message().unwrap();
+            let channel = message.get_channel_name().to_owned();
+            if channel == marker {
+                return woken;
+            }
+            let owner = (0..CLIENTS)
+                .find(|c| channel == format!("{CHANNEL}:{}", field(*c)))
+                .unwrap_or_else(|| panic!("a message on {channel}"));
+            woken.push(owner);
+        }
+    }
+
+    #[test]
+    fn the_fair_model_and_the_scripts_agree_step_by_step() {
+        let seed = announced_seed("fair model conformance");
+        let mut rng = Rng::new(seed);
+        let redis = RedisServer::start();
+        let client = redis::Client::open(redis.url()).unwrap();
+        let mut conn = client.get_connection().unwrap();
+        let mut subscriber = client.get_connection().unwrap();
+        subscriber
+            .set_read_timeout(Some(Duration::from_secs(30)))
+            .unwrap();
+        // One subscription for the run (a dropped `PubSub` unsubscribes).
+        let mut pubsub = subscriber.as_pubsub();
+        pubsub.psubscribe(format!("{CHANNEL}:*")).unwrap();
+        let scripts = Scripts {
+            acquire: Script::new(include_str!("../../lua/fair_acquire.lua")),
+            release: Script::new(include_str!("../../lua/fair_release.lua")),
+            leave: Script::new(include_str!("../../lua/fair_leave.lua")),
+        };
+        let mut replies = std::collections::BTreeMap::<String, usize>::new();
+        // The first sequence opens with the rarest case: the first in line
+        // leaves while the lock is free, and wakes the next.
+        let req = |client, seq| ReqId { client, seq };
+        let opening = [
+            Step::Acquire(req(0, 1)),
+            Step::Acquire(req(1, 1)),
+            Step::Acquire(req(2, 1)),
+            Step::Release(req(0, 100)),
+            Step::Leave(1),
+        ];
+        for sequence in 0..SEQUENCES {
+            let _: () = redis::cmd("FLUSHALL").query(&mut conn).unwrap();
+            let mut model = Server::default();
+            let mut steps = Vec::new();
+            for i in 0..STEPS {
+                let step = match (sequence, opening.get(i)) {
+                    (0, Some(step)) => *step,
+                    _ => draw(&mut rng),
+                };
+                steps.push(step);
+                let context = format!("seed {seed}, sequence {sequence}, steps {steps:?}");
+                let real = scripts.run(&mut conn, step);
+                let real_woken = woken(&mut conn, &mut pubsub);
+                let (modelled, modelled_woken) = model_run(&mut model, step);
+                assert_eq!(real, modelled, "{context}: the reply");
+                assert_eq!(
+                    real_woken,
+                    Vec::from_iter(modelled_woken),
+                    "{context}: the owners woken"
+                );
+                compare(&mut conn, &model, &context);
+                let kind = match (real, real_woken.is_empty()) {
+                    (Reply::Released(_) | Reply::NotHeld | Reply::Left(_), false) => {
+                        format!("{real:?} waking")
+                    }
+                    _ => format!("{real:?}"),
+                };
+                *replies.entry(kind).or_default() += 1;
+            }
+        }
+        println!(
+            "fair model conformance (seed {seed}): {SEQUENCES} sequences of {STEPS} steps agree; replies seen: {replies:?}"
+        );
+        for reply in [
+            "Granted",
+            "Refused",
+            "Spent",
+            "Released(0)",
+            "Released(1)",
+            "Released(1) waking",
+            "NotHeld",
+            "NotHeld waking",
+            "Left(true)",
+            "Left(true) waking",
+            "Left(false)",
+        ] {
+            assert!(
+                replies.contains_key(reply),
+                "no step replied {reply}: {replies:?}"
+            );
+        }
+    }
+}

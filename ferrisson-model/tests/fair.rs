@@ -1,0 +1,76 @@
+//! The fair lock's queue checked exhaustively within its bounds, and each
+//! mutation's counterexample found and printed.
+
+use std::time::Instant;
+
+use ferrisson_model::fair::{Bounds, FairModel, Mutation};
+use stateright::{Checker, HasDiscoveries, Model};
+
+fn found(model: FairModel, property: &'static str) {
+    let started = Instant::now();
+    let what = format!("{} within {:?}", model.mutation, model.bounds);
+    let checker = model
+        .checker()
+        .finish_when(HasDiscoveries::AnyOf([property].into()))
+        .spawn_bfs()
+        .join();
+    let actions = checker.assert_any_discovery(property).into_actions();
+    println!(
+        "{what}: \"{property}\" fails after {} steps (found in {:.1?}):",
+        actions.len(),
+        started.elapsed()
+    );
+    for action in actions {
+        println!("  {action:?}");
+    }
+}
+
+fn holds(bounds: Bounds) {
+    let started = Instant::now();
+    let checker = FairModel::new(bounds, Mutation::None)
+        .checker()
+        .spawn_dfs()
+        .join();
+    println!(
+        "{bounds:?}: {} states ({} unique), depth {}, checked in {:.1?}",
+        checker.state_count(),
+        checker.unique_state_count(),
+        checker.max_depth(),
+        started.elapsed()
+    );
+    checker.assert_properties();
+}
+
+#[test]
+fn the_fair_queue_serves_in_order_and_wakes_every_waiter() {
+    holds(Bounds::three());
+}
+
+#[test]
+fn the_fair_queue_holds_with_two_acquires_each_and_two_waits_that_end_early() {
+    holds(Bounds::twice());
+}
+
+#[test]
+fn a_newcomer_that_barges_in_overtakes_the_line() {
+    found(
+        FairModel::new(Bounds::three(), Mutation::Barging),
+        "first come, first served",
+    );
+}
+
+#[test]
+fn a_first_in_line_that_leaves_without_waking_the_next_leaves_it_asleep() {
+    found(
+        FairModel::new(Bounds::three(), Mutation::LeaveWakesNobody),
+        "every waiter is served or gone",
+    );
+}
+
+#[test]
+fn a_wait_that_leaves_before_its_attempts_reply_is_put_back_in_line() {
+    found(
+        FairModel::new(Bounds::three(), Mutation::LeaveBeforeReply),
+        "every waiter is served or gone",
+    );
+}
