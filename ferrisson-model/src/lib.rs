@@ -22,6 +22,7 @@ use std::fmt;
 
 pub mod expirable;
 pub mod fair;
+pub mod rwlock;
 pub mod semaphore;
 
 use stateright::{Model, Property};

@@ -1,0 +1,668 @@
+//! A model of the read-write lock's protocol (Redisson's `RReadWriteLock`
+//! layout): one hash with a `mode` (`read` or `write`) and a count per
+//! owner and side, read holds shared by any owners, a write hold by one,
+//! a writer that may take read holds too (a downgrade: when its last write
+//! hold goes, the mode becomes `read` and its read holds stay), and a
+//! message on the lock's channel when the lock goes free, or from write to
+//! read, that wakes every waiter.
+//!
+//! Acquires are resent after a lost reply under their request id (the
+//! acquire latch counts them once), a wait that ends early settles its
+//! request and gives back what it took; nothing else is lost, no lease
+//! runs out (the reentrant lock's model checks those), and waiters are
+//! woken by pub/sub alone. Checked: no writer while another owner reads or
+//! writes; at rest the hash counts what each owner holds; every wait ends.
+
+use std::fmt;
+
+use stateright::{Model, Property};
+
+use crate::{ClientId, Latch, ReqId};
+
+/// One rule broken on purpose.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum Mutation {
+    #[default]
+    None,
+    /// A read acquire is granted in write mode whoever writes (not only
+    /// to the writer itself).
+    ReadBesideAnyWriter,
+    /// The last write release deletes the hash although its owner still
+    /// holds read holds (not turning it to read mode).
+    WriteReleaseDropsReads,
+    /// The last release publishes nothing: waiters sleep on.
+    ReleaseWakesNobody,
+}
+
+impl fmt::Display for Mutation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self, f)
+    }
+}
+
+/// A side of the lock.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Side {
+    Read,
+    Write,
+}
+
+/// The bounds of one check.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Bounds {
+    pub clients: u8,
+    /// Acquires per client (either side).
+    pub acquires: u8,
+    /// Resends per acquire after a timeout.
+    pub resends: u8,
+    /// Waits that end before their grant, in all.
+    pub give_ups: u8,
+}
+
+impl Bounds {
+    /// Two clients, two acquires each (a downgrade needs two), one resend,
+    /// one wait that ends early.
+    pub fn two() -> Bounds {
+        Bounds {
+            clients: 2,
+            acquires: 2,
+            resends: 1,
+            give_ups: 1,
+        }
+    }
+
+    /// Three clients, one acquire each, one resend.
+    pub fn three() -> Bounds {
+        Bounds {
+            clients: 3,
+            acquires: 1,
+            resends: 1,
+            give_ups: 1,
+        }
+    }
+}
+
+/// What Redis holds: the hash (its mode and each owner's counts), and the
+/// latches. A read hold's timeout key is not modelled (no lease runs out).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Server {
+    /// `None`: no hash.
+    pub mode: Option<Side>,
+    /// Read counts per owner (fields `<owner>`). Sorted, no zeros.
+    pub readers: Vec<(ClientId, u8)>,
+    /// The write count of the writer (field `<owner>:write`).
+    pub writer: Option<(ClientId, u8)>,
+    /// Acquire latches. Sorted.
+    pub acquire_latches: Vec<(ReqId, Latch)>,
+    /// Unlock latches: request, the first reply. Sorted.
+    pub unlock_latches: Vec<(ReqId, u8)>,
+}
+
+/// A reply, as the client reads it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Reply {
+    /// Acquire: held now (nil).
+    Granted,
+    /// Acquire: held by others (its PTTL).
+    Refused,
+    /// Acquire: spent (-2).
+    Spent,
+    /// Write acquire by an owner that reads: no upgrade (-3).
+    NoUpgrade,
+    /// Release: 1 the lock is free (or read mode now), 0 holds remain.
+    Released(u8),
+    /// Release: the owner holds nothing on that side (nil).
+    NotHeld,
+    /// Settle: whether the request had been granted.
+    Settled(bool),
+}
+
+impl Server {
+    pub fn latch(&self, req: ReqId) -> Option<Latch> {
+        self.acquire_latches
+            .iter()
+            .find(|(r, _)| *r == req)
+            .map(|(_, latch)| *latch)
+    }
+
+    /// `owner`'s count on `side`.
+    pub fn count_of(&self, owner: ClientId, side: Side) -> u8 {
+        match side {
+            Side::Read => self
+                .readers
+                .iter()
+                .find(|(o, _)| *o == owner)
+                .map_or(0, |(_, n)| *n),
+            Side::Write => self
+                .writer
+                .filter(|(o, _)| *o == owner)
+                .map_or(0, |(_, n)| n),
+        }
+    }
+
+    fn grant(&mut self, req: ReqId) -> Reply {
+        self.acquire_latches.push((req, Latch::Granted));
+        self.acquire_latches.sort();
+        Reply::Granted
+    }
+
+    fn add_read(&mut self, owner: ClientId) {
+        match self.readers.iter_mut().find(|(o, _)| *o == owner) {
+            Some((_, n)) => *n += 1,
+            None => {
+                self.readers.push((owner, 1));
+                self.readers.sort();
+            }
+        }
+    }
+
+    /// `lua/read_acquire.lua` or `lua/write_acquire.lua`.
+    pub fn acquire(&mut self, side: Side, req: ReqId, mutation: Mutation) -> Reply {
+        let owner = req.client;
+        match self.latch(req) {
+            Some(Latch::Cancelled) => return Reply::Spent,
+            Some(Latch::Granted) if self.count_of(owner, side) > 0 => return Reply::Granted,
+            Some(Latch::Granted) => return Reply::Spent,
+            None => {}
+        }
+        match (side, self.mode) {
+            (Side::Read, None) => {
+                self.mode = Some(Side::Read);
+                self.add_read(owner);
+                self.grant(req)
+            }
+            (Side::Read, Some(Side::Read)) => {
+                self.add_read(owner);
+                self.grant(req)
+            }
+            (Side::Read, Some(Side::Write))
+                if self.count_of(owner, Side::Write) > 0
+                    || mutation == Mutation::ReadBesideAnyWriter =>
+            {
+                self.add_read(owner);
+                self.grant(req)
+            }
+            (Side::Write, None) => {
+                self.mode = Some(Side::Write);
+                self.writer = Some((owner, 1));
+                self.grant(req)
+            }
+            (Side::Write, Some(Side::Write)) if self.count_of(owner, Side::Write) > 0 => {
+                self.writer = Some((owner, self.count_of(owner, Side::Write) + 1));
+                self.grant(req)
+            }
+            (Side::Write, Some(Side::Read)) if self.count_of(owner, Side::Read) > 0 => {
+                Reply::NoUpgrade
+            }
+            _ => Reply::Refused,
+        }
+    }
+
+    fn unlatch(&mut self, req: ReqId, first: u8) -> Reply {
+        self.unlock_latches.push((req, first));
+        self.unlock_latches.sort();
+        Reply::Released(first)
+    }
+
+    /// `lua/read_release.lua` or `lua/write_release.lua`; and whether it
+    /// published.
+    pub fn release(&mut self, side: Side, req: ReqId, mutation: Mutation) -> (Reply, bool) {
+        if let Some((_, first)) = self.unlock_latches.iter().find(|(r, _)| *r == req) {
+            return (Reply::Released(*first), false);
+        }
+        let owner = req.client;
+        let n = self.count_of(owner, side);
+        if n == 0 || (side == Side::Write && self.mode != Some(Side::Write)) {
+            return (Reply::NotHeld, false);
+        }
+        match side {
+            Side::Read => {
+                self.readers.retain(|(o, _)| *o != owner);
+                if n > 1 {
+                    self.readers.push((owner, n - 1));
+                    self.readers.sort();
+                }
+                // Other holds remain (live read holds, or the writer).
+                if !self.readers.is_empty() || self.writer.is_some() {
+                    return (self.unlatch(req, 0), false);
+                }
+            }
+            Side::Write => {
+                if n > 1 {
+                    self.writer = Some((owner, n - 1));
+                    return (self.unlatch(req, 0), false);
+                }
+                self.writer = None;
+                if !self.readers.is_empty() && mutation != Mutation::WriteReleaseDropsReads {
+                    self.mode = Some(Side::Read);
+                    let published = mutation != Mutation::ReleaseWakesNobody;
+                    return (self.unlatch(req, 1), published);
+                }
+                self.readers.clear();
+            }
+        }
+        self.mode = None;
+        let published = mutation != Mutation::ReleaseWakesNobody;
+        (self.unlatch(req, 1), published)
+    }
+
+    /// `lua/acquire_cancel.lua`.
+    pub fn settle(&mut self, req: ReqId) -> Reply {
+        match self.latch(req) {
+            None => {
+                self.acquire_latches.push((req, Latch::Cancelled));
+                self.acquire_latches.sort();
+                Reply::Settled(false)
+            }
+            Some(Latch::Cancelled) => Reply::Settled(false),
+            Some(Latch::Granted) => Reply::Settled(true),
+        }
+    }
+}
+
+/// What a client asks of Redis.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Op {
+    Acquire(Side, ReqId),
+    Release(Side, ReqId),
+    Settle(ReqId),
+}
+
+/// A request in flight.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Sent {
+    pub client: ClientId,
+    pub op: Op,
+    /// Its client still reads its reply.
+    pub awaited: bool,
+}
+
+/// A reply in flight.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Answer {
+    pub client: ClientId,
+    pub reply: Reply,
+}
+
+/// What a client is doing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Phase {
+    Idle,
+    Trying {
+        side: Side,
+        req: ReqId,
+        resends: u8,
+    },
+    Waiting {
+        side: Side,
+        req: ReqId,
+        resends: u8,
+    },
+    Releasing(Side),
+    Settling {
+        side: Side,
+        req: ReqId,
+    },
+    /// Giving back what a settled acquire took.
+    GivingBack(Side),
+}
+
+/// One client, one owner.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Client {
+    pub phase: Phase,
+    /// Its read and write holds.
+    pub read: u8,
+    pub write: u8,
+    pub requests: u8,
+    pub acquires: u8,
+    /// Acquires that ended, granted or not.
+    pub ended: u8,
+    /// Subscribed to the lock's channel (while it waits).
+    pub subscribed: bool,
+    /// A message came while its attempt was in flight.
+    pub woken: bool,
+    /// A send of its current acquire got no reply.
+    pub lost: bool,
+}
+
+/// The whole system.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct State {
+    pub server: Server,
+    pub clients: Vec<Client>,
+    pub requests: Vec<Sent>,
+    pub replies: Vec<Answer>,
+    /// Messages in flight, to each subscriber. Sorted.
+    pub messages: Vec<ClientId>,
+    pub give_ups_left: u8,
+}
+
+impl State {
+    /// Nothing in flight, and nobody mid-call (a waiter whose sends were
+    /// all answered holds nothing it does not know of).
+    pub fn at_rest(&self) -> bool {
+        self.requests.is_empty()
+            && self.replies.is_empty()
+            && self.clients.iter().all(|c| match c.phase {
+                Phase::Idle => true,
+                Phase::Waiting { .. } => !c.lost,
+                _ => false,
+            })
+    }
+}
+
+/// A step of the system.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Action {
+    /// A client starts an acquire of a side (a writer may take a read
+    /// hold: a downgrade).
+    Acquire(ClientId, Side),
+    /// A client releases a hold of a side.
+    Release(ClientId, Side),
+    /// An acquire's send timed out: resent.
+    Timeout(ClientId),
+    /// A wait ends before its grant.
+    GiveUp(ClientId),
+    Run(usize),
+    Deliver(usize),
+    /// The message at this index reaches its subscriber.
+    Wake(usize),
+}
+
+/// The read-write lock's protocol, as a [`Model`].
+#[derive(Clone, Debug)]
+pub struct RwLockModel {
+    pub bounds: Bounds,
+    pub mutation: Mutation,
+}
+
+impl RwLockModel {
+    pub fn new(bounds: Bounds, mutation: Mutation) -> Self {
+        RwLockModel { bounds, mutation }
+    }
+
+    /// Client `id` sends `op`: it reads no reply of what it sent before.
+    fn send(state: &mut State, id: ClientId, op: Op) {
+        for r in state.requests.iter_mut().filter(|r| r.client == id) {
+            r.awaited = false;
+        }
+        state.replies.retain(|a| a.client != id);
+        state.requests.push(Sent {
+            client: id,
+            op,
+            awaited: true,
+        });
+        state.requests.sort();
+    }
+
+    fn next_req(state: &mut State, id: ClientId) -> ReqId {
+        let c = &mut state.clients[id as usize];
+        c.requests += 1;
+        ReqId {
+            client: id,
+            seq: c.requests,
+        }
+    }
+
+    fn attempt(state: &mut State, id: ClientId, side: Side, req: ReqId, resends: u8) {
+        let c = &mut state.clients[id as usize];
+        c.phase = Phase::Trying { side, req, resends };
+        c.woken = false;
+        Self::send(state, id, Op::Acquire(side, req));
+    }
+
+    fn end(state: &mut State, id: ClientId) {
+        let c = &mut state.clients[id as usize];
+        c.phase = Phase::Idle;
+        c.ended += 1;
+        c.subscribed = false;
+        c.woken = false;
+        c.lost = false;
+    }
+
+    fn read(&self, state: &mut State, answer: Answer) {
+        let id = answer.client;
+        let c = state.clients[id as usize];
+        match (c.phase, answer.reply) {
+            (Phase::Trying { side, .. }, Reply::Granted) => {
+                let c = &mut state.clients[id as usize];
+                match side {
+                    Side::Read => c.read += 1,
+                    Side::Write => c.write += 1,
+                }
+                Self::end(state, id);
+            }
+            // No upgrade: the caller is told at once.
+            (Phase::Trying { .. }, Reply::NoUpgrade) => Self::end(state, id),
+            (Phase::Trying { side, resends, .. }, Reply::Spent) => {
+                // A lost send's grant, gone since: the wait goes on with a
+                // new request.
+                let req = Self::next_req(state, id);
+                state.clients[id as usize].lost = false;
+                Self::attempt(state, id, side, req, resends)
+            }
+            (Phase::Trying { side, req, resends }, Reply::Refused) if c.woken => {
+                Self::attempt(state, id, side, req, resends)
+            }
+            (Phase::Trying { side, req, resends }, Reply::Refused) => {
+                state.clients[id as usize].phase = Phase::Waiting { side, req, resends }
+            }
+            (Phase::Releasing(_), _) => state.clients[id as usize].phase = Phase::Idle,
+            (Phase::Settling { side, .. }, Reply::Settled(true)) => {
+                let give_back = Self::next_req(state, id);
+                state.clients[id as usize].phase = Phase::GivingBack(side);
+                Self::send(state, id, Op::Release(side, give_back));
+            }
+            (Phase::Settling { .. }, _) | (Phase::GivingBack(_), _) => Self::end(state, id),
+            _ => {}
+        }
+    }
+}
+
+impl Model for RwLockModel {
+    type State = State;
+    type Action = Action;
+
+    fn init_states(&self) -> Vec<State> {
+        let client = Client {
+            phase: Phase::Idle,
+            read: 0,
+            write: 0,
+            requests: 0,
+            acquires: 0,
+            ended: 0,
+            subscribed: false,
+            woken: false,
+            lost: false,
+        };
+        vec![State {
+            server: Server::default(),
+            clients: vec![client; self.bounds.clients as usize],
+            requests: Vec::new(),
+            replies: Vec::new(),
+            messages: Vec::new(),
+            give_ups_left: self.bounds.give_ups,
+        }]
+    }
+
+    fn actions(&self, state: &State, actions: &mut Vec<Action>) {
+        for (i, c) in state.clients.iter().enumerate() {
+            let id = i as ClientId;
+            match c.phase {
+                Phase::Idle => {
+                    if c.acquires < self.bounds.acquires {
+                        // One hold of each side at most: a read acquire
+                        // from nothing or beside its write hold, a write
+                        // acquire from nothing.
+                        if c.read == 0 {
+                            actions.push(Action::Acquire(id, Side::Read));
+                        }
+                        if c.read == 0 && c.write == 0 {
+                            actions.push(Action::Acquire(id, Side::Write));
+                        }
+                    }
+                    if c.read > 0 {
+                        actions.push(Action::Release(id, Side::Read));
+                    }
+                    if c.write > 0 {
+                        actions.push(Action::Release(id, Side::Write));
+                    }
+                }
+                Phase::Trying { resends, .. } => {
+                    if resends < self.bounds.resends {
+                        actions.push(Action::Timeout(id));
+                    }
+                    if state.give_ups_left > 0 {
+                        actions.push(Action::GiveUp(id));
+                    }
+                }
+                Phase::Waiting { .. } if state.give_ups_left > 0 => {
+                    actions.push(Action::GiveUp(id))
+                }
+                _ => {}
+            }
+        }
+        for i in 0..state.requests.len() {
+            if i == 0 || state.requests[i] != state.requests[i - 1] {
+                actions.push(Action::Run(i));
+            }
+        }
+        for i in 0..state.replies.len() {
+            if i == 0 || state.replies[i] != state.replies[i - 1] {
+                actions.push(Action::Deliver(i));
+            }
+        }
+        for i in 0..state.messages.len() {
+            if i == 0 || state.messages[i] != state.messages[i - 1] {
+                actions.push(Action::Wake(i));
+            }
+        }
+    }
+
+    fn next_state(&self, last: &State, action: Action) -> Option<State> {
+        let mut state = last.clone();
+        let m = self.mutation;
+        match action {
+            Action::Acquire(id, side) => {
+                let req = Self::next_req(&mut state, id);
+                let c = &mut state.clients[id as usize];
+                c.acquires += 1;
+                c.lost = false;
+                c.subscribed = true;
+                Self::attempt(&mut state, id, side, req, 0);
+            }
+            Action::Release(id, side) => {
+                let req = Self::next_req(&mut state, id);
+                let c = &mut state.clients[id as usize];
+                match side {
+                    Side::Read => c.read -= 1,
+                    Side::Write => c.write -= 1,
+                }
+                c.phase = Phase::Releasing(side);
+                Self::send(&mut state, id, Op::Release(side, req));
+            }
+            Action::Timeout(id) => {
+                let Phase::Trying { side, req, resends } = state.clients[id as usize].phase else {
+                    return None;
+                };
+                state.clients[id as usize].lost = true;
+                Self::attempt(&mut state, id, side, req, resends + 1);
+            }
+            Action::GiveUp(id) => {
+                state.give_ups_left -= 1;
+                let c = state.clients[id as usize];
+                let (side, req, lost) = match c.phase {
+                    // Its attempt's reply is not read: settled.
+                    Phase::Trying { side, req, .. } => (side, req, true),
+                    Phase::Waiting { side, req, .. } => (side, req, c.lost),
+                    _ => return None,
+                };
+                if lost {
+                    let c = &mut state.clients[id as usize];
+                    c.phase = Phase::Settling { side, req };
+                    c.subscribed = false;
+                    Self::send(&mut state, id, Op::Settle(req));
+                } else {
+                    Self::end(&mut state, id);
+                    for r in state.requests.iter_mut().filter(|r| r.client == id) {
+                        r.awaited = false;
+                    }
+                }
+            }
+            Action::Run(i) => {
+                let sent = state.requests.remove(i);
+                let (reply, published) = match sent.op {
+                    Op::Acquire(side, req) => (state.server.acquire(side, req, m), false),
+                    Op::Release(side, req) => state.server.release(side, req, m),
+                    Op::Settle(req) => (state.server.settle(req), false),
+                };
+                if published {
+                    for (i, c) in state.clients.iter().enumerate() {
+                        if c.subscribed {
+                            state.messages.push(i as ClientId);
+                        }
+                    }
+                    state.messages.sort();
+                }
+                if sent.awaited {
+                    state.replies.push(Answer {
+                        client: sent.client,
+                        reply,
+                    });
+                    state.replies.sort();
+                }
+            }
+            Action::Deliver(i) => {
+                let answer = state.replies.remove(i);
+                self.read(&mut state, answer);
+            }
+            Action::Wake(i) => {
+                let id = state.messages.remove(i);
+                let c = state.clients[id as usize];
+                match c.phase {
+                    Phase::Waiting { side, req, resends } if c.subscribed => {
+                        Self::attempt(&mut state, id, side, req, resends)
+                    }
+                    Phase::Trying { .. } if c.subscribed => state.clients[id as usize].woken = true,
+                    _ => {}
+                }
+            }
+        }
+        Some(state)
+    }
+
+    fn properties(&self) -> Vec<Property<Self>> {
+        vec![
+            Property::always("no writer beside another owner's hold", |_, s: &State| {
+                s.clients.iter().enumerate().all(|(i, c)| {
+                    c.write == 0
+                        || s.clients
+                            .iter()
+                            .enumerate()
+                            .all(|(j, o)| i == j || (o.read == 0 && o.write == 0))
+                })
+            }),
+            Property::always("the hash counts what each owner holds", |_, s: &State| {
+                !s.at_rest()
+                    || s.clients.iter().enumerate().all(|(i, c)| {
+                        let id = i as ClientId;
+                        s.server.count_of(id, Side::Read) == c.read
+                            && s.server.count_of(id, Side::Write) == c.write
+                    })
+            }),
+            Property::eventually("every wait ends", |m: &RwLockModel, s: &State| {
+                s.clients.iter().all(|c| c.ended == m.bounds.acquires)
+            }),
+            Property::sometimes("two owners read at once", |_, s: &State| {
+                s.clients.iter().filter(|c| c.read > 0).count() >= 2
+            }),
+            Property::sometimes(
+                "a writer took a read hold (where the bounds allow two acquires)",
+                |m: &RwLockModel, s: &State| {
+                    m.bounds.acquires < 2 || s.clients.iter().any(|c| c.read > 0 && c.write > 0)
+                },
+            ),
+        ]
+    }
+}
