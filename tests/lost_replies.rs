@@ -371,12 +371,13 @@ async fn an_expirable_acquire_whose_reply_is_lost_is_resent_and_takes_its_permit
     }
 }
 
-/// The latch TTL of a semaphore acquire by a client with `timeouts` and
-/// the default four sends: how long the settle of a request whose every
-/// reply was lost goes on trying.
+/// The latch TTL of a semaphore acquire by a client of [`proxied`] with
+/// `timeouts` and the default four sends: how long the settle of a request
+/// whose every reply was lost goes on trying (two windows and a
+/// look-again, a third of the watchdog timeout).
 fn semaphore_latch_ttl(timeouts: Duration) -> Duration {
     let window = (timeouts + Duration::from_millis(1500)) * 4;
-    window * 2
+    window * 2 + Duration::from_secs(3) / 3
 }
 
 /// Every reply of a semaphore acquire lost (the first swallowed, then a

@@ -5,17 +5,23 @@
 //! latch, so that a resent give-back counts once), and the pub/sub message
 //! that wakes a waiter when permits come back.
 //!
-//! A wait keeps one request id for all its attempts (as
-//! `Semaphore::acquire` does): a refused attempt waits for a message (or
-//! the look-again timer) and sends the same request again, so that an
-//! earlier send of it that took permits late is found by the latch and
-//! counted once.
+//! A wait runs as `Semaphore::acquire` runs it: a first try without a
+//! subscription; once refused, a subscription, then a try before each wait
+//! (the wake-up registered before the try, so that a message published
+//! while it flies is not missed). Its tries send one request while the
+//! request is young (one resend window from its birth), so that an earlier
+//! send that took permits late is found by the latch and counted once; an
+//! older request is settled (when a send of it was lost) and replaced.
+//! The look-again timer is modelled as a try that a waiter may make once
+//! the count changed since its last try (a timer that fires while nothing
+//! changed finds nothing new), so that a waiter nothing can wake shows as
+//! one that waits forever.
 //!
 //! Checked: the permits clients hold never exceed the total; at rest the
 //! count accounts for every permit (available plus held is the total, less
-//! what a call that failed may have left taken); and no waiter waits
-//! forever while permits come back (pub/sub alone wakes it when no message
-//! is lost; the look-again timer wakes it when one is).
+//! what a release whose reply was lost may have left taken); and no waiter
+//! waits forever (pub/sub alone wakes it when no message is lost; the
+//! look-again timer when one is).
 
 use std::fmt;
 
@@ -34,10 +40,14 @@ pub enum Mutation {
     /// The give-back keeps no latch: a resend after a lost reply gives
     /// the permits back twice, and more permits go out than there are.
     NoGiveBackLatch,
-    /// The waiter listens for messages only once its attempt was refused
-    /// (not before it sends it): a release between the attempt's run and
-    /// the refusal's arrival wakes nobody.
+    /// The waiter listens for messages only once its try was refused
+    /// (not before it sends it): a release between the try's run and the
+    /// refusal's arrival wakes nobody.
     NotifyAfterTry,
+    /// Once subscribed, the waiter waits without trying again: a release
+    /// between its first (unsubscribed) try and its subscription wakes
+    /// nobody.
+    NoTryAfterSubscribe,
 }
 
 impl fmt::Display for Mutation {
@@ -67,7 +77,16 @@ pub struct Bounds {
     /// How long a request may fly before it reaches Redis: after that it
     /// never does.
     pub window: Time,
-    /// How long an acquire or give-back latch lives: more than the window.
+    /// The longest pause of a waiter between a try and the next, when the
+    /// count changed meanwhile (the look-again timer: a third of the
+    /// watchdog timeout in the library).
+    pub look_again: Time,
+    /// How long an acquire latch lives. The library's rule for what never
+    /// expires by itself (a semaphore's permits): two windows (a request
+    /// is sent for one window from its birth, and each send may take one
+    /// more to reach Redis) and a look-again (the wait settles an old
+    /// request at its next try). A give-back's latch outlives its resends
+    /// and any bound here.
     pub latch_ttl: Time,
 }
 
@@ -85,7 +104,18 @@ impl Bounds {
             losses: 0,
             max_time: 1,
             window: 1,
+            look_again: 1,
             latch_ttl: 3,
+        }
+    }
+
+    /// Time: requests that grow old and are replaced, latches that run
+    /// out, lost replies.
+    pub fn time() -> Bounds {
+        Bounds {
+            max_time: 2,
+            give_ups: 0,
+            ..Bounds::lost_replies()
         }
     }
 
@@ -101,6 +131,7 @@ impl Bounds {
             losses: 0,
             max_time: 0,
             window: 1,
+            look_again: 1,
             latch_ttl: 3,
         }
     }
@@ -117,6 +148,7 @@ impl Bounds {
             losses: 0,
             max_time: 0,
             window: 1,
+            look_again: 1,
             latch_ttl: 3,
         }
     }
@@ -129,9 +161,9 @@ pub struct Server {
     pub available: i16,
     /// Acquire latches: request, value, when it runs out. Sorted.
     pub acquire_latches: Vec<(ReqId, Latch, Time)>,
-    /// Give-back latches: request, the count its first run left, when it
-    /// runs out. Sorted.
-    pub give_back_latches: Vec<(ReqId, i16, Time)>,
+    /// Give-back latches: request, the count its first run left (they
+    /// outlive every bound here). Sorted.
+    pub give_back_latches: Vec<(ReqId, i16)>,
 }
 
 /// A script's reply, as the client reads it.
@@ -200,28 +232,21 @@ impl Server {
         Reply::Count(self.available)
     }
 
-    /// `lua/semaphore_give_back.lua`: give back what request `req`'s take
-    /// took, once per give-back request.
-    pub fn give_back(
-        &mut self,
-        now: Time,
-        req: ReqId,
-        permits: u8,
-        b: &Bounds,
-        mutation: Mutation,
-    ) -> Reply {
+    /// `lua/semaphore_give_back.lua`: give back what a take took, once
+    /// per give-back request `req`; and whether it published (a replayed
+    /// give-back does not).
+    pub fn give_back(&mut self, req: ReqId, permits: u8, mutation: Mutation) -> (Reply, bool) {
         if mutation != Mutation::NoGiveBackLatch {
-            if let Some((_, first, _)) = self.give_back_latches.iter().find(|(r, _, _)| *r == req) {
-                return Reply::Count(*first);
+            if let Some((_, first)) = self.give_back_latches.iter().find(|(r, _)| *r == req) {
+                return (Reply::Count(*first), false);
             }
         }
         self.available += i16::from(permits);
         if mutation != Mutation::NoGiveBackLatch {
-            self.give_back_latches
-                .push((req, self.available, now + b.latch_ttl));
+            self.give_back_latches.push((req, self.available));
             self.give_back_latches.sort();
         }
-        Reply::Count(self.available)
+        (Reply::Count(self.available), true)
     }
 
     /// `lua/acquire_cancel.lua`.
@@ -236,10 +261,9 @@ impl Server {
         }
     }
 
-    /// Time passes to `now`: latches that ran out are gone.
+    /// Time passes to `now`: acquire latches that ran out are gone.
     pub fn expire(&mut self, now: Time) {
         self.acquire_latches.retain(|(_, _, at)| *at > now);
-        self.give_back_latches.retain(|(_, _, at)| *at > now);
     }
 }
 
@@ -271,30 +295,41 @@ pub struct Answer {
     pub reply: Reply,
 }
 
+/// The request a wait's tries send: its id, when it was born, and the
+/// resends after a lost reply so far (a bound on the copies in flight).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Wait {
+    pub req: ReqId,
+    pub born: Time,
+    pub resends: u8,
+}
+
 /// What a client is doing.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Phase {
     Idle,
-    /// An attempt of its wait's request in flight; `resends` so far.
-    Trying {
-        req: ReqId,
-        resends: u8,
-    },
-    /// Refused: waiting for a message (or the look-again timer), with the
-    /// resends made so far.
-    Waiting {
-        req: ReqId,
-        resends: u8,
-    },
+    /// A try in flight.
+    Trying(Wait),
+    /// Its first try was refused: it subscribes (what is published before
+    /// the subscription is not delivered to it).
+    Subscribing(Wait),
+    /// Refused: waiting for a message (or the look-again timer).
+    Waiting(Wait),
     Holding,
     /// A release sent (once: a release has no latch, and is not resent).
     Releasing,
-    /// Settling a take that sends were lost of.
-    Settling(ReqId),
-    /// Giving back what a settled take was found to have taken.
+    /// Settling a request a send of which was lost; the wait goes on
+    /// afterwards with a new request when `wait`, else it ends.
+    Settling {
+        req: ReqId,
+        resends: u8,
+        wait: bool,
+    },
+    /// Giving back what a settled request was found to have taken.
     GivingBack {
         req: ReqId,
         resends: u8,
+        wait: bool,
     },
 }
 
@@ -308,17 +343,22 @@ pub struct Client {
     pub acquires: u8,
     /// Acquires that ended, granted or not.
     pub ended: u8,
-    /// Subscribed to the semaphore's channel (from the wait's start to its
-    /// end).
+    /// It held a permit at some time.
+    pub held: bool,
+    /// Subscribed to the semaphore's channel.
     pub subscribed: bool,
-    /// A message came since its current attempt was sent: it tries again
-    /// at once after a refusal.
+    /// A message came while its try was in flight: it tries again at once
+    /// after a refusal.
     pub woken: bool,
-    /// A send of its current take got no reply.
+    /// A send of its wait's current request got no reply.
     pub lost: bool,
-    /// Permits a call that failed may have left taken (a release or a
-    /// give-back whose replies were lost, a settle that never got
-    /// through): the count may lack them.
+    /// The count's changes when it last tried (see [`State::changes`]).
+    pub seen: u8,
+    /// When it last tried.
+    pub tried: Time,
+    /// When it last sent: a timeout comes within a window of it.
+    pub sent: Time,
+    /// Releases whose reply was lost: the count may lack their permits.
     pub unsure: u8,
 }
 
@@ -329,9 +369,13 @@ impl Client {
             requests: 0,
             acquires: 0,
             ended: 0,
+            held: false,
             subscribed: false,
             woken: false,
             lost: false,
+            seen: 0,
+            tried: 0,
+            sent: 0,
             unsure: 0,
         }
     }
@@ -351,6 +395,9 @@ pub struct State {
     pub messages: Vec<ClientId>,
     pub give_ups_left: u8,
     pub losses_left: u8,
+    /// Changes of the count so far (takes and gives): a look-again finds
+    /// something new only after one.
+    pub changes: u8,
     /// A message woke a waiter (for the reachability check).
     pub woke: bool,
 }
@@ -366,13 +413,13 @@ impl State {
 
     /// Nothing in flight and nobody mid-call (a waiter whose sends were
     /// all answered holds nothing; one with a lost send may hold what its
-    /// next attempt finds in the latch).
+    /// next try finds in the latch).
     pub fn at_rest(&self) -> bool {
         self.requests.is_empty()
             && self.replies.is_empty()
             && self.clients.iter().all(|c| match c.phase {
                 Phase::Idle | Phase::Holding => true,
-                Phase::Waiting { .. } => !c.lost,
+                Phase::Waiting(_) | Phase::Subscribing(_) => !c.lost,
                 _ => false,
             })
     }
@@ -385,8 +432,10 @@ pub enum Action {
     Acquire(ClientId),
     /// A holder releases its permit.
     Release(ClientId),
-    /// A client's call times out: it resends, or gives up.
+    /// A client's call timed out: it sends again.
     Timeout(ClientId),
+    /// A refused waiter subscribes.
+    Subscribe(ClientId),
     /// A waiter's wait ends before its grant.
     GiveUp(ClientId),
     /// A waiter's look-again timer fires: it tries again.
@@ -408,8 +457,9 @@ pub enum Action {
 pub struct SemaphoreModel {
     pub bounds: Bounds,
     pub mutation: Mutation,
-    /// The waiter's look-again timer (every third of the watchdog timeout
-    /// in the library): off, pub/sub alone must wake every waiter.
+    /// The waiter's look-again timer (the refusal's hint, or every third
+    /// of the watchdog timeout, in the library): off, pub/sub alone must
+    /// wake every waiter.
     pub look_again: bool,
 }
 
@@ -430,12 +480,18 @@ impl SemaphoreModel {
         }
     }
 
-    /// Client `id` sends `op`: it reads no reply of what it sent before.
-    fn send(state: &mut State, id: ClientId, op: Op) {
+    /// Client `id` stops reading what it sent before.
+    fn forget(state: &mut State, id: ClientId) {
         for r in state.requests.iter_mut().filter(|r| r.client == id) {
             r.awaited = false;
         }
         state.replies.retain(|a| a.client != id);
+    }
+
+    /// Client `id` sends `op`: it reads no reply of what it sent before.
+    fn send(state: &mut State, id: ClientId, op: Op) {
+        Self::forget(state, id);
+        state.clients[id as usize].sent = state.now;
         state.requests.push(Sent {
             client: id,
             op,
@@ -454,32 +510,60 @@ impl SemaphoreModel {
         }
     }
 
-    /// An attempt of the wait's request (the resends a wait may make are
-    /// counted over its attempts: a bound on the copies in flight).
-    fn attempt(state: &mut State, id: ClientId, req: ReqId, resends: u8) {
+    /// A new request for client `id`'s wait.
+    fn new_wait(state: &mut State, id: ClientId) -> Wait {
+        let req = Self::next_req(state, id);
+        state.clients[id as usize].lost = false;
+        Wait {
+            req,
+            born: state.now,
+            resends: 0,
+        }
+    }
+
+    /// A try of the wait's request, or, once the request is old, of a new
+    /// one (the old one settled first when a send of it was lost).
+    fn attempt(&self, state: &mut State, id: ClientId, wait: Wait) {
+        if state.now >= wait.born + self.bounds.window {
+            if state.clients[id as usize].lost {
+                state.clients[id as usize].phase = Phase::Settling {
+                    req: wait.req,
+                    resends: 0,
+                    wait: true,
+                };
+                Self::send(state, id, Op::Settle(wait.req));
+                return;
+            }
+            let wait = Self::new_wait(state, id);
+            return self.attempt(state, id, wait);
+        }
+        let (changes, now) = (state.changes, state.now);
         let c = &mut state.clients[id as usize];
-        c.phase = Phase::Trying { req, resends };
+        c.phase = Phase::Trying(wait);
         c.woken = false;
-        Self::send(state, id, Op::Acquire(req));
+        c.seen = changes;
+        c.tried = now;
+        Self::send(state, id, Op::Acquire(wait.req));
     }
 
     /// The acquire ends, granted or not.
     fn end(state: &mut State, id: ClientId, granted: bool) {
+        Self::forget(state, id);
         let c = &mut state.clients[id as usize];
         c.phase = if granted { Phase::Holding } else { Phase::Idle };
         c.ended += 1;
+        c.held |= granted;
         c.subscribed = false;
         c.woken = false;
         c.lost = false;
     }
 
-    /// The wait's request is let go: settled if a send of it was lost.
-    fn settle_or_end(state: &mut State, id: ClientId, req: ReqId) {
-        if state.clients[id as usize].lost {
-            let c = &mut state.clients[id as usize];
-            c.phase = Phase::Settling(req);
-            c.subscribed = false;
-            Self::send(state, id, Op::Settle(req));
+    /// The settle (and give-back) of a request is over: the wait goes on
+    /// with a new request, or ends.
+    fn settled(&self, state: &mut State, id: ClientId, wait: bool) {
+        if wait {
+            let next = Self::new_wait(state, id);
+            self.attempt(state, id, next);
         } else {
             Self::end(state, id, false);
         }
@@ -499,68 +583,114 @@ impl SemaphoreModel {
         let id = answer.client;
         let c = state.clients[id as usize];
         match (c.phase, answer.reply) {
-            (Phase::Trying { .. }, Reply::Taken(true)) => Self::end(state, id, true),
-            (Phase::Trying { req, resends }, Reply::Taken(false)) if c.woken => {
-                Self::attempt(state, id, req, resends)
+            (Phase::Trying(_), Reply::Taken(true)) => Self::end(state, id, true),
+            (Phase::Trying(wait), Reply::Taken(false)) if !c.subscribed => {
+                state.clients[id as usize].phase = Phase::Subscribing(wait)
             }
-            (Phase::Trying { req, resends }, Reply::Taken(false)) => {
-                state.clients[id as usize].phase = Phase::Waiting { req, resends }
+            (Phase::Trying(wait), Reply::Taken(false)) if c.woken => self.attempt(state, id, wait),
+            (Phase::Trying(wait), Reply::Taken(false)) => {
+                state.clients[id as usize].phase = Phase::Waiting(wait)
             }
             (Phase::Releasing, _) => state.clients[id as usize].phase = Phase::Idle,
-            (Phase::Settling(_), Reply::Settled(true)) => {
+            (Phase::Settling { wait, .. }, Reply::Settled(true)) => {
                 let give_back = Self::next_req(state, id);
                 state.clients[id as usize].phase = Phase::GivingBack {
                     req: give_back,
                     resends: 0,
+                    wait,
                 };
                 Self::send(state, id, Op::GiveBack(give_back));
             }
-            (Phase::Settling(_), _) | (Phase::GivingBack { .. }, _) => Self::end(state, id, false),
+            (Phase::Settling { wait, .. }, _) | (Phase::GivingBack { wait, .. }, _) => {
+                self.settled(state, id, wait)
+            }
             _ => {}
         }
     }
 
+    /// A call timed out: sent again (a try's request, while young; a
+    /// settle or a give-back, which are safe to resend), or, for a
+    /// release, given up on.
     fn time_out(&self, state: &mut State, id: ClientId) {
-        let resends_max = self.bounds.resends;
         let c = state.clients[id as usize];
         match c.phase {
-            Phase::Trying { req, resends } if resends < resends_max => {
-                let c = &mut state.clients[id as usize];
-                c.phase = Phase::Trying {
+            Phase::Trying(wait) => {
+                state.clients[id as usize].lost = true;
+                let wait = Wait {
+                    resends: wait.resends + 1,
+                    ..wait
+                };
+                // A resend is a try again (the library waits out a send
+                // that found no connection the same way).
+                self.attempt(state, id, wait);
+            }
+            Phase::Settling { req, resends, wait } => {
+                state.clients[id as usize].phase = Phase::Settling {
                     req,
                     resends: resends + 1,
+                    wait,
                 };
-                c.lost = true;
-                Self::send(state, id, Op::Acquire(req));
+                Self::send(state, id, Op::Settle(req));
             }
-            Phase::Trying { req, .. } => {
-                state.clients[id as usize].lost = true;
-                Self::settle_or_end(state, id, req);
-            }
-            Phase::GivingBack { req, resends } if resends < resends_max => {
+            Phase::GivingBack { req, resends, wait } => {
                 state.clients[id as usize].phase = Phase::GivingBack {
                     req,
                     resends: resends + 1,
+                    wait,
                 };
                 Self::send(state, id, Op::GiveBack(req));
             }
-            Phase::Releasing | Phase::Settling(_) | Phase::GivingBack { .. } => {
-                // It cannot learn whether its call counted: the count may
-                // lack a permit (a leak the client logs).
-                if c.phase != Phase::Releasing {
-                    Self::end(state, id, false);
-                } else {
-                    state.clients[id as usize].phase = Phase::Idle;
-                }
+            Phase::Releasing => {
+                // It cannot learn whether its release counted: the count
+                // may lack a permit.
+                Self::forget(state, id);
                 let c = &mut state.clients[id as usize];
+                c.phase = Phase::Idle;
                 c.unsure += 1;
-                for r in state.requests.iter_mut().filter(|r| r.client == id) {
-                    r.awaited = false;
-                }
-                state.replies.retain(|a| a.client != id);
             }
             _ => {}
         }
+    }
+
+    /// Whether client `id`'s call may time out: within a window of its
+    /// send and the resend bound, or when nothing of it is in flight (its
+    /// request never reached Redis).
+    fn may_time_out(&self, state: &State, id: ClientId) -> bool {
+        let c = &state.clients[id as usize];
+        let max = self.bounds.resends;
+        let within = match c.phase {
+            Phase::Trying(wait) => wait.resends < max,
+            Phase::Settling { resends, .. } | Phase::GivingBack { resends, .. } => resends < max,
+            Phase::Releasing => max > 0,
+            _ => return false,
+        };
+        (within && state.now < c.sent + self.bounds.window) || !self.in_flight(state, id)
+    }
+
+    /// Whether a timeout or a look-again is due: time cannot pass until it
+    /// fires. A call whose request never reached Redis (dropped when its
+    /// window passed) times out within that window; a waiter looks again
+    /// within the look-again once the count changed.
+    fn due(&self, state: &State) -> bool {
+        state.clients.iter().enumerate().any(|(i, c)| {
+            let id = i as ClientId;
+            let waiting = matches!(c.phase, Phase::Waiting(_));
+            let calling = !matches!(
+                c.phase,
+                Phase::Idle | Phase::Holding | Phase::Subscribing(_)
+            ) && !waiting;
+            (calling && !self.in_flight(state, id))
+                || (self.look_again
+                    && waiting
+                    && state.changes > c.seen
+                    && state.now >= c.tried + self.bounds.look_again)
+        })
+    }
+
+    /// Whether something client `id` awaits is in flight.
+    fn in_flight(&self, state: &State, id: ClientId) -> bool {
+        state.requests.iter().any(|r| r.client == id && r.awaited)
+            || state.replies.iter().any(|a| a.client == id)
     }
 }
 
@@ -578,6 +708,7 @@ impl Model for SemaphoreModel {
             messages: Vec::new(),
             give_ups_left: self.bounds.give_ups,
             losses_left: self.bounds.losses,
+            changes: 0,
             woke: false,
         }]
     }
@@ -590,16 +721,19 @@ impl Model for SemaphoreModel {
                     actions.push(Action::Acquire(id))
                 }
                 Phase::Holding => actions.push(Action::Release(id)),
-                Phase::Waiting { .. } => {
-                    if self.look_again {
-                        actions.push(Action::LookAgain(id));
-                    }
+                Phase::Subscribing(_) => actions.push(Action::Subscribe(id)),
+                Phase::Waiting(_) if self.look_again && state.changes > c.seen => {
+                    actions.push(Action::LookAgain(id))
                 }
-                Phase::Idle => {}
-                _ => actions.push(Action::Timeout(id)),
+                _ => {}
             }
-            if matches!(c.phase, Phase::Trying { .. } | Phase::Waiting { .. })
-                && state.give_ups_left > 0
+            if self.may_time_out(state, id) {
+                actions.push(Action::Timeout(id));
+            }
+            if matches!(
+                c.phase,
+                Phase::Trying(_) | Phase::Subscribing(_) | Phase::Waiting(_)
+            ) && state.give_ups_left > 0
             {
                 actions.push(Action::GiveUp(id));
             }
@@ -622,7 +756,7 @@ impl Model for SemaphoreModel {
                 }
             }
         }
-        if state.now < self.bounds.max_time {
+        if state.now < self.bounds.max_time && !self.due(state) {
             actions.push(Action::Tick);
         }
     }
@@ -632,50 +766,69 @@ impl Model for SemaphoreModel {
         let (b, m) = (&self.bounds, self.mutation);
         match action {
             Action::Acquire(id) => {
-                let req = Self::next_req(&mut state, id);
-                let c = &mut state.clients[id as usize];
-                c.acquires += 1;
-                c.lost = false;
-                // Subscribed before the first attempt.
-                c.subscribed = true;
-                Self::attempt(&mut state, id, req, 0);
+                state.clients[id as usize].acquires += 1;
+                let wait = Self::new_wait(&mut state, id);
+                self.attempt(&mut state, id, wait);
             }
             Action::Release(id) => {
                 state.clients[id as usize].phase = Phase::Releasing;
                 Self::send(&mut state, id, Op::Release);
             }
             Action::Timeout(id) => self.time_out(&mut state, id),
-            Action::GiveUp(id) => {
-                state.give_ups_left -= 1;
-                let req = match state.clients[id as usize].phase {
-                    Phase::Trying { req, .. } => {
-                        // Its attempt's reply is not read: what it took is
-                        // settled.
-                        state.clients[id as usize].lost = true;
-                        req
-                    }
-                    Phase::Waiting { req, .. } => req,
-                    _ => return None,
-                };
-                Self::settle_or_end(&mut state, id, req);
-            }
-            Action::LookAgain(id) => {
-                let Phase::Waiting { req, resends } = state.clients[id as usize].phase else {
+            Action::Subscribe(id) => {
+                let Phase::Subscribing(wait) = state.clients[id as usize].phase else {
                     return None;
                 };
-                Self::attempt(&mut state, id, req, resends);
+                state.clients[id as usize].subscribed = true;
+                if m == Mutation::NoTryAfterSubscribe {
+                    state.clients[id as usize].phase = Phase::Waiting(wait);
+                } else {
+                    self.attempt(&mut state, id, wait);
+                }
+            }
+            Action::GiveUp(id) => {
+                state.give_ups_left -= 1;
+                let c = state.clients[id as usize];
+                let (req, lost) = match c.phase {
+                    // Its try's reply is not read: what it took is settled.
+                    Phase::Trying(wait) => (wait.req, true),
+                    Phase::Subscribing(wait) | Phase::Waiting(wait) => (wait.req, c.lost),
+                    _ => return None,
+                };
+                if lost {
+                    let c = &mut state.clients[id as usize];
+                    c.phase = Phase::Settling {
+                        req,
+                        resends: 0,
+                        wait: false,
+                    };
+                    c.subscribed = false;
+                    Self::send(&mut state, id, Op::Settle(req));
+                } else {
+                    Self::end(&mut state, id, false);
+                }
+            }
+            Action::LookAgain(id) => {
+                let Phase::Waiting(wait) = state.clients[id as usize].phase else {
+                    return None;
+                };
+                self.attempt(&mut state, id, wait);
             }
             Action::Run(i) => {
                 let sent = state.requests.remove(i);
                 let now = state.now;
+                let before = state.server.available;
                 let server = &mut state.server;
-                let reply = match sent.op {
-                    Op::Acquire(req) => server.acquire(now, req, 1, b, m),
-                    Op::Release => server.release(1),
-                    Op::Settle(req) => server.settle(now, req, b),
-                    Op::GiveBack(req) => server.give_back(now, req, 1, b, m),
+                let (reply, published) = match sent.op {
+                    Op::Acquire(req) => (server.acquire(now, req, 1, b, m), false),
+                    Op::Release => (server.release(1), true),
+                    Op::Settle(req) => (server.settle(now, req, b), false),
+                    Op::GiveBack(req) => server.give_back(req, 1, m),
                 };
-                if matches!(sent.op, Op::Release | Op::GiveBack(_)) {
+                if state.server.available != before {
+                    state.changes += 1;
+                }
+                if published {
                     Self::publish(&mut state);
                 }
                 if sent.awaited {
@@ -695,11 +848,11 @@ impl Model for SemaphoreModel {
                 let id = state.messages.remove(i);
                 let c = state.clients[id as usize];
                 match c.phase {
-                    Phase::Waiting { req, resends } if c.subscribed => {
+                    Phase::Waiting(wait) if c.subscribed => {
                         state.woke = true;
-                        Self::attempt(&mut state, id, req, resends)
+                        self.attempt(&mut state, id, wait)
                     }
-                    Phase::Trying { .. } if c.subscribed && m != Mutation::NotifyAfterTry => {
+                    Phase::Trying(_) if c.subscribed && m != Mutation::NotifyAfterTry => {
                         state.clients[id as usize].woken = true
                     }
                     _ => {}
@@ -733,14 +886,14 @@ impl Model for SemaphoreModel {
             Property::eventually(
                 "no waiter waits forever",
                 |m: &SemaphoreModel, s: &State| {
-                    // Or a permit may have leaked: a call that failed may
-                    // have left it taken, and nobody gives it back.
+                    // Or a permit may have leaked: a release whose reply
+                    // was lost may have counted, or not.
                     s.clients.iter().all(|c| c.ended == m.bounds.acquires)
                         || s.clients.iter().any(|c| c.unsure > 0)
                 },
             ),
             Property::sometimes("every client held a permit", |_, s: &State| {
-                s.clients.iter().all(|c| c.ended > 0) && s.held() > 0
+                s.clients.iter().all(|c| c.held)
             }),
             Property::sometimes("a message woke a waiter", |_, s: &State| s.woke),
         ]
@@ -748,7 +901,7 @@ impl Model for SemaphoreModel {
 }
 
 /// At rest, the available count plus the permits held is the total, less
-/// what the clients' failed calls may have left taken, never more.
+/// what the clients' lost releases may have left taken, never more.
 pub fn count_accounts(s: &State, total: u8) -> bool {
     if !s.at_rest() {
         return true;

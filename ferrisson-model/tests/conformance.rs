@@ -315,6 +315,8 @@ fn agree_step_by_step(fenced: bool) {
 
 /// The semaphore's scripts and its model ([`semaphore::Server`]).
 mod semaphore_scripts {
+    use std::time::Duration;
+
     use ferrisson_model::semaphore::{Bounds, Mutation, Reply, Server};
     use ferrisson_model::{ClientId, Latch, ReqId};
     use redis::{Commands, Script};
@@ -325,7 +327,8 @@ mod semaphore_scripts {
 
     const NAME: &str = "model-semaphore";
     const CHANNEL: &str = "redisson_sc:{model-semaphore}";
-    const TOTAL: u8 = 2;
+    const MARKER: &str = "redisson_sc:{model-semaphore}:marker";
+    const TOTAL: u8 = 3;
     const LATCH_TTL_MS: u64 = 120_000;
     const ACQUIRES: u8 = 3;
     const GIVE_BACKS: u8 = 2;
@@ -340,10 +343,13 @@ mod semaphore_scripts {
 
     #[derive(Clone, Copy, Debug)]
     enum Step {
-        Acquire(ReqId),
+        /// A take of this many permits.
+        Acquire(ReqId, u8),
         Release,
         Settle(ReqId),
         GiveBack(ReqId),
+        /// The acquire latch runs out (its key deleted).
+        LatchGone(ReqId),
     }
 
     fn draw(rng: &mut Rng) -> Step {
@@ -352,14 +358,15 @@ mod semaphore_scripts {
             client,
             seq: 1 + rng.below(ACQUIRES as u64) as u8,
         };
-        match rng.below(10) {
-            0..=3 => Step::Acquire(acquire),
+        match rng.below(12) {
+            0..=3 => Step::Acquire(acquire, 1 + rng.below(2) as u8),
             4..=5 => Step::Release,
             6..=7 => Step::Settle(acquire),
-            _ => Step::GiveBack(ReqId {
+            8..=9 => Step::GiveBack(ReqId {
                 client,
                 seq: 100 + rng.below(GIVE_BACKS as u64) as u8,
             }),
+            _ => Step::LatchGone(acquire),
         }
     }
 
@@ -380,14 +387,14 @@ mod semaphore_scripts {
             }
         }
 
-        fn run(&self, conn: &mut redis::Connection, step: Step) -> Reply {
-            match step {
-                Step::Acquire(req) => {
+        fn run(&self, conn: &mut redis::Connection, step: Step) -> Option<Reply> {
+            Some(match step {
+                Step::Acquire(req, permits) => {
                     let taken: i64 = self
                         .acquire
                         .key(NAME)
                         .key(acquire_latch(req))
-                        .arg(1)
+                        .arg(permits)
                         .arg(LATCH_TTL_MS)
                         .invoke(conn)
                         .unwrap();
@@ -427,17 +434,46 @@ mod semaphore_scripts {
                         .unwrap();
                     Reply::Count(count as i16)
                 }
+                Step::LatchGone(req) => {
+                    let _: i64 = conn.del(acquire_latch(req)).unwrap();
+                    return None;
+                }
+            })
+        }
+    }
+
+    /// Runs `step` on the model: its reply, and whether it published.
+    fn model_run(server: &mut Server, step: Step, b: &Bounds) -> (Option<Reply>, bool) {
+        let now = 0;
+        match step {
+            Step::Acquire(req, permits) => (
+                Some(server.acquire(now, req, permits, b, Mutation::None)),
+                false,
+            ),
+            Step::Release => (Some(server.release(1)), true),
+            Step::Settle(req) => (Some(server.settle(now, req, b)), false),
+            Step::GiveBack(req) => {
+                let (reply, published) = server.give_back(req, 1, Mutation::None);
+                (Some(reply), published)
+            }
+            Step::LatchGone(req) => {
+                server.acquire_latches.retain(|(r, _, _)| *r != req);
+                (None, false)
             }
         }
     }
 
-    fn model_run(server: &mut Server, step: Step, b: &Bounds) -> Reply {
-        let now = 0;
-        match step {
-            Step::Acquire(req) => server.acquire(now, req, 1, b, Mutation::None),
-            Step::Release => server.release(1),
-            Step::Settle(req) => server.settle(now, req, b),
-            Step::GiveBack(req) => server.give_back(now, req, 1, b, Mutation::None),
+    /// The counts the step just run published: every message on the
+    /// channel before the marker published after the step.
+    fn published(conn: &mut redis::Connection, pubsub: &mut redis::PubSub<'_>) -> Vec<i16> {
+        let _: i64 = conn.publish(MARKER, "end").unwrap();
+        let mut counts = Vec::new();
+        loop {
+            let message = pubsub.get_message().unwrap();
+            if message.get_channel_name() == MARKER {
+                return counts;
+            }
+            counts.push(message.get_payload::<i16>().unwrap());
         }
     }
 
@@ -458,10 +494,10 @@ mod semaphore_scripts {
             });
             let give_backs = (100..100 + GIVE_BACKS).map(|seq| {
                 let req = ReqId { client, seq };
-                let expected = model.give_back_latches.iter().find(|(r, _, _)| *r == req);
+                let expected = model.give_back_latches.iter().find(|(r, _)| *r == req);
                 (
                     give_back_latch(req),
-                    expected.map(|(_, first, _)| first.to_string()),
+                    expected.map(|(_, first)| first.to_string()),
                 )
             });
             for (key, expected) in acquires.chain(give_backs) {
@@ -476,10 +512,16 @@ mod semaphore_scripts {
         let seed = announced_seed("semaphore model conformance");
         let mut rng = Rng::new(seed);
         let redis = RedisServer::start();
-        let mut conn = redis::Client::open(redis.url())
-            .unwrap()
-            .get_connection()
+        let client = redis::Client::open(redis.url()).unwrap();
+        let mut conn = client.get_connection().unwrap();
+        let mut subscriber = client.get_connection().unwrap();
+        subscriber
+            .set_read_timeout(Some(Duration::from_secs(30)))
             .unwrap();
+        // One subscription for the run (a dropped `PubSub` unsubscribes).
+        let mut pubsub = subscriber.as_pubsub();
+        pubsub.subscribe(CHANNEL).unwrap();
+        pubsub.subscribe(MARKER).unwrap();
         let scripts = Scripts::load();
         let bounds = Bounds::lost_replies();
         let mut replies = std::collections::BTreeMap::<String, usize>::new();
@@ -493,12 +535,21 @@ mod semaphore_scripts {
                 steps.push(step);
                 let context = format!("seed {seed}, sequence {sequence}, steps {steps:?}");
                 let real = scripts.run(&mut conn, step);
-                let modelled = model_run(&mut model, step, &bounds);
+                let real_published = published(&mut conn, &mut pubsub);
+                let (modelled, modelled_published) = model_run(&mut model, step, &bounds);
                 assert_eq!(real, modelled, "{context}: the reply");
+                // A step that publishes publishes the new count.
+                let expected: Vec<i16> = match (modelled, modelled_published) {
+                    (Some(Reply::Count(n)), true) => vec![n],
+                    _ => Vec::new(),
+                };
+                assert_eq!(real_published, expected, "{context}: the messages");
                 compare(&mut conn, &model, &context);
-                let kind = match real {
-                    Reply::Count(_) => "Count".to_owned(),
-                    reply => format!("{reply:?}"),
+                let kind = match (real, real_published.is_empty()) {
+                    (Some(Reply::Count(_)), false) => "Count, published".to_owned(),
+                    (Some(Reply::Count(_)), true) => "Count, replayed".to_owned(),
+                    (Some(reply), _) => format!("{reply:?}"),
+                    (None, _) => "latch gone".to_owned(),
                 };
                 *replies.entry(kind).or_default() += 1;
             }
@@ -509,7 +560,8 @@ mod semaphore_scripts {
         for reply in [
             "Taken(true)",
             "Taken(false)",
-            "Count",
+            "Count, published",
+            "Count, replayed",
             "Settled(true)",
             "Settled(false)",
         ] {

@@ -51,6 +51,11 @@ fn the_semaphore_holds_through_lost_replies_late_sends_and_waits_that_end() {
 }
 
 #[test]
+fn the_semaphore_holds_while_requests_grow_old_and_latches_run_out() {
+    holds(SemaphoreModel::new(Bounds::time(), Mutation::None));
+}
+
+#[test]
 fn the_semaphore_holds_with_three_clients_and_two_permits() {
     holds(SemaphoreModel::new(Bounds::three_clients(), Mutation::None));
 }
@@ -74,9 +79,33 @@ fn the_look_again_wakes_a_waiter_whose_message_was_lost() {
     holds(SemaphoreModel::new(bounds, Mutation::None));
 }
 
+/// The library's rule before the fix of 2026-11-27: an acquire latch of
+/// two windows, for permits that never expire. A settle that comes later
+/// than that after the grant (a look-again longer than a window, as a
+/// watchdog timeout above three windows makes it, or a settle whose send
+/// was lost) finds no grant, and the permits a lost send took are never
+/// given back. The latch now also covers the look-again; a settle delayed
+/// longer by an outage is a limit.
 #[test]
-fn without_the_acquire_latch_a_resent_take_takes_twice() {
-    let model = SemaphoreModel::new(Bounds::lost_replies(), Mutation::NoAcquireLatch);
+fn a_settle_after_the_latch_ran_out_never_gives_the_permits_back() {
+    let bounds = Bounds {
+        max_time: 3,
+        look_again: 2,
+        latch_ttl: 2,
+        ..Bounds::time()
+    };
+    found(SemaphoreModel::new(bounds, Mutation::None), COUNTS);
+}
+
+/// Without the latch, a take whose reply was lost is counted wrong: a
+/// resend takes again, or a settle finds nothing to give back.
+#[test]
+fn without_the_acquire_latch_a_take_whose_reply_was_lost_is_counted_wrong() {
+    let bounds = Bounds {
+        total: 2,
+        ..Bounds::lost_replies()
+    };
+    let model = SemaphoreModel::new(bounds, Mutation::NoAcquireLatch);
     found(model, COUNTS);
 }
 
@@ -88,6 +117,13 @@ fn without_the_give_back_latch_more_permits_go_out_than_there_are() {
     };
     let model = SemaphoreModel::new(bounds, Mutation::NoGiveBackLatch);
     found(model, WITHIN_TOTAL);
+}
+
+#[test]
+fn a_waiter_that_does_not_try_again_once_subscribed_sleeps_through_a_release() {
+    let model =
+        SemaphoreModel::without_look_again(Bounds::waiting(), Mutation::NoTryAfterSubscribe);
+    found(model, NO_WAITER_STUCK);
 }
 
 #[test]

@@ -304,9 +304,23 @@ impl<T: Taken> Request<T> {
     /// shorter, a send that arrives after it would count a granted re-entry
     /// twice). A request is reused for one resend window after its birth,
     /// and each attempt's sends fit in one more window; hence the sum.
+    /// What never expires by itself (`ttl_ms` 0: a semaphore's permits) is
+    /// settled by the wait's next try, up to a look-again (a third of the
+    /// watchdog timeout) after the attempt that lost a send: the latch
+    /// outlives that pause too. Were it shorter (a watchdog timeout above
+    /// three windows), the settle would find no grant, and the permits a
+    /// lost send took would never come back (found by the protocol model,
+    /// `ferrisson-model`).
     fn latch_ttl(config: &crate::config::Config, ttl_ms: u64) -> u64 {
         let window = config.unlock_latch_ttl_ms();
-        ttl_ms.max(window).saturating_add(window)
+        let settled_by = match ttl_ms {
+            0 => u64::try_from(config.renewal_interval().as_millis()).unwrap_or(u64::MAX),
+            _ => 0,
+        };
+        ttl_ms
+            .max(window)
+            .saturating_add(window)
+            .saturating_add(settled_by)
     }
 
     /// Whether a new attempt setting `ttl_ms` may send this request again:

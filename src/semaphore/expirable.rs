@@ -706,11 +706,19 @@ impl PermitExpirableSemaphore {
         resend_until: Option<Instant>,
         runtime: Handle,
     ) -> Result<Tried<Vec<Permit>>> {
+        // What the sends take lasts the lease (0: until released).
+        let ttl_ms = lease_ms.unwrap_or(0);
         let new = || {
             let out = PermitsOut::new((0..n).map(|_| PermitId::random()).collect(), lease_ms);
-            Request::new(&self.obj.client, &self.obj.name, out, 0, runtime.clone())
+            Request::new(
+                &self.obj.client,
+                &self.obj.name,
+                out,
+                ttl_ms,
+                runtime.clone(),
+            )
         };
-        let request = slot.get(0, new).await.map_err(|e| self.obj.error(e))?;
+        let request = slot.get(ttl_ms, new).await.map_err(|e| self.obj.error(e))?;
         let ids = request.taken().ids.clone();
         let (sent, this) = (Instant::now(), Arc::clone(&request));
         let build = |latch: &str, latch_ttl: u64| {
