@@ -219,6 +219,8 @@ fn leftovers(server: &RedisServer) -> Vec<String> {
 async fn dropped_acquires_over_a_cutting_network_leave_nothing_behind() {
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::Arc;
+    // Also records the give-backs that failed (see `failed_give_backs`).
+    common::init_tracing();
     let long = std::env::var("FERRISSON_TORTURE").is_ok_and(|v| v == "long");
     let seed = announced_seed("cancel fuzz");
     let total = if long { 20_000 } else { 2_000 };
@@ -272,14 +274,16 @@ async fn dropped_acquires_over_a_cutting_network_leave_nothing_behind() {
             .filter(|k| !is_latch(k))
             .collect::<Vec<_>>()
     };
-    // A hold whose awaited unlock failed (every send met a cut) stays
-    // until its lease ends, as documented; the keys of its lock may stay
-    // that long, and no other.
+    // A hold whose awaited unlock failed (every send met a cut), or whose
+    // give-back failed (logged), stays until its lease ends, as
+    // documented; the keys of its lock may stay that long, and no other.
     let unlock_failed = |k: &String| {
         tally
             .failed_unlocks
             .iter()
-            .any(|name| k == name || k.contains(&format!("{{{name}}}")))
+            .cloned()
+            .chain(common::failed_give_backs())
+            .any(|name| *k == name || k.contains(&format!("{{{name}}}")))
     };
     let clean = || {
         fuzzed.held_locks() == 0
@@ -302,7 +306,7 @@ async fn dropped_acquires_over_a_cutting_network_leave_nothing_behind() {
     }
     assert!(
         clean(),
-        "left behind: {} registry entries, {} subscriptions, keys {:?} (failed unlocks: {:?})",
+        "left behind: {} registry entries, {} subscriptions, keys {:?} (failed unlocks: {:?}, failed give-backs: {:?})",
         fuzzed.held_locks(),
         fuzzed.subscriptions(),
         holds()
@@ -315,11 +319,12 @@ async fn dropped_acquires_over_a_cutting_network_leave_nothing_behind() {
             ))
             .collect::<Vec<_>>(),
         tally.failed_unlocks,
+        common::failed_give_backs(),
     );
     // Those too, once their 30 s leases have run out: set by an acquire
     // before the cuts stopped, or at the latest by a release of another
     // hold of the same owner (a re-entry) within the resend window.
-    if !tally.failed_unlocks.is_empty() {
+    if !holds().is_empty() {
         let lease = Duration::from_secs(30);
         let ends = quiet + window + lease + Duration::from_secs(2);
         tokio::time::sleep_until(tokio::time::Instant::from_std(ends)).await;

@@ -557,9 +557,9 @@ async fn an_orphaned_reentry_is_given_back_with_its_own_sends_ttl() {
     let held = soon(client.lock(name).with_owner("job").lock())
         .await
         .unwrap();
-    // Woken, the wait re-enters (TTL: the watchdog's 10 s); its reply takes
-    // a second to come back, and the caller leaves before it does.
-    proxy.set_latency(Duration::from_secs(1));
+    // Woken, the wait re-enters (TTL: the watchdog's 10 s); its reply is
+    // held on the way back, and the caller leaves before it comes.
+    proxy.hold_next_reply_to("ferrisson_acquire_latch:{orphan-ttl}");
     server.cmd(&["PUBLISH", channel, "0"]);
     eventually(Duration::from_secs(10), || async {
         hold_count(&server, name, &field) == 2
@@ -567,6 +567,7 @@ async fn an_orphaned_reentry_is_given_back_with_its_own_sends_ttl() {
     .await;
     wait.abort();
     assert!(wait.await.unwrap_err().is_cancelled());
+    proxy.release_held();
     eventually(Duration::from_secs(10), || async {
         hold_count(&server, name, &field) == 1
     })
@@ -579,7 +580,6 @@ async fn an_orphaned_reentry_is_given_back_with_its_own_sends_ttl() {
         pttl > 5000,
         "the give-back restored the first attempt's 1 s lease: {pttl} ms"
     );
-    proxy.set_latency(Duration::ZERO);
     assert!(!held.is_lease_lost());
     soon(held.unlock()).await.unwrap();
     assert!(!common::exists(&server, name));

@@ -81,11 +81,10 @@ fn the_look_again_wakes_a_waiter_whose_message_was_lost() {
 
 /// The library's rule before the fix of 2026-11-27: an acquire latch of
 /// two windows, for permits that never expire. A settle that comes later
-/// than that after the grant (a look-again longer than a window, as a
-/// watchdog timeout above three windows makes it, or a settle whose send
-/// was lost) finds no grant, and the permits a lost send took are never
-/// given back. The latch now also covers the look-again; a settle delayed
-/// longer by an outage is a limit.
+/// than that after the grant (after a look-again of about two windows, or
+/// a settle whose send was lost) finds no grant, and the permits a lost
+/// send took are never given back. The latch now also covers the
+/// look-again; a settle delayed longer by an outage is a limit.
 #[test]
 fn a_settle_after_the_latch_ran_out_never_gives_the_permits_back() {
     let bounds = Bounds {

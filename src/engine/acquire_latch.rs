@@ -306,11 +306,12 @@ impl<T: Taken> Request<T> {
     /// and each attempt's sends fit in one more window; hence the sum.
     /// What never expires by itself (`ttl_ms` 0: a semaphore's permits) is
     /// settled by the wait's next try, up to a look-again (a third of the
-    /// watchdog timeout) after the attempt that lost a send: the latch
-    /// outlives that pause too. Were it shorter (a watchdog timeout above
-    /// three windows), the settle would find no grant, and the permits a
-    /// lost send took would never come back (found by the protocol model,
-    /// `ferrisson-model`).
+    /// watchdog timeout) after the attempt that lost a send, when the
+    /// message that would wake it sooner is lost: the latch outlives that
+    /// pause too. Were it shorter (a look-again of about two windows, a
+    /// watchdog timeout near 100 s with the default timeouts), the settle
+    /// would find no grant, and the permits a lost send took would never
+    /// come back (found by the protocol model, `ferrisson-model`).
     fn latch_ttl(config: &crate::config::Config, ttl_ms: u64) -> u64 {
         let window = config.unlock_latch_ttl_ms();
         let settled_by = match ttl_ms {

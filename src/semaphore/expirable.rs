@@ -776,7 +776,13 @@ impl PermitExpirableSemaphore {
                     })
                     .collect(),
             ),
-            Some(ms) if ms > 0 => Tried::Again(Some(Duration::from_millis(ms as u64))),
+            // Until the first lease ends, but no longer than a look-again:
+            // that lease may be anyone's and long, and a wait whose message
+            // was lost settles its old request at its next try, which must
+            // come while the request's latch lives (see `Request`).
+            Some(ms) if ms > 0 => Tried::Again(Some(
+                Duration::from_millis(ms as u64).min(self.obj.client.config().renewal_interval()),
+            )),
             Some(_) => Tried::Again(None),
         })
     }

@@ -72,13 +72,64 @@ pub(crate) fn exists(server: &RedisServer, key: &str) -> bool {
 }
 
 pub(crate) fn init_tracing() {
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "ferrisson=warn".into()),
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    use tracing_subscriber::Layer;
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| "ferrisson=warn".into());
+    let _ = tracing_subscriber::registry()
+        .with(
+            tracing_subscriber::fmt::layer()
+                .with_test_writer()
+                .with_filter(filter),
         )
-        .with_test_writer()
+        .with(GiveBackFailures)
         .try_init();
+}
+
+/// The names of the locks and semaphores whose give-back of a grant failed
+/// in this process so far (the library's warning "could not give back
+/// ...": what the grant took stays until its lease ends, as documented),
+/// once [`init_tracing`] has run.
+#[allow(dead_code)]
+pub(crate) fn failed_give_backs() -> std::collections::BTreeSet<String> {
+    FAILED_GIVE_BACKS.lock().unwrap().clone()
+}
+
+static FAILED_GIVE_BACKS: std::sync::Mutex<std::collections::BTreeSet<String>> =
+    std::sync::Mutex::new(std::collections::BTreeSet::new());
+
+/// Records the names in the library's give-back warnings.
+struct GiveBackFailures;
+
+impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for GiveBackFailures {
+    fn on_event(&self, event: &tracing::Event<'_>, _: tracing_subscriber::layer::Context<'_, S>) {
+        if *event.metadata().level() != tracing::Level::WARN {
+            return;
+        }
+        #[derive(Default)]
+        struct Fields {
+            message: String,
+            name: Option<String>,
+        }
+        impl tracing::field::Visit for Fields {
+            fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+                match field.name() {
+                    "message" => self.message = format!("{value:?}"),
+                    "lock" | "semaphore" => self.name = Some(format!("{value:?}")),
+                    _ => {}
+                }
+            }
+        }
+        let mut fields = Fields::default();
+        event.record(&mut fields);
+        if let (true, Some(name)) = (
+            fields.message.starts_with("could not give back"),
+            fields.name,
+        ) {
+            FAILED_GIVE_BACKS.lock().unwrap().insert(name);
+        }
+    }
 }
 
 /// Waits until `client` holds nothing and waits on nothing: the registry

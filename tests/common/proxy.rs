@@ -2,8 +2,9 @@
 //! faults: it can delay every chunk in both directions, black-hole all
 //! traffic (connections stay open, nothing gets through), drop every open
 //! connection, refuse new ones, lose the reply to one command (forward the command, then
-//! swallow what the server answers and cut the connection), or refuse new ones
-//! right after delivering the reply to one command.
+//! swallow what the server answers and cut the connection), hold the reply
+//! to one command until told, or refuse new ones right after delivering the
+//! reply to one command.
 //!
 //! Threads and blocking sockets only; each connection has a reader and a
 //! writer thread per direction, so a delay keeps the order of the bytes.
@@ -31,6 +32,10 @@ struct State {
     /// A pattern of the command after whose reply the server becomes
     /// unreachable (the reply is delivered first).
     refuse_after_reply_to: Mutex<Option<Vec<u8>>>,
+    /// A pattern of the command whose reply is held until released.
+    hold_reply_to: Mutex<Option<Vec<u8>>>,
+    /// Held replies go on.
+    released: AtomicBool,
     /// Both sockets of every connection, to cut them.
     open: Mutex<Vec<(TcpStream, TcpStream)>>,
     accepted: AtomicUsize,
@@ -141,6 +146,20 @@ impl Proxy {
         *self.state.refuse_after_reply_to.lock().unwrap() = Some(pattern.as_bytes().to_vec());
     }
 
+    /// Holds the reply to the next command whose bytes contain `pattern`
+    /// (and what follows it on that connection) until
+    /// [`Proxy::release_held`]: the command reaches the server, its caller
+    /// waits.
+    pub(crate) fn hold_next_reply_to(&self, pattern: &str) {
+        self.state.released.store(false, Ordering::Relaxed);
+        *self.state.hold_reply_to.lock().unwrap() = Some(pattern.as_bytes().to_vec());
+    }
+
+    /// Lets a reply held by [`Proxy::hold_next_reply_to`] go on.
+    pub(crate) fn release_held(&self) {
+        self.state.released.store(true, Ordering::Relaxed);
+    }
+
     /// Whether new connections are refused now.
     pub(crate) fn refusing(&self) -> bool {
         self.state.refusing.load(Ordering::Relaxed)
@@ -180,6 +199,8 @@ fn connect(state: &Arc<State>, client: TcpStream, server: TcpStream) {
     // Set by it when it forwarded the command after whose reply the proxy
     // refuses.
     let refuse_after = Arc::new(AtomicBool::new(false));
+    // Set by it when it forwarded the command whose reply is held.
+    let hold = Arc::new(AtomicBool::new(false));
     let cut = {
         let (client, server) = (client.try_clone().unwrap(), server.try_clone().unwrap());
         move || {
@@ -196,12 +217,14 @@ fn connect(state: &Arc<State>, client: TcpStream, server: TcpStream) {
         Flags {
             swallow: Arc::clone(&swallow),
             refuse_after: Arc::clone(&refuse_after),
+            hold: Arc::clone(&hold),
         },
         Arc::clone(&cut),
     );
     let flags = Flags {
         swallow,
         refuse_after,
+        hold,
     };
     pump(state, server, client, Direction::ToClient, flags, cut);
 }
@@ -213,6 +236,8 @@ struct Flags {
     swallow: Arc<AtomicBool>,
     /// Refuse once its reply is delivered.
     refuse_after: Arc<AtomicBool>,
+    /// Hold its reply until released.
+    hold: Arc<AtomicBool>,
 }
 
 /// Makes the server unreachable: cuts every connection, refuses new ones.
@@ -241,6 +266,7 @@ fn pump(
     let Flags {
         swallow,
         refuse_after,
+        hold,
     } = flags;
     // Each chunk with when to write it, and whether to refuse after it.
     let (tx, rx) = mpsc::channel::<(Instant, Vec<u8>, bool)>();
@@ -277,6 +303,14 @@ fn pump(
                         *armed = None;
                         refuse_after.store(true, Ordering::Relaxed);
                     }
+                    let mut armed = state.hold_reply_to.lock().unwrap();
+                    if armed
+                        .as_ref()
+                        .is_some_and(|p| chunk.windows(p.len()).any(|w| w == p.as_slice()))
+                    {
+                        *armed = None;
+                        hold.store(true, Ordering::Relaxed);
+                    }
                 }
                 Direction::ToClient => {
                     if swallow.swap(false, Ordering::Relaxed) {
@@ -289,6 +323,15 @@ fn pump(
                         state.lost_replies.fetch_add(1, Ordering::Relaxed);
                         reader_cut();
                         break;
+                    }
+                    if hold.swap(false, Ordering::Relaxed) {
+                        // Read, not forwarded: the reply (and all behind
+                        // it on this connection) waits for the release.
+                        while !state.released.load(Ordering::Relaxed)
+                            && !state.closed.load(Ordering::Relaxed)
+                        {
+                            std::thread::sleep(Duration::from_millis(1));
+                        }
                     }
                 }
             }
