@@ -31,6 +31,7 @@ fn handles() {
     handle::<CountDownLatch>();
     handle::<MultiLock>();
     handle::<RedLock>();
+    handle::<LeaderElection>();
     held::<Box<dyn DistributedLock>>();
     held::<Error>();
 }
@@ -41,6 +42,8 @@ fn guards() {
     held::<MultiLockGuard>();
     held::<RedLockGuard>();
     held::<Permit>();
+    held::<Leadership>();
+    held::<Observer>();
 }
 
 fn futures(client: &Client, guard: LockGuard) {
@@ -61,4 +64,15 @@ fn futures(client: &Client, guard: LockGuard) {
     sends(MultiLock::new(Vec::new()).lock());
     sends(RedLock::new(Vec::new()).lock());
     sends(guard.unlock());
+    let election = client.leader_election("");
+    sends(election.campaign(""));
+    sends(election.try_campaign(""));
+    sends(election.campaign_for("", wait));
+    sends(election.leader());
+}
+
+async fn leadership_futures(leadership: Leadership, mut observer: Observer) {
+    sends(leadership.lost());
+    sends(observer.next());
+    sends(leadership.resign());
 }

@@ -69,6 +69,12 @@ pub fn lock_channel(name: &str) -> String {
     prefix_name("redisson_lock__channel", name)
 }
 
+/// The channel where a leader election announces a new leader and a
+/// resignation (ferrisson's own: Redisson has no election).
+pub fn election_channel(name: &str) -> String {
+    prefix_name("ferrisson_election__channel", name)
+}
+
 /// `{name}:suffix` (Redisson's `suffixName`).
 fn suffix_name(name: &str, suffix: &str) -> String {
     format!("{}:{suffix}", tagged(name))

@@ -55,6 +55,8 @@ scripts! {
     RELEASE = "release.lua";
     /// `lua/renew.lua`: reset the TTL of keys still held by their owners.
     RENEW = "renew.lua";
+    /// `lua/publish.lua`: publish one message, on a channel in KEYS.
+    PUBLISH = "publish.lua";
     /// `lua/force_unlock.lua`: delete whoever holds it, wake waiters.
     FORCE_UNLOCK = "force_unlock.lua";
     /// `lua/semaphore_acquire.lua`: take permits when enough are available.

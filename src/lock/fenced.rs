@@ -172,6 +172,13 @@ impl FencedGuard {
     }
 }
 
+impl FencedGuard {
+    /// As [`LockGuard::release_then`].
+    pub(crate) fn release_then(self, then: super::guard::AfterRelease) {
+        self.guard.release_then(then);
+    }
+}
+
 impl From<FencedGuard> for LockGuard {
     fn from(guard: FencedGuard) -> LockGuard {
         guard.guard

@@ -520,6 +520,26 @@ impl Release {
 
 impl Drop for LockGuard {
     fn drop(&mut self) {
+        self.release_in_background(None);
+    }
+}
+
+/// Work to run after a dropped guard's release got through, on the
+/// release's connection; it may run twice (see `spawn_to_end`).
+pub(crate) type AfterRelease = Arc<dyn Fn(Conn) -> BoxFuture<()> + Send + Sync + 'static>;
+
+type BoxFuture<T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send + 'static>>;
+
+impl LockGuard {
+    /// Gives up the guard as a drop does (its release resent until it gets
+    /// through or the lease runs out, finished at a runtime's shutdown),
+    /// and once Redis has released the hold, runs `then`: an announcement
+    /// that must not come before the release (a leader's resignation).
+    pub(crate) fn release_then(mut self, then: AfterRelease) {
+        self.release_in_background(Some(then));
+    }
+
+    fn release_in_background(&mut self, then: Option<AfterRelease>) {
         let Some(hold) = self.hold.take() else {
             return;
         };
@@ -540,9 +560,14 @@ impl Drop for LockGuard {
         let client = release.client.clone();
         spawn_to_end(&client, &runtime, move |conn| {
             let release = Arc::clone(&release);
+            let then = then.clone();
             async move {
-                match release.send_on(conn, Resend::UntilExpired).await {
-                    Ok(()) => {}
+                match release.send_on(conn.clone(), Resend::UntilExpired).await {
+                    Ok(()) => {
+                        if let Some(then) = then {
+                            then(conn).await;
+                        }
+                    }
                     Err(err @ (Error::LeaseLost { .. } | Error::NotHeld { .. })) => {
                         tracing::debug!(lock = %release.key.name, error = %err,
                             "dropped guard was no longer held");

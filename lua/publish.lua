@@ -1,0 +1,11 @@
+-- Publish one message: a leader election's announcement of a new leader
+-- or of a resignation, sent from the client.
+--
+-- KEYS[1]  the channel, `ferrisson_election__channel:{name}` (a key, so
+--          that a Cluster runs the script on the node of the name's slot,
+--          where a sharded subscriber listens)
+-- ARGV[1]  the message
+-- ARGV[2]  the publish command, `publish` or `spublish`
+--
+-- Replies the number of subscribers that received it, as the command does.
+return redis.call(ARGV[2], KEYS[1], ARGV[1])

@@ -1,0 +1,621 @@
+//! Leader election on a fenced lock: one leader per name, a term that
+//! fences, a label the others read, and a stream of changes.
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use futures_util::stream::{BoxStream, Stream, StreamExt};
+
+use crate::client::pubsub::Subscription;
+use crate::engine::backoff::NO_CONNECTION;
+use crate::engine::keys;
+use crate::engine::scripts::PUBLISH;
+use crate::{Client, Error, FencedGuard, FencedLock, Result};
+
+/// The longest label a candidate may give, in bytes.
+pub const MAX_LABEL_LEN: usize = 256;
+
+/// What a resignation announces on the election's channel (a new leader
+/// announces its term).
+const RESIGNED: &str = "0";
+
+/// Between a candidate's label and its campaign id in its owner id.
+const CAMPAIGN_MARK: char = '~';
+
+/// The length of a campaign id: a request id's 32 hex digits.
+const CAMPAIGN_ID_LEN: usize = 32;
+
+/// A leader election, from [`Client::leader_election`]: at most one leader
+/// per name at a time, each with a **term** higher than every earlier
+/// term on that name, and a **label** (a host name, a pod name, an
+/// address) the others can read.
+///
+/// It is a [`FencedLock`] underneath, Redisson's `RFencedLock`: leading is
+/// holding the lock, in watchdog mode, and the term is the fencing token
+/// the campaign's acquire drew. A Java service that takes an `RFencedLock`
+/// of the same name excludes the candidates here and is excluded by them,
+/// and its tokens and these terms are drawn from the same counter, so
+/// they interleave and rise together. Redisson clients see a plain fenced
+/// lock: the label rides in the holder's owner id (`<label>~<campaign-id>`,
+/// see `lua/README.md`), and nothing else is written but announcements on
+/// the channel `ferrisson_election__channel:{name}`.
+///
+/// - [`campaign`](LeaderElection::campaign) waits to lead;
+///   [`try_campaign`](LeaderElection::try_campaign) and
+///   [`campaign_for`](LeaderElection::campaign_for) do not, or not long.
+///   Every campaign is a candidate of its own: two campaigns of one
+///   process exclude each other as two processes' do.
+/// - The [`Leadership`] they return carries the term; send it with every
+///   write the leader makes, and have the resource refuse a term lower
+///   than the highest it has seen (as a fencing token): a leader paused
+///   past its lease is then refused when it wakes. Its
+///   [`lost`](Leadership::lost) resolves when the leadership ended
+///   without a resignation; dropping it resigns.
+/// - [`leader`](LeaderElection::leader) reads who leads now, without
+///   campaigning; [`observe`](LeaderElection::observe) follows every
+///   change.
+///
+/// The lease is the client's watchdog timeout
+/// ([`ClientBuilder::watchdog_timeout`](crate::ClientBuilder::watchdog_timeout),
+/// 30 s by default): a leader that dies without resigning is replaced at
+/// most that long after, and its watchdog keeps a live leader's lease.
+///
+/// Terms rise as long as Redis keeps the counter
+/// `redisson_lock_token:{name}`, which has no TTL: a Redis that restarts
+/// without its data (no persistence) or a failover that loses writes
+/// (without replica sync) may start the terms again from 1, as it would
+/// a fenced lock's tokens.
+///
+/// Next to etcd and Curator: `campaign`, `leader`, `observe` and `resign`
+/// are etcd's `concurrency.Election` calls (`Campaign`, `Leader`,
+/// `Observe`, `Resign`), the term plays the part of etcd's revision as a
+/// fencing token, and the label that of etcd's campaign value or
+/// Curator's participant id; `lost()` is what Curator's `LeaderLatch`
+/// listener and `LeaderSelector`'s state change report. Unlike etcd, Redis
+/// replicates asynchronously: a failover without replica sync may lose the
+/// leader's lock and its term with it, and elect a second leader, with the
+/// same term, while the first still works; replica sync (on by default
+/// behind Sentinel and on a Cluster) waits for a replica to have the
+/// grant (see the crate docs' guarantees).
+///
+/// ```rust,no_run
+/// # async fn run(client: ferrisson::Client) -> ferrisson::Result<()> {
+/// let election = client.leader_election("billing:leader");
+/// let leadership = election.campaign("pod-a").await?;
+/// let term = leadership.term();
+/// tokio::select! {
+///     _ = leadership.lost() => { /* stop leading: another may lead now */ }
+///     _ = async { /* lead: every write carries `term` */ } => {}
+/// }
+/// leadership.resign().await?;
+/// # let _ = term;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct LeaderElection {
+    lock: FencedLock,
+}
+
+impl std::fmt::Debug for LeaderElection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LeaderElection")
+            .field("name", &self.lock.name())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Client {
+    /// A leader election on `name`, which is also the key of its fenced
+    /// lock. Nothing is sent until a call.
+    pub fn leader_election(&self, name: impl Into<String>) -> LeaderElection {
+        LeaderElection {
+            lock: self.fenced_lock(name),
+        }
+    }
+}
+
+/// Who leads an election, read by [`LeaderElection::leader`] and reported
+/// by [`LeaderElection::observe`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Leader {
+    /// The leader's term: the fencing token its campaign drew. For a
+    /// holder that did not campaign (a Redisson `RFencedLock`, a
+    /// [`FencedLock`]), the lock's current token, the one its latest
+    /// acquire drew; 0 when the counter is gone (a lock taken as a plain
+    /// `RLock`, or a Redis that lost the counter).
+    pub term: u64,
+    /// The label the leader campaigned with; `None` for a holder that did
+    /// not campaign.
+    pub label: Option<String>,
+    /// The leading client's id ([`Client::id`], or a Redisson client's
+    /// UUID).
+    pub client_id: String,
+    /// The owner within that client: `<label>~<campaign-id>` for a
+    /// campaign, a Redisson client's thread id.
+    pub owner_id: String,
+}
+
+/// A change seen by [`LeaderElection::observe`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LeaderChange {
+    /// This one leads now.
+    Leader(Leader),
+    /// Nobody leads.
+    NoLeader,
+}
+
+impl LeaderElection {
+    /// The election's name: the key of its fenced lock.
+    pub fn name(&self) -> &str {
+        self.lock.name()
+    }
+
+    /// The client this handle belongs to.
+    pub fn client(&self) -> &Client {
+        self.lock.client()
+    }
+
+    /// The fenced lock of one campaign with `label`: its own owner id,
+    /// `<label>~<campaign-id>`.
+    fn candidate(&self, label: &str) -> Result<FencedLock> {
+        check_label(label)?;
+        let campaign = self.client().request_id();
+        Ok(self
+            .lock
+            .with_owner(format!("{label}{CAMPAIGN_MARK}{campaign}")))
+    }
+
+    /// What a granted campaign returns; announces the new leader.
+    fn lead(&self, guard: FencedGuard, label: &str) -> Leadership {
+        let term = guard.token();
+        // Only a hint for observers (they also read again on their own),
+        // so it is not awaited: the leader need not wait for it.
+        let announce = announcement(self.client(), self.name(), term.to_string());
+        tokio::spawn(async move {
+            let conn = announce.client.conn();
+            announce.send(conn).await;
+        });
+        Leadership {
+            guard: Some(guard),
+            term,
+            label: label.to_owned(),
+            election: self.clone(),
+        }
+    }
+
+    /// Waits until this candidate leads, then keeps the leadership alive
+    /// with the watchdog until it is resigned or dropped.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a bad name, or a label that is empty,
+    /// longer than [`MAX_LABEL_LEN`] bytes or holds a control character
+    /// (nothing is sent); otherwise as [`Lock::lock`](crate::Lock::lock).
+    ///
+    /// # Cancel safety
+    /// Cancel safe, as [`Lock::lock`](crate::Lock::lock): a dropped
+    /// campaign leaves no hold, no subscription and nothing else behind.
+    pub async fn campaign(&self, label: &str) -> Result<Leadership> {
+        let guard = self.candidate(label)?.lock().await?;
+        Ok(self.lead(guard, label))
+    }
+
+    /// One attempt: `Some` when this candidate leads now, `None` when
+    /// another leads.
+    ///
+    /// # Errors
+    /// As [`LeaderElection::campaign`] and
+    /// [`Lock::try_lock`](crate::Lock::try_lock).
+    ///
+    /// # Cancel safety
+    /// Cancel safe, as [`LeaderElection::campaign`].
+    pub async fn try_campaign(&self, label: &str) -> Result<Option<Leadership>> {
+        let granted = self.candidate(label)?.try_lock().await?;
+        Ok(granted.map(|guard| self.lead(guard, label)))
+    }
+
+    /// Waits at most `wait` to lead: `None` when another still leads then.
+    ///
+    /// # Errors
+    /// As [`LeaderElection::campaign`] and
+    /// [`Lock::try_lock_for`](crate::Lock::try_lock_for).
+    ///
+    /// # Cancel safety
+    /// Cancel safe, as [`LeaderElection::campaign`].
+    pub async fn campaign_for(&self, label: &str, wait: Duration) -> Result<Option<Leadership>> {
+        let granted = self.candidate(label)?.try_lock_for(wait).await?;
+        Ok(granted.map(|guard| self.lead(guard, label)))
+    }
+
+    /// Who leads now, read in one call without campaigning; `None` when
+    /// nobody does.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a bad name, [`Error::WrongType`]
+    /// when the name holds something that is no fenced lock held by one
+    /// owner (a read-write lock, other data), [`Error::Redis`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads.
+    pub async fn leader(&self) -> Result<Option<Leader>> {
+        Ok(self.read().await?.0)
+    }
+
+    /// The leader now, and how long its lock lives unless renewed.
+    async fn read(&self) -> Result<(Option<Leader>, Option<Duration>)> {
+        let info = self.lock.info().await?;
+        let Some(holder) = info.holders.first() else {
+            return Ok((None, None));
+        };
+        if info.holders.len() > 1 || info.mode.is_some() {
+            return Err(Error::WrongType {
+                name: self.name().to_owned(),
+                key_type: "hash".into(),
+                expected: "leader election (a fenced lock)",
+            });
+        }
+        let label = label_of(&holder.owner_id).map(str::to_owned);
+        let leader = Leader {
+            term: info.token.unwrap_or(0),
+            label,
+            client_id: holder.client_id.clone(),
+            owner_id: holder.owner_id.clone(),
+        };
+        Ok((Some(leader), info.ttl))
+    }
+
+    /// Follows the election: the first item is who leads now, then one
+    /// item per change, in order, none twice: a new leader (a new holder,
+    /// or a new term of the same holder), or nobody.
+    ///
+    /// Observers are woken by the announcements of campaigns and
+    /// resignations here, and read again on their own besides, so that a
+    /// missed message, a reconnection, a failover or a leader that never
+    /// announces (a Redisson client, a leader that died) is caught too: a
+    /// leader that is gone is reported gone at most a third of the
+    /// watchdog timeout after its lock is, and while nobody leads,
+    /// a silent new leader is seen within a third of it. A change that
+    /// lasted less than a read (a leader that came and went between two)
+    /// may be missed; terms never go back except when Redis lost its
+    /// counter.
+    ///
+    /// A moment without a connection is waited out (the stream pauses and
+    /// reads again); any other error is the stream's last item. The
+    /// stream holds one subscription per client and name while it lives
+    /// (shared with other observers of that client) and nothing else.
+    ///
+    /// # Cancel safety
+    /// [`Observer::next`] is cancel safe: a dropped call loses no change
+    /// (the next call goes on where it stopped).
+    pub fn observe(&self) -> Observer {
+        let watch = Watch {
+            election: self.clone(),
+            subscription: None,
+            last: None,
+            done: false,
+        };
+        Observer {
+            changes: futures_util::stream::unfold(watch, |mut watch| async move {
+                let change = watch.next().await?;
+                Some((change, watch))
+            })
+            .boxed(),
+        }
+    }
+}
+
+/// Refuses a label a candidate may not campaign with.
+fn check_label(label: &str) -> Result<()> {
+    if label.is_empty() {
+        return Err(Error::invalid("leader label must not be empty"));
+    }
+    if label.len() > MAX_LABEL_LEN {
+        return Err(Error::invalid(format!(
+            "leader label is {} bytes long, over the limit of {MAX_LABEL_LEN}",
+            label.len()
+        )));
+    }
+    if label.chars().any(char::is_control) {
+        return Err(Error::invalid(format!(
+            "leader label {label:?} must not hold control characters"
+        )));
+    }
+    Ok(())
+}
+
+/// The label in a campaign's owner id, `<label>~<campaign-id>`; `None` for
+/// an owner that did not campaign.
+fn label_of(owner_id: &str) -> Option<&str> {
+    let (label, campaign) = owner_id.rsplit_once(CAMPAIGN_MARK)?;
+    let campaign_like =
+        campaign.len() == CAMPAIGN_ID_LEN && campaign.bytes().all(|b| b.is_ascii_hexdigit());
+    (campaign_like && !label.is_empty()).then_some(label)
+}
+
+/// One message on an election's channel.
+struct Announcement {
+    client: Client,
+    channel: String,
+    message: String,
+}
+
+/// The announcement `message` of the election `name`.
+fn announcement(client: &Client, name: &str, message: String) -> Announcement {
+    Announcement {
+        client: client.clone(),
+        channel: keys::election_channel(name),
+        message,
+    }
+}
+
+impl Announcement {
+    /// Publishes it on `conn`; a failure is only logged (observers read
+    /// again on their own).
+    async fn send(&self, mut conn: crate::client::conn::Conn) {
+        let mut call = PUBLISH.key(&self.channel);
+        call.arg(&self.message).arg(self.client.publish());
+        if let Err(err) = call.invoke_async::<i64>(&mut conn).await {
+            tracing::debug!(channel = %self.channel, error = %err,
+                "could not announce to the election's observers");
+        }
+    }
+}
+
+/// The leadership of one campaign, from [`LeaderElection::campaign`]: held
+/// while it lives, kept by the watchdog.
+///
+/// Dropping it resigns in the background (the lock's release, resent until
+/// it gets through or the lease runs out, then the announcement), as a
+/// dropped [`LockGuard`](crate::LockGuard) releases; a program that returns
+/// normally leaves no leadership behind.
+#[must_use = "the leadership is resigned as soon as it is dropped"]
+#[clippy::has_significant_drop]
+pub struct Leadership {
+    /// `None` once resigned.
+    guard: Option<FencedGuard>,
+    term: u64,
+    label: String,
+    election: LeaderElection,
+}
+
+impl std::fmt::Debug for Leadership {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Leadership")
+            .field("name", &self.election.name())
+            .field("term", &self.term)
+            .field("label", &self.label)
+            .field("lost", &self.is_lost())
+            .finish()
+    }
+}
+
+impl Leadership {
+    /// The term: higher than every earlier term and fencing token of this
+    /// name, whoever drew it. Send it with every write made as leader.
+    pub fn term(&self) -> u64 {
+        self.term
+    }
+
+    /// The label this candidate campaigned with.
+    pub fn label(&self) -> &str {
+        &self.label
+    }
+
+    /// The election's name.
+    pub fn name(&self) -> &str {
+        self.election.name()
+    }
+
+    /// Whether the leadership is known to be over, as
+    /// [`LockGuard::is_lease_lost`](crate::LockGuard::is_lease_lost): its
+    /// lock found gone by the watchdog, or its lease run out by this
+    /// process's clock (checked at once after a pause).
+    pub fn is_lost(&self) -> bool {
+        self.guard.as_ref().is_none_or(FencedGuard::is_lease_lost)
+    }
+
+    /// Resolves when the leadership ended without a resignation, as
+    /// [`LockGuard::lease_lost`](crate::LockGuard::lease_lost): the lock
+    /// expired during a stall, was force-unlocked or lost with a Redis
+    /// restart, or renewals could not get through before the lease would
+    /// have run out (the client gives up a little before the server would,
+    /// so that this leader stops before another starts). Never resolves
+    /// while it leads: use it in a `tokio::select!` beside the work.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only waits.
+    pub async fn lost(&self) {
+        if let Some(guard) = &self.guard {
+            guard.lease_lost().await;
+        }
+    }
+
+    /// Resigns: releases the lock, so that another candidate leads, and
+    /// announces it to the observers.
+    ///
+    /// # Errors
+    /// As [`LockGuard::unlock`](crate::LockGuard::unlock):
+    /// [`Error::LeaseLost`] when the leadership had already ended (nothing
+    /// is sent), [`Error::NotHeld`] when Redis says the lock was gone,
+    /// [`Error::Redis`] when every send failed (the leadership then ends
+    /// with its lease).
+    ///
+    /// # Cancel safety
+    /// Cancel safe: once started, the release runs to its end in the
+    /// background if the future is dropped; the announcement may then be
+    /// missing (observers read again on their own).
+    pub async fn resign(mut self) -> Result<()> {
+        let Some(guard) = self.guard.take() else {
+            return Ok(());
+        };
+        guard.unlock().await?;
+        let announce = announcement(self.election.client(), self.name(), RESIGNED.into());
+        announce.send(self.election.client().conn()).await;
+        Ok(())
+    }
+}
+
+impl Drop for Leadership {
+    fn drop(&mut self) {
+        if let Some(guard) = self.guard.take() {
+            let announce = Arc::new(announcement(
+                self.election.client(),
+                self.name(),
+                RESIGNED.into(),
+            ));
+            guard.release_then(Arc::new(move |conn| {
+                let announce = Arc::clone(&announce);
+                Box::pin(async move { announce.send(conn).await })
+            }));
+        }
+    }
+}
+
+/// The changes of an election, from [`LeaderElection::observe`]: a
+/// [`Stream`] of [`LeaderChange`]s, or call [`Observer::next`].
+#[must_use = "an observer reports nothing unless polled"]
+pub struct Observer {
+    changes: BoxStream<'static, Result<LeaderChange>>,
+}
+
+impl std::fmt::Debug for Observer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Observer").finish_non_exhaustive()
+    }
+}
+
+impl Observer {
+    /// The next change; `None` after an error was returned (the stream's
+    /// end).
+    ///
+    /// # Errors
+    /// As [`LeaderElection::leader`]; a lost connection is waited out, not
+    /// returned.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a dropped call loses no change.
+    pub async fn next(&mut self) -> Option<Result<LeaderChange>> {
+        self.changes.next().await
+    }
+}
+
+impl Stream for Observer {
+    type Item = Result<LeaderChange>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        self.changes.as_mut().poll_next(cx)
+    }
+}
+
+/// An observer's state between two changes.
+struct Watch {
+    election: LeaderElection,
+    subscription: Option<Subscription>,
+    /// What was reported last (holder and term); `None` before the first.
+    last: Option<Option<(String, u64)>>,
+    /// After an error: the stream has ended.
+    done: bool,
+}
+
+impl Watch {
+    /// Waits for the next change. Cancel safe: `last` changes only with
+    /// the return.
+    async fn next(&mut self) -> Option<Result<LeaderChange>> {
+        if self.done {
+            return None;
+        }
+        let client = self.election.client().clone();
+        let look_again = client.config().renewal_interval();
+        let channel = keys::election_channel(self.election.name());
+        loop {
+            if self.subscription.is_none() {
+                match client.pubsub().subscribe_broadcast(channel.clone()).await {
+                    Ok(subscription) => self.subscription = Some(subscription),
+                    Err(err) if err.may_wait_out() => {
+                        tracing::debug!(%channel, error = %err, "cannot subscribe; reading on a timer meanwhile");
+                    }
+                    Err(err) => {
+                        self.done = true;
+                        return Some(Err(err));
+                    }
+                }
+            }
+            let notified = self.subscription.as_ref().map(Subscription::notified);
+            let mut notified = std::pin::pin!(notified);
+            // Registered before the read: an announcement made while it is
+            // on its way still wakes this observer.
+            if let Some(notified) = notified.as_mut().as_pin_mut() {
+                notified.enable();
+            }
+            let pause = match self.election.read().await {
+                Ok((leader, ttl)) => {
+                    let now = leader
+                        .as_ref()
+                        .map(|l| (format!("{}:{}", l.client_id, l.owner_id), l.term));
+                    if self.last.as_ref() != Some(&now) {
+                        self.last = Some(now);
+                        return Some(Ok(match leader {
+                            Some(leader) => LeaderChange::Leader(leader),
+                            None => LeaderChange::NoLeader,
+                        }));
+                    }
+                    // A leader's lock is read again when it would expire
+                    // unless renewed (a dead leader is reported then).
+                    ttl.map_or(look_again, |ttl| {
+                        (ttl + Duration::from_millis(1)).min(look_again)
+                    })
+                }
+                Err(err) if err.may_wait_out() => {
+                    tracing::debug!(election = %self.election.name(), error = %err, "cannot read; waiting to read again");
+                    NO_CONNECTION
+                }
+                Err(err) => {
+                    // The subscription goes with the observer.
+                    self.done = true;
+                    return Some(Err(err));
+                }
+            };
+            let pause = if self.subscription.is_some() {
+                pause
+            } else {
+                pause.min(NO_CONNECTION)
+            };
+            match notified.as_pin_mut() {
+                Some(notified) => {
+                    tokio::select! {
+                        () = notified => {}
+                        () = tokio::time::sleep(pause) => {}
+                    }
+                }
+                None => tokio::time::sleep(pause).await,
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn labels_are_read_back_from_campaign_owner_ids() {
+        let id = "0123456789abcdef0123456789abcdef";
+        assert_eq!(label_of(&format!("pod-a~{id}")), Some("pod-a"));
+        assert_eq!(label_of(&format!("a~b~{id}")), Some("a~b"));
+        assert_eq!(label_of(&format!("~{id}")), None);
+        assert_eq!(label_of("task-12"), None);
+        assert_eq!(label_of("pod~1234"), None);
+        assert_eq!(label_of("1"), None);
+    }
+
+    #[test]
+    fn bad_labels_are_refused() {
+        assert!(check_label("").is_err());
+        assert!(check_label(&"x".repeat(MAX_LABEL_LEN + 1)).is_err());
+        assert!(check_label("a\nb").is_err());
+        assert!(check_label(&"x".repeat(MAX_LABEL_LEN)).is_ok());
+        assert!(check_label("10.0.0.7:8080 (pod-a)").is_ok());
+    }
+}

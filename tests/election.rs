@@ -1,0 +1,393 @@
+//! The leader election against a real `redis-server`, one private server
+//! per test.
+
+mod common;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::proxy::Proxy;
+use common::{client, client_at, eventually, exists, settled, soon, within, RedisServer};
+use ferrisson::{Error, Leader, LeaderChange, Observer, MAX_LABEL_LEN};
+
+const WATCHDOG: Duration = Duration::from_millis(1200);
+
+/// The next change an observer reports; a bound far above the watchdog
+/// timeout (an observer reads again at least every third of it).
+async fn next(observer: &mut Observer) -> LeaderChange {
+    within(Duration::from_secs(20), observer.next())
+        .await
+        .expect("an observer's stream does not end")
+        .expect("an observer waits out what it can")
+}
+
+fn leader(change: LeaderChange) -> Leader {
+    match change {
+        LeaderChange::Leader(leader) => leader,
+        LeaderChange::NoLeader => panic!("expected a leader, got none"),
+    }
+}
+
+/// Campaigns from three clients, several each at once: never two leaders,
+/// and the terms rise strictly in the order the leaderships began.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_leader_at_a_time_with_rising_terms() {
+    let server = RedisServer::start();
+    let clients = [
+        client(&server, WATCHDOG).await,
+        client(&server, WATCHDOG).await,
+        client(&server, WATCHDOG).await,
+    ];
+    let leading = Arc::new(AtomicUsize::new(0));
+    let terms: Arc<Mutex<Vec<u64>>> = Arc::default();
+    const TASKS: usize = 6;
+    const ROUNDS: usize = 15;
+    let mut tasks = Vec::new();
+    for task in 0..TASKS {
+        let election = clients[task % 3].leader_election("leader");
+        let (leading, terms) = (Arc::clone(&leading), Arc::clone(&terms));
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..ROUNDS {
+                let leadership = election.campaign(&format!("task-{task}")).await.unwrap();
+                assert_eq!(leading.fetch_add(1, Ordering::SeqCst), 0, "two leaders");
+                terms.lock().unwrap().push(leadership.term());
+                tokio::task::yield_now().await;
+                leading.fetch_sub(1, Ordering::SeqCst);
+                leadership.resign().await.unwrap();
+            }
+        }));
+    }
+    for task in tasks {
+        within(Duration::from_secs(90), task).await.unwrap();
+    }
+    let terms = terms.lock().unwrap().clone();
+    assert_eq!(terms.len(), TASKS * ROUNDS);
+    assert!(
+        terms.windows(2).all(|w| w[0] < w[1]),
+        "terms did not rise in the order the leaderships began: {terms:?}"
+    );
+    for client in &clients {
+        settled(client).await;
+    }
+    assert!(!exists(&server, "leader"));
+}
+
+/// Redisson's layout: the election is a fenced lock whose holder's field
+/// is `<client-id>:<label>~<campaign-id>`, its term the counter's value;
+/// `leader()` reads them back; a resignation leaves only the counter.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_leader_is_a_fenced_lock_holder_with_its_label() {
+    let server = RedisServer::start();
+    let client = client(&server, WATCHDOG).await;
+    let election = client.leader_election("{svc}:leader");
+    assert_eq!(soon(election.leader()).await.unwrap(), None);
+    let leadership = soon(election.campaign("10.0.0.7:8080")).await.unwrap();
+    assert_eq!(leadership.term(), 1);
+    assert_eq!(leadership.label(), "10.0.0.7:8080");
+    assert_eq!(leadership.name(), "{svc}:leader");
+    assert!(!leadership.is_lost());
+
+    let fields = server.cmd(&["HGETALL", "{svc}:leader"]);
+    let fields = fields.as_array().unwrap();
+    assert_eq!(fields.len(), 2, "one holder");
+    let field = fields[0].as_string().unwrap();
+    let owner = field
+        .strip_prefix(&format!("{}:10.0.0.7:8080~", client.id()))
+        .expect("the field is <client-id>:<label>~<campaign-id>");
+    assert!(owner.len() == 32 && owner.bytes().all(|b| b.is_ascii_hexdigit()));
+    assert_eq!(fields[1].as_string().as_deref(), Some("1"));
+    assert_eq!(
+        server
+            .cmd(&["GET", "redisson_lock_token:{svc}:leader"])
+            .as_string()
+            .as_deref(),
+        Some("1")
+    );
+
+    let now = soon(election.leader()).await.unwrap().expect("a leader");
+    assert_eq!(now.term, 1);
+    assert_eq!(now.label.as_deref(), Some("10.0.0.7:8080"));
+    assert_eq!(now.client_id, client.id().to_string());
+    assert_eq!(now.owner_id, field.split_once(':').unwrap().1);
+
+    soon(leadership.resign()).await.unwrap();
+    settled(&client).await;
+    assert_eq!(soon(election.leader()).await.unwrap(), None);
+    // The request latches go in the background.
+    eventually(Duration::from_secs(10), || async {
+        let keys = server.cmd(&["KEYS", "*"]);
+        let keys: Vec<_> = keys
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|k| k.as_string())
+            .collect();
+        keys == ["redisson_lock_token:{svc}:leader"]
+    })
+    .await;
+}
+
+/// A holder of the same name as a plain fenced lock (what a Redisson
+/// `RFencedLock` is) and the candidates exclude each other, and its tokens
+/// and the terms come from one counter.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fenced_lock_holder_and_the_candidates_exclude_each_other() {
+    let server = RedisServer::start();
+    let client = client(&server, WATCHDOG).await;
+    let election = client.leader_election("shared");
+    let lock = client.fenced_lock("shared");
+
+    let held = soon(lock.lock()).await.unwrap();
+    assert!(soon(election.try_campaign("pod-a"))
+        .await
+        .unwrap()
+        .is_none());
+    let other = soon(election.leader())
+        .await
+        .unwrap()
+        .expect("the lock's holder leads");
+    assert_eq!(other.label, None);
+    assert_eq!(other.term, held.token());
+    assert!(
+        soon(election.campaign_for("pod-a", Duration::from_millis(300)))
+            .await
+            .unwrap()
+            .is_none()
+    );
+    let token = held.token();
+    soon(held.unlock()).await.unwrap();
+
+    let leadership = soon(election.campaign("pod-a")).await.unwrap();
+    assert!(leadership.term() > token);
+    assert!(soon(lock.try_lock()).await.unwrap().is_none());
+    let term = leadership.term();
+    drop(leadership);
+    let after = within(Duration::from_secs(10), lock.lock()).await.unwrap();
+    assert!(after.token() > term);
+    soon(after.unlock()).await.unwrap();
+}
+
+/// An observer sees who leads at first, then every change in order, none
+/// twice: a campaign, a resignation, a campaign by another client, a
+/// dropped leadership.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn observers_see_every_change_in_order_and_none_twice() {
+    let server = RedisServer::start();
+    let a = client(&server, WATCHDOG).await;
+    let b = client(&server, WATCHDOG).await;
+    let watcher = client(&server, WATCHDOG).await;
+    let mut observer = watcher.leader_election("observed").observe();
+    assert_eq!(next(&mut observer).await, LeaderChange::NoLeader);
+
+    let first = soon(a.leader_election("observed").campaign("a"))
+        .await
+        .unwrap();
+    let seen = leader(next(&mut observer).await);
+    assert_eq!(
+        (seen.term, seen.label.as_deref()),
+        (first.term(), Some("a"))
+    );
+    soon(first.resign()).await.unwrap();
+    assert_eq!(next(&mut observer).await, LeaderChange::NoLeader);
+
+    let second = soon(b.leader_election("observed").campaign("b"))
+        .await
+        .unwrap();
+    let seen = leader(next(&mut observer).await);
+    assert_eq!(
+        (seen.term, seen.label.as_deref()),
+        (second.term(), Some("b"))
+    );
+    assert_eq!(seen.client_id, b.id().to_string());
+    drop(second);
+    assert_eq!(next(&mut observer).await, LeaderChange::NoLeader);
+
+    // Nothing more happened: nothing more is reported, through several
+    // of the observer's own reads.
+    assert!(
+        tokio::time::timeout(WATCHDOG * 2, observer.next())
+            .await
+            .is_err(),
+        "a change reported twice"
+    );
+    drop(observer);
+    settled(&watcher).await;
+}
+
+/// A leader cut off from Redis: its `lost()` resolves before its lease
+/// would end, a waiting candidate leads within about a lease with a higher
+/// term, and an observer reports the old leader gone and the new one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cut_off_leader_is_replaced_within_a_lease() {
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port());
+    let cut_off = client_at(&proxy.url(), WATCHDOG).await;
+    let other = client(&server, WATCHDOG).await;
+    let mut observer = other.leader_election("cut").observe();
+    assert_eq!(next(&mut observer).await, LeaderChange::NoLeader);
+
+    let old = soon(cut_off.leader_election("cut").campaign("old"))
+        .await
+        .unwrap();
+    assert_eq!(
+        leader(next(&mut observer).await).label.as_deref(),
+        Some("old")
+    );
+    let election = other.leader_election("cut");
+    let waiting = tokio::spawn(async move { election.campaign("new").await });
+
+    proxy.refuse(true);
+    within(WATCHDOG * 3, old.lost()).await;
+    assert!(old.is_lost());
+    let new = within(WATCHDOG * 5, waiting).await.unwrap().unwrap();
+    assert!(new.term() > old.term());
+    // The vacancy between the two may be shorter than a read (the waiter
+    // takes the lock the moment it expires): reported or not, the new
+    // leader comes next.
+    let seen = match next(&mut observer).await {
+        LeaderChange::NoLeader => leader(next(&mut observer).await),
+        LeaderChange::Leader(seen) => seen,
+    };
+    assert_eq!(
+        (seen.term, seen.label.as_deref()),
+        (new.term(), Some("new"))
+    );
+
+    // The old leader's resignation is refused without a send: it knew.
+    assert!(old.resign().await.unwrap_err().is_lease_lost());
+    proxy.refuse(false);
+    soon(new.resign()).await.unwrap();
+}
+
+/// A leader whose lock is deleted behind its back (a force-unlock) learns
+/// it from the watchdog.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_learns_its_lock_was_deleted() {
+    let server = RedisServer::start();
+    let client = client(&server, WATCHDOG).await;
+    let leadership = soon(client.leader_election("deleted").campaign("a"))
+        .await
+        .unwrap();
+    assert!(soon(client.fenced_lock("deleted").force_unlock())
+        .await
+        .unwrap());
+    within(WATCHDOG * 3, leadership.lost()).await;
+    assert!(leadership.is_lost());
+    let err = soon(leadership.resign()).await.unwrap_err();
+    assert!(err.is_lease_lost() || err.is_not_held(), "{err:?}");
+    settled(&client).await;
+}
+
+/// An observer through a Redis restart that lost everything: it reports
+/// the leader gone, then the next one; the old leader is told.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_observer_follows_through_a_restart() {
+    let mut server = RedisServer::start();
+    let a = client(&server, WATCHDOG).await;
+    let watcher = client(&server, WATCHDOG).await;
+    let mut observer = watcher.leader_election("restarted").observe();
+    assert_eq!(next(&mut observer).await, LeaderChange::NoLeader);
+    let old = soon(a.leader_election("restarted").campaign("a"))
+        .await
+        .unwrap();
+    assert_eq!(
+        leader(next(&mut observer).await).label.as_deref(),
+        Some("a")
+    );
+
+    server.restart();
+    assert_eq!(next(&mut observer).await, LeaderChange::NoLeader);
+    within(WATCHDOG * 3, old.lost()).await;
+    let new = within(
+        Duration::from_secs(10),
+        watcher.leader_election("restarted").campaign("b"),
+    )
+    .await
+    .unwrap();
+    let seen = leader(next(&mut observer).await);
+    assert_eq!((seen.term, seen.label.as_deref()), (new.term(), Some("b")));
+    drop(old);
+    soon(new.resign()).await.unwrap();
+}
+
+/// Dropped campaigns, while another leads and while nobody does, leave no
+/// hold, no subscription and nothing in Redis but the counter.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropped_campaigns_leave_nothing_behind() {
+    let server = RedisServer::start();
+    let client = client(&server, WATCHDOG).await;
+    let holder = common::client(&server, WATCHDOG).await;
+    let election = client.leader_election("dropped");
+    let held = soon(holder.leader_election("dropped").campaign("holder"))
+        .await
+        .unwrap();
+    for cut in 0..20u64 {
+        let _ = tokio::time::timeout(
+            Duration::from_micros(cut * 300),
+            election.campaign("dropped"),
+        )
+        .await;
+    }
+    soon(held.resign()).await.unwrap();
+    for cut in 0..20u64 {
+        let _ = tokio::time::timeout(
+            Duration::from_micros(cut * 100),
+            election.campaign("dropped"),
+        )
+        .await;
+    }
+    settled(&client).await;
+    settled(&holder).await;
+    eventually(Duration::from_secs(5), || async {
+        !exists(&server, "dropped")
+    })
+    .await;
+    assert_eq!(soon(election.leader()).await.unwrap(), None);
+}
+
+/// Bad input is refused with `InvalidArgument` before anything is sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_names_and_labels_are_refused_and_write_nothing() {
+    let server = RedisServer::start();
+    let client = client(&server, WATCHDOG).await;
+    let invalid = |result: ferrisson::Result<_>| matches!(result, Err(Error::InvalidArgument(_)));
+    let election = client.leader_election("ok");
+    assert!(invalid(soon(election.campaign("")).await.map(drop)));
+    let long = "x".repeat(MAX_LABEL_LEN + 1);
+    assert!(invalid(soon(election.try_campaign(&long)).await.map(drop)));
+    assert!(invalid(
+        soon(election.campaign_for("a\nb", Duration::from_secs(1)))
+            .await
+            .map(drop)
+    ));
+    let unnamed = client.leader_election("");
+    assert!(invalid(soon(unnamed.campaign("a")).await.map(drop)));
+    assert!(invalid(soon(unnamed.leader()).await.map(drop)));
+    let mut observer = unnamed.observe();
+    assert!(invalid(
+        soon(observer.next()).await.expect("one item").map(drop)
+    ));
+    assert!(soon(observer.next()).await.is_none(), "the stream ends");
+    assert_eq!(server.cmd(&["DBSIZE"]).as_int(), Some(0));
+    settled(&client).await;
+}
+
+/// Other data under the name is refused, not read as a leader, and left
+/// alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn other_data_under_the_name_is_refused() {
+    let server = RedisServer::start();
+    let client = client(&server, WATCHDOG).await;
+    server.cmd(&["SET", "taken", "x"]);
+    let election = client.leader_election("taken");
+    let err = soon(election.campaign("a")).await.unwrap_err();
+    assert!(matches!(err, Error::WrongType { .. }), "{err:?}");
+    let err = soon(election.leader()).await.unwrap_err();
+    assert!(matches!(err, Error::WrongType { .. }), "{err:?}");
+    assert_eq!(
+        server.cmd(&["GET", "taken"]).as_string().as_deref(),
+        Some("x")
+    );
+    settled(&client).await;
+}
