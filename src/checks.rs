@@ -32,6 +32,7 @@ fn handles() {
     handle::<MultiLock>();
     handle::<RedLock>();
     handle::<LeaderElection>();
+    handle::<FencedHash>();
     held::<Box<dyn DistributedLock>>();
     held::<Error>();
 }
@@ -69,6 +70,8 @@ fn futures(client: &Client, guard: LockGuard) {
     sends(election.try_campaign(""));
     sends(election.campaign_for("", wait));
     sends(election.leader());
+    sends(client.fenced_hash("").set("", "", 1));
+    sends(client.fenced_hash("").get(""));
 }
 
 async fn leadership_futures(leadership: Leadership, mut observer: Observer) {

@@ -77,8 +77,8 @@ const CAMPAIGN_ID_LEN: usize = 32;
 /// replicates asynchronously: a failover without replica sync may lose the
 /// leader's lock and its term with it, and elect a second leader, with the
 /// same term, while the first still works; replica sync (on by default
-/// behind Sentinel and on a Cluster) waits for a replica to have the
-/// grant (see the crate docs' guarantees).
+/// behind Sentinel and on a Cluster) narrows that window and does not
+/// close it (see the crate docs' guarantees).
 ///
 /// ```rust,no_run
 /// # async fn run(client: ferrisson::Client) -> ferrisson::Result<()> {

@@ -290,7 +290,13 @@
 //! [fencing tokens](FencedLock): the resource refuses a token lower than the
 //! highest it has seen, and a late writer is refused instead of overwriting
 //! the next holder's work (the counter is replicated like the lock, so a
-//! failover that loses writes can hand a token out twice). Each
+//! failover that loses writes can hand a token out twice). A leader's
+//! term ([`LeaderElection`]) is such a token. For data kept in Redis,
+//! [`FencedHash`] does the check in the server, in one script; in SQL,
+//! keep the highest token in the row and let the database refuse a lower
+//! one in the same statement:
+//! `UPDATE jobs SET state = $1, fence = $2 WHERE id = $3 AND fence <= $2`
+//! (no row updated: a later holder has written; stop). Each
 //! synchronizer's own promises are in its docs: the semaphores'
 //! ([`Semaphore`]), the multi-lock's and RedLock's ([`MultiLock`],
 //! [`RedLock`]), and the clocks to mind in a fleet shared with Redisson
@@ -355,6 +361,7 @@
 mod count_down_latch;
 mod distributed;
 mod election;
+mod fenced_hash;
 mod group;
 mod lock;
 mod semaphore;
@@ -362,6 +369,7 @@ mod semaphore;
 pub use count_down_latch::CountDownLatch;
 pub use distributed::DistributedLock;
 pub use election::{Leader, LeaderChange, LeaderElection, Leadership, Observer, MAX_LABEL_LEN};
+pub use fenced_hash::{FencedHash, FencedWrite, MAX_FENCE_TOKEN};
 pub use group::multilock::{MultiLock, MultiLockGuard};
 pub use group::redlock::{RedLock, RedLockGuard};
 pub use lock::{

@@ -9,7 +9,9 @@ use std::time::Duration;
 
 use common::proxy::Proxy;
 use common::{client, client_at, eventually, exists, settled, soon, within, RedisServer};
-use ferrisson::{Error, Leader, LeaderChange, Observer, MAX_LABEL_LEN};
+use ferrisson::{
+    Error, FencedWrite, Leader, LeaderChange, Observer, MAX_FENCE_TOKEN, MAX_LABEL_LEN,
+};
 
 const WATCHDOG: Duration = Duration::from_millis(1200);
 
@@ -390,4 +392,173 @@ async fn other_data_under_the_name_is_refused() {
         Some("x")
     );
     settled(&client).await;
+}
+
+/// Fenced writes: a token at least the fence writes and raises it (the
+/// same token again too); a lower one is refused and changes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fenced_hash_refuses_a_lower_token() {
+    let server = RedisServer::start();
+    let client = client(&server, WATCHDOG).await;
+    let state = client.fenced_hash("{svc}:state");
+    assert_eq!(soon(state.get("offset")).await.unwrap(), (None, None));
+    assert_eq!(
+        soon(state.set("offset", "10", 5)).await.unwrap(),
+        FencedWrite::Written
+    );
+    assert_eq!(
+        soon(state.set("offset", "11", 5)).await.unwrap(),
+        FencedWrite::Written
+    );
+    assert_eq!(
+        soon(state.set("offset", "stale", 4)).await.unwrap(),
+        FencedWrite::Refused { highest: 5 }
+    );
+    assert_eq!(
+        soon(state.set("other", "stale", 1)).await.unwrap(),
+        FencedWrite::Refused { highest: 5 }
+    );
+    assert_eq!(
+        soon(state.set("other", "x", 7)).await.unwrap(),
+        FencedWrite::Written
+    );
+    assert_eq!(
+        soon(state.get("offset")).await.unwrap(),
+        (Some("11".into()), Some(7))
+    );
+    assert_eq!(
+        server
+            .cmd(&["GET", "ferrisson_fence:{svc}:state"])
+            .as_string()
+            .as_deref(),
+        Some("7")
+    );
+    assert_eq!(
+        server
+            .cmd(&["HGET", "{svc}:state", "other"])
+            .as_string()
+            .as_deref(),
+        Some("x")
+    );
+    assert_eq!(
+        server
+            .cmd(&["PTTL", "ferrisson_fence:{svc}:state"])
+            .as_int(),
+        Some(-1)
+    );
+}
+
+/// A fenced write refused for bad input or other data under the key
+/// writes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fenced_hash_refuses_bad_input_and_other_data() {
+    let server = RedisServer::start();
+    let client = client(&server, WATCHDOG).await;
+    let invalid =
+        |result: ferrisson::Result<FencedWrite>| matches!(result, Err(Error::InvalidArgument(_)));
+    let state = client.fenced_hash("state");
+    assert!(invalid(soon(state.set("f", "v", 0)).await));
+    assert!(invalid(
+        soon(state.set("f", "v", MAX_FENCE_TOKEN + 1)).await
+    ));
+    assert!(invalid(soon(client.fenced_hash("").set("f", "v", 1)).await));
+    assert_eq!(server.cmd(&["DBSIZE"]).as_int(), Some(0));
+
+    server.cmd(&["SET", "state", "mine"]);
+    let err = soon(state.set("f", "v", 1)).await.unwrap_err();
+    assert!(matches!(err, Error::WrongType { .. }), "{err:?}");
+    server.cmd(&["DEL", "state"]);
+    server.cmd(&["SET", "ferrisson_fence:{state}", "not a number"]);
+    let err = soon(state.set("f", "v", 1)).await.unwrap_err();
+    assert!(matches!(err, Error::WrongType { .. }), "{err:?}");
+    let err = soon(state.get("f")).await.unwrap_err();
+    assert!(matches!(err, Error::WrongType { .. }), "{err:?}");
+    assert!(!exists(&server, "state"));
+    assert_eq!(
+        server
+            .cmd(&["GET", "ferrisson_fence:{state}"])
+            .as_string()
+            .as_deref(),
+        Some("not a number")
+    );
+}
+
+/// A leader stalled past its lease (its runtime's only thread blocked, as
+/// in a long pause): another leads with a higher term and writes; the old
+/// one, woken, knows it lost and its write is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_leaders_late_write_is_refused() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let (term_tx, term_rx) = std::sync::mpsc::channel();
+    let (wake_tx, wake_rx) = std::sync::mpsc::channel::<()>();
+    let stalled = std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async move {
+            let client = client_at(&url, WATCHDOG).await;
+            let leadership = soon(client.leader_election("stalled").campaign("old"))
+                .await
+                .unwrap();
+            term_tx.send(leadership.term()).unwrap();
+            // The stall: nothing on this runtime runs, the watchdog neither.
+            wake_rx.recv().unwrap();
+            let lost = leadership.is_lost();
+            let write = soon(client.fenced_hash("stalled:state").set(
+                "owner",
+                "old",
+                leadership.term(),
+            ))
+            .await
+            .unwrap();
+            drop(leadership);
+            settled(&client).await;
+            (lost, write)
+        })
+    });
+    let old_term = tokio::task::spawn_blocking(move || term_rx.recv().unwrap())
+        .await
+        .unwrap();
+    let other = client(&server, WATCHDOG).await;
+    let new = within(
+        WATCHDOG * 5,
+        other.leader_election("stalled").campaign("new"),
+    )
+    .await
+    .unwrap();
+    assert!(new.term() > old_term);
+    assert_eq!(
+        soon(
+            other
+                .fenced_hash("stalled:state")
+                .set("owner", "new", new.term())
+        )
+        .await
+        .unwrap(),
+        FencedWrite::Written
+    );
+    wake_tx.send(()).unwrap();
+    let (lost, write) = tokio::task::spawn_blocking(move || stalled.join().unwrap())
+        .await
+        .unwrap();
+    assert!(
+        lost,
+        "the stalled leader knows it lost, first thing on waking"
+    );
+    assert_eq!(
+        write,
+        FencedWrite::Refused {
+            highest: new.term()
+        }
+    );
+    assert_eq!(
+        server
+            .cmd(&["HGET", "stalled:state", "owner"])
+            .as_string()
+            .as_deref(),
+        Some("new")
+    );
+    soon(new.resign()).await.unwrap();
 }

@@ -75,6 +75,11 @@ pub fn election_channel(name: &str) -> String {
     prefix_name("ferrisson_election__channel", name)
 }
 
+/// The fence of a fenced hash: the highest token that wrote it.
+pub fn fence(name: &str) -> String {
+    prefix_name("ferrisson_fence", name)
+}
+
 /// `{name}:suffix` (Redisson's `suffixName`).
 fn suffix_name(name: &str, suffix: &str) -> String {
     format!("{}:{suffix}", tagged(name))
@@ -181,6 +186,8 @@ pub(crate) fn kept_at(name: &str, key: &str) -> Option<&'static str> {
         Some("fair lock waiter deadlines")
     } else if key == permit_timeouts(name) {
         Some("set of permits out")
+    } else if key == fence(name) {
+        Some("fence of a fenced hash")
     } else {
         None
     }

@@ -55,6 +55,10 @@ scripts! {
     RELEASE = "release.lua";
     /// `lua/renew.lua`: reset the TTL of keys still held by their owners.
     RENEW = "renew.lua";
+    /// `lua/fenced_set.lua`: write a hash field for a token at least its fence.
+    FENCED_SET = "fenced_set.lua";
+    /// `lua/fenced_get.lua`: read a fenced hash's field and its fence.
+    FENCED_GET = "fenced_get.lua";
     /// `lua/publish.lua`: publish one message, on a channel in KEYS.
     PUBLISH = "publish.lua";
     /// `lua/force_unlock.lua`: delete whoever holds it, wake waiters.
