@@ -44,7 +44,7 @@ fn guards() {
     held::<RedLockGuard>();
     held::<Permit>();
     held::<Leadership>();
-    held::<Observer>();
+    held::<LeaderObserver>();
 }
 
 fn futures(client: &Client, guard: LockGuard) {
@@ -74,7 +74,7 @@ fn futures(client: &Client, guard: LockGuard) {
     sends(client.fenced_hash("").get(""));
 }
 
-async fn leadership_futures(leadership: Leadership, mut observer: Observer) {
+async fn leadership_futures(leadership: Leadership, mut observer: LeaderObserver) {
     sends(leadership.lost());
     sends(observer.next());
     sends(leadership.resign());

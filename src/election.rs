@@ -6,7 +6,8 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use futures_util::stream::{BoxStream, Stream, StreamExt};
+use futures_util::stream::{BoxStream, Fuse, FusedStream, Stream, StreamExt};
+use tokio::time::Instant;
 
 use crate::client::pubsub::Subscription;
 use crate::engine::backoff::NO_CONNECTION;
@@ -15,7 +16,7 @@ use crate::engine::scripts::PUBLISH;
 use crate::{Client, Error, FencedGuard, FencedLock, Result};
 
 /// The longest label a candidate may give, in bytes.
-pub const MAX_LABEL_LEN: usize = 256;
+pub const MAX_LEADER_LABEL_LEN: usize = 256;
 
 /// What a resignation announces on the election's channel (a new leader
 /// announces its term).
@@ -39,8 +40,10 @@ const CAMPAIGN_ID_LEN: usize = 32;
 /// and its tokens and these terms are drawn from the same counter, so
 /// they interleave and rise together. Redisson clients see a plain fenced
 /// lock: the label rides in the holder's owner id (`<label>~<campaign-id>`,
-/// see `lua/README.md`), and nothing else is written but announcements on
-/// the channel `ferrisson_election__channel:{name}`.
+/// see `lua/README.md`). Besides the fenced lock's own keys (its hash, its
+/// counter, and the short-lived latches that make every request safe to
+/// send again), an election only publishes announcements on the channel
+/// `ferrisson_election__channel:{name}`.
 ///
 /// - [`campaign`](LeaderElection::campaign) waits to lead;
 ///   [`try_campaign`](LeaderElection::try_campaign) and
@@ -85,11 +88,13 @@ const CAMPAIGN_ID_LEN: usize = 32;
 /// let election = client.leader_election("billing:leader");
 /// let leadership = election.campaign("pod-a").await?;
 /// let term = leadership.term();
-/// tokio::select! {
-///     _ = leadership.lost() => { /* stop leading: another may lead now */ }
-///     _ = async { /* lead: every write carries `term` */ } => {}
+/// let lost = tokio::select! {
+///     _ = leadership.lost() => true, // stop leading: another may lead now
+///     _ = async { /* lead: every write carries `term` */ } => false,
+/// };
+/// if !lost {
+///     leadership.resign().await?;
 /// }
-/// leadership.resign().await?;
 /// # let _ = term;
 /// # Ok(()) }
 /// ```
@@ -122,10 +127,11 @@ impl Client {
 #[non_exhaustive]
 pub struct Leader {
     /// The leader's term: the fencing token its campaign drew. For a
-    /// holder that did not campaign (a Redisson `RFencedLock`, a
-    /// [`FencedLock`]), the lock's current token, the one its latest
-    /// acquire drew; 0 when the counter is gone (a lock taken as a plain
-    /// `RLock`, or a Redis that lost the counter).
+    /// holder that did not campaign, the lock's current token: for a
+    /// Redisson `RFencedLock` or a [`FencedLock`], the one its latest
+    /// acquire drew; a holder of the name as a plain lock (`RLock`) draws
+    /// none, so it shows the last token drawn before it, or 0 when none
+    /// was (or Redis lost the counter).
     pub term: u64,
     /// The label the leader campaigned with; `None` for a holder that did
     /// not campaign.
@@ -191,7 +197,7 @@ impl LeaderElection {
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for a bad name, or a label that is empty,
-    /// longer than [`MAX_LABEL_LEN`] bytes or holds a control character
+    /// longer than [`MAX_LEADER_LABEL_LEN`] bytes or holds a control character
     /// (nothing is sent); otherwise as [`Lock::lock`](crate::Lock::lock).
     ///
     /// # Cancel safety
@@ -282,26 +288,31 @@ impl LeaderElection {
     /// counter.
     ///
     /// A moment without a connection is waited out (the stream pauses and
-    /// reads again); any other error is the stream's last item. The
+    /// reads again); so is a subscription that fails (the stream reads on
+    /// its timer alone, and tries to subscribe again a third of the
+    /// watchdog timeout later). Any other error is the stream's last item;
+    /// after it the stream ends (`None`, as often as it is polled). The
     /// stream holds one subscription per client and name while it lives
     /// (shared with other observers of that client) and nothing else.
     ///
     /// # Cancel safety
-    /// [`Observer::next`] is cancel safe: a dropped call loses no change
+    /// [`LeaderObserver::next`] is cancel safe: a dropped call loses no change
     /// (the next call goes on where it stopped).
-    pub fn observe(&self) -> Observer {
+    pub fn observe(&self) -> LeaderObserver {
         let watch = Watch {
             election: self.clone(),
             subscription: None,
+            subscribe_at: Instant::now(),
             last: None,
             done: false,
         };
-        Observer {
+        LeaderObserver {
             changes: futures_util::stream::unfold(watch, |mut watch| async move {
                 let change = watch.next().await?;
                 Some((change, watch))
             })
-            .boxed(),
+            .boxed()
+            .fuse(),
         }
     }
 }
@@ -311,9 +322,9 @@ fn check_label(label: &str) -> Result<()> {
     if label.is_empty() {
         return Err(Error::invalid("leader label must not be empty"));
     }
-    if label.len() > MAX_LABEL_LEN {
+    if label.len() > MAX_LEADER_LABEL_LEN {
         return Err(Error::invalid(format!(
-            "leader label is {} bytes long, over the limit of {MAX_LABEL_LEN}",
+            "leader label is {} bytes long, over the limit of {MAX_LEADER_LABEL_LEN}",
             label.len()
         )));
     }
@@ -474,19 +485,19 @@ impl Drop for Leadership {
 }
 
 /// The changes of an election, from [`LeaderElection::observe`]: a
-/// [`Stream`] of [`LeaderChange`]s, or call [`Observer::next`].
+/// [`Stream`] of [`LeaderChange`]s, or call [`LeaderObserver::next`].
 #[must_use = "an observer reports nothing unless polled"]
-pub struct Observer {
-    changes: BoxStream<'static, Result<LeaderChange>>,
+pub struct LeaderObserver {
+    changes: Fuse<BoxStream<'static, Result<LeaderChange>>>,
 }
 
-impl std::fmt::Debug for Observer {
+impl std::fmt::Debug for LeaderObserver {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Observer").finish_non_exhaustive()
+        f.debug_struct("LeaderObserver").finish_non_exhaustive()
     }
 }
 
-impl Observer {
+impl LeaderObserver {
     /// The next change; `None` after an error was returned (the stream's
     /// end).
     ///
@@ -501,11 +512,17 @@ impl Observer {
     }
 }
 
-impl Stream for Observer {
+impl FusedStream for LeaderObserver {
+    fn is_terminated(&self) -> bool {
+        self.changes.is_terminated()
+    }
+}
+
+impl Stream for LeaderObserver {
     type Item = Result<LeaderChange>;
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        self.changes.as_mut().poll_next(cx)
+        self.changes.poll_next_unpin(cx)
     }
 }
 
@@ -513,6 +530,8 @@ impl Stream for Observer {
 struct Watch {
     election: LeaderElection,
     subscription: Option<Subscription>,
+    /// When to try subscribing again after a failed try.
+    subscribe_at: Instant,
     /// What was reported last (holder and term); `None` before the first.
     last: Option<Option<(String, u64)>>,
     /// After an error: the stream has ended.
@@ -522,74 +541,98 @@ struct Watch {
 impl Watch {
     /// Waits for the next change. Cancel safe: `last` changes only with
     /// the return.
+    ///
+    /// Each round reads first (so that a bad name is refused before
+    /// anything is sent), then, without a subscription, tries to subscribe
+    /// (for at most a look-again; on failure again a look-again later) and
+    /// reads again before it waits: a change between the read and the
+    /// subscription is not missed. Without a subscription, the timer
+    /// alone wakes it.
     async fn next(&mut self) -> Option<Result<LeaderChange>> {
         if self.done {
             return None;
         }
         let client = self.election.client().clone();
         let look_again = client.config().renewal_interval();
-        let channel = keys::election_channel(self.election.name());
         loop {
-            if self.subscription.is_none() {
-                match client.pubsub().subscribe_broadcast(channel.clone()).await {
-                    Ok(subscription) => self.subscription = Some(subscription),
+            let waited = 'round: {
+                let notified = self.subscription.as_ref().map(Subscription::notified);
+                let mut notified = std::pin::pin!(notified);
+                // Registered before the read: an announcement made while it
+                // is on its way still wakes this observer.
+                if let Some(notified) = notified.as_mut().as_pin_mut() {
+                    notified.enable();
+                }
+                let pause = match self.election.read().await {
+                    Ok((leader, ttl)) => {
+                        let now = leader
+                            .as_ref()
+                            .map(|l| (format!("{}:{}", l.client_id, l.owner_id), l.term));
+                        if self.last.as_ref() != Some(&now) {
+                            self.last = Some(now);
+                            return Some(Ok(match leader {
+                                Some(leader) => LeaderChange::Leader(leader),
+                                None => LeaderChange::NoLeader,
+                            }));
+                        }
+                        // A leader's lock is read again when it would
+                        // expire unless renewed (a dead leader is reported
+                        // then).
+                        ttl.map_or(look_again, |ttl| {
+                            (ttl + Duration::from_millis(1)).min(look_again)
+                        })
+                    }
                     Err(err) if err.may_wait_out() => {
-                        tracing::debug!(%channel, error = %err, "cannot subscribe; reading on a timer meanwhile");
+                        tracing::debug!(election = %self.election.name(), error = %err,
+                            "cannot read; waiting to read again");
+                        NO_CONNECTION
                     }
-                    Err(err) => {
-                        self.done = true;
-                        return Some(Err(err));
+                    Err(err) => break 'round Err(err),
+                };
+                match notified.as_pin_mut() {
+                    Some(notified) => {
+                        tokio::select! {
+                            () = notified => {}
+                            () = tokio::time::sleep(pause) => {}
+                        }
+                        Ok(None)
                     }
+                    None => Ok(Some(pause)),
                 }
-            }
-            let notified = self.subscription.as_ref().map(Subscription::notified);
-            let mut notified = std::pin::pin!(notified);
-            // Registered before the read: an announcement made while it is
-            // on its way still wakes this observer.
-            if let Some(notified) = notified.as_mut().as_pin_mut() {
-                notified.enable();
-            }
-            let pause = match self.election.read().await {
-                Ok((leader, ttl)) => {
-                    let now = leader
-                        .as_ref()
-                        .map(|l| (format!("{}:{}", l.client_id, l.owner_id), l.term));
-                    if self.last.as_ref() != Some(&now) {
-                        self.last = Some(now);
-                        return Some(Ok(match leader {
-                            Some(leader) => LeaderChange::Leader(leader),
-                            None => LeaderChange::NoLeader,
-                        }));
-                    }
-                    // A leader's lock is read again when it would expire
-                    // unless renewed (a dead leader is reported then).
-                    ttl.map_or(look_again, |ttl| {
-                        (ttl + Duration::from_millis(1)).min(look_again)
-                    })
+            };
+            // Without a subscription: subscribe when it is time, else
+            // wait on the timer alone.
+            match waited {
+                Ok(None) => {}
+                Ok(Some(_)) if Instant::now() >= self.subscribe_at => {
+                    self.subscribe(&client, look_again).await;
                 }
-                Err(err) if err.may_wait_out() => {
-                    tracing::debug!(election = %self.election.name(), error = %err, "cannot read; waiting to read again");
-                    NO_CONNECTION
-                }
+                Ok(Some(pause)) => tokio::time::sleep(pause).await,
                 Err(err) => {
-                    // The subscription goes with the observer.
+                    // The stream ends here, and keeps nothing.
                     self.done = true;
+                    self.subscription = None;
                     return Some(Err(err));
                 }
-            };
-            let pause = if self.subscription.is_some() {
-                pause
-            } else {
-                pause.min(NO_CONNECTION)
-            };
-            match notified.as_pin_mut() {
-                Some(notified) => {
-                    tokio::select! {
-                        () = notified => {}
-                        () = tokio::time::sleep(pause) => {}
-                    }
-                }
-                None => tokio::time::sleep(pause).await,
+            }
+        }
+    }
+
+    /// Tries to subscribe to the election's channel, for at most
+    /// `look_again`; after a failure, the next try is a look-again later
+    /// (the observer reads on its timer meanwhile).
+    async fn subscribe(&mut self, client: &Client, look_again: Duration) {
+        let channel = keys::election_channel(self.election.name());
+        let subscribe = client.pubsub().subscribe_broadcast(channel.clone());
+        match tokio::time::timeout(look_again, subscribe).await {
+            Ok(Ok(subscription)) => self.subscription = Some(subscription),
+            Ok(Err(err)) => {
+                tracing::debug!(%channel, error = %err, "cannot subscribe; reading on a timer meanwhile");
+                self.subscribe_at = Instant::now() + look_again;
+            }
+            Err(_) => {
+                tracing::debug!(%channel, "no answer to the subscription; reading on a timer meanwhile");
+                self.subscribe_at = Instant::now() + look_again;
             }
         }
     }
@@ -613,9 +656,9 @@ mod tests {
     #[test]
     fn bad_labels_are_refused() {
         assert!(check_label("").is_err());
-        assert!(check_label(&"x".repeat(MAX_LABEL_LEN + 1)).is_err());
+        assert!(check_label(&"x".repeat(MAX_LEADER_LABEL_LEN + 1)).is_err());
         assert!(check_label("a\nb").is_err());
-        assert!(check_label(&"x".repeat(MAX_LABEL_LEN)).is_ok());
+        assert!(check_label(&"x".repeat(MAX_LEADER_LABEL_LEN)).is_ok());
         assert!(check_label("10.0.0.7:8080 (pod-a)").is_ok());
     }
 }

@@ -43,7 +43,7 @@
 //! | one holder at a time, reentrant | [`Lock`] | [`Client::lock`] | `RLock` (`getLock`) |
 //! | the same, for very many locks with waiters: waiters poll, no subscription | [`SpinLock`] | [`Client::spin_lock`] | `getSpinLock` |
 //! | one holder, and a token so the resource can refuse a late writer | [`FencedLock`] | [`Client::fenced_lock`] | `RFencedLock` |
-//! | one leader among replicas, with a term that fences and a label the others read; changes followed as a stream | [`LeaderElection`] ([`Leadership`], [`Observer`]) | [`Client::leader_election`] | none: an `RFencedLock` underneath |
+//! | one leader among replicas, with a term that fences and a label the others read; changes followed as a stream | [`LeaderElection`] ([`Leadership`], [`LeaderObserver`]) | [`Client::leader_election`] | none: an `RFencedLock` underneath |
 //! | one holder, served in arrival order | [`FairLock`] | [`Client::fair_lock`] | `getFairLock` |
 //! | one holder, never re-entered: its holder asking again is refused (see [the hazard](#owners-and-reentrancy)) | [`NonReentrantLock`], [`NonReentrantFairLock`] | [`Client::non_reentrant_lock`], [`Client::non_reentrant_fair_lock`] | `getNonReentrantLock`, `getNonReentrantFairLock` |
 //! | many readers or one writer | [`ReadWriteLock`] ([`ReadLock`], [`WriteLock`]) | [`Client::read_write_lock`] | `RReadWriteLock` |
@@ -368,7 +368,9 @@ mod semaphore;
 
 pub use count_down_latch::CountDownLatch;
 pub use distributed::DistributedLock;
-pub use election::{Leader, LeaderChange, LeaderElection, Leadership, Observer, MAX_LABEL_LEN};
+pub use election::{
+    Leader, LeaderChange, LeaderElection, LeaderObserver, Leadership, MAX_LEADER_LABEL_LEN,
+};
 pub use fenced_hash::{FencedHash, FencedWrite, MAX_FENCE_TOKEN};
 pub use group::multilock::{MultiLock, MultiLockGuard};
 pub use group::redlock::{RedLock, RedLockGuard};

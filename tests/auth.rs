@@ -222,6 +222,29 @@ async fn a_user_with_exactly_the_documented_acl_rules_runs_every_kind() {
     assert_eq!(soon(latch.count_down()).await.unwrap(), 0);
     soon(b.count_down_latch("acl:latch").wait()).await.unwrap();
 
+    // A leader election followed by an observer, and a fenced hash.
+    let mut observer = b.leader_election("acl:leader").observe();
+    assert_eq!(
+        soon(observer.next()).await.unwrap().unwrap(),
+        ferrisson::LeaderChange::NoLeader
+    );
+    let leadership = soon(a.leader_election("acl:leader").campaign("a"))
+        .await
+        .unwrap();
+    assert!(matches!(
+        within(Duration::from_secs(20), observer.next())
+            .await
+            .unwrap()
+            .unwrap(),
+        ferrisson::LeaderChange::Leader(_)
+    ));
+    let state = a.fenced_hash("acl:state");
+    assert_eq!(
+        soon(state.set("f", "v", leadership.term())).await.unwrap(),
+        ferrisson::FencedWrite::Written
+    );
+    soon(leadership.resign()).await.unwrap();
+
     // A key of another type is read (TYPE) and refused.
     server.cmd(&["SET", "acl:string", "v"]);
     let err = soon(a.lock("acl:string").try_lock()).await.unwrap_err();
