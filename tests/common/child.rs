@@ -126,6 +126,12 @@ impl ChildProcess {
         }
     }
 
+    /// The next line the child said, within `limit`; `None` when it said
+    /// nothing more by then (or has exited).
+    pub(crate) fn try_line(&self, limit: Duration) -> Option<String> {
+        self.lines.recv_timeout(limit).ok()
+    }
+
     /// Waits for the next line starting with `prefix` (skipping others)
     /// and returns the rest of it.
     pub(crate) fn expect(&self, prefix: &str, limit: Duration) -> String {
