@@ -11,7 +11,7 @@ use tokio::time::Instant;
 
 use crate::client::pubsub::Subscription;
 use crate::engine::backoff::NO_CONNECTION;
-use crate::engine::keys;
+use crate::engine::keys::{self, campaign_label as label_of, CAMPAIGN_MARK};
 use crate::engine::scripts::PUBLISH;
 use crate::{Client, Error, FencedGuard, FencedLock, Result};
 
@@ -21,12 +21,6 @@ pub const MAX_LEADER_LABEL_LEN: usize = 256;
 /// What a resignation announces on the election's channel (a new leader
 /// announces its term).
 const RESIGNED: &str = "0";
-
-/// Between a candidate's label and its campaign id in its owner id.
-const CAMPAIGN_MARK: char = '~';
-
-/// The length of a campaign id: a request id's 32 hex digits.
-const CAMPAIGN_ID_LEN: usize = 32;
 
 /// A leader election, from [`Client::leader_election`]: at most one leader
 /// per name at a time, each with a **term** higher than every earlier
@@ -334,15 +328,6 @@ fn check_label(label: &str) -> Result<()> {
         )));
     }
     Ok(())
-}
-
-/// The label in a campaign's owner id, `<label>~<campaign-id>`; `None` for
-/// an owner that did not campaign.
-fn label_of(owner_id: &str) -> Option<&str> {
-    let (label, campaign) = owner_id.rsplit_once(CAMPAIGN_MARK)?;
-    let campaign_like =
-        campaign.len() == CAMPAIGN_ID_LEN && campaign.bytes().all(|b| b.is_ascii_hexdigit());
-    (campaign_like && !label.is_empty()).then_some(label)
 }
 
 /// One message on an election's channel.

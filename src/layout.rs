@@ -4,7 +4,7 @@
 //! `lua/README.md`, and this module may change with any release.
 
 pub use crate::engine::keys::{
-    election_channel, fair_queue, fair_timeouts, fence, fencing_token, is_count, is_lock_hold,
-    latch_channel, lock_channel, permit_timeouts, rwlock_channel, rwlock_timeout_prefix,
-    semaphore_channel,
+    campaign_label, election_channel, fair_queue, fair_timeouts, fence, fencing_token, is_count,
+    is_lock_hold, latch_channel, lock_channel, permit_timeouts, rwlock_channel,
+    rwlock_timeout_prefix, semaphore_channel,
 };

@@ -3,8 +3,8 @@
 //! them), and what only the inspector needs.
 
 pub(crate) use ferrisson::layout::{
-    fair_queue, fair_timeouts, fencing_token, is_count, is_lock_hold, latch_channel, lock_channel,
-    permit_timeouts, rwlock_channel, semaphore_channel,
+    campaign_label, election_channel, fair_queue, fair_timeouts, fencing_token, is_count,
+    is_lock_hold, latch_channel, lock_channel, permit_timeouts, rwlock_channel, semaphore_channel,
 };
 
 /// The score of a permit-expirable semaphore's permit without a lease, as

@@ -442,6 +442,12 @@ async fn watch(
     // Once known, the kind stays: a lock that goes free is a free lock, not
     // a name without a key.
     let mut watched = kind.or(last.kind);
+    let mut channels = Vec::new();
+    if watched == Some(Kind::LeaderElection) {
+        // Campaigns and resignations are announced here; the lock's own
+        // channel hears a Redisson holder's release.
+        channels.push(layout::election_channel(name));
+    }
     let channel = match watched {
         Some(Kind::ReadWriteLock) => layout::rwlock_channel(name),
         Some(Kind::Semaphore | Kind::PermitExpirableSemaphore) => layout::semaphore_channel(name),
@@ -456,9 +462,13 @@ async fn watch(
             layout::glob_escape(&layout::lock_channel(name))
         ));
     }
-    let mut messages = conn::follow(target, std::slice::from_ref(&channel), &patterns).await?;
+    channels.push(channel);
+    let mut messages = conn::follow(target, &channels, &patterns).await?;
     if !json {
-        eprintln!("watching `{name}` on {channel}; Ctrl-C to stop");
+        eprintln!(
+            "watching `{name}` on {}; Ctrl-C to stop",
+            channels.join(", ")
+        );
     }
     print_event(
         json,
@@ -585,7 +595,7 @@ async fn force_unlock(
     let client = &target.client;
     let done = match kind {
         Kind::FairLock => client.fair_lock(name).force_unlock().await,
-        Kind::FencedLock => client.fenced_lock(name).force_unlock().await,
+        Kind::FencedLock | Kind::LeaderElection => client.fenced_lock(name).force_unlock().await,
         Kind::ReadWriteLock => client.read_write_lock(name).write().force_unlock().await,
         Kind::CountDownLatch => client.count_down_latch(name).delete().await,
         _ => client.lock(name).force_unlock().await,

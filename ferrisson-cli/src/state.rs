@@ -25,6 +25,8 @@ pub(crate) enum Kind {
     ReadWriteLock,
     /// A lock with a fencing token.
     FencedLock,
+    /// A leader election: a fenced lock whose holder campaigned.
+    LeaderElection,
     /// A semaphore.
     Semaphore,
     /// A semaphore whose permits have leases.
@@ -40,6 +42,7 @@ impl Kind {
             Kind::FairLock => "fair lock",
             Kind::ReadWriteLock => "read-write lock",
             Kind::FencedLock => "fenced lock",
+            Kind::LeaderElection => "leader election",
             Kind::Semaphore => "semaphore",
             Kind::PermitExpirableSemaphore => "permit-expirable semaphore",
             Kind::CountDownLatch => "count-down latch",
@@ -49,7 +52,11 @@ impl Kind {
     pub(crate) fn is_lock(self) -> bool {
         matches!(
             self,
-            Kind::Lock | Kind::FairLock | Kind::ReadWriteLock | Kind::FencedLock
+            Kind::Lock
+                | Kind::FairLock
+                | Kind::ReadWriteLock
+                | Kind::FencedLock
+                | Kind::LeaderElection
         )
     }
 }
@@ -99,7 +106,17 @@ pub(crate) async fn detect(target: &Target, name: &str) -> Result<Found, Fail> {
             {
                 Ok(object(Kind::FairLock))
             } else if exists(layout::fencing_token(name)).await? {
-                Ok(object(Kind::FencedLock))
+                let campaigned = fields.iter().any(|(field, _)| {
+                    field
+                        .split_once(':')
+                        .and_then(|(_, owner)| layout::campaign_label(owner))
+                        .is_some()
+                });
+                if campaigned || observed(target, name).await {
+                    Ok(object(Kind::LeaderElection))
+                } else {
+                    Ok(object(Kind::FencedLock))
+                }
             } else {
                 Ok(object(Kind::Lock))
             }
@@ -133,7 +150,13 @@ pub(crate) async fn detect(target: &Target, name: &str) -> Result<Found, Fail> {
         }
         "none" => {
             if exists(layout::fencing_token(name)).await? {
-                Ok(object(Kind::FencedLock))
+                // A free election keeps only its counter, as a fenced lock
+                // does: its observers tell it apart.
+                if observed(target, name).await {
+                    Ok(object(Kind::LeaderElection))
+                } else {
+                    Ok(object(Kind::FencedLock))
+                }
             } else if exists(layout::fair_queue(name)).await? {
                 Ok(object(Kind::FairLock))
             } else if exists(layout::permit_timeouts(name)).await? {
@@ -144,6 +167,11 @@ pub(crate) async fn detect(target: &Target, name: &str) -> Result<Found, Fail> {
         }
         other => Ok(Found::Other(format!("a {other}"))),
     }
+}
+
+/// Whether a leader election's observers listen on its channel.
+async fn observed(target: &Target, name: &str) -> bool {
+    subscribers(target, &[layout::election_channel(name)]).await > 0
 }
 
 /// How many connections listen on `channels` (classic and sharded pub/sub).
@@ -195,6 +223,18 @@ pub(crate) struct PermitOut {
     pub(crate) expires_in_ms: Option<u64>,
 }
 
+/// Who leads a leader election.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub(crate) struct LeaderView {
+    /// The label it campaigned with; `None` for a holder that did not
+    /// campaign (a Redisson `RFencedLock`).
+    pub(crate) label: Option<String>,
+    /// Its term: the lock's token.
+    pub(crate) term: Option<u64>,
+    pub(crate) client_id: String,
+    pub(crate) owner_id: String,
+}
+
 /// What one object holds, read from Redis.
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
 pub(crate) struct State {
@@ -215,6 +255,10 @@ pub(crate) struct State {
     pub(crate) queue: Vec<Waiter>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) fencing_token: Option<u64>,
+    /// A leader election's leader; `None` when nobody leads (and for the
+    /// other kinds).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) leader: Option<LeaderView>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) permits_available: Option<i64>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -236,6 +280,7 @@ impl State {
             mode: None,
             queue: Vec::new(),
             fencing_token: None,
+            leader: None,
             permits_available: None,
             permits_out: None,
             count: None,
@@ -307,10 +352,17 @@ pub(crate) async fn inspect_remembering(
 /// hash as a fair or fenced lock (alike when nobody waits and no token was
 /// drawn), or a number as a permit-expirable semaphore with no permit out.
 fn may_read_as(found: Kind, also: Option<Kind>, asked: Kind) -> bool {
-    let plain_or_extra = |kind| matches!(kind, Kind::Lock | Kind::FairLock | Kind::FencedLock);
+    let plain_or_extra = |kind| {
+        matches!(
+            kind,
+            Kind::Lock | Kind::FairLock | Kind::FencedLock | Kind::LeaderElection
+        )
+    };
+    let fenced = |kind| matches!(kind, Kind::FencedLock | Kind::LeaderElection);
     found == asked
         || also == Some(asked)
         || (found == Kind::Lock && plain_or_extra(asked))
+        || (fenced(found) && fenced(asked))
         || (asked == Kind::PermitExpirableSemaphore
             && (found == Kind::Semaphore || also == Some(Kind::Semaphore)))
 }
@@ -324,7 +376,7 @@ pub(crate) async fn read(target: &Target, name: &str, kind: Kind) -> Result<Stat
     if kind.is_lock() {
         let info = match kind {
             Kind::FairLock => client.fair_lock(name).info().await,
-            Kind::FencedLock => client.fenced_lock(name).info().await,
+            Kind::FencedLock | Kind::LeaderElection => client.fenced_lock(name).info().await,
             Kind::ReadWriteLock => client.read_write_lock(name).read().info().await,
             _ => client.lock(name).info().await,
         }
@@ -335,6 +387,15 @@ pub(crate) async fn read(target: &Target, name: &str, kind: Kind) -> Result<Stat
             ferrisson::LockMode::Write => "write",
         });
         state.fencing_token = info.token;
+        if kind == Kind::LeaderElection {
+            state.leader = info.holders.first().map(|holder| LeaderView {
+                label: layout::campaign_label(&holder.owner_id).map(str::to_owned),
+                term: info.token,
+                client_id: holder.client_id.clone(),
+                owner_id: holder.owner_id.clone(),
+            });
+            channels.push(layout::election_channel(name));
+        }
         for holder in info.holders {
             let mut read_hold_ttls_ms = None;
             if kind == Kind::ReadWriteLock && !holder.write {
@@ -442,6 +503,21 @@ pub(crate) fn millis(ms: u64) -> String {
     }
 }
 
+impl LeaderView {
+    /// `pod-a (term 7, <client>:<owner>)`; a holder that did not campaign
+    /// shows its owner alone.
+    fn text(&self) -> String {
+        let term = self
+            .term
+            .map_or_else(|| "no term".to_owned(), |t| format!("term {t}"));
+        let who = format!("{}:{}", self.client_id, self.owner_id);
+        match &self.label {
+            Some(label) => format!("{label} ({term}, {who})"),
+            None => format!("{who} ({term}, no label: it did not campaign)"),
+        }
+    }
+}
+
 impl Holder {
     /// `1 hold`, `2 write holds`.
     pub(crate) fn holds_text(&self) -> String {
@@ -486,6 +562,12 @@ impl State {
         let mut out = String::new();
         match self.kind {
             None => out.push_str("no key (free, or nothing)"),
+            Some(Kind::LeaderElection) => match &self.leader {
+                Some(leader) => {
+                    let _ = write!(out, "led by {}", leader.text());
+                }
+                None => out.push_str("no leader"),
+            },
             Some(kind) if kind.is_lock() => {
                 if self.holders.is_empty() {
                     out.push_str("free");
@@ -578,7 +660,14 @@ impl State {
                     );
                 }
             }
-            if kind == Kind::FencedLock {
+            if kind == Kind::LeaderElection {
+                let leader = self
+                    .leader
+                    .as_ref()
+                    .map_or_else(|| "none".to_owned(), LeaderView::text);
+                let _ = writeln!(out, "leader:      {leader}");
+            }
+            if matches!(kind, Kind::FencedLock | Kind::LeaderElection) {
                 let token = self
                     .fencing_token
                     .map_or_else(|| "none drawn".to_owned(), |t| t.to_string());

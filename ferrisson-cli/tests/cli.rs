@@ -1043,3 +1043,68 @@ async fn a_master_found_through_a_sentinel() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("knows no master named `other`"), "{stderr}");
 }
+
+/// A leader election: `inspect` shows its leader, label and term (text and
+/// JSON), `list` lists it, `watch` follows its campaigns and resignations,
+/// and a free one with an observer is still told from a fenced lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_election_is_inspected_listed_and_watched() {
+    let server = RedisServer::start();
+    let client = client(&server, WATCHDOG).await;
+    let id = client.id().to_string();
+    let election = client.leader_election("billing:leader");
+    let leadership = soon(election.campaign("pod-a")).await.unwrap();
+    let term = leadership.term();
+
+    let text = ok(&server, &["inspect", "billing:leader"]).await;
+    assert!(text.contains("kind:        leader election"), "{text}");
+    assert!(
+        text.contains(&format!("leader:      pod-a (term {term}, {id}:pod-a~")),
+        "{text}"
+    );
+    assert!(text.contains(&format!("token:       {term}")), "{text}");
+    let state = json(&server, &["inspect", "billing:leader"]).await;
+    assert_eq!(state["kind"], "leader-election");
+    assert_eq!(state["leader"]["label"], "pod-a");
+    assert_eq!(state["leader"]["term"].as_u64(), Some(term));
+    assert_eq!(state["leader"]["client_id"], id.as_str());
+
+    let text = ok(&server, &["list"]).await;
+    assert!(
+        text.lines().any(|line| line.starts_with("leader election ")
+            && line.contains("billing:leader")
+            && line.contains(&format!("led by pod-a (term {term}"))),
+        "{text}"
+    );
+
+    let watch = Watch::start(&server.url(), "billing:leader");
+    tokio::task::block_in_place(|| watch.expect("leader election: led by pod-a"));
+    soon(leadership.resign()).await.unwrap();
+    tokio::task::block_in_place(|| {
+        watch.expect("message \"0\" on ferrisson_election__channel:{billing:leader}");
+        watch.expect("leader election: no leader");
+    });
+    let next = soon(election.campaign("pod-b")).await.unwrap();
+    tokio::task::block_in_place(|| watch.expect("leader election: led by pod-b"));
+    soon(next.resign()).await.unwrap();
+    drop(watch);
+
+    // Free, with only its counter left: an observer tells it apart.
+    let text = ok(&server, &["inspect", "billing:leader"]).await;
+    assert!(text.contains("kind:        fenced lock"), "{text}");
+    let mut observer = election.observe();
+    assert_eq!(
+        soon(observer.next()).await.unwrap().unwrap(),
+        ferrisson::LeaderChange::NoLeader
+    );
+    // Waiting for the next change, it listens on the election's channel.
+    let observing = tokio::spawn(async move { observer.next().await });
+    eventually(Duration::from_secs(10), || async {
+        subscribers(&server, "ferrisson_election__channel:{billing:leader}") > 0
+    })
+    .await;
+    let text = ok(&server, &["inspect", "billing:leader"]).await;
+    assert!(text.contains("kind:        leader election"), "{text}");
+    assert!(text.contains("leader:      none"), "{text}");
+    observing.abort();
+}

@@ -80,6 +80,22 @@ pub fn fence(name: &str) -> String {
     prefix_name("ferrisson_fence", name)
 }
 
+/// Between a candidate's label and its campaign id in a leader election's
+/// owner id, `<label>~<campaign-id>`.
+pub(crate) const CAMPAIGN_MARK: char = '~';
+
+/// The length of a campaign id: a request id's 32 hex digits.
+const CAMPAIGN_ID_LEN: usize = 32;
+
+/// The label in a leader election campaign's owner id,
+/// `<label>~<campaign-id>`; `None` for an owner that did not campaign.
+pub fn campaign_label(owner_id: &str) -> Option<&str> {
+    let (label, campaign) = owner_id.rsplit_once(CAMPAIGN_MARK)?;
+    let campaign_like =
+        campaign.len() == CAMPAIGN_ID_LEN && campaign.bytes().all(|b| b.is_ascii_hexdigit());
+    (campaign_like && !label.is_empty()).then_some(label)
+}
+
 /// `{name}:suffix` (Redisson's `suffixName`).
 fn suffix_name(name: &str, suffix: &str) -> String {
     format!("{}:{suffix}", tagged(name))
