@@ -546,3 +546,86 @@ async fn semaphores_and_latches_wake_by_sharded_messages() {
         eventually(Duration::from_secs(10), || async { b.subscriptions() == 0 }).await;
     }
 }
+
+/// A leader election and a fenced hash on a cluster: names on different
+/// masters; observers and waiting candidates woken by sharded messages
+/// (the look-again, 10 s with this 30 s watchdog, is not what wakes them:
+/// the checks allow 3 s); the fence in the hash's slot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn elections_and_fenced_hashes_work_on_every_master() {
+    let nodes = cluster().await;
+    let long = || {
+        ferrisson::Client::cluster_builder(nodes.iter().map(RedisServer::url))
+            .watchdog_timeout(Duration::from_secs(30))
+            .build()
+    };
+    let a = long().await.unwrap();
+    let b = long().await.unwrap();
+    let quick = Duration::from_secs(3);
+    for name in ["elect:1", "elect:2", "elect:3", "{elect}:4"] {
+        let mut observer = b.leader_election(name).observe();
+        assert_eq!(
+            soon(observer.next()).await.unwrap().unwrap(),
+            ferrisson::LeaderChange::NoLeader
+        );
+        // Waiting for the next change: subscribed.
+        let observing = tokio::spawn(async move {
+            let change = observer.next().await.unwrap().unwrap();
+            (change, observer)
+        });
+        eventually(Duration::from_secs(10), || async { b.subscriptions() == 1 }).await;
+        let first = soon(a.leader_election(name).campaign("a")).await.unwrap();
+        let (change, mut observer) = within(quick, observing).await.unwrap();
+        match change {
+            ferrisson::LeaderChange::Leader(leader) => {
+                assert_eq!(
+                    (leader.term, leader.label.as_deref()),
+                    (first.term(), Some("a"))
+                );
+            }
+            other => panic!("{name}: {other:?}"),
+        }
+        let state = a.fenced_hash(format!("{name}:state"));
+        assert_eq!(
+            soon(state.set("by", "a", first.term())).await.unwrap(),
+            ferrisson::FencedWrite::Written
+        );
+
+        let waiting = {
+            let election = b.leader_election(name);
+            tokio::spawn(async move { election.campaign("b").await.unwrap() })
+        };
+        eventually(Duration::from_secs(10), || async { b.subscriptions() == 2 }).await;
+        let first_term = first.term();
+        soon(first.resign()).await.unwrap();
+        let second = within(quick, waiting).await.unwrap();
+        assert!(second.term() > first_term);
+        // The vacancy may be too short to see; the new leader comes next.
+        let mut seen = within(quick, observer.next()).await.unwrap().unwrap();
+        if seen == ferrisson::LeaderChange::NoLeader {
+            seen = within(quick, observer.next()).await.unwrap().unwrap();
+        }
+        assert!(
+            matches!(&seen, ferrisson::LeaderChange::Leader(l) if l.term == second.term()),
+            "{name}: {seen:?}"
+        );
+        let late = first_term;
+        assert_eq!(
+            soon(state.set("by", "b", second.term())).await.unwrap(),
+            ferrisson::FencedWrite::Written
+        );
+        assert_eq!(
+            soon(state.set("by", "a, late", late)).await.unwrap(),
+            ferrisson::FencedWrite::Refused {
+                highest: second.term()
+            }
+        );
+        soon(second.resign()).await.unwrap();
+        assert_eq!(
+            within(quick, observer.next()).await.unwrap().unwrap(),
+            ferrisson::LeaderChange::NoLeader
+        );
+        drop(observer);
+        eventually(Duration::from_secs(10), || async { b.subscriptions() == 0 }).await;
+    }
+}
