@@ -73,9 +73,13 @@ const RESIGNED: &str = "0";
 /// listener and `LeaderSelector`'s state change report. Unlike etcd, Redis
 /// replicates asynchronously: a failover without replica sync may lose the
 /// leader's lock and its term with it, and elect a second leader, with the
-/// same term, while the first still works; replica sync (on by default
+/// same term, while the first still works. Replica sync (on by default
 /// behind Sentinel and on a Cluster) narrows that window and does not
-/// close it (see the crate docs' guarantees).
+/// close it (see the crate docs' guarantees): a campaign returns once a
+/// replica has acknowledged the grant and its term, so after a failover to
+/// that replica the next term is higher; the leadership itself may still
+/// be lost in the failover (renewals are not waited on), which the
+/// leader's watchdog then reports through [`lost`](Leadership::lost).
 ///
 /// ```rust,no_run
 /// # async fn run(client: ferrisson::Client) -> ferrisson::Result<()> {

@@ -156,3 +156,119 @@ async fn the_masters_password_is_used_for_every_connection() {
     let err = soon(connect("not-the-pw")).await.unwrap_err();
     assert!(!err.to_string().contains("not-the-pw"), "{err}");
 }
+
+/// A leader election through a failover, with replica sync (on by default
+/// behind Sentinel): a campaign returns once the replica has the grant and
+/// its term, so the promoted replica's counter is at least the leader's
+/// term, and the next leader's term is higher. The leadership itself may
+/// be kept or lost in the failover (renewals are not waited on); what
+/// must hold is that the leader's view agrees with the new master's, and
+/// an observer follows to the new master.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_election_keeps_its_terms_rising_through_a_failover() {
+    let master = RedisServer::start();
+    let replica =
+        RedisServer::start_with_args(&["--replicaof", "127.0.0.1", &master.port().to_string()]);
+    eventually(Duration::from_secs(10), || async {
+        let info = replica.try_cmd(&["INFO", "replication"]).ok();
+        info.and_then(|i| i.as_string())
+            .is_some_and(|i| i.contains("master_link_status:up"))
+    })
+    .await;
+    let sentinel = Sentinel::start(&master);
+    eventually(Duration::from_secs(20), || async {
+        let replicas = sentinel.cli(&["SENTINEL", "REPLICAS", "mymaster"]);
+        replicas.contains(&replica.port().to_string()) && !replicas.contains("disconnected")
+    })
+    .await;
+    let connect = || {
+        ferrisson::Client::sentinel_builder([sentinel.url()], "mymaster")
+            .watchdog_timeout(Duration::from_secs(10))
+            .build()
+    };
+    let a = soon(connect()).await.unwrap();
+    let b = soon(connect()).await.unwrap();
+    let watcher = soon(connect()).await.unwrap();
+    let mut observer = watcher.leader_election("elected").observe();
+    assert_eq!(
+        soon(observer.next()).await.unwrap().unwrap(),
+        ferrisson::LeaderChange::NoLeader
+    );
+    let leadership = soon(a.leader_election("elected").campaign("a"))
+        .await
+        .unwrap();
+    let term = leadership.term();
+    // Synced: the replica has the counter at the leader's term already.
+    assert_eq!(
+        replica
+            .cmd(&["GET", "redisson_lock_token:{elected}"])
+            .as_string(),
+        Some(term.to_string())
+    );
+    match within(Duration::from_secs(20), observer.next())
+        .await
+        .unwrap()
+        .unwrap()
+    {
+        ferrisson::LeaderChange::Leader(leader) => assert_eq!(leader.term, term),
+        other => panic!("{other:?}"),
+    }
+
+    eventually(Duration::from_secs(20), || async {
+        sentinel
+            .cli(&["SENTINEL", "FAILOVER", "mymaster"])
+            .starts_with("OK")
+    })
+    .await;
+    eventually(Duration::from_secs(30), || async {
+        sentinel.master_port() == Some(replica.port())
+    })
+    .await;
+    eventually(Duration::from_secs(30), || async {
+        master.role().as_deref() == Some("slave")
+    })
+    .await;
+
+    // The leader's view agrees with the new master's by the next renewal.
+    eventually(Duration::from_secs(20), || async {
+        match replica.try_cmd(&["EXISTS", "elected"]) {
+            Ok(reply) => (reply.as_int() == Some(1)) != leadership.is_lost(),
+            Err(_) => false,
+        }
+    })
+    .await;
+    let kept = !leadership.is_lost();
+    println!(
+        "the leadership was {} in the failover",
+        if kept {
+            "kept"
+        } else {
+            "lost, and reported lost"
+        }
+    );
+    match leadership.resign().await {
+        Ok(()) => assert!(kept),
+        Err(err) => assert!(!kept && err.is_lease_lost(), "{err}"),
+    }
+    let next = within(
+        Duration::from_secs(20),
+        b.leader_election("elected").campaign("b"),
+    )
+    .await
+    .unwrap();
+    assert!(next.term() > term, "{} after {term}", next.term());
+    // The observer, on the new master, reports the new leader.
+    let seen = within(Duration::from_secs(30), async {
+        loop {
+            match observer.next().await.unwrap().unwrap() {
+                ferrisson::LeaderChange::Leader(leader) if leader.term == next.term() => {
+                    break leader
+                }
+                _ => {}
+            }
+        }
+    })
+    .await;
+    assert_eq!(seen.label.as_deref(), Some("b"));
+    soon(next.resign()).await.unwrap();
+}
