@@ -44,6 +44,7 @@
 //! | the same, for very many locks with waiters: waiters poll, no subscription | [`SpinLock`] | [`Client::spin_lock`] | `getSpinLock` |
 //! | one holder, and a token so the resource can refuse a late writer | [`FencedLock`] | [`Client::fenced_lock`] | `RFencedLock` |
 //! | one leader among replicas, with a term that fences and a label the others read; changes followed as a stream | [`LeaderElection`] ([`Leadership`], [`LeaderObserver`]) | [`Client::leader_election`] | none: an `RFencedLock` underneath |
+//! | data in Redis that only the latest holder or leader may write: a late writer's lower token is refused | [`FencedHash`] | [`Client::fenced_hash`] | none |
 //! | one holder, served in arrival order | [`FairLock`] | [`Client::fair_lock`] | `getFairLock` |
 //! | one holder, never re-entered: its holder asking again is refused (see [the hazard](#owners-and-reentrancy)) | [`NonReentrantLock`], [`NonReentrantFairLock`] | [`Client::non_reentrant_lock`], [`Client::non_reentrant_fair_lock`] | `getNonReentrantLock`, `getNonReentrantFairLock` |
 //! | many readers or one writer | [`ReadWriteLock`] ([`ReadLock`], [`WriteLock`]) | [`Client::read_write_lock`] | `RReadWriteLock` |
@@ -52,6 +53,12 @@
 //! | wait until N things have happened | [`CountDownLatch`] | [`Client::count_down_latch`] | `RCountDownLatch` |
 //! | several locks as one, all or none | [`MultiLock`] | [`MultiLock::new`] | `RedissonMultiLock` |
 //! | one lock over independent masters, held by a majority | [`RedLock`] | [`RedLock::new`] | `RedissonRedLock` (deprecated) |
+//!
+//! The election is what etcd's `concurrency.Election` (`Campaign`,
+//! `Leader`, `Observe`, `Resign`, the revision as a fencing token) and
+//! Curator's `LeaderLatch` give, on Redis and on a lock a Redisson client
+//! shares; how it compares, and where Redis's asynchronous replication
+//! makes it weaker than etcd, is in [`LeaderElection`]'s docs.
 //!
 //! Every handle is cheap to clone and sends nothing until used. Every lock
 //! has the API of [`Lock`], whose methods' docs are the contract (the other
