@@ -33,11 +33,18 @@ local function count_of(key)
     return redis.error_reply('WRONGTYPE holds a ' .. kind .. ': ' .. key)
 end
 -- end shared
-local kind = redis.call('type', KEYS[1])['ok']
-if kind ~= 'none' and kind ~= 'hash' then
-    return redis.error_reply('WRONGTYPE holds a ' .. kind .. ': ' .. KEYS[1])
+-- shared: read a fence (the highest token that wrote the hash `data`, as
+-- kept at `fence`: false when none has; the error reply `WRONGTYPE holds
+-- a <type>: <key>` when `data` is no hash or `fence` no integer)
+local function fence_of(data, fence)
+    local kind = redis.call('type', data)['ok']
+    if kind ~= 'none' and kind ~= 'hash' then
+        return redis.error_reply('WRONGTYPE holds a ' .. kind .. ': ' .. data)
+    end
+    return count_of(fence)
 end
-local fence = count_of(KEYS[2])
+-- end shared
+local fence = fence_of(KEYS[1], KEYS[2])
 if type(fence) == 'table' then
     return fence
 end

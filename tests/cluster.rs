@@ -486,13 +486,8 @@ async fn a_password_reaches_every_node() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn semaphores_and_latches_wake_by_sharded_messages() {
     let nodes = cluster().await;
-    let long = || {
-        ferrisson::Client::cluster_builder(nodes.iter().map(RedisServer::url))
-            .watchdog_timeout(Duration::from_secs(30))
-            .build()
-    };
-    let a = long().await.unwrap();
-    let b = long().await.unwrap();
+    let a = long_client(&nodes).await;
+    let b = long_client(&nodes).await;
     assert_eq!(a.config().pubsub_mode, default_mode());
     for name in ["sem:1", "sem:2", "sem:3", "{sem}:4"] {
         let sem = a.semaphore(name);
@@ -554,13 +549,8 @@ async fn semaphores_and_latches_wake_by_sharded_messages() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn elections_and_fenced_hashes_work_on_every_master() {
     let nodes = cluster().await;
-    let long = || {
-        ferrisson::Client::cluster_builder(nodes.iter().map(RedisServer::url))
-            .watchdog_timeout(Duration::from_secs(30))
-            .build()
-    };
-    let a = long().await.unwrap();
-    let b = long().await.unwrap();
+    let a = long_client(&nodes).await;
+    let b = long_client(&nodes).await;
     let quick = Duration::from_secs(3);
     for name in ["elect:1", "elect:2", "elect:3", "{elect}:4"] {
         let mut observer = b.leader_election(name).observe();
@@ -628,4 +618,14 @@ async fn elections_and_fenced_hashes_work_on_every_master() {
         drop(observer);
         eventually(Duration::from_secs(10), || async { b.subscriptions() == 0 }).await;
     }
+}
+
+/// A cluster client with a 30 s watchdog: its look-again (10 s) is far
+/// longer than a message takes.
+async fn long_client(nodes: &[RedisServer]) -> ferrisson::Client {
+    ferrisson::Client::cluster_builder(nodes.iter().map(RedisServer::url))
+        .watchdog_timeout(Duration::from_secs(30))
+        .build()
+        .await
+        .unwrap()
 }

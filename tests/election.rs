@@ -27,14 +27,21 @@ async fn next(observer: &mut LeaderObserver) -> LeaderChange {
         .expect("an observer waits out what it can")
 }
 
-/// Every key on the server.
-fn keys(server: &RedisServer) -> Vec<String> {
-    let keys = server.cmd(&["KEYS", "*"]);
-    keys.as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|k| k.as_string())
-        .collect()
+/// Waits until the election `name` has left nothing on the server but its
+/// token counter (the request latches go in the background).
+async fn only_the_counter_is_left(server: &RedisServer, name: &str) {
+    let counter = ferrisson::layout::fencing_token(name);
+    eventually(Duration::from_secs(10), || async {
+        let keys = server.cmd(&["KEYS", "*"]);
+        let keys: Vec<String> = keys
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|k| k.as_string())
+            .collect();
+        keys == [counter.as_str()]
+    })
+    .await;
 }
 
 fn leader(change: LeaderChange) -> Leader {
@@ -132,11 +139,7 @@ async fn the_leader_is_a_fenced_lock_holder_with_its_label() {
     soon(leadership.resign()).await.unwrap();
     settled(&client).await;
     assert_eq!(soon(election.leader()).await.unwrap(), None);
-    // The request latches go in the background.
-    eventually(Duration::from_secs(10), || async {
-        keys(&server) == ["redisson_lock_token:{svc}:leader"]
-    })
-    .await;
+    only_the_counter_is_left(&server, "{svc}:leader").await;
 }
 
 /// A holder of the same name as a plain fenced lock (what a Redisson
@@ -351,11 +354,7 @@ async fn dropped_campaigns_leave_nothing_behind() {
     settled(&client).await;
     settled(&holder).await;
     assert_eq!(soon(election.leader()).await.unwrap(), None);
-    // The request latches go in the background; the counter stays.
-    eventually(Duration::from_secs(10), || async {
-        keys(&server) == ["redisson_lock_token:{dropped}"]
-    })
-    .await;
+    only_the_counter_is_left(&server, "dropped").await;
 }
 
 /// Bad input is refused with `InvalidArgument` before anything is sent.

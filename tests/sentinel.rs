@@ -11,9 +11,9 @@ use common::sentinel::Sentinel;
 use common::{eventually, soon, within, RedisServer};
 use tokio::time::Instant;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_client_follows_the_master_through_a_failover() {
-    common::init_tracing();
+/// A master, its replica (in sync) and a sentinel that knows the replica
+/// and is connected to it, so that it can promote it.
+async fn master_replica_sentinel() -> (RedisServer, RedisServer, Sentinel) {
     let master = RedisServer::start();
     let replica =
         RedisServer::start_with_args(&["--replicaof", "127.0.0.1", &master.port().to_string()]);
@@ -31,6 +31,28 @@ async fn the_client_follows_the_master_through_a_failover() {
         replicas.contains(&replica.port().to_string()) && !replicas.contains("disconnected")
     })
     .await;
+    (master, replica, sentinel)
+}
+
+/// Has the sentinel promote `replica`, and waits until it names it.
+async fn fail_over(sentinel: &Sentinel, replica: &RedisServer) {
+    // The replica may need a moment more to count as promotable.
+    eventually(Duration::from_secs(20), || async {
+        sentinel
+            .cli(&["SENTINEL", "FAILOVER", "mymaster"])
+            .starts_with("OK")
+    })
+    .await;
+    eventually(Duration::from_secs(30), || async {
+        sentinel.master_port() == Some(replica.port())
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_client_follows_the_master_through_a_failover() {
+    common::init_tracing();
+    let (master, replica, sentinel) = master_replica_sentinel().await;
 
     // A lease longer than the failover's gap, in which renewals still go
     // to the old master and are not replicated: the new master's copy must
@@ -65,17 +87,7 @@ async fn the_client_follows_the_master_through_a_failover() {
     })
     .await;
 
-    // The replica may need a moment more to count as promotable.
-    eventually(Duration::from_secs(20), || async {
-        sentinel
-            .cli(&["SENTINEL", "FAILOVER", "mymaster"])
-            .starts_with("OK")
-    })
-    .await;
-    eventually(Duration::from_secs(30), || async {
-        sentinel.master_port() == Some(replica.port())
-    })
-    .await;
+    fail_over(&sentinel, &replica).await;
     // Once the old master is demoted, the client finds the new one by
     // itself: a new lock lands there.
     eventually(Duration::from_secs(30), || async {
@@ -166,21 +178,7 @@ async fn the_masters_password_is_used_for_every_connection() {
 /// an observer follows to the new master.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_election_keeps_its_terms_rising_through_a_failover() {
-    let master = RedisServer::start();
-    let replica =
-        RedisServer::start_with_args(&["--replicaof", "127.0.0.1", &master.port().to_string()]);
-    eventually(Duration::from_secs(10), || async {
-        let info = replica.try_cmd(&["INFO", "replication"]).ok();
-        info.and_then(|i| i.as_string())
-            .is_some_and(|i| i.contains("master_link_status:up"))
-    })
-    .await;
-    let sentinel = Sentinel::start(&master);
-    eventually(Duration::from_secs(20), || async {
-        let replicas = sentinel.cli(&["SENTINEL", "REPLICAS", "mymaster"]);
-        replicas.contains(&replica.port().to_string()) && !replicas.contains("disconnected")
-    })
-    .await;
+    let (master, replica, sentinel) = master_replica_sentinel().await;
     let connect = || {
         ferrisson::Client::sentinel_builder([sentinel.url()], "mymaster")
             .watchdog_timeout(Duration::from_secs(10))
@@ -214,16 +212,7 @@ async fn an_election_keeps_its_terms_rising_through_a_failover() {
         other => panic!("{other:?}"),
     }
 
-    eventually(Duration::from_secs(20), || async {
-        sentinel
-            .cli(&["SENTINEL", "FAILOVER", "mymaster"])
-            .starts_with("OK")
-    })
-    .await;
-    eventually(Duration::from_secs(30), || async {
-        sentinel.master_port() == Some(replica.port())
-    })
-    .await;
+    fail_over(&sentinel, &replica).await;
     eventually(Duration::from_secs(30), || async {
         master.role().as_deref() == Some("slave")
     })
