@@ -10,6 +10,8 @@ use std::time::{Duration, Instant};
 
 use common::child::{self, ChildProcess};
 use common::RedisServer;
+#[cfg(feature = "sentinel")]
+use common::{eventually, sentinel::Sentinel};
 
 /// The lease (watchdog timeout) of every candidate.
 const LEASE: Duration = Duration::from_millis(2000);
@@ -34,11 +36,7 @@ fn candidate_child() {
 async fn candidate() {
     let url = child::setting("REDIS_URL");
     let label = child::setting("LABEL");
-    let client = ferrisson::Client::builder(url.as_str())
-        .watchdog_timeout(LEASE)
-        .build()
-        .await
-        .unwrap();
+    let client = builder(&url).watchdog_timeout(LEASE).build().await.unwrap();
     let election = client.leader_election("fleet:leader");
     let state = client.fenced_hash("fleet:state");
     let outcome = |write: ferrisson::Result<ferrisson::FencedWrite>| match write {
@@ -72,6 +70,16 @@ async fn candidate() {
     }
 }
 
+/// A client builder for `url`, a sentinel's when the parent said
+/// `SENTINEL=1`.
+fn builder(url: &str) -> ferrisson::ClientBuilder {
+    #[cfg(feature = "sentinel")]
+    if std::env::var("SENTINEL").as_deref() == Ok("1") {
+        return ferrisson::Client::sentinel_builder([url], "mymaster");
+    }
+    ferrisson::Client::builder(url)
+}
+
 /// Three candidates, and every line each has said, in the order this
 /// process read them.
 struct Fleet {
@@ -81,14 +89,20 @@ struct Fleet {
 
 impl Fleet {
     fn start(server: &RedisServer) -> Fleet {
+        Fleet::start_at(&server.url(), false)
+    }
+
+    /// Three candidates on `url`, a sentinel's when `sentinel`.
+    fn start_at(url: &str, sentinel: bool) -> Fleet {
         let children = (0..3)
             .map(|n| {
                 ChildProcess::spawn(
                     "candidate_child",
                     "candidate",
                     &[
-                        ("REDIS_URL", server.url()),
+                        ("REDIS_URL", url.to_owned()),
                         ("LABEL", format!("candidate-{n}")),
+                        ("SENTINEL", if sentinel { "1" } else { "0" }.to_owned()),
                     ],
                 )
             })
@@ -230,6 +244,75 @@ fn terms_keep_rising_through_a_restart() {
     // Redis, or a new one.
     fleet.wait_for(HANDOVER * 2, |_, line| line.ends_with(" ok").then_some(()));
     for (n, term) in fleet.accepted_since(restarted) {
+        assert!(
+            term >= highest,
+            "candidate {n} wrote with term {term} after {highest} had written"
+        );
+    }
+}
+
+/// A Sentinel failover under a fleet of candidates, with replica sync (on
+/// by default there): every campaign returned once the replica had its
+/// term, so the terms accepted after the failover are at least the last
+/// one accepted before, whoever leads on the new master.
+#[cfg(feature = "sentinel")]
+#[test]
+fn terms_keep_rising_through_a_sentinel_failover() {
+    let master = RedisServer::start();
+    let replica =
+        RedisServer::start_with_args(&["--replicaof", "127.0.0.1", &master.port().to_string()]);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let sentinel = runtime.block_on(async {
+        eventually(Duration::from_secs(10), || async {
+            let info = replica.try_cmd(&["INFO", "replication"]).ok();
+            info.and_then(|i| i.as_string())
+                .is_some_and(|i| i.contains("master_link_status:up"))
+        })
+        .await;
+        let sentinel = Sentinel::start(&master);
+        eventually(Duration::from_secs(20), || async {
+            let replicas = sentinel.cli(&["SENTINEL", "REPLICAS", "mymaster"]);
+            replicas.contains(&replica.port().to_string()) && !replicas.contains("disconnected")
+        })
+        .await;
+        sentinel
+    });
+    let mut fleet = Fleet::start_at(&sentinel.url(), true);
+    let (first, old_term) = fleet.next_leader(None, Duration::from_secs(30));
+    fleet.hear(first, &format!("wrote {old_term} ok"), HANDOVER);
+    runtime.block_on(async {
+        eventually(Duration::from_secs(20), || async {
+            sentinel
+                .cli(&["SENTINEL", "FAILOVER", "mymaster"])
+                .starts_with("OK")
+        })
+        .await;
+    });
+    let highest = fleet
+        .accepted_since(0)
+        .iter()
+        .map(|(_, term)| *term)
+        .max()
+        .unwrap();
+    let promoted = fleet.said.len();
+    // Candidates follow the new master; someone writes there, with a term
+    // at least the highest before.
+    fleet.wait_for(Duration::from_secs(60), |_, line| {
+        line.ends_with(" ok").then_some(())
+    });
+    runtime.block_on(async {
+        eventually(Duration::from_secs(30), || async {
+            sentinel.master_port() == Some(replica.port())
+        })
+        .await;
+    });
+    fleet.wait_for(Duration::from_secs(60), |_, line| {
+        line.starts_with("wrote ").then_some(())
+    });
+    for (n, term) in fleet.accepted_since(promoted) {
         assert!(
             term >= highest,
             "candidate {n} wrote with term {term} after {highest} had written"
