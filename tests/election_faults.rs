@@ -190,7 +190,9 @@ fn a_frozen_leaders_late_writes_are_refused() {
     let (frozen, old_term) = fleet.next_leader(None, Duration::from_secs(30));
     fleet.hear(frozen, &format!("wrote {old_term} ok"), HANDOVER);
     fleet.children[frozen].signal("STOP");
+    let stopped = Instant::now();
     let (next, term) = fleet.next_leader(Some(frozen), HANDOVER);
+    let took = stopped.elapsed();
     assert!(term > old_term);
     fleet.hear(next, &format!("wrote {term} ok"), HANDOVER);
     // What the frozen child said before it froze is all read by now (it
@@ -216,6 +218,10 @@ fn a_frozen_leaders_late_writes_are_refused() {
         .parse()
         .unwrap();
     assert!(highest >= term);
+    println!(
+        "a new leader {took:?} after the freeze (lease {LEASE:?}); the woken leader's \
+         late write with term {old_term} refused, {highest} had written"
+    );
     for (n, line) in &fleet.said[woken..] {
         if *n == frozen {
             assert!(
@@ -240,9 +246,15 @@ fn terms_keep_rising_through_a_restart() {
     let highest = before.iter().map(|(_, term)| *term).max().unwrap();
     server.restart();
     let restarted = fleet.said.len();
+    let back = Instant::now();
     // Someone writes again: the old leader, whose lock came back with
     // Redis, or a new one.
     fleet.wait_for(HANDOVER * 2, |_, line| line.ends_with(" ok").then_some(()));
+    println!(
+        "writes accepted again {:?} after the restart, with terms {:?} (the last before: {highest})",
+        back.elapsed(),
+        fleet.accepted_since(restarted)
+    );
     for (n, term) in fleet.accepted_since(restarted) {
         assert!(
             term >= highest,
