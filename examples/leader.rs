@@ -123,11 +123,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     // The observer would follow on; this program is done.
     observing.abort();
-    let (progress, fence) = watcher.fenced_hash(STATE).get("progress").await?;
+    let read = watcher.fenced_hash(STATE).get("progress").await?;
     println!(
         "the state holds {:?}, written with term {}",
-        progress.unwrap_or_default(),
-        fence.unwrap_or_default()
+        read.value.unwrap_or_default(),
+        read.fence.unwrap_or_default()
     );
     Ok(())
 }

@@ -27,13 +27,18 @@ end
 -- end shared
 -- shared: read a fence (the highest token that wrote the hash `data`, as
 -- kept at `fence`: false when none has; the error reply `WRONGTYPE holds
--- a <type>: <key>` when `data` is no hash or `fence` no integer)
+-- a <type>: <key>` when `data` is no hash or `fence` no integer below
+-- 2^53: a double holds those exactly, and no larger one rounds below)
 local function fence_of(data, fence)
     local kind = redis.call('type', data)['ok']
     if kind ~= 'none' and kind ~= 'hash' then
         return redis.error_reply('WRONGTYPE holds a ' .. kind .. ': ' .. data)
     end
-    return count_of(fence)
+    local highest = count_of(fence)
+    if type(highest) == 'number' and highest >= 9007199254740992 then
+        return redis.error_reply('WRONGTYPE holds a string: ' .. fence)
+    end
+    return highest
 end
 -- end shared
 local fence = fence_of(KEYS[1], KEYS[2])

@@ -6,7 +6,7 @@
 -- KEYS[1]  the data hash, the caller's key
 -- KEYS[2]  its fence, `ferrisson_fence:{key}`: the highest token that
 --          wrote the hash (a decimal integer, no TTL)
--- ARGV[1]  the writer's token, a positive integer (below 2^53: Lua's
+-- ARGV[1]  the writer's token, a positive integer below 2^53 (Lua's
 --          numbers are doubles)
 -- ARGV[2]  the field
 -- ARGV[3]  the value
@@ -14,8 +14,8 @@
 -- Replies {1, token} when the token is at least the fence: the field is
 -- set and the fence raised to the token. Otherwise replies {0, fence}
 -- and changes nothing. A data key that is no hash, or a fence that is no
--- integer, fails with `WRONGTYPE holds a <type>: <key>` and changes
--- nothing.
+-- integer below 2^53, fails with `WRONGTYPE holds a <type>: <key>` and
+-- changes nothing.
 -- shared: read a count (the integer a string `key` holds; false when the
 -- key is missing; else, another type or a string that is no integer, the
 -- error reply `WRONGTYPE holds a <type>: <key>`)
@@ -35,13 +35,18 @@ end
 -- end shared
 -- shared: read a fence (the highest token that wrote the hash `data`, as
 -- kept at `fence`: false when none has; the error reply `WRONGTYPE holds
--- a <type>: <key>` when `data` is no hash or `fence` no integer)
+-- a <type>: <key>` when `data` is no hash or `fence` no integer below
+-- 2^53: a double holds those exactly, and no larger one rounds below)
 local function fence_of(data, fence)
     local kind = redis.call('type', data)['ok']
     if kind ~= 'none' and kind ~= 'hash' then
         return redis.error_reply('WRONGTYPE holds a ' .. kind .. ': ' .. data)
     end
-    return count_of(fence)
+    local highest = count_of(fence)
+    if type(highest) == 'number' and highest >= 9007199254740992 then
+        return redis.error_reply('WRONGTYPE holds a string: ' .. fence)
+    end
+    return highest
 end
 -- end shared
 local fence = fence_of(KEYS[1], KEYS[2])

@@ -233,6 +233,30 @@ impl LeaderElection {
         Ok(granted.map(|guard| self.lead(guard, label)))
     }
 
+    /// Ends whoever leads, from outside (an operator's call, as the
+    /// `ferrisson force-unlock` of the inspector): deletes the lock and
+    /// announces the vacancy. The deposed leader's watchdog finds its lock
+    /// gone at its next renewal and resolves its
+    /// [`lost`](Leadership::lost); until then it may still believe it
+    /// leads, so the resource's fence check is what stops its writes.
+    /// Whether somebody led.
+    ///
+    /// # Errors
+    /// As [`Lock::force_unlock`](crate::Lock::force_unlock).
+    ///
+    /// # Cancel safety
+    /// Cancel safe: once sent, the deletion completes in the background;
+    /// the announcement may then be missing (observers read again on
+    /// their own).
+    pub async fn depose(&self) -> Result<bool> {
+        let deposed = self.lock.force_unlock().await?;
+        if deposed {
+            let announce = announcement(self.client(), self.name(), RESIGNED.into());
+            announce.send(self.client().conn()).await;
+        }
+        Ok(deposed)
+    }
+
     /// Who leads now, read in one call without campaigning; `None` when
     /// nobody does.
     ///
@@ -593,8 +617,14 @@ impl Watch {
             // wait on the timer alone.
             match waited {
                 Ok(None) => {}
-                Ok(Some(_)) if Instant::now() >= self.subscribe_at => {
-                    self.subscribe(&client, look_again).await;
+                // A subscription that takes long does not hold up the
+                // next read: it is given up at the pause's end (and tried
+                // again in the next round).
+                Ok(Some(pause)) if Instant::now() >= self.subscribe_at => {
+                    tokio::select! {
+                        () = self.subscribe(&client, look_again) => {}
+                        () = tokio::time::sleep(pause) => {}
+                    }
                 }
                 Ok(Some(pause)) => tokio::time::sleep(pause).await,
                 Err(err) => {

@@ -6,9 +6,10 @@ use crate::engine::object::Object;
 use crate::engine::scripts::{FENCED_GET, FENCED_SET};
 use crate::{Client, Error, Result};
 
-/// The largest token a fenced write takes: Lua's numbers are doubles,
-/// exact up to 2^53.
-pub const MAX_FENCE_TOKEN: u64 = 1 << 53;
+/// The largest token a fenced write takes, 2^53 - 1: the scripts compare
+/// tokens as Lua numbers, doubles, which hold every integer below 2^53
+/// exactly.
+pub const MAX_FENCE_TOKEN: u64 = (1 << 53) - 1;
 
 /// A hash whose writes are fenced, from [`Client::fenced_hash`]: each
 /// write carries the writer's fencing token (a [`Leadership::term`], a
@@ -20,7 +21,17 @@ pub const MAX_FENCE_TOKEN: u64 = 1 << 53;
 /// The hash is at the given key, the caller's data; the highest token that
 /// wrote it is kept beside it at `ferrisson_fence:{key}` (no TTL), in the
 /// same Cluster slot. Only [`set`](FencedHash::set) writes: data written
-/// to the hash by other means is neither checked nor refused.
+/// to the hash by other means is neither checked nor refused. The fence
+/// is the hash's, not a field's: give each election or lock whose holders
+/// write it a hash of its own. It outlives a `DEL` of the hash (a new
+/// writer's token must still be at least the last); delete both keys to
+/// start again.
+///
+/// With replica sync on, a write waits for the replicas' acknowledgement
+/// as a release does (when too few acknowledge in time it stands on the
+/// master, and a warning says so). A failover that loses the latest
+/// write loses its raise of the fence with it, so a late writer may then
+/// be accepted once: the same limit as the lock's.
 ///
 /// ```rust,no_run
 /// # async fn run(client: ferrisson::Client) -> ferrisson::Result<()> {
@@ -56,6 +67,16 @@ impl std::fmt::Debug for FencedHash {
     }
 }
 
+/// What [`FencedHash::get`] read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct FencedValue {
+    /// The field's value; `None` when the hash or the field is missing.
+    pub value: Option<String>,
+    /// The highest token that has written the hash; `None` when none has.
+    pub fence: Option<u64>,
+}
+
 /// What a [`FencedHash::set`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[must_use = "a refused write changed nothing"]
@@ -85,6 +106,11 @@ impl FencedHash {
         &self.obj.name
     }
 
+    /// The client this handle belongs to.
+    pub fn client(&self) -> &Client {
+        &self.obj.client
+    }
+
     /// Sets `field` to `value` if `token` is at least the highest token
     /// that has written the hash, and raises that to `token`; else
     /// changes nothing and says which token has written.
@@ -95,8 +121,8 @@ impl FencedHash {
     /// # Errors
     /// [`Error::InvalidArgument`] for a bad key, or a token of 0 or over
     /// [`MAX_FENCE_TOKEN`] (nothing is sent), [`Error::WrongType`] when
-    /// the key holds something that is no hash or its fence no integer
-    /// (nothing is written), [`Error::Redis`]. After a connection error the
+    /// the key holds something that is no hash or its fence no integer up
+    /// to [`MAX_FENCE_TOKEN`] (nothing is written), [`Error::Redis`]. After a connection error the
     /// write may or may not have been made; writing again with the same
     /// token is safe, and refused only if a higher one wrote meanwhile.
     ///
@@ -115,7 +141,10 @@ impl FencedHash {
         call.key(keys::fence(name)).arg(token).arg(field).arg(value);
         let reply: Vec<i64> = self.obj.run(call).await?;
         match reply.as_slice() {
-            [1, _] => Ok(FencedWrite::Written),
+            [1, _] => {
+                self.obj.release_synced().await;
+                Ok(FencedWrite::Written)
+            }
             [0, highest] if *highest > 0 => Ok(FencedWrite::Refused {
                 highest: *highest as u64,
             }),
@@ -127,7 +156,7 @@ impl FencedHash {
     }
 
     /// The value of `field`, and the highest token that has written the
-    /// hash (`None` when none has), read together.
+    /// hash, read together.
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for a bad key, [`Error::WrongType`] as
@@ -135,7 +164,7 @@ impl FencedHash {
     ///
     /// # Cancel safety
     /// Cancel safe: it only reads.
-    pub async fn get(&self, field: &str) -> Result<(Option<String>, Option<u64>)> {
+    pub async fn get(&self, field: &str) -> Result<FencedValue> {
         self.obj.checked()?;
         let name = &*self.obj.name;
         let mut call = FENCED_GET.key(name);
@@ -145,6 +174,9 @@ impl FencedHash {
             .invoke_async(&mut conn)
             .await
             .map_err(|e| self.obj.error(e))?;
-        Ok((value, u64::try_from(fence).ok().filter(|&f| f > 0)))
+        Ok(FencedValue {
+            value,
+            fence: u64::try_from(fence).ok().filter(|&f| f > 0),
+        })
     }
 }

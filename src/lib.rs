@@ -378,7 +378,7 @@ pub use distributed::DistributedLock;
 pub use election::{
     Leader, LeaderChange, LeaderElection, LeaderObserver, Leadership, MAX_LEADER_LABEL_LEN,
 };
-pub use fenced_hash::{FencedHash, FencedWrite, MAX_FENCE_TOKEN};
+pub use fenced_hash::{FencedHash, FencedValue, FencedWrite, MAX_FENCE_TOKEN};
 pub use group::multilock::{MultiLock, MultiLockGuard};
 pub use group::redlock::{RedLock, RedLockGuard};
 pub use lock::{

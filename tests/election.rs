@@ -414,7 +414,8 @@ async fn a_fenced_hash_refuses_a_lower_token() {
     let server = RedisServer::start();
     let client = client(&server, WATCHDOG).await;
     let state = client.fenced_hash("{svc}:state");
-    assert_eq!(soon(state.get("offset")).await.unwrap(), (None, None));
+    let read = soon(state.get("offset")).await.unwrap();
+    assert_eq!((read.value, read.fence), (None, None));
     assert_eq!(
         soon(state.set("offset", "10", 5)).await.unwrap(),
         FencedWrite::Written
@@ -435,10 +436,8 @@ async fn a_fenced_hash_refuses_a_lower_token() {
         soon(state.set("other", "x", 7)).await.unwrap(),
         FencedWrite::Written
     );
-    assert_eq!(
-        soon(state.get("offset")).await.unwrap(),
-        (Some("11".into()), Some(7))
-    );
+    let read = soon(state.get("offset")).await.unwrap();
+    assert_eq!((read.value.as_deref(), read.fence), (Some("11"), Some(7)));
     assert_eq!(
         server
             .cmd(&["GET", "ferrisson_fence:{svc}:state"])
@@ -486,6 +485,14 @@ async fn a_fenced_hash_refuses_bad_input_and_other_data() {
     assert!(matches!(err, Error::WrongType { .. }), "{err:?}");
     let err = soon(state.get("f")).await.unwrap_err();
     assert!(matches!(err, Error::WrongType { .. }), "{err:?}");
+    // A fence no double holds exactly (written by hand) is refused too,
+    // rather than compared rounded.
+    server.cmd(&["SET", "ferrisson_fence:{state}", "9007199254740993"]);
+    let err = soon(state.set("f", "v", MAX_FENCE_TOKEN))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::WrongType { .. }), "{err:?}");
+    server.cmd(&["SET", "ferrisson_fence:{state}", "not a number"]);
     assert!(!exists(&server, "state"));
     assert_eq!(
         server

@@ -218,7 +218,22 @@ async fn an_election_keeps_its_terms_rising_through_a_failover() {
     })
     .await;
 
-    // The leader's view agrees with the new master's by the next renewal.
+    // The leader's view agrees with the new master's by the next renewal:
+    // wait for one there (the key's TTL rises) or for the loss.
+    let before = replica
+        .try_cmd(&["PTTL", "elected"])
+        .ok()
+        .and_then(|t| t.as_int())
+        .unwrap_or(-2);
+    eventually(Duration::from_secs(30), || async {
+        let now = replica
+            .try_cmd(&["PTTL", "elected"])
+            .ok()
+            .and_then(|t| t.as_int())
+            .unwrap_or(-2);
+        now > before || leadership.is_lost()
+    })
+    .await;
     eventually(Duration::from_secs(20), || async {
         match replica.try_cmd(&["EXISTS", "elected"]) {
             Ok(reply) => (reply.as_int() == Some(1)) != leadership.is_lost(),

@@ -445,7 +445,9 @@ async fn watch(
     let mut channels = Vec::new();
     if watched == Some(Kind::LeaderElection) {
         // Campaigns and resignations are announced here; the lock's own
-        // channel hears a Redisson holder's release.
+        // channel hears a Redisson holder's release. (Not for what may
+        // turn out to be an election: listening here would make a free
+        // fenced lock look like one. Each tick's read sees a campaign.)
         channels.push(layout::election_channel(name));
     }
     let channel = match watched {
@@ -490,7 +492,7 @@ async fn watch(
                     return Err(Fail("lost the subscription".to_owned()));
                 };
                 let state = current(target, name, kind, watched).await?;
-                watched = watched.or(state.kind);
+                watched = state::refined(watched, state.kind);
                 print_event(json, Event {
                     at_ms: now().1,
                     channel: Some(&channel),
@@ -501,7 +503,7 @@ async fn watch(
             }
             _ = tick.tick() => {
                 let state = current(target, name, kind, watched).await?;
-                watched = watched.or(state.kind);
+                watched = state::refined(watched, state.kind);
                 if state.shape() != last.shape() {
                     print_event(json, Event {
                         at_ms: now().1,
@@ -595,7 +597,9 @@ async fn force_unlock(
     let client = &target.client;
     let done = match kind {
         Kind::FairLock => client.fair_lock(name).force_unlock().await,
-        Kind::FencedLock | Kind::LeaderElection => client.fenced_lock(name).force_unlock().await,
+        Kind::FencedLock => client.fenced_lock(name).force_unlock().await,
+        // Deleted, and the vacancy announced to the election's observers.
+        Kind::LeaderElection => client.leader_election(name).depose().await,
         Kind::ReadWriteLock => client.read_write_lock(name).write().force_unlock().await,
         Kind::CountDownLatch => client.count_down_latch(name).delete().await,
         _ => client.lock(name).force_unlock().await,

@@ -315,7 +315,15 @@ pub(crate) async fn inspect_remembering(
         // Not asked: the kind seen before while the data allows it (a fair
         // lock whose line emptied is still one), else what is found now.
         (Found::Object { kind, also }, None) => match remembered {
-            Some(seen) if seen != kind && may_read_as(kind, also, seen) => (seen, None),
+            // An election shows itself once a candidate leads: it is no
+            // longer read as the fenced lock it looked like while free.
+            Some(seen)
+                if seen != kind
+                    && kind != Kind::LeaderElection
+                    && may_read_as(kind, also, seen) =>
+            {
+                (seen, None)
+            }
             _ => (kind, also),
         },
         (Found::Object { kind, also }, Some(asked)) => {
@@ -345,6 +353,15 @@ pub(crate) async fn inspect_remembering(
     let mut state = read(target, name, kind).await?;
     state.could_also_be = also;
     Ok(state)
+}
+
+/// The kind a watch goes on reading as: the first one known, except that a
+/// fenced lock turns out to be a leader election once a candidate leads.
+pub(crate) fn refined(watched: Option<Kind>, now: Option<Kind>) -> Option<Kind> {
+    match (watched, now) {
+        (Some(Kind::FencedLock), Some(Kind::LeaderElection)) => now,
+        _ => watched.or(now),
+    }
 }
 
 /// Whether data found to be a `found` (or its look-alike `also`) may be

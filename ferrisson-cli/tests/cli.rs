@@ -1053,8 +1053,14 @@ async fn an_election_is_inspected_listed_and_watched() {
     let client = client(&server, WATCHDOG).await;
     let id = client.id().to_string();
     let election = client.leader_election("billing:leader");
+    // Watched before anyone campaigned: a name without a key, then an
+    // election once a candidate leads.
+    let early = Watch::start(&server.url(), "billing:leader");
+    tokio::task::block_in_place(|| early.expect("no key"));
     let leadership = soon(election.campaign("pod-a")).await.unwrap();
     let term = leadership.term();
+    tokio::task::block_in_place(|| early.expect("leader election: led by pod-a"));
+    drop(early);
 
     let text = ok(&server, &["inspect", "billing:leader"]).await;
     assert!(text.contains("kind:        leader election"), "{text}");
@@ -1087,11 +1093,38 @@ async fn an_election_is_inspected_listed_and_watched() {
     let next = soon(election.campaign("pod-b")).await.unwrap();
     tokio::task::block_in_place(|| watch.expect("leader election: led by pod-b"));
     soon(next.resign()).await.unwrap();
-    drop(watch);
+    tokio::task::block_in_place(|| watch.expect("leader election: no leader"));
 
-    // Free, with only its counter left: an observer tells it apart.
+    // Force-unlocked: deposed, the vacancy announced.
+    let deposed = soon(election.campaign("pod-c")).await.unwrap();
+    tokio::task::block_in_place(|| watch.expect("leader election: led by pod-c"));
+    let removed = ok(&server, &["force-unlock", "--yes", "billing:leader"]).await;
+    assert!(removed.contains("pod-c"), "{removed}");
+    tokio::task::block_in_place(|| {
+        watch.expect("message \"0\" on ferrisson_election__channel:{billing:leader}");
+        watch.expect("leader election: no leader");
+    });
+    // (Its watchdog tells it at the next renewal; the library's tests
+    // cover that.)
+    drop(deposed);
+    drop(watch);
+    let channel = "ferrisson_election__channel:{billing:leader}";
+    eventually(Duration::from_secs(10), || async {
+        subscribers(&server, channel) == 0
+    })
+    .await;
+
+    // Free, with only its counter left: no `leader` in JSON, and an
+    // observer tells it from a fenced lock.
     let text = ok(&server, &["inspect", "billing:leader"]).await;
     assert!(text.contains("kind:        fenced lock"), "{text}");
+    let state = json(
+        &server,
+        &["inspect", "--kind", "leader-election", "billing:leader"],
+    )
+    .await;
+    assert_eq!(state["kind"], "leader-election");
+    assert!(state.get("leader").is_none(), "{state}");
     let mut observer = election.observe();
     assert_eq!(
         soon(observer.next()).await.unwrap().unwrap(),
@@ -1100,7 +1133,7 @@ async fn an_election_is_inspected_listed_and_watched() {
     // Waiting for the next change, it listens on the election's channel.
     let observing = tokio::spawn(async move { observer.next().await });
     eventually(Duration::from_secs(10), || async {
-        subscribers(&server, "ferrisson_election__channel:{billing:leader}") > 0
+        subscribers(&server, channel) > 0
     })
     .await;
     let text = ok(&server, &["inspect", "billing:leader"]).await;
