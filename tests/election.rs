@@ -372,6 +372,13 @@ async fn bad_names_and_labels_are_refused_and_write_nothing() {
             .await
             .map(drop)
     ));
+    // An election's lease is its client's watchdog timeout: a zero one is
+    // refused when the client is built, before anything is sent.
+    let zero_lease = ferrisson::Client::builder(server.url())
+        .watchdog_timeout(Duration::ZERO)
+        .build()
+        .await;
+    assert!(invalid(zero_lease.map(drop)));
     let unnamed = client.leader_election("");
     assert!(invalid(soon(unnamed.campaign("a")).await.map(drop)));
     assert!(invalid(soon(unnamed.leader()).await.map(drop)));
