@@ -25,7 +25,9 @@ pub const MAX_FENCE_TOKEN: u64 = (1 << 53) - 1;
 /// is the hash's, not a field's: give each election or lock whose holders
 /// write it a hash of its own. It outlives a `DEL` of the hash (a new
 /// writer's token must still be at least the last); delete both keys to
-/// start again.
+/// start again. Do so too when the tokens themselves started again (a
+/// Redis that lost the lock's counter): the fence would refuse every new
+/// writer until the tokens climbed past it.
 ///
 /// With replica sync on, a write waits for the replicas' acknowledgement
 /// as a release does (when too few acknowledge in time it stands on the
