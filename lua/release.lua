@@ -8,10 +8,14 @@
 -- ARGV[3]  owner field, `<client-uuid>:<owner-id>`
 -- ARGV[4]  the publish command, `publish` or `spublish`
 -- ARGV[5]  latch TTL in milliseconds
+-- ARGV[6]  optional: keep for this many milliseconds (a job's "at least
+--          for"); absent or 0: release
 --
 -- Replies 1 when this was the last hold (the key is deleted and the message
 -- published), 0 when holds remain (count lowered, TTL reset to the lease),
--- nil when the owner holds nothing. A retry with the same request id replies
+-- 2 when this was the last hold and ARGV[6] is over 0 (the owner keeps one
+-- hold, the TTL becomes ARGV[6], nothing is published: the lock is still
+-- held, and expires then), nil when the owner holds nothing. A retry with the same request id replies
 -- what the first call replied, without releasing again. A key that is no
 -- lock hash (another type, or a hash with other fields) is left alone and
 -- fails with `WRONGTYPE holds a <type>: <key>`.
@@ -63,6 +67,13 @@ if held ~= '1' and redis.call('hincrby', KEYS[1], ARGV[3], -1) > 0 then
     return 0
 end
 -- end shared
+local keep = tonumber(ARGV[6] or '0') or 0
+if keep > 0 then
+    redis.call('hset', KEYS[1], ARGV[3], 1)
+    redis.call('pexpire', KEYS[1], keep)
+    redis.call('set', unlock_latch, 2, 'px', ARGV[5])
+    return 2
+end
 redis.call('del', KEYS[1])
 redis.call(ARGV[4], KEYS[2], ARGV[1])
 redis.call('set', unlock_latch, 1, 'px', ARGV[5])

@@ -23,6 +23,26 @@ pub(crate) fn name(what: &str, name: &str) -> Result<()> {
     Ok(())
 }
 
+/// Checks the label of a `what` (a leader, a job's runner): not empty, at
+/// most `max` bytes, no control characters.
+pub(crate) fn label(what: &str, label: &str, max: usize) -> Result<()> {
+    if label.is_empty() {
+        return Err(Error::invalid(format!("{what} label must not be empty")));
+    }
+    if label.len() > max {
+        return Err(Error::invalid(format!(
+            "{what} label is {} bytes long, over the limit of {max}",
+            label.len()
+        )));
+    }
+    if label.chars().any(char::is_control) {
+        return Err(Error::invalid(format!(
+            "{what} label {label:?} must not hold control characters"
+        )));
+    }
+    Ok(())
+}
+
 /// Checks a count of permits: at least 1.
 pub(crate) fn permits(permits: u32) -> Result<u32> {
     if permits == 0 {

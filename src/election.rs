@@ -341,21 +341,7 @@ impl LeaderElection {
 
 /// Refuses a label a candidate may not campaign with.
 fn check_label(label: &str) -> Result<()> {
-    if label.is_empty() {
-        return Err(Error::invalid("leader label must not be empty"));
-    }
-    if label.len() > MAX_LEADER_LABEL_LEN {
-        return Err(Error::invalid(format!(
-            "leader label is {} bytes long, over the limit of {MAX_LEADER_LABEL_LEN}",
-            label.len()
-        )));
-    }
-    if label.chars().any(char::is_control) {
-        return Err(Error::invalid(format!(
-            "leader label {label:?} must not hold control characters"
-        )));
-    }
-    Ok(())
+    crate::args::label("leader", label, MAX_LEADER_LABEL_LEN)
 }
 
 /// One message on an election's channel.

@@ -370,6 +370,7 @@ mod distributed;
 mod election;
 mod fenced_hash;
 mod group;
+mod job;
 mod lock;
 mod semaphore;
 
@@ -381,6 +382,7 @@ pub use election::{
 pub use fenced_hash::{FencedHash, FencedValue, FencedWrite, MAX_FENCE_TOKEN};
 pub use group::multilock::{MultiLock, MultiLockGuard};
 pub use group::redlock::{RedLock, RedLockGuard};
+pub use job::{Job, JobHolder, JobLease, JobRun, MAX_JOB_LABEL_LEN};
 pub use lock::{
     FairLock, FencedGuard, FencedLock, Lock, LockGuard, LockHolder, LockInfo, LockMode,
     NonReentrantFairLock, NonReentrantLock, QueuedWaiter, ReadLock, ReadWriteLock, SpinLock,

@@ -60,6 +60,9 @@ struct Hold {
     /// [`Lock::unlock`](crate::Lock::unlock) may claim it.
     slot: Arc<Slot>,
     runtime: Handle,
+    /// Until when the release keeps the hold instead (a job's "at least
+    /// for"; see [`LockGuard::keep_until`]).
+    keep_until: Option<Instant>,
     /// When the hold was granted, for the hold time in metrics; `None` for
     /// a hold given back before its caller saw it.
     #[cfg(feature = "metrics")]
@@ -100,6 +103,7 @@ impl LockGuard {
                 lease,
                 slot,
                 runtime,
+                keep_until: None,
                 #[cfg(feature = "metrics")]
                 since: Some(Instant::now()),
             }),
@@ -115,6 +119,26 @@ impl LockGuard {
     /// The fencing token a fenced acquire drew; `None` for other locks.
     pub(crate) fn token(&self) -> Option<u64> {
         self.token
+    }
+
+    /// Has this hold's release, whether `unlock` or a drop's, keep the lock
+    /// held by its owner until `until` instead, when it is the owner's last
+    /// hold: the key is left with the time then left as its TTL, and
+    /// expires then (a job's "at least for"). For the plain kinds only
+    /// (`release.lua`).
+    pub(crate) fn keep_until(&mut self, until: Instant) {
+        if let Some(hold) = self.hold.as_mut() {
+            debug_assert!(
+                hold.kind == Kind::Reentrant,
+                "only a reentrant lock's hold is kept"
+            );
+            hold.keep_until = Some(until);
+        }
+    }
+
+    /// The state of this hold's lease: lost, and until when it runs.
+    pub(crate) fn lease_state(&self) -> Option<Arc<LeaseState>> {
+        self.hold().map(|h| Arc::clone(&h.lease))
     }
 
     fn hold(&self) -> Option<&Hold> {
@@ -394,7 +418,9 @@ impl Hold {
             lease_ms: self.lease_ms,
             state: self.lease,
         };
-        Release::prepare(self.client, self.kind, self.key, lease).map(Some)
+        let keep_until = self.keep_until;
+        Release::prepare(self.client, self.kind, self.key, lease)
+            .map(|release| Some(release.keeping_until(keep_until)))
     }
 }
 
@@ -417,6 +443,8 @@ pub(crate) struct Release {
     /// owner's other holds, which keeps the key (see
     /// [`ReleaseCall::stands`]).
     stands: Arc<LeaseState>,
+    /// See [`ReleaseCall::keep_until`].
+    keep_until: Option<Instant>,
 }
 
 impl Release {
@@ -481,7 +509,15 @@ impl Release {
             lease: lease.state,
             own_lease,
             stands,
+            keep_until: None,
         })
+    }
+
+    /// This release, keeping the owner's last hold until `until` instead
+    /// (see [`ReleaseCall::keep_until`]).
+    fn keeping_until(mut self, until: Option<Instant>) -> Release {
+        self.keep_until = until;
+        self
     }
 
     /// Sends the release (again, when it was sent before: the unlock latch
@@ -500,6 +536,7 @@ impl Release {
             lease_ms: self.lease_ms,
             request_id: &self.request_id,
             stands: Some(&self.stands),
+            keep_until: self.keep_until,
         };
         match release_hold_as(&self.client, conn, &call, resend)
             .instrument(span)

@@ -47,6 +47,9 @@ pub(super) struct ReleaseArgs<'a> {
     pub(super) publish: &'static str,
     /// How long the latch lives, in ms.
     pub(super) latch_ttl: u64,
+    /// When over 0, the last hold is kept this many ms instead of
+    /// released (a job's "at least for"; the plain kinds' script only).
+    pub(super) keep_ms: u64,
 }
 
 /// What one acquire script call replied.
@@ -253,6 +256,13 @@ impl Kind {
             .arg(field)
             .arg(r.publish)
             .arg(r.latch_ttl);
+        if r.keep_ms > 0 {
+            debug_assert!(
+                std::ptr::eq(script, &*RELEASE),
+                "only release.lua keeps a hold"
+            );
+            call.arg(r.keep_ms);
+        }
         call
     }
 

@@ -54,6 +54,7 @@ pub(crate) async fn release_hold(
         lease_ms,
         request_id: &request_id,
         stands,
+        keep_until: None,
     };
     release_hold_as(client, conn, &release, resend).await
 }
@@ -80,6 +81,10 @@ pub(crate) struct ReleaseCall<'a> {
     /// acquire). `None` when nothing is known of it (`Lock::unlock` of a
     /// hold with neither a guard nor a watchdog entry here).
     pub(crate) stands: Option<&'a LeaseState>,
+    /// Until when the owner keeps its last hold instead of releasing it (a
+    /// job's "at least for"): each send asks for the time left then,
+    /// rounded up; a send at or after it releases.
+    pub(crate) keep_until: Option<Instant>,
 }
 
 /// [`release_hold`] on `conn`, for a request the caller made.
@@ -96,6 +101,7 @@ pub(crate) async fn release_hold_as(
         lease_ms,
         request_id,
         stands,
+        keep_until,
     } = *release;
     let config = client.config();
     let latch = keys::unlock_latch(name, request_id);
@@ -138,6 +144,9 @@ pub(crate) async fn release_hold_as(
             lease_ms,
             publish: client.publish(),
             latch_ttl,
+            keep_ms: keep_until.map_or(0, |until| {
+                ceil_ms(until.saturating_duration_since(Instant::now()))
+            }),
         });
         match call.invoke_async::<Option<i64>>(&mut conn).await {
             Ok(reply) => break reply,
@@ -170,7 +179,7 @@ pub(crate) async fn release_hold_as(
         }
     }
     match reply {
-        Some(0 | 1) => Ok(()),
+        Some(0..=2) => Ok(()),
         None => Err(Error::NotHeld {
             name: name.to_owned(),
             owner: owner.to_owned(),
@@ -179,5 +188,15 @@ pub(crate) async fn release_hold_as(
             script: "release",
             reply: other.to_string(),
         }),
+    }
+}
+
+/// `left` in whole milliseconds, rounded up: a hold kept for it lasts at
+/// least that long.
+fn ceil_ms(left: Duration) -> u64 {
+    let ms = left.as_millis() as u64;
+    match left > Duration::from_millis(ms) {
+        true => ms + 1,
+        false => ms,
     }
 }

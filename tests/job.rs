@@ -1,0 +1,341 @@
+//! Jobs against a real `redis-server`, one private server per test.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{client, eventually, exists, soon, within, RedisServer};
+use ferrisson::{Error, JobRun, MAX_JOB_LABEL_LEN};
+use tokio::sync::oneshot;
+
+const WATCHDOG: Duration = Duration::from_millis(1200);
+
+/// Every key on the server.
+fn keys(server: &RedisServer) -> Vec<String> {
+    let keys = server.cmd(&["KEYS", "*"]);
+    let mut keys: Vec<String> = keys
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|k| k.as_string())
+        .collect();
+    keys.sort();
+    keys
+}
+
+fn pttl(server: &RedisServer, key: &str) -> i64 {
+    server.cmd(&["PTTL", key]).as_int().unwrap()
+}
+
+/// While one replica runs a job, another skips it and is told who runs
+/// it; once the run ends, the lock is gone and the next run goes ahead.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_running_job_is_skipped_by_others_and_released_after() {
+    let server = RedisServer::start();
+    let (a, b) = (
+        client(&server, WATCHDOG).await,
+        client(&server, WATCHDOG).await,
+    );
+    let (started_tx, started) = oneshot::channel();
+    let (end, end_rx) = oneshot::channel::<()>();
+    let job = a.job("nightly").label("pod-a");
+    let running = tokio::spawn(async move {
+        job.run(|lease| async move {
+            assert!(lease.is_renewed());
+            assert!(!lease.is_lost());
+            started_tx.send(()).unwrap();
+            end_rx.await.unwrap();
+            7
+        })
+        .await
+    });
+    soon(started).await.unwrap();
+    let skipped = soon(
+        b.job("nightly")
+            .label("pod-b")
+            .run(|_| async { unreachable!() }),
+    )
+    .await
+    .unwrap();
+    match skipped {
+        JobRun::Skipped {
+            holder: Some(holder),
+        } => {
+            assert_eq!(holder.label.as_deref(), Some("pod-a"));
+            assert_eq!(holder.client_id, a.id().to_string());
+            assert!(holder.owner_id.starts_with("pod-a~"), "{}", holder.owner_id);
+            assert!(holder.ttl.is_some());
+        }
+        other => panic!("expected a skip with its holder, got {other:?}"),
+    }
+    // A second run in the runner's own process is skipped too: each run
+    // is an owner of its own.
+    let again = soon(a.job("nightly").run(|_| async { unreachable!() }))
+        .await
+        .unwrap();
+    assert!(!again.ran());
+    end.send(()).unwrap();
+    assert_eq!(soon(running).await.unwrap().unwrap(), JobRun::Ran(7));
+    assert!(!exists(&server, "nightly"));
+    let next = soon(b.job("nightly").run(|_| async { 8 })).await.unwrap();
+    assert_eq!(next, JobRun::Ran(8));
+}
+
+/// "At least for": a run that ends early leaves the lock held, with the
+/// time left as its TTL, so a late replica skips the occurrence; after
+/// that time it runs again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_least_for_keeps_the_lock_after_a_short_run() {
+    let server = RedisServer::start();
+    let (a, b) = (
+        client(&server, WATCHDOG).await,
+        client(&server, WATCHDOG).await,
+    );
+    let at_least = Duration::from_secs(3);
+    for job in [
+        // Renewed by the watchdog, and with a lease.
+        a.job("hourly").at_least_for(at_least).label("pod-a"),
+        a.job("hourly")
+            .at_most_for(Duration::from_secs(10))
+            .at_least_for(at_least)
+            .label("pod-a"),
+    ] {
+        assert_eq!(
+            soon(job.run(|_| async { 1 })).await.unwrap(),
+            JobRun::Ran(1)
+        );
+        let ttl = pttl(&server, "hourly");
+        assert!(
+            ttl > 0 && ttl <= at_least.as_millis() as i64,
+            "the lock is kept for what is left of {at_least:?}: PTTL {ttl}"
+        );
+        match soon(b.job("hourly").run(|_| async { 2 })).await.unwrap() {
+            JobRun::Skipped {
+                holder: Some(holder),
+            } => assert_eq!(holder.label.as_deref(), Some("pod-a")),
+            other => panic!("a late replica must skip, got {other:?}"),
+        }
+        // Nobody was woken: the lock is still held. It goes at its TTL.
+        eventually(at_least * 3, || async { !exists(&server, "hourly") }).await;
+        assert_eq!(
+            soon(b.job("hourly").run(|_| async { 3 })).await.unwrap(),
+            JobRun::Ran(3)
+        );
+        assert!(!exists(&server, "hourly"));
+    }
+}
+
+/// "At most for": the lease is not renewed; a run that takes longer sees
+/// its lease lost, another replica may start, and the first is told it
+/// overran.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_past_at_most_for_loses_its_lease_and_says_so() {
+    let server = RedisServer::start();
+    let (a, b) = (
+        client(&server, WATCHDOG).await,
+        client(&server, WATCHDOG).await,
+    );
+    let at_most = Duration::from_millis(600);
+    let job = a.job("report").at_most_for(at_most);
+    let other = b.job("report");
+    let ran = soon(job.run(|lease| async move {
+        assert!(!lease.is_renewed());
+        assert!(lease.remaining() <= at_most);
+        within(at_most * 20, lease.lost()).await;
+        assert!(lease.is_lost());
+        assert_eq!(lease.remaining(), Duration::ZERO);
+        // The lease ran out by this process's clock, so the server's ran
+        // out too: another replica gets the job now.
+        eventually(at_most * 10, || async { !exists(&server, "report") }).await;
+        other.run(|_| async { "second" }).await.unwrap()
+    }))
+    .await
+    .unwrap();
+    assert_eq!(ran, JobRun::Overran(JobRun::Ran("second")));
+}
+
+/// Without "at most for", the watchdog keeps a run that lasts several
+/// watchdog timeouts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_watchdog_keeps_a_long_run() {
+    let server = RedisServer::start();
+    let a = client(&server, WATCHDOG).await;
+    let b = client(&server, WATCHDOG).await;
+    let ran = soon(a.job("long").run(|lease| async move {
+        // The work: three watchdog timeouts long.
+        tokio::time::sleep(WATCHDOG * 3).await;
+        let skipped = b.job("long").run(|_| async {}).await.unwrap();
+        (lease.is_lost(), skipped.ran())
+    }))
+    .await
+    .unwrap();
+    assert_eq!(ran, JobRun::Ran((false, false)));
+    assert!(!exists(&server, "long"));
+}
+
+/// With a wait, a runner waits for a run in progress to end, then runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_runner_may_wait_for_the_job() {
+    let server = RedisServer::start();
+    let a = client(&server, WATCHDOG).await;
+    let (started_tx, started) = oneshot::channel();
+    let (end, end_rx) = oneshot::channel::<()>();
+    let job = a.job("queue-drain");
+    let first = tokio::spawn(async move {
+        job.run(|_| async move {
+            started_tx.send(()).unwrap();
+            end_rx.await.unwrap();
+        })
+        .await
+    });
+    soon(started).await.unwrap();
+    let waiting = a.job("queue-drain").wait(Duration::from_secs(60));
+    let second = tokio::spawn(async move { waiting.run(|_| async { 2 }).await });
+    end.send(()).unwrap();
+    assert_eq!(soon(first).await.unwrap().unwrap(), JobRun::Ran(()));
+    assert_eq!(soon(second).await.unwrap().unwrap(), JobRun::Ran(2));
+}
+
+/// A holder that is no job (a plain lock, as a Redisson `RLock`) is
+/// respected and reported without a label.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plain_lock_holder_makes_a_job_skip() {
+    let server = RedisServer::start();
+    let a = client(&server, WATCHDOG).await;
+    let guard = soon(a.lock("export").with_owner("thread-1").lock())
+        .await
+        .unwrap();
+    match soon(a.job("export").run(|_| async {})).await.unwrap() {
+        JobRun::Skipped {
+            holder: Some(holder),
+        } => {
+            assert_eq!(holder.label, None);
+            assert_eq!(holder.owner_id, "thread-1");
+        }
+        other => panic!("expected a skip, got {other:?}"),
+    }
+    soon(guard.unlock()).await.unwrap();
+}
+
+/// A run dropped while its work runs lets the lock go, and keeps it for
+/// its "at least for" as a finished run would; a runner dropped while it
+/// waits leaves nothing behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropped_runs_leave_nothing_behind() {
+    let server = RedisServer::start();
+    let a = client(&server, WATCHDOG).await;
+    let b = client(&server, WATCHDOG).await;
+
+    // Dropped in the middle of its work, without "at least for".
+    let (started_tx, started) = oneshot::channel();
+    let job = a.job("dropped");
+    let run = tokio::spawn(async move {
+        job.run(|_| async move {
+            started_tx.send(()).unwrap();
+            std::future::pending::<()>().await
+        })
+        .await
+    });
+    soon(started).await.unwrap();
+    run.abort();
+    let _ = run.await;
+    eventually(Duration::from_secs(10), || async {
+        keys(&server).is_empty()
+    })
+    .await;
+
+    // With "at least for": kept for it, then gone.
+    let (started_tx, started) = oneshot::channel();
+    let job = a.job("dropped").at_least_for(Duration::from_secs(2));
+    let run = tokio::spawn(async move {
+        job.run(|_| async move {
+            started_tx.send(()).unwrap();
+            std::future::pending::<()>().await
+        })
+        .await
+    });
+    soon(started).await.unwrap();
+    run.abort();
+    let _ = run.await;
+    eventually(Duration::from_secs(10), || async {
+        keys(&server) == ["dropped"] && pttl(&server, "dropped") <= 2000
+    })
+    .await;
+    assert!(!soon(b.job("dropped").run(|_| async {}))
+        .await
+        .unwrap()
+        .ran());
+    eventually(Duration::from_secs(20), || async {
+        keys(&server).is_empty()
+    })
+    .await;
+
+    // Dropped while it waits for a run in progress.
+    let guard = soon(b.lock("dropped").lock()).await.unwrap();
+    let waiting = a.job("dropped").wait(Duration::from_secs(60));
+    let waiter = tokio::spawn(async move { waiting.run(|_| async {}).await });
+    let channel = ferrisson::layout::lock_channel("dropped");
+    eventually(Duration::from_secs(10), || async {
+        common::subscribers(&server, &channel) > 0
+    })
+    .await;
+    waiter.abort();
+    let _ = waiter.await;
+    soon(guard.unlock()).await.unwrap();
+    eventually(Duration::from_secs(10), || async {
+        keys(&server).is_empty() && common::subscribers(&server, &channel) == 0
+    })
+    .await;
+}
+
+/// Bad settings are refused before anything is sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_settings_are_refused_and_write_nothing() {
+    let server = RedisServer::start();
+    let a = client(&server, WATCHDOG).await;
+    let second = Duration::from_secs(1);
+    let jobs = [
+        a.job(""),
+        a.job("j").label(""),
+        a.job("j").label("a\nb"),
+        a.job("j").label("x".repeat(MAX_JOB_LABEL_LEN + 1)),
+        a.job("j").at_most_for(Duration::ZERO),
+        a.job("j").at_most_for(Duration::from_micros(10)),
+        a.job("j").at_most_for(second).at_least_for(second * 2),
+        a.job("j").at_least_for(ferrisson::config::MAX_DURATION * 2),
+        a.job("j").wait(ferrisson::config::MAX_DURATION * 2),
+        a.job("x".repeat(ferrisson::MAX_NAME_LEN + 1)),
+    ];
+    for job in jobs {
+        let refused = soon(job.run(|_| async { unreachable!() })).await;
+        assert!(
+            matches!(refused, Err(Error::InvalidArgument(_))),
+            "{job:?}: {refused:?}"
+        );
+    }
+    // What a refusal is not: "at least" equal to "at most", and a label
+    // of exactly the limit.
+    let fine = a
+        .job("j")
+        .at_most_for(second)
+        .at_least_for(second)
+        .label("x".repeat(MAX_JOB_LABEL_LEN));
+    assert!(soon(fine.run(|_| async {})).await.unwrap().ran());
+    server.cmd(&["DEL", "j"]);
+    // Only the request latches were left, and they go in the background.
+    eventually(Duration::from_secs(10), || async {
+        keys(&server).is_empty()
+    })
+    .await;
+    // Data the job did not write is left as it is.
+    server.cmd(&["SET", "j", "not a lock"]);
+    let refused = soon(a.job("j").run(|_| async {})).await;
+    assert!(
+        matches!(refused, Err(Error::WrongType { .. })),
+        "{refused:?}"
+    );
+    assert_eq!(
+        server.cmd(&["GET", "j"]).as_string().as_deref(),
+        Some("not a lock")
+    );
+}
