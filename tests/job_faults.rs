@@ -129,7 +129,10 @@ fn run_fleet(server: &RedisServer, skews: &[u64], s: &Schedule) -> (Said, Option
     let deadline = Instant::now() + Duration::from_millis(s.period_ms * s.count) * 10;
     let mut done = 0;
     while done < skews.len() - usize::from(killed.is_some()) {
-        assert!(Instant::now() < deadline, "the schedulers did not finish: {said:?}");
+        assert!(
+            Instant::now() < deadline,
+            "the schedulers did not finish: {said:?}"
+        );
         for (i, slot) in fleet.iter_mut().enumerate() {
             let Some(child) = slot else { continue };
             while let Some(line) = child.try_line(Duration::from_millis(5)) {

@@ -334,6 +334,9 @@ pub(crate) struct Settings {
     pub(crate) urls: Vec<String>,
     pub(crate) cluster: bool,
     pub(crate) tls_ca: Option<Vec<u8>>,
+    /// The client's watchdog timeout, when not the library's default
+    /// (`run --lease`).
+    pub(crate) watchdog_timeout: Option<Duration>,
 }
 
 fn open(url: &str, tls_ca: Option<&[u8]>) -> Result<redis::Client, Fail> {
@@ -387,6 +390,10 @@ pub(crate) async fn connect(settings: &Settings) -> Result<Target, Fail> {
         (Raw::Single(raw), ferrisson::Client::builder(first.as_str()))
     };
     let builder = builder.connection_timeout(CONNECT_TIMEOUT);
+    let builder = match settings.watchdog_timeout {
+        Some(timeout) => builder.watchdog_timeout(timeout),
+        None => builder,
+    };
     #[cfg(feature = "tls")]
     let builder = match &settings.tls_ca {
         Some(pem) => builder.tls_root_certificate(pem.clone()),

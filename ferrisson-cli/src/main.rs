@@ -7,6 +7,8 @@
 
 mod conn;
 mod layout;
+#[cfg(unix)]
+mod run;
 mod state;
 
 use std::io::{BufRead, Write};
@@ -112,6 +114,11 @@ enum Command {
         #[arg(long, value_enum)]
         kind: Option<Kind>,
     },
+    /// Runs a command while holding a lock across hosts (or one of N
+    /// permits), as `consul lock` or `flock`: exits with the command's
+    /// status, 75 when the lock was busy, 76 when its lease was lost.
+    #[cfg(unix)]
+    Run(run::RunArgs),
 }
 
 /// Refuses an empty object name: no synchronizer can be named so (the
@@ -236,6 +243,12 @@ fn main() -> ExitCode {
         }
     };
     let json = cli.json;
+    #[cfg(unix)]
+    if let Command::Run(args) = &cli.command {
+        if let Err(message) = args.check() {
+            return fail(json, &message, 2);
+        }
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -269,6 +282,13 @@ async fn run(cli: Cli) -> Result<ExitCode, Fail> {
         cluster: cli.cluster || urls.len() > 1,
         urls,
         tls_ca,
+        #[cfg(unix)]
+        watchdog_timeout: match &cli.command {
+            Command::Run(args) => args.renewed_lease(),
+            _ => None,
+        },
+        #[cfg(not(unix))]
+        watchdog_timeout: None,
     };
     let target = conn::connect(&settings).await?;
     match cli.command {
@@ -290,6 +310,8 @@ async fn run(cli: Cli) -> Result<ExitCode, Fail> {
         Command::ForceUnlock { name, yes, kind } => {
             force_unlock(&target, &name, kind, yes, cli.json).await
         }
+        #[cfg(unix)]
+        Command::Run(args) => run::run(&target, args).await,
     }
 }
 

@@ -194,6 +194,10 @@ pub(crate) async fn subscribers(target: &Target, channels: &[String]) -> u64 {
 pub(crate) struct Holder {
     pub(crate) client_id: String,
     pub(crate) owner_id: String,
+    /// The label of a holder whose owner id is `<label>~<32 hex>`: a
+    /// leader's campaign, a job's run (`ferrisson run --label`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) label: Option<String>,
     pub(crate) holds: u32,
     /// Write holds of a read-write lock.
     pub(crate) write: bool,
@@ -427,6 +431,7 @@ pub(crate) async fn read(target: &Target, name: &str, kind: Kind) -> Result<Stat
                 read_hold_ttls_ms = Some(ttls);
             }
             state.holders.push(Holder {
+                label: layout::campaign_label(&holder.owner_id).map(str::to_owned),
                 client_id: holder.client_id,
                 owner_id: holder.owner_id,
                 holds: holder.holds,
@@ -552,6 +557,9 @@ impl Holder {
             self.owner_id,
             self.holds_text()
         );
+        if let Some(label) = &self.label {
+            let _ = write!(line, ", label {label}");
+        }
         if let Some(ttls) = &self.read_hold_ttls_ms {
             let ttls: Vec<String> = ttls
                 .iter()

@@ -1,0 +1,504 @@
+//! `ferrisson run NAME -- COMMAND [ARGS]`: runs a command while holding a
+//! lock (or one permit of a semaphore) across a fleet of hosts, as
+//! `consul lock` and `flock` do.
+//!
+//! The command runs in a process group of its own (as under
+//! `timeout(1)`): the runner forwards SIGINT, SIGTERM and SIGHUP to that
+//! group, and on a lost lease stops the whole group, grandchildren
+//! included. On Linux the command also gets SIGKILL when the runner dies
+//! (its parent-death signal), so a runner killed with `kill -9` does not
+//! leave its command running past the lock's lease.
+
+use std::cell::Cell;
+use std::ffi::OsString;
+use std::future::Future;
+use std::os::unix::process::ExitStatusExt;
+use std::process::{ExitCode, ExitStatus};
+use std::time::Duration;
+
+use nix::sys::signal::{killpg, Signal};
+use nix::unistd::Pid;
+use tokio::process::Command;
+use tokio::signal::unix::SignalKind;
+use tokio::sync::broadcast;
+use tokio::time::Instant;
+
+use crate::conn::Target;
+use crate::Fail;
+
+/// The exit status when the lock (or every permit) was held elsewhere and
+/// the wait ended: the command did not run. `EX_TEMPFAIL` of sysexits.h.
+pub(crate) const BUSY: u8 = 75;
+
+/// The exit status when the lease was lost while the command ran: it was
+/// stopped (or had just ended), and another host may have run it at the
+/// same time.
+pub(crate) const LOST: u8 = 76;
+
+/// The lease the runner renews (no `--at-most-for`) unless `--lease`
+/// says otherwise: the library's default watchdog timeout, renewed every
+/// third of it.
+const RENEWED_LEASE: Duration = Duration::from_secs(30);
+
+/// `ferrisson run`'s arguments.
+#[derive(Debug, clap::Args)]
+pub(crate) struct RunArgs {
+    /// The job's name: the key of its lock (with --permits, of its
+    /// semaphore).
+    #[arg(value_parser = crate::non_empty_name)]
+    name: String,
+
+    /// Wait at most this long for the lock (`30s`, `5m`, `1h 30m`), then
+    /// exit with 75 without running the command. Without it and without
+    /// --no-wait, wait as long as it takes.
+    #[arg(long, value_parser = duration, value_name = "DURATION")]
+    wait: Option<Duration>,
+
+    /// Do not wait: exit with 75 at once when the lock is held.
+    #[arg(long, conflicts_with = "wait")]
+    no_wait: bool,
+
+    /// Hold the lock at most this long from the start, not renewed: when
+    /// it runs out, the command is stopped. Without it, the lock is
+    /// renewed while the command runs (see --lease).
+    #[arg(long, value_parser = duration, value_name = "DURATION")]
+    at_most_for: Option<Duration>,
+
+    /// The lease renewed while the command runs (every third of it): how
+    /// long the lock outlives a runner that died or lost Redis, and how
+    /// soon a lost lease stops the command. 30s by default.
+    #[arg(long, value_parser = duration, value_name = "DURATION", conflicts_with = "at_most_for")]
+    lease: Option<Duration>,
+
+    /// Keep the lock until this long after the start, also when the
+    /// command ends sooner, so that a host whose schedule fires a little
+    /// later skips the run.
+    #[arg(long, value_parser = duration, value_name = "DURATION", default_value = "0s")]
+    at_least_for: Duration,
+
+    /// Take one permit of a semaphore of N permits instead of the lock:
+    /// at most N runs at once across hosts. Every runner of the name
+    /// must give the same N.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    permits: Option<u32>,
+
+    /// After a lost lease, how long the command has between SIGTERM and
+    /// SIGKILL.
+    #[arg(long, value_parser = duration, value_name = "DURATION", default_value = "10s")]
+    grace: Duration,
+
+    /// The label `ferrisson inspect` shows for the holder: the host name
+    /// by default.
+    #[arg(long, conflicts_with = "permits")]
+    label: Option<String>,
+
+    /// The command and its arguments, after `--`.
+    #[arg(required = true, last = true, value_name = "COMMAND")]
+    command: Vec<OsString>,
+}
+
+/// Parses a duration as `30s`, `500ms`, `5m`, `1h 30m`.
+fn duration(text: &str) -> Result<Duration, String> {
+    humantime::parse_duration(text)
+        .map_err(|e| format!("`{text}` is no duration ({e}): write it as 500ms, 30s, 5m or 1h"))
+}
+
+impl RunArgs {
+    /// Refuses what contradicts itself, before anything is sent.
+    pub(crate) fn check(&self) -> Result<(), String> {
+        if let Some(at_most) = self.at_most_for {
+            if at_most.is_zero() {
+                return Err("--at-most-for must be longer than zero".to_owned());
+            }
+            if self.at_least_for > at_most {
+                return Err(format!(
+                    "--at-least-for ({}) is longer than --at-most-for ({}): the lock cannot be kept past its lease",
+                    humantime::format_duration(self.at_least_for),
+                    humantime::format_duration(at_most)
+                ));
+            }
+        }
+        if self
+            .lease
+            .is_some_and(|lease| lease < Duration::from_millis(100))
+        {
+            return Err(
+                "--lease must be at least 100ms: it is renewed every third of it".to_owned(),
+            );
+        }
+        let year = ferrisson::config::MAX_DURATION;
+        let durations = [
+            Some(self.at_least_for),
+            self.wait,
+            self.at_most_for,
+            self.lease,
+        ];
+        if durations.into_iter().flatten().any(|d| d > year) {
+            return Err("a duration is longer than a year, the longest ferrisson takes".to_owned());
+        }
+        if self
+            .command
+            .first()
+            .is_none_or(|program| program.is_empty())
+        {
+            return Err("no command given: write it after `--`".to_owned());
+        }
+        Ok(())
+    }
+
+    /// The renewed lease `--lease` asked for: the client's watchdog
+    /// timeout.
+    pub(crate) fn renewed_lease(&self) -> Option<Duration> {
+        self.lease
+    }
+
+    /// How long to wait for the lock: `None` for as long as it takes.
+    fn wait(&self) -> Option<Duration> {
+        match (self.no_wait, self.wait) {
+            (true, _) => Some(Duration::ZERO),
+            (false, wait) => wait,
+        }
+    }
+}
+
+/// How the command ended.
+enum Ended {
+    /// It exited (or was killed by a signal) while the lease held.
+    Exited(ExitStatus),
+    /// The lease was lost: it was stopped.
+    Stopped,
+    /// It could not be started.
+    NotStarted(String, std::io::Error),
+}
+
+/// `ferrisson run`.
+pub(crate) async fn run(target: &Target, args: RunArgs) -> Result<ExitCode, Fail> {
+    let signals = Signals::listen()?;
+    match args.permits {
+        None => run_locked(target, &args, &signals).await,
+        Some(permits) => run_with_permit(target, &args, permits, &signals).await,
+    }
+}
+
+/// With the lock: a [`ferrisson::Job`].
+async fn run_locked(target: &Target, args: &RunArgs, signals: &Signals) -> Result<ExitCode, Fail> {
+    let name = &args.name;
+    let label = args.label.clone().unwrap_or_else(host_name);
+    let mut job = target
+        .client
+        .job(name)
+        .label(label)
+        .at_least_for(args.at_least_for)
+        .wait(args.wait().unwrap_or(ferrisson::config::MAX_DURATION));
+    if let Some(at_most) = args.at_most_for {
+        job = job.at_most_for(at_most);
+    }
+    let started = Cell::new(false);
+    let forwarded = signals.subscribe();
+    let ran = job.run(|lease| {
+        started.set(true);
+        async move { supervise(args, async move { lease.lost().await }, forwarded).await }
+    });
+    let ran = match signals.unless_started(ran, &started).await? {
+        Ok(ran) => ran,
+        Err(code) => return Ok(code),
+    };
+    match ran.map_err(|e| Fail::from_lib(e, name))? {
+        ferrisson::JobRun::Skipped { holder } => {
+            let who = holder.map_or_else(String::new, |h| {
+                let label = h.label.as_deref().unwrap_or(&h.owner_id);
+                format!(" by {label} (client {})", h.client_id)
+            });
+            eprintln!("ferrisson: `{name}` is held{who}: the command did not run");
+            Ok(ExitCode::from(BUSY))
+        }
+        ferrisson::JobRun::Ran(ended) => ended.map(|ended| exit(name, ended)),
+        ferrisson::JobRun::Overran(ended) => {
+            ended?;
+            Ok(exit(name, Ended::Stopped))
+        }
+    }
+}
+
+/// With one permit of a permit-expirable semaphore of `permits`.
+async fn run_with_permit(
+    target: &Target,
+    args: &RunArgs,
+    permits: u32,
+    signals: &Signals,
+) -> Result<ExitCode, Fail> {
+    let name = &args.name;
+    let lib = |e| Fail::from_lib(e, name);
+    let semaphore = target.client.permit_expirable_semaphore(name);
+    if !semaphore.try_set_permits(permits).await.map_err(lib)? {
+        let total = semaphore.permits().await.map_err(lib)?;
+        if total != i64::from(permits) {
+            return Err(Fail(format!(
+                "`{name}` has {total} permits, not the {permits} of --permits: every runner of a name must give the same number"
+            )));
+        }
+    }
+    let lease = args
+        .at_most_for
+        .unwrap_or(args.lease.unwrap_or(RENEWED_LEASE));
+    let start = Instant::now();
+    let take = async {
+        match args.wait() {
+            None => semaphore.acquire_with_lease(lease).await.map(Some),
+            Some(wait) => semaphore.try_acquire_with_lease(wait, lease).await,
+        }
+    };
+    let never = Cell::new(false);
+    let permit = match signals.unless_started(take, &never).await? {
+        Ok(taken) => taken.map_err(lib)?,
+        Err(code) => return Ok(code),
+    };
+    let Some(permit) = permit else {
+        eprintln!("ferrisson: all {permits} permits of `{name}` are out: the command did not run");
+        return Ok(ExitCode::from(BUSY));
+    };
+    let id = permit.id();
+    let renewed = args.at_most_for.is_none();
+    let lost = permit_lost(&semaphore, id, start, lease, renewed);
+    let ended = supervise(args, lost, signals.subscribe()).await?;
+    match ended {
+        Ended::Exited(_) => {
+            let keep = (start + args.at_least_for).saturating_duration_since(Instant::now());
+            let given = match keep.is_zero() {
+                true => semaphore.release(permit).await,
+                false => {
+                    permit.leak();
+                    semaphore.update_lease_by_id(id, Some(keep)).await
+                }
+            };
+            match given {
+                Ok(()) => Ok(exit(name, ended)),
+                Err(ferrisson::Error::PermitNotOut { .. }) => Ok(exit(name, Ended::Stopped)),
+                Err(err) => {
+                    eprintln!("ferrisson: the permit of `{name}` could not be given back ({err}); it expires with its lease");
+                    Ok(exit(name, ended))
+                }
+            }
+        }
+        Ended::Stopped => {
+            // Its lease ran out: nothing is to be given back.
+            permit.leak();
+            Ok(exit(name, ended))
+        }
+        Ended::NotStarted(..) => {
+            let _ = semaphore.release(permit).await;
+            Ok(exit(name, ended))
+        }
+    }
+}
+
+/// Resolves when the permit `id`'s lease is lost: it ran out (with
+/// `renewed` false, at its end, a little before the server's), or a
+/// renewal found the permit gone, or no renewal got through in time.
+fn permit_lost<'a>(
+    semaphore: &'a ferrisson::PermitExpirableSemaphore,
+    id: ferrisson::PermitId,
+    start: Instant,
+    lease: Duration,
+    renewed: bool,
+) -> impl Future<Output = ()> + 'a {
+    // Given up a little before the server would, as the watchdog does.
+    let margin = (lease / 10).min(Duration::from_secs(1));
+    async move {
+        let mut until = start + lease;
+        loop {
+            if !renewed {
+                tokio::time::sleep_until(until - margin).await;
+                return;
+            }
+            tokio::time::sleep_until(until - lease * 2 / 3).await;
+            loop {
+                let sent = Instant::now();
+                if sent >= until - margin {
+                    return;
+                }
+                let renewal = semaphore.update_lease_by_id(id, Some(lease));
+                match tokio::time::timeout_at(until - margin, renewal).await {
+                    Ok(Ok(())) => {
+                        until = sent + lease;
+                        break;
+                    }
+                    Ok(Err(ferrisson::Error::PermitNotOut { .. })) | Err(_) => return,
+                    // A connection that failed: again, while the lease runs.
+                    Ok(Err(_)) => tokio::time::sleep(Duration::from_millis(100)).await,
+                }
+            }
+        }
+    }
+}
+
+/// Starts the command, forwards the signals to it, and stops it when
+/// `lost` resolves: SIGTERM to its group, SIGKILL after the grace.
+async fn supervise(
+    args: &RunArgs,
+    lost: impl Future<Output = ()>,
+    mut signals: broadcast::Receiver<Signal>,
+) -> Result<Ended, Fail> {
+    let mut child = match spawn(&args.command) {
+        Ok(child) => child,
+        Err(err) => {
+            let program = args.command[0].to_string_lossy().into_owned();
+            return Ok(Ended::NotStarted(program, err));
+        }
+    };
+    let group = child
+        .id()
+        .and_then(|pid| i32::try_from(pid).ok())
+        .map(Pid::from_raw)
+        .ok_or_else(|| Fail("the command ended before it could be watched".to_owned()))?;
+    let waited = |e: std::io::Error| Fail(format!("cannot wait for the command: {e}"));
+    tokio::pin!(lost);
+    loop {
+        tokio::select! {
+            status = child.wait() => return Ok(Ended::Exited(status.map_err(waited)?)),
+            () = &mut lost => break,
+            Ok(signal) = signals.recv() => {
+                let _ = killpg(group, signal);
+            }
+        }
+    }
+    eprintln!(
+        "ferrisson: the lease of `{}` was lost; stopping the command (SIGTERM, then SIGKILL after {})",
+        args.name,
+        humantime::format_duration(args.grace)
+    );
+    let _ = killpg(group, Signal::SIGTERM);
+    if tokio::time::timeout(args.grace, child.wait())
+        .await
+        .is_err()
+    {
+        let _ = killpg(group, Signal::SIGKILL);
+        child.wait().await.map_err(waited)?;
+    }
+    Ok(Ended::Stopped)
+}
+
+/// Starts the command in a process group of its own. On Linux it is also
+/// given SIGKILL as its parent-death signal: the kernel sends it when the
+/// thread that started it ends, which is the runtime's main thread here
+/// (`block_on` polls `run` on it), alive until the runner exits.
+fn spawn(command: &[OsString]) -> std::io::Result<tokio::process::Child> {
+    let mut child = Command::new(&command[0]);
+    child
+        .args(&command[1..])
+        .process_group(0)
+        .kill_on_drop(true);
+    #[cfg(target_os = "linux")]
+    {
+        let runner = nix::unistd::getpid();
+        #[allow(unsafe_code)]
+        // SAFETY: the hook runs in the forked child before exec; it only
+        // makes two system calls (prctl, getppid), both async-signal-safe,
+        // and allocates nothing (an `Errno` converts to an `io::Error`
+        // without allocating).
+        unsafe {
+            child.pre_exec(move || {
+                nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)?;
+                // The runner died before the signal was set: do not start.
+                if nix::unistd::getppid() != runner {
+                    return Err(nix::errno::Errno::ESRCH.into());
+                }
+                Ok(())
+            });
+        }
+    }
+    child.spawn()
+}
+
+/// The runner's exit status for `ended`: the command's own (128 + the
+/// signal's number when a signal ended it, as shells say), [`LOST`], or
+/// as shells say of a command that could not start: 127 when it was not
+/// found, 126 when it could not be run.
+fn exit(name: &str, ended: Ended) -> ExitCode {
+    match ended {
+        Ended::Exited(status) => {
+            let code = status
+                .code()
+                .or_else(|| status.signal().map(|signal| 128 + signal))
+                .unwrap_or(1);
+            ExitCode::from(u8::try_from(code).unwrap_or(1))
+        }
+        Ended::Stopped => {
+            eprintln!("ferrisson: the lease of `{name}` was lost while the command ran; another host may have run it meanwhile");
+            ExitCode::from(LOST)
+        }
+        Ended::NotStarted(program, err) => {
+            eprintln!("ferrisson: cannot run `{program}`: {err}");
+            match err.kind() {
+                std::io::ErrorKind::NotFound => ExitCode::from(127),
+                _ => ExitCode::from(126),
+            }
+        }
+    }
+}
+
+/// The host's name, the default label; `ferrisson` when it has none.
+fn host_name() -> String {
+    nix::unistd::gethostname()
+        .ok()
+        .and_then(|name| name.into_string().ok())
+        .filter(|name| !name.is_empty())
+        .unwrap_or_else(|| "ferrisson".to_owned())
+}
+
+/// The signals the runner passes on to its command: SIGINT, SIGTERM and
+/// SIGHUP, handled from the start, so that none ends the runner before
+/// its command (and its lock) are dealt with.
+struct Signals {
+    sender: broadcast::Sender<Signal>,
+}
+
+impl Signals {
+    fn listen() -> Result<Signals, Fail> {
+        let (sender, _) = broadcast::channel(16);
+        for (kind, signal) in [
+            (SignalKind::interrupt(), Signal::SIGINT),
+            (SignalKind::terminate(), Signal::SIGTERM),
+            (SignalKind::hangup(), Signal::SIGHUP),
+        ] {
+            let mut stream = tokio::signal::unix::signal(kind)
+                .map_err(|e| Fail(format!("cannot handle {signal}: {e}")))?;
+            let sender = sender.clone();
+            tokio::spawn(async move {
+                while stream.recv().await.is_some() {
+                    let _ = sender.send(signal);
+                }
+            });
+        }
+        Ok(Signals { sender })
+    }
+
+    fn subscribe(&self) -> broadcast::Receiver<Signal> {
+        self.sender.subscribe()
+    }
+
+    /// Runs `work` until it ends, or until a signal comes before
+    /// `started` is set (while the runner still waits for the lock):
+    /// then `work` is dropped (the library's waits are cancel safe: it
+    /// leaves nothing behind) and the runner's exit status is `Err`, 128
+    /// + the signal's number.
+    async fn unless_started<T>(
+        &self,
+        work: impl Future<Output = T>,
+        started: &Cell<bool>,
+    ) -> Result<Result<T, ExitCode>, Fail> {
+        let mut signals = self.subscribe();
+        tokio::pin!(work);
+        loop {
+            tokio::select! {
+                done = &mut work => return Ok(Ok(done)),
+                Ok(signal) = signals.recv(), if !started.get() => {
+                    if !started.get() {
+                        eprintln!("ferrisson: {signal} while waiting: the command did not run");
+                        return Ok(Err(ExitCode::from(128 + signal as u8)));
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,431 @@
+//! `ferrisson run NAME -- COMMAND`, run as real processes against a
+//! private `redis-server` per test: exclusion (one at a time, or N with
+//! `--permits`), exit statuses, signals passed on, a lost lease stopping
+//! the command, `kill -9` of the runner, and bad input.
+#![cfg(unix)]
+
+// The library's test support, shared: one way to start servers.
+#[path = "../../tests/common/mod.rs"]
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use common::RedisServer;
+
+/// The bound for anything that should happen at once: far above what a
+/// busy machine takes.
+const SOON: Duration = Duration::from_secs(30);
+
+/// Starts `ferrisson --url <server> run <args>`; stderr is inherited
+/// (the test's output shows it on failure).
+fn runner(server: &RedisServer, args: &[&str]) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_ferrisson"))
+        .env_remove("REDIS_URL")
+        .arg("--url")
+        .arg(server.url())
+        .arg("run")
+        .args(args)
+        .stdin(Stdio::null())
+        .spawn()
+        .expect("start ferrisson run")
+}
+
+/// Waits for `child` to exit, within `limit`; kills it and panics
+/// otherwise.
+fn wait(child: &mut Child, limit: Duration) -> ExitStatus {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            return status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("the runner did not exit within {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Runs `ferrisson run <args>` to its end; its exit code.
+fn run(server: &RedisServer, args: &[&str]) -> i32 {
+    let mut child = runner(server, args);
+    wait(&mut child, SOON).code().expect("an exit code")
+}
+
+/// Waits until `cond` holds, checking every 10 ms, for at most `limit`.
+fn until(limit: Duration, what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + limit;
+    while !cond() {
+        assert!(Instant::now() < deadline, "not within {limit:?}: {what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// A scratch directory for the commands' marks.
+fn scratch() -> PathBuf {
+    let dir = common::server::unique_dir();
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// How many files in `dir` start with `prefix`.
+fn count(dir: &Path, prefix: &str) -> usize {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .file_name()
+                .to_string_lossy()
+                .starts_with(prefix)
+        })
+        .count()
+}
+
+/// Every key on the server.
+fn keys(server: &RedisServer) -> Vec<String> {
+    let keys = server.cmd(&["KEYS", "*"]);
+    let mut keys: Vec<String> = keys
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|k| k.as_string())
+        .collect();
+    keys.sort();
+    keys
+}
+
+/// A command that marks itself in (`in.<pid>`), fails with 99 when more
+/// than `most` are in at once, stays `secs`, and marks itself done.
+fn counted(dir: &Path, most: usize, secs: &str) -> String {
+    let d = dir.display();
+    format!(
+        "touch {d}/in.$$; n=$(ls {d} | grep -c '^in\\.'); \
+         if [ $n -gt {most} ]; then echo \"$n at once\" >&2; exit 99; fi; \
+         sleep {secs}; rm {d}/in.$$; touch {d}/done.$$"
+    )
+}
+
+/// A command that marks itself in and stays until the file `go` exists.
+fn held(dir: &Path) -> String {
+    let d = dir.display();
+    format!("touch {d}/in.$$; while [ ! -e {d}/go ]; do sleep 0.02; done; touch {d}/done.$$")
+}
+
+/// The command's exit status is the runner's; the lock is gone after.
+#[test]
+fn the_runner_exits_with_the_commands_status() {
+    let server = RedisServer::start();
+    assert_eq!(run(&server, &["job", "--", "true"]), 0);
+    assert_eq!(run(&server, &["job", "--", "sh", "-c", "exit 3"]), 3);
+    // Ended by a signal: 128 + its number, as shells say.
+    assert_eq!(
+        run(&server, &["job", "--", "sh", "-c", "kill -TERM $$"]),
+        143
+    );
+    // A command that cannot start: 127 when it is not found.
+    assert_eq!(run(&server, &["job", "--", "/nonexistent/command"]), 127);
+    until(SOON, "nothing left", || keys(&server).is_empty());
+}
+
+/// One at a time: while a run holds the lock, `--no-wait` exits with 75
+/// and does not run its command; six runners that wait all run, never two
+/// at once.
+#[test]
+fn one_run_at_a_time_under_contention() {
+    let server = RedisServer::start();
+    let dir = scratch();
+    let mut first = runner(
+        &server,
+        &["job", "--label", "host-a", "--", "sh", "-c", &held(&dir)],
+    );
+    until(SOON, "the first command runs", || count(&dir, "in.") == 1);
+    let never = format!("touch {}/in.never", dir.display());
+    let busy = run(&server, &["job", "--no-wait", "--", "sh", "-c", &never]);
+    assert_eq!(busy, 75);
+    let bounded = run(&server, &["job", "--wait", "200ms", "--", "true"]);
+    assert_eq!(bounded, 75);
+    assert_eq!(count(&dir, "in."), 1);
+    std::fs::write(dir.join("go"), "").unwrap();
+    assert!(wait(&mut first, SOON).success());
+    std::fs::remove_dir_all(&dir).unwrap();
+
+    let dir = scratch();
+    let mut runners: Vec<Child> = (0..6)
+        .map(|_| {
+            runner(
+                &server,
+                &["job", "--", "sh", "-c", &counted(&dir, 1, "0.1")],
+            )
+        })
+        .collect();
+    for runner in &mut runners {
+        assert_eq!(wait(runner, SOON * 2).code(), Some(0));
+    }
+    assert_eq!(count(&dir, "done."), 6);
+    until(SOON, "nothing left", || keys(&server).is_empty());
+}
+
+/// `--permits N`: N runs at once and no more, across runners.
+#[test]
+fn n_runs_at_a_time_with_permits() {
+    let server = RedisServer::start();
+    let dir = scratch();
+    let mut holders: Vec<Child> = (0..2)
+        .map(|_| {
+            runner(
+                &server,
+                &["pool", "--permits", "2", "--", "sh", "-c", &held(&dir)],
+            )
+        })
+        .collect();
+    until(SOON, "two commands run at once", || count(&dir, "in.") == 2);
+    let third = run(
+        &server,
+        &["pool", "--permits", "2", "--no-wait", "--", "true"],
+    );
+    assert_eq!(third, 75);
+    // Every runner of a name gives the same number.
+    let other = run(
+        &server,
+        &["pool", "--permits", "3", "--no-wait", "--", "true"],
+    );
+    assert_eq!(other, 1);
+    std::fs::write(dir.join("go"), "").unwrap();
+    for holder in &mut holders {
+        assert!(wait(holder, SOON).success());
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+
+    let dir = scratch();
+    let mut runners: Vec<Child> = (0..6)
+        .map(|_| {
+            runner(
+                &server,
+                &[
+                    "pool",
+                    "--permits",
+                    "2",
+                    "--",
+                    "sh",
+                    "-c",
+                    &counted(&dir, 2, "0.2"),
+                ],
+            )
+        })
+        .collect();
+    for runner in &mut runners {
+        assert_eq!(wait(runner, SOON * 2).code(), Some(0));
+    }
+    assert_eq!(count(&dir, "done."), 6);
+    // The semaphore's count stays; no permit is left out.
+    until(SOON, "every permit back", || {
+        server.cmd(&["GET", "pool"]).as_string().as_deref() == Some("2")
+            && server
+                .cmd(&["ZCARD", &ferrisson::layout::permit_timeouts("pool")])
+                .as_int()
+                == Some(0)
+    });
+}
+
+/// SIGTERM and SIGINT to the runner reach the command; the runner exits
+/// with its status, and the lock is released after it ended.
+#[test]
+fn signals_to_the_runner_reach_the_command() {
+    let server = RedisServer::start();
+    for (signal, code) in [("TERM", 7), ("INT", 8)] {
+        let dir = scratch();
+        let d = dir.display();
+        let script = format!(
+            "trap 'touch {d}/got; exit {code}' {signal}; touch {d}/in; \
+             while :; do sleep 0.02; done"
+        );
+        let mut runner = runner(&server, &["job", "--", "sh", "-c", &script]);
+        until(SOON, "the command runs", || dir.join("in").exists());
+        let pid = runner.id().to_string();
+        assert!(Command::new("kill")
+            .args([&format!("-{signal}"), &pid])
+            .status()
+            .unwrap()
+            .success());
+        assert_eq!(wait(&mut runner, SOON).code(), Some(code));
+        assert!(dir.join("got").exists());
+        assert!(!common::exists(&server, "job"));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+    // A signal while the runner waits for the lock ends the wait; the
+    // command never runs, and no waiter is left behind.
+    let dir = scratch();
+    let mut holder = runner(&server, &["job", "--", "sh", "-c", &held(&dir)]);
+    until(SOON, "the holder runs", || count(&dir, "in.") == 1);
+    let never = format!("touch {}/never", dir.display());
+    let mut waiting = runner(&server, &["job", "--", "sh", "-c", &never]);
+    let channel = ferrisson::layout::lock_channel("job");
+    until(SOON, "the runner waits", || {
+        common::subscribers(&server, &channel) > 0
+    });
+    let pid = waiting.id().to_string();
+    assert!(Command::new("kill")
+        .args(["-INT", &pid])
+        .status()
+        .unwrap()
+        .success());
+    assert_eq!(wait(&mut waiting, SOON).code(), Some(130));
+    assert!(!dir.join("never").exists());
+    std::fs::write(dir.join("go"), "").unwrap();
+    assert!(wait(&mut holder, SOON).success());
+    until(SOON, "nothing left", || {
+        keys(&server).is_empty() && common::subscribers(&server, &channel) == 0
+    });
+}
+
+/// Redis frozen past the lease: the renewals cannot get through, the
+/// command gets SIGTERM (and SIGKILL after the grace when it ignores it),
+/// and the runner exits with 76.
+#[test]
+fn a_lost_lease_stops_the_command() {
+    let server = RedisServer::start();
+    // A command that ends at SIGTERM, and one that ignores it (SIGKILL
+    // ends it after the grace).
+    for (trap, grace, got) in [("touch $D/got; exit 0", "30s", true), ("", "500ms", false)] {
+        let dir = scratch();
+        let script = format!(
+            "D={}; trap '{trap}' TERM; touch $D/in; while :; do sleep 0.02; done",
+            dir.display()
+        );
+        let mut runner = runner(
+            &server,
+            &[
+                "job", "--lease", "1s", "--grace", grace, "--", "sh", "-c", &script,
+            ],
+        );
+        until(SOON, "the command runs", || dir.join("in").exists());
+        server.freeze();
+        let status = wait(&mut runner, SOON);
+        server.thaw();
+        assert_eq!(status.code(), Some(76));
+        assert_eq!(dir.join("got").exists(), got);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+    // With --at-most-for, the lease runs out by itself.
+    let started = Instant::now();
+    let code = run(
+        &server,
+        &["job", "--at-most-for", "1s", "--", "sleep", "60"],
+    );
+    assert_eq!(code, 76);
+    assert!(started.elapsed() < Duration::from_secs(60));
+}
+
+/// `kill -9` of the runner: its command gets SIGKILL (its parent-death
+/// signal), and the lock frees itself when its lease runs out.
+#[cfg(target_os = "linux")]
+#[test]
+fn kill_9_of_the_runner_kills_the_command() {
+    let server = RedisServer::start();
+    let dir = scratch();
+    let script = format!("echo $$ > {}/pid; exec sleep 600", dir.display());
+    let mut runner = runner(
+        &server,
+        &["job", "--lease", "2s", "--", "sh", "-c", &script],
+    );
+    let pid_file = dir.join("pid");
+    until(SOON, "the command runs", || {
+        std::fs::read_to_string(&pid_file).is_ok_and(|p| p.ends_with('\n'))
+    });
+    let pid = std::fs::read_to_string(&pid_file)
+        .unwrap()
+        .trim()
+        .to_owned();
+    runner.kill().unwrap();
+    runner.wait().unwrap();
+    // Gone, or a zombie waiting to be reaped by whoever adopted it.
+    until(SOON, "the command is killed", || {
+        std::fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |stat| {
+            stat.rsplit(')')
+                .next()
+                .is_some_and(|s| s.trim_start().starts_with('Z'))
+        })
+    });
+    until(SOON, "the lock expires with its lease", || {
+        !common::exists(&server, "job")
+    });
+    assert_eq!(run(&server, &["job", "--no-wait", "--", "true"]), 0);
+}
+
+/// `--at-least-for` keeps the lock after a short command; `--label` is
+/// what `inspect` shows of the holder.
+#[test]
+fn at_least_for_and_the_label() {
+    let server = RedisServer::start();
+    let code = run(
+        &server,
+        &[
+            "job",
+            "--at-least-for",
+            "20s",
+            "--label",
+            "host-a",
+            "--",
+            "true",
+        ],
+    );
+    assert_eq!(code, 0);
+    let pttl = server.cmd(&["PTTL", "job"]).as_int().unwrap();
+    assert!(pttl > 0 && pttl <= 20_000, "PTTL {pttl}");
+    assert_eq!(run(&server, &["job", "--no-wait", "--", "true"]), 75);
+    let output = Command::new(env!("CARGO_BIN_EXE_ferrisson"))
+        .env_remove("REDIS_URL")
+        .args(["--url", &server.url(), "--json", "inspect", "job"])
+        .output()
+        .unwrap();
+    let state: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(state["holders"][0]["label"], "host-a", "{state}");
+    let output = Command::new(env!("CARGO_BIN_EXE_ferrisson"))
+        .env_remove("REDIS_URL")
+        .args(["--url", &server.url(), "inspect", "job"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(text.contains("label host-a"), "{text}");
+}
+
+/// Bad input is refused with status 2 before anything is written.
+#[test]
+fn bad_input_is_refused_and_writes_nothing() {
+    let server = RedisServer::start();
+    for args in [
+        &["job"][..],
+        &["job", "--"],
+        &["", "--", "true"],
+        &["job", "--at-most-for", "0s", "--", "true"],
+        &[
+            "job",
+            "--at-most-for",
+            "1s",
+            "--at-least-for",
+            "2s",
+            "--",
+            "true",
+        ],
+        &["job", "--permits", "0", "--", "true"],
+        &["job", "--permits", "2", "--label", "a", "--", "true"],
+        &["job", "--wait", "soon", "--", "true"],
+        &["job", "--wait", "1s", "--no-wait", "--", "true"],
+        &["job", "--lease", "1s", "--at-most-for", "1s", "--", "true"],
+        &["job", "--lease", "1ms", "--", "true"],
+        &["job", "--wait", "1000y", "--", "true"],
+    ] {
+        assert_eq!(run(&server, args), 2, "{args:?}");
+    }
+    assert!(keys(&server).is_empty(), "{:?}", keys(&server));
+    // Data ferrisson did not write is refused and left alone.
+    server.cmd(&["SET", "job", "not a lock"]);
+    assert_eq!(run(&server, &["job", "--", "true"]), 1);
+    assert_eq!(
+        server.cmd(&["GET", "job"]).as_string().as_deref(),
+        Some("not a lock")
+    );
+}
