@@ -33,6 +33,8 @@ fn handles() {
     handle::<RedLock>();
     handle::<LeaderElection>();
     handle::<FencedHash>();
+    handle::<Job>();
+    handle::<JobLease>();
     held::<Box<dyn DistributedLock>>();
     held::<Error>();
 }
@@ -72,6 +74,11 @@ fn futures(client: &Client, guard: LockGuard) {
     sends(election.leader());
     sends(client.fenced_hash("").set("", "", 1));
     sends(client.fenced_hash("").get(""));
+    sends(
+        client
+            .job("")
+            .run(|lease| async move { lease.lost().await }),
+    );
 }
 
 async fn leadership_futures(leadership: Leadership, mut observer: LeaderObserver) {
