@@ -226,6 +226,43 @@ fn guards_dropped_as_the_runtime_ends_are_released() {
     }
 }
 
+/// A program that returns right after its last unlock leaves nothing
+/// behind, not even the latches of its requests (deleted in batches a
+/// few milliseconds later, and at the runtime's end by its drop).
+#[test]
+fn a_program_that_returns_at_once_leaves_no_latch() {
+    let server = RedisServer::start();
+    for multi_thread in [false, true] {
+        let rt = runtime(multi_thread);
+        rt.block_on(async {
+            let client = client(&server, Duration::from_secs(30)).await;
+            let guard = soon(client.lock("edges:latches").lock()).await.unwrap();
+            soon(guard.unlock()).await.unwrap();
+            let permit = soon(
+                client
+                    .permit_expirable_semaphore("edges:permits")
+                    .try_set_permits(1),
+            )
+            .await
+            .unwrap();
+            assert!(permit);
+        });
+        drop(rt);
+        let keys = server.cmd(&["KEYS", "*latch*"]);
+        let keys: Vec<String> = keys
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|k| k.as_string())
+            .collect();
+        assert!(
+            keys.is_empty(),
+            "left behind (multi_thread: {multi_thread}): {keys:?}"
+        );
+        server.cmd(&["DEL", "edges:permits"]);
+    }
+}
+
 /// A guard that outlives its runtime is released when it is dropped.
 #[test]
 fn a_guard_dropped_after_its_runtime_is_released() {

@@ -206,6 +206,36 @@ impl Reopen {
     }
 }
 
+/// What opens a connection of its own later, on another runtime, without
+/// the client: the sweeper, which the client owns, keeps one, and a
+/// client would keep itself alive through it.
+#[derive(Clone)]
+pub(crate) struct Reconnect {
+    reopen: Reopen,
+    current: Conn,
+    config: crate::config::Config,
+}
+
+impl Reconnect {
+    pub(crate) fn new(reopen: Reopen, current: Conn, config: crate::config::Config) -> Reconnect {
+        Reconnect {
+            reopen,
+            current,
+            config,
+        }
+    }
+
+    /// A command connection for the current runtime.
+    pub(crate) async fn open(&self) -> redis::RedisResult<Conn> {
+        self.reopen.open(&self.current, &self.config).await
+    }
+
+    /// The client's settings (its timeouts bound a rescue).
+    pub(crate) fn config(&self) -> &crate::config::Config {
+        &self.config
+    }
+}
+
 impl std::fmt::Debug for Reopen {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("Reopen")

@@ -91,11 +91,15 @@ impl Client {
         self.inner.conn.clone()
     }
 
-    /// Opens a connection of its own, for work left at a runtime's
+    /// How to open a connection of its own, for work left at a runtime's
     /// shutdown (whose connection that runtime may have driven).
-    pub(crate) async fn reopen(&self) -> redis::RedisResult<Conn> {
+    pub(crate) fn reconnect(&self) -> conn::Reconnect {
         let inner = &self.inner;
-        inner.reopen.open(&inner.conn, &inner.config).await
+        conn::Reconnect::new(
+            inner.reopen.clone(),
+            inner.conn.clone(),
+            inner.config.clone(),
+        )
     }
 
     /// The subscription connection.
@@ -364,7 +368,10 @@ impl Client {
             config.metric_lock_names,
             Arc::clone(&pubsub.reconnected),
         );
-        let sweeper = Sweeper::new(conn.clone());
+        let sweeper = Sweeper::new(
+            conn.clone(),
+            conn::Reconnect::new(reopen.clone(), conn.clone(), config.clone()),
+        );
         let id = Uuid::new_v4();
         Client {
             inner: Arc::new(ClientInner {

@@ -26,7 +26,7 @@ use std::time::Duration;
 
 use tokio::runtime::Handle;
 
-use crate::client::conn::Conn;
+use crate::client::conn::{Conn, Reconnect};
 use crate::Client;
 
 type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
@@ -112,7 +112,7 @@ impl<T: Send + 'static> std::fmt::Debug for Finish<T> {
 }
 
 /// Work that can be started again from its beginning, on a connection.
-type Restartable = Arc<dyn Fn(Conn) -> BoxFuture<()> + Send + Sync + 'static>;
+pub(crate) type Restartable = Arc<dyn Fn(Conn) -> BoxFuture<()> + Send + Sync + 'static>;
 
 /// Runs `work(conn)` as a task on `runtime` with `client`'s connection, and
 /// makes sure it ends: when the task is dropped before it ended (its
@@ -169,58 +169,63 @@ impl Rescue {
 
 impl Drop for Rescue {
     fn drop(&mut self) {
-        let Some(work) = self.work.take() else {
-            return;
-        };
-        let client = self.client.clone();
-        let config = client.config();
-        let bound = rescue_window(config.connection_timeout + config.response_timeout);
-        if bound.is_zero() {
-            tracing::warn!(
-                "work left at a runtime's shutdown was not run: the shutdown's time for it ran out"
-            );
-            return;
+        if let Some(work) = self.work.take() {
+            run_elsewhere(self.client.reconnect(), work);
         }
-        // A thread of its own: this drop may run inside the runtime's
-        // context, where a runtime cannot be entered.
-        let spawned = std::thread::Builder::new()
-            .name("ferrisson-rescue".into())
-            .spawn(move || {
-                let runtime = match tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                {
-                    Ok(runtime) => runtime,
-                    Err(err) => {
-                        tracing::warn!(error = %err, "no runtime to finish a release on");
-                        return;
-                    }
-                };
-                let run = async {
-                    // The client's connection may be driven by the runtime
-                    // that is shutting down: a new one.
-                    match client.reopen().await {
-                        Ok(conn) => work(conn).await,
-                        Err(err) => tracing::warn!(error = %err,
-                            "no connection to finish a release on; what it held expires with its lease"),
-                    }
-                };
-                if runtime
-                    .block_on(async { tokio::time::timeout(bound, run).await })
-                    .is_err()
-                {
-                    tracing::warn!(
-                        "work left at a runtime's shutdown did not end in time; what it held expires with its lease"
-                    );
+    }
+}
+
+/// Runs `work` on a thread of its own, with a runtime and a connection
+/// (from `reconnect`) of its own, for at most the rescue window (see
+/// [`rescue_window`]), and waits for it: for work left at a runtime's
+/// shutdown, whose drop may run inside that runtime's context, where a
+/// runtime cannot be entered.
+pub(crate) fn run_elsewhere(reconnect: Reconnect, work: Restartable) {
+    let config = reconnect.config();
+    let bound = rescue_window(config.connection_timeout + config.response_timeout);
+    if bound.is_zero() {
+        tracing::warn!(
+            "work left at a runtime's shutdown was not run: the shutdown's time for it ran out"
+        );
+        return;
+    }
+    let spawned = std::thread::Builder::new()
+        .name("ferrisson-rescue".into())
+        .spawn(move || {
+            let runtime = match tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(runtime) => runtime,
+                Err(err) => {
+                    tracing::warn!(error = %err, "no runtime to finish work left at a shutdown on");
+                    return;
                 }
-            });
-        match spawned {
-            Ok(thread) => {
-                let _ = thread.join();
+            };
+            let run = async {
+                // The client's connection may be driven by the runtime
+                // that is shutting down: a new one.
+                match reconnect.open().await {
+                    Ok(conn) => work(conn).await,
+                    Err(err) => tracing::warn!(error = %err,
+                        "no connection to finish work left at a shutdown on; what it held expires with its lease"),
+                }
+            };
+            if runtime
+                .block_on(async { tokio::time::timeout(bound, run).await })
+                .is_err()
+            {
+                tracing::warn!(
+                    "work left at a runtime's shutdown did not end in time; what it held expires with its lease"
+                );
             }
-            Err(err) => {
-                tracing::warn!(error = %err, "no thread to finish a release on");
-            }
+        });
+    match spawned {
+        Ok(thread) => {
+            let _ = thread.join();
+        }
+        Err(err) => {
+            tracing::warn!(error = %err, "no thread to finish work left at a shutdown on");
         }
     }
 }

@@ -7,10 +7,19 @@
 //! latch; a latch would also expire by itself after its TTL. Deleting each
 //! latch with its own DEL adds a command to every lock and unlock pair, so
 //! latches are collected here for a few milliseconds and deleted together.
+//!
+//! When the runtime shuts down with latches still to delete (a program
+//! that returns right after its last release), the sweeping task's drop
+//! deletes them on a thread and a connection of its own, as work left to
+//! [`spawn_to_end`](crate::engine::finish::spawn_to_end) is finished: a
+//! program that returns normally leaves no latch behind.
 
 use std::time::Duration;
 
-use crate::client::conn::Conn;
+use std::sync::Arc;
+
+use crate::client::conn::{Conn, Reconnect};
+use crate::engine::finish::run_elsewhere;
 use tokio::sync::mpsc;
 
 /// How long the first latch of a batch waits for others.
@@ -26,10 +35,16 @@ pub(crate) struct Sweeper {
 }
 
 impl Sweeper {
-    /// Starts the sweeping task on the current runtime.
-    pub(crate) fn new(conn: Conn) -> Sweeper {
+    /// Starts the sweeping task on the current runtime; `reconnect`
+    /// deletes what is left at the runtime's shutdown.
+    pub(crate) fn new(conn: Conn, reconnect: Reconnect) -> Sweeper {
         let (latches, rx) = mpsc::unbounded_channel();
-        tokio::spawn(sweep(rx, conn));
+        let pending = Pending {
+            latches: rx,
+            keys: Vec::with_capacity(MAX_KEYS),
+            reconnect,
+        };
+        tokio::spawn(sweep(pending, conn));
         Sweeper { latches }
     }
 
@@ -40,10 +55,49 @@ impl Sweeper {
     }
 }
 
-async fn sweep(mut latches: mpsc::UnboundedReceiver<String>, mut conn: Conn) {
-    let mut keys = Vec::with_capacity(MAX_KEYS);
+/// The sweeping task's state: the latches sent, and those taken for the
+/// next DEL. Dropped with any left (the runtime shut down), it deletes
+/// them elsewhere.
+struct Pending {
+    latches: mpsc::UnboundedReceiver<String>,
+    keys: Vec<String>,
+    reconnect: Reconnect,
+}
+
+impl Drop for Pending {
+    fn drop(&mut self) {
+        while let Ok(key) = self.latches.try_recv() {
+            self.keys.push(key);
+        }
+        if self.keys.is_empty() {
+            return;
+        }
+        let keys: Arc<[String]> = std::mem::take(&mut self.keys).into();
+        run_elsewhere(
+            self.reconnect.clone(),
+            Arc::new(move |mut conn| {
+                let keys = Arc::clone(&keys);
+                Box::pin(async move {
+                    // Deleting twice is harmless: a DEL that was on its way
+                    // when the runtime stopped may have run already.
+                    for chunk in keys.chunks(MAX_KEYS) {
+                        let deleted: redis::RedisResult<()> =
+                            redis::cmd("DEL").arg(chunk).query_async(&mut conn).await;
+                        if let Err(err) = deleted {
+                            tracing::debug!(keys = chunk.len(), error = %err,
+                                "could not delete latches; they expire by themselves");
+                        }
+                    }
+                })
+            }),
+        );
+    }
+}
+
+async fn sweep(mut pending: Pending, mut conn: Conn) {
+    let Pending { latches, keys, .. } = &mut pending;
     loop {
-        if latches.recv_many(&mut keys, MAX_KEYS).await == 0 {
+        if latches.recv_many(keys, MAX_KEYS).await == 0 {
             return;
         }
         if keys.len() < MAX_KEYS {
@@ -56,7 +110,7 @@ async fn sweep(mut latches: mpsc::UnboundedReceiver<String>, mut conn: Conn) {
             }
         }
         let deleted: redis::RedisResult<()> =
-            redis::cmd("DEL").arg(&keys).query_async(&mut conn).await;
+            redis::cmd("DEL").arg(&*keys).query_async(&mut conn).await;
         if let Err(err) = deleted {
             tracing::debug!(keys = keys.len(), error = %err,
                 "could not delete latches; they expire by themselves");
