@@ -299,28 +299,38 @@ impl Job {
         let lock = self
             .lock
             .with_owner(format!("{}{CAMPAIGN_MARK}{run}", self.label));
-        let started = Instant::now();
         let granted = match self.at_most {
             Some(lease) => lock.try_lock_with_lease(self.wait, lease).await?,
             None if self.wait.is_zero() => lock.try_lock().await?,
             None => lock.try_lock_for(self.wait).await?,
         };
         let Some(mut guard) = granted else {
-            return Ok(JobRun::Skipped {
-                holder: self.holder().await?,
+            // Who holds it is only a courtesy: a failed read is no reason
+            // to call the skip an error.
+            let holder = self.holder().await.unwrap_or_else(|err| {
+                tracing::debug!(job = %self.name(), error = %err, "could not read the job's holder");
+                None
             });
+            return Ok(JobRun::Skipped { holder });
         };
+        let state = guard.lease_state().expect("a new guard holds");
         // "At least for" counts from the start of the run: with a lease,
-        // from the acquire's send, as the lease does.
+        // from the send of the granted acquire, as the lease does (its
+        // deadline less the lease); else from now.
+        let now = Instant::now();
         let start = match self.at_most {
-            Some(_) => started,
-            None => Instant::now(),
+            Some(at_most) => state
+                .deadline()
+                .checked_sub(at_most)
+                .unwrap_or(now)
+                .min(now),
+            None => now,
         };
         if !self.at_least.is_zero() {
             guard.keep_until(start + self.at_least);
         }
         let lease = JobLease {
-            state: guard.lease_state().expect("a new guard holds"),
+            state,
             renewed: self.at_most.is_none(),
         };
         let value = work(lease.clone()).await;

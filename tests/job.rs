@@ -191,6 +191,13 @@ async fn a_runner_may_wait_for_the_job() {
     soon(started).await.unwrap();
     let waiting = a.job("queue-drain").wait(Duration::from_secs(60));
     let second = tokio::spawn(async move { waiting.run(|_| async { 2 }).await });
+    // The second runner waits (subscribed to the lock's channel) before
+    // the first ends.
+    let channel = ferrisson::layout::lock_channel("queue-drain");
+    eventually(Duration::from_secs(10), || async {
+        common::subscribers(&server, &channel) > 0
+    })
+    .await;
     end.send(()).unwrap();
     assert_eq!(soon(first).await.unwrap().unwrap(), JobRun::Ran(()));
     assert_eq!(soon(second).await.unwrap().unwrap(), JobRun::Ran(2));
@@ -246,7 +253,7 @@ async fn dropped_runs_leave_nothing_behind() {
 
     // With "at least for": kept for it, then gone.
     let (started_tx, started) = oneshot::channel();
-    let job = a.job("dropped").at_least_for(Duration::from_secs(2));
+    let job = a.job("dropped").at_least_for(Duration::from_secs(10));
     let run = tokio::spawn(async move {
         job.run(|_| async move {
             started_tx.send(()).unwrap();
@@ -258,14 +265,14 @@ async fn dropped_runs_leave_nothing_behind() {
     run.abort();
     let _ = run.await;
     eventually(Duration::from_secs(10), || async {
-        keys(&server) == ["dropped"] && pttl(&server, "dropped") <= 2000
+        keys(&server) == ["dropped"] && pttl(&server, "dropped") <= 10_000
     })
     .await;
     assert!(!soon(b.job("dropped").run(|_| async {}))
         .await
         .unwrap()
         .ran());
-    eventually(Duration::from_secs(20), || async {
+    eventually(Duration::from_secs(40), || async {
         keys(&server).is_empty()
     })
     .await;

@@ -249,10 +249,10 @@ fn a_killed_runner_frees_the_job_after_at_most_for() {
     }
     let server = RedisServer::start();
     let schedule = Schedule {
-        period_ms: 1500,
+        period_ms: 3000,
         count: 5,
         work_ms: 100,
-        at_most_ms: 2500,
+        at_most_ms: 4500,
         at_least_ms: 1000,
         hang_at: 1,
     };
@@ -260,8 +260,8 @@ fn a_killed_runner_frees_the_job_after_at_most_for() {
     let killed = killed.expect("a runner of occurrence 1 was killed");
     let runs = runs(&said);
     let count = |k: u64| runs.get(&k).map_or(0, Vec::len);
-    // Occurrence 1 fired 1.5 s after 0 and hung: its lease ends 2.5 s
-    // later, after occurrence 2 fired (3.0 s) and before 3 (4.5 s).
+    // Occurrence 1 fired 3 s after 0 and hung: its lease ends 4.5 s
+    // later (7.5 s), after occurrence 2 fired (6 s) and before 3 (9 s).
     assert_eq!(
         (count(0), count(1), count(2), count(3), count(4)),
         (1, 1, 0, 1, 1),
