@@ -58,9 +58,10 @@ pub(crate) struct RunArgs {
     #[arg(long, conflicts_with = "wait")]
     no_wait: bool,
 
-    /// Hold the lock at most this long from the start, not renewed: when
-    /// it runs out, the command is stopped. Without it, the lock is
-    /// renewed while the command runs (see --lease).
+    /// Hold the lock at most this long from the start, not renewed: the
+    /// command is stopped before it runs out (SIGTERM --grace before its
+    /// end, at most half of it; SIGKILL just before the end). Without it,
+    /// the lock is renewed while the command runs (see --lease).
     #[arg(long, value_parser = duration, value_name = "DURATION")]
     at_most_for: Option<Duration>,
 
@@ -83,7 +84,7 @@ pub(crate) struct RunArgs {
     permits: Option<u32>,
 
     /// After a lost lease, how long the command has between SIGTERM and
-    /// SIGKILL.
+    /// SIGKILL; another host may run it meanwhile, so keep it short.
     #[arg(long, value_parser = duration, value_name = "DURATION", default_value = "10s")]
     grace: Duration,
 
@@ -197,7 +198,16 @@ async fn run_locked(target: &Target, args: &RunArgs, signals: &Signals) -> Resul
     let forwarded = signals.subscribe();
     let ran = job.run(|lease| {
         started.set(true);
-        async move { supervise(args, async move { lease.lost().await }, forwarded).await }
+        // With --at-most-for, the command is stopped before the lease
+        // ends, a margin before the server lets the lock go.
+        let stop_by = (!lease.is_renewed()).then(|| {
+            let left = lease.remaining();
+            Instant::now() + left - margin(args.at_most_for.unwrap_or(left))
+        });
+        async move {
+            let lost = async move { lease.lost().await };
+            supervise(args, lost, stop_by, forwarded).await
+        }
     });
     let ran = match signals.unless_started(ran, &started).await? {
         Ok(ran) => ran,
@@ -241,7 +251,7 @@ async fn run_with_permit(
     let lease = args
         .at_most_for
         .unwrap_or(args.lease.unwrap_or(RENEWED_LEASE));
-    let start = Instant::now();
+    let forwarded = signals.subscribe();
     let take = async {
         match args.wait() {
             None => semaphore.acquire_with_lease(lease).await.map(Some),
@@ -257,13 +267,20 @@ async fn run_with_permit(
         eprintln!("ferrisson: all {permits} permits of `{name}` are out: the command did not run");
         return Ok(ExitCode::from(BUSY));
     };
+    let start = Instant::now();
     let id = permit.id();
+    // Counted from the send of the granted acquire, less the margin.
+    let until = start + permit.remaining_lease().unwrap_or_default();
     let renewed = args.at_most_for.is_none();
-    let lost = permit_lost(&semaphore, id, start, lease, renewed);
-    let ended = supervise(args, lost, signals.subscribe()).await?;
+    let stop_by = (!renewed).then_some(until);
+    let lost = permit_lost(&semaphore, id, until, lease, renewed);
+    let ended = supervise(args, lost, stop_by, forwarded).await?;
     match ended {
-        Ended::Exited(_) => {
+        Ended::Exited(_) | Ended::NotStarted(..) => {
+            // Kept until "at least for" after the start, in whole ms
+            // rounded up (the least lease a permit takes is 1 ms).
             let keep = (start + args.at_least_for).saturating_duration_since(Instant::now());
+            let keep = Duration::from_millis(keep.as_nanos().div_ceil(1_000_000) as u64);
             let given = match keep.is_zero() {
                 true => semaphore.release(permit).await,
                 false => {
@@ -281,46 +298,48 @@ async fn run_with_permit(
             }
         }
         Ended::Stopped => {
-            // Its lease ran out: nothing is to be given back.
+            // Its lease ran out, or is about to: it is let go with it.
             permit.leak();
-            Ok(exit(name, ended))
-        }
-        Ended::NotStarted(..) => {
-            let _ = semaphore.release(permit).await;
             Ok(exit(name, ended))
         }
     }
 }
 
+/// How long before the server the runner counts a lease as ended: a
+/// tenth of it, at most a second, as the library's watchdog does.
+fn margin(lease: Duration) -> Duration {
+    (lease / 10).min(Duration::from_secs(1))
+}
+
 /// Resolves when the permit `id`'s lease is lost: it ran out (with
-/// `renewed` false, at its end, a little before the server's), or a
-/// renewal found the permit gone, or no renewal got through in time.
+/// `renewed` false), or a renewal found the permit gone, or no renewal got
+/// through in time. `until`: the end of its lease by this process's
+/// clock, a margin before the server's.
 fn permit_lost<'a>(
     semaphore: &'a ferrisson::PermitExpirableSemaphore,
     id: ferrisson::PermitId,
-    start: Instant,
+    mut until: Instant,
     lease: Duration,
     renewed: bool,
 ) -> impl Future<Output = ()> + 'a {
-    // Given up a little before the server would, as the watchdog does.
-    let margin = (lease / 10).min(Duration::from_secs(1));
+    let margin = margin(lease);
     async move {
-        let mut until = start + lease;
+        if !renewed {
+            tokio::time::sleep_until(until).await;
+            return;
+        }
         loop {
-            if !renewed {
-                tokio::time::sleep_until(until - margin).await;
-                return;
-            }
-            tokio::time::sleep_until(until - lease * 2 / 3).await;
+            // A third of the lease after the last renewal was sent.
+            tokio::time::sleep_until(until + margin - lease * 2 / 3).await;
             loop {
                 let sent = Instant::now();
-                if sent >= until - margin {
+                if sent >= until {
                     return;
                 }
                 let renewal = semaphore.update_lease_by_id(id, Some(lease));
-                match tokio::time::timeout_at(until - margin, renewal).await {
+                match tokio::time::timeout_at(until, renewal).await {
                     Ok(Ok(())) => {
-                        until = sent + lease;
+                        until = sent + lease - margin;
                         break;
                     }
                     Ok(Err(ferrisson::Error::PermitNotOut { .. })) | Err(_) => return,
@@ -332,11 +351,14 @@ fn permit_lost<'a>(
     }
 }
 
-/// Starts the command, forwards the signals to it, and stops it when
-/// `lost` resolves: SIGTERM to its group, SIGKILL after the grace.
+/// Starts the command, forwards the signals to it, and stops it: SIGTERM
+/// to its group when `lost` resolves, SIGKILL the grace later; with
+/// `stop_by` (a lease not renewed), SIGTERM the grace before it and
+/// SIGKILL at it, so that it ends before its lease does.
 async fn supervise(
     args: &RunArgs,
     lost: impl Future<Output = ()>,
+    stop_by: Option<Instant>,
     mut signals: broadcast::Receiver<Signal>,
 ) -> Result<Ended, Fail> {
     let mut child = match spawn(&args.command) {
@@ -352,30 +374,46 @@ async fn supervise(
         .map(Pid::from_raw)
         .ok_or_else(|| Fail("the command ended before it could be watched".to_owned()))?;
     let waited = |e: std::io::Error| Fail(format!("cannot wait for the command: {e}"));
+    // The grace, but at most half the lease: the command runs at least
+    // half its "at most for" before it is asked to stop.
+    let grace = args.grace.min(args.at_most_for.unwrap_or_default() / 2);
+    let term_at = stop_by.map(|end| end.checked_sub(grace).unwrap_or(end));
     tokio::pin!(lost);
-    loop {
+    let kill_at = loop {
         tokio::select! {
             status = child.wait() => return Ok(Ended::Exited(status.map_err(waited)?)),
-            () = &mut lost => break,
+            () = &mut lost => {
+                eprintln!("ferrisson: the lease of `{}` was lost; stopping the command", args.name);
+                break Instant::now() + args.grace;
+            }
+            () = sleep_until_some(term_at) => {
+                eprintln!("ferrisson: the lease of `{}` (--at-most-for) is running out; stopping the command", args.name);
+                break stop_by.unwrap_or_else(Instant::now);
+            }
             Ok(signal) = signals.recv() => {
                 let _ = killpg(group, signal);
             }
         }
-    }
-    eprintln!(
-        "ferrisson: the lease of `{}` was lost; stopping the command (SIGTERM, then SIGKILL after {})",
-        args.name,
-        humantime::format_duration(args.grace)
-    );
+    };
     let _ = killpg(group, Signal::SIGTERM);
-    if tokio::time::timeout(args.grace, child.wait())
-        .await
-        .is_err()
-    {
-        let _ = killpg(group, Signal::SIGKILL);
-        child.wait().await.map_err(waited)?;
+    tokio::select! {
+        status = child.wait() => {
+            status.map_err(waited)?;
+        }
+        () = tokio::time::sleep_until(kill_at) => {
+            let _ = killpg(group, Signal::SIGKILL);
+            child.wait().await.map_err(waited)?;
+        }
     }
     Ok(Ended::Stopped)
+}
+
+/// Sleeps until `at`; for ever without one.
+async fn sleep_until_some(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
 }
 
 /// Starts the command in a process group of its own. On Linux it is also
@@ -424,7 +462,7 @@ fn exit(name: &str, ended: Ended) -> ExitCode {
             ExitCode::from(u8::try_from(code).unwrap_or(1))
         }
         Ended::Stopped => {
-            eprintln!("ferrisson: the lease of `{name}` was lost while the command ran; another host may have run it meanwhile");
+            eprintln!("ferrisson: the lease of `{name}` was lost or ran out while the command ran: it was stopped");
             ExitCode::from(LOST)
         }
         Ended::NotStarted(program, err) => {

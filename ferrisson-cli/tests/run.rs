@@ -127,6 +127,8 @@ fn the_runner_exits_with_the_commands_status() {
     );
     // A command that cannot start: 127 when it is not found.
     assert_eq!(run(&server, &["job", "--", "/nonexistent/command"]), 127);
+    // Nothing left, not even a request's latch: the runner returned
+    // normally.
     until(SOON, "nothing left", || keys(&server).is_empty());
 }
 
@@ -193,7 +195,25 @@ fn n_runs_at_a_time_with_permits() {
         &["pool", "--permits", "3", "--no-wait", "--", "true"],
     );
     assert_eq!(other, 1);
+    // A runner that waits longer than its lease for a permit still gets
+    // its whole lease once it has one.
+    let mut patient = runner(
+        &server,
+        &[
+            "pool",
+            "--permits",
+            "2",
+            "--lease",
+            "1s",
+            "--",
+            "sh",
+            "-c",
+            "sleep 1.5",
+        ],
+    );
+    std::thread::sleep(Duration::from_secs(2)); // the wait under test
     std::fs::write(dir.join("go"), "").unwrap();
+    assert_eq!(wait(&mut patient, SOON).code(), Some(0));
     for holder in &mut holders {
         assert!(wait(holder, SOON).success());
     }
