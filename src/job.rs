@@ -216,6 +216,11 @@ impl Job {
     /// ends). Checked by [`Job::run`]: at most
     /// [`MAX_DURATION`](crate::config::MAX_DURATION), and with
     /// [`Job::at_most_for`], not longer than it.
+    ///
+    /// Without [`Job::at_most_for`], a watchdog renewal already on its way
+    /// when the run ends may reach Redis after the release and set the
+    /// kept lock's TTL back to the watchdog timeout: the job then stays
+    /// taken that long, never less than asked.
     pub fn at_least_for(mut self, hold: Duration) -> Job {
         self.at_least = hold;
         self
