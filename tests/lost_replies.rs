@@ -557,6 +557,13 @@ async fn an_orphaned_reentry_is_given_back_with_its_own_sends_ttl() {
     let held = soon(client.lock(name).with_owner("job").lock())
         .await
         .unwrap();
+    // That acquire's latch is deleted a moment later, by a DEL that names
+    // it: gone first, so that the reply held below is the re-entry's.
+    eventually(Duration::from_secs(10), || async {
+        let latches = server.cmd(&["KEYS", "ferrisson_acquire_latch:{orphan-ttl}*"]);
+        latches.as_array().is_some_and(<[_]>::is_empty)
+    })
+    .await;
     // Woken, the wait re-enters (TTL: the watchdog's 10 s); its reply is
     // held on the way back, and the caller leaves before it comes.
     proxy.hold_next_reply_to("ferrisson_acquire_latch:{orphan-ttl}");

@@ -249,6 +249,18 @@ fn refuse_now(state: &State) {
     }
 }
 
+/// How much of a connection's last bytes a pattern may start in.
+const TAIL: usize = 512;
+
+/// Whether `pattern` occurs in `seen` followed by `chunk`, ending within
+/// `chunk` (a match wholly in `seen` was looked at before).
+fn ends_in(seen: &[u8], chunk: &[u8], pattern: &[u8]) -> bool {
+    let both = [seen, chunk].concat();
+    both.windows(pattern.len())
+        .enumerate()
+        .any(|(at, w)| w == pattern && at + pattern.len() > seen.len())
+}
+
 #[derive(Clone, Copy, PartialEq)]
 enum Direction {
     ToServer,
@@ -276,6 +288,9 @@ fn pump(
     std::thread::spawn(move || {
         let state = reader_state;
         let mut buf = vec![0u8; 64 * 1024];
+        // The end of what came before, so that a pattern split between two
+        // reads (a command written in pieces) is still found.
+        let mut tail: Vec<u8> = Vec::new();
         loop {
             let n = match from.read(&mut buf) {
                 Ok(0) | Err(_) => break,
@@ -287,30 +302,27 @@ fn pump(
             let chunk = buf[..n].to_vec();
             match direction {
                 Direction::ToServer => {
+                    let seen = std::mem::take(&mut tail);
+                    let found = |p: &[u8]| ends_in(&seen, &chunk, p);
                     let mut armed = state.lose_reply_to.lock().unwrap();
-                    if armed
-                        .as_ref()
-                        .is_some_and(|p| chunk.windows(p.len()).any(|w| w == p.as_slice()))
-                    {
+                    if armed.as_ref().is_some_and(|p| found(p)) {
                         *armed = None;
                         swallow.store(true, Ordering::Relaxed);
                     }
                     let mut armed = state.refuse_after_reply_to.lock().unwrap();
-                    if armed
-                        .as_ref()
-                        .is_some_and(|p| chunk.windows(p.len()).any(|w| w == p.as_slice()))
-                    {
+                    if armed.as_ref().is_some_and(|p| found(p)) {
                         *armed = None;
                         refuse_after.store(true, Ordering::Relaxed);
                     }
                     let mut armed = state.hold_reply_to.lock().unwrap();
-                    if armed
-                        .as_ref()
-                        .is_some_and(|p| chunk.windows(p.len()).any(|w| w == p.as_slice()))
-                    {
+                    if armed.as_ref().is_some_and(|p| found(p)) {
                         *armed = None;
                         hold.store(true, Ordering::Relaxed);
                     }
+                    drop(armed);
+                    let mut both = seen;
+                    both.extend_from_slice(&chunk);
+                    tail = both.split_off(both.len().saturating_sub(TAIL));
                 }
                 Direction::ToClient => {
                     if swallow.swap(false, Ordering::Relaxed) {
