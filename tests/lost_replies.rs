@@ -540,6 +540,7 @@ async fn an_orphaned_reentry_is_given_back_with_its_own_sends_ttl() {
     // Someone else holds the lock: the wait's first attempt is refused.
     server.cmd(&["HSET", name, "someone:else", "1"]);
     server.cmd(&["PEXPIRE", name, "60000"]);
+    let monitor = Monitor::start(&server);
     let wait = {
         let lock = client.lock(name).with_owner("job");
         tokio::spawn(async move {
@@ -551,12 +552,23 @@ async fn an_orphaned_reentry_is_given_back_with_its_own_sends_ttl() {
         common::subscribers(&server, channel) == 1
     })
     .await;
+    // Subscribed, the wait tries once more before it sleeps: that try
+    // must have run (refused) before the lock is freed, or it would take
+    // the lock itself, with a reply nobody holds.
+    eventually(Duration::from_secs(10), || async {
+        monitor.acquires_of(name).len() >= 2
+    })
+    .await;
     // The lock is freed without a message, and the same owner takes it in
     // watchdog mode while the wait sleeps.
     server.cmd(&["DEL", name]);
     let held = soon(client.lock(name).with_owner("job").lock())
         .await
         .unwrap();
+    assert!(
+        !wait.is_finished(),
+        "the wait took the lock before it slept"
+    );
     // That acquire's latch is deleted a moment later, by a DEL that names
     // it: gone first, so that the reply held below is the re-entry's.
     eventually(Duration::from_secs(10), || async {
