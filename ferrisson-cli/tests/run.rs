@@ -1,7 +1,8 @@
 //! `ferrisson run NAME -- COMMAND`, run as real processes against a
 //! private `redis-server` per test: exclusion (one at a time, or N with
 //! `--permits`), exit statuses, signals passed on, a lost lease stopping
-//! the command, `kill -9` of the runner, and bad input.
+//! the command (with the lock and with a permit), `--at-least-for`,
+//! `kill -9` of the runner, and bad input.
 #![cfg(unix)]
 
 // The library's test support, shared: one way to start servers.
@@ -337,6 +338,112 @@ fn a_lost_lease_stops_the_command() {
     );
     assert_eq!(code, 76);
     assert!(started.elapsed() < Duration::from_secs(60));
+}
+
+/// With `--permits`, a lease is lost and kept as with the lock: Redis
+/// frozen past it stops the command (76) and the permit comes back when
+/// its lease has run out; `--at-most-for` stops a long command (76);
+/// `--at-least-for` keeps the permit out after a short command, with a
+/// lease of at most that long.
+#[test]
+fn a_permit_is_lost_and_kept_as_the_lock_is() {
+    let server = RedisServer::start();
+    let dir = scratch();
+    let script = format!(
+        "D={}; trap 'touch $D/got; exit 0' TERM; touch $D/in; while :; do sleep 0.02; done",
+        dir.display()
+    );
+    let mut runner = runner(
+        &server,
+        &[
+            "pool",
+            "--permits",
+            "1",
+            "--lease",
+            "1s",
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ],
+    );
+    until(SOON, "the command runs", || dir.join("in").exists());
+    server.freeze();
+    let status = wait(&mut runner, SOON);
+    server.thaw();
+    assert_eq!(status.code(), Some(76));
+    assert!(dir.join("got").exists(), "the command got no SIGTERM");
+    std::fs::remove_dir_all(&dir).unwrap();
+    // A runner that waits gets it once its lease has run out.
+    assert_eq!(
+        run(
+            &server,
+            &["pool", "--permits", "1", "--wait", "20s", "--", "true"]
+        ),
+        0
+    );
+
+    let started = Instant::now();
+    let code = run(
+        &server,
+        &[
+            "pool",
+            "--permits",
+            "1",
+            "--at-most-for",
+            "1s",
+            "--",
+            "sleep",
+            "60",
+        ],
+    );
+    assert_eq!(code, 76);
+    assert!(started.elapsed() < Duration::from_secs(60));
+    // A runner that waits gets it once its lease has run out.
+    assert_eq!(
+        run(
+            &server,
+            &["pool", "--permits", "1", "--wait", "20s", "--", "true"]
+        ),
+        0
+    );
+
+    let code = run(
+        &server,
+        &[
+            "pool",
+            "--permits",
+            "1",
+            "--at-least-for",
+            "20s",
+            "--",
+            "true",
+        ],
+    );
+    assert_eq!(code, 0);
+    assert_eq!(
+        run(
+            &server,
+            &["pool", "--permits", "1", "--no-wait", "--", "true"]
+        ),
+        75
+    );
+    let timeouts = server.cmd(&[
+        "ZRANGE",
+        &ferrisson::layout::permit_timeouts("pool"),
+        "0",
+        "-1",
+        "WITHSCORES",
+    ]);
+    let timeouts = timeouts.as_array().unwrap();
+    assert_eq!(timeouts.len(), 2, "one permit out: {timeouts:?}");
+    let ends: i64 = timeouts[1].as_string().unwrap().parse().unwrap();
+    let now = server.cmd(&["TIME"]);
+    let now = now.as_array().unwrap();
+    let now_ms = now[0].as_string().unwrap().parse::<i64>().unwrap() * 1000
+        + now[1].as_string().unwrap().parse::<i64>().unwrap() / 1000;
+    let left = ends - now_ms;
+    assert!(left > 0 && left <= 20_000, "kept for {left} ms more");
 }
 
 /// `kill -9` of the runner: its command gets SIGKILL (its parent-death
