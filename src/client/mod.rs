@@ -212,7 +212,8 @@ impl Client {
     ///
     /// - Every key and channel of a lock carries its name's hash tag (Redisson's
     ///   brace rule), so each script runs on the one node that owns the slot.
-    ///   Scripts are loaded on every master when a node answers NOSCRIPT.
+    ///   When a node answers NOSCRIPT, the script is loaded on every node the
+    ///   client knows and that call goes whole (EVAL) to the node of its slot.
     /// - Watchdog renewals are batched per slot (a script's keys must share one),
     ///   still 200 keys at most per call (100 read holds, of two keys each).
     /// - Unlock messages use sharded pub/sub (SPUBLISH inside the scripts,

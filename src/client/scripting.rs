@@ -2,10 +2,15 @@
 //! ferrisson runs on:
 //!
 //! - An EVALSHA of one of ferrisson's scripts that the server answers with
-//!   NOSCRIPT (a restart, `SCRIPT FLUSH`, a new node) loads the script and
-//!   sends the EVALSHA again; when the server refuses `SCRIPT LOAD` (out
-//!   of memory, or an ACL user without it), the script is sent whole with
-//!   EVAL. NOSCRIPT means the script did not run, so either resend runs it
+//!   NOSCRIPT (a restart, `SCRIPT FLUSH`, a new node) loads the script for
+//!   the calls to come, where the connection sends `SCRIPT LOAD` (every
+//!   node a cluster client knows), and sends this call whole, with EVAL.
+//!   The EVAL goes where the EVALSHA went, by its keys: on a cluster whose
+//!   slot has just moved to a node the client has no connection to yet,
+//!   or past a Sentinel failover between the load and the call, a second
+//!   EVALSHA could meet NOSCRIPT again, and the EVAL cannot. A refused
+//!   `SCRIPT LOAD` (out of memory, an ACL user without it) changes
+//!   nothing. NOSCRIPT means the script did not run, so the EVAL runs it
 //!   once.
 //! - An error raised inside a script reaches the caller with its own code.
 //!   Redis 7 and later keep it (`-WRONGTYPE ... script: ...`); Redis 6
@@ -34,14 +39,12 @@ pub(crate) async fn run(conn: &mut impl RawSend, cmd: &Cmd) -> RedisResult<Value
     }
     let mut load = redis::cmd("SCRIPT");
     load.arg("LOAD").arg(body);
-    match unwrapped(conn.send(&load).await).and_then(Value::extract_error) {
-        Ok(_) => unwrapped(conn.send(cmd).await),
-        Err(err) if crate::error::is_connection_failure(&err) => Err(err),
-        Err(err) => {
-            tracing::debug!(error = %err, "SCRIPT LOAD refused; sending the script whole");
-            unwrapped(conn.send(&whole(cmd, body)).await)
-        }
+    if let Err(err) = unwrapped(conn.send(&load).await).and_then(Value::extract_error) {
+        // The EVAL below meets the same broken connection, if it is one,
+        // and says so.
+        tracing::debug!(error = %err, "SCRIPT LOAD failed; the script goes whole");
     }
+    unwrapped(conn.send(&whole(cmd, body)).await)
 }
 
 /// Checks that the server behind `conn` runs scripts, as every call

@@ -13,8 +13,9 @@
 //! - Each client has two RESP3 connections (`redis::aio::ConnectionManager`):
 //!   one for commands, one for subscriptions. Both reconnect by themselves.
 //!   Subscriptions are renewed on reconnect, and waiters are woken to try again.
-//! - Scripts are compiled in (`include_str!`) and run with EVALSHA. They are
-//!   loaded again on NOSCRIPT (after `SCRIPT FLUSH` or a restart).
+//! - Scripts are compiled in (`include_str!`) and run with EVALSHA. On
+//!   NOSCRIPT (after `SCRIPT FLUSH`, a restart, a failover) a script is
+//!   loaded again and that call goes whole, with EVAL.
 //! - The watchdog registry is keyed by (lock, owner), and emptied by the last
 //!   local release of each key (`Client::held_locks`). Each key is renewed a
 //!   third of the timeout after its last confirmed renewal. One scheduler task

@@ -1,6 +1,6 @@
-//! The Lua scripts, one per file under `lua/`, run with EVALSHA. The
-//! command connection loads a script on NOSCRIPT and, when the server will
-//! not load it, sends it whole (see [`Conn`](crate::client::conn::Conn)).
+//! The Lua scripts, one per file under `lua/`, run with EVALSHA. On
+//! NOSCRIPT the command connection loads the script and sends that call
+//! whole, with EVAL (see [`Conn`](crate::client::conn::Conn)).
 
 use std::collections::HashMap;
 use std::sync::LazyLock;
