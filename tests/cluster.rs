@@ -9,7 +9,8 @@ use std::time::Duration;
 
 use common::cluster::{
     blocked_clients, client, cluster, cluster_with_password, cluster_with_replicas, default_mode,
-    keyslot, listeners, master_and_replica, move_slot, serves, wait_calls, WATCHDOG,
+    join_empty_master, keyslot, listeners, master_and_replica, move_slot, owner, serves,
+    wait_calls, WATCHDOG,
 };
 use common::{eventually, soon, within, RedisServer};
 use ferrisson::config::PubSubMode;
@@ -294,6 +295,30 @@ async fn a_lock_survives_a_master_failover_and_its_release_wakes_the_waiter() {
     soon(again.unlock()).await.unwrap();
 }
 
+/// A slot that moves to a node the client has not heard of: its EVALSHA
+/// follows the MOVED there, while a `SCRIPT LOAD` goes to the nodes the
+/// client knows. A script the newcomer lacks still runs, at once (as
+/// after a failover to a replica the client had not met).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slot_moved_to_a_node_the_client_never_met_runs_its_scripts() {
+    let mut nodes = cluster().await;
+    let client = client(&nodes).await;
+    let name = "newcomer";
+    let slot = keyslot(&nodes[0], name);
+    let from = owner(&nodes, slot);
+    // The client has run the lock's scripts, on the nodes it knows.
+    let guard = soon(client.lock(name).lock()).await.unwrap();
+    soon(guard.unlock()).await.unwrap();
+
+    nodes.push(join_empty_master(&nodes).await);
+    move_slot(&nodes, slot, from, 3);
+    let guard = soon(client.lock(name).try_lock()).await.unwrap();
+    assert!(guard.is_some(), "the free lock was not taken");
+    assert_eq!(nodes[3].cmd(&["EXISTS", name]).as_int(), Some(1));
+    soon(guard.unwrap().unlock()).await.unwrap();
+    assert_eq!(nodes[3].cmd(&["EXISTS", name]).as_int(), Some(0));
+}
+
 /// Replica sync on a cluster: WAIT goes to the master of the lock's slot,
 /// and an acquire its replica did not acknowledge is given back. By
 /// default the master's online replicas are waited for, as Redisson does;
@@ -401,14 +426,7 @@ async fn a_resharded_slot_takes_its_lock_and_subscription_along() {
     let b = soon(connect()).await.unwrap();
     let name = "resharded";
     let slot = keyslot(&nodes[0], name);
-    let table = nodes[0].cmd(&["CLUSTER", "NODES"]).as_string().unwrap();
-    let from = (0..3)
-        .find(|&i| {
-            table
-                .lines()
-                .any(|line| line.contains(&format!(":{}@", nodes[i].port())) && serves(line, slot))
-        })
-        .unwrap();
+    let from = owner(&nodes, slot);
     let to = (from + 1) % 3;
 
     let guard = soon(a.lock(name).lock()).await.unwrap();

@@ -18,22 +18,65 @@ pub(crate) async fn cluster_with_password(password: &str) -> Vec<RedisServer> {
     make_cluster(0, Some(password)).await
 }
 
+/// How every node of a test cluster starts.
+const NODE_ARGS: [&str; 10] = [
+    "--cluster-enabled",
+    "yes",
+    "--cluster-config-file",
+    "nodes.conf",
+    "--cluster-node-timeout",
+    "1000",
+    "--cluster-require-full-coverage",
+    "no",
+    "--repl-diskless-sync-delay",
+    "0",
+];
+
+/// A new master without slots, met by the cluster of `nodes` (no
+/// password), once every node knows it and it sees the cluster ok.
+pub(crate) async fn join_empty_master(nodes: &[RedisServer]) -> RedisServer {
+    let newcomer = RedisServer::start_with_args(&NODE_ARGS);
+    let port = newcomer.port().to_string();
+    nodes[0].cmd(&["CLUSTER", "MEET", "127.0.0.1", &port]);
+    let known = format!(":{port}@");
+    eventually(Duration::from_secs(30), || async {
+        let knows = |node: &RedisServer| {
+            node.try_cmd(&["CLUSTER", "NODES"])
+                .ok()
+                .and_then(|v| v.as_string())
+                .is_some_and(|table| table.contains(&known))
+        };
+        let ok = newcomer
+            .try_cmd(&["CLUSTER", "INFO"])
+            .ok()
+            .and_then(|v| v.as_string())
+            .is_some_and(|info| info.contains("cluster_state:ok"));
+        ok && nodes.iter().all(knows)
+    })
+    .await;
+    newcomer
+}
+
+/// The node (index into `nodes`) that serves `slot` as master, as the
+/// first node sees it.
+pub(crate) fn owner(nodes: &[RedisServer], slot: i64) -> usize {
+    let table = nodes[0].cmd(&["CLUSTER", "NODES"]).as_string().unwrap();
+    (0..nodes.len())
+        .find(|&i| {
+            table.lines().any(|line| {
+                line.contains(&format!(":{}@", nodes[i].port()))
+                    && line.contains("master")
+                    && serves(line, slot)
+            })
+        })
+        .unwrap()
+}
+
 /// Three masters, each with `replicas` replicas in sync; with `password`,
 /// every node requires it. A dead master leaves the others serving their
 /// slots.
 pub(crate) async fn make_cluster(replicas: usize, password: Option<&str>) -> Vec<RedisServer> {
-    let mut args = vec![
-        "--cluster-enabled",
-        "yes",
-        "--cluster-config-file",
-        "nodes.conf",
-        "--cluster-node-timeout",
-        "1000",
-        "--cluster-require-full-coverage",
-        "no",
-        "--repl-diskless-sync-delay",
-        "0",
-    ];
+    let mut args = NODE_ARGS.to_vec();
     if let Some(password) = password {
         args.extend(["--requirepass", password, "--masterauth", password]);
     }
