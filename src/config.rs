@@ -35,7 +35,7 @@ pub const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(3);
 /// The user also needs its keys and channels: `~*` and `&*`, or patterns
 /// that cover the names used and the `redisson_*` channels (and, for a
 /// leader election, `ferrisson_election__channel:*`; for a fenced hash,
-/// the keys `ferrisson_fence:*`).
+/// the keys `ferrisson_fence*`).
 pub const ACL_RULES: &str =
     "+@scripting +@hash +@string +@keyspace +@list +@sortedset +@pubsub +time +@connection +role";
 

@@ -20,7 +20,9 @@ pub const MAX_FENCE_TOKEN: u64 = (1 << 53) - 1;
 ///
 /// The hash is at the given key, the caller's data; the highest token that
 /// wrote it is kept beside it at `ferrisson_fence:{key}` (no TTL), in the
-/// same Cluster slot. Only [`set`](FencedHash::set) writes: data written
+/// same Cluster slot: for a key that has a hash tag, `ferrisson_fence:key`
+/// (the same tag); for a key with a `}` but no tag (`cfg{}v2`), a key of
+/// its slot, `ferrisson_fence_slot:{<n>}key`. Only [`set`](FencedHash::set) writes: data written
 /// to the hash by other means is neither checked nor refused. The fence
 /// is the hash's, not a field's: give each election or lock whose holders
 /// write it a hash of its own. It outlives a `DEL` of the hash (a new

@@ -647,3 +647,31 @@ async fn long_client(nodes: &[RedisServer]) -> ferrisson::Client {
         .await
         .unwrap()
 }
+
+/// A fenced hash whose key has braces but no hash tag (an empty one, one
+/// never closed, a `}` alone) writes and reads on a cluster: its fence is
+/// in its slot by Redis's rule.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fenced_hash_whose_key_has_no_hash_tag_keeps_its_fence_in_its_slot() {
+    let nodes = cluster().await;
+    let client = long_client(&nodes).await;
+    for key in ["cfg{}v2", "{open", "open}", "a}b", "{}{x}", "x{y}z"] {
+        let hash = client.fenced_hash(key);
+        assert_eq!(
+            soon(hash.set("f", "v", 7)).await.unwrap(),
+            ferrisson::FencedWrite::Written,
+            "{key}"
+        );
+        assert_eq!(
+            soon(hash.set("f", "late", 6)).await.unwrap(),
+            ferrisson::FencedWrite::Refused { highest: 7 },
+            "{key}"
+        );
+        let read = soon(hash.get("f")).await.unwrap();
+        assert_eq!(
+            (read.value.as_deref(), read.fence),
+            (Some("v"), Some(7)),
+            "{key}"
+        );
+    }
+}

@@ -75,9 +75,41 @@ pub fn election_channel(name: &str) -> String {
     prefix_name("ferrisson_election__channel", name)
 }
 
-/// The fence of a fenced hash: the highest token that wrote it.
+/// The fence of a fenced hash: the highest token that wrote it, in the
+/// hash's own Cluster slot by the rule Redis applies (a key's hash tag is
+/// what stands between its first `{` and the first `}` after it, when that
+/// is not empty; else the whole key is hashed):
+/// - a name with a hash tag: `ferrisson_fence:<name>`, the same tag;
+/// - a name without one and without `}`: `ferrisson_fence:{<name>}`, the
+///   whole name as the tag (a `{` in it, as in `{open`, stays in the tag);
+/// - a name without a hash tag but with a `}` (`cfg{}v2`, `a}b`), which no
+///   tag can hold: `ferrisson_fence_slot:{<n>}<name>`, where `<n>` is the
+///   smallest decimal number in the name's slot. Its own prefix keeps it
+///   apart from the fence of a name that starts with `{<n>}`.
 pub fn fence(name: &str) -> String {
-    prefix_name("ferrisson_fence", name)
+    if hash_tag(name.as_bytes()).is_some() {
+        format!("ferrisson_fence:{name}")
+    } else if !name.contains('}') {
+        format!("ferrisson_fence:{{{name}}}")
+    } else {
+        let wanted = slot(name.as_bytes());
+        // CRC16 spreads the decimal numbers over every slot: each of the
+        // 16 384 is met below 110 000 (about a millisecond's search).
+        let tag = (0u32..)
+            .map(|n| n.to_string())
+            .find(|n| slot(n.as_bytes()) == wanted)
+            .unwrap_or_default();
+        format!("ferrisson_fence_slot:{{{tag}}}{name}")
+    }
+}
+
+/// A key's hash tag by Redis Cluster's rule: what stands between the first
+/// `{` and the first `}` after it, when that is not empty.
+fn hash_tag(key: &[u8]) -> Option<&[u8]> {
+    let open = key.iter().position(|&b| b == b'{')?;
+    let rest = &key[open + 1..];
+    let close = rest.iter().position(|&b| b == b'}')?;
+    (close > 0).then(|| &rest[..close])
 }
 
 /// Between a candidate's label and its campaign id in a leader election's
@@ -234,15 +266,7 @@ fn is_digits(text: &str) -> bool {
 /// (the text between the first `{` and the next `}`, when not empty), or of
 /// the whole key, modulo 16384.
 pub(crate) fn slot(key: &[u8]) -> u16 {
-    let tagged = key
-        .iter()
-        .position(|&b| b == b'{')
-        .and_then(|open| {
-            let rest = &key[open + 1..];
-            let close = rest.iter().position(|&b| b == b'}')?;
-            (close > 0).then(|| &rest[..close])
-        })
-        .unwrap_or(key);
+    let tagged = hash_tag(key).unwrap_or(key);
     let mut crc: u16 = 0;
     for &byte in tagged {
         crc ^= u16::from(byte) << 8;
@@ -260,6 +284,47 @@ pub(crate) fn slot(key: &[u8]) -> u16 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_fence_is_in_its_hashs_slot_whatever_the_name() {
+        for name in [
+            "cfg",
+            "cfg{}v2",
+            "{open",
+            "open}",
+            "a}b",
+            "}{",
+            "{}",
+            "{",
+            "}",
+            "x{y}z",
+            "{a}}",
+            "{{a}",
+            "billing:state",
+            "{elect}:4:state",
+            "ü{}",
+        ] {
+            let key = fence(name);
+            assert_eq!(
+                slot(key.as_bytes()),
+                slot(name.as_bytes()),
+                "{name} -> {key}"
+            );
+            assert!(
+                key.ends_with(name) || key.ends_with(&format!("{name}}}")),
+                "{key}"
+            );
+        }
+        // The names that were fenced in their slot before keep their fence.
+        assert_eq!(fence("cfg"), "ferrisson_fence:{cfg}");
+        assert_eq!(fence("{elect}:4"), "ferrisson_fence:{elect}:4");
+        assert_eq!(fence("{open"), "ferrisson_fence:{{open}");
+        // No two names share a fence.
+        assert_ne!(
+            fence("a}b"),
+            fence(&fence("a}b")["ferrisson_fence_slot:".len()..])
+        );
+    }
 
     #[test]
     fn lock_holds_and_counts_are_told_from_other_data() {
