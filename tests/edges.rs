@@ -226,6 +226,61 @@ fn guards_dropped_as_the_runtime_ends_are_released() {
     }
 }
 
+/// Holds kept by tasks still running when `main` returns (a spawned task
+/// holding a lock, running a job in watchdog mode, leading an election)
+/// are released before the runtime's drop returns, whichever order the
+/// runtime drops its tasks in (its watchdog's task among them): a hold
+/// the watchdog no longer renews still stands until its lease ends, and
+/// its guard, dropped with its task, releases it.
+#[test]
+fn holds_of_tasks_still_running_as_the_runtime_ends_are_released() {
+    let server = RedisServer::start();
+    let names = ["edges:task:lock", "edges:task:job", "edges:task:leader"];
+    for multi_thread in [false, true] {
+        // The order in which a runtime drops its tasks is not fixed.
+        for round in 0..4 {
+            let rt = runtime(multi_thread);
+            rt.block_on(async {
+                let client = client(&server, Duration::from_secs(30)).await;
+                let (held, mut all_held) = tokio::sync::mpsc::channel::<()>(3);
+                let lock = client.lock(names[0]);
+                let told = held.clone();
+                tokio::spawn(async move {
+                    let _guard = lock.lock().await.unwrap();
+                    told.send(()).await.unwrap();
+                    std::future::pending::<()>().await;
+                });
+                let job = client.job(names[1]);
+                let told = held.clone();
+                tokio::spawn(async move {
+                    job.run(|_lease| async move {
+                        told.send(()).await.unwrap();
+                        std::future::pending::<()>().await;
+                    })
+                    .await
+                });
+                let election = client.leader_election(names[2]);
+                tokio::spawn(async move {
+                    let _leading = election.campaign("a").await.unwrap();
+                    held.send(()).await.unwrap();
+                    std::future::pending::<()>().await;
+                });
+                for _ in names {
+                    soon(all_held.recv()).await.unwrap();
+                }
+                // `main` returns with the three tasks still holding.
+            });
+            drop(rt);
+            for name in names {
+                assert!(
+                    !exists(&server, name),
+                    "{name} outlived its runtime (multi_thread: {multi_thread}, round {round})"
+                );
+            }
+        }
+    }
+}
+
 /// A program that returns right after its last unlock leaves nothing
 /// behind, not even the latches of its requests (deleted in batches a
 /// few milliseconds later, and at the runtime's end by its drop).

@@ -65,6 +65,11 @@ impl HoldKey {
 #[derive(Debug)]
 pub(crate) struct LeaseState {
     lost: AtomicBool,
+    /// Reported lost because nothing renews it any more (the runtime its
+    /// client's watchdog ran on shut down), not because the key is gone:
+    /// the key still stands until the deadline, so the hold may still be
+    /// released until then. Cleared by a loss Redis or the clock told of.
+    unrenewed: AtomicBool,
     /// No longer the registry's (released, lost or replaced): the watchdog
     /// drops it instead of renewing it.
     retired: AtomicBool,
@@ -148,6 +153,7 @@ impl LeaseState {
     fn new(deadline: Instant, watched: Option<Watched>) -> Arc<Self> {
         Arc::new(LeaseState {
             lost: AtomicBool::new(false),
+            unrenewed: AtomicBool::new(false),
             retired: AtomicBool::new(false),
             watched,
             deadline: AtomicI64::new(nanos_from_origin(deadline)),
@@ -166,9 +172,12 @@ impl LeaseState {
     }
 
     /// Whether the lease, not known lost, still runs at `at` by this
-    /// process's clock (the server's key surely stands until then).
+    /// process's clock (the server's key surely stands until then). A
+    /// lease lost only because nothing renews it any more stands until its
+    /// deadline: its holder may still release it.
     pub(crate) fn stands_at(&self, at: Instant) -> bool {
-        !self.lost.load(Ordering::Acquire) && at < self.deadline()
+        let lost = self.lost.load(Ordering::Acquire) && !self.unrenewed.load(Ordering::Acquire);
+        !lost && at < self.deadline()
     }
 
     pub(crate) fn is_lost(&self) -> bool {
@@ -184,6 +193,16 @@ impl LeaseState {
     }
 
     pub(crate) fn mark_lost(&self) {
+        self.unrenewed.store(false, Ordering::Release);
+        self.lost.store(true, Ordering::Release);
+        self.changed.notify_waiters();
+    }
+
+    /// Reports the lease lost because nothing will renew it again, while
+    /// its key still stands until the deadline (see
+    /// [`LeaseState::stands_at`]).
+    fn mark_unrenewed(&self) {
+        self.unrenewed.store(true, Ordering::Release);
         self.lost.store(true, Ordering::Release);
         self.changed.notify_waiters();
     }
@@ -451,7 +470,10 @@ impl Registry {
 
 /// Lives in the scheduler's task. Dropped with the task (its runtime shut
 /// down) while the registry lives, it marks the registry's runtime gone and
-/// tells every holder its lease is lost: nothing renews it any more.
+/// tells every holder its lease is lost: nothing renews it any more. The
+/// keys still stand until their deadlines, so a guard dropped after this
+/// (a task of the same runtime, dropped later in its shutdown) still
+/// releases its hold.
 struct SchedulerAlive(Weak<Shared>);
 
 impl Drop for SchedulerAlive {
@@ -469,6 +491,7 @@ impl Drop for SchedulerAlive {
             shared.lose(
                 &lease,
                 "the runtime the client was built on shut down; nothing renews the lease",
+                Lost::Unrenewed,
             );
         }
     }
@@ -589,6 +612,7 @@ impl Shared {
                 self.lose(
                     &lease,
                     "renewals did not get through before the lease ran out",
+                    Lost::Gone,
                 );
                 continue;
             }
@@ -612,7 +636,7 @@ impl Shared {
 
     /// Forgets the hold of `lease` and tells its holders that it is lost;
     /// nothing when the registry no longer counts it.
-    fn lose(&self, lease: &Arc<LeaseState>, reason: &str) {
+    fn lose(&self, lease: &Arc<LeaseState>, reason: &str, how: Lost) {
         let Some(watched) = lease.watched.as_ref() else {
             return;
         };
@@ -624,16 +648,35 @@ impl Shared {
             .remove_if(key, |_, held| Arc::ptr_eq(&held.lease, lease))
             .is_some()
         {
-            tracing::warn!(lock = %key.name, owner = %key.field, %reason, "lease lost");
-            #[cfg(feature = "metrics")]
-            telemetry::lease_lost(Subject {
-                kind: watched.kind,
-                name: self.names.then_some(&*key.name),
-            });
             lease.retire();
-            lease.mark_lost();
+            match how {
+                Lost::Gone => {
+                    tracing::warn!(lock = %key.name, owner = %key.field, %reason, "lease lost");
+                    #[cfg(feature = "metrics")]
+                    telemetry::lease_lost(Subject {
+                        kind: watched.kind,
+                        name: self.names.then_some(&*key.name),
+                    });
+                    lease.mark_lost();
+                }
+                // Its guard, dropped in the same shutdown, releases it.
+                Lost::Unrenewed => {
+                    tracing::debug!(lock = %key.name, owner = %key.field, %reason, "lease no longer renewed");
+                    lease.mark_unrenewed();
+                }
+            }
         }
     }
+}
+
+/// Why the watchdog gives a lease up.
+#[derive(Debug, Clone, Copy)]
+enum Lost {
+    /// The key is gone, or may be: its holder must stop.
+    Gone,
+    /// Nothing renews it any more; the key stands until the lease's
+    /// deadline.
+    Unrenewed,
 }
 
 /// How much earlier than the server the client gives a lease up: covers
@@ -846,6 +889,7 @@ async fn renew(shared: &Shared, batch: Vec<Arc<LeaseState>>, sent: Instant, rene
                     shared.lose(
                         &lease,
                         "the lock is no longer held by its owner (expired, deleted or taken)",
+                        Lost::Gone,
                     );
                 } else {
                     lease.extend(confirmed);

@@ -478,7 +478,7 @@ impl Release {
         // keep the watchdog's TTL.
         let watched = client.registry().contains(&key);
         let own_lease = watchdog || !watched;
-        if lease.state.is_lost() && own_lease {
+        if own_lease && !lease.state.stands_at(Instant::now()) {
             return Err(Error::LeaseLost {
                 name: key.name.to_string(),
             });
