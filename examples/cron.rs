@@ -63,6 +63,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                             println!("replica {replica} skipped it (held by {by})");
                         }
                         Ok(JobRun::Overran(_)) => eprintln!("replica {replica} overran"),
+                        Ok(JobRun::Unreleased { error, .. }) => {
+                            eprintln!("replica {replica} ran it, but its release failed: {error}")
+                        }
                         Err(err) => eprintln!("replica {replica}: {err}"),
                     }
                 })

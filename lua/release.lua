@@ -69,8 +69,14 @@ end
 -- end shared
 local keep = tonumber(ARGV[6] or '0') or 0
 if keep > 0 then
-    redis.call('hset', KEYS[1], ARGV[3], 1)
+    -- PEXPIRE first: it grows nothing, so Redis runs it when it is out of
+    -- memory, and a script that has written may write on (the latch's SET),
+    -- where a first write that may grow memory is refused (OOM). The field
+    -- is already 1 but for a count written in another form.
     redis.call('pexpire', KEYS[1], keep)
+    if held ~= '1' then
+        redis.call('hset', KEYS[1], ARGV[3], 1)
+    end
     redis.call('set', unlock_latch, 2, 'px', ARGV[5])
     return 2
 end

@@ -96,7 +96,7 @@ impl Client {
 }
 
 /// What [`Job::run`] did.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 #[must_use = "a skipped job did not run"]
 pub enum JobRun<T> {
     /// The closure ran, with the lock held to its end; what it returned.
@@ -111,13 +111,44 @@ pub enum JobRun<T> {
         /// was let go meanwhile.
         holder: Option<JobHolder>,
     },
+    /// The closure ran with the lock held to its end, but the release
+    /// after it (or the keep of [`Job::at_least_for`]) failed: the lock
+    /// ends with its lease instead, the watchdog timeout (or the
+    /// [`Job::at_most_for`] lease) after the run's last renewal, which may
+    /// be sooner than "at least for" asked or later than the run's end.
+    Unreleased {
+        /// What the closure returned.
+        value: T,
+        /// Why the release failed.
+        error: Arc<Error>,
+    },
 }
+
+impl<T: PartialEq> PartialEq for JobRun<T> {
+    /// Outcomes are equal when their kind, value and holder are; two
+    /// [`JobRun::Unreleased`] when their errors also say the same.
+    fn eq(&self, other: &Self) -> bool {
+        match (self, other) {
+            (JobRun::Ran(a), JobRun::Ran(b)) | (JobRun::Overran(a), JobRun::Overran(b)) => a == b,
+            (JobRun::Skipped { holder: a }, JobRun::Skipped { holder: b }) => a == b,
+            (
+                JobRun::Unreleased { value: a, error: e },
+                JobRun::Unreleased { value: b, error: f },
+            ) => a == b && e.to_string() == f.to_string(),
+            _ => false,
+        }
+    }
+}
+
+impl<T: Eq> Eq for JobRun<T> {}
 
 impl<T> JobRun<T> {
     /// What the closure returned, when it ran (in time or not).
     pub fn value(self) -> Option<T> {
         match self {
-            JobRun::Ran(value) | JobRun::Overran(value) => Some(value),
+            JobRun::Ran(value) | JobRun::Overran(value) | JobRun::Unreleased { value, .. } => {
+                Some(value)
+            }
             JobRun::Skipped { .. } => None,
         }
     }
@@ -221,6 +252,12 @@ impl Job {
     /// when the run ends may reach Redis after the release and set the
     /// kept lock's TTL back to the watchdog timeout: the job then stays
     /// taken that long, never less than asked.
+    ///
+    /// The keep only sets the lock's TTL (its first write grows no
+    /// memory), so a Redis out of memory (`maxmemory` reached,
+    /// `noeviction`) still keeps it. A keep or release that fails all the
+    /// same (the connection lost) is [`JobRun::Unreleased`], never a plain
+    /// [`JobRun::Ran`].
     pub fn at_least_for(mut self, hold: Duration) -> Job {
         self.at_least = hold;
         self
@@ -355,7 +392,10 @@ impl Job {
             Err(err) => {
                 tracing::warn!(job = %self.name(), error = %err,
                     "release of a finished run failed; the lock expires with its lease");
-                JobRun::Ran(value)
+                JobRun::Unreleased {
+                    value,
+                    error: Arc::new(err),
+                }
             }
         }
     }

@@ -346,3 +346,59 @@ async fn bad_settings_are_refused_and_write_nothing() {
         Some("not a lock")
     );
 }
+
+/// Redis out of memory (`maxmemory` reached, `noeviction`) when a run with
+/// "at least for" ends: the keep grows nothing, so Redis runs it, and the
+/// lock stays until "at least for" after the start.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_least_for_is_kept_when_redis_is_out_of_memory() {
+    let server = RedisServer::start();
+    let a = client(&server, WATCHDOG).await;
+    let at_least = Duration::from_secs(12);
+    let ran = soon(a.job("oom").at_least_for(at_least).run(|_| async {
+        server.cmd(&["CONFIG", "SET", "maxmemory-policy", "noeviction"]);
+        server.cmd(&["CONFIG", "SET", "maxmemory", "1"]);
+        // Out of memory now: a write that may grow it is refused.
+        let refused = server.cmd(&["SET", "probe", "x"]);
+        assert!(format!("{refused:?}").contains("OOM"), "{refused:?}");
+    }))
+    .await
+    .unwrap();
+    assert_eq!(ran, JobRun::Ran(()));
+    // Kept for the rest of the 12 s (the run took a moment); the watchdog
+    // lease alone (1.2 s) would have ended it by now or soon.
+    let left = pttl(&server, "oom");
+    assert!(left > 6_000, "kept for {left} ms only");
+    server.cmd(&["CONFIG", "SET", "maxmemory", "0"]);
+}
+
+/// A run whose release fails (Redis frozen when the run ends) says so:
+/// the closure ran with the lock held, and the lock ends with its lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_whose_release_fails_says_so() {
+    let server = RedisServer::start();
+    let a = soon(
+        ferrisson::Client::builder(server.url())
+            .watchdog_timeout(Duration::from_secs(30))
+            .response_timeout(Duration::from_millis(300))
+            .build(),
+    )
+    .await
+    .unwrap();
+    let ran = soon(a.job("frozen").run(|_| async {
+        server.freeze();
+        5
+    }))
+    .await
+    .unwrap();
+    server.thaw();
+    match ran {
+        JobRun::Unreleased { value: 5, error } => {
+            assert!(
+                error.is_connection_error() || error.to_string().contains("timed out"),
+                "{error}"
+            )
+        }
+        other => panic!("{other:?}"),
+    }
+}

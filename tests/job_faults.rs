@@ -68,6 +68,9 @@ async fn scheduler() {
             Ok(ferrisson::JobRun::Ran(())) => child::say(&format!("ran {k}")),
             Ok(ferrisson::JobRun::Overran(())) => child::say(&format!("overran {k}")),
             Ok(ferrisson::JobRun::Skipped { .. }) => child::say(&format!("skip {k}")),
+            Ok(ferrisson::JobRun::Unreleased { error, .. }) => {
+                child::say(&format!("unreleased {k} {error}"))
+            }
             Err(err) => child::say(&format!("error {k} {err}")),
         }
     }

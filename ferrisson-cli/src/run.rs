@@ -223,6 +223,17 @@ async fn run_locked(target: &Target, args: &RunArgs, signals: &Signals) -> Resul
             Ok(ExitCode::from(BUSY))
         }
         ferrisson::JobRun::Ran(ended) => ended.map(|ended| exit(name, ended)),
+        // The command ran to its end under the lock: its status stands,
+        // and the user is told that the lock ends with its lease.
+        ferrisson::JobRun::Unreleased {
+            value: ended,
+            error,
+        } => {
+            eprintln!(
+                "ferrisson: the release of `{name}` after the command failed ({error}): the lock ends with its lease"
+            );
+            ended.map(|ended| exit(name, ended))
+        }
         ferrisson::JobRun::Overran(ended) => {
             ended?;
             Ok(exit(name, Ended::Stopped))
