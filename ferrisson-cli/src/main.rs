@@ -119,6 +119,11 @@ enum Command {
     /// status, 75 when the lock was busy, 76 when its lease was lost.
     #[cfg(unix)]
     Run(run::RunArgs),
+    /// `run`'s guard: started by `run` itself, it kills the command's
+    /// process group when the runner dies (src/run.rs).
+    #[cfg(unix)]
+    #[command(name = run::GUARD_COMMAND, hide = true)]
+    RunGuard,
 }
 
 /// Refuses an empty object name: no synchronizer can be named so (the
@@ -244,6 +249,10 @@ fn main() -> ExitCode {
     };
     let json = cli.json;
     #[cfg(unix)]
+    if let Command::RunGuard = &cli.command {
+        return run::guard();
+    }
+    #[cfg(unix)]
     if let Command::Run(args) = &cli.command {
         if let Err(message) = args.check() {
             return fail(json, &message, 2);
@@ -312,6 +321,9 @@ async fn run(cli: Cli) -> Result<ExitCode, Fail> {
         }
         #[cfg(unix)]
         Command::Run(args) => run::run(&target, args).await,
+        // Run by `main` before any connection.
+        #[cfg(unix)]
+        Command::RunGuard => Ok(run::guard()),
     }
 }
 

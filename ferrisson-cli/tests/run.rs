@@ -2,7 +2,8 @@
 //! private `redis-server` per test: exclusion (one at a time, or N with
 //! `--permits`), exit statuses, signals passed on, a lost lease stopping
 //! the command (with the lock and with a permit), `--at-least-for`,
-//! `kill -9` of the runner, and bad input.
+//! what the command leaves in its process group, `kill -9` of the runner
+//! (its command and their children), and bad input.
 #![cfg(unix)]
 
 // The library's test support, shared: one way to start servers.
@@ -61,6 +62,37 @@ fn until(limit: Duration, what: &str, mut cond: impl FnMut() -> bool) {
     while !cond() {
         assert!(Instant::now() < deadline, "not within {limit:?}: {what}");
         std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Whether the process `pid` runs: false once it is gone, or a zombie
+/// (dead, waiting to be reaped by whoever adopted it).
+fn alive(pid: &str) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        stat.rsplit(')')
+            .next()
+            .is_some_and(|s| !s.trim_start().starts_with('Z'))
+    })
+}
+
+/// Reads the pid a command wrote to `file`, once it is whole; with a
+/// guard that kills that process when the test ends (also on failure).
+fn pid_in(file: &Path) -> Killed {
+    until(SOON, "the pid is written", || {
+        std::fs::read_to_string(file).is_ok_and(|p| p.ends_with('\n'))
+    });
+    Killed(std::fs::read_to_string(file).unwrap().trim().to_owned())
+}
+
+/// A process killed (SIGKILL) when the guard is dropped.
+struct Killed(String);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-KILL", &self.0])
+            .stderr(Stdio::null())
+            .status();
     }
 }
 
@@ -444,6 +476,100 @@ fn a_permit_is_lost_and_kept_as_the_lock_is() {
         + now[1].as_string().unwrap().parse::<i64>().unwrap() / 1000;
     let left = ends - now_ms;
     assert!(left > 0 && left <= 20_000, "kept for {left} ms more");
+}
+
+/// A command whose own process ends first (at SIGTERM) but which left a
+/// process in its group that ignores SIGTERM: that process is stopped
+/// too, with SIGKILL at the end of the grace, and the lock is let go only
+/// after it is gone. With a SIGTERM to the runner (exit 143, the
+/// command's status, no sooner than the grace after the signal), and
+/// with `--at-most-for` (exit 76).
+#[cfg(target_os = "linux")]
+#[test]
+fn what_the_command_leaves_in_its_group_dies_before_the_lock_is_free() {
+    let server = RedisServer::start();
+    for at_most_for in [None, Some("6s")] {
+        let dir = scratch();
+        // The outer shell dies at SIGTERM (in `wait`); the inner one
+        // ignores it, as its `sleep`s do (an ignored signal stays ignored
+        // across exec).
+        let script = format!(
+            "sh -c 'trap \"\" TERM; echo $$ > {}/pid; while :; do sleep 0.02; done' & wait",
+            dir.display()
+        );
+        let mut args = vec!["job", "--grace", "1s"];
+        if let Some(at_most_for) = at_most_for {
+            args.extend(["--at-most-for", at_most_for]);
+        }
+        args.extend(["--", "sh", "-c", &script]);
+        let mut runner = runner(&server, &args);
+        let left = pid_in(&dir.join("pid"));
+        assert!(alive(&left.0));
+        let signalled = Instant::now();
+        if at_most_for.is_none() {
+            let pid = runner.id().to_string();
+            assert!(Command::new("kill")
+                .args(["-TERM", &pid])
+                .status()
+                .unwrap()
+                .success());
+        }
+        until(SOON, "the lock is free", || !common::exists(&server, "job"));
+        assert!(
+            !alive(&left.0),
+            "the lock is free while a process of the command runs ({at_most_for:?})"
+        );
+        let status = wait(&mut runner, SOON);
+        match at_most_for {
+            None => {
+                assert_eq!(status.code(), Some(143));
+                let took = signalled.elapsed();
+                assert!(
+                    took >= Duration::from_secs(1),
+                    "exited {took:?} after SIGTERM"
+                );
+            }
+            Some(_) => assert_eq!(status.code(), Some(76)),
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
+
+/// `kill -9` of the runner while its command (`sh -c`) waits for a
+/// child of its own: that grandchild is killed too, long before the lock
+/// frees itself at the end of its lease.
+#[cfg(target_os = "linux")]
+#[test]
+fn kill_9_of_the_runner_kills_the_commands_grandchildren() {
+    let server = RedisServer::start();
+    let dir = scratch();
+    // `; true`: the outer shell waits for the inner one instead of
+    // becoming it.
+    let script = format!(
+        "sh -c 'echo $$ > {}/pid; exec sleep 600'; true",
+        dir.display()
+    );
+    let mut runner = runner(
+        &server,
+        &["job", "--lease", "10s", "--", "sh", "-c", &script],
+    );
+    let grandchild = pid_in(&dir.join("pid"));
+    assert!(common::exists(&server, "job"));
+    runner.kill().unwrap();
+    runner.wait().unwrap();
+    until(
+        SOON,
+        "the grandchild is killed, or the lock expires",
+        || !alive(&grandchild.0) || !common::exists(&server, "job"),
+    );
+    assert!(
+        !alive(&grandchild.0),
+        "the lock expired while the grandchild of the killed runner ran"
+    );
+    until(SOON, "the lock expires with its lease", || {
+        !common::exists(&server, "job")
+    });
+    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 /// `kill -9` of the runner: its command gets SIGKILL (its parent-death
