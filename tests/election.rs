@@ -701,6 +701,10 @@ async fn terms_keep_rising_when_redis_comes_back_empty() {
         "the rival's term {} after the old leader's {old_term}",
         new.term()
     );
+    println!(
+        "Redis back empty: the rival's term {} after the old leader's {old_term}",
+        new.term()
+    );
     assert_eq!(
         soon(b_store.set("owner", "b", new.term())).await.unwrap(),
         FencedWrite::Written
