@@ -3,16 +3,23 @@
 --
 -- KEYS[1]  the lock hash, at the plain lock name
 -- KEYS[2]  the token counter, `redisson_lock_token:{name}` (no TTL: tokens
---          rise forever)
+--          rise forever, even when Redis lost the counter, see below)
 -- KEYS[3]  the acquire latch, `ferrisson_acquire_latch:{name}:<request-id>`
 -- ARGV[1]  lease in milliseconds
 -- ARGV[2]  owner field, `<client-uuid>:<owner-id>`
 -- ARGV[3]  latch TTL in milliseconds (at least the lease)
 --
 -- Replies {1, token} when the owner now holds the lock: the hold count was
--- raised by one, the key's TTL set to the lease, the counter raised by one
--- (re-entry included) and the latch set to the token, the counter's new
--- value. Otherwise replies {0, pttl} (pttl -1 when the key has no TTL) and
+-- raised by one, the key's TTL set to the lease, the counter raised (re-entry
+-- included) and the latch set to the token, the counter's new value. The
+-- token is the counter plus one, or the server's clock in microseconds
+-- (TIME) when that is higher, written back into the counter: so a counter
+-- lost with a restart without persistence, or a failover that lost writes,
+-- starts again above every token drawn before (as long as the clock did not
+-- step back, and fewer than a million tokens a second were drawn), and a
+-- Redisson `RFencedLock`, which INCRs the same counter, goes on from there.
+-- Tokens stay below 2^53 (the clock reaches it in the year 2255), exact as
+-- Lua numbers. Otherwise replies {0, pttl} (pttl -1 when the key has no TTL) and
 -- changes nothing. A resend of a granted request (its latch exists)
 -- changes nothing: it replies {1, token} with the first call's token while
 -- the owner still holds the lock, else {0, -2} (the hold it took is gone: a
@@ -87,7 +94,13 @@ if type(counter) == 'table' then
     return counter
 end
 local token = redis.call('incr', KEYS[2])
+local clock = redis.call('time')
+local floor = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
+if token < floor then
+    token = floor
+    redis.call('set', KEYS[2], string.format('%.0f', token))
+end
 redis.call('hincrby', KEYS[1], ARGV[2], 1)
 redis.call('pexpire', KEYS[1], ARGV[1])
-redis.call('set', KEYS[3], token, 'px', ARGV[3])
+redis.call('set', KEYS[3], string.format('%.0f', token), 'px', ARGV[3])
 return {1, token}

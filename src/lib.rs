@@ -270,7 +270,9 @@
 //!   [`lease_lost`](LockGuard::lease_lost) resolve. While Redis is out of
 //!   reach, renewals are retried until the lease would run out less a
 //!   margin (a tenth, at most 1 s), so the holder hears before the server
-//!   can let the key go.
+//!   can let the key go; a renewal that finds no connection is sent again
+//!   20 ms later, so a holder hears that Redis came back empty a few round
+//!   trips after it answers (when another may already take the lock).
 //! - **Every lease has a local deadline too**, counted from the send of the
 //!   acquire or of the last confirmed renewal: a holder waking from a pause
 //!   finds [`LockGuard::is_lease_lost`] true before any other code of it
@@ -305,7 +307,9 @@
 //! [fencing tokens](FencedLock): the resource refuses a token lower than the
 //! highest it has seen, and a late writer is refused instead of overwriting
 //! the next holder's work (the counter is replicated like the lock, so a
-//! failover that loses writes can hand a token out twice). A leader's
+//! failover that loses writes can hand a token out twice; tokens are
+//! floored by the server's clock, so a Redis that lost the counter does
+//! not start them again from 1). A leader's
 //! term ([`LeaderElection`]) is such a token. For data kept in Redis,
 //! [`FencedHash`] does the check in the server, in one script; in SQL,
 //! keep the highest token in the row and let the database refuse a lower

@@ -380,11 +380,11 @@ async fn a_restart_without_data_is_noticed_at_once() {
     let watchdog = Duration::from_secs(30);
     let client = client(&server, watchdog).await;
     let guard = soon(client.lock("edges:restart").lock()).await.unwrap();
-    server.restart(); // no persistence: every key is gone
-                      // The next scheduled renewal is 10 s after the acquire. The lost
-                      // connection makes the watchdog renew at once, and again every retry
-                      // interval (1 s at this timeout) until Redis answers: half the renewal
-                      // period is a generous bound.
+    // No persistence: every key is gone. The next scheduled renewal is 10 s
+    // after the acquire. The lost connection makes the watchdog renew at
+    // once, and again 20 ms after each try that finds no connection, until
+    // Redis answers: half the renewal period is a generous bound.
+    server.restart();
     within(watchdog / 6, guard.lease_lost()).await;
     assert_eq!(client.held_locks(), 0);
 }

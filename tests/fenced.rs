@@ -60,13 +60,12 @@ async fn the_token_counter_is_redissons() {
     let server = RedisServer::start();
     let client = client(&server, WATCHDOG).await;
     let guard = soon(client.fenced_lock("{user}:7").lock()).await.unwrap();
-    assert_eq!(guard.token(), 1);
+    let token = guard.token();
     assert_eq!(
         server
             .cmd(&["GET", "redisson_lock_token:{user}:7"])
-            .as_string()
-            .as_deref(),
-        Some("1")
+            .as_string(),
+        Some(token.to_string())
     );
     assert_eq!(
         server
@@ -93,7 +92,7 @@ async fn the_token_counter_is_redissons() {
     .await;
     // The counter outlives the lock: the next token is higher still.
     let next = soon(client.fenced_lock("{user}:7").lock()).await.unwrap();
-    assert!(next.token() > 1);
+    assert!(next.token() > token);
     soon(next.unlock()).await.unwrap();
 }
 
@@ -156,4 +155,43 @@ async fn dropped_fenced_lock_futures_leave_no_hold() {
         .unwrap();
     assert_eq!(guard.token(), drawn);
     soon(guard.unlock()).await.unwrap();
+}
+
+/// The counter is floored by the server's clock (so that a Redis that
+/// lost it does not hand out lower tokens), and stays Redisson's: a
+/// Redisson `RFencedLock` draws its token with a plain INCR of it, and
+/// tokens keep rising through both, each one the counter's value.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokens_rise_through_redissons_incr_and_a_lost_counter() {
+    let server = RedisServer::start();
+    let client = client(&server, WATCHDOG).await;
+    let lock = client.fenced_lock("mixed");
+    let counter = "redisson_lock_token:{mixed}";
+    let draw = || async {
+        let guard = soon(lock.lock()).await.unwrap();
+        let token = guard.token();
+        soon(guard.unlock()).await.unwrap();
+        token
+    };
+    let first = draw().await;
+    // What Redisson's acquire does to the counter.
+    let redissons = server.cmd(&["INCR", counter]).as_int().unwrap();
+    assert_eq!(u64::try_from(redissons).unwrap(), first + 1);
+    let after = draw().await;
+    assert!(after > first + 1, "{after} after Redisson's {redissons}");
+    assert_eq!(
+        server.cmd(&["GET", counter]).as_string(),
+        Some(after.to_string())
+    );
+    // A counter ahead of the clock is raised by one, as by Redisson.
+    server.cmd(&["SET", counter, "4000000000000000"]);
+    assert_eq!(draw().await, 4_000_000_000_000_001);
+    // A counter lost (deleted, as by a restart without persistence):
+    // the next token is still above every token before the loss but the
+    // one set ahead of the clock (which no grant had drawn).
+    server.cmd(&["DEL", counter]);
+    let lost = draw().await;
+    assert!(lost > after, "{lost} after {after}");
+    // Tokens are exact as the fence's Lua numbers (below 2^53).
+    assert!(lost <= ferrisson::MAX_FENCE_TOKEN);
 }

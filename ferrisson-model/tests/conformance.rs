@@ -75,6 +75,49 @@ fn draw(rng: &mut Rng) -> Step {
 
 const TOKEN_KEY: &str = "redisson_lock_token:{model}";
 
+/// The tokens the script drew in one sequence, in order. The script
+/// floors each token by the server's clock (microseconds), so a real token
+/// is not the model's count (1, 2, 3...) but stands for it by its rank:
+/// each new token must be above every one before, as the model's are.
+#[derive(Default)]
+struct Drawn(Vec<i64>);
+
+impl Drawn {
+    /// The rank of a token a grant replied: a known one's, or the next
+    /// for a new one, which must be the highest so far.
+    fn rank(&mut self, token: i64) -> u8 {
+        if let Some(rank) = self.known(token) {
+            return rank;
+        }
+        assert!(
+            self.0.last().is_none_or(|&last| token > last),
+            "token {token} drawn after {:?}",
+            self.0
+        );
+        self.0.push(token);
+        u8::try_from(self.0.len()).expect("fewer than 256 grants a sequence")
+    }
+
+    /// The rank of a token Redis keeps (the counter, a latch): one a grant
+    /// replied.
+    fn known(&self, token: i64) -> Option<u8> {
+        let index = self.0.iter().position(|&t| t == token)?;
+        Some(u8::try_from(index + 1).expect("fewer than 256 grants a sequence"))
+    }
+
+    /// A kept value as the model writes it: a token by its rank, anything
+    /// else (`x`) as it is.
+    fn as_model(&self, kept: String) -> String {
+        match kept.parse::<i64>() {
+            Ok(token) => self
+                .known(token)
+                .unwrap_or_else(|| panic!("token {token} kept, never replied"))
+                .to_string(),
+            Err(_) => kept,
+        }
+    }
+}
+
 struct Scripts {
     acquire: Script,
     fenced_acquire: Script,
@@ -96,7 +139,14 @@ impl Scripts {
 
     /// Runs `step` on Redis, and reads its reply as the model's (and a
     /// fenced grant's token).
-    fn run(&self, conn: &mut redis::Connection, step: Step, fenced: bool) -> Option<(Reply, u8)> {
+    /// A fenced grant's token is read by its rank in `drawn`.
+    fn run(
+        &self,
+        conn: &mut redis::Connection,
+        step: Step,
+        fenced: bool,
+        drawn: &mut Drawn,
+    ) -> Option<(Reply, u8)> {
         if let (true, Step::Acquire(req)) = (fenced, step) {
             let reply: Vec<i64> = self
                 .fenced_acquire
@@ -109,7 +159,7 @@ impl Scripts {
                 .invoke(conn)
                 .unwrap();
             return Some(match reply[..] {
-                [1, token] => (Reply::Granted, token as u8),
+                [1, token] => (Reply::Granted, drawn.rank(token)),
                 [0, -2] => (Reply::Spent, 0),
                 [0, _] => (Reply::Refused, 0),
                 _ => panic!("{step:?}: a reply the model has no word for: {reply:?}"),
@@ -194,8 +244,9 @@ fn model_reply(server: &mut Server, step: Step, bounds: &Bounds) -> Option<Reply
     }
 }
 
-/// The keys Redis holds, compared with the model's.
-fn compare(conn: &mut redis::Connection, model: &Server, context: &str) {
+/// The keys Redis holds, compared with the model's (a token by its rank in
+/// `drawn`).
+fn compare(conn: &mut redis::Connection, model: &Server, drawn: &Drawn, context: &str) {
     let hash: Vec<(String, String)> = conn.hgetall(NAME).unwrap();
     let expected: Vec<(String, String)> = model
         .hold
@@ -211,7 +262,8 @@ fn compare(conn: &mut redis::Connection, model: &Server, context: &str) {
         + usize::from(model.token > 0);
     assert_eq!(keys, modelled, "{context}: the number of keys");
     if model.fenced {
-        let token: Option<u8> = conn.get(TOKEN_KEY).unwrap();
+        let token: Option<i64> = conn.get(TOKEN_KEY).unwrap();
+        let token = token.map(|t| drawn.known(t).expect("the counter holds a token replied"));
         let expected = (model.token > 0).then_some(model.token);
         assert_eq!(token, expected, "{context}: the token counter");
     }
@@ -244,6 +296,10 @@ fn compare(conn: &mut redis::Connection, model: &Server, context: &str) {
         });
         for (key, expected) in acquires.chain(releases) {
             let latch: Option<String> = conn.get(&key).unwrap();
+            let latch = match model.fenced && key.starts_with("ferrisson_acquire_latch") {
+                true => latch.map(|kept| drawn.as_model(kept)),
+                false => latch,
+            };
             assert_eq!(latch, expected, "{context}: {key}");
         }
     }
@@ -277,14 +333,15 @@ fn agree_step_by_step(fenced: bool) {
             ..Server::default()
         };
         let mut steps = Vec::new();
+        let mut drawn = Drawn::default();
         for _ in 0..STEPS {
             let step = draw(&mut rng);
             steps.push(step);
             let context = format!("seed {seed}, sequence {sequence}, steps {steps:?}");
-            let real = scripts.run(&mut conn, step, fenced);
+            let real = scripts.run(&mut conn, step, fenced, &mut drawn);
             let modelled = model_run(&mut model, step, &bounds);
             assert_eq!(real, modelled, "{context}: the reply");
-            compare(&mut conn, &model, &context);
+            compare(&mut conn, &model, &drawn, &context);
             if let Some((reply, _)) = real {
                 *replies.entry(format!("{reply:?}")).or_default() += 1;
             }

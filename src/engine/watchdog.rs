@@ -690,6 +690,24 @@ fn retry_interval(timeout: Duration) -> Duration {
     (timeout / 10).clamp(Duration::from_millis(5), Duration::from_secs(1))
 }
 
+/// How soon a renewal that found no connection is sent again: at most
+/// [`RECONNECT_RETRY`], sooner for a short timeout.
+fn reconnect_retry(timeout: Duration) -> Duration {
+    retry_interval(timeout).min(RECONNECT_RETRY)
+}
+
+/// The pause before a renewal that found the connection lost or refused
+/// is sent again (see [`reconnect_retry`]). Documented as the bound of a
+/// holder's news of an empty restart: `Leadership::lost`, docs/faults.md.
+const RECONNECT_RETRY: Duration = Duration::from_millis(20);
+
+/// Whether a renewal's `err` says the connection is lost or was refused
+/// (rather than that Redis is slow to answer, or refused the call).
+fn lost_connection(err: &redis::RedisError) -> bool {
+    !err.is_timeout()
+        && (err.is_io_error() || err.is_connection_dropped() || err.is_connection_refusal())
+}
+
 /// How far ahead of its time a key may be renewed with an earlier one: a
 /// new hold joins a batch due up to this much before it, and the
 /// scheduler takes batches due up to this much ahead, so a key is renewed
@@ -876,8 +894,8 @@ async fn renew(shared: &Shared, batch: Vec<Arc<LeaseState>>, sent: Instant, rene
     telemetry::renewal_sent(batch.len());
     let reply = match tokio::time::timeout_at(deadline, call.send(&mut conn)).await {
         Ok(Ok(gone)) => Ok(gone),
-        Ok(Err(err)) => Err(err.to_string()),
-        Err(_) => Err("no reply before the first lease ran out".into()),
+        Ok(Err(err)) => Err((err.to_string(), lost_connection(&err))),
+        Err(_) => Err(("no reply before the first lease ran out".into(), false)),
     };
     match reply {
         Ok(gone) => {
@@ -898,12 +916,24 @@ async fn renew(shared: &Shared, batch: Vec<Arc<LeaseState>>, sent: Instant, rene
             }
             shared.reschedule(kept, sent + timeout / 3);
         }
-        Err(error) => {
+        Err((error, lost_connection)) => {
             let first = batch[0].watched.as_ref().map_or("", |w| &*w.key.name);
-            tracing::warn!(keys = batch.len(), %first, %error, "lease renewal failed; retrying");
             telemetry::renewal_failed(batch.len());
-            let retry = Instant::now() + retry_interval(timeout);
-            shared.reschedule(batch, retry.min(deadline));
+            // A connection found lost or refused is retried almost at once:
+            // the connection reconnects in the background, and Redis may
+            // come back empty (a restart without persistence), when a rival
+            // can take the lock at once: the holder must hear of it as soon
+            // as Redis answers, not a retry interval later. A retry that
+            // finds the reconnection still under way waits for it, so this
+            // adds no load on a Redis that is down.
+            let pause = if lost_connection {
+                tracing::debug!(keys = batch.len(), %first, %error, "lease renewal found no connection; retrying");
+                reconnect_retry(timeout)
+            } else {
+                tracing::warn!(keys = batch.len(), %first, %error, "lease renewal failed; retrying");
+                retry_interval(timeout)
+            };
+            shared.reschedule(batch, (Instant::now() + pause).min(deadline));
         }
     }
 }

@@ -11,7 +11,17 @@ use crate::{Client, LockGuard, Result};
 /// re-entry included, also draws a fencing token from the counter
 /// `redisson_lock_token:{name}`, as Redisson's `RFencedLock`:
 /// [`FencedGuard::token`]. Tokens rise strictly across all holders, forever
-/// (the counter has no TTL).
+/// (the counter has no TTL), and even when Redis loses the counter (a
+/// restart without persistence, a failover that lost writes): each token is
+/// the counter plus one or the server's clock in microseconds, whichever is
+/// higher, written back into the counter, so a counter that starts again
+/// starts above every token drawn before (as long as the server's clock
+/// does not step back and fewer than a million tokens are drawn a second).
+/// Tokens are therefore large (about 1.8 × 10^15 in 2026) and not
+/// consecutive, and stay below 2^53 (exact as a double, and as
+/// [`FencedHash`](crate::FencedHash)'s fence) until the year 2255. A
+/// Redisson `RFencedLock` of the same name INCRs the same counter and goes
+/// on from there.
 ///
 /// A lease can run out while its holder is paused; the lock alone cannot
 /// stop that holder's late write. The token can: the protected resource
