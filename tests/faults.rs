@@ -619,7 +619,16 @@ fn a_timed_out_try_lock_takes_nothing_after_its_program_returned() {
             server.freeze();
             let calls = common::LOCK_KINDS.iter().map(|kind| {
                 let lock = common::lock_of(&c, kind, &name(kind));
-                async move { (kind, lock.try_lock().await) }
+                async move {
+                    let started = Instant::now();
+                    let got = lock.try_lock().await;
+                    println!(
+                        "frozen server (multi_thread: {multi_thread}): {kind} try_lock \
+                         failed after {:?}",
+                        started.elapsed()
+                    );
+                    (kind, got)
+                }
             });
             for (kind, got) in within(
                 Duration::from_secs(30),
@@ -641,6 +650,12 @@ fn a_timed_out_try_lock_takes_nothing_after_its_program_returned() {
             .map(|kind| name(kind))
             .filter(|name| common::exists(&server, name))
             .collect();
+        println!(
+            "thawed after the program returned (multi_thread: {multi_thread}): \
+             {} of {} locks held",
+            held.len(),
+            common::LOCK_KINDS.len()
+        );
         assert!(
             held.is_empty(),
             "granted after the caller gave up and its program returned \

@@ -632,6 +632,10 @@ pub(crate) struct Sending<B, D> {
 /// says of the request. The locks and both semaphores send this way.
 ///
 /// Whatever becomes of the caller, a grant is never left behind:
+/// - run after its caller gave up on the reply (its send's deadline, one
+///   response timeout after it, by the server's clock: see
+///   `Client::send_deadline`): it takes nothing, so a send that waited in
+///   a frozen server's socket is not granted after its program exited;
 /// - granted and answered: the latch is swept (or, after a lost send, left
 ///   for its TTL, so that a send arriving late changes nothing);
 /// - reply lost: the request is resent at once, and by the wait's next
