@@ -9,6 +9,8 @@
 -- ARGV[3]  latch TTL in milliseconds (at least the lease)
 -- ARGV[4]  `0` non-reentrant: a holder asking again is refused with -4 and
 --          nothing changes; `1` (or absent) reentrant
+-- ARGV[5]  the call's deadline, epoch ms by the server's clock (absent or 0:
+--          none)
 --
 -- Replies nil when the owner now holds the lock: the hold count was raised by
 -- one, the key's TTL set to the lease, and the latch written. Otherwise
@@ -21,6 +23,9 @@
 -- -2.
 -- A key that is no lock hash (another type, or a hash with other fields)
 -- fails with `WRONGTYPE holds a <type>: <key>` and changes nothing.
+-- A call that runs after its deadline (ARGV[5]: its client gave up on the
+-- reply, and may have exited since) changes nothing and replies -5: a
+-- grant nobody would own is never made.
 -- shared: refuse what is no lock (nil when `key` is missing or holds a lock
 -- hash; else the error reply `WRONGTYPE holds a <type>: <key>`. A lock
 -- hash's fields are `mode` and owner fields, `<client>:<owner>`, whose
@@ -45,6 +50,21 @@ local function not_a_lock(key)
     return redis.error_reply('WRONGTYPE holds a ' .. kind .. ': ' .. key)
 end
 -- end shared
+-- shared: too late (whether the server's clock is past `deadline`, the
+-- epoch ms by the server's clock at which the client that sent this call
+-- gives up on its reply; never when `deadline` is absent or 0)
+local function too_late(deadline)
+    deadline = tonumber(deadline)
+    if deadline == nil or deadline <= 0 then
+        return false
+    end
+    local clock = redis.call('time')
+    return tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000) > deadline
+end
+-- end shared
+if too_late(ARGV[5]) then
+    return -5
+end
 local latch = redis.call('get', KEYS[2])
 if latch == 'x' then
     return -2

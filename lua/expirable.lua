@@ -16,6 +16,10 @@
 -- ARGV[4]  the lease in ms, 0 for none (acquire, update); the total (set)
 -- ARGV[5]  the score of a permit without a lease
 -- ARGV[6]  acquire only: the latch TTL in milliseconds
+-- ARGV[7]  acquire only: the call's deadline, epoch ms by the server's
+--          clock (absent or 0: none); run later, an acquire changes
+--          nothing and replies -5 (its client gave up on the reply, and
+--          may have exited since: a grant nobody would own is never made)
 --
 -- First, by the server's clock, every permit whose lease ended goes back:
 -- removed from KEYS[2], added to KEYS[1], and the new count published.
@@ -117,8 +121,23 @@ local function expiry()
     return forever
 end
 
+-- shared: too late (whether the server's clock is past `deadline`, the
+-- epoch ms by the server's clock at which the client that sent this call
+-- gives up on its reply; never when `deadline` is absent or 0)
+local function too_late(deadline)
+    deadline = tonumber(deadline)
+    if deadline == nil or deadline <= 0 then
+        return false
+    end
+    local clock = redis.call('time')
+    return tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000) > deadline
+end
+-- end shared
 local op = ARGV[1]
 if op == 'acquire' then
+    if too_late(ARGV[7]) then
+        return -5
+    end
     local latch = redis.call('get', KEYS[4])
     if latch == 'x' then
         return -1

@@ -16,6 +16,8 @@
 -- ARGV[6]  `0` non-reentrant (Redisson RNonReentrantFairLock): a holder
 --          asking again is refused with -4, and nothing changes; `1` (or
 --          absent) reentrant
+-- ARGV[7]  the call's deadline, epoch ms by the server's clock (absent or 0:
+--          none)
 --
 -- Dead waiters at the head of the queue (score <= now, by the server's
 -- clock) are dropped first. Replies nil when the owner now holds the lock
@@ -35,6 +37,9 @@
 -- A lock key that is no lock hash (another type, or a hash with other
 -- fields), a queue that is no list or a timeout set that is no sorted set
 -- fails with `WRONGTYPE holds a <type>: <key>` and changes nothing.
+-- A call that runs after its deadline (ARGV[7]: its client gave up on the
+-- reply, and may have exited since) changes nothing and replies -5: a
+-- grant nobody would own is never made.
 -- shared: refuse what is no lock (nil when `key` is missing or holds a lock
 -- hash; else the error reply `WRONGTYPE holds a <type>: <key>`. A lock
 -- hash's fields are `mode` and owner fields, `<client>:<owner>`, whose
@@ -69,6 +74,21 @@ local function wrong_type(key, want)
     return redis.error_reply('WRONGTYPE holds a ' .. kind .. ': ' .. key)
 end
 -- end shared
+-- shared: too late (whether the server's clock is past `deadline`, the
+-- epoch ms by the server's clock at which the client that sent this call
+-- gives up on its reply; never when `deadline` is absent or 0)
+local function too_late(deadline)
+    deadline = tonumber(deadline)
+    if deadline == nil or deadline <= 0 then
+        return false
+    end
+    local clock = redis.call('time')
+    return tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000) > deadline
+end
+-- end shared
+if too_late(ARGV[7]) then
+    return -5
+end
 local latch = redis.call('get', KEYS[4])
 if latch == 'x' then
     return -2

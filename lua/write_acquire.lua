@@ -7,6 +7,8 @@
 -- ARGV[2]  write owner field, `<client-uuid>:<owner-id>:write`
 -- ARGV[3]  the same owner's read field, `<client-uuid>:<owner-id>`
 -- ARGV[4]  latch TTL in milliseconds (at least the lease)
+-- ARGV[5]  the call's deadline, epoch ms by the server's clock (absent or 0:
+--          none)
 --
 -- Replies nil when the owner now holds one more write hold (the hash's TTL
 -- is at least the lease). Replies -3 when the owner holds read holds and
@@ -23,6 +25,9 @@
 --
 -- A key that is no lock hash (another type, or a hash with other fields)
 -- fails with `WRONGTYPE holds a <type>: <key>` and changes nothing.
+-- A call that runs after its deadline (ARGV[5]: its client gave up on the
+-- reply, and may have exited since) changes nothing and replies -5: a
+-- grant nobody would own is never made.
 -- shared: refuse what is no lock (nil when `key` is missing or holds a lock
 -- hash; else the error reply `WRONGTYPE holds a <type>: <key>`. A lock
 -- hash's fields are `mode` and owner fields, `<client>:<owner>`, whose
@@ -47,6 +52,21 @@ local function not_a_lock(key)
     return redis.error_reply('WRONGTYPE holds a ' .. kind .. ': ' .. key)
 end
 -- end shared
+-- shared: too late (whether the server's clock is past `deadline`, the
+-- epoch ms by the server's clock at which the client that sent this call
+-- gives up on its reply; never when `deadline` is absent or 0)
+local function too_late(deadline)
+    deadline = tonumber(deadline)
+    if deadline == nil or deadline <= 0 then
+        return false
+    end
+    local clock = redis.call('time')
+    return tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000) > deadline
+end
+-- end shared
+if too_late(ARGV[5]) then
+    return -5
+end
 local latch = redis.call('get', KEYS[2])
 if latch == 'x' then
     return -2

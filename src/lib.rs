@@ -287,6 +287,27 @@
 //!   latch expires, is given back when the old request is settled. A
 //!   waiter rides out connection failures; a call on a server that is
 //!   down fails after one reconnect attempt.
+//! - **A grant never outlives the caller that gave up on it.** Each send
+//!   of an acquire (every lock kind, both semaphores) carries its
+//!   deadline: the instant its caller gives up on the reply (one response
+//!   timeout after the send), by the server's clock. A script that runs
+//!   later takes nothing. So a `try_lock()` that timed out on a frozen or
+//!   overloaded server, in a program that returned (or crashed, or called
+//!   `exit`) right after, is not granted when the server wakes and runs
+//!   what waited in its socket. The server's clock is read with `TIME`
+//!   (from the master of the call's slot on a cluster) before a client's
+//!   first acquire and then once a minute: a server that does not answer
+//!   it gets no acquire at all. The limit: the deadline is as right as
+//!   that reading. It is made earlier by the reading's error (half its
+//!   round trip), so a reply still arriving in the last moments before
+//!   the timeout may say "too late" (the call fails as on a timeout); a
+//!   server whose clock steps back, or a failover to a master whose clock
+//!   differs, moves the deadline by that much until the next reading. A
+//!   send that ran before its deadline and whose reply was then lost is
+//!   granted, and settled as any lost reply above: given back by the
+//!   running program, or, at its runtime's end, within the rescue's
+//!   connection and response timeouts, reaching a server that answers by
+//!   then (else the hold expires with its lease).
 //! - **A lost wake-up costs at most the lock's remaining TTL**: each wait is
 //!   bounded by it (a semaphore or latch waiter without such a bound looks
 //!   again every third of the watchdog timeout).

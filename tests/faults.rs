@@ -582,3 +582,84 @@ async fn acquires_end_within_their_wait_on_a_frozen_server() {
     let queues = server.cmd(&["KEYS", "redisson_lock_queue:*"]);
     assert_eq!(queues.as_array().map(<[_]>::len), Some(0), "{queues:?}");
 }
+
+/// A program whose `try_lock` timed out on a frozen server, and which then
+/// returned (its runtime dropped): when the server wakes and runs the
+/// acquire that waited in its socket, the acquire takes nothing, for every
+/// kind of lock and on either kind of runtime. Nobody is left to own a
+/// grant, and none outlives the caller that gave up on it.
+#[test]
+fn a_timed_out_try_lock_takes_nothing_after_its_program_returned() {
+    if child::role().is_some() {
+        return;
+    }
+    let server = RedisServer::start();
+    let response = Duration::from_secs(1);
+    for multi_thread in [false, true] {
+        let name = |kind: &str| format!("late-grant:{multi_thread}:{kind}");
+        let mut builder = if multi_thread {
+            tokio::runtime::Builder::new_multi_thread()
+        } else {
+            tokio::runtime::Builder::new_current_thread()
+        };
+        let rt = builder.worker_threads(2).enable_all().build().unwrap();
+        rt.block_on(async {
+            let c = ferrisson::Client::builder(server.url())
+                .response_timeout(response)
+                .connection_timeout(response)
+                .build();
+            let c = soon(c).await.unwrap();
+            // Scripts loaded before the freeze.
+            for kind in common::LOCK_KINDS {
+                let guard = soon(common::lock_of(&c, kind, &name(kind)).lock())
+                    .await
+                    .unwrap();
+                soon(guard.unlock()).await.unwrap();
+            }
+            server.freeze();
+            let calls = common::LOCK_KINDS.iter().map(|kind| {
+                let lock = common::lock_of(&c, kind, &name(kind));
+                async move {
+                    let started = Instant::now();
+                    let got = lock.try_lock().await;
+                    println!(
+                        "frozen server (multi_thread: {multi_thread}): {kind} try_lock \
+                         failed after {:?}",
+                        started.elapsed()
+                    );
+                    (kind, got)
+                }
+            });
+            for (kind, got) in within(
+                Duration::from_secs(30),
+                futures_util::future::join_all(calls),
+            )
+            .await
+            {
+                assert!(got.is_err(), "{kind}: try_lock on a frozen server: {got:?}");
+            }
+            // The program returns here: its runtime ends.
+        });
+        drop(rt);
+        server.thaw();
+        // Every command that waited in a socket has run once this fresh
+        // connection is answered.
+        assert_eq!(server.cmd(&["PING"]).as_string().as_deref(), Some("PONG"));
+        let held: Vec<String> = common::LOCK_KINDS
+            .iter()
+            .map(|kind| name(kind))
+            .filter(|name| common::exists(&server, name))
+            .collect();
+        println!(
+            "thawed after the program returned (multi_thread: {multi_thread}): \
+             {} of {} locks held",
+            held.len(),
+            common::LOCK_KINDS.len()
+        );
+        assert!(
+            held.is_empty(),
+            "granted after the caller gave up and its program returned \
+             (multi_thread: {multi_thread}): {held:?}"
+        );
+    }
+}

@@ -73,7 +73,7 @@ impl Conn {
     }
 
     /// Runs `cmd` where the writes to `key` go.
-    async fn on_master_of(&self, key: &str, cmd: Cmd) -> redis::RedisResult<Value> {
+    pub(super) async fn on_master_of(&self, key: &str, cmd: Cmd) -> redis::RedisResult<Value> {
         match self.clone() {
             #[cfg(feature = "cluster")]
             Conn::Cluster(mut conn) => {

@@ -2,6 +2,7 @@
 //! lock it hands out.
 
 mod builder;
+mod clock;
 #[cfg(feature = "cluster")]
 mod cluster;
 pub(crate) mod conn;
@@ -79,6 +80,8 @@ struct ClientInner {
     requests: AtomicU64,
     /// Replica sync's refusal flag and replica counts.
     replicas: replicas::ReplicaState,
+    /// Readings of the servers' clocks, for the acquires' deadlines.
+    clocks: clock::ServerClocks,
     config: Config,
     /// Host and port only: never the credentials.
     addr: String,
@@ -386,6 +389,7 @@ impl Client {
                 request_base: Uuid::new_v4().as_u128(),
                 requests: AtomicU64::new(0),
                 replicas: replicas::ReplicaState::default(),
+                clocks: clock::ServerClocks::default(),
                 config,
                 addr,
             }),

@@ -108,6 +108,22 @@ async fn settle_lost<T: Taken>(
          a hold expires with its lease");
 }
 
+/// The error of a send whose script ran after its deadline, and so took
+/// nothing (the scripts reply [`LATE`]): its reply came later than its
+/// caller waits for, as a timed-out reply would, and it is treated alike
+/// (resent while the wait allows).
+pub(crate) fn late() -> redis::RedisError {
+    std::io::Error::new(
+        std::io::ErrorKind::TimedOut,
+        "the acquire ran after its caller gave up on it, and took nothing",
+    )
+    .into()
+}
+
+/// What an acquire script replies when it ran after its send's deadline
+/// (the fenced lock's: `{0, LATE}`).
+pub(crate) const LATE: i64 = -5;
+
 /// Why a grant is given back: its caller left before the reply came, or
 /// every reply of its request was lost.
 #[derive(Debug, Clone, Copy)]
@@ -544,7 +560,7 @@ async fn send_resending<T, R, Fut>(
     resend_until: Option<Instant>,
     lasts: Lasts,
     answer: fn(&R) -> Answer,
-    mut send: impl FnMut(Conn) -> Fut,
+    mut send: impl FnMut(Conn, u64) -> Fut,
 ) -> redis::RedisResult<R>
 where
     T: Taken,
@@ -555,18 +571,27 @@ where
     let mut sent = 0;
     loop {
         sent += 1;
-        let at = Instant::now();
-        request
-            .outcome
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .last_sent = Some(at);
-        let reply = send(client.conn()).await;
+        // When this send's caller gives up on its reply, by the server's
+        // clock: run later, the script takes nothing. A server that does
+        // not tell its clock gets nothing sent.
+        let reply = match client.send_deadline(&request.latch).await {
+            Ok(deadline) => {
+                let at = Instant::now();
+                request
+                    .outcome
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .last_sent = Some(at);
+                let reply = send(client.conn(), deadline).await;
+                if matches!(&reply, Err(err) if is_connection_failure(err)) {
+                    // Perhaps it reached Redis: its outcome is unknown.
+                    request.lost(lasts, at);
+                }
+                reply
+            }
+            Err(err) => Err(err),
+        };
         let failed = matches!(&reply, Err(err) if is_connection_failure(err));
-        if failed {
-            // Perhaps it reached Redis: its outcome is unknown.
-            request.lost(lasts, at);
-        }
         // A lost reply is sent again within the wait (for a one-attempt
         // call, within one response timeout of it: see `Wait`), so that one
         // dropped connection does not fail it, and a server that does not
@@ -589,7 +614,9 @@ where
 
 /// How one request is sent: what every synchronizer gives [`send`].
 pub(crate) struct Sending<B, D> {
-    /// Builds the script call from the latch key and its TTL (ms).
+    /// Builds the script call of one send from the latch key, its TTL (ms)
+    /// and the send's deadline (epoch ms by the server's clock, see
+    /// [`late`]).
     pub(crate) build: B,
     /// Reads the script's reply.
     pub(crate) decode: D,
@@ -605,6 +632,10 @@ pub(crate) struct Sending<B, D> {
 /// says of the request. The locks and both semaphores send this way.
 ///
 /// Whatever becomes of the caller, a grant is never left behind:
+/// - run after its caller gave up on the reply (its send's deadline, one
+///   response timeout after it, by the server's clock: see
+///   `Client::send_deadline`): it takes nothing, so a send that waited in
+///   a frozen server's socket is not granted after its program exited;
 /// - granted and answered: the latch is swept (or, after a lost send, left
 ///   for its TTL, so that a send arriving late changes nothing);
 /// - reply lost: the request is resent at once, and by the wait's next
@@ -628,7 +659,7 @@ pub(crate) async fn send<T, R, B, D, O, OF>(
 where
     T: Taken,
     R: Send + 'static,
-    B: FnOnce(&str, u64) -> ScriptInvocation<'static>,
+    B: Fn(&str, u64, u64) -> ScriptInvocation<'static> + Send + Sync + 'static,
     D: Fn(redis::Value) -> redis::RedisResult<R> + Send + Sync + 'static,
     O: FnOnce(bool) -> OF + Send + 'static,
     OF: Future<Output = ()> + Send,
@@ -639,16 +670,19 @@ where
         resend_until,
         lasts,
     } = how;
-    let invocation = build(&request.latch, request.latch_ttl);
     let taken = Arc::clone(&request.taken);
     // This send's own TTL (`lasts`), not the request's first: the attempts
     // of one wait share the request, and a later one may set a longer TTL.
     let (client, name) = (request.client.clone(), Arc::clone(&request.name));
     let asked = Arc::clone(&request);
     let send = async move {
-        let (invocation, decode) = (&invocation, &decode);
-        let send =
-            |mut conn: Conn| async move { decode(invocation.invoke_async(&mut conn).await?) };
+        let (build, decode) = (&build, &decode);
+        let (latch, latch_ttl) = (request.latch.clone(), request.latch_ttl);
+        let latch = &latch;
+        let send = |mut conn: Conn, deadline: u64| async move {
+            let invocation = build(latch, latch_ttl, deadline);
+            decode(invocation.invoke_async(&mut conn).await?)
+        };
         send_resending(&request, resend_until, lasts, answer, send).await
     };
     let orphan = move |reply: redis::RedisResult<R>| async move {

@@ -212,14 +212,16 @@ impl LockCore {
         };
         let new = || Request::new(&self.obj.client, &name, hold, ttl_ms, runtime.clone());
         let request = req.slot.get(ttl_ms, new).await.map_err(|e| self.error(e))?;
-        let build = |latch: &str, latch_ttl: u64| {
+        let (build_name, build_owner) = (Arc::clone(&name), Arc::clone(&owner));
+        let build = move |latch: &str, latch_ttl: u64, deadline: u64| {
             kind.acquire(&AcquireArgs {
-                name: &name,
-                field: &owner,
+                name: &build_name,
+                field: &build_owner,
                 latch,
                 ttl_ms,
                 latch_ttl,
                 queue,
+                deadline,
             })
         };
         let how = Sending {

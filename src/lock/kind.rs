@@ -10,6 +10,7 @@ use redis::{RedisResult, ScriptInvocation, Value};
 
 use super::info::Extra;
 use super::queue::Queue;
+use crate::engine::acquire_latch::{late, LATE};
 use crate::engine::keys;
 use crate::engine::scripts::{
     ACQUIRE, FAIR_ACQUIRE, FAIR_FORCE_UNLOCK, FAIR_RELEASE, FENCED_ACQUIRE, FORCE_UNLOCK,
@@ -32,6 +33,9 @@ pub(super) struct AcquireArgs<'a> {
     pub(super) latch_ttl: u64,
     /// Whether the attempt joins a fair lock's queue, and for how long.
     pub(super) queue: Queue,
+    /// When the send's caller gives up on its reply, in epoch ms by the
+    /// server's clock: the script takes nothing after it.
+    pub(super) deadline: u64,
 }
 
 /// One release request, as every kind's script takes it.
@@ -145,7 +149,8 @@ impl Kind {
                     .arg(a.ttl_ms)
                     .arg(field)
                     .arg(a.latch_ttl)
-                    .arg(reentrant);
+                    .arg(reentrant)
+                    .arg(a.deadline);
                 call
             }
             Kind::Fenced => {
@@ -154,7 +159,8 @@ impl Kind {
                     .key(a.latch)
                     .arg(a.ttl_ms)
                     .arg(field)
-                    .arg(a.latch_ttl);
+                    .arg(a.latch_ttl)
+                    .arg(a.deadline);
                 call
             }
             Kind::Fair { .. } => {
@@ -167,7 +173,8 @@ impl Kind {
                     .arg(a.queue.waiter_ms())
                     .arg(if a.queue == Queue::No { "0" } else { "1" })
                     .arg(a.latch_ttl)
-                    .arg(reentrant);
+                    .arg(reentrant)
+                    .arg(a.deadline);
                 call
             }
             Kind::Read => {
@@ -177,7 +184,8 @@ impl Kind {
                     .arg(a.ttl_ms)
                     .arg(field)
                     .arg(format!("{field}{WRITE_SUFFIX}"))
-                    .arg(a.latch_ttl);
+                    .arg(a.latch_ttl)
+                    .arg(a.deadline);
                 call
             }
             Kind::Write => {
@@ -186,22 +194,27 @@ impl Kind {
                     .arg(a.ttl_ms)
                     .arg(field)
                     .arg(field.strip_suffix(WRITE_SUFFIX).unwrap_or(field))
-                    .arg(a.latch_ttl);
+                    .arg(a.latch_ttl)
+                    .arg(a.deadline);
                 call
             }
         }
     }
 
     /// What this kind's acquire reply says.
+    /// A script that ran after its send's deadline took nothing: the error
+    /// of a reply that timed out ([`late`]).
     pub(super) fn granted(self, reply: Value) -> RedisResult<Granted> {
         let pttl = |reply: Option<i64>| match reply {
-            None => Granted::Yes(None),
-            Some(REACQUIRE) => Granted::Reacquire,
-            Some(SPENT) => Granted::Spent,
-            Some(ttl) => Granted::No(ttl),
+            Some(LATE) => Err(late()),
+            None => Ok(Granted::Yes(None)),
+            Some(REACQUIRE) => Ok(Granted::Reacquire),
+            Some(SPENT) => Ok(Granted::Spent),
+            Some(ttl) => Ok(Granted::No(ttl)),
         };
         Ok(match self {
             Kind::Fenced => match redis::from_redis_value::<Vec<i64>>(reply)?.as_slice() {
+                [0, LATE] => return Err(late()),
                 [1, token] if *token > 0 => Granted::Yes(Some(*token as u64)),
                 [0, SPENT] => Granted::Spent,
                 [0, ttl] => Granted::No(*ttl),
@@ -209,13 +222,13 @@ impl Kind {
             },
             Kind::Write => match redis::from_redis_value::<Option<i64>>(reply)? {
                 Some(UPGRADE) => Granted::Upgrade,
-                other => pttl(other),
+                other => pttl(other)?,
             },
             Kind::Reentrant
             | Kind::NonReentrant
             | Kind::Spin(_)
             | Kind::Fair { .. }
-            | Kind::Read => pttl(redis::from_redis_value(reply)?),
+            | Kind::Read => pttl(redis::from_redis_value(reply)?)?,
         })
     }
 

@@ -721,10 +721,15 @@ impl PermitExpirableSemaphore {
         let request = slot.get(ttl_ms, new).await.map_err(|e| self.obj.error(e))?;
         let ids = request.taken().ids.clone();
         let (sent, this) = (Instant::now(), Arc::clone(&request));
-        let build = |latch: &str, latch_ttl: u64| {
+        let (client, name, build_ids) = (
+            self.obj.client.clone(),
+            Arc::clone(&self.obj.name),
+            ids.clone(),
+        );
+        let build = move |latch: &str, latch_ttl: u64, deadline: u64| {
             let lease = lease_ms.unwrap_or(0);
-            let mut call = call(&self.obj.client, &self.obj.name, "acquire", &ids, lease);
-            call.key(latch).arg(latch_ttl);
+            let mut call = call(&client, &name, "acquire", &build_ids, lease);
+            call.key(latch).arg(latch_ttl).arg(deadline);
             call
         };
         // The script replies nil for permits taken, else how long to wait.
@@ -732,7 +737,11 @@ impl PermitExpirableSemaphore {
         let lasts = lease_ms.map_or(Lasts::UntilReleased, Lasts::Ms);
         let how = Sending {
             build,
-            decode: |reply| Ok(redis::from_redis_value::<Option<i64>>(reply)?),
+            // Ran after its deadline: took nothing, as a timed-out reply.
+            decode: |reply| match redis::from_redis_value::<Option<i64>>(reply)? {
+                Some(acquire_latch::LATE) => Err(acquire_latch::late()),
+                reply => Ok(reply),
+            },
             resend_until,
             lasts,
         };

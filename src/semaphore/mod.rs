@@ -427,18 +427,24 @@ impl Semaphore {
             )
         };
         let request = slot.get(0, new).await.map_err(|e| self.obj.error(e))?;
-        let build = |latch: &str, latch_ttl: u64| {
+        let name = Arc::clone(&self.obj.name);
+        let build = move |latch: &str, latch_ttl: u64, deadline: u64| {
             let mut call = SEMAPHORE_ACQUIRE.prepare_invoke();
-            call.key(&*self.obj.name)
+            call.key(&*name)
                 .key(latch)
                 .arg(permits)
-                .arg(latch_ttl);
+                .arg(latch_ttl)
+                .arg(deadline);
             call
         };
         let answer = |reply: &i64| Answer::granted_if(*reply == 1);
         let how = Sending {
             build,
-            decode: |reply| Ok(redis::from_redis_value::<i64>(reply)?),
+            // Ran after its deadline: took nothing, as a timed-out reply.
+            decode: |reply| match redis::from_redis_value::<i64>(reply)? {
+                acquire_latch::LATE => Err(acquire_latch::late()),
+                reply => Ok(reply),
+            },
             resend_until,
             lasts: Lasts::UntilReleased,
         };

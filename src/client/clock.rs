@@ -1,0 +1,114 @@
+//! The server's clock, as this client knows it: the deadline an acquire
+//! script checks is written in it.
+//!
+//! An acquire whose reply times out may still wait in a socket of a server
+//! that does not answer (frozen, overloaded, cut off). Its caller has given
+//! up, and its program may have exited; whatever the server grants it when
+//! it runs is owned by nobody. So each send of an acquire carries the
+//! instant its caller gives up on the reply, by the server's clock: a
+//! script that runs later takes nothing (see `lua/README.md`).
+//!
+//! The server's clock is read with `TIME` (on a cluster, from the master
+//! of the call's slot), and the reading is kept for [`RESAMPLE`]. Its
+//! error is at most half the round trip of that `TIME`; a deadline is made
+//! that much earlier, so that it never falls after the caller gave up.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use super::Client;
+
+/// How long one reading of the server's clock is used: a server whose
+/// clock is stepped, or a failover to a master whose clock differs, is
+/// seen within this.
+pub(crate) const RESAMPLE: Duration = Duration::from_secs(60);
+
+/// One reading of a server's clock.
+#[derive(Clone, Copy, Debug)]
+struct Reading {
+    /// The server's epoch ms at `at`.
+    server_ms: u64,
+    /// The middle of the `TIME` round trip, by this client's clock.
+    at: Instant,
+    /// At most how far off `server_ms` is at `at`: half the round trip,
+    /// rounded up.
+    error_ms: u64,
+}
+
+/// The readings of the servers this client sends acquires to: one per
+/// cluster slot (of the masters that serve them), one for a single server.
+#[derive(Debug, Default)]
+pub(super) struct ServerClocks(Mutex<HashMap<u16, Reading>>);
+
+impl Client {
+    /// The deadline of an acquire sent now on a key of `key`'s slot, in
+    /// epoch ms by that server's clock: the instant, less the reading's
+    /// error, at which this client gives up on the reply (one response
+    /// timeout from now). Reads the server's clock first when no fresh
+    /// reading is kept: a server that does not answer fails it as a
+    /// command would, and then nothing is sent.
+    pub(crate) async fn send_deadline(&self, key: &str) -> redis::RedisResult<u64> {
+        let slot = if self.inner.conn.is_cluster() {
+            crate::engine::keys::slot(key.as_bytes())
+        } else {
+            0
+        };
+        let kept = {
+            let clocks = self
+                .inner
+                .clocks
+                .0
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            clocks
+                .get(&slot)
+                .copied()
+                .filter(|reading| reading.at.elapsed() < RESAMPLE)
+        };
+        let reading = match kept {
+            Some(reading) => reading,
+            None => {
+                let reading = self.read_clock(key).await?;
+                let mut clocks = self
+                    .inner
+                    .clocks
+                    .0
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner());
+                clocks.insert(slot, reading);
+                reading
+            }
+        };
+        let since = ms(Instant::now().saturating_duration_since(reading.at));
+        Ok(reading
+            .server_ms
+            .saturating_add(since)
+            .saturating_add(ms(self.inner.config.response_timeout))
+            .saturating_sub(reading.error_ms))
+    }
+
+    /// Reads the clock of the server that serves `key`.
+    async fn read_clock(&self, key: &str) -> redis::RedisResult<Reading> {
+        let before = Instant::now();
+        let time = self
+            .inner
+            .conn
+            .on_master_of(key, redis::cmd("TIME"))
+            .await?;
+        let after = Instant::now();
+        let (secs, micros): (u64, u64) = redis::from_redis_value(time)?;
+        let trip = after.saturating_duration_since(before);
+        Ok(Reading {
+            server_ms: secs.saturating_mul(1000).saturating_add(micros / 1000),
+            at: before + trip / 2,
+            // Rounded up, and one more for the server's ms being truncated.
+            error_ms: ms(trip / 2).saturating_add(2),
+        })
+    }
+}
+
+/// `d` in whole ms, saturated.
+fn ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
