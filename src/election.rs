@@ -259,10 +259,11 @@ impl LeaderElection {
 
     /// Ends whoever leads, from outside (an operator's call, as the
     /// `ferrisson force-unlock` of the inspector): deletes the lock and
-    /// announces the vacancy. The deposed leader's watchdog finds its lock
-    /// gone at its next renewal and resolves its
-    /// [`lost`](Leadership::lost); until then it may still believe it
-    /// leads, so the resource's fence check is what stops its writes.
+    /// announces the vacancy. A deposed leader that awaits
+    /// [`lost`](Leadership::lost) hears the unlock message and is told
+    /// within a round trip; otherwise its watchdog finds the lock gone at
+    /// its next renewal. Until it is told it may still believe it leads,
+    /// so the resource's fence check is what stops its writes.
     /// Whether somebody led.
     ///
     /// # Errors

@@ -9,6 +9,7 @@ use tokio::time::Instant;
 
 use crate::config::MAX_DURATION;
 use crate::engine::keys::{campaign_label, CAMPAIGN_MARK};
+use crate::engine::takeover::Takeover;
 use crate::engine::watchdog::LeaseState;
 use crate::{Client, Error, Lock, LockGuard, Result};
 
@@ -69,6 +70,7 @@ const DEFAULT_LABEL: &str = "job";
 ///     JobRun::Ran(n) => println!("ran: {n}"),
 ///     JobRun::Skipped { holder } => println!("another replica runs it: {holder:?}"),
 ///     JobRun::Overran(_) => eprintln!("the lease ran out before the run ended"),
+///     JobRun::Unreleased { error, .. } => eprintln!("ran, but not released: {error}"),
 /// }
 /// # Ok(()) }
 /// ```
@@ -183,6 +185,8 @@ pub struct JobHolder {
 pub struct JobLease {
     state: Arc<LeaseState>,
     renewed: bool,
+    /// The listening for the run's hold ended by another.
+    takeover: Option<Arc<Takeover>>,
 }
 
 impl JobLease {
@@ -193,12 +197,16 @@ impl JobLease {
         self.state.is_lost()
     }
 
-    /// Resolves when the lease is lost (as [`LockGuard::lease_lost`]);
+    /// Resolves when the lease is lost (as [`LockGuard::lease_lost`]:
+    /// also within a round trip when the run's lock is force-unlocked);
     /// never while it is safely held.
     ///
     /// # Cancel safety
     /// Cancel safe: it only waits.
     pub async fn lost(&self) {
+        if let Some(takeover) = &self.takeover {
+            takeover.start();
+        }
         self.state.wait_lost().await;
     }
 
@@ -372,6 +380,7 @@ impl Job {
             guard.keep_until(start + self.at_least);
         }
         let lease = JobLease {
+            takeover: guard.takeover(),
             state,
             renewed: self.at_most.is_none(),
         };

@@ -293,6 +293,34 @@ async fn a_leader_learns_its_lock_was_deleted() {
     settled(&client).await;
 }
 
+/// A deposed leader that awaits `lost()` is told at once (the deposition
+/// publishes on the lock's channel), not at its watchdog's next renewal
+/// (10 s with this 30 s timeout).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deposed_leader_is_told_at_once() {
+    let server = RedisServer::start();
+    let leader = client(&server, Duration::from_secs(30)).await;
+    let operator = client(&server, Duration::from_secs(30)).await;
+    let leadership = Arc::new(
+        soon(leader.leader_election("deposed").campaign("a"))
+            .await
+            .unwrap(),
+    );
+    let lost = {
+        let leadership = Arc::clone(&leadership);
+        tokio::spawn(async move { leadership.lost().await })
+    };
+    eventually(Duration::from_secs(10), || async {
+        leader.subscriptions() == 1
+    })
+    .await;
+    assert!(soon(operator.leader_election("deposed").depose())
+        .await
+        .unwrap());
+    within(Duration::from_secs(5), lost).await.unwrap();
+    assert!(leadership.is_lost());
+}
+
 /// An observer through a Redis restart that lost everything: it reports
 /// the leader gone, then the next one; the old leader is told.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

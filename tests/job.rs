@@ -402,3 +402,48 @@ async fn a_run_whose_release_fails_says_so() {
         other => panic!("{other:?}"),
     }
 }
+
+/// A run whose lock an operator force-unlocks learns it at once from
+/// `lost()` (the unlock message), not at the watchdog's next renewal (10 s
+/// with this 30 s timeout): two runs overlap by no more than the time the
+/// work takes to stop.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_force_unlocked_run_is_told_at_once() {
+    let server = RedisServer::start();
+    let a = client(&server, Duration::from_secs(30)).await;
+    let operator = client(&server, Duration::from_secs(30)).await;
+    let (listening_tx, listening) = oneshot::channel();
+    let job = a.job("forced");
+    let running = tokio::spawn(async move {
+        job.run(|lease| async move {
+            let lost = lease.lost();
+            tokio::pin!(lost);
+            // Polled once: listening from here on.
+            assert!(futures_poll_once(lost.as_mut()).await.is_none());
+            listening_tx.send(()).unwrap();
+            lost.await;
+            lease.is_lost()
+        })
+        .await
+    });
+    soon(listening).await.unwrap();
+    eventually(Duration::from_secs(10), || async { a.subscriptions() == 1 }).await;
+    assert!(soon(operator.lock("forced").force_unlock()).await.unwrap());
+    let ran = within(Duration::from_secs(5), running)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(ran, JobRun::Overran(true));
+    eventually(Duration::from_secs(10), || async { a.subscriptions() == 0 }).await;
+}
+
+/// Polls `fut` once: its output if it is ready.
+async fn futures_poll_once<F: std::future::Future + Unpin>(mut fut: F) -> Option<F::Output> {
+    std::future::poll_fn(|cx| {
+        std::task::Poll::Ready(match std::pin::Pin::new(&mut fut).poll(cx) {
+            std::task::Poll::Ready(out) => Some(out),
+            std::task::Poll::Pending => None,
+        })
+    })
+    .await
+}

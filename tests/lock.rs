@@ -864,3 +864,49 @@ async fn a_call_on_a_server_that_is_down_fails_fast() {
     })
     .await;
 }
+
+/// A holder that awaits `lease_lost` learns of a force-unlock by another
+/// client at once (the unlock message on the lock's channel), not at the
+/// watchdog's next renewal (10 s with this 30 s timeout), nor, for a
+/// leased hold, at its lease's end (60 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_force_unlocked_holder_is_told_at_once() {
+    let server = RedisServer::start();
+    let holder = client(&server, Duration::from_secs(30)).await;
+    let operator = client(&server, Duration::from_secs(30)).await;
+    let watched = soon(holder.lock("forced:watchdog").lock()).await.unwrap();
+    let leased = soon(
+        holder
+            .lock("forced:leased")
+            .lock_with_lease(Duration::from_secs(60)),
+    )
+    .await
+    .unwrap();
+    for (name, guard) in [("forced:watchdog", watched), ("forced:leased", leased)] {
+        let guard = Arc::new(guard);
+        let waiting = {
+            let guard = Arc::clone(&guard);
+            tokio::spawn(async move { guard.lease_lost().await })
+        };
+        // Listening: the holder's client subscribed to the lock's channel.
+        eventually(Duration::from_secs(10), || async {
+            holder.subscriptions() == 1
+        })
+        .await;
+        assert!(!guard.is_lease_lost());
+        let forced = Instant::now();
+        assert!(soon(operator.lock(name).force_unlock()).await.unwrap());
+        // Well before the next renewal, a third of the 30 s timeout.
+        within(Duration::from_secs(5), waiting).await.unwrap();
+        assert!(guard.is_lease_lost(), "{name}");
+        assert!(forced.elapsed() < Duration::from_secs(5));
+        let guard = Arc::into_inner(guard).unwrap();
+        assert!(soon(guard.unlock()).await.unwrap_err().is_lease_lost());
+        // The listening ended with the hold.
+        eventually(Duration::from_secs(10), || async {
+            holder.subscriptions() == 0
+        })
+        .await;
+    }
+    assert_eq!(holder.held_locks(), 0);
+}

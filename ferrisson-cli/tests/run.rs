@@ -316,8 +316,10 @@ fn signals_to_the_runner_reach_the_command() {
     let never = format!("touch {}/never", dir.display());
     let mut waiting = runner(&server, &["job", "--", "sh", "-c", &never]);
     let channel = ferrisson::layout::lock_channel("job");
+    // Two on the lock's channel: the holder, listening for its lease's
+    // loss, and the runner that waits.
     until(SOON, "the runner waits", || {
-        common::subscribers(&server, &channel) > 0
+        common::subscribers(&server, &channel) == 2
     });
     let pid = waiting.id().to_string();
     assert!(Command::new("kill")
@@ -370,6 +372,48 @@ fn a_lost_lease_stops_the_command() {
     );
     assert_eq!(code, 76);
     assert!(started.elapsed() < Duration::from_secs(60));
+}
+
+/// `ferrisson force-unlock` of a live run stops its command at once (the
+/// unlock message), not at the watchdog's next renewal (10 s with this
+/// 30 s lease): exit 76, well before that renewal.
+#[test]
+fn a_force_unlocked_run_stops_its_command_at_once() {
+    let server = RedisServer::start();
+    let dir = scratch();
+    let script = format!("touch {}/in; while :; do sleep 0.02; done", dir.display());
+    let mut runner = runner(
+        &server,
+        &[
+            "forced", "--lease", "30s", "--grace", "1s", "--", "sh", "-c", &script,
+        ],
+    );
+    until(SOON, "the command runs", || dir.join("in").exists());
+    // The runner listens once its command runs; a force-unlock before it
+    // subscribed is told by the renewal (the limit docs/cli.md gives).
+    until(SOON, "the runner listens", || {
+        server
+            .cmd(&["PUBSUB", "NUMSUB", "redisson_lock__channel:{forced}"])
+            .as_array()
+            .and_then(|reply| reply.get(1).and_then(|n| n.as_int()))
+            == Some(1)
+    });
+    let forced = Instant::now();
+    let output = Command::new(env!("CARGO_BIN_EXE_ferrisson"))
+        .env_remove("REDIS_URL")
+        .args(["--url", &server.url(), "force-unlock", "--yes", "forced"])
+        .stdin(Stdio::null())
+        .output()
+        .expect("force-unlock");
+    assert!(output.status.success(), "{output:?}");
+    let status = wait(&mut runner, SOON);
+    assert_eq!(status.code(), Some(76));
+    assert!(
+        forced.elapsed() < Duration::from_secs(5),
+        "stopped {:?} after the force-unlock",
+        forced.elapsed()
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 /// With `--permits`, a lease is lost and kept as with the lock: Redis

@@ -24,6 +24,10 @@ use crate::Result;
 #[derive(Debug)]
 struct ChannelState {
     notify: Notify,
+    /// Every message, and a lost connection, wakes every task here:
+    /// holders that listen for their hold's end (see
+    /// [`crate::engine::takeover`]), which take no waiter's wake-up.
+    changed: Notify,
     /// Every message wakes every waiter (semaphores and latches); else
     /// message `0` wakes one (a lock's unlock).
     broadcast: bool,
@@ -258,6 +262,7 @@ impl PubSub {
                     waiters: 0,
                     state: Arc::new(ChannelState {
                         notify: Notify::new(),
+                        changed: Notify::new(),
                         broadcast,
                         subscribed: Mutex::new(Subscribed::No),
                     }),
@@ -403,6 +408,12 @@ impl Subscription {
     pub(crate) fn notified(&self) -> Notified<'_> {
         self.state.notify.notified()
     }
+
+    /// A future that completes on the next message of any kind on this
+    /// channel, or a lost connection; it takes no waiter's wake-up.
+    pub(crate) fn changed(&self) -> Notified<'_> {
+        self.state.changed.notified()
+    }
 }
 
 impl Drop for Subscription {
@@ -439,6 +450,7 @@ fn dispatch(channels: &Channels, info: PushInfo) {
                 } else {
                     slot.state.notify.notify_waiters();
                 }
+                slot.state.changed.notify_waiters();
             }
         }
         PushKind::SUnsubscribe => {
@@ -452,12 +464,14 @@ fn dispatch(channels: &Channels, info: PushInfo) {
                 .and_then(|c| channels.get(c))
             {
                 slot.state.notify.notify_waiters();
+                slot.state.changed.notify_waiters();
             }
         }
         PushKind::Disconnection => {
             tracing::debug!("pub/sub connection lost; waking every waiter to retry");
             for slot in channels.iter() {
                 slot.state.notify.notify_waiters();
+                slot.state.changed.notify_waiters();
             }
         }
         _ => {}
@@ -503,6 +517,7 @@ mod tests {
             waiters: 2,
             state: Arc::new(ChannelState {
                 notify: Notify::new(),
+                changed: Notify::new(),
                 broadcast,
                 subscribed: Mutex::new(Subscribed::Yes),
             }),

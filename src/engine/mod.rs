@@ -46,6 +46,7 @@ pub(crate) mod keys;
 pub(crate) mod object;
 pub(crate) mod scripts;
 pub(crate) mod sweeper;
+pub(crate) mod takeover;
 pub(crate) mod telemetry;
 pub(crate) mod waiting;
 pub(crate) mod watchdog;

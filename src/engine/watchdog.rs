@@ -452,6 +452,19 @@ impl Registry {
         self.shared.map.get(key).map(|held| Arc::clone(&held.lease))
     }
 
+    /// Marks `lease` lost because its hold was found gone (another ended
+    /// it): a watchdog hold is forgotten first, as a renewal that found it
+    /// gone does.
+    pub(crate) fn lose_taken(&self, lease: &Arc<LeaseState>) {
+        let reason = "the lock was released, deleted or taken by another (seen on its channel)";
+        if lease.watched.is_some() {
+            self.shared.lose(lease, reason, Lost::Gone);
+        } else if !lease.is_lost() {
+            tracing::warn!(%reason, "lease lost");
+            lease.mark_lost();
+        }
+    }
+
     /// Whether the watchdog keeps `key` alive.
     pub(crate) fn contains(&self, key: &HoldKey) -> bool {
         self.shared.map.contains_key(key)

@@ -287,8 +287,10 @@ macro_rules! lock_face {
 
             $crate::lock::face::contract! { $face, "force_unlock",
             /// Deletes the lock whoever holds it and wakes a waiter. Returns
-            /// whether there was a lock to delete. The holders' guards learn
-            /// it at their next renewal (`lease_lost`) or release (an error).
+            /// whether there was a lock to delete. A holder that awaits
+            /// `lease_lost` learns it within a round trip of the unlock
+            /// message; others at their next renewal (`is_lease_lost`) or
+            /// release (an error).
             ///
             /// # Errors
             /// [`Error::InvalidArgument`](crate::Error::InvalidArgument),

@@ -11,6 +11,7 @@ use super::holds::{Guards, Slot, SlotLease};
 use super::{release_hold_as, Kind, ReleaseCall, Resend};
 use crate::client::conn::Conn;
 use crate::engine::finish::{spawn_to_end, Finish};
+use crate::engine::takeover::Takeover;
 use crate::engine::telemetry::{self, Subject};
 use crate::engine::watchdog::{HoldKey, LeaseState, RenewCall};
 use crate::{Client, Error, Result};
@@ -67,6 +68,9 @@ struct Hold {
     /// a hold given back before its caller saw it.
     #[cfg(feature = "metrics")]
     since: Option<Instant>,
+    /// The listening for this hold's end by another, made by the first
+    /// caller that awaits its loss; stopped when the hold ends.
+    takeover: std::sync::OnceLock<Arc<Takeover>>,
 }
 
 impl std::fmt::Debug for LockGuard {
@@ -106,6 +110,7 @@ impl LockGuard {
                 keep_until: None,
                 #[cfg(feature = "metrics")]
                 since: Some(Instant::now()),
+                takeover: std::sync::OnceLock::new(),
             }),
             token: None,
         }
@@ -139,6 +144,12 @@ impl LockGuard {
     /// The state of this hold's lease: lost, and until when it runs.
     pub(crate) fn lease_state(&self) -> Option<Arc<LeaseState>> {
         self.hold().map(|h| Arc::clone(&h.lease))
+    }
+
+    /// The listening for this hold's end by another (see
+    /// [`Takeover`]), not started yet; the same for every caller.
+    pub(crate) fn takeover(&self) -> Option<Arc<Takeover>> {
+        self.hold().map(Hold::takeover)
     }
 
     fn hold(&self) -> Option<&Hold> {
@@ -195,6 +206,15 @@ impl LockGuard {
     /// With a lease: when the lease runs out by this process's clock,
     /// counted from when the acquire was sent.
     ///
+    /// Either way, when another ends the hold (a force-unlock, a leader's
+    /// deposition, a Redisson client's `forceUnlock`): within a round trip
+    /// of the unlock message on the lock's channel. The first call
+    /// subscribes to that channel, and every message there makes the
+    /// holder look whether it still holds (one `HEXISTS`); the listening
+    /// ends with the hold. A fair lock's force-unlock wakes only its next
+    /// waiter's channel: its holder learns it at the next renewal, as one
+    /// forced out before the subscription was confirmed does.
+    ///
     /// Never resolves while the lock is safely held: use it in a
     /// `tokio::select!` beside the work it protects.
     ///
@@ -202,6 +222,7 @@ impl LockGuard {
     /// Cancel safe: it only waits.
     pub async fn lease_lost(&self) {
         if let Some(hold) = self.hold() {
+            hold.takeover().start();
             hold.lease.wait_lost().await;
         }
     }
@@ -293,6 +314,7 @@ impl LockGuard {
     /// or let a lease run out.
     pub fn leak(mut self) {
         if let Some(hold) = self.hold.take() {
+            hold.stop_listening();
             // No longer a guard's: `Lock::unlock` releases it as a hold
             // without one.
             Guards::get().remove(&hold.key, &hold.slot);
@@ -369,6 +391,25 @@ impl LockGuard {
 }
 
 impl Hold {
+    fn takeover(&self) -> Arc<Takeover> {
+        Arc::clone(self.takeover.get_or_init(|| {
+            Arc::new(Takeover::new(
+                self.client.clone(),
+                self.kind.channel(&self.key.name),
+                self.key.clone(),
+                Arc::clone(&self.lease),
+            ))
+        }))
+    }
+
+    /// The hold ends (released, or no longer a guard's): nobody listens
+    /// for its end any more.
+    fn stop_listening(&self) {
+        if let Some(takeover) = self.takeover.get() {
+            takeover.stop();
+        }
+    }
+
     /// Sets the key's TTL to `ttl` if the owner still holds it, as a
     /// renewal does; when the renewal was sent. A refusal marks the lease
     /// lost and is [`Error::NotHeld`].
@@ -405,6 +446,7 @@ impl Hold {
     /// already; [`Error::LeaseLost`] when its lease is known lost (nothing
     /// is to be sent).
     fn claim(self) -> Result<Option<Release>> {
+        self.stop_listening();
         // Released already, by `Lock::unlock`: not this guard's to send.
         if !self.slot.claim() {
             return Ok(None);
