@@ -415,7 +415,9 @@ pub use election::{
 pub use fenced_hash::{FencedHash, FencedValue, FencedWrite, MAX_FENCE_TOKEN};
 pub use group::multilock::{MultiLock, MultiLockGuard};
 pub use group::redlock::{RedLock, RedLockGuard};
-pub use job::{Job, JobHolder, JobLease, JobRun, DEFAULT_REMEMBER, MAX_JOB_LABEL_LEN, MAX_OCCURRENCE};
+pub use job::{
+    Job, JobHolder, JobLease, JobRun, DEFAULT_REMEMBER, MAX_JOB_LABEL_LEN, MAX_OCCURRENCE,
+};
 pub use lock::{
     FairLock, FencedGuard, FencedLock, Lock, LockGuard, LockHolder, LockInfo, LockMode,
     NonReentrantFairLock, NonReentrantLock, QueuedWaiter, ReadLock, ReadWriteLock, SpinLock,

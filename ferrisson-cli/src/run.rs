@@ -191,7 +191,9 @@ impl RunArgs {
         }
         if let Some(every) = self.every {
             if every.as_millis() == 0 || every.subsec_nanos() % 1_000_000 != 0 {
-                return Err("--every must be a whole number of milliseconds, at least 1ms".to_owned());
+                return Err(
+                    "--every must be a whole number of milliseconds, at least 1ms".to_owned(),
+                );
             }
         }
         if self.remember_for.is_some_and(|d| d.as_millis() == 0) {

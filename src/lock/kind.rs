@@ -280,9 +280,7 @@ impl Kind {
             call.arg(r.keep_ms);
         }
         if let Some(done) = r.done {
-            call.key(&done.key)
-                .arg(done.occurrence)
-                .arg(done.ttl_ms);
+            call.key(&done.key).arg(done.occurrence).arg(done.ttl_ms);
         }
         call
     }
