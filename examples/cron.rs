@@ -6,27 +6,33 @@
 //!
 //! Three replicas in one program (each with its own client and scheduler,
 //! as separate processes would have) fire `*/2 * * * * *`, every two
-//! seconds, each a little late by its own skew. "At least for" keeps each
-//! occurrence's lock for 1.5 s after its start, longer than any skew, so
-//! a replica that fires late skips the occurrence instead of running it
-//! again; "at most for" bounds how long a crashed replica blocks the job.
+//! seconds, each a little late by its own skew. The job names each
+//! occurrence by the wall clock (`every` two seconds: the scheduled
+//! instant nearest to the run's start), and the run that completes it
+//! records it: a replica that fires late finds the occurrence done
+//! ([`JobRun::AlreadyDone`]) however short the run was, as long as it
+//! fires less than a second (half the period) late by its own clock. No
+//! "at least for" is needed; "at most for" bounds how long a crashed
+//! replica blocks the job.
 
 mod support;
 
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use ferrisson::JobRun;
 use tokio_cron_scheduler::{Job as CronJob, JobScheduler};
 
 const REPLICAS: u64 = 3;
 const SCHEDULE: &str = "*/2 * * * * *";
+/// The schedule's period, which names its occurrences.
+const PERIOD: Duration = Duration::from_secs(2);
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let (url, _server) = support::redis_url();
     let name = format!("cron:report:{}", uuid::Uuid::new_v4().simple());
-    // Which replica ran each occurrence (its start, in whole 2 s periods).
+    // Which replica ran each occurrence (its instant, ms since the epoch).
     let runs: Arc<Mutex<Vec<(u64, u64)>>> = Arc::default();
 
     let mut schedulers = Vec::new();
@@ -34,8 +40,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         let client = ferrisson::Client::connect(url.as_str()).await?;
         let job = client
             .job(name.as_str())
+            .every(PERIOD)
             .at_most_for(Duration::from_secs(60))
-            .at_least_for(Duration::from_millis(1500))
             .label(format!("replica-{replica}"));
         let runs = Arc::clone(&runs);
         let scheduler = JobScheduler::new().await?;
@@ -47,20 +53,23 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                     tokio::time::sleep(Duration::from_millis(replica * 150)).await;
                     let ran = job
                         .run(|_lease| async {
-                            let period = unix_secs() / 2;
-                            // The work itself.
-                            tokio::time::sleep(Duration::from_millis(100)).await;
-                            period
+                            // The work itself: shorter than any skew.
+                            tokio::time::sleep(Duration::from_millis(20)).await;
+                            job.current_occurrence().ok().flatten()
                         })
                         .await;
                     match ran {
-                        Ok(JobRun::Ran(period)) => {
-                            println!("replica {replica} ran the occurrence of {}", period * 2);
-                            runs.lock().unwrap().push((period, replica));
+                        Ok(JobRun::Ran(Some(occurrence))) => {
+                            println!("replica {replica} ran the occurrence {occurrence}");
+                            runs.lock().unwrap().push((occurrence, replica));
                         }
+                        Ok(JobRun::Ran(None)) => unreachable!("the job names its occurrences"),
                         Ok(JobRun::Skipped { holder }) => {
                             let by = holder.and_then(|h| h.label).unwrap_or_default();
                             println!("replica {replica} skipped it (held by {by})");
+                        }
+                        Ok(JobRun::AlreadyDone { occurrence, .. }) => {
+                            println!("replica {replica} found {occurrence} done already");
                         }
                         Ok(JobRun::Overran(_)) => eprintln!("replica {replica} overran"),
                         Ok(JobRun::Unreleased { error, .. }) => {
@@ -96,10 +105,4 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         return Err(format!("expected each occurrence run exactly once: {runs:?}").into());
     }
     Ok(())
-}
-
-fn unix_secs() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
 }

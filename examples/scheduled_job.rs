@@ -3,15 +3,19 @@
 //!
 //! `cargo run --example scheduled_job`
 //!
-//! Each replica, at each tick, runs the job without waiting: one of them
-//! gets it, the others are told it is taken ([`JobRun::Skipped`]). "At
-//! least for" keeps the job's lock a while after a short run, so that a
-//! replica whose tick comes a little late skips the occurrence instead
-//! of running it again. For a cron schedule, see the `cron` example.
+//! Each replica ticks on the wall clock's grid (every whole 400 ms, as
+//! cron fires on whole minutes), a few tens of ms late by its own jitter,
+//! and runs the job without waiting. The job names each occurrence by the
+//! wall clock ([`ferrisson::Job::every`]): the first replica to tick runs
+//! it, and the run's release records it done; a replica that ticks while
+//! it runs is told it is taken ([`JobRun::Skipped`]), one that ticks after
+//! finds it done ([`JobRun::AlreadyDone`]), however short the run. A
+//! replica must tick within half a period (200 ms) of the grid by its own
+//! clock. For a cron schedule, see the `cron` example.
 
 mod support;
 
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use ferrisson::JobRun;
 use redis::AsyncCommands;
@@ -26,6 +30,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let name = format!("scheduled_job:{}", uuid::Uuid::new_v4().simple());
     let executions = format!("{name}:executions");
 
+    // The first tick: a whole period on the wall clock, a moment from now.
+    let period = PERIOD.as_millis() as u64;
+    let first = (unix_ms() + 1000) / period * period + period;
     let mut replicas = Vec::new();
     for replica in 0..REPLICAS {
         // One client per replica, as separate processes would have.
@@ -35,14 +42,15 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             .await?;
         let job = client
             .job(name.as_str())
-            .at_least_for(PERIOD / 2)
+            .every(PERIOD)
             .label(format!("replica-{replica}"));
         let executions = executions.clone();
         replicas.push(tokio::spawn(async move {
             let mut ran = 0u64;
-            let mut ticks = tokio::time::interval(PERIOD);
-            for _ in 0..RUNS {
-                ticks.tick().await;
+            for tick in 0..RUNS {
+                // The next whole period by the wall clock after `first`.
+                let at = first + tick * PERIOD.as_millis() as u64;
+                tokio::time::sleep(Duration::from_millis(at.saturating_sub(unix_ms()))).await;
                 // Replicas' clocks and schedulers never fire at the same
                 // instant: a few tens of milliseconds of jitter.
                 let jitter = uuid::Uuid::new_v4().as_bytes()[0] % 50;
@@ -74,4 +82,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         return Err(format!("expected each occurrence exactly once, got {executions}").into());
     }
     Ok(())
+}
+
+fn unix_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
 }

@@ -10,6 +10,10 @@
 -- ARGV[5]  latch TTL in milliseconds
 -- ARGV[6]  optional: keep for this many milliseconds (a job's "at least
 --          for"); absent or 0: release
+-- KEYS[4]  optional, with ARGV[7] and ARGV[8]: a job's last occurrence
+--          done, `ferrisson_job_done:{name}`
+-- ARGV[7]  the occurrence the run served, a decimal integer below 2^53
+-- ARGV[8]  how long the job remembers it, in milliseconds
 --
 -- Replies 1 when this was the last hold (the key is deleted and the message
 -- published), 0 when holds remain (count lowered, TTL reset to the lease),
@@ -19,6 +23,13 @@
 -- what the first call replied, without releasing again. A key that is no
 -- lock hash (another type, or a hash with other fields) is left alone and
 -- fails with `WRONGTYPE holds a <type>: <key>`.
+-- With KEYS[4], the last hold's release (or keep) also raises the job's
+-- last occurrence done to ARGV[7], with ARGV[8] as its TTL, in the same
+-- call; a higher occurrence already there is left as it is. Nothing is
+-- marked when the owner holds nothing (its lease ran out: the run is no
+-- longer its own) or when holds remain. A KEYS[4] that holds anything
+-- but a decimal integer is left alone and fails as above, before any
+-- write.
 -- shared: refuse what is no lock (nil when `key` is missing or holds a lock
 -- hash; else the error reply `WRONGTYPE holds a <type>: <key>`. A lock
 -- hash's fields are `mode` and owner fields, `<client>:<owner>`, whose
@@ -43,6 +54,23 @@ local function not_a_lock(key)
     return redis.error_reply('WRONGTYPE holds a ' .. kind .. ': ' .. key)
 end
 -- end shared
+-- shared: read a count (the integer a string `key` holds; false when the
+-- key is missing; else, another type or a string that is no integer, the
+-- error reply `WRONGTYPE holds a <type>: <key>`)
+local function count_of(key)
+    local kind = redis.call('type', key)['ok']
+    if kind == 'none' then
+        return false
+    end
+    if kind == 'string' then
+        local value = redis.call('get', key)
+        if string.find(value, '^%-?%d+$') then
+            return tonumber(value)
+        end
+    end
+    return redis.error_reply('WRONGTYPE holds a ' .. kind .. ': ' .. key)
+end
+-- end shared
 local unlock_latch = KEYS[3]
 -- shared: replay a finished release
 local done = redis.call('get', unlock_latch)
@@ -55,6 +83,23 @@ end
 local held = redis.pcall('hget', KEYS[1], ARGV[3])
 if type(held) ~= 'string' then
     return not_a_lock(KEYS[1]) or (held or nil)
+end
+-- A job's occurrence: its marker is read (and refused when it is no
+-- integer) before any write, and raised after the first write, which
+-- grows no memory (a Redis out of memory still runs the script then).
+local done_key, occurrence = KEYS[4], tonumber(ARGV[7] or '')
+local done_before = false
+if done_key ~= nil and occurrence ~= nil then
+    done_before = count_of(done_key)
+    if type(done_before) == 'table' then
+        return done_before
+    end
+end
+local function mark_done()
+    if done_key ~= nil and occurrence ~= nil
+        and (done_before == false or done_before < occurrence) then
+        redis.call('set', done_key, ARGV[7], 'px', ARGV[8])
+    end
 end
 -- shared: drop one hold (`held`, the owner's count, read before: with holds
 -- left, the count is lowered, the lease reset and 0 replied; on the last
@@ -77,10 +122,12 @@ if keep > 0 then
     if held ~= '1' then
         redis.call('hset', KEYS[1], ARGV[3], 1)
     end
+    mark_done()
     redis.call('set', unlock_latch, 2, 'px', ARGV[5])
     return 2
 end
 redis.call('del', KEYS[1])
+mark_done()
 redis.call(ARGV[4], KEYS[2], ARGV[1])
 redis.call('set', unlock_latch, 1, 'px', ARGV[5])
 return 1

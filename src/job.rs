@@ -1,20 +1,34 @@
 //! Jobs: one replica runs each occurrence of a scheduled task, under a
-//! lock held at most for one time and at least for another.
+//! lock held at most for one time, and each occurrence, once named, run
+//! to its end at most once.
 
 use std::future::Future;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tokio::time::Instant;
 
 use crate::config::MAX_DURATION;
-use crate::engine::keys::{campaign_label, CAMPAIGN_MARK};
+use crate::engine::keys::{self, campaign_label, CAMPAIGN_MARK};
+use crate::engine::scripts::JOB_LAST_DONE;
 use crate::engine::takeover::Takeover;
 use crate::engine::watchdog::LeaseState;
+use crate::lock::DoneMark;
 use crate::{Client, Error, Lock, LockGuard, Result};
 
 /// The longest label a runner may give, in bytes.
 pub const MAX_JOB_LABEL_LEN: usize = 256;
+
+/// The highest occurrence id a job takes ([`Job::occurrence`]): 2^53 - 1,
+/// the last integer Redis's Lua compares exactly. The instants
+/// [`Job::every`] names, in ms since the Unix epoch, stay below it for
+/// some 285 000 years.
+pub const MAX_OCCURRENCE: u64 = (1 << 53) - 1;
+
+/// How long a job remembers its last occurrence done, unless
+/// [`Job::remember_for`] says otherwise: a day, or with [`Job::every`],
+/// ten periods when that is longer (at most a year).
+pub const DEFAULT_REMEMBER: Duration = Duration::from_secs(24 * 3600);
 
 /// The label of a runner that gave none.
 const DEFAULT_LABEL: &str = "job";
@@ -28,6 +42,44 @@ const DEFAULT_LABEL: &str = "job";
 /// releases it; when another replica holds it, the closure is not run and
 /// the result says [`Skipped`](JobRun::Skipped), with who holds it.
 ///
+/// # One run per occurrence: name it
+///
+/// A lock alone makes runs exclusive, not unique: a replica whose clock
+/// or scheduler fires 20 ms after another's finds a 5 ms run over and the
+/// lock free, and runs the occurrence again. So a scheduled job names the
+/// occurrence each run serves, and that is the way to use one:
+///
+/// - [`every(period)`](Job::every): the scheduled instant nearest to the
+///   run's start by this host's wall clock, a multiple of `period` since
+///   the Unix epoch (in ms), for a schedule that fires on the wall
+///   clock's grid (cron, `tokio-cron-scheduler`, a timer that sleeps to
+///   the next whole period);
+/// - [`occurrence(id)`](Job::occurrence): an id the scheduler gives (the
+///   tick's instant in ms since the epoch, a counter, `20250601` for a
+///   daily run): each id names one occurrence, and ids only grow.
+///
+/// The release that ends a run of an occurrence also records it as the
+/// job's last occurrence done, in the same script call. A run that gets
+/// the lock reads that record first: when its occurrence is at or below
+/// it, the closure does not run, the lock is let go at once, and the
+/// result is [`AlreadyDone`](JobRun::AlreadyDone). So a replica that fires
+/// late finds the occurrence done, however long after (within
+/// [`remember_for`](Job::remember_for), a day by default) and however
+/// short the run was.
+///
+/// **The bound that remains.** With [`Job::every`], a run must start
+/// within half a period of the instant it serves, by its own host's
+/// clock: 500 ms for a schedule of every second, 30 s for every minute.
+/// A scheduler that fires by that same clock (cron) meets it whatever the
+/// clocks of the hosts differ by, as long as it fires less than half a
+/// period late; one that fires by another clock (a timer started at boot,
+/// a message) needs that clock's error plus its lateness below half a
+/// period. With [`Job::occurrence`], the clocks do not matter at all. In
+/// both, a replica that fires for an occurrence more than
+/// [`remember_for`](Job::remember_for) after the last run that completed
+/// runs it again, and an occurrence whose run never completed (it failed,
+/// was dropped, or overran its lease) may run again.
+///
 /// - **At most for** ([`at_most_for`](Job::at_most_for)): the lock's lease,
 ///   not renewed. A runner that crashes frees the job at most that long
 ///   after it started; a run that takes longer loses the lock at that
@@ -40,27 +92,34 @@ const DEFAULT_LABEL: &str = "job";
 ///   ends sooner leaves the lock held until that long after it started
 ///   (the release sets the key's TTL to the time left, in one script), so
 ///   that a replica whose clock or scheduler fires a little late skips
-///   the occurrence instead of running it again. Choose it longer than
-///   the replicas' clocks and schedulers ever differ, and shorter than the
-///   time between two occurrences.
+///   the occurrence instead of running it again. This is ShedLock's
+///   `lockAtLeastFor`, for a job whose occurrences have no name: it holds
+///   only while it is longer than the replicas' clocks and schedulers
+///   ever differ (and shorter than the time between two occurrences). A
+///   named occurrence needs none; both may be used together.
 ///
 /// The lock is a Redisson `RLock` named as the job: a Java service that
 /// locks the same name excludes the runs here, and they it. Every run is
 /// an owner of its own, `<label>~<run-id>` (the layout the leader election
 /// uses, see `lua/README.md`), so two runs in one process exclude each
 /// other as two processes' do, and the inspector shows the label of the
-/// replica that runs the job. A job writes no key besides the lock and
-/// the short-lived latches that make its requests safe to send again.
+/// replica that runs the job. A job writes no key besides the lock, the
+/// short-lived latches that make its requests safe to send again, and,
+/// for named occurrences, its last occurrence done: a string at
+/// `ferrisson_job_done:{name}` ([`layout::job_done`](crate::layout::job_done)),
+/// in the lock's Cluster slot, holding the id, whose TTL is
+/// [`remember_for`](Job::remember_for).
 ///
 /// ```rust,no_run
 /// # async fn run(client: ferrisson::Client) -> ferrisson::Result<()> {
 /// use std::time::Duration;
 /// use ferrisson::JobRun;
 ///
+/// // Fired every hour on the hour by each replica's scheduler.
 /// let job = client
-///     .job("reports:nightly")
+///     .job("reports:hourly")
+///     .every(Duration::from_secs(3600))
 ///     .at_most_for(Duration::from_secs(600))
-///     .at_least_for(Duration::from_secs(30))
 ///     .label("pod-a");
 /// match job.run(|lease| async move {
 ///     // The work; it may check `lease.is_lost()` between steps and stop.
@@ -69,8 +128,9 @@ const DEFAULT_LABEL: &str = "job";
 /// }).await? {
 ///     JobRun::Ran(n) => println!("ran: {n}"),
 ///     JobRun::Skipped { holder } => println!("another replica runs it: {holder:?}"),
+///     JobRun::AlreadyDone { occurrence, .. } => println!("{occurrence} ran elsewhere"),
 ///     JobRun::Overran(_) => eprintln!("the lease ran out before the run ended"),
-///     JobRun::Unreleased { error, .. } => eprintln!("ran, but not released: {error}"),
+///     JobRun::Unreleased { error, .. } => eprintln!("ran, but the release failed: {error}"),
 /// }
 /// # Ok(()) }
 /// ```
@@ -81,11 +141,30 @@ pub struct Job {
     at_least: Duration,
     wait: Duration,
     label: String,
+    occurrence: Occurrence,
+    remember: Option<Duration>,
+}
+
+/// How a job names the occurrence its runs serve.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Occurrence {
+    /// Not named: runs are only exclusive.
+    Unnamed,
+    /// The multiple of this period nearest to the run's start.
+    Every(Duration),
+    /// Given.
+    Id(u64),
 }
 
 impl Client {
     /// The job `name`, which is also the key of its lock. Nothing is sent
     /// until [`Job::run`].
+    ///
+    /// For a scheduled job, name the occurrences ([`Job::every`] or
+    /// [`Job::occurrence`]): a job without them only keeps two runs from
+    /// overlapping, and a replica that fires after a short run ended runs
+    /// the same occurrence again (unless [`Job::at_least_for`] outlasts
+    /// the replicas' differences).
     pub fn job(&self, name: impl Into<String>) -> Job {
         Job {
             lock: self.lock(name),
@@ -93,6 +172,8 @@ impl Client {
             at_least: Duration::ZERO,
             wait: Duration::ZERO,
             label: DEFAULT_LABEL.to_owned(),
+            occurrence: Occurrence::Unnamed,
+            remember: None,
         }
     }
 }
@@ -112,6 +193,15 @@ pub enum JobRun<T> {
         /// Who holds it, as read right after the refusal; `None` when it
         /// was let go meanwhile.
         holder: Option<JobHolder>,
+    },
+    /// The occurrence this run serves ([`Job::every`], [`Job::occurrence`])
+    /// was run to its end already, by this replica or another: the
+    /// closure did not run, and the lock was let go at once.
+    AlreadyDone {
+        /// The occurrence this run serves.
+        occurrence: u64,
+        /// The job's last occurrence done: this one, or a later one.
+        last_done: u64,
     },
     /// The closure ran with the lock held to its end, but the release
     /// after it (or the keep of [`Job::at_least_for`]) failed: the lock
@@ -134,6 +224,16 @@ impl<T: PartialEq> PartialEq for JobRun<T> {
             (JobRun::Ran(a), JobRun::Ran(b)) | (JobRun::Overran(a), JobRun::Overran(b)) => a == b,
             (JobRun::Skipped { holder: a }, JobRun::Skipped { holder: b }) => a == b,
             (
+                JobRun::AlreadyDone {
+                    occurrence: a,
+                    last_done: c,
+                },
+                JobRun::AlreadyDone {
+                    occurrence: b,
+                    last_done: d,
+                },
+            ) => a == b && c == d,
+            (
                 JobRun::Unreleased { value: a, error: e },
                 JobRun::Unreleased { value: b, error: f },
             ) => a == b && e.to_string() == f.to_string(),
@@ -151,13 +251,13 @@ impl<T> JobRun<T> {
             JobRun::Ran(value) | JobRun::Overran(value) | JobRun::Unreleased { value, .. } => {
                 Some(value)
             }
-            JobRun::Skipped { .. } => None,
+            JobRun::Skipped { .. } | JobRun::AlreadyDone { .. } => None,
         }
     }
 
     /// Whether the closure ran (in time or not).
     pub fn ran(&self) -> bool {
-        !matches!(self, JobRun::Skipped { .. })
+        !matches!(self, JobRun::Skipped { .. } | JobRun::AlreadyDone { .. })
     }
 }
 
@@ -271,6 +371,88 @@ impl Job {
         self
     }
 
+    /// Names the occurrence each run serves by the wall clock: the multiple
+    /// of `period` since the Unix epoch nearest to the run's start, as ms
+    /// since the epoch (for a period of a minute, the start of the nearest
+    /// minute). Use it when every replica's scheduler fires on that grid:
+    /// cron and `tokio-cron-scheduler` fire by the wall clock; a
+    /// `tokio::time::interval` does not, unless started on a whole period.
+    /// A run of an occurrence done already skips it
+    /// ([`JobRun::AlreadyDone`]); see [`Job`] for what holds and the bound
+    /// that remains: a run must start within half a period of its
+    /// scheduled instant by its host's clock (500 ms for a period of a
+    /// second). Replaces [`Job::occurrence`].
+    ///
+    /// Checked by [`Job::run`]: at least 1 ms, a whole number of ms, at most
+    /// [`MAX_DURATION`](crate::config::MAX_DURATION). Every replica of a
+    /// job must give the same period, or name its occurrences the same way.
+    pub fn every(mut self, period: Duration) -> Job {
+        self.occurrence = Occurrence::Every(period);
+        self
+    }
+
+    /// Names the occurrence the runs of this handle serve: `id`, which the
+    /// scheduler gives (the tick's instant in ms since the epoch, a
+    /// counter, `20250601` for a daily run). Ids only grow: a run of `id`
+    /// skips when `id` or a later occurrence is done
+    /// ([`JobRun::AlreadyDone`]), whatever the replicas' clocks. The
+    /// handle is cheap to clone: `job.clone().occurrence(tick).run(...)`.
+    /// Replaces [`Job::every`].
+    ///
+    /// Checked by [`Job::run`]: at most [`MAX_OCCURRENCE`].
+    pub fn occurrence(mut self, id: u64) -> Job {
+        self.occurrence = Occurrence::Id(id);
+        self
+    }
+
+    /// How long the job remembers its last occurrence done after the run
+    /// that completed it: a replica that fires for that occurrence (or an
+    /// earlier one) later than that runs it again. [`DEFAULT_REMEMBER`] by
+    /// default (a day; with [`Job::every`], ten periods when longer, at
+    /// most a year). Each completed run sets it anew, so a job that runs
+    /// more often than this always has its record.
+    ///
+    /// Checked by [`Job::run`]: at least 1 ms, at most
+    /// [`MAX_DURATION`](crate::config::MAX_DURATION).
+    pub fn remember_for(mut self, remember: Duration) -> Job {
+        self.remember = Some(remember);
+        self
+    }
+
+    /// The occurrence a run started now would serve: `None` when the job
+    /// names none ([`Job::every`], [`Job::occurrence`]).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] as [`Job::run`] for a bad period or id.
+    pub fn current_occurrence(&self) -> Result<Option<u64>> {
+        match self.occurrence {
+            Occurrence::Unnamed => Ok(None),
+            Occurrence::Id(id) => Ok(Some(id)),
+            Occurrence::Every(period) => {
+                let period = every_ms(period)?;
+                let now = SystemTime::now()
+                    .duration_since(UNIX_EPOCH)
+                    .map_err(|_| Error::invalid("this host's clock is before 1970"))?
+                    .as_millis() as u64;
+                // Rounded half up: the nearest multiple of the period.
+                let instant = (now + period / 2) / period * period;
+                Ok(Some(instant.min(MAX_OCCURRENCE)))
+            }
+        }
+    }
+
+    /// How long the record of the last occurrence done lives, in ms.
+    fn remember_ms(&self) -> Result<u64> {
+        let remember = match (self.remember, self.occurrence) {
+            (Some(remember), _) => remember,
+            (None, Occurrence::Every(period)) => {
+                DEFAULT_REMEMBER.max(period.saturating_mul(10).min(MAX_DURATION))
+            }
+            (None, _) => DEFAULT_REMEMBER,
+        };
+        crate::args::duration("remember-for", remember, MAX_DURATION)
+    }
+
     /// Waits at most `wait` for a job another replica runs before skipping
     /// it (zero, the default: skips at once).
     pub fn wait(mut self, wait: Duration) -> Job {
@@ -312,14 +494,34 @@ impl Job {
                 self.wait
             )));
         }
+        if let Occurrence::Id(id) = self.occurrence {
+            if id > MAX_OCCURRENCE {
+                return Err(Error::invalid(format!(
+                    "an occurrence must be at most {MAX_OCCURRENCE}, got {id}"
+                )));
+            }
+        }
+        if let Occurrence::Every(period) = self.occurrence {
+            every_ms(period)?;
+        }
+        self.remember_ms()?;
         Ok(())
     }
 
     /// Runs `work` if this runner gets the job's lock (waiting at most
-    /// [`Job::wait`] for it), then releases the lock, or with
-    /// [`Job::at_least_for`] leaves it held until that long after the
-    /// start. `work` gets a [`JobLease`], to stop in time when the lease is
-    /// lost.
+    /// [`Job::wait`] for it) and, for a named occurrence ([`Job::every`],
+    /// [`Job::occurrence`]), that occurrence is not done yet; then releases
+    /// the lock, recording the occurrence as done in the same script call,
+    /// or with [`Job::at_least_for`] leaves it held until that long after
+    /// the start. `work` gets a [`JobLease`], to stop in time when the
+    /// lease is lost. The occurrence is named when `run` is called, before
+    /// any wait.
+    ///
+    /// An occurrence is recorded as done only by the release of a run
+    /// whose `work` returned while its lease held ([`JobRun::Ran`], and
+    /// [`JobRun::Unreleased`] when that release may have got through): not
+    /// by a run that overran its lease, was dropped, or whose `work`
+    /// panicked.
     ///
     /// A release that fails on the connection (after the client's
     /// [`release_attempts`](crate::ClientBuilder::release_attempts)) is
@@ -328,23 +530,30 @@ impl Job {
     ///
     /// # Errors
     /// Before anything is sent: [`Error::InvalidArgument`] for an empty
-    /// or too long name, a bad label, a zero or too long duration, or an
-    /// "at least for" longer than the "at most for". Then as
-    /// [`Lock::try_lock_for`] ([`Error::WrongType`] when the name holds
-    /// other data, [`Error::Redis`]).
+    /// or too long name, a bad label, a zero or too long duration, an
+    /// "at least for" longer than the "at most for", a period that is no
+    /// whole number of ms, an occurrence over [`MAX_OCCURRENCE`]. Then as
+    /// [`Lock::try_lock_for`] ([`Error::WrongType`] when the name, or the
+    /// record of its last occurrence done, holds other data;
+    /// [`Error::Redis`]); an error reading that record lets the lock go
+    /// in the background, and `work` does not run.
     ///
     /// # Cancel safety
     /// Cancel safe, as [`Lock::lock`]: dropped while it waits for the
-    /// lock, it leaves no hold and nothing else behind. Dropped while
-    /// `work` runs (or when `work` panics), `work` is dropped too and the
-    /// lock is let go in the background as by a dropped [`LockGuard`],
-    /// kept until the "at least for" as after a run.
+    /// lock, it leaves no hold and nothing else behind. Dropped while it
+    /// reads the last occurrence done, or while `work` runs (or when
+    /// `work` panics), `work` is dropped too and the lock is let go in the
+    /// background as by a dropped [`LockGuard`], kept until the "at least
+    /// for" as after a run, and the occurrence is not recorded as done.
+    /// Dropped while the release after `work` is on its way, the release
+    /// (with the record) goes on in the background.
     pub async fn run<F, Fut, T>(&self, work: F) -> Result<JobRun<T>>
     where
         F: FnOnce(JobLease) -> Fut,
         Fut: Future<Output = T>,
     {
         self.check()?;
+        let occurrence = self.current_occurrence()?;
         let run = self.client().request_id();
         let lock = self
             .lock
@@ -376,6 +585,28 @@ impl Job {
                 .min(now),
             None => now,
         };
+        let mut done = None;
+        if let Some(occurrence) = occurrence {
+            // Read under the lock: a run of this occurrence that completed
+            // recorded it in the release that let the lock go, before this
+            // grant. (An error drops the guard: released in the background.)
+            let last_done = self.last_done().await?;
+            if last_done.is_some_and(|last| last >= occurrence) {
+                if let Err(err) = guard.unlock().await {
+                    tracing::debug!(job = %self.name(), error = %err,
+                        "release after a skipped occurrence failed; the lock expires with its lease");
+                }
+                return Ok(JobRun::AlreadyDone {
+                    occurrence,
+                    last_done: last_done.unwrap_or(occurrence),
+                });
+            }
+            done = Some(DoneMark {
+                key: keys::job_done(self.name()),
+                occurrence,
+                ttl_ms: self.remember_ms()?,
+            });
+        }
         if !self.at_least.is_zero() {
             guard.keep_until(start + self.at_least);
         }
@@ -385,15 +616,38 @@ impl Job {
             renewed: self.at_most.is_none(),
         };
         let value = work(lease.clone()).await;
-        Ok(self.finish(guard, &lease, value).await)
+        Ok(self.finish(guard, &lease, value, done).await)
     }
 
-    /// Releases a run's hold and says how the run went.
-    async fn finish<T>(&self, guard: LockGuard, lease: &JobLease, value: T) -> JobRun<T> {
+    /// The job's last occurrence done, read from Redis.
+    async fn last_done(&self) -> Result<Option<u64>> {
+        let key = keys::job_done(self.name());
+        let mut conn = self.client().conn();
+        let done: i64 = JOB_LAST_DONE
+            .key(&key)
+            .invoke_async(&mut conn)
+            .await
+            .map_err(|e| Error::from_redis(e, self.name(), "job"))?;
+        Ok(u64::try_from(done).ok())
+    }
+
+    /// Releases a run's hold, with `done` recording its occurrence, and
+    /// says how the run went.
+    async fn finish<T>(
+        &self,
+        mut guard: LockGuard,
+        lease: &JobLease,
+        value: T,
+        done: Option<DoneMark>,
+    ) -> JobRun<T> {
         if lease.is_lost() {
             // Not sent: the lock may be someone else's by now.
             drop(guard);
             return JobRun::Overran(value);
+        }
+        // Only now: a run dropped before this point records nothing.
+        if let Some(done) = done {
+            guard.mark_done(done);
         }
         match guard.unlock().await {
             Ok(()) => JobRun::Ran(value),
@@ -419,4 +673,15 @@ impl Job {
             ttl: info.ttl,
         }))
     }
+}
+
+/// A period of [`Job::every`] in ms, checked.
+fn every_ms(period: Duration) -> Result<u64> {
+    let ms = crate::args::duration("every", period, MAX_DURATION)?;
+    if Duration::from_millis(ms) != period {
+        return Err(Error::invalid(format!(
+            "every must be a whole number of milliseconds, got {period:?}"
+        )));
+    }
+    Ok(ms)
 }

@@ -45,7 +45,7 @@
 //! | one holder, and a token so the resource can refuse a late writer | [`FencedLock`] | [`Client::fenced_lock`] | `RFencedLock` |
 //! | one leader among replicas, with a term that fences and a label the others read; changes followed as a stream | [`LeaderElection`] ([`Leadership`], [`LeaderObserver`]) | [`Client::leader_election`] | none: an `RFencedLock` underneath |
 //! | data in Redis that only the latest holder or leader may write: a late writer's lower token is refused | [`FencedHash`] | [`Client::fenced_hash`] | none |
-//! | a scheduled job on several replicas: one runs each occurrence, the others skip it ("at most for", "at least for", as ShedLock) | [`Job`] ([`JobRun`], [`JobLease`]) | [`Client::job`] | none: an `RLock` underneath |
+//! | a scheduled job on several replicas: one runs each occurrence ([`Job::every`] names it), the others skip it ("at most for", "at least for", as ShedLock) | [`Job`] ([`JobRun`], [`JobLease`]) | [`Client::job`] | none: an `RLock` underneath, and a record of the last occurrence done |
 //! | one holder, served in arrival order | [`FairLock`] | [`Client::fair_lock`] | `getFairLock` |
 //! | one holder, never re-entered: its holder asking again is refused (see [the hazard](#owners-and-reentrancy)) | [`NonReentrantLock`], [`NonReentrantFairLock`] | [`Client::non_reentrant_lock`], [`Client::non_reentrant_fair_lock`] | `getNonReentrantLock`, `getNonReentrantFairLock` |
 //! | many readers or one writer | [`ReadWriteLock`] ([`ReadLock`], [`WriteLock`]) | [`Client::read_write_lock`] | `RReadWriteLock` |
@@ -64,9 +64,17 @@
 //! The job is the answer to "my cron job runs on every replica": what
 //! ShedLock's `@SchedulerLock(lockAtMostFor, lockAtLeastFor)` gives Java
 //! services, on a lock a Redisson client shares; drive it from any
-//! scheduler (the `cron` example uses `tokio-cron-scheduler`). For a shell
-//! command, the inspector's `ferrisson run NAME -- COMMAND` does the same
-//! across hosts, as `consul lock` and `flock` do (see `docs/cli.md`).
+//! scheduler (the `cron` example uses `tokio-cron-scheduler`). Beyond
+//! ShedLock, a run names the occurrence it serves ([`Job::every`]: the
+//! scheduled instant nearest to its start; or [`Job::occurrence`]), and
+//! the run that completes it records it: a replica that fires late finds
+//! it done ([`JobRun::AlreadyDone`]) however short the run, where a lock
+//! alone needs a `lockAtLeastFor` longer than the replicas' clocks ever
+//! differ. What remains: with `every`, a run must start within half a
+//! period of its instant by its own host's clock (500 ms for a schedule
+//! of every second). For a shell command, the inspector's
+//! `ferrisson run NAME --every PERIOD -- COMMAND` does the same across
+//! hosts, as `consul lock` and `flock` do (see `docs/cli.md`).
 //!
 //! Every handle is cheap to clone and sends nothing until used. Every lock
 //! has the API of [`Lock`], whose methods' docs are the contract (the other
@@ -415,7 +423,9 @@ pub use election::{
 pub use fenced_hash::{FencedHash, FencedValue, FencedWrite, MAX_FENCE_TOKEN};
 pub use group::multilock::{MultiLock, MultiLockGuard};
 pub use group::redlock::{RedLock, RedLockGuard};
-pub use job::{Job, JobHolder, JobLease, JobRun, MAX_JOB_LABEL_LEN};
+pub use job::{
+    Job, JobHolder, JobLease, JobRun, DEFAULT_REMEMBER, MAX_JOB_LABEL_LEN, MAX_OCCURRENCE,
+};
 pub use lock::{
     FairLock, FencedGuard, FencedLock, Lock, LockGuard, LockHolder, LockInfo, LockMode,
     NonReentrantFairLock, NonReentrantLock, QueuedWaiter, ReadLock, ReadWriteLock, SpinLock,

@@ -2,10 +2,11 @@
 
 mod common;
 
-use std::time::Duration;
+use std::collections::BTreeMap;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use common::{client, eventually, exists, soon, within, RedisServer};
-use ferrisson::{Error, JobRun, MAX_JOB_LABEL_LEN};
+use ferrisson::{Error, Job, JobRun, MAX_JOB_LABEL_LEN, MAX_OCCURRENCE};
 use tokio::sync::oneshot;
 
 const WATCHDOG: Duration = Duration::from_millis(1200);
@@ -446,4 +447,242 @@ async fn futures_poll_once<F: std::future::Future + Unpin>(mut fut: F) -> Option
         })
     })
     .await
+}
+
+/// Now by the wall clock, in ms since the epoch.
+fn wall_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+}
+
+/// What one replica's run of one tick did: the occurrence it served and
+/// its outcome (`ran`, `held`, `done`).
+type Outcomes = Vec<(u64, &'static str)>;
+
+/// `skews.len()` replicas, each with a client of its own, fire `ticks`
+/// ticks `period_ms` apart, on the wall clock's grid of that period, each
+/// `skew` ms late (a replica whose clock is that far behind, or whose
+/// scheduler is that slow). At each tick, `name` gives the replica's job
+/// for the tick's scheduled instant (ms since the epoch) and the job runs
+/// a `work_ms` closure. Returns, per occurrence, the outcomes of every
+/// replica's run.
+async fn fire_skewed(
+    server: &RedisServer,
+    skews: &[u64],
+    period_ms: u64,
+    ticks: u64,
+    work_ms: u64,
+    name: fn(Job, u64) -> Job,
+) -> BTreeMap<u64, Outcomes> {
+    // The first tick: a whole period on the wall clock, at least a second
+    // from now, so that every replica is connected by then.
+    let first = (wall_ms() + 1000) / period_ms * period_ms + period_ms;
+    let mut replicas = Vec::new();
+    for (i, &skew) in skews.iter().enumerate() {
+        let client = client(server, WATCHDOG).await;
+        let job = client.job("skewed").label(format!("replica-{i}"));
+        replicas.push(tokio::spawn(async move {
+            let mut seen = Vec::new();
+            for k in 0..ticks {
+                let instant = first + k * period_ms;
+                let fire = instant + skew;
+                tokio::time::sleep(Duration::from_millis(fire.saturating_sub(wall_ms()))).await;
+                let job = name(job.clone(), instant);
+                let occurrence = job.current_occurrence().unwrap().unwrap();
+                let ran = job
+                    .run(|_| tokio::time::sleep(Duration::from_millis(work_ms)))
+                    .await
+                    .unwrap();
+                let what = match ran {
+                    JobRun::Ran(()) => "ran",
+                    JobRun::Skipped { .. } => "held",
+                    JobRun::AlreadyDone {
+                        occurrence: served,
+                        last_done,
+                    } => {
+                        assert_eq!(served, occurrence);
+                        assert!(last_done >= occurrence, "{last_done} < {occurrence}");
+                        "done"
+                    }
+                    other => panic!("replica {i}, occurrence {occurrence}: {other:?}"),
+                };
+                seen.push((occurrence, what));
+            }
+            seen
+        }));
+    }
+    let mut by_occurrence: BTreeMap<u64, Outcomes> = BTreeMap::new();
+    // Generous: the schedule's length ten times over.
+    let limit = Duration::from_millis(period_ms * ticks * 10 + 10_000);
+    for replica in replicas {
+        for (occurrence, what) in within(limit, replica).await.unwrap() {
+            by_occurrence
+                .entry(occurrence)
+                .or_default()
+                .push((occurrence, what));
+        }
+    }
+    by_occurrence
+}
+
+/// Five replicas fire every second, 20 ms apart, a 5 ms job with the
+/// defaults and its occurrences named by the wall clock (`every`, no "at
+/// least for"): each of ten occurrences runs exactly once. A lock alone
+/// let every replica run every one (the run is over, and the lock free,
+/// before the next replica fires).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_occurrence_runs_once_across_skewed_replicas() {
+    let server = RedisServer::start();
+    let (period, ticks) = (1000, 10);
+    let seen = fire_skewed(&server, &[0, 20, 40, 60, 80], period, ticks, 5, |job, _| {
+        job.every(Duration::from_millis(1000))
+    })
+    .await;
+    // Each replica names each tick by its own reading of the clock; a
+    // reading less than half a period late names the tick's instant.
+    assert_eq!(seen.len() as u64, ticks, "{seen:?}");
+    for (occurrence, outcomes) in &seen {
+        assert_eq!(occurrence % period, 0, "{seen:?}");
+        let ran = outcomes.iter().filter(|(_, what)| *what == "ran").count();
+        assert_eq!(ran, 1, "occurrence {occurrence}: {outcomes:?}");
+        assert_eq!(outcomes.len(), 5, "{seen:?}");
+    }
+    // What is left in Redis: the last occurrence done, nothing else but
+    // latches on their way out.
+    let last = *seen.keys().last().unwrap();
+    let done = server.cmd(&["GET", &ferrisson::layout::job_done("skewed")]);
+    assert_eq!(done.as_string(), Some(last.to_string()));
+    assert!(!exists(&server, "skewed"));
+}
+
+/// Occurrences named by the scheduler (`occurrence`): replicas whose
+/// clocks lag by up to more than a period, with a run longer than the
+/// smaller lags, still run each occurrence once; a replica that fires
+/// after a later occurrence ran finds it done too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn named_occurrences_run_once_whatever_the_lag() {
+    let server = RedisServer::start();
+    let (period, ticks) = (1000, 6);
+    let seen = fire_skewed(
+        &server,
+        &[0, 150, 700, 1300],
+        period,
+        ticks,
+        300,
+        |job, tick| job.occurrence(tick),
+    )
+    .await;
+    assert_eq!(seen.len() as u64, ticks, "{seen:?}");
+    for (occurrence, outcomes) in &seen {
+        let ran = outcomes.iter().filter(|(_, what)| *what == "ran").count();
+        assert_eq!(ran, 1, "occurrence {occurrence}: {outcomes:?}");
+        assert_eq!(outcomes.len(), 4, "{seen:?}");
+    }
+}
+
+/// A run of an occurrence that does not complete records nothing: one
+/// dropped in the middle of its work leaves the occurrence to the next
+/// run, which runs it; that one's release records it, and a third skips.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_a_completed_run_records_its_occurrence() {
+    let server = RedisServer::start();
+    let a = client(&server, WATCHDOG).await;
+    let done_key = ferrisson::layout::job_done("billing");
+    let (started_tx, started) = oneshot::channel();
+    let job = a.job("billing").occurrence(17);
+    let run = tokio::spawn(async move {
+        job.run(|_| async move {
+            started_tx.send(()).unwrap();
+            std::future::pending::<()>().await
+        })
+        .await
+    });
+    soon(started).await.unwrap();
+    run.abort();
+    let _ = run.await;
+    eventually(Duration::from_secs(10), || async {
+        !exists(&server, "billing")
+    })
+    .await;
+    assert!(!exists(&server, &done_key));
+
+    let job = a.job("billing").occurrence(17);
+    assert_eq!(
+        soon(job.run(|_| async { 1 })).await.unwrap(),
+        JobRun::Ran(1)
+    );
+    assert_eq!(
+        server.cmd(&["GET", &done_key]).as_string().as_deref(),
+        Some("17")
+    );
+    let ttl = pttl(&server, &done_key);
+    assert!(
+        ttl > 0 && ttl <= ferrisson::DEFAULT_REMEMBER.as_millis() as i64,
+        "{ttl}"
+    );
+    assert_eq!(
+        soon(job.run(|_| async { unreachable!() })).await.unwrap(),
+        JobRun::AlreadyDone {
+            occurrence: 17,
+            last_done: 17
+        }
+    );
+    // An earlier occurrence is done too; the record is never lowered.
+    let earlier = a
+        .job("billing")
+        .occurrence(16)
+        .remember_for(Duration::from_secs(5));
+    assert!(!soon(earlier.run(|_| async {})).await.unwrap().ran());
+    let later = a
+        .job("billing")
+        .occurrence(18)
+        .remember_for(Duration::from_secs(5));
+    assert_eq!(
+        soon(later.run(|_| async { 2 })).await.unwrap(),
+        JobRun::Ran(2)
+    );
+    assert_eq!(
+        server.cmd(&["GET", &done_key]).as_string().as_deref(),
+        Some("18")
+    );
+    assert!(pttl(&server, &done_key) <= 5_000);
+    // Skips took the lock and let it go: nothing held now.
+    assert!(!exists(&server, "billing"));
+}
+
+/// Named occurrences: bad settings are refused before anything is sent,
+/// and a record that holds other data is left alone and refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_occurrences_are_refused_and_other_data_left_alone() {
+    let server = RedisServer::start();
+    let a = client(&server, WATCHDOG).await;
+    for job in [
+        a.job("j").every(Duration::ZERO),
+        a.job("j").every(Duration::from_micros(1500)),
+        a.job("j").every(ferrisson::config::MAX_DURATION * 2),
+        a.job("j").occurrence(MAX_OCCURRENCE + 1),
+        a.job("j").occurrence(1).remember_for(Duration::ZERO),
+    ] {
+        let refused = soon(job.run(|_| async { unreachable!() })).await;
+        assert!(
+            matches!(refused, Err(Error::InvalidArgument(_))),
+            "{job:?}: {refused:?}"
+        );
+    }
+    assert!(keys(&server).is_empty());
+    let done_key = ferrisson::layout::job_done("j");
+    server.cmd(&["SET", &done_key, "not an occurrence"]);
+    let refused = soon(a.job("j").occurrence(1).run(|_| async { unreachable!() })).await;
+    assert!(
+        matches!(refused, Err(Error::WrongType { .. })),
+        "{refused:?}"
+    );
+    assert_eq!(
+        server.cmd(&["GET", &done_key]).as_string().as_deref(),
+        Some("not an occurrence")
+    );
+    // The lock it took is let go.
+    eventually(Duration::from_secs(10), || async { !exists(&server, "j") }).await;
 }

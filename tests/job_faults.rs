@@ -15,11 +15,13 @@ const JOB: &str = "fleet:report";
 /// A scheduler in a child process: it connects, says `ready`, reads the
 /// schedule's start (ns since the epoch) from its parent, then fires
 /// `COUNT` occurrences `PERIOD_MS` apart, `SKEW_MS` late, each a
-/// [`ferrisson::Job::run`].
+/// [`ferrisson::Job::run`]; with `EVERY` 1, the job names its occurrences
+/// by the wall clock ([`ferrisson::Job::every`] of the period).
 ///
 /// Lines: `try <k> <ns>` before each run, `start <k> <ns>` and `end <k>
-/// <ns>` inside the work, then `ran <k>`, `skip <k>` or `overran <k>`;
-/// `done` at the end. The work of occurrence `HANG_AT` never ends.
+/// <ns>` inside the work, then `ran <k>`, `skip <k>`, `already <k>` or
+/// `overran <k>`; `done` at the end. The work of occurrence `HANG_AT`
+/// never ends.
 #[test]
 fn scheduler_child() {
     child::run_as("scheduler", scheduler);
@@ -42,6 +44,9 @@ async fn scheduler() {
         .label(child::setting("LABEL"));
     if at_most > 0 {
         job = job.at_most_for(Duration::from_millis(at_most));
+    }
+    if child::setting("EVERY") == "1" {
+        job = job.every(Duration::from_millis(period));
     }
     child::say("ready");
     let start: u128 = tokio::task::spawn_blocking(child::hear)
@@ -68,6 +73,7 @@ async fn scheduler() {
             Ok(ferrisson::JobRun::Ran(())) => child::say(&format!("ran {k}")),
             Ok(ferrisson::JobRun::Overran(())) => child::say(&format!("overran {k}")),
             Ok(ferrisson::JobRun::Skipped { .. }) => child::say(&format!("skip {k}")),
+            Ok(ferrisson::JobRun::AlreadyDone { .. }) => child::say(&format!("already {k}")),
             Ok(ferrisson::JobRun::Unreleased { error, .. }) => {
                 child::say(&format!("unreleased {k} {error}"))
             }
@@ -85,6 +91,9 @@ struct Schedule {
     at_most_ms: u64,
     at_least_ms: u64,
     hang_at: i64,
+    /// Occurrences named by the wall clock ([`ferrisson::Job::every`]);
+    /// the schedule then starts on a whole period.
+    every: bool,
 }
 
 /// What every scheduler said, by child.
@@ -112,6 +121,7 @@ fn run_fleet(server: &RedisServer, skews: &[u64], s: &Schedule) -> (Said, Option
                     ("COUNT", s.count.to_string()),
                     ("HANG_AT", s.hang_at.to_string()),
                     ("LABEL", format!("host-{i}")),
+                    ("EVERY", u8::from(s.every).to_string()),
                 ],
             ))
         })
@@ -120,8 +130,14 @@ fn run_fleet(server: &RedisServer, skews: &[u64], s: &Schedule) -> (Said, Option
         child.expect("ready", Duration::from_secs(60));
     }
     // Every child has connected: the first occurrence fires a moment
-    // from now, the same instant for all (one clock on this machine).
-    let start = child::now_ns() + 500_000_000;
+    // from now, the same instant for all (one clock on this machine); on
+    // the wall clock's grid of the period when the job names occurrences
+    // by it, as cron would fire.
+    let mut start = child::now_ns() + 500_000_000;
+    if s.every {
+        let period = u128::from(s.period_ms) * 1_000_000;
+        start = start.div_ceil(period) * period;
+    }
     for child in fleet.iter_mut().flatten() {
         child.send(&start.to_string());
     }
@@ -218,6 +234,7 @@ fn every_occurrence_runs_once_across_skewed_schedulers() {
         at_most_ms: 0,
         at_least_ms: 1500,
         hang_at: -1,
+        every: false,
     };
     let (said, _) = run_fleet(&server, &[0, 120, 250], &schedule);
     let runs = runs(&said);
@@ -241,6 +258,41 @@ fn every_occurrence_runs_once_across_skewed_schedulers() {
     }
 }
 
+/// The fleet: five schedulers firing every second, 20 ms apart,
+/// a 5 ms job with the defaults (no "at least for") and its occurrences
+/// named by the wall clock: each occurrence runs exactly once, and the
+/// four others find it done (or, rarely, still held). A lock alone let
+/// every scheduler run every occurrence.
+#[test]
+fn named_occurrences_run_once_without_at_least_for() {
+    if child::role().is_some() {
+        return;
+    }
+    let server = RedisServer::start();
+    let schedule = Schedule {
+        period_ms: 1000,
+        count: 6,
+        work_ms: 5,
+        at_most_ms: 0,
+        at_least_ms: 0,
+        hang_at: -1,
+        every: true,
+    };
+    let (said, _) = run_fleet(&server, &[0, 20, 40, 60, 80], &schedule);
+    let runs = runs(&said);
+    for k in 0..schedule.count {
+        let of_k = runs.get(&k).map_or(0, Vec::len);
+        assert_eq!(of_k, 1, "occurrence {k} ran {of_k} times: {said:?}");
+        let others = said
+            .iter()
+            .filter(|lines| {
+                lines.contains(&format!("already {k}")) || lines.contains(&format!("skip {k}"))
+            })
+            .count();
+        assert_eq!(others, 4, "occurrence {k}: {said:?}");
+    }
+}
+
 /// A runner killed in the middle of a run (`kill -9`) holds the job
 /// until its "at most for" runs out: the occurrences that fire before
 /// then are skipped by every scheduler, the first after it runs, once,
@@ -258,6 +310,7 @@ fn a_killed_runner_frees_the_job_after_at_most_for() {
         at_most_ms: 4500,
         at_least_ms: 1000,
         hang_at: 1,
+        every: false,
     };
     let (said, killed) = run_fleet(&server, &[0, 100, 200], &schedule);
     let killed = killed.expect("a runner of occurrence 1 was killed");

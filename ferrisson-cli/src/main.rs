@@ -116,7 +116,9 @@ enum Command {
     },
     /// Runs a command while holding a lock across hosts (or one of N
     /// permits), as `consul lock` or `flock`: exits with the command's
-    /// status, 75 when the lock was busy, 76 when its lease was lost.
+    /// status, 75 when the lock was busy (or the occurrence named with
+    /// --every or --occurrence was run already), 76 when its lease was
+    /// lost.
     #[cfg(unix)]
     Run(run::RunArgs),
     /// `run`'s guard: started by `run` itself, it kills the command's

@@ -42,7 +42,8 @@ use crate::conn::Target;
 use crate::Fail;
 
 /// The exit status when the lock (or every permit) was held elsewhere and
-/// the wait ended: the command did not run. `EX_TEMPFAIL` of sysexits.h.
+/// the wait ended, or when the occurrence (`--every`, `--occurrence`) was
+/// run already: the command did not run. `EX_TEMPFAIL` of sysexits.h.
 pub(crate) const BUSY: u8 = 75;
 
 /// The exit status when the lease was lost while the command ran: it was
@@ -105,6 +106,28 @@ pub(crate) struct RunArgs {
     #[arg(long, value_parser = duration, value_name = "DURATION", default_value = "0s")]
     at_least_for: Duration,
 
+    /// Name the occurrence this run serves by the wall clock: the multiple
+    /// of PERIOD since the Unix epoch nearest to now (`1h` on a cron entry
+    /// of `0 * * * *`). A run of an occurrence that a run completed already
+    /// (here or on another host) runs nothing and exits with 75. The host's
+    /// run must start within half a period of the scheduled instant by its
+    /// own clock.
+    #[arg(long, value_parser = duration, value_name = "PERIOD", conflicts_with = "permits")]
+    every: Option<Duration>,
+
+    /// Name the occurrence this run serves: an integer that only grows from
+    /// one occurrence to the next (`$(date +%Y%m%d)` for a daily run). A run
+    /// of an occurrence at or below the last one completed runs nothing and
+    /// exits with 75, whatever the hosts' clocks.
+    #[arg(long, value_name = "ID", conflicts_with_all = ["every", "permits"])]
+    occurrence: Option<u64>,
+
+    /// How long the last occurrence done is remembered (with --every or
+    /// --occurrence): a day by default, or ten periods of --every when
+    /// longer.
+    #[arg(long, value_parser = duration, value_name = "DURATION", conflicts_with = "permits")]
+    remember_for: Option<Duration>,
+
     /// Take one permit of a semaphore of N permits instead of the lock:
     /// at most N runs at once across hosts. Every runner of the name
     /// must give the same N.
@@ -157,12 +180,33 @@ impl RunArgs {
                 "--lease must be at least 100ms: it is renewed every third of it".to_owned(),
             );
         }
+        if self
+            .occurrence
+            .is_some_and(|id| id > ferrisson::MAX_OCCURRENCE)
+        {
+            return Err(format!(
+                "--occurrence must be at most {}",
+                ferrisson::MAX_OCCURRENCE
+            ));
+        }
+        if let Some(every) = self.every {
+            if every.as_millis() == 0 || every.subsec_nanos() % 1_000_000 != 0 {
+                return Err(
+                    "--every must be a whole number of milliseconds, at least 1ms".to_owned(),
+                );
+            }
+        }
+        if self.remember_for.is_some_and(|d| d.as_millis() == 0) {
+            return Err("--remember-for must be at least 1ms".to_owned());
+        }
         let year = ferrisson::config::MAX_DURATION;
         let durations = [
             Some(self.at_least_for),
             self.wait,
             self.at_most_for,
             self.lease,
+            self.every,
+            self.remember_for,
         ];
         if durations.into_iter().flatten().any(|d| d > year) {
             return Err("a duration is longer than a year, the longest ferrisson takes".to_owned());
@@ -224,6 +268,15 @@ async fn run_locked(target: &Target, args: &RunArgs, signals: &Signals) -> Resul
     if let Some(at_most) = args.at_most_for {
         job = job.at_most_for(at_most);
     }
+    if let Some(every) = args.every {
+        job = job.every(every);
+    }
+    if let Some(id) = args.occurrence {
+        job = job.occurrence(id);
+    }
+    if let Some(remember) = args.remember_for {
+        job = job.remember_for(remember);
+    }
     let started = Cell::new(false);
     let forwarded = signals.subscribe();
     let ran = job.run(|lease| {
@@ -250,6 +303,19 @@ async fn run_locked(target: &Target, args: &RunArgs, signals: &Signals) -> Resul
                 format!(" by {label} (client {})", h.client_id)
             });
             eprintln!("ferrisson: `{name}` is held{who}: the command did not run");
+            Ok(ExitCode::from(BUSY))
+        }
+        ferrisson::JobRun::AlreadyDone {
+            occurrence,
+            last_done,
+        } => {
+            let last = match last_done == occurrence {
+                true => String::new(),
+                false => format!(" (the last done is {last_done})"),
+            };
+            eprintln!(
+                "ferrisson: occurrence {occurrence} of `{name}` was run already{last}: the command did not run"
+            );
             Ok(ExitCode::from(BUSY))
         }
         ferrisson::JobRun::Ran(ended) => ended.map(|ended| exit(name, ended)),

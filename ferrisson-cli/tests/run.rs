@@ -3,7 +3,7 @@
 //! `--permits`), exit statuses, signals passed on, a lost lease stopping
 //! the command (with the lock and with a permit), `--at-least-for`,
 //! what the command leaves in its process group, `kill -9` of the runner
-//! (its command and their children), and bad input.
+//! (its command and their children), named occurrences, and bad input.
 #![cfg(unix)]
 
 // The library's test support, shared: one way to start servers.
@@ -689,6 +689,40 @@ fn at_least_for_and_the_label() {
     assert!(text.contains("label host-a"), "{text}");
 }
 
+/// A named occurrence runs once: a second run of the same occurrence (one
+/// after the other, as a host whose cron fires late) exits with 75 and
+/// does not run its command, and so does a run of an earlier one; with
+/// `--every`, the occurrence is the scheduled instant nearest to now.
+#[test]
+fn a_named_occurrence_runs_once() {
+    let server = RedisServer::start();
+    let dir = scratch();
+    let mark = |n: &str| format!("touch {}/ran.{n}", dir.display());
+    let done_key = "ferrisson_job_done:{job}";
+    let occurrence = ["job", "--occurrence", "20250601", "--", "sh", "-c"];
+    assert_eq!(run(&server, &[&occurrence[..], &[&mark("1")]].concat()), 0);
+    assert_eq!(count(&dir, "ran."), 1);
+    assert_eq!(
+        server.cmd(&["GET", done_key]).as_string().as_deref(),
+        Some("20250601")
+    );
+    assert_eq!(run(&server, &[&occurrence[..], &[&mark("2")]].concat()), 75);
+    let earlier = ["job", "--occurrence", "20250531", "--", "sh", "-c"];
+    assert_eq!(run(&server, &[&earlier[..], &[&mark("3")]].concat()), 75);
+    assert_eq!(count(&dir, "ran."), 1);
+    // A skipped occurrence takes the lock a moment and lets it go.
+    assert!(!keys(&server).contains(&"job".to_owned()));
+
+    let every = ["hourly", "--every", "1h", "--", "sh", "-c"];
+    assert_eq!(run(&server, &[&every[..], &[&mark("4")]].concat()), 0);
+    assert_eq!(run(&server, &[&every[..], &[&mark("5")]].concat()), 75);
+    assert_eq!(count(&dir, "ran."), 2);
+    let done = server.cmd(&["GET", "ferrisson_job_done:{hourly}"]);
+    let done: u64 = done.as_string().unwrap().parse().unwrap();
+    assert_eq!(done % 3_600_000, 0, "{done}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 /// Bad input is refused with status 2 before anything is written.
 #[test]
 fn bad_input_is_refused_and_writes_nothing() {
@@ -714,6 +748,23 @@ fn bad_input_is_refused_and_writes_nothing() {
         &["job", "--lease", "1s", "--at-most-for", "1s", "--", "true"],
         &["job", "--lease", "1ms", "--", "true"],
         &["job", "--wait", "1000y", "--", "true"],
+        &["job", "--occurrence", "x", "--", "true"],
+        &["job", "--occurrence", "-1", "--", "true"],
+        &["job", "--occurrence", "9007199254740992", "--", "true"],
+        &["job", "--every", "0s", "--", "true"],
+        &["job", "--every", "1500us", "--", "true"],
+        &["job", "--every", "2y", "--", "true"],
+        &["job", "--every", "1h", "--occurrence", "1", "--", "true"],
+        &["job", "--occurrence", "1", "--permits", "2", "--", "true"],
+        &[
+            "job",
+            "--occurrence",
+            "1",
+            "--remember-for",
+            "0s",
+            "--",
+            "true",
+        ],
     ] {
         assert_eq!(run(&server, args), 2, "{args:?}");
     }

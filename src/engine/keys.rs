@@ -87,10 +87,27 @@ pub fn election_channel(name: &str) -> String {
 ///   smallest decimal number in the name's slot. Its own prefix keeps it
 ///   apart from the fence of a name that starts with `{<n>}`.
 pub fn fence(name: &str) -> String {
+    in_slot_of("ferrisson_fence", name)
+}
+
+/// The last occurrence a job completed (ferrisson's own): a string
+/// holding the occurrence's id, raised only, by the release that ends a
+/// run of an occurrence. Named as [`fence`] is, with the prefix
+/// `ferrisson_job_done` (`ferrisson_job_done:{<name>}` for most names), so
+/// it is always in the job's lock's Cluster slot.
+pub fn job_done(name: &str) -> String {
+    in_slot_of("ferrisson_job_done", name)
+}
+
+/// `<prefix>:<name>` with a hash tag in the slot of `name` (see
+/// [`fence`]): `<prefix>:<name>` for a name with a hash tag,
+/// `<prefix>:{<name>}` for a name without `}`, else
+/// `<prefix>_slot:{<n>}<name>`.
+fn in_slot_of(prefix: &str, name: &str) -> String {
     if hash_tag(name.as_bytes()).is_some() {
-        format!("ferrisson_fence:{name}")
+        format!("{prefix}:{name}")
     } else if !name.contains('}') {
-        format!("ferrisson_fence:{{{name}}}")
+        format!("{prefix}:{{{name}}}")
     } else {
         let wanted = slot(name.as_bytes());
         // CRC16 spreads the decimal numbers over every slot: each of the
@@ -99,7 +116,7 @@ pub fn fence(name: &str) -> String {
             .map(|n| n.to_string())
             .find(|n| slot(n.as_bytes()) == wanted)
             .unwrap_or_default();
-        format!("ferrisson_fence_slot:{{{tag}}}{name}")
+        format!("{prefix}_slot:{{{tag}}}{name}")
     }
 }
 
@@ -236,6 +253,8 @@ pub(crate) fn kept_at(name: &str, key: &str) -> Option<&'static str> {
         Some("set of permits out")
     } else if key == fence(name) {
         Some("fence of a fenced hash")
+    } else if key == job_done(name) {
+        Some("job's last occurrence done")
     } else {
         None
     }
@@ -310,6 +329,12 @@ mod tests {
                 slot(name.as_bytes()),
                 "{name} -> {key}"
             );
+            let done = job_done(name);
+            assert_eq!(
+                slot(done.as_bytes()),
+                slot(name.as_bytes()),
+                "{name} -> {done}"
+            );
             assert!(
                 key.ends_with(name) || key.ends_with(&format!("{name}}}")),
                 "{key}"
@@ -319,6 +344,7 @@ mod tests {
         assert_eq!(fence("cfg"), "ferrisson_fence:{cfg}");
         assert_eq!(fence("{elect}:4"), "ferrisson_fence:{elect}:4");
         assert_eq!(fence("{open"), "ferrisson_fence:{{open}");
+        assert_eq!(job_done("cfg"), "ferrisson_job_done:{cfg}");
         // No two names share a fence.
         assert_ne!(
             fence("a}b"),

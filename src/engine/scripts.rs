@@ -51,8 +51,11 @@ scripts! {
     FAIR_LEAVE = "fair_leave.lua";
     /// `lua/fair_force_unlock.lua`: delete whoever holds it, wake the first in line.
     FAIR_FORCE_UNLOCK = "fair_force_unlock.lua";
-    /// `lua/release.lua`: drop one hold, idempotent per request id.
+    /// `lua/release.lua`: drop one hold, idempotent per request id (and
+    /// mark a job's occurrence done).
     RELEASE = "release.lua";
+    /// `lua/job_last_done.lua`: a job's last occurrence done, read.
+    JOB_LAST_DONE = "job_last_done.lua";
     /// `lua/renew.lua`: reset the TTL of keys still held by their owners.
     RENEW = "renew.lua";
     /// `lua/fenced_set.lua`: write a hash field for a token at least its fence.

@@ -8,7 +8,7 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use super::holds::{Guards, Slot, SlotLease};
-use super::{release_hold_as, Kind, ReleaseCall, Resend};
+use super::{release_hold_as, DoneMark, Kind, ReleaseCall, Resend};
 use crate::client::conn::Conn;
 use crate::engine::finish::{spawn_to_end, Finish};
 use crate::engine::takeover::Takeover;
@@ -64,6 +64,9 @@ struct Hold {
     /// Until when the release keeps the hold instead (a job's "at least
     /// for"; see [`LockGuard::keep_until`]).
     keep_until: Option<Instant>,
+    /// The job's occurrence its release marks done (see
+    /// [`LockGuard::mark_done`]).
+    done: Option<DoneMark>,
     /// When the hold was granted, for the hold time in metrics; `None` for
     /// a hold given back before its caller saw it.
     #[cfg(feature = "metrics")]
@@ -108,6 +111,7 @@ impl LockGuard {
                 slot,
                 runtime,
                 keep_until: None,
+                done: None,
                 #[cfg(feature = "metrics")]
                 since: Some(Instant::now()),
                 takeover: std::sync::OnceLock::new(),
@@ -138,6 +142,20 @@ impl LockGuard {
                 "only a reentrant lock's hold is kept"
             );
             hold.keep_until = Some(until);
+        }
+    }
+
+    /// Has this hold's release, whether `unlock` or a drop's, mark a job's
+    /// occurrence done in the same script call, when it is the owner's
+    /// last hold and the owner still holds it. For the plain kinds only
+    /// (`release.lua`).
+    pub(crate) fn mark_done(&mut self, done: DoneMark) {
+        if let Some(hold) = self.hold.as_mut() {
+            debug_assert!(
+                hold.kind == Kind::Reentrant,
+                "only a reentrant lock's release marks an occurrence"
+            );
+            hold.done = Some(done);
         }
     }
 
@@ -460,9 +478,9 @@ impl Hold {
             lease_ms: self.lease_ms,
             state: self.lease,
         };
-        let keep_until = self.keep_until;
+        let (keep_until, done) = (self.keep_until, self.done);
         Release::prepare(self.client, self.kind, self.key, lease)
-            .map(|release| Some(release.keeping_until(keep_until)))
+            .map(|release| Some(release.keeping_until(keep_until).marking(done)))
     }
 }
 
@@ -487,6 +505,8 @@ pub(crate) struct Release {
     stands: Arc<LeaseState>,
     /// See [`ReleaseCall::keep_until`].
     keep_until: Option<Instant>,
+    /// See [`ReleaseCall::done`].
+    done: Option<DoneMark>,
 }
 
 impl Release {
@@ -552,6 +572,7 @@ impl Release {
             own_lease,
             stands,
             keep_until: None,
+            done: None,
         })
     }
 
@@ -559,6 +580,13 @@ impl Release {
     /// (see [`ReleaseCall::keep_until`]).
     fn keeping_until(mut self, until: Option<Instant>) -> Release {
         self.keep_until = until;
+        self
+    }
+
+    /// This release, marking a job's occurrence done with the owner's last
+    /// hold (see [`ReleaseCall::done`]).
+    fn marking(mut self, done: Option<DoneMark>) -> Release {
+        self.done = done;
         self
     }
 
@@ -579,6 +607,7 @@ impl Release {
             request_id: &self.request_id,
             stands: Some(&self.stands),
             keep_until: self.keep_until,
+            done: self.done.as_ref(),
         };
         match release_hold_as(&self.client, conn, &call, resend)
             .instrument(span)

@@ -54,6 +54,9 @@ pub(super) struct ReleaseArgs<'a> {
     /// When over 0, the last hold is kept this many ms instead of
     /// released (a job's "at least for"; the plain kinds' script only).
     pub(super) keep_ms: u64,
+    /// A job's occurrence the last hold's release marks done (the plain
+    /// kinds' script only).
+    pub(super) done: Option<&'a super::release::DoneMark>,
 }
 
 /// What one acquire script call replied.
@@ -269,12 +272,15 @@ impl Kind {
             .arg(field)
             .arg(r.publish)
             .arg(r.latch_ttl);
-        if r.keep_ms > 0 {
+        if r.keep_ms > 0 || r.done.is_some() {
             debug_assert!(
                 std::ptr::eq(script, &*RELEASE),
-                "only release.lua keeps a hold"
+                "only release.lua keeps a hold or marks an occurrence"
             );
             call.arg(r.keep_ms);
+        }
+        if let Some(done) = r.done {
+            call.key(&done.key).arg(done.occurrence).arg(done.ttl_ms);
         }
         call
     }

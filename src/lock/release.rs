@@ -55,8 +55,21 @@ pub(crate) async fn release_hold(
         request_id: &request_id,
         stands,
         keep_until: None,
+        done: None,
     };
     release_hold_as(client, conn, &release, resend).await
+}
+
+/// A job's occurrence that the release of its run's hold marks done, in
+/// the same script call (`release.lua`'s KEYS[4]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct DoneMark {
+    /// The job's last occurrence done, [`keys::job_done`].
+    pub(crate) key: String,
+    /// The occurrence the run served.
+    pub(crate) occurrence: u64,
+    /// How long the job remembers it, in ms.
+    pub(crate) ttl_ms: u64,
 }
 
 /// One release request: what [`release_hold_as`] sends.
@@ -85,6 +98,8 @@ pub(crate) struct ReleaseCall<'a> {
     /// job's "at least for"): each send asks for the time left then,
     /// rounded up; a send at or after it releases.
     pub(crate) keep_until: Option<Instant>,
+    /// The occurrence a job's run marks done with its last hold's release.
+    pub(crate) done: Option<&'a DoneMark>,
 }
 
 /// [`release_hold`] on `conn`, for a request the caller made.
@@ -102,6 +117,7 @@ pub(crate) async fn release_hold_as(
         request_id,
         stands,
         keep_until,
+        done,
     } = *release;
     let config = client.config();
     let latch = keys::unlock_latch(name, request_id);
@@ -147,6 +163,7 @@ pub(crate) async fn release_hold_as(
             keep_ms: keep_until.map_or(0, |until| {
                 ceil_ms(until.saturating_duration_since(Instant::now()))
             }),
+            done,
         });
         match call.invoke_async::<Option<i64>>(&mut conn).await {
             Ok(reply) => break reply,
