@@ -140,6 +140,17 @@ impl Client {
     pub(crate) async fn replicated(&self, key: &str) -> Option<replicas::Replicated> {
         self.inner.replicated(key).await
     }
+
+    /// With replica sync on, how many replicas acknowledged the grant whose
+    /// acquire latch is `latch` (see `ClientInner::grant_replicated`).
+    pub(crate) async fn grant_replicated(
+        &self,
+        key: &str,
+        latch: &str,
+        latch_ttl: u64,
+    ) -> Option<replicas::Replicated> {
+        self.inner.grant_replicated(key, latch, latch_ttl).await
+    }
 }
 
 impl ClientInner {
