@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use common::proxy::Proxy;
 use common::{eventually, soon, RedisServer};
-use ferrisson::config::{Replicas, ReplicaSync, Unsynced};
+use ferrisson::config::{ReplicaSync, Replicas, Unsynced};
 use ferrisson::Error;
 use tokio::time::Instant;
 
@@ -175,9 +175,12 @@ async fn an_unacknowledged_acquire_is_retried_within_the_wait() {
     soon(guard.unlock()).await.unwrap();
 }
 
-/// What names the acquire scripts' calls (their latch key) and no other
-/// command before the sync.
-const ACQUIRE: &str = "ferrisson_acquire_latch";
+/// What names the acquire script's call on `name` (its latch key): no
+/// other command before that call's sync does (the latches of earlier
+/// calls, deleted in the background, name other synchronizers).
+fn acquire_of(name: &str) -> String {
+    format!("ferrisson_acquire_latch:{{{name}}}")
+}
 
 /// A client through `proxy` waiting for one replica, `timeout` at most,
 /// failing an acquire too few acknowledged.
@@ -200,11 +203,11 @@ async fn warm_up(master: &RedisServer, name: &str) {
     let warming = synced_client(master, Unsynced::Fail, GENEROUS).await;
     let warm = soon(warming.lock(name).lock()).await.unwrap();
     soon(warm.unlock()).await.unwrap();
-    let sem = warming.semaphore(&format!("{name}:sem"));
+    let sem = warming.semaphore(format!("{name}:sem"));
     assert!(soon(sem.try_set_permits(2)).await.unwrap());
     soon(sem.acquire()).await.unwrap();
     soon(sem.release()).await.unwrap();
-    let seats = warming.permit_expirable_semaphore(&format!("{name}:seats"));
+    let seats = warming.permit_expirable_semaphore(format!("{name}:seats"));
     assert!(soon(seats.try_set_permits(2)).await.unwrap());
     soon(soon(seats.acquire()).await.unwrap().release())
         .await
@@ -261,15 +264,15 @@ async fn a_grant_replayed_on_a_new_connection_is_synced_or_given_back() {
         let client = proxied_synced_client(&proxy, sync).await;
         let frozen = Frozen::new(&replica);
         let lost = proxy.lost_replies();
-        proxy.lose_next_reply_to(ACQUIRE);
+        proxy.lose_next_reply_to(&acquire_of("replayed"));
         let held = soon(client.lock("replayed").lock()).await;
         assert_eq!(proxy.lost_replies(), lost + 1, "no reply was lost");
         assert_not_replicated("lock", held);
-        proxy.lose_next_reply_to(ACQUIRE);
+        proxy.lose_next_reply_to(&acquire_of("replayed:sem"));
         let sem = client.semaphore("replayed:sem");
         assert_not_replicated("semaphore", soon(sem.acquire()).await);
         assert_eq!(proxy.lost_replies(), lost + 2, "no reply was lost");
-        proxy.lose_next_reply_to(ACQUIRE);
+        proxy.lose_next_reply_to(&acquire_of("replayed:seats"));
         let seats = client.permit_expirable_semaphore("replayed:seats");
         assert_not_replicated("permit", soon(seats.acquire()).await);
         assert_eq!(proxy.lost_replies(), lost + 3, "no reply was lost");
@@ -293,12 +296,12 @@ async fn a_grant_whose_connection_breaks_before_the_sync_is_not_called_synced() 
     };
     let client = proxied_synced_client(&proxy, sync).await;
     let frozen = Frozen::new(&replica);
-    proxy.cut_after_reply_to(ACQUIRE);
+    proxy.cut_after_reply_to(&acquire_of("cut"));
     assert_not_replicated("lock", soon(client.lock("cut").lock()).await);
-    proxy.cut_after_reply_to(ACQUIRE);
+    proxy.cut_after_reply_to(&acquire_of("cut:sem"));
     let sem = client.semaphore("cut:sem");
     assert_not_replicated("semaphore", soon(sem.acquire()).await);
-    proxy.cut_after_reply_to(ACQUIRE);
+    proxy.cut_after_reply_to(&acquire_of("cut:seats"));
     let seats = client.permit_expirable_semaphore("cut:seats");
     assert_not_replicated("permit", soon(seats.acquire()).await);
     assert_given_back(&master, "cut").await;
@@ -333,8 +336,8 @@ async fn a_grant_missing_on_a_new_master_without_replicas_is_not_called_synced()
         proxy.retarget(master.port());
         let client = proxied_synced_client(&proxy, sync).await;
         proxy.retarget(promoted.port());
-        proxy.cut_after_reply_to(ACQUIRE);
         let name = format!("moved:{round}");
+        proxy.cut_after_reply_to(&acquire_of(&name));
         assert_not_replicated("lock", soon(client.lock(&name).lock()).await);
         assert_eq!(master.cmd(&["EXISTS", &name]).as_int(), Some(1));
         assert_eq!(promoted.cmd(&["EXISTS", &name]).as_int(), Some(0));

@@ -1,6 +1,9 @@
 //! Replica sync: after a write, `WAIT` for the replicas of the master that
 //! took it, as many as the settings ask or, by default on Sentinel and
-//! Cluster, every replica that master reports online.
+//! Cluster, every replica that master reports online. A grant's `WAIT`
+//! goes behind a write of its acquire latch, in one pipeline (see
+//! [`ClientInner::grant_replicated`]): `WAIT` counts the writes of its own
+//! connection only.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -140,8 +143,11 @@ impl ClientInner {
             return None;
         }
         let missing = |wanted| {
-            tracing::warn!(key, "the grant is not on the master that answers for it \
-                (a failover since?): no replica has it");
+            tracing::warn!(
+                key,
+                "the grant is not on the master that answers for it \
+                (a failover since?): no replica has it"
+            );
             Some(Replicated {
                 enough: false,
                 acked: 0,
@@ -165,7 +171,11 @@ impl ClientInner {
                 // Counted anew on the master that answers for the latch,
                 // which must have the grant even with no replica to wait
                 // for.
-                None => match self.conn.touch_latch_then(latch, latch_ttl, redis::cmd("ROLE")).await {
+                None => match self
+                    .conn
+                    .touch_latch_then(latch, latch_ttl, redis::cmd("ROLE"))
+                    .await
+                {
                     Ok((false, _)) => return missing(1),
                     Ok((true, role)) => {
                         let count = super::conn::online_in_role(role);
