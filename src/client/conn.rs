@@ -72,6 +72,10 @@ impl Conn {
     /// behind it count only replicas that have the grant. (`WAIT` counts
     /// the writes of the connection it is sent on: on a connection that
     /// wrote nothing, it counts every replica online at once.)
+    ///
+    /// # Cancel safety
+    /// Cancel safe: dropped, the pipeline may still run, which only sets
+    /// the latch's TTL again.
     pub(crate) async fn touch_latch_then(
         &self,
         latch: &str,

@@ -131,6 +131,10 @@ impl ClientInner {
     /// never got the grant) is too few replicas: acknowledged by none.
     /// Costs what a `WAIT` (and, once a second in
     /// [`Replicas::Online`], a `ROLE`) did: one round trip each.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it writes nothing but the latch's TTL; what the grant
+    /// took is its caller's to give back when dropped.
     pub(crate) async fn grant_replicated(
         &self,
         key: &str,
