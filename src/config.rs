@@ -68,6 +68,17 @@ pub const DEFAULT_REPLICA_SYNC_TIMEOUT: Duration = Duration::from_secs(1);
 /// master fails before replicating it; this narrows that window, it does
 /// not close it (replication stays asynchronous).
 ///
+/// An acquire's `WAIT` covers its grant whatever connection carried it:
+/// `WAIT` counts the writes of its own connection only (on a connection
+/// that wrote nothing it counts every replica online at once, a frozen one
+/// too), so it goes in one pipeline right behind `PEXPIRE` of the grant's
+/// acquire latch, on one connection to the master of the name's slot. The
+/// latch is written with the grant by one script: found, the grant is on
+/// that master and ahead of the `PEXPIRE` in its replication stream; not
+/// found (a failover to a master that never got the grant), the acquire
+/// counts as acknowledged by no replica. A release's `WAIT` covers the
+/// writes of the connection that carried it, as before.
+///
 /// On by default for [`Client::sentinel_builder`] and
 /// [`Client::cluster_builder`] ([`ReplicaSync::REDISSON`]), off for one
 /// server.
@@ -124,7 +135,12 @@ pub enum Replicas {
     /// second per master and again after a shortfall) are all waited for,
     /// and one acknowledgement is enough, as Redisson counts its available
     /// replicas and fails only when none was synced. A master with no
-    /// replica online is not waited on.
+    /// replica online is not waited on; the count is taken on the master
+    /// that answers for the grant, in one pipeline behind a write of its
+    /// acquire latch, so a failover to a master without replicas that
+    /// never got the grant fails the check rather than skipping it. A count
+    /// is trusted for a second: a failover inside that second meets the old
+    /// count (a shortfall on a master without replicas, or a missing latch).
     Online,
 }
 /// How unlock messages travel: Redisson's two modes. Clients that disagree

@@ -5,8 +5,9 @@ mod common;
 
 use std::time::Duration;
 
+use common::proxy::Proxy;
 use common::{eventually, soon, RedisServer};
-use ferrisson::config::{ReplicaSync, Unsynced};
+use ferrisson::config::{ReplicaSync, Replicas, Unsynced};
 use ferrisson::Error;
 use tokio::time::Instant;
 
@@ -172,6 +173,176 @@ async fn an_unacknowledged_acquire_is_retried_within_the_wait() {
     assert!(got > thawed, "held before the replica could acknowledge");
     assert_eq!(replica.cmd(&["EXISTS", "retried"]).as_int(), Some(1));
     soon(guard.unlock()).await.unwrap();
+}
+
+/// What names the acquire script's call on `name` (its latch key): no
+/// other command before that call's sync does (the latches of earlier
+/// calls, deleted in the background, name other synchronizers).
+fn acquire_of(name: &str) -> String {
+    format!("ferrisson_acquire_latch:{{{name}}}")
+}
+
+/// A client through `proxy` waiting for one replica, `timeout` at most,
+/// failing an acquire too few acknowledged.
+async fn proxied_synced_client(proxy: &Proxy, sync: ReplicaSync) -> ferrisson::Client {
+    soon(
+        ferrisson::Client::builder(proxy.url())
+            .replica_sync_with(Some(sync))
+            .response_timeout(response_for(sync.timeout))
+            .build(),
+    )
+    .await
+    .unwrap()
+}
+
+/// Takes and gives back `name` as a lock, a semaphore and a
+/// permit-expirable semaphore (two permits each) by a client that waits
+/// for the replica as long as it takes: the scripts loaded and the
+/// semaphores set before a freeze.
+async fn warm_up(master: &RedisServer, name: &str) {
+    let warming = synced_client(master, Unsynced::Fail, GENEROUS).await;
+    let warm = soon(warming.lock(name).lock()).await.unwrap();
+    soon(warm.unlock()).await.unwrap();
+    let sem = warming.semaphore(format!("{name}:sem"));
+    assert!(soon(sem.try_set_permits(2)).await.unwrap());
+    soon(sem.acquire()).await.unwrap();
+    soon(sem.release()).await.unwrap();
+    let seats = warming.permit_expirable_semaphore(format!("{name}:seats"));
+    assert!(soon(seats.try_set_permits(2)).await.unwrap());
+    soon(soon(seats.acquire()).await.unwrap().release())
+        .await
+        .unwrap();
+}
+
+/// Asserts `what` failed as unacknowledged by the replica.
+fn assert_not_replicated<T>(what: &str, result: ferrisson::Result<T>) {
+    match result {
+        Err(Error::NotReplicated { acked: 0, .. }) => {}
+        Err(err) => panic!("{what}: {err}"),
+        Ok(_) => panic!("{what}: reported synced, but the replica never got the grant"),
+    }
+}
+
+/// Asserts that nothing of the three grants on `name` stands on the
+/// master (each was given back).
+async fn assert_given_back(master: &RedisServer, name: &str) {
+    let (sem, seats) = (format!("{name}:sem"), format!("{name}:seats"));
+    let zset = format!("{{{name}:seats}}:timeout");
+    eventually(Duration::from_secs(20), || async {
+        master.cmd(&["EXISTS", name]).as_int() == Some(0)
+            && master.cmd(&["GET", &sem]).as_string().as_deref() == Some("2")
+            && master.cmd(&["GET", &seats]).as_string().as_deref() == Some("2")
+            && master.cmd(&["ZCARD", &zset]).as_int() == Some(0)
+    })
+    .await;
+}
+
+/// WAIT counts the writes of the connection it is sent on, and a fresh
+/// connection has none: there, with the replica frozen (connected, acking
+/// nothing), `WAIT 1` answers 1 at once. An acquire whose reply is lost
+/// is resent on a new connection and answered from its latch, which
+/// writes nothing there: the sync must still cover the grant, which the
+/// frozen replica never got. (Before, the resend's WAIT on the new
+/// connection answered 1 at once, and the acquire said synced.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grant_replayed_on_a_new_connection_is_synced_or_given_back() {
+    let (master, replica) = pair().await;
+    warm_up(&master, "replayed").await;
+    let proxy = Proxy::start(master.port());
+    let sync = ReplicaSync {
+        timeout: SHORT,
+        on_unsynced: Unsynced::Fail,
+        ..ReplicaSync::REDISSON
+    };
+    for sync in [
+        sync,
+        ReplicaSync {
+            replicas: Replicas::AtLeast(1),
+            ..sync
+        },
+    ] {
+        let client = proxied_synced_client(&proxy, sync).await;
+        let frozen = Frozen::new(&replica);
+        let lost = proxy.lost_replies();
+        proxy.lose_next_reply_to(&acquire_of("replayed"));
+        let held = soon(client.lock("replayed").lock()).await;
+        assert_eq!(proxy.lost_replies(), lost + 1, "no reply was lost");
+        assert_not_replicated("lock", held);
+        proxy.lose_next_reply_to(&acquire_of("replayed:sem"));
+        let sem = client.semaphore("replayed:sem");
+        assert_not_replicated("semaphore", soon(sem.acquire()).await);
+        assert_eq!(proxy.lost_replies(), lost + 2, "no reply was lost");
+        proxy.lose_next_reply_to(&acquire_of("replayed:seats"));
+        let seats = client.permit_expirable_semaphore("replayed:seats");
+        assert_not_replicated("permit", soon(seats.acquire()).await);
+        assert_eq!(proxy.lost_replies(), lost + 3, "no reply was lost");
+        assert_given_back(&master, "replayed").await;
+        drop(frozen);
+    }
+}
+
+/// The connection that carried a grant breaks as soon as its reply is in,
+/// before the sync: whether the sync then fails or goes on a new
+/// connection, a grant the frozen replica never got is not called synced.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grant_whose_connection_breaks_before_the_sync_is_not_called_synced() {
+    let (master, replica) = pair().await;
+    warm_up(&master, "cut").await;
+    let proxy = Proxy::start(master.port());
+    let sync = ReplicaSync {
+        replicas: Replicas::AtLeast(1),
+        timeout: SHORT,
+        on_unsynced: Unsynced::Fail,
+    };
+    let client = proxied_synced_client(&proxy, sync).await;
+    let frozen = Frozen::new(&replica);
+    proxy.cut_after_reply_to(&acquire_of("cut"));
+    assert_not_replicated("lock", soon(client.lock("cut").lock()).await);
+    proxy.cut_after_reply_to(&acquire_of("cut:sem"));
+    let sem = client.semaphore("cut:sem");
+    assert_not_replicated("semaphore", soon(sem.acquire()).await);
+    proxy.cut_after_reply_to(&acquire_of("cut:seats"));
+    let seats = client.permit_expirable_semaphore("cut:seats");
+    assert_not_replicated("permit", soon(seats.acquire()).await);
+    assert_given_back(&master, "cut").await;
+    drop(frozen);
+}
+
+/// A failover between the grant and the sync, to a master that never got
+/// the grant and has no replica online (Redisson's setting then waits for
+/// none): the sync finds the grant missing there, and the acquire is not
+/// called synced. The client is behind one address, which sends the
+/// connections opened after the grant's to the new master; the grant's
+/// connection breaks once its reply is in. Whether the client's next
+/// command goes out on that broken connection (and fails) or on a new one
+/// is a race: the rounds make the new one all but certain to come up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grant_missing_on_a_new_master_without_replicas_is_not_called_synced() {
+    const ROUNDS: usize = 6;
+    let (master, replica) = pair().await;
+    warm_up(&master, "moved").await;
+    let promoted = RedisServer::start();
+    let proxy = Proxy::start(master.port());
+    let sync = ReplicaSync {
+        timeout: SHORT,
+        on_unsynced: Unsynced::Fail,
+        ..ReplicaSync::REDISSON
+    };
+    // The replica gets none of the grants.
+    let frozen = Frozen::new(&replica);
+    for round in 0..ROUNDS {
+        // A new client, on the old master: it counts the replicas after
+        // its first grant, on whatever master answers then.
+        proxy.retarget(master.port());
+        let client = proxied_synced_client(&proxy, sync).await;
+        proxy.retarget(promoted.port());
+        let name = format!("moved:{round}");
+        proxy.cut_after_reply_to(&acquire_of(&name));
+        assert_not_replicated("lock", soon(client.lock(&name).lock()).await);
+        assert_eq!(master.cmd(&["EXISTS", &name]).as_int(), Some(1));
+        assert_eq!(promoted.cmd(&["EXISTS", &name]).as_int(), Some(0));
+    }
+    drop(frozen);
 }
 
 /// A server that refuses WAIT (here: an ACL user without it) gets one

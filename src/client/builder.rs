@@ -75,16 +75,25 @@ use crate::Result;
 /// promoted replica has no lock, and a second holder can get in. Replica sync
 /// narrows that window, as Redisson's `checkLockSyncedSlaves` does: after each
 /// acquire and release (of a lock, a semaphore's permits or an expirable
-/// permit) the client sends `WAIT replicas timeout`. An acquire that too few
-/// replicas acknowledged is given back, then fails with
+/// permit) the client sends `WAIT replicas timeout`. `WAIT` counts only the
+/// writes of the connection it is sent on, so an acquire's goes in one
+/// pipeline right behind a write of the grant's acquire latch (`PEXPIRE` to
+/// its TTL), on one connection to the master of the lock's slot: the replicas
+/// it counts have the grant, whatever connection carried it (a resend
+/// answered from the latch on a new connection, a reconnect or a failover
+/// in between), and a master that has no latch (a failover to a server that
+/// never got the grant) counts as no replica acknowledging. An acquire that
+/// too few replicas acknowledged is given back, then fails with
 /// [`Error::NotReplicated`](crate::Error::NotReplicated) or is tried again within the call's wait
 /// ([`config::Unsynced`](crate::config::Unsynced)).
 ///
 /// Behind Sentinel and on a Cluster it is on by default, as in Redisson
 /// ([`config::ReplicaSync::REDISSON`](crate::config::ReplicaSync::REDISSON)): every replica the master reports
-/// online (`ROLE`, counted at most once a second) is waited for up to 1 s,
-/// one acknowledgement is enough, a master without replicas is not waited
-/// on, and an acquire none acknowledged is given back and tried again. On
+/// online (`ROLE`, counted at most once a second, in the pipeline behind the
+/// latch's write) is waited for up to 1 s, one acknowledgement is enough, a
+/// master without replicas is not waited on (once the count finds the
+/// grant on it), and an acquire none acknowledged is given back and tried
+/// again. On
 /// one server it is off unless asked for:
 ///
 /// ```rust,no_run
@@ -99,7 +108,8 @@ use crate::Result;
 /// ```
 ///
 /// Its price is latency: each acquire and release waits one more round trip
-/// and the replicas' acknowledgement. On one machine that about doubles a
+/// and the replicas' acknowledgement (an acquire's pipeline of `PEXPIRE`
+/// and `WAIT` is that one round trip, as a lone `WAIT` was). On one machine that about doubles a
 /// lock and unlock (`docs/benchmarks.md`, scenario 8); across a network it
 /// adds the slowest replica's round trip. A replica that hangs while staying
 /// connected makes every write wait the whole timeout until its master drops

@@ -57,18 +57,67 @@ impl Conn {
     /// no master.
     pub(crate) async fn online_replicas(&self, key: &str) -> redis::RedisResult<u32> {
         let role = self.on_master_of(key, redis::cmd("ROLE")).await?;
-        let parts = match role {
-            Value::Array(parts) => parts,
-            _ => return Ok(0),
-        };
-        let is_master = match parts.first() {
-            Some(Value::BulkString(b)) => b.as_slice() == b"master",
-            Some(Value::SimpleString(s)) => s == "master",
-            _ => false,
-        };
-        match parts.get(2) {
-            Some(Value::Array(replicas)) if is_master => Ok(replicas.len() as u32),
-            _ => Ok(0),
+        Ok(online_in_role(role))
+    }
+
+    /// The replica sync of a grant: `PEXPIRE latch ttl_ms` and `then`
+    /// (`WAIT` or `ROLE`) in one pipeline, so on one connection, to the
+    /// master that carries `latch`'s writes (on a cluster, the master of
+    /// its slot), whatever connection carried the grant. Replies whether
+    /// the latch is on that master, and `then`'s reply.
+    ///
+    /// The latch is written with its grant, by one script: found there,
+    /// the grant is there too, and the PEXPIRE, a write of this connection
+    /// behind it in that master's replication stream, makes a `WAIT` right
+    /// behind it count only replicas that have the grant. (`WAIT` counts
+    /// the writes of the connection it is sent on: on a connection that
+    /// wrote nothing, it counts every replica online at once.)
+    ///
+    /// # Cancel safety
+    /// Cancel safe: dropped, the pipeline may still run, which only sets
+    /// the latch's TTL again.
+    pub(crate) async fn touch_latch_then(
+        &self,
+        latch: &str,
+        ttl_ms: u64,
+        then: Cmd,
+    ) -> redis::RedisResult<(bool, Value)> {
+        let mut pipe = redis::pipe();
+        pipe.cmd("PEXPIRE").arg(latch).arg(ttl_ms).add_command(then);
+        let replies = self.pipeline_on_master_of(latch, pipe).await?;
+        let mut replies = replies.into_iter().map(|reply| reply.extract_error());
+        match (replies.next(), replies.next()) {
+            (Some(touched), Some(then)) => {
+                let touched: i64 = redis::from_redis_value(touched?)?;
+                Ok((touched == 1, then?))
+            }
+            _ => Err(redis::RedisError::from((
+                redis::ErrorKind::Client,
+                "a pipeline of two commands got fewer replies",
+            ))),
+        }
+    }
+
+    /// Runs `pipe` (not atomic) where the writes to `key` go, on one
+    /// connection.
+    async fn pipeline_on_master_of(
+        &self,
+        key: &str,
+        pipe: Pipeline,
+    ) -> redis::RedisResult<Vec<Value>> {
+        let count = pipe.len();
+        match self.clone() {
+            #[cfg(feature = "cluster")]
+            Conn::Cluster(mut conn) => {
+                use redis::cluster_routing::{Route, SingleNodeRoutingInfo, SlotAddr};
+                let route = Route::new(crate::engine::keys::slot(key.as_bytes()), SlotAddr::Master);
+                conn.route_pipeline(pipe, 0, count, SingleNodeRoutingInfo::SpecificNode(route))
+                    .await
+            }
+            mut conn => {
+                let _ = key;
+                conn.req_packed_commands(&pipe, 0, count).await
+            }
         }
     }
 
@@ -90,6 +139,24 @@ impl Conn {
                 cmd.query_async(&mut conn).await
             }
         }
+    }
+}
+
+/// How many replicas a `ROLE` reply lists (those in sync with the master);
+/// 0 from a server that is no master.
+pub(crate) fn online_in_role(role: Value) -> u32 {
+    let parts = match role {
+        Value::Array(parts) => parts,
+        _ => return 0,
+    };
+    let is_master = match parts.first() {
+        Some(Value::BulkString(b)) => b.as_slice() == b"master",
+        Some(Value::SimpleString(s)) => s == "master",
+        _ => false,
+    };
+    match parts.get(2) {
+        Some(Value::Array(replicas)) if is_master => replicas.len() as u32,
+        _ => 0,
     }
 }
 

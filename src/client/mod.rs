@@ -140,6 +140,17 @@ impl Client {
     pub(crate) async fn replicated(&self, key: &str) -> Option<replicas::Replicated> {
         self.inner.replicated(key).await
     }
+
+    /// With replica sync on, how many replicas acknowledged the grant whose
+    /// acquire latch is `latch` (see `ClientInner::grant_replicated`).
+    pub(crate) async fn grant_replicated(
+        &self,
+        key: &str,
+        latch: &str,
+        latch_ttl: u64,
+    ) -> Option<replicas::Replicated> {
+        self.inner.grant_replicated(key, latch, latch_ttl).await
+    }
 }
 
 impl ClientInner {
@@ -229,7 +240,9 @@ impl Client {
     /// - A master that dies takes its slots' locks with it until its replica is
     ///   promoted (asynchronous replication: a fresh lock may be lost, as on one
     ///   server). Locks on the other masters carry on. Replica sync works here too:
-    ///   WAIT goes to the master of the lock's slot, on the connection that carried
+    ///   WAIT goes to the master of the lock's slot: an acquire's in one pipeline
+    ///   behind a write of the grant's acquire latch (so it covers the grant on
+    ///   whatever connection it came), a release's on the connection that carried
     ///   the write.
     /// - When a slot moves (a failover, a resharding), the server drops its shard
     ///   subscriptions. The client subscribes again (the cluster connection routes

@@ -286,6 +286,9 @@ struct Outcome {
     /// A send was granted, or answered that an earlier one was: the
     /// request is spent, with nothing left to settle.
     spent: bool,
+    /// Spent while replica sync is on: its latch is deleted (or closed)
+    /// when the request goes, once the grant's sync is over.
+    retire_at_drop: bool,
 }
 
 impl<T: Taken> Request<T> {
@@ -413,11 +416,26 @@ impl<T: Taken> Request<T> {
     /// nothing of it is left to settle. Its latch then only matters to
     /// sends whose replies were lost, which may still reach Redis: none,
     /// and it is deleted; some, and it stays for its TTL, [closed](close)
-    /// in the background.
+    /// in the background. With replica sync on, the grant's sync goes by
+    /// the latch (it must be on the master that answers the sync): it is
+    /// deleted or closed when the request goes, after the sync.
     pub(crate) fn spent(&self) {
-        let lost = {
+        {
             let mut outcome = self.outcome.lock().unwrap_or_else(|p| p.into_inner());
             outcome.spent = true;
+            if self.client.config().replica_sync.is_some() {
+                outcome.retire_at_drop = true;
+                return;
+            }
+        }
+        self.retire();
+    }
+
+    /// Deletes the latch of a spent request, or closes it when a send of
+    /// it got no reply (see [`Request::spent`]).
+    fn retire(&self) {
+        let lost = {
+            let outcome = self.outcome.lock().unwrap_or_else(|p| p.into_inner());
             outcome.lost.is_some()
         };
         if !lost {
@@ -433,7 +451,12 @@ impl<T: Taken> Request<T> {
 
 impl<T: Taken> Drop for Request<T> {
     fn drop(&mut self) {
-        let outcome = std::mem::take(self.outcome.get_mut().unwrap_or_else(|p| p.into_inner()));
+        let outcome = self.outcome.get_mut().unwrap_or_else(|p| p.into_inner());
+        if outcome.retire_at_drop {
+            outcome.retire_at_drop = false;
+            return self.retire();
+        }
+        let outcome = std::mem::take(outcome);
         let (false, Some(lost)) = (outcome.spent, outcome.lost.zip(outcome.lost_since)) else {
             return;
         };
@@ -473,6 +496,15 @@ impl<T: Taken> Default for RequestSlot<T> {
 }
 
 impl<T: Taken> RequestSlot<T> {
+    /// The acquire latch of the current request and its TTL (ms): after a
+    /// grant, the latch of the request granted, which the replica sync
+    /// goes by (it is kept until the request goes, see [`Request::spent`]).
+    pub(crate) fn latch(&self) -> Option<(String, u64)> {
+        let slot = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        slot.as_ref()
+            .map(|request| (request.latch.clone(), request.latch_ttl))
+    }
+
     /// [`Request::lease_start`] of the current request: when the lease of
     /// a grant answered to a send made at `sent` began, at the earliest.
     pub(crate) fn lease_start(&self, sent: Instant) -> Instant {

@@ -137,13 +137,18 @@ pub(crate) enum Synced {
 
 impl Object {
     /// With replica sync on, waits for the replicas to acknowledge the
-    /// grant just written, and says what becomes of it.
-    pub(crate) async fn synced(&self) -> Synced {
+    /// grant just answered, whose acquire latch (key, TTL in ms) is
+    /// `latch`, and says what becomes of it. The sync covers the grant
+    /// whatever connection carried it (see
+    /// `ClientInner::grant_replicated`); without a latch, it covers the
+    /// writes of the current connection.
+    pub(crate) async fn synced(&self, latch: Option<(String, u64)>) -> Synced {
         let inner = &self.client;
-        match (
-            inner.replicated(&self.name).await,
-            inner.config().replica_sync,
-        ) {
+        let verdict = match &latch {
+            Some((latch, ttl)) => inner.grant_replicated(&self.name, latch, *ttl).await,
+            None => inner.replicated(&self.name).await,
+        };
+        match (verdict, inner.config().replica_sync) {
             (Some(verdict), Some(sync)) if !verdict.enough => match sync.on_unsynced {
                 crate::config::Unsynced::Retry => Synced::Retry(sync.timeout),
                 _ => Synced::Failed(Error::NotReplicated {

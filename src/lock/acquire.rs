@@ -162,7 +162,7 @@ impl LockCore {
             return Ok(Tried::soon());
         };
         let guard = self.hold(req, sent, token, runtime);
-        self.check_replicas(guard).await
+        self.check_replicas(guard, req.slot.latch()).await
     }
 
     /// The TTL the acquire sets: the lease, or the watchdog timeout. A
@@ -308,9 +308,13 @@ impl LockCore {
 
     /// With replica sync configured: waits for the replicas to acknowledge
     /// the hold, and gives it back when too few did (then retries later or
-    /// fails, as configured).
-    async fn check_replicas(&self, guard: LockGuard) -> Result<Tried<LockGuard>> {
-        let outcome = match self.obj.synced().await {
+    /// fails, as configured); `latch` is the granted request's.
+    async fn check_replicas(
+        &self,
+        guard: LockGuard,
+        latch: Option<(String, u64)>,
+    ) -> Result<Tried<LockGuard>> {
+        let outcome = match self.obj.synced(latch).await {
             Synced::Yes => return Ok(Tried::Done(guard)),
             Synced::Retry(after) => Ok(Tried::Again(Some(after.max(SOON)))),
             Synced::Failed(err) => Err(err),

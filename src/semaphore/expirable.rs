@@ -753,7 +753,7 @@ impl PermitExpirableSemaphore {
             let (client, name) = (&self.obj.client, &self.obj.name);
             let out = PermitsOut::new(ids.clone(), lease_ms);
             let taken = Unclaimed::new(client, name, out, runtime.clone());
-            let synced = self.obj.synced().await;
+            let synced = self.obj.synced(slot.latch()).await;
             match synced {
                 // Claimed by the permits made below, with no await between.
                 Synced::Yes => taken.claim(),

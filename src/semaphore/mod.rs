@@ -457,7 +457,7 @@ impl Semaphore {
         // Given back should this attempt be dropped before it returns.
         let (client, name) = (&self.obj.client, &self.obj.name);
         let taken = Unclaimed::new(client, name, Permits(permits), runtime);
-        let synced = self.obj.synced().await;
+        let synced = self.obj.synced(slot.latch()).await;
         match synced {
             Synced::Yes => taken.claim(),
             // Only the master knows of these permits: give them back.

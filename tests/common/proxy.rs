@@ -3,8 +3,9 @@
 //! traffic (connections stay open, nothing gets through), drop every open
 //! connection, refuse new ones, lose the reply to one command (forward the command, then
 //! swallow what the server answers and cut the connection), hold the reply
-//! to one command until told, or refuse new ones right after delivering the
-//! reply to one command.
+//! to one command until told, refuse new ones right after delivering the
+//! reply to one command, cut one connection right after delivering the
+//! reply to one command, or send new connections to another server.
 //!
 //! Threads and blocking sockets only; each connection has a reader and a
 //! writer thread per direction, so a delay keeps the order of the bytes.
@@ -32,6 +33,9 @@ struct State {
     /// A pattern of the command after whose reply the server becomes
     /// unreachable (the reply is delivered first).
     refuse_after_reply_to: Mutex<Option<Vec<u8>>>,
+    /// A pattern of the command after whose reply its connection is cut
+    /// (the reply is delivered first; new connections are accepted).
+    cut_after_reply_to: Mutex<Option<Vec<u8>>>,
     /// A pattern of the command whose reply is held until released.
     hold_reply_to: Mutex<Option<Vec<u8>>>,
     /// Held replies go on.
@@ -40,6 +44,8 @@ struct State {
     open: Mutex<Vec<(TcpStream, TcpStream)>>,
     accepted: AtomicUsize,
     closed: AtomicBool,
+    /// The port new connections go to.
+    target: std::sync::atomic::AtomicU16,
 }
 
 /// A proxy listening on a free port of 127.0.0.1, forwarding to a server.
@@ -55,6 +61,7 @@ impl Proxy {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind proxy");
         let port = listener.local_addr().unwrap().port();
         let state = Arc::new(State::default());
+        state.target.store(target, Ordering::Relaxed);
         let shared = Arc::clone(&state);
         std::thread::spawn(move || {
             for client in listener.incoming() {
@@ -66,6 +73,7 @@ impl Proxy {
                     let _ = client.shutdown(Shutdown::Both);
                     continue;
                 }
+                let target = shared.target.load(Ordering::Relaxed);
                 let Ok(server) = TcpStream::connect(("127.0.0.1", target)) else {
                     let _ = client.shutdown(Shutdown::Both);
                     continue;
@@ -146,6 +154,20 @@ impl Proxy {
         *self.state.refuse_after_reply_to.lock().unwrap() = Some(pattern.as_bytes().to_vec());
     }
 
+    /// Delivers the reply to the next command whose bytes contain
+    /// `pattern`, and cuts that connection right after; new connections
+    /// are accepted as before (a client that reconnects gets through).
+    pub(crate) fn cut_after_reply_to(&self, pattern: &str) {
+        *self.state.cut_after_reply_to.lock().unwrap() = Some(pattern.as_bytes().to_vec());
+    }
+
+    /// Sends new connections to `127.0.0.1:port` from now on (open ones
+    /// stay with the server they reached): a failover, as a client behind
+    /// one address sees it.
+    pub(crate) fn retarget(&self, port: u16) {
+        self.state.target.store(port, Ordering::Relaxed);
+    }
+
     /// Holds the reply to the next command whose bytes contain `pattern`
     /// (and what follows it on that connection) until
     /// [`Proxy::release_held`]: the command reaches the server, its caller
@@ -201,6 +223,9 @@ fn connect(state: &Arc<State>, client: TcpStream, server: TcpStream) {
     let refuse_after = Arc::new(AtomicBool::new(false));
     // Set by it when it forwarded the command whose reply is held.
     let hold = Arc::new(AtomicBool::new(false));
+    // Set by it when it forwarded the command after whose reply the
+    // connection is cut.
+    let cut_after = Arc::new(AtomicBool::new(false));
     let cut = {
         let (client, server) = (client.try_clone().unwrap(), server.try_clone().unwrap());
         move || {
@@ -218,6 +243,7 @@ fn connect(state: &Arc<State>, client: TcpStream, server: TcpStream) {
             swallow: Arc::clone(&swallow),
             refuse_after: Arc::clone(&refuse_after),
             hold: Arc::clone(&hold),
+            cut_after: Arc::clone(&cut_after),
         },
         Arc::clone(&cut),
     );
@@ -225,6 +251,7 @@ fn connect(state: &Arc<State>, client: TcpStream, server: TcpStream) {
         swallow,
         refuse_after,
         hold,
+        cut_after,
     };
     pump(state, server, client, Direction::ToClient, flags, cut);
 }
@@ -238,6 +265,19 @@ struct Flags {
     refuse_after: Arc<AtomicBool>,
     /// Hold its reply until released.
     hold: Arc<AtomicBool>,
+    /// Cut the connection once its reply is delivered.
+    cut_after: Arc<AtomicBool>,
+}
+
+/// What the writer does once a chunk is written.
+#[derive(Clone, Copy, PartialEq)]
+enum Then {
+    /// Goes on.
+    Go,
+    /// Makes the server unreachable.
+    Refuse,
+    /// Cuts this connection.
+    Cut,
 }
 
 /// Makes the server unreachable: cuts every connection, refuses new ones.
@@ -279,9 +319,10 @@ fn pump(
         swallow,
         refuse_after,
         hold,
+        cut_after,
     } = flags;
-    // Each chunk with when to write it, and whether to refuse after it.
-    let (tx, rx) = mpsc::channel::<(Instant, Vec<u8>, bool)>();
+    // Each chunk with when to write it, and what to do after it.
+    let (tx, rx) = mpsc::channel::<(Instant, Vec<u8>, Then)>();
     let writer_state = Arc::clone(state);
     let reader_state = Arc::clone(state);
     let reader_cut = Arc::clone(&cut);
@@ -320,6 +361,12 @@ fn pump(
                         hold.store(true, Ordering::Relaxed);
                     }
                     drop(armed);
+                    let mut armed = state.cut_after_reply_to.lock().unwrap();
+                    if armed.as_ref().is_some_and(|p| found(p)) {
+                        *armed = None;
+                        cut_after.store(true, Ordering::Relaxed);
+                    }
+                    drop(armed);
                     let mut both = seen;
                     both.extend_from_slice(&chunk);
                     tail = both.split_off(both.len().saturating_sub(TAIL));
@@ -347,18 +394,24 @@ fn pump(
                     }
                 }
             }
-            let then_refuse =
-                direction == Direction::ToClient && refuse_after.swap(false, Ordering::Relaxed);
+            let to_client = direction == Direction::ToClient;
+            let then = if to_client && refuse_after.swap(false, Ordering::Relaxed) {
+                Then::Refuse
+            } else if to_client && cut_after.swap(false, Ordering::Relaxed) {
+                Then::Cut
+            } else {
+                Then::Go
+            };
             let at =
                 Instant::now() + Duration::from_micros(state.latency_us.load(Ordering::Relaxed));
-            if tx.send((at, chunk, then_refuse)).is_err() {
+            if tx.send((at, chunk, then)).is_err() {
                 break;
             }
         }
         reader_cut();
     });
     std::thread::spawn(move || {
-        for (at, chunk, then_refuse) in rx {
+        for (at, chunk, then) in rx {
             let now = Instant::now();
             if at > now {
                 std::thread::sleep(at - now);
@@ -366,9 +419,16 @@ fn pump(
             if to.write_all(&chunk).is_err() {
                 break;
             }
-            if then_refuse {
-                let _ = to.flush();
-                refuse_now(&writer_state);
+            match then {
+                Then::Go => {}
+                Then::Refuse => {
+                    let _ = to.flush();
+                    refuse_now(&writer_state);
+                }
+                Then::Cut => {
+                    let _ = to.flush();
+                    break;
+                }
             }
         }
         cut();
