@@ -179,7 +179,7 @@ impl LockCore {
                 return 0;
             }
             Guards::get()
-                .lease_left(&req.key)
+                .lease_left(&req.key, None)
                 .map_or(0, |left| left.as_millis() as u64)
         };
         match req.lease_ms {

@@ -1,6 +1,8 @@
 //! The live guards of each (lock, owner) on one client.
 //!
-//! Every guard has a [`Slot`] here while it lives. Two things need them:
+//! Every guard has a [`Slot`] here while it lives, and after its release
+//! (claimed) until the release was answered and its hold no longer keeps
+//! the key alive. Three things need them:
 //!
 //! - [`Lock::unlock`](crate::Lock::unlock), Redisson's `unlock()`, releases
 //!   one hold of its owner without a guard. When a guard of that owner is
@@ -12,15 +14,23 @@
 //!   only leased holds of the owner, the TTL it sets is the longest lease
 //!   they still have (see [`Guards::lease_left`]), and an acquire never sets
 //!   one shorter than that: no hold expires before its own lease says.
+//!   A hold whose release is still on its way (claimed, not yet answered)
+//!   is still in Redis, and counts too, as does the TTL a release that
+//!   left holds set.
+//! - A release stands by every hold of its owner that shares the key with
+//!   it ([`Standing`]): the owner's holds share one key, so the released
+//!   hold's count lives in it as long as any of them keeps the key alive,
+//!   not only as long as its own lease. A release resent after a failed
+//!   connection goes on while any of them stands.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, LazyLock, Mutex};
+use std::sync::{Arc, LazyLock, Mutex, OnceLock};
 use std::time::Duration;
 
 use dashmap::DashMap;
 use tokio::time::Instant;
 
-use crate::engine::watchdog::{HoldKey, LeaseState};
+use crate::engine::watchdog::{HoldKey, LeaseState, Registry};
 
 /// One live guard's hold, as its owner's other calls see it.
 #[derive(Debug)]
@@ -30,6 +40,23 @@ pub(crate) struct Slot {
     claimed: AtomicBool,
     /// The hold's lease, which `extend` and `keep_alive` change.
     lease: Mutex<SlotLease>,
+    /// What keeps the key once its release was answered.
+    after: Mutex<After>,
+    /// Its release's [`Standing`], once claimed and prepared: the holds
+    /// acquired while that release may still be sent join it.
+    standing: OnceLock<Arc<Standing>>,
+}
+
+/// How a hold keeps its owner's key alive, by this process's clock.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum After {
+    /// Held (its release not answered yet): by its lease.
+    Held,
+    /// Released, holds of the owner remaining: the release set the key's
+    /// TTL, which lasts at least until then.
+    Kept(Instant),
+    /// Released as the owner's last hold, or given up: not at all.
+    Gone,
 }
 
 /// How long a hold lasts: its lease (`None`: the watchdog's) and state.
@@ -44,7 +71,62 @@ impl Slot {
         Arc::new(Slot {
             claimed: AtomicBool::new(false),
             lease: Mutex::new(SlotLease { lease_ms, state }),
+            after: Mutex::new(After::Held),
+            standing: OnceLock::new(),
         })
+    }
+
+    /// Records how the key stands after this hold's release.
+    pub(crate) fn released(&self, after: After) {
+        *self
+            .after
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()) = after;
+    }
+
+    fn after(&self) -> After {
+        *self
+            .after
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Until when this hold surely keeps its owner's key alive, by this
+    /// process's clock; `watched`: the lease the watchdog keeps the key by
+    /// (it renews the key to its own TTL, which a leased hold inside it
+    /// cannot count on).
+    fn keeps_key_until(&self, watched: Option<&LeaseState>) -> Option<Instant> {
+        match self.after() {
+            After::Held => {
+                let lease = self.lease();
+                let state = match (lease.lease_ms, watched) {
+                    (Some(_), Some(watched)) => watched,
+                    _ => &*lease.state,
+                };
+                (!state.is_lost()).then(|| state.deadline())
+            }
+            After::Kept(until) => Some(until),
+            After::Gone => None,
+        }
+    }
+
+    /// Whether this slot is still needed among its owner's: live, keeping
+    /// the key alive, or its release unanswered and standing (later grants
+    /// join it).
+    fn wanted(&self, registry: &Registry, watched: Option<&LeaseState>, at: Instant) -> bool {
+        !self.is_claimed()
+            || self.keeps_key_at(watched, at)
+            || (matches!(self.after(), After::Held)
+                && self
+                    .standing
+                    .get()
+                    .is_some_and(|standing| standing.stands_at(registry, at)))
+    }
+
+    /// Whether this hold surely keeps its owner's key alive at `at`.
+    fn keeps_key_at(&self, watched: Option<&LeaseState>, at: Instant) -> bool {
+        self.keeps_key_until(watched)
+            .is_some_and(|until| at < until)
     }
 
     /// Takes the right to release this hold; false when it was taken
@@ -72,6 +154,56 @@ impl Slot {
     }
 }
 
+/// What the release of one hold stands by: the holds of its owner that
+/// shared the key with it, its own first. Two holds of an owner that both
+/// surely stand at one instant are in the same key (it never expired
+/// between them), so the released hold's count stays in the key as long as
+/// any of them keeps it alive: the release may be sent (and resent) until
+/// then, and not after (the key may be gone then, and a new hold of the
+/// owner, in a new key, would be taken by it). A hold joins when it stands
+/// together with one that did: the live and unanswered holds of the owner
+/// when the release is prepared, and each later grant of the owner while
+/// the release still stands.
+#[derive(Debug)]
+pub(crate) struct Standing {
+    key: HoldKey,
+    holds: Mutex<Vec<Arc<Slot>>>,
+}
+
+impl Standing {
+    /// Whether the key surely stands at `at`, by any of the holds.
+    pub(crate) fn stands_at(&self, registry: &Registry, at: Instant) -> bool {
+        let watched = registry.lease_of(&self.key);
+        self.holds
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .iter()
+            .any(|slot| slot.keeps_key_at(watched.as_deref(), at))
+    }
+
+    /// The latest instant the key surely stands until by the holds, as
+    /// known now; `None` when none keeps it.
+    pub(crate) fn deadline(&self, registry: &Registry) -> Option<Instant> {
+        let watched = registry.lease_of(&self.key);
+        self.holds
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .iter()
+            .filter_map(|slot| slot.keeps_key_until(watched.as_deref()))
+            .max()
+    }
+
+    fn join(&self, slot: &Arc<Slot>) {
+        let mut holds = self
+            .holds
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if !holds.iter().any(|s| Arc::ptr_eq(s, slot)) {
+            holds.push(Arc::clone(slot));
+        }
+    }
+}
+
 /// The live guards of every (lock, owner) of this process, oldest first.
 /// An owner's field names its client's id, so the clients of a process
 /// share the map without meeting in it; an entry goes with its last guard.
@@ -86,11 +218,73 @@ impl Guards {
         &GUARDS
     }
 
-    pub(crate) fn add(&self, key: &HoldKey, slot: &Arc<Slot>) {
-        self.0
-            .entry(key.clone())
-            .or_default()
-            .push(Arc::clone(slot));
+    /// A new guard's hold, granted by now: it joins the releases of its
+    /// owner that still stand (see [`Standing`]).
+    pub(crate) fn add(&self, key: &HoldKey, slot: &Arc<Slot>, registry: &Registry) {
+        let now = Instant::now();
+        let mut slots = self.0.entry(key.clone()).or_default();
+        let watched = registry.lease_of(key);
+        slots.retain(|s| s.wanted(registry, watched.as_deref(), now));
+        for standing in slots.iter().filter_map(|s| s.standing.get()) {
+            if standing.stands_at(registry, now) {
+                standing.join(slot);
+            }
+        }
+        slots.push(Arc::clone(slot));
+    }
+
+    /// The standing of `slot`'s release (see [`Standing`]), claimed by the
+    /// caller: `slot` and the holds of `key` that surely keep the key alive
+    /// now; later grants join it while it stands.
+    pub(crate) fn standing(
+        &self,
+        key: &HoldKey,
+        slot: &Arc<Slot>,
+        registry: &Registry,
+    ) -> Arc<Standing> {
+        let now = Instant::now();
+        let watched = registry.lease_of(key);
+        let mut holds = vec![Arc::clone(slot)];
+        if let Some(slots) = self.0.get(key) {
+            holds.extend(
+                slots
+                    .iter()
+                    .filter(|s| !Arc::ptr_eq(s, slot))
+                    .filter(|s| s.keeps_key_at(watched.as_deref(), now))
+                    .cloned(),
+            );
+        }
+        let standing = Arc::new(Standing {
+            key: key.clone(),
+            holds: Mutex::new(holds),
+        });
+        let _ = slot.standing.set(Arc::clone(&standing));
+        standing
+    }
+
+    /// Records how `slot`'s claimed hold left the key once its release was
+    /// answered (or given up), and forgets the released holds that no
+    /// longer keep the key alive: all of them when this one was the
+    /// owner's last (the key is gone, or no longer the owner's).
+    pub(crate) fn finish(
+        &self,
+        key: &HoldKey,
+        slot: &Arc<Slot>,
+        after: After,
+        last: bool,
+        registry: &Registry,
+    ) {
+        slot.released(after);
+        let now = Instant::now();
+        let watched = registry.lease_of(key);
+        self.0.remove_if_mut(key, |_, slots| {
+            let answered = |s: &Arc<Slot>| s.is_claimed() && !matches!(s.after(), After::Held);
+            slots.retain(|s| {
+                let gone = Arc::ptr_eq(s, slot) || (last && answered(s));
+                !gone && s.wanted(registry, watched.as_deref(), now)
+            });
+            slots.is_empty()
+        });
     }
 
     /// Forgets `slot`; the entry goes with its last slot.
@@ -103,34 +297,33 @@ impl Guards {
         });
     }
 
-    /// Claims and forgets the newest live guard of `key`: its hold is the
-    /// caller's to release.
+    /// Claims the newest live guard of `key`: its hold is the caller's to
+    /// release (it stays here until its release was answered, see
+    /// [`Guards::lease_left`]).
     pub(crate) fn claim_newest(&self, key: &HoldKey) -> Option<Arc<Slot>> {
-        let mut claimed = None;
-        self.0.remove_if_mut(key, |_, slots| {
-            while let Some(slot) = slots.pop() {
-                if slot.claim() {
-                    claimed = Some(slot);
-                    break;
-                }
-            }
-            slots.is_empty()
-        });
-        claimed
+        let slots = self.0.get(key)?;
+        slots.iter().rev().find(|slot| slot.claim()).cloned()
     }
 
-    /// The longest lease the live leased holds of `key` still have by this
-    /// process's clock (zero when they all ran out); `None` when it has
-    /// no live leased guard.
-    pub(crate) fn lease_left(&self, key: &HoldKey) -> Option<Duration> {
+    /// The longest lease the leased holds of `key` still have by this
+    /// process's clock (zero when they all ran out), `except` the one being
+    /// released: the live ones, those whose release was not answered yet,
+    /// and the TTL a release that left holds set; `None` when it has none.
+    pub(crate) fn lease_left(&self, key: &HoldKey, except: Option<&Arc<Slot>>) -> Option<Duration> {
         let slots = self.0.get(key)?;
         let now = Instant::now();
         slots
             .iter()
-            .filter(|slot| !slot.is_claimed())
-            .map(|slot| slot.lease())
-            .filter(|lease| lease.lease_ms.is_some())
-            .map(|lease| lease.state.deadline().saturating_duration_since(now))
+            .filter(|slot| except.is_none_or(|except| !Arc::ptr_eq(slot, except)))
+            .filter_map(|slot| match slot.after() {
+                After::Held => {
+                    let lease = slot.lease();
+                    lease.lease_ms.map(|_| lease.state.deadline())
+                }
+                After::Kept(until) => Some(until),
+                After::Gone => None,
+            })
+            .map(|until| until.saturating_duration_since(now))
             .max()
     }
 }
