@@ -546,24 +546,7 @@ impl Release {
             .instrument(span)
             .await;
         // How the key stands now, for the releases that stand by this hold.
-        let (after, last) = match &answer {
-            // Holds of the owner remain, the key's TTL reset to `lease_ms`
-            // by a send that went no earlier than the first (a read hold's
-            // hash lives as its longest read hold instead).
-            Ok(Answer {
-                reply: 0,
-                first_sent,
-            }) if self.kind.holds_share_ttl() => {
-                let lease = Duration::from_millis(self.lease_ms);
-                (
-                    After::Kept(*first_sent + lease - drift_margin(lease)),
-                    false,
-                )
-            }
-            Ok(Answer { reply: 0, .. }) => (After::Gone, false),
-            Ok(_) => (After::Gone, true),
-            Err(_) => (After::Gone, false),
-        };
+        let (after, last) = settled(self.kind, self.lease_ms, &answer);
         Guards::get().finish(&self.key, &self.slot, after, last, self.client.registry());
         match answer.map(|_| ()) {
             // Redis let the hold go while the release was on its way: by
@@ -576,6 +559,65 @@ impl Release {
             }
             released => released,
         }
+    }
+}
+
+/// Gives back one hold of `owner` on `name` that no guard owned (an
+/// acquire's grant its caller never got), taken by a send at `since` or
+/// later with a TTL of `ttl_ms`, resending as `resend` says. It stands by
+/// its own lease from `since`, and by the owner's holds of the lock that
+/// share the key with it (see [`Standing`]): granted before `since`, they
+/// kept the key that its grant joined, whenever it ran.
+pub(crate) async fn give_back_hold(
+    client: &Client,
+    kind: Kind,
+    key: &HoldKey,
+    ttl_ms: u64,
+    since: Instant,
+    resend: Resend,
+) -> Result<()> {
+    let slot = Slot::given_back(ttl_ms, since);
+    let registry = client.registry();
+    let standing = Guards::get().standing(key, &slot, registry);
+    let request_id = client.request_id();
+    let call = ReleaseCall {
+        kind,
+        name: &key.name,
+        owner: &key.field,
+        lease_ms: ttl_ms,
+        request_id: &request_id,
+        stands: Some(&StandingOf {
+            standing: &standing,
+            registry,
+        }),
+        keep_until: None,
+    };
+    let answer = release_hold_as(client, client.conn(), &call, resend).await;
+    let (after, last) = settled(kind, ttl_ms, &answer);
+    Guards::get().finish(key, &slot, after, last, registry);
+    answer.map(|_| ())
+}
+
+/// How a release's answer leaves the key, for the releases that stand by
+/// its hold: and whether it was the owner's last hold.
+fn settled(kind: Kind, lease_ms: u64, answer: &Result<Answer>) -> (After, bool) {
+    match answer {
+        // Holds of the owner remain, the key's TTL reset to `lease_ms` by
+        // a send that went no earlier than the first (a read hold's hash
+        // lives as its longest read hold instead).
+        Ok(Answer {
+            reply: 0,
+            first_sent,
+        }) if kind.holds_share_ttl() => {
+            let lease = Duration::from_millis(lease_ms);
+            (
+                After::Kept(*first_sent + lease - drift_margin(lease)),
+                false,
+            )
+        }
+        Ok(Answer { reply: 0, .. }) => (After::Gone, false),
+        Ok(_) => (After::Gone, true),
+        Err(_) => (After::Gone, false),
     }
 }
 

@@ -45,6 +45,10 @@ pub(crate) struct Slot {
     /// Its release's [`Standing`], once claimed and prepared: the holds
     /// acquired while that release may still be sent join it.
     standing: OnceLock<Arc<Standing>>,
+    /// When the hold was surely granted by: the reply of its acquire (for
+    /// a hold given back that no guard owned, the first send that may have
+    /// taken it, where it was granted no earlier).
+    granted: Instant,
 }
 
 /// How a hold keeps its owner's key alive, by this process's clock.
@@ -73,6 +77,24 @@ impl Slot {
             lease: Mutex::new(SlotLease { lease_ms, state }),
             after: Mutex::new(After::Held),
             standing: OnceLock::new(),
+            granted: Instant::now(),
+        })
+    }
+
+    /// The slot of a hold no guard owned (an acquire's grant its caller
+    /// never got), claimed for its give-back: taken by a send at `since` or
+    /// later, with a TTL of `lease_ms` from then.
+    pub(crate) fn given_back(lease_ms: u64, since: Instant) -> Arc<Slot> {
+        let state = LeaseState::leased(since + Duration::from_millis(lease_ms));
+        Arc::new(Slot {
+            claimed: AtomicBool::new(true),
+            lease: Mutex::new(SlotLease {
+                lease_ms: Some(lease_ms),
+                state,
+            }),
+            after: Mutex::new(After::Held),
+            standing: OnceLock::new(),
+            granted: since,
         })
     }
 
@@ -235,7 +257,11 @@ impl Guards {
 
     /// The standing of `slot`'s release (see [`Standing`]), claimed by the
     /// caller: `slot` and the holds of `key` that surely keep the key alive
-    /// now; later grants join it while it stands.
+    /// now, if `slot` does too, or else that were granted before `slot` (so
+    /// kept the key from then on: `slot`'s grant, whenever it ran, joined
+    /// them); later grants join it while it stands. A `slot` not among the
+    /// guards (a give-back's) is added to them, for them to join and for
+    /// the TTLs set meanwhile to count with its lease.
     pub(crate) fn standing(
         &self,
         key: &HoldKey,
@@ -244,21 +270,25 @@ impl Guards {
     ) -> Arc<Standing> {
         let now = Instant::now();
         let watched = registry.lease_of(key);
+        let stands = slot.keeps_key_at(watched.as_deref(), now);
         let mut holds = vec![Arc::clone(slot)];
-        if let Some(slots) = self.0.get(key) {
-            holds.extend(
-                slots
-                    .iter()
-                    .filter(|s| !Arc::ptr_eq(s, slot))
-                    .filter(|s| s.keeps_key_at(watched.as_deref(), now))
-                    .cloned(),
-            );
-        }
+        let mut slots = self.0.entry(key.clone()).or_default();
+        holds.extend(
+            slots
+                .iter()
+                .filter(|s| !Arc::ptr_eq(s, slot))
+                .filter(|s| stands || s.granted <= slot.granted)
+                .filter(|s| s.keeps_key_at(watched.as_deref(), now))
+                .cloned(),
+        );
         let standing = Arc::new(Standing {
             key: key.clone(),
             holds: Mutex::new(holds),
         });
         let _ = slot.standing.set(Arc::clone(&standing));
+        if !slots.iter().any(|s| Arc::ptr_eq(s, slot)) {
+            slots.push(Arc::clone(slot));
+        }
         standing
     }
 
