@@ -245,8 +245,11 @@
 //!   hold's release set: the owner's holds share one key, so the released
 //!   hold's count lives as long as any of them keeps the key (a dropped
 //!   watchdog hold beside a 60 s leased one, its own lease run out in an
-//!   outage, is still released once the network is back). Past all of
-//!   them: the
+//!   outage, is still released once the network is back). A give-back
+//!   stands by the owner's holds granted before its first send that still
+//!   keep the key (a read re-entry whose grant is found after its own 3 s
+//!   watchdog lease, inside a 60 s leased read hold, is still given back).
+//!   Past all of them: the
 //!   hold may be gone by then, and its owner may hold the lock anew, which
 //!   a late release would take, Redis counting holds per owner, not per
 //!   acquire. The hold, if it still stands, ends with its lease. One case
