@@ -96,7 +96,7 @@ impl LockGuard {
         runtime: Handle,
     ) -> LockGuard {
         let slot = Slot::new(lease_ms, Arc::clone(&lease));
-        Guards::get().add(&key, &slot, client.registry());
+        Guards::get().add(&key, &slot, client.registry(), kind == Kind::Read);
         LockGuard {
             hold: Some(Hold {
                 client,
@@ -499,7 +499,7 @@ impl Release {
             lease.lease_ms.unwrap_or(watchdog_ms)
         };
         let request_id = client.request_id();
-        let standing = Guards::get().standing(&key, &slot, client.registry());
+        let standing = Guards::get().standing(&key, &slot, client.registry(), kind == Kind::Read);
         Ok(Release {
             client,
             kind,
@@ -566,8 +566,8 @@ impl Release {
 /// acquire's grant its caller never got), taken by a send at `since` or
 /// later with a TTL of `ttl_ms`, resending as `resend` says. It stands by
 /// its own lease from `since`, and by the owner's holds of the lock that
-/// share the key with it (see [`Standing`]): granted before `since`, they
-/// kept the key that its grant joined, whenever it ran.
+/// share the key with it (see [`Standing`]): granted before that lease
+/// ended, they shared the key with it, whichever grant ran first.
 pub(crate) async fn give_back_hold(
     client: &Client,
     kind: Kind,
@@ -578,7 +578,7 @@ pub(crate) async fn give_back_hold(
 ) -> Result<()> {
     let slot = Slot::given_back(ttl_ms, since);
     let registry = client.registry();
-    let standing = Guards::get().standing(key, &slot, registry);
+    let standing = Guards::get().standing(key, &slot, registry, kind == Kind::Read);
     let request_id = client.request_id();
     let call = ReleaseCall {
         kind,

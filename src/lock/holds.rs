@@ -188,40 +188,36 @@ impl Slot {
 /// the release still stands.
 #[derive(Debug)]
 pub(crate) struct Standing {
-    key: HoldKey,
-    holds: Mutex<Vec<Arc<Slot>>>,
+    /// The holds, each with its (lock, owner): its own, and for a read
+    /// hold, other owners' read holds too (a read lock's hash, and every
+    /// owner's count in it, lives as long as any read hold).
+    holds: Mutex<Vec<(HoldKey, Arc<Slot>)>>,
 }
 
 impl Standing {
     /// Whether the key surely stands at `at`, by any of the holds.
     pub(crate) fn stands_at(&self, registry: &Registry, at: Instant) -> bool {
-        let watched = registry.lease_of(&self.key);
-        self.holds
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .iter()
-            .any(|slot| slot.keeps_key_at(watched.as_deref(), at))
+        self.deadline(registry).is_some_and(|until| at < until)
     }
 
     /// The latest instant the key surely stands until by the holds, as
     /// known now; `None` when none keeps it.
     pub(crate) fn deadline(&self, registry: &Registry) -> Option<Instant> {
-        let watched = registry.lease_of(&self.key);
         self.holds
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
             .iter()
-            .filter_map(|slot| slot.keeps_key_until(watched.as_deref()))
+            .filter_map(|(key, slot)| slot.keeps_key_until(registry.lease_of(key).as_deref()))
             .max()
     }
 
-    fn join(&self, slot: &Arc<Slot>) {
+    fn join(&self, key: &HoldKey, slot: &Arc<Slot>) {
         let mut holds = self
             .holds
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
-        if !holds.iter().any(|s| Arc::ptr_eq(s, slot)) {
-            holds.push(Arc::clone(slot));
+        if !holds.iter().any(|(_, s)| Arc::ptr_eq(s, slot)) {
+            holds.push((key.clone(), Arc::clone(slot)));
         }
     }
 }
@@ -240,49 +236,90 @@ impl Guards {
         &GUARDS
     }
 
+    /// The slots of the other owners' holds of `key`'s lock that share its
+    /// key when `shared` (a read lock's hash: every owner's read holds),
+    /// with their keys; none otherwise. Taken before any entry is locked.
+    fn neighbours(&self, key: &HoldKey, shared: bool) -> Vec<(HoldKey, Arc<Slot>)> {
+        if !shared {
+            return Vec::new();
+        }
+        self.0
+            .iter()
+            .filter(|e| e.key().name == key.name && e.key() != key)
+            .filter(|e| !e.key().field.ends_with(":write"))
+            .flat_map(|e| {
+                let k = e.key().clone();
+                e.value()
+                    .iter()
+                    .map(|s| (k.clone(), Arc::clone(s)))
+                    .collect::<Vec<_>>()
+            })
+            .collect()
+    }
+
     /// A new guard's hold, granted by now: it joins the releases of its
-    /// owner that still stand (see [`Standing`]).
-    pub(crate) fn add(&self, key: &HoldKey, slot: &Arc<Slot>, registry: &Registry) {
+    /// owner that still stand (see [`Standing`]), and when `shared` (a read
+    /// hold), those of the other owners' read holds of the lock.
+    pub(crate) fn add(&self, key: &HoldKey, slot: &Arc<Slot>, registry: &Registry, shared: bool) {
         let now = Instant::now();
+        for (_, other) in self.neighbours(key, shared) {
+            if let Some(standing) = other.standing.get() {
+                if standing.stands_at(registry, now) {
+                    standing.join(key, slot);
+                }
+            }
+        }
         let mut slots = self.0.entry(key.clone()).or_default();
         let watched = registry.lease_of(key);
         slots.retain(|s| s.wanted(registry, watched.as_deref(), now));
         for standing in slots.iter().filter_map(|s| s.standing.get()) {
             if standing.stands_at(registry, now) {
-                standing.join(slot);
+                standing.join(key, slot);
             }
         }
         slots.push(Arc::clone(slot));
     }
 
     /// The standing of `slot`'s release (see [`Standing`]), claimed by the
-    /// caller: `slot` and the holds of `key` that surely keep the key alive
-    /// now, if `slot` does too, or else that were granted before `slot` (so
-    /// kept the key from then on: `slot`'s grant, whenever it ran, joined
-    /// them); later grants join it while it stands. A `slot` not among the
-    /// guards (a give-back's) is added to them, for them to join and for
-    /// the TTLs set meanwhile to count with its lease.
+    /// caller: `slot` and the holds of `key` (and when `shared`, a read
+    /// hold, the other owners' read holds of the lock) that surely keep the
+    /// key alive now and were granted before `slot`'s own lease ended (a
+    /// give-back's may have ended before it is sent: a hold granted while
+    /// it ran shared the key with it, whichever grant ran first, and kept
+    /// it since); later grants join it while it stands. A `slot` not among
+    /// the guards (a give-back's) is added to them, for them to join and
+    /// for the TTLs set meanwhile to count with its lease.
     pub(crate) fn standing(
         &self,
         key: &HoldKey,
         slot: &Arc<Slot>,
         registry: &Registry,
+        shared: bool,
     ) -> Arc<Standing> {
         let now = Instant::now();
-        let watched = registry.lease_of(key);
-        let stands = slot.keeps_key_at(watched.as_deref(), now);
-        let mut holds = vec![Arc::clone(slot)];
+        // Until when `slot`'s own lease kept the key, counted from its
+        // grant's send: a hold granted before then (a reply received) met
+        // its count in the key, or its grant, if later, met that hold's.
+        let own = slot.lease().state.deadline();
+        let joins = |k: &HoldKey, s: &Arc<Slot>| {
+            !Arc::ptr_eq(s, slot)
+                && s.granted < own
+                && s.keeps_key_at(registry.lease_of(k).as_deref(), now)
+        };
+        let mut holds = vec![(key.clone(), Arc::clone(slot))];
+        holds.extend(
+            self.neighbours(key, shared)
+                .into_iter()
+                .filter(|(k, s)| joins(k, s)),
+        );
         let mut slots = self.0.entry(key.clone()).or_default();
         holds.extend(
             slots
                 .iter()
-                .filter(|s| !Arc::ptr_eq(s, slot))
-                .filter(|s| stands || s.granted <= slot.granted)
-                .filter(|s| s.keeps_key_at(watched.as_deref(), now))
-                .cloned(),
+                .filter(|s| joins(key, s))
+                .map(|s| (key.clone(), Arc::clone(s))),
         );
         let standing = Arc::new(Standing {
-            key: key.clone(),
             holds: Mutex::new(holds),
         });
         let _ = slot.standing.set(Arc::clone(&standing));
