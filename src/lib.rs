@@ -246,9 +246,12 @@
 //!   hold's count lives as long as any of them keeps the key (a dropped
 //!   watchdog hold beside a 60 s leased one, its own lease run out in an
 //!   outage, is still released once the network is back). A give-back
-//!   stands by the owner's holds granted before its first send that still
-//!   keep the key (a read re-entry whose grant is found after its own 3 s
-//!   watchdog lease, inside a 60 s leased read hold, is still given back).
+//!   stands by the owner's holds granted before its own lease (from its
+//!   first send) ended that still keep the key (a read re-entry whose
+//!   grant is found after its own 3 s watchdog lease, inside a 60 s leased
+//!   read hold, is still given back). A read lock's hash, with every
+//!   owner's count in it, lives as long as any read hold: a read hold's
+//!   release stands by every owner's read holds of the lock on its client.
 //!   Past all of them: the
 //!   hold may be gone by then, and its owner may hold the lock anew, which
 //!   a late release would take, Redis counting holds per owner, not per
