@@ -173,7 +173,10 @@ pub(crate) async fn release_hold_as(
                     until = until.max(renewed);
                 }
                 // Nor before the holds it stands by have surely ended (a
-                // grant of the owner that joined it since moves that on).
+                // grant of the owner that joined it since, or a release
+                // that left holds, moves that on: like a renewal, only by a
+                // call that got through, when this release's resends do
+                // too, so a send that ran wrote a latch they still meet).
                 if let Some(deadline) = stands.and_then(|s| s.deadline()) {
                     until = until.max(surely_ended(config, deadline, Duration::ZERO));
                 }
