@@ -180,7 +180,7 @@ impl LockCore {
                 return 0;
             }
             Guards::get()
-                .lease_left(&req.key, None)
+                .lease_left(&req.key)
                 .map_or(0, |left| left.as_millis() as u64)
         };
         match req.lease_ms {

@@ -460,8 +460,7 @@ impl Release {
     /// it. A release that leaves only leased holds sets the TTL to the
     /// longest lease they still have: when their leases all ran out
     /// meanwhile, the key expires at once, so nothing outlives the leases
-    /// that asked for it. (The holds whose release is on its way count
-    /// among them until it was answered: they are still in Redis.)
+    /// that asked for it.
     ///
     /// # Errors
     /// [`Error::LeaseLost`] when the lease is known lost and no watchdog
@@ -492,7 +491,7 @@ impl Release {
         let watchdog_ms = client.config().watchdog_timeout.as_millis() as u64;
         let lease_ms = if watched {
             watchdog_ms
-        } else if let Some(left) = Guards::get().lease_left(&key, Some(&slot)) {
+        } else if let Some(left) = Guards::get().lease_left(&key) {
             // At least 1 ms: `PEXPIRE 0` would delete the key.
             (left.as_millis() as u64).max(1)
         } else {

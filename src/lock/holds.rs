@@ -14,9 +14,6 @@
 //!   only leased holds of the owner, the TTL it sets is the longest lease
 //!   they still have (see [`Guards::lease_left`]), and an acquire never sets
 //!   one shorter than that: no hold expires before its own lease says.
-//!   A hold whose release is still on its way (claimed, not yet answered)
-//!   is still in Redis, and counts too, as does the TTL a release that
-//!   left holds set.
 //! - A release stands by every hold of its owner that shares the key with
 //!   it ([`Standing`]): the owner's holds share one key, so the released
 //!   hold's count lives in it as long as any of them keeps the key alive,
@@ -342,6 +339,15 @@ impl Guards {
         registry: &Registry,
     ) {
         slot.released(after);
+        // The TTL this answer set is the one in force: a hold released
+        // before it no longer keeps the key by the TTL its release set.
+        if let Some(slots) = self.0.get(key) {
+            for s in slots.iter().filter(|s| !Arc::ptr_eq(s, slot)) {
+                if matches!(s.after(), After::Kept(_)) {
+                    s.released(After::Gone);
+                }
+            }
+        }
         let now = Instant::now();
         let watched = registry.lease_of(key);
         self.0.remove_if_mut(key, |_, slots| {
@@ -372,24 +378,19 @@ impl Guards {
         slots.iter().rev().find(|slot| slot.claim()).cloned()
     }
 
-    /// The longest lease the leased holds of `key` still have by this
-    /// process's clock (zero when they all ran out), `except` the one being
-    /// released: the live ones, those whose release was not answered yet,
-    /// and the TTL a release that left holds set; `None` when it has none.
-    pub(crate) fn lease_left(&self, key: &HoldKey, except: Option<&Arc<Slot>>) -> Option<Duration> {
+    /// The longest lease the live leased holds of `key` still have by this
+    /// process's clock (zero when they all ran out); `None` when it has
+    /// no live leased guard. (Not those whose release is on its way: a
+    /// hold whose release then fails stays no longer than it would have.)
+    pub(crate) fn lease_left(&self, key: &HoldKey) -> Option<Duration> {
         let slots = self.0.get(key)?;
         let now = Instant::now();
         slots
             .iter()
-            .filter(|slot| except.is_none_or(|except| !Arc::ptr_eq(slot, except)))
-            .filter_map(|slot| match slot.after() {
-                After::Held => {
-                    let lease = slot.lease();
-                    lease.lease_ms.map(|_| lease.state.deadline())
-                }
-                After::Kept(until) => Some(until),
-                After::Gone => None,
-            })
+            .filter(|slot| !slot.is_claimed())
+            .map(|slot| slot.lease())
+            .filter(|lease| lease.lease_ms.is_some())
+            .map(|lease| lease.state.deadline())
             .map(|until| until.saturating_duration_since(now))
             .max()
     }
