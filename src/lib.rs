@@ -140,7 +140,8 @@
 //! runtime it was taken on. That never blocks and never panics, but it is not
 //! immediate, and a failure is only logged. Since nobody waits on it, it is
 //! resent after a failed connection until it gets through or the hold's
-//! lease runs out (see [Time limits](#time-limits)). A dropped [`Permit`] is
+//! lease runs out, or that of another hold of its owner that keeps the
+//! lock's key (see [Time limits](#time-limits)). A dropped [`Permit`] is
 //! released the same way, and a fair waiter whose wait was dropped leaves the
 //! queue the same way.
 //!
@@ -245,7 +246,21 @@
 //! - **No release of a lock's hold is sent once its lease has run out** by
 //!   this client's clock (a guard's lease; for a hold nested in a watchdog
 //!   hold of the same owner, the watchdog's; for the give-back of a hold
-//!   nobody got, counted from the first send that may have taken it): the
+//!   nobody got, counted from the first send that may have taken it). A
+//!   guard's release stands by the leases of its owner's other holds of
+//!   the lock too, where one was alive with it (held, or its release not
+//!   answered yet) or was granted while it stood, and by the TTL such a
+//!   hold's release set: the owner's holds share one key, so the released
+//!   hold's count lives as long as any of them keeps the key (a dropped
+//!   watchdog hold beside a 60 s leased one, its own lease run out in an
+//!   outage, is still released once the network is back). A give-back
+//!   stands by the owner's holds granted before its own lease (from its
+//!   first send) ended that still keep the key (a read re-entry whose
+//!   grant is found after its own 3 s watchdog lease, inside a 60 s leased
+//!   read hold, is still given back). A read lock's hash, with every
+//!   owner's count in it, lives as long as any read hold: a read hold's
+//!   release stands by every owner's read holds of the lock on its client.
+//!   Past all of them: the
 //!   hold may be gone by then, and its owner may hold the lock anew, which
 //!   a late release would take, Redis counting holds per owner, not per
 //!   acquire. The hold, if it still stands, ends with its lease. One case

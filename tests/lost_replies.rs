@@ -1215,3 +1215,60 @@ impl Monitor {
         self.lines.lock().unwrap().clone()
     }
 }
+
+/// A read lock's re-entry in watchdog mode inside a 60 s leased read hold
+/// of the same owner, whose reply is lost with Redis out of reach until
+/// past the re-entry's own lease (the 3 s watchdog timeout, counted from
+/// its send; its own timeout key expires then, the hash lives as the
+/// longest read hold): the grant found then is still given back, for the
+/// leased hold, granted before it, kept the hash, and the re-entry's count
+/// in it. Not left until the 60 s lease ends: once the leased hold is
+/// unlocked, the lock is free.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_grant_inside_a_leased_hold_is_given_back_after_its_own_lease() {
+    common::init_tracing();
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port());
+    let client = proxied(&proxy, Duration::from_secs(3)).await;
+    warm_up(&client).await;
+    let name = "lost:inside";
+    let field = format!("{}:job", client.id());
+    let lock = client.read_write_lock(name).read().with_owner("job");
+    let outer = soon(lock.lock_with_lease(LEASE)).await.unwrap();
+    swept(&server).await;
+    proxy.lose_next_reply_to_then_refuse(name);
+    let inner = {
+        let lock = lock.clone();
+        tokio::spawn(async move { lock.try_lock().await })
+    };
+    eventually(Duration::from_secs(10), || async {
+        proxy.lost_replies() == 1
+    })
+    .await;
+    let lost = Instant::now();
+    assert_eq!(hold_count(&server, name, &field), 2);
+    // Time is the subject: out of reach past the re-entry's own lease and
+    // a resend's longest pause.
+    let watchdog = client.config().watchdog_timeout;
+    tokio::time::sleep_until(lost + watchdog + Duration::from_secs(1)).await;
+    proxy.refuse(false);
+    let back = Instant::now();
+    let inner = soon(inner).await.unwrap();
+    assert!(
+        !matches!(inner, Ok(Some(_))),
+        "a grant whose lease may have run out was handed out"
+    );
+    // Well before the 60 s lease.
+    eventually(Duration::from_secs(10), || async {
+        hold_count(&server, name, &field) == 1
+    })
+    .await;
+    println!(
+        "a read re-entry's grant lost in a {:?} outage inside a 60 s leased read hold: given \
+         back {:?} after the network came back",
+        back - lost,
+        back.elapsed()
+    );
+    soon(outer.unlock()).await.unwrap();
+    assert!(!common::exists(&server, name));
+}

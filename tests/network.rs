@@ -512,3 +512,63 @@ async fn a_release_that_arrives_after_the_lease_says_lease_lost() {
     let err = soon(guard.unlock()).await.unwrap_err();
     assert!(err.is_not_held(), "{err}");
 }
+
+/// A dropped guard's release that meets a network cut is resent for as
+/// long as its owner's key surely stands, not only for as long as the
+/// guard's own lease: an owner's holds share one key, so another hold of
+/// the owner keeps the dropped hold's count in it, and a release given up
+/// at the dropped hold's own lease would leave that count behind until
+/// the other hold's lease ran out, whenever that one is released. Here a
+/// watchdog hold (whose lease nothing renews once it is dropped) is
+/// dropped in an outage longer than that lease, while its owner also
+/// holds the lock with a 60 s lease: once the network is back and that
+/// hold is unlocked, the lock is free within a few resends, not after
+/// 60 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_guards_release_outlasts_its_lease_while_another_hold_keeps_the_key() {
+    common::init_tracing();
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port());
+    let c = client_at(&proxy.url(), WATCHDOG).await;
+    let other = client(&server, WATCHDOG).await;
+    let warm = soon(c.lock("kept:warm").lock()).await.unwrap();
+    soon(warm.unlock()).await.unwrap();
+    let name = "kept:release";
+    let lease = Duration::from_secs(60);
+    let lock = c.lock(name).with_owner("job");
+    let watched = soon(lock.lock()).await.unwrap();
+    let leased = soon(lock.lock_with_lease(lease)).await.unwrap();
+    let field = watched.field().to_owned();
+    proxy.refuse(true);
+    let dropped = Instant::now();
+    drop(watched);
+    // Time is the subject: the outage outlasts the dropped hold's own
+    // lease (the watchdog timeout from its last renewal) and a resend's
+    // longest pause (1 s).
+    tokio::time::sleep(WATCHDOG + Duration::from_secs(2)).await;
+    assert_eq!(
+        server.cmd(&["HGET", name, &field]).as_string().as_deref(),
+        Some("2"),
+        "a release got through the outage"
+    );
+    proxy.refuse(false);
+    let back = Instant::now();
+    soon(leased.unlock()).await.unwrap();
+    // Well before the 60 s lease could free it.
+    eventually(Duration::from_secs(10), || async {
+        !common::exists(&server, name)
+    })
+    .await;
+    println!(
+        "a watchdog hold dropped in a {:?} outage beside a 60 s leased hold: the lock free {:?} \
+         after the network came back",
+        back - dropped,
+        back.elapsed()
+    );
+    let guard = soon(other.lock(name).try_lock())
+        .await
+        .unwrap()
+        .expect("the lock is free");
+    soon(guard.unlock()).await.unwrap();
+    common::settled(&c).await;
+}

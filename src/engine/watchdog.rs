@@ -180,6 +180,13 @@ impl LeaseState {
         !lost && at < self.deadline()
     }
 
+    /// Until when the server's key surely stands by this lease, as
+    /// [`LeaseState::stands_at`] counts it; `None` when it is known lost.
+    pub(crate) fn stands_until(&self) -> Option<Instant> {
+        let lost = self.lost.load(Ordering::Acquire) && !self.unrenewed.load(Ordering::Acquire);
+        (!lost).then(|| self.deadline())
+    }
+
     pub(crate) fn is_lost(&self) -> bool {
         self.lost.load(Ordering::Acquire) || Instant::now() >= self.deadline()
     }

@@ -6,10 +6,11 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::guard::give_back_hold;
 use super::kind::{AcquireArgs, Granted};
 use super::queue::{leave_queue, FairOwners, Queue, QueueExit};
-use super::{release_hold, LockGuard, Resend};
 use super::{Guards, Kind, LockCore};
+use super::{LockGuard, Resend};
 use crate::args;
 use crate::config::MAX_DURATION;
 use crate::engine::acquire_latch::{
@@ -353,11 +354,10 @@ impl LockCore {
     ) {
         let (client, kind) = (self.obj.client.clone(), self.kind);
         let (name, owner) = (Arc::clone(&key.name), Arc::clone(&key.field));
-        let stands = LeaseState::leased(sent + Duration::from_millis(ttl_ms));
         runtime.spawn(async move {
             let resend = Resend::UntilExpired;
-            let released =
-                release_hold(&client, kind, &name, &owner, ttl_ms, Some(&*stands), resend);
+            let key = HoldKey::new(Arc::clone(&name), Arc::clone(&owner));
+            let released = give_back_hold(&client, kind, &key, ttl_ms, sent, resend);
             match released.await {
                 Ok(()) => {}
                 Err(err @ Error::LeaseLost { .. }) => {
@@ -391,10 +391,9 @@ impl LockCore {
             if reply.is_ok_and(|gone| gone.is_empty()) {
                 let lease_ms = client.config().watchdog_timeout.as_millis() as u64;
                 // The renewal, sent at `sent`, set the key's TTL.
-                let stands = LeaseState::leased(sent + Duration::from_millis(lease_ms));
                 let resend = Resend::UntilExpired;
-                let stands = Some(&*stands);
-                let _ = release_hold(&client, kind, &name, &owner, lease_ms, stands, resend).await;
+                let key = HoldKey::new(name, owner);
+                let _ = give_back_hold(&client, kind, &key, lease_ms, sent, resend).await;
             }
         };
         let reply = Finish::new(runtime()?, request, give_back)
@@ -426,16 +425,8 @@ impl Taken for Hold {
         let ttl_ms = lasts.ms().unwrap_or(watchdog_ms);
         let owner = &self.owner;
         let resend = Resend::UntilExpired;
-        let stands = LeaseState::leased(since + Duration::from_millis(ttl_ms));
-        let released = release_hold(
-            client,
-            self.kind,
-            name,
-            owner,
-            ttl_ms,
-            Some(&*stands),
-            resend,
-        );
+        let key = HoldKey::new(Arc::from(name), Arc::clone(owner));
+        let released = give_back_hold(client, self.kind, &key, ttl_ms, since, resend);
         match released.await {
             Ok(()) => {}
             // Its lease ran out before the give-back could be sent: the

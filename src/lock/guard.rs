@@ -7,13 +7,14 @@ use tokio::runtime::Handle;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use super::holds::{Guards, Slot, SlotLease};
+use super::holds::{After, Guards, Slot, Standing};
+use super::release::{Answer, Stands};
 use super::{release_hold_as, DoneMark, Kind, ReleaseCall, Resend};
 use crate::client::conn::Conn;
 use crate::engine::finish::{spawn_to_end, Finish};
 use crate::engine::takeover::Takeover;
 use crate::engine::telemetry::{self, Subject};
-use crate::engine::watchdog::{HoldKey, LeaseState, RenewCall};
+use crate::engine::watchdog::{drift_margin, HoldKey, LeaseState, Registry, RenewCall};
 use crate::{Client, Error, Result};
 
 /// One hold of a [`Lock`](crate::Lock), from a successful acquire.
@@ -27,10 +28,12 @@ use crate::{Client, Error, Result};
 /// runtime the lock was taken on: it never blocks and never panics, but it
 /// is not immediate, and a failure is only logged. Since nobody waits on
 /// it, that release is resent after a failed connection (with backoff, up
-/// to a second apart) until it gets through or the hold's lease runs out
-/// (after that the owner may hold the lock anew, which a late resend would
-/// release), so a network cut does not leave the lock held to the end of
-/// its lease. When that runtime shuts down before the release ended (or
+/// to a second apart) until it gets through or the hold's lease runs out,
+/// or, later, that of another hold of its owner that shares the lock's key
+/// with it (the owner's holds share one key, whose count keeps this hold
+/// while any of them keeps the key; after that the owner may hold the lock
+/// anew, in a new key, which a late resend would release), so a network
+/// cut does not leave the lock held to the end of its lease. When that runtime shuts down before the release ended (or
 /// had shut down already), its drop, or the guard's, sends the release once
 /// more on a thread and a connection of their own, waiting at most the
 /// client's connection and response timeouts: a program that returns
@@ -100,7 +103,7 @@ impl LockGuard {
         runtime: Handle,
     ) -> LockGuard {
         let slot = Slot::new(lease_ms, Arc::clone(&lease));
-        Guards::get().add(&key, &slot);
+        Guards::get().add(&key, &slot, client.registry(), kind == Kind::Read);
         LockGuard {
             hold: Some(Hold {
                 client,
@@ -361,7 +364,9 @@ impl LockGuard {
     ///   spaced 100 ms, 200 ms... apart; the hold then expires with its
     ///   lease. (A dropped guard's release, which nobody awaits, is resent
     ///   until it gets through or its lease runs out.) No send is made
-    ///   again after the lease ran out.
+    ///   again after the lease ran out, nor that of every other hold of the
+    ///   owner that shares the lock's key with this one (held beside it, or
+    ///   taken while it stood), which keeps this hold's count in the key.
     ///
     /// # Cancel safety
     /// Cancel safe: once started, the release runs to its end in the
@@ -469,17 +474,12 @@ impl Hold {
         if !self.slot.claim() {
             return Ok(None);
         }
-        Guards::get().remove(&self.key, &self.slot);
         #[cfg(feature = "metrics")]
         if let Some(since) = self.since {
             telemetry::released(self.subject(), since.elapsed());
         }
-        let lease = SlotLease {
-            lease_ms: self.lease_ms,
-            state: self.lease,
-        };
         let (keep_until, done) = (self.keep_until, self.done);
-        Release::prepare(self.client, self.kind, self.key, lease)
+        Release::prepare(self.client, self.kind, self.key, self.slot)
             .map(|release| Some(release.keeping_until(keep_until).marking(done)))
     }
 }
@@ -499,10 +499,14 @@ pub(crate) struct Release {
     /// answers with "not held" after the lease ran out is a lost lease.
     lease: Arc<LeaseState>,
     own_lease: bool,
-    /// The lease the hold stands by: its own, or the watchdog's of the
-    /// owner's other holds, which keeps the key (see
+    /// The hold's slot among its owner's guards, where it stays until the
+    /// release is answered.
+    slot: Arc<Slot>,
+    /// What the hold stands by: its own lease (or the watchdog's of the
+    /// owner's other holds, which keeps the key), and every other hold of
+    /// its owner that shares the key with it (see [`Standing`] and
     /// [`ReleaseCall::stands`]).
-    stands: Arc<LeaseState>,
+    standing: Arc<Standing>,
     /// See [`ReleaseCall::keep_until`].
     keep_until: Option<Instant>,
     /// See [`ReleaseCall::done`].
@@ -510,9 +514,8 @@ pub(crate) struct Release {
 }
 
 impl Release {
-    /// The release of a hold whose slot the caller claimed (and forgot):
-    /// from its guard, or from `Lock::unlock` for the newest guard of its
-    /// owner.
+    /// The release of a hold whose slot the caller claimed: from its
+    /// guard, or from `Lock::unlock` for the newest guard of its owner.
     ///
     /// The owner's holds share the key's TTL. While any of its holds is in
     /// watchdog mode, the watchdog keeps the key, and the leased holds with
@@ -528,8 +531,9 @@ impl Release {
         client: Client,
         kind: Kind,
         key: HoldKey,
-        lease: SlotLease,
+        slot: Arc<Slot>,
     ) -> Result<Release> {
+        let lease = slot.lease();
         let watchdog = lease.lease_ms.is_none();
         if watchdog {
             client.registry().release(&key, &lease.state);
@@ -541,6 +545,7 @@ impl Release {
         let watched = client.registry().contains(&key);
         let own_lease = watchdog || !watched;
         if own_lease && !lease.state.stands_at(Instant::now()) {
+            Guards::get().finish(&key, &slot, After::Gone, false, client.registry());
             return Err(Error::LeaseLost {
                 name: key.name.to_string(),
             });
@@ -555,13 +560,7 @@ impl Release {
             lease.lease_ms.unwrap_or(watchdog_ms)
         };
         let request_id = client.request_id();
-        let stands = match own_lease {
-            true => Arc::clone(&lease.state),
-            false => client
-                .registry()
-                .lease_of(&key)
-                .unwrap_or_else(|| Arc::clone(&lease.state)),
-        };
+        let standing = Guards::get().standing(&key, &slot, client.registry(), kind == Kind::Read);
         Ok(Release {
             client,
             kind,
@@ -570,7 +569,8 @@ impl Release {
             request_id,
             lease: lease.state,
             own_lease,
-            stands,
+            slot,
+            standing,
             keep_until: None,
             done: None,
         })
@@ -605,14 +605,20 @@ impl Release {
             owner: &self.key.field,
             lease_ms: self.lease_ms,
             request_id: &self.request_id,
-            stands: Some(&self.stands),
+            stands: Some(&StandingOf {
+                standing: &self.standing,
+                registry: self.client.registry(),
+            }),
             keep_until: self.keep_until,
             done: self.done.as_ref(),
         };
-        match release_hold_as(&self.client, conn, &call, resend)
+        let answer = release_hold_as(&self.client, conn, &call, resend)
             .instrument(span)
-            .await
-        {
+            .await;
+        // How the key stands now, for the releases that stand by this hold.
+        let (after, last) = settled(self.kind, self.lease_ms, &answer);
+        Guards::get().finish(&self.key, &self.slot, after, last, self.client.registry());
+        match answer.map(|_| ()) {
             // Redis let the hold go while the release was on its way: by
             // this guard's clock (never ahead of the server's), the lease
             // had run out by the reply.
@@ -623,6 +629,82 @@ impl Release {
             }
             released => released,
         }
+    }
+}
+
+/// Gives back one hold of `owner` on `name` that no guard owned (an
+/// acquire's grant its caller never got), taken by a send at `since` or
+/// later with a TTL of `ttl_ms`, resending as `resend` says. It stands by
+/// its own lease from `since`, and by the owner's holds of the lock that
+/// share the key with it (see [`Standing`]): granted before that lease
+/// ended, they shared the key with it, whichever grant ran first.
+pub(crate) async fn give_back_hold(
+    client: &Client,
+    kind: Kind,
+    key: &HoldKey,
+    ttl_ms: u64,
+    since: Instant,
+    resend: Resend,
+) -> Result<()> {
+    let slot = Slot::given_back(ttl_ms, since);
+    let registry = client.registry();
+    let standing = Guards::get().standing(key, &slot, registry, kind == Kind::Read);
+    let request_id = client.request_id();
+    let call = ReleaseCall {
+        kind,
+        name: &key.name,
+        owner: &key.field,
+        lease_ms: ttl_ms,
+        request_id: &request_id,
+        stands: Some(&StandingOf {
+            standing: &standing,
+            registry,
+        }),
+        keep_until: None,
+        done: None,
+    };
+    let answer = release_hold_as(client, client.conn(), &call, resend).await;
+    let (after, last) = settled(kind, ttl_ms, &answer);
+    Guards::get().finish(key, &slot, after, last, registry);
+    answer.map(|_| ())
+}
+
+/// How a release's answer leaves the key, for the releases that stand by
+/// its hold: and whether it was the owner's last hold.
+fn settled(kind: Kind, lease_ms: u64, answer: &Result<Answer>) -> (After, bool) {
+    match answer {
+        // Holds of the owner remain, the key's TTL reset to `lease_ms` by
+        // a send that went no earlier than the first (a read hold's hash
+        // lives as its longest read hold instead).
+        Ok(Answer {
+            reply: 0,
+            first_sent,
+        }) if kind.holds_share_ttl() => {
+            let lease = Duration::from_millis(lease_ms);
+            (
+                After::Kept(*first_sent + lease - drift_margin(lease)),
+                false,
+            )
+        }
+        Ok(Answer { reply: 0, .. }) => (After::Gone, false),
+        Ok(_) => (After::Gone, true),
+        Err(_) => (After::Gone, false),
+    }
+}
+
+/// A [`Standing`] as a release stands by it.
+struct StandingOf<'a> {
+    standing: &'a Standing,
+    registry: &'a Registry,
+}
+
+impl Stands for StandingOf<'_> {
+    fn stands_at(&self, at: Instant) -> bool {
+        self.standing.stands_at(self.registry, at)
+    }
+
+    fn deadline(&self) -> Option<Instant> {
+        self.standing.deadline(self.registry)
     }
 }
 
@@ -662,7 +744,7 @@ impl LockGuard {
             }
         };
         // Nobody awaits it: resent until it gets through or its lease runs
-        // out; and finished even when the runtime shuts down
+        // out (or that of the owner's holds that share its key); and finished even when the runtime shuts down
         // first (see `spawn_to_end`): a program that returns normally
         // leaves no hold.
         let client = release.client.clone();

@@ -1,6 +1,8 @@
 //! The live guards of each (lock, owner) on one client.
 //!
-//! Every guard has a [`Slot`] here while it lives. Two things need them:
+//! Every guard has a [`Slot`] here while it lives, and after its release
+//! (claimed) until the release was answered and its hold no longer keeps
+//! the key alive. Three things need them:
 //!
 //! - [`Lock::unlock`](crate::Lock::unlock), Redisson's `unlock()`, releases
 //!   one hold of its owner without a guard. When a guard of that owner is
@@ -12,15 +14,20 @@
 //!   only leased holds of the owner, the TTL it sets is the longest lease
 //!   they still have (see [`Guards::lease_left`]), and an acquire never sets
 //!   one shorter than that: no hold expires before its own lease says.
+//! - A release stands by every hold of its owner that shares the key with
+//!   it ([`Standing`]): the owner's holds share one key, so the released
+//!   hold's count lives in it as long as any of them keeps the key alive,
+//!   not only as long as its own lease. A release resent after a failed
+//!   connection goes on while any of them stands.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, LazyLock, Mutex};
+use std::sync::{Arc, LazyLock, Mutex, OnceLock};
 use std::time::Duration;
 
 use dashmap::DashMap;
 use tokio::time::Instant;
 
-use crate::engine::watchdog::{HoldKey, LeaseState};
+use crate::engine::watchdog::{HoldKey, LeaseState, Registry};
 
 /// One live guard's hold, as its owner's other calls see it.
 #[derive(Debug)]
@@ -30,6 +37,27 @@ pub(crate) struct Slot {
     claimed: AtomicBool,
     /// The hold's lease, which `extend` and `keep_alive` change.
     lease: Mutex<SlotLease>,
+    /// What keeps the key once its release was answered.
+    after: Mutex<After>,
+    /// Its release's [`Standing`], once claimed and prepared: the holds
+    /// acquired while that release may still be sent join it.
+    standing: OnceLock<Arc<Standing>>,
+    /// When the hold was surely granted by: the reply of its acquire (for
+    /// a hold given back that no guard owned, the first send that may have
+    /// taken it, where it was granted no earlier).
+    granted: Instant,
+}
+
+/// How a hold keeps its owner's key alive, by this process's clock.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum After {
+    /// Held (its release not answered yet): by its lease.
+    Held,
+    /// Released, holds of the owner remaining: the release set the key's
+    /// TTL, which lasts at least until then.
+    Kept(Instant),
+    /// Released as the owner's last hold, or given up: not at all.
+    Gone,
 }
 
 /// How long a hold lasts: its lease (`None`: the watchdog's) and state.
@@ -44,7 +72,80 @@ impl Slot {
         Arc::new(Slot {
             claimed: AtomicBool::new(false),
             lease: Mutex::new(SlotLease { lease_ms, state }),
+            after: Mutex::new(After::Held),
+            standing: OnceLock::new(),
+            granted: Instant::now(),
         })
+    }
+
+    /// The slot of a hold no guard owned (an acquire's grant its caller
+    /// never got), claimed for its give-back: taken by a send at `since` or
+    /// later, with a TTL of `lease_ms` from then.
+    pub(crate) fn given_back(lease_ms: u64, since: Instant) -> Arc<Slot> {
+        let state = LeaseState::leased(since + Duration::from_millis(lease_ms));
+        Arc::new(Slot {
+            claimed: AtomicBool::new(true),
+            lease: Mutex::new(SlotLease {
+                lease_ms: Some(lease_ms),
+                state,
+            }),
+            after: Mutex::new(After::Held),
+            standing: OnceLock::new(),
+            granted: since,
+        })
+    }
+
+    /// Records how the key stands after this hold's release.
+    pub(crate) fn released(&self, after: After) {
+        *self
+            .after
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()) = after;
+    }
+
+    fn after(&self) -> After {
+        *self
+            .after
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Until when this hold surely keeps its owner's key alive, by this
+    /// process's clock; `watched`: the lease the watchdog keeps the key by
+    /// (it renews the key to its own TTL, which a leased hold inside it
+    /// cannot count on).
+    fn keeps_key_until(&self, watched: Option<&LeaseState>) -> Option<Instant> {
+        match self.after() {
+            After::Held => {
+                let lease = self.lease();
+                let state = match (lease.lease_ms, watched) {
+                    (Some(_), Some(watched)) => watched,
+                    _ => &*lease.state,
+                };
+                state.stands_until()
+            }
+            After::Kept(until) => Some(until),
+            After::Gone => None,
+        }
+    }
+
+    /// Whether this slot is still needed among its owner's: live, keeping
+    /// the key alive, or its release unanswered and standing (later grants
+    /// join it).
+    fn wanted(&self, registry: &Registry, watched: Option<&LeaseState>, at: Instant) -> bool {
+        !self.is_claimed()
+            || self.keeps_key_at(watched, at)
+            || (matches!(self.after(), After::Held)
+                && self
+                    .standing
+                    .get()
+                    .is_some_and(|standing| standing.stands_at(registry, at)))
+    }
+
+    /// Whether this hold surely keeps its owner's key alive at `at`.
+    fn keeps_key_at(&self, watched: Option<&LeaseState>, at: Instant) -> bool {
+        self.keeps_key_until(watched)
+            .is_some_and(|until| at < until)
     }
 
     /// Takes the right to release this hold; false when it was taken
@@ -72,6 +173,52 @@ impl Slot {
     }
 }
 
+/// What the release of one hold stands by: the holds of its owner that
+/// shared the key with it, its own first. Two holds of an owner that both
+/// surely stand at one instant are in the same key (it never expired
+/// between them), so the released hold's count stays in the key as long as
+/// any of them keeps it alive: the release may be sent (and resent) until
+/// then, and not after (the key may be gone then, and a new hold of the
+/// owner, in a new key, would be taken by it). A hold joins when it stands
+/// together with one that did: the live and unanswered holds of the owner
+/// when the release is prepared, and each later grant of the owner while
+/// the release still stands.
+#[derive(Debug)]
+pub(crate) struct Standing {
+    /// The holds, each with its (lock, owner): its own, and for a read
+    /// hold, other owners' read holds too (a read lock's hash, and every
+    /// owner's count in it, lives as long as any read hold).
+    holds: Mutex<Vec<(HoldKey, Arc<Slot>)>>,
+}
+
+impl Standing {
+    /// Whether the key surely stands at `at`, by any of the holds.
+    pub(crate) fn stands_at(&self, registry: &Registry, at: Instant) -> bool {
+        self.deadline(registry).is_some_and(|until| at < until)
+    }
+
+    /// The latest instant the key surely stands until by the holds, as
+    /// known now; `None` when none keeps it.
+    pub(crate) fn deadline(&self, registry: &Registry) -> Option<Instant> {
+        self.holds
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .iter()
+            .filter_map(|(key, slot)| slot.keeps_key_until(registry.lease_of(key).as_deref()))
+            .max()
+    }
+
+    fn join(&self, key: &HoldKey, slot: &Arc<Slot>) {
+        let mut holds = self
+            .holds
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if !holds.iter().any(|(_, s)| Arc::ptr_eq(s, slot)) {
+            holds.push((key.clone(), Arc::clone(slot)));
+        }
+    }
+}
+
 /// The live guards of every (lock, owner) of this process, oldest first.
 /// An owner's field names its client's id, so the clients of a process
 /// share the map without meeting in it; an entry goes with its last guard.
@@ -86,11 +233,131 @@ impl Guards {
         &GUARDS
     }
 
-    pub(crate) fn add(&self, key: &HoldKey, slot: &Arc<Slot>) {
+    /// The slots of the other owners' holds of `key`'s lock that share its
+    /// key when `shared` (a read lock's hash: every owner's read holds),
+    /// with their keys; none otherwise. Taken before any entry is locked.
+    fn neighbours(&self, key: &HoldKey, shared: bool) -> Vec<(HoldKey, Arc<Slot>)> {
+        if !shared {
+            return Vec::new();
+        }
         self.0
-            .entry(key.clone())
-            .or_default()
-            .push(Arc::clone(slot));
+            .iter()
+            .filter(|e| e.key().name == key.name && e.key() != key)
+            .filter(|e| !e.key().field.ends_with(":write"))
+            .flat_map(|e| {
+                let k = e.key().clone();
+                e.value()
+                    .iter()
+                    .map(|s| (k.clone(), Arc::clone(s)))
+                    .collect::<Vec<_>>()
+            })
+            .collect()
+    }
+
+    /// A new guard's hold, granted by now: it joins the releases of its
+    /// owner that still stand (see [`Standing`]), and when `shared` (a read
+    /// hold), those of the other owners' read holds of the lock.
+    pub(crate) fn add(&self, key: &HoldKey, slot: &Arc<Slot>, registry: &Registry, shared: bool) {
+        let now = Instant::now();
+        for (_, other) in self.neighbours(key, shared) {
+            if let Some(standing) = other.standing.get() {
+                if standing.stands_at(registry, now) {
+                    standing.join(key, slot);
+                }
+            }
+        }
+        let mut slots = self.0.entry(key.clone()).or_default();
+        let watched = registry.lease_of(key);
+        slots.retain(|s| s.wanted(registry, watched.as_deref(), now));
+        for standing in slots.iter().filter_map(|s| s.standing.get()) {
+            if standing.stands_at(registry, now) {
+                standing.join(key, slot);
+            }
+        }
+        slots.push(Arc::clone(slot));
+    }
+
+    /// The standing of `slot`'s release (see [`Standing`]), claimed by the
+    /// caller: `slot` and the holds of `key` (and when `shared`, a read
+    /// hold, the other owners' read holds of the lock) that surely keep the
+    /// key alive now and were granted before `slot`'s own lease ended (a
+    /// give-back's may have ended before it is sent: a hold granted while
+    /// it ran shared the key with it, whichever grant ran first, and kept
+    /// it since); later grants join it while it stands. A `slot` not among
+    /// the guards (a give-back's) is added to them, for them to join and
+    /// for the TTLs set meanwhile to count with its lease.
+    pub(crate) fn standing(
+        &self,
+        key: &HoldKey,
+        slot: &Arc<Slot>,
+        registry: &Registry,
+        shared: bool,
+    ) -> Arc<Standing> {
+        let now = Instant::now();
+        // Until when `slot`'s own lease kept the key, counted from its
+        // grant's send: a hold granted before then (a reply received) met
+        // its count in the key, or its grant, if later, met that hold's.
+        let own = slot.lease().state.deadline();
+        let joins = |k: &HoldKey, s: &Arc<Slot>| {
+            !Arc::ptr_eq(s, slot)
+                && s.granted < own
+                && s.keeps_key_at(registry.lease_of(k).as_deref(), now)
+        };
+        let mut holds = vec![(key.clone(), Arc::clone(slot))];
+        holds.extend(
+            self.neighbours(key, shared)
+                .into_iter()
+                .filter(|(k, s)| joins(k, s)),
+        );
+        let mut slots = self.0.entry(key.clone()).or_default();
+        holds.extend(
+            slots
+                .iter()
+                .filter(|s| joins(key, s))
+                .map(|s| (key.clone(), Arc::clone(s))),
+        );
+        let standing = Arc::new(Standing {
+            holds: Mutex::new(holds),
+        });
+        let _ = slot.standing.set(Arc::clone(&standing));
+        if !slots.iter().any(|s| Arc::ptr_eq(s, slot)) {
+            slots.push(Arc::clone(slot));
+        }
+        standing
+    }
+
+    /// Records how `slot`'s claimed hold left the key once its release was
+    /// answered (or given up), and forgets the released holds that no
+    /// longer keep the key alive: all of them when this one was the
+    /// owner's last (the key is gone, or no longer the owner's).
+    pub(crate) fn finish(
+        &self,
+        key: &HoldKey,
+        slot: &Arc<Slot>,
+        after: After,
+        last: bool,
+        registry: &Registry,
+    ) {
+        slot.released(after);
+        // The TTL this answer set is the one in force: a hold released
+        // before it no longer keeps the key by the TTL its release set.
+        if let Some(slots) = self.0.get(key) {
+            for s in slots.iter().filter(|s| !Arc::ptr_eq(s, slot)) {
+                if matches!(s.after(), After::Kept(_)) {
+                    s.released(After::Gone);
+                }
+            }
+        }
+        let now = Instant::now();
+        let watched = registry.lease_of(key);
+        self.0.remove_if_mut(key, |_, slots| {
+            let answered = |s: &Arc<Slot>| s.is_claimed() && !matches!(s.after(), After::Held);
+            slots.retain(|s| {
+                let gone = Arc::ptr_eq(s, slot) || (last && answered(s));
+                !gone && s.wanted(registry, watched.as_deref(), now)
+            });
+            slots.is_empty()
+        });
     }
 
     /// Forgets `slot`; the entry goes with its last slot.
@@ -103,25 +370,18 @@ impl Guards {
         });
     }
 
-    /// Claims and forgets the newest live guard of `key`: its hold is the
-    /// caller's to release.
+    /// Claims the newest live guard of `key`: its hold is the caller's to
+    /// release (it stays here until its release was answered, see
+    /// [`Guards::lease_left`]).
     pub(crate) fn claim_newest(&self, key: &HoldKey) -> Option<Arc<Slot>> {
-        let mut claimed = None;
-        self.0.remove_if_mut(key, |_, slots| {
-            while let Some(slot) = slots.pop() {
-                if slot.claim() {
-                    claimed = Some(slot);
-                    break;
-                }
-            }
-            slots.is_empty()
-        });
-        claimed
+        let slots = self.0.get(key)?;
+        slots.iter().rev().find(|slot| slot.claim()).cloned()
     }
 
     /// The longest lease the live leased holds of `key` still have by this
     /// process's clock (zero when they all ran out); `None` when it has
-    /// no live leased guard.
+    /// no live leased guard. (Not those whose release is on its way: a
+    /// hold whose release then fails stays no longer than it would have.)
     pub(crate) fn lease_left(&self, key: &HoldKey) -> Option<Duration> {
         let slots = self.0.get(key)?;
         let now = Instant::now();
@@ -130,7 +390,8 @@ impl Guards {
             .filter(|slot| !slot.is_claimed())
             .map(|slot| slot.lease())
             .filter(|lease| lease.lease_ms.is_some())
-            .map(|lease| lease.state.deadline().saturating_duration_since(now))
+            .map(|lease| lease.state.deadline())
+            .map(|until| until.saturating_duration_since(now))
             .max()
     }
 }

@@ -315,7 +315,7 @@ impl LockCore {
         let kind = self.kind;
         let release = async move {
             if let Some(slot) = Guards::get().claim_newest(&key) {
-                let release = guard::Release::prepare(client.clone(), kind, key, slot.lease())?;
+                let release = guard::Release::prepare(client.clone(), kind, key, slot)?;
                 return release.send(Resend::Bounded).await;
             }
             let watchdog_ms = client.config().watchdog_timeout.as_millis() as u64;

@@ -28,8 +28,42 @@ pub(crate) enum Resend {
     /// never saw, a dropped guard's). Its lease counts from the start of
     /// the release (Redis set it earlier); while this client's watchdog
     /// renews the owner's key (the owner holds it through other guards),
-    /// the hold lives on with it, and so do the resends.
+    /// the hold lives on with it, and so do the resends; as it does while
+    /// another hold of the owner that shares the key stands (see
+    /// [`ReleaseCall::stands`]).
     UntilExpired,
+}
+
+/// What a release stands by: until when the hold it releases surely still
+/// stands in Redis, by this process's clock.
+pub(crate) trait Stands: Sync {
+    /// Whether the hold surely stands at `at`.
+    fn stands_at(&self, at: Instant) -> bool;
+    /// The latest instant it surely stands until, as known now; `None`
+    /// when it is known lost.
+    fn deadline(&self) -> Option<Instant>;
+}
+
+impl Stands for LeaseState {
+    fn stands_at(&self, at: Instant) -> bool {
+        LeaseState::stands_at(self, at)
+    }
+
+    fn deadline(&self) -> Option<Instant> {
+        self.stands_until()
+    }
+}
+
+/// A release's answer from Redis.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Answer {
+    /// What the script replied: 0 when holds of the owner remain (the TTL
+    /// reset to the release's lease), 1 when it was the last, 2 when the
+    /// last is kept.
+    pub(crate) reply: i64,
+    /// When the first send of the release went: the send that ran went no
+    /// earlier.
+    pub(crate) first_sent: Instant,
 }
 
 /// Sends one release of `owner`'s hold on `name` with `kind`'s script,
@@ -45,6 +79,7 @@ pub(crate) async fn release_hold(
     stands: Option<&LeaseState>,
     resend: Resend,
 ) -> Result<()> {
+    let stands = stands.map(|lease| lease as &dyn Stands);
     let request_id = client.request_id();
     let conn = client.conn();
     let release = ReleaseCall {
@@ -57,7 +92,9 @@ pub(crate) async fn release_hold(
         keep_until: None,
         done: None,
     };
-    release_hold_as(client, conn, &release, resend).await
+    release_hold_as(client, conn, &release, resend)
+        .await
+        .map(|_| ())
 }
 
 /// A job's occurrence that the release of its run's hold marks done, in
@@ -92,8 +129,12 @@ pub(crate) struct ReleaseCall<'a> {
     /// owner may hold the lock anew: a release reaching Redis then would
     /// take that newer hold (the hash counts holds per owner, not per
     /// acquire). `None` when nothing is known of it (`Lock::unlock` of a
-    /// hold with neither a guard nor a watchdog entry here).
-    pub(crate) stands: Option<&'a LeaseState>,
+    /// hold with neither a guard nor a watchdog entry here). A guard's
+    /// release stands by every hold of its owner that shares the key with
+    /// it (see [`Standing`](super::holds::Standing)): its count stays in
+    /// the key while any of them keeps it alive, and a release resent until
+    /// the hold has surely expired is resent that long.
+    pub(crate) stands: Option<&'a dyn Stands>,
     /// Until when the owner keeps its last hold instead of releasing it (a
     /// job's "at least for"): each send asks for the time left then,
     /// rounded up; a send at or after it releases.
@@ -108,7 +149,7 @@ pub(crate) async fn release_hold_as(
     mut conn: Conn,
     release: &ReleaseCall<'_>,
     resend: Resend,
-) -> Result<()> {
+) -> Result<Answer> {
     let ReleaseCall {
         kind,
         name,
@@ -126,6 +167,7 @@ pub(crate) async fn release_hold_as(
     let watched: Option<HoldKey> =
         (resend == Resend::UntilExpired).then(|| HoldKey::new(Arc::from(name), Arc::from(owner)));
     let mut sent = 0;
+    let first_sent = Instant::now();
     let mut failed: Option<redis::RedisError> = None;
     let reply = loop {
         // Checked right before each send (a resend's pause, a rerun after
@@ -145,6 +187,14 @@ pub(crate) async fn release_hold_as(
                 if client.registry().contains(key) {
                     let renewed = surely_ended(config, Instant::now(), config.watchdog_timeout);
                     until = until.max(renewed);
+                }
+                // Nor before the holds it stands by have surely ended (a
+                // grant of the owner that joined it since, or a release
+                // that left holds, moves that on: like a renewal, only by a
+                // call that got through, when this release's resends do
+                // too, so a send that ran wrote a latch they still meet).
+                if let Some(deadline) = stands.and_then(|s| s.deadline()) {
+                    until = until.max(surely_ended(config, deadline, Duration::ZERO));
                 }
                 // Every resend of it must meet the latch a send that ran
                 // wrote. Resends stop at `until`; and it moves on only while
@@ -196,7 +246,7 @@ pub(crate) async fn release_hold_as(
         }
     }
     match reply {
-        Some(0..=2) => Ok(()),
+        Some(reply @ 0..=2) => Ok(Answer { reply, first_sent }),
         None => Err(Error::NotHeld {
             name: name.to_owned(),
             owner: owner.to_owned(),
