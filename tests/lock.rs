@@ -900,6 +900,10 @@ async fn a_force_unlocked_holder_is_told_at_once() {
         within(Duration::from_secs(5), waiting).await.unwrap();
         assert!(guard.is_lease_lost(), "{name}");
         assert!(forced.elapsed() < Duration::from_secs(5));
+        eprintln!(
+            "{name}: told {:?} after the force-unlock was sent",
+            forced.elapsed()
+        );
         let guard = Arc::into_inner(guard).unwrap();
         assert!(soon(guard.unlock()).await.unwrap_err().is_lease_lost());
         // The listening ended with the hold.

@@ -413,6 +413,10 @@ fn a_force_unlocked_run_stops_its_command_at_once() {
         "stopped {:?} after the force-unlock",
         forced.elapsed()
     );
+    eprintln!(
+        "the runner exited 76 {:?} after the force-unlock started",
+        forced.elapsed()
+    );
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
