@@ -213,7 +213,7 @@ impl Scripts {
             (Step::Release(_), Value::Int(n)) => Reply::Released(n as u8),
             (Step::Release(_), Value::Nil) => Reply::NotHeld,
             (Step::Renew(_), Value::Array(gone)) => Reply::Renewed(gone.is_empty()),
-            (Step::Settle(_), Value::Int(n)) => Reply::Settled(n == 1),
+            (Step::Settle(_), Value::Int(n)) => Reply::Settled(n >= 0),
             (step, reply) => panic!("{step:?}: a reply the model has no word for: {reply:?}"),
         };
         Some((reply, 0))
@@ -476,7 +476,7 @@ mod semaphore_scripts {
                         .arg(LATCH_TTL_MS)
                         .invoke(conn)
                         .unwrap();
-                    Reply::Settled(settled == 1)
+                    Reply::Settled(settled >= 0)
                 }
                 Step::GiveBack(req) => {
                     let count: i64 = self
@@ -725,7 +725,7 @@ mod expirable_script {
                     .arg(LATCH_TTL_MS)
                     .invoke(conn)
                     .unwrap();
-                Some(Reply::Settled(settled == 1))
+                Some(Reply::Settled(settled >= 0))
             }
             Step::RunOut(req) => {
                 let _: i64 = redis::cmd("ZADD")

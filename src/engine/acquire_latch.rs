@@ -28,14 +28,42 @@ use crate::Client;
 /// One settle of a request whose replies were all lost, by its acquire
 /// latch: closes the latch, so that a send arriving late changes nothing,
 /// and says whether a send of it was granted (then what it took is the
-/// caller's to give back, by [`give_back_lost`]).
-async fn cancel(conn: &mut Conn, latch: &str, latch_ttl: u64) -> redis::RedisResult<bool> {
-    let granted: i64 = ACQUIRE_CANCEL
+/// caller's to give back, by [`give_back_lost`]): `Some` with the earliest
+/// instant, by this client's clock, at which that grant may have been made.
+/// The latch TTL is the request's: the grant wrote it with that TTL, and a
+/// closed latch keeps it too.
+async fn cancel(
+    conn: &mut Conn,
+    latch: &str,
+    latch_ttl: u64,
+) -> redis::RedisResult<Option<Instant>> {
+    let sent = Instant::now();
+    let left: i64 = ACQUIRE_CANCEL
         .key(latch)
         .arg(latch_ttl)
         .invoke_async(conn)
         .await?;
-    Ok(granted == 1)
+    Ok(u64::try_from(left)
+        .ok()
+        .map(|left| granted_by(sent, latch_ttl, left)))
+}
+
+/// The earliest instant a grant may have been made, by this client's
+/// clock, when a settle sent at `sent` found its latch (written by the
+/// grant with a TTL of `latch_ttl` ms) with `left` ms to live: the settle
+/// ran at `sent` or later, and the grant `latch_ttl - left` ms before it by
+/// the server's clock (give or take the ms both are truncated to, and a
+/// thousandth for the two clocks' rates).
+fn granted_by(sent: Instant, latch_ttl: u64, left: u64) -> Instant {
+    let age = latch_ttl.saturating_sub(left);
+    let age = Duration::from_millis(age.saturating_add(age / 1000).saturating_add(2));
+    sent.checked_sub(age).unwrap_or(sent)
+}
+
+/// What a request whose replies were lost took, and since when: the first
+/// lost send, or the grant itself when its settle learnt it was later.
+fn grant_lasts((lasts, since): (Lasts, Instant), granted_by: Instant) -> (Lasts, Instant) {
+    (lasts, since.max(granted_by))
 }
 
 /// Gives back what a request whose replies were lost took (its send was
@@ -94,8 +122,11 @@ async fn settle_lost<T: Taken>(
         tokio::time::sleep(SETTLE_LOST.pause(checks)).await;
         checks += 1;
         match cancel(&mut conn, &latch, latch_ttl).await {
-            Ok(false) => return,
-            Ok(true) => return give_back_lost(client, name, taken, lost, latch, latch_ttl).await,
+            Ok(None) => return,
+            Ok(Some(granted_by)) => {
+                let lost = grant_lasts(lost, granted_by);
+                return give_back_lost(client, name, taken, lost, latch, latch_ttl).await;
+            }
             Err(err) if is_connection_failure(&err) => {}
             Err(err) => {
                 tracing::warn!(%name, error = %err, "could not settle a request whose reply was lost");
@@ -401,7 +432,8 @@ impl<T: Taken> Request<T> {
             let mut outcome = self.outcome.lock().unwrap_or_else(|p| p.into_inner());
             outcome.lost.take().zip(outcome.lost_since)
         };
-        if let (true, Some(lost)) = (granted, lost) {
+        if let (Some(granted_by), Some(lost)) = (granted, lost) {
+            let lost = grant_lasts(lost, granted_by);
             // The request no longer says it is unsettled: once started, the
             // give-back goes on in the background if this call is dropped.
             let (client, name) = (self.client.clone(), Arc::clone(&self.name));
