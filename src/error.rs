@@ -72,9 +72,12 @@ pub enum Error {
         /// whose fields are no lock holds; `string` for a semaphore or a
         /// latch: a string that is no integer).
         key_type: String,
-        /// What ferrisson keeps at that key: `lock`, `semaphore`, `latch`,
-        /// `fencing token counter`, `fair lock queue`, `fair lock waiter
-        /// deadlines` or `set of permits out`.
+        /// What ferrisson keeps at that key, named as the caller called
+        /// it: `lock`, `semaphore`, `latch`, `fenced hash`, `leader
+        /// election (a fenced lock)`, `job (a lock)`, or a helper key's
+        /// name: `fencing token counter`, `fair lock queue`, `fair lock
+        /// waiter deadlines`, `set of permits out`, `fence of a fenced
+        /// hash`, `job's last occurrence done`.
         expected: &'static str,
     },
 

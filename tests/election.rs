@@ -801,3 +801,52 @@ async fn the_old_leader_is_told_of_an_empty_restart_when_a_rival_leads() {
     );
     soon(new.resign()).await.unwrap();
 }
+
+/// A bad election name is refused as the election's, not its lock's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bad_election_name_says_election() {
+    let server = RedisServer::start();
+    let client = client(&server, WATCHDOG).await;
+    let err = soon(client.leader_election("").campaign("pod-a"))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::InvalidArgument(_)), "{err:?}");
+    assert!(
+        err.to_string().contains("election name must not be empty"),
+        "{err}"
+    );
+    let long = "e".repeat(ferrisson::MAX_NAME_LEN + 1);
+    let err = soon(client.leader_election(long).leader())
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("election name is"), "{err}");
+    assert_eq!(server.cmd(&["DBSIZE"]).as_int(), Some(0));
+}
+
+/// A campaign on a key that holds other data names the election and the
+/// key, and leaves the data as it is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_campaign_on_other_data_names_the_election() {
+    let server = RedisServer::start();
+    let client = client(&server, WATCHDOG).await;
+    server.cmd(&["SET", "billing:leader", "someone else's"]);
+    let election = client.leader_election("billing:leader");
+    for err in [
+        soon(election.campaign("pod-a")).await.unwrap_err(),
+        soon(election.try_campaign("pod-a")).await.unwrap_err(),
+        soon(election.leader()).await.unwrap_err(),
+    ] {
+        assert!(matches!(err, Error::WrongType { .. }), "{err:?}");
+        assert_eq!(
+            err.to_string(),
+            "key `billing:leader` holds a string, not a leader election (a fenced lock)"
+        );
+    }
+    assert_eq!(
+        server
+            .cmd(&["GET", "billing:leader"])
+            .as_string()
+            .as_deref(),
+        Some("someone else's")
+    );
+}
