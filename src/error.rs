@@ -14,6 +14,21 @@ pub enum Error {
     #[error("redis error: {0}")]
     Redis(#[from] redis::RedisError),
 
+    /// Building a client for one server failed to connect to it: nothing
+    /// listens at the address, it did not answer in time, it asked for a
+    /// password none was given for, or refused the one given. The message
+    /// names the address and what to check.
+    #[error("cannot connect to the server at {addr}: {reason}")]
+    Connect {
+        /// The server's address, `host:port` (never the user or password).
+        addr: String,
+        /// What failed, and what to do about it.
+        reason: String,
+        /// The redis crate's error.
+        #[source]
+        source: redis::RedisError,
+    },
+
     /// A release by an owner that holds nothing on this lock: it never held
     /// it, already released every hold, or its hold was deleted behind its
     /// back (force unlock, restart). [`Lock::unlock`](crate::Lock::unlock),
@@ -185,8 +200,37 @@ impl Error {
     /// same call may succeed once the connection is back.
     pub fn is_connection_error(&self) -> bool {
         match self {
-            Error::Redis(e) => is_connection_failure(e),
+            Error::Redis(e) | Error::Connect { source: e, .. } => is_connection_failure(e),
             _ => false,
+        }
+    }
+
+    /// [`Error::Connect`] for `err`, met connecting to `addr`: says what
+    /// failed in words and what to check.
+    pub(crate) fn connect(addr: &str, err: redis::RedisError) -> Self {
+        let text = err.to_string();
+        let reason = if err.code() == Some("NOAUTH") || text.contains("NOAUTH") {
+            "the server asks for a password and none was given; put it in the URL: \
+             redis://:PASSWORD@HOST:PORT/ (or redis://USER:PASSWORD@HOST:PORT/ for an ACL user)"
+                .to_owned()
+        } else if err.kind() == redis::ErrorKind::AuthenticationFailed
+            || err.code() == Some("WRONGPASS")
+            || text.contains("WRONGPASS")
+        {
+            format!("{text}; check the user and password in the URL")
+        } else if err.is_connection_refusal() {
+            format!("{text}; is redis-server running there, and listening on that port?")
+        } else if err.is_timeout() {
+            format!("{text}; is the host reachable and the port right? (see `connection_timeout`)")
+        } else if err.is_io_error() {
+            format!("{text}; check the host and port, and that the server is up")
+        } else {
+            text
+        };
+        Error::Connect {
+            addr: addr.to_owned(),
+            reason,
+            source: err,
         }
     }
 
@@ -236,6 +280,7 @@ impl Error {
     /// demoted by a failover).
     pub(crate) fn may_wait_out(&self) -> bool {
         match self {
+            Error::Connect { source: e, .. } => is_connection_failure(e),
             Error::Redis(e) => {
                 is_connection_failure(e)
                     || e.kind() == redis::ErrorKind::ClusterConnectionNotFound
