@@ -163,6 +163,20 @@ pub enum Error {
         reason: String,
     },
 
+    /// A value read as text is not UTF-8: another program wrote bytes
+    /// there. Nothing is lost; read it with the bytes call named.
+    #[error("field `{field}` of {what} `{name}` is not UTF-8 text; read it with `{bytes_call}`")]
+    NotUtf8 {
+        /// What was read: `fenced hash`.
+        what: &'static str,
+        /// Its name (the key).
+        name: String,
+        /// The field read.
+        field: String,
+        /// The call that reads the value as bytes: `FencedHash::get_bytes`.
+        bytes_call: &'static str,
+    },
+
     /// A call of the [blocking API](crate::blocking) that could not be run:
     /// the blocking client's runtime, or the helper thread a call made
     /// inside an async runtime's context needs, could not start.
