@@ -74,6 +74,8 @@ fn futures(client: &Client, guard: LockGuard) {
     sends(election.leader());
     sends(client.fenced_hash("").set("", "", 1));
     sends(client.fenced_hash("").get(""));
+    sends(client.fenced_hash("").set_bytes("", b"", 1));
+    sends(client.fenced_hash("").get_bytes(""));
     sends(
         client
             .job("")

@@ -138,7 +138,7 @@ impl Client {
     /// lock. Nothing is sent until a call.
     pub fn leader_election(&self, name: impl Into<String>) -> LeaderElection {
         LeaderElection {
-            lock: self.fenced_lock(name),
+            lock: self.fenced_lock(name).called("election", ELECTION_DATA),
         }
     }
 }
@@ -306,7 +306,7 @@ impl LeaderElection {
             return Err(Error::WrongType {
                 name: self.name().to_owned(),
                 key_type: "hash".into(),
-                expected: "leader election (a fenced lock)",
+                expected: ELECTION_DATA,
             });
         }
         let label = label_of(&holder.owner_id).map(str::to_owned);
@@ -363,6 +363,9 @@ impl LeaderElection {
         }
     }
 }
+
+/// What an election keeps at its name, as [`Error::WrongType`] says it.
+const ELECTION_DATA: &str = "leader election (a fenced lock)";
 
 /// Refuses a label a candidate may not campaign with.
 fn check_label(label: &str) -> Result<()> {

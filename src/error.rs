@@ -14,6 +14,21 @@ pub enum Error {
     #[error("redis error: {0}")]
     Redis(#[from] redis::RedisError),
 
+    /// Building a client for one server failed to connect to it: nothing
+    /// listens at the address, it did not answer in time, it asked for a
+    /// password none was given for, or refused the one given. The message
+    /// names the address and what to check.
+    #[error("cannot connect to the server at {addr}: {reason}")]
+    Connect {
+        /// The server's address, `host:port` (never the user or password).
+        addr: String,
+        /// What failed, and what to do about it.
+        reason: String,
+        /// The redis crate's error.
+        #[source]
+        source: redis::RedisError,
+    },
+
     /// A release by an owner that holds nothing on this lock: it never held
     /// it, already released every hold, or its hold was deleted behind its
     /// back (force unlock, restart). [`Lock::unlock`](crate::Lock::unlock),
@@ -72,9 +87,12 @@ pub enum Error {
         /// whose fields are no lock holds; `string` for a semaphore or a
         /// latch: a string that is no integer).
         key_type: String,
-        /// What ferrisson keeps at that key: `lock`, `semaphore`, `latch`,
-        /// `fencing token counter`, `fair lock queue`, `fair lock waiter
-        /// deadlines` or `set of permits out`.
+        /// What ferrisson keeps at that key, named as the caller called
+        /// it: `lock`, `semaphore`, `latch`, `fenced hash`, `leader
+        /// election (a fenced lock)`, `job (a lock)`, or a helper key's
+        /// name: `fencing token counter`, `fair lock queue`, `fair lock
+        /// waiter deadlines`, `set of permits out`, `fence of a fenced
+        /// hash`, `job's last occurrence done`.
         expected: &'static str,
     },
 
@@ -145,6 +163,20 @@ pub enum Error {
         reason: String,
     },
 
+    /// A value read as text is not UTF-8: another program wrote bytes
+    /// there. Nothing is lost; read it with the bytes call named.
+    #[error("field `{field}` of {what} `{name}` is not UTF-8 text; read it with `{bytes_call}`")]
+    NotUtf8 {
+        /// What was read: `fenced hash`.
+        what: &'static str,
+        /// Its name (the key).
+        name: String,
+        /// The field read.
+        field: String,
+        /// The call that reads the value as bytes: `FencedHash::get_bytes`.
+        bytes_call: &'static str,
+    },
+
     /// A call of the [blocking API](crate::blocking) that could not be run:
     /// the blocking client's runtime, or the helper thread a call made
     /// inside an async runtime's context needs, could not start.
@@ -182,8 +214,37 @@ impl Error {
     /// same call may succeed once the connection is back.
     pub fn is_connection_error(&self) -> bool {
         match self {
-            Error::Redis(e) => is_connection_failure(e),
+            Error::Redis(e) | Error::Connect { source: e, .. } => is_connection_failure(e),
             _ => false,
+        }
+    }
+
+    /// [`Error::Connect`] for `err`, met connecting to `addr`: says what
+    /// failed in words and what to check.
+    pub(crate) fn connect(addr: &str, err: redis::RedisError) -> Self {
+        let text = err.to_string();
+        let reason = if err.code() == Some("NOAUTH") || text.contains("NOAUTH") {
+            "the server asks for a password and none was given; put it in the URL: \
+             redis://:PASSWORD@HOST:PORT/ (or redis://USER:PASSWORD@HOST:PORT/ for an ACL user)"
+                .to_owned()
+        } else if err.kind() == redis::ErrorKind::AuthenticationFailed
+            || err.code() == Some("WRONGPASS")
+            || text.contains("WRONGPASS")
+        {
+            format!("{text}; check the user and password in the URL")
+        } else if err.is_connection_refusal() {
+            format!("{text}; is redis-server running there, and listening on that port?")
+        } else if err.is_timeout() {
+            format!("{text}; is the host reachable and the port right? (see `connection_timeout`)")
+        } else if err.is_io_error() {
+            format!("{text}; check the host and port, and that the server is up")
+        } else {
+            text
+        };
+        Error::Connect {
+            addr: addr.to_owned(),
+            reason,
+            source: err,
         }
     }
 
@@ -233,6 +294,7 @@ impl Error {
     /// demoted by a failover).
     pub(crate) fn may_wait_out(&self) -> bool {
         match self {
+            Error::Connect { source: e, .. } => is_connection_failure(e),
             Error::Redis(e) => {
                 is_connection_failure(e)
                     || e.kind() == redis::ErrorKind::ClusterConnectionNotFound

@@ -22,7 +22,10 @@ pub const MAX_FENCE_TOKEN: u64 = (1 << 53) - 1;
 /// wrote it is kept beside it at `ferrisson_fence:{key}` (no TTL), in the
 /// same Cluster slot: for a key that has a hash tag, `ferrisson_fence:key`
 /// (the same tag); for a key with a `}` but no tag (`cfg{}v2`), a key of
-/// its slot, `ferrisson_fence_slot:{<n>}key`. Only [`set`](FencedHash::set) writes: data written
+/// its slot, `ferrisson_fence_slot:{<n>}key`. Values are text
+/// ([`set`](FencedHash::set), [`get`](FencedHash::get)) or any bytes
+/// ([`set_bytes`](FencedHash::set_bytes),
+/// [`get_bytes`](FencedHash::get_bytes)), stored as given. Only the sets write: data written
 /// to the hash by other means is neither checked nor refused. The fence
 /// is the hash's, not a field's: give each election or lock whose holders
 /// write it a hash of its own. It outlives a `DEL` of the hash (a new
@@ -71,12 +74,13 @@ impl std::fmt::Debug for FencedHash {
     }
 }
 
-/// What [`FencedHash::get`] read.
+/// What [`FencedHash::get`] read (text), or [`FencedHash::get_bytes`]
+/// (`FencedValue<Vec<u8>>`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
-pub struct FencedValue {
+pub struct FencedValue<T = String> {
     /// The field's value; `None` when the hash or the field is missing.
-    pub value: Option<String>,
+    pub value: Option<T>,
     /// The highest token that has written the hash; `None` when none has.
     pub fence: Option<u64>,
 }
@@ -134,6 +138,18 @@ impl FencedHash {
     /// The write is one script call, made whole or not at all; once sent,
     /// a dropped future does not stop it.
     pub async fn set(&self, field: &str, value: &str, token: u64) -> Result<FencedWrite> {
+        self.set_bytes(field, value.as_bytes(), token).await
+    }
+
+    /// [`FencedHash::set`] for a value of any bytes (serialized data,
+    /// text in another encoding), stored as given.
+    ///
+    /// # Errors
+    /// As [`FencedHash::set`].
+    ///
+    /// # Cancel safety
+    /// As [`FencedHash::set`].
+    pub async fn set_bytes(&self, field: &str, value: &[u8], token: u64) -> Result<FencedWrite> {
         self.obj.checked()?;
         if token == 0 || token > MAX_FENCE_TOKEN {
             return Err(Error::invalid(format!(
@@ -164,17 +180,40 @@ impl FencedHash {
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for a bad key, [`Error::WrongType`] as
-    /// for [`FencedHash::set`], [`Error::Redis`].
+    /// for [`FencedHash::set`], [`Error::NotUtf8`] when the value is not
+    /// UTF-8 text (another program wrote bytes: read them with
+    /// [`FencedHash::get_bytes`]), [`Error::Redis`].
     ///
     /// # Cancel safety
     /// Cancel safe: it only reads.
     pub async fn get(&self, field: &str) -> Result<FencedValue> {
+        let FencedValue { value, fence } = self.get_bytes(field).await?;
+        let value = value
+            .map(String::from_utf8)
+            .transpose()
+            .map_err(|_| Error::NotUtf8 {
+                what: "fenced hash",
+                name: self.obj.name.to_string(),
+                field: field.to_owned(),
+                bytes_call: "FencedHash::get_bytes",
+            })?;
+        Ok(FencedValue { value, fence })
+    }
+
+    /// [`FencedHash::get`] for a value of any bytes, as stored.
+    ///
+    /// # Errors
+    /// As [`FencedHash::get`], but any value is read.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads.
+    pub async fn get_bytes(&self, field: &str) -> Result<FencedValue<Vec<u8>>> {
         self.obj.checked()?;
         let name = &*self.obj.name;
         let mut call = FENCED_GET.key(name);
         call.key(keys::fence(name)).arg(field);
         let mut conn = self.obj.conn();
-        let (value, fence): (Option<String>, i64) = call
+        let (value, fence): (Option<Vec<u8>>, i64) = call
             .invoke_async(&mut conn)
             .await
             .map_err(|e| self.obj.error(e))?;

@@ -167,7 +167,7 @@ impl Client {
     /// the replicas' differences).
     pub fn job(&self, name: impl Into<String>) -> Job {
         Job {
-            lock: self.lock(name),
+            lock: self.lock(name).called("job", JOB_DATA),
             at_most: None,
             at_least: Duration::ZERO,
             wait: Duration::ZERO,
@@ -627,7 +627,7 @@ impl Job {
             .key(&key)
             .invoke_async(&mut conn)
             .await
-            .map_err(|e| Error::from_redis(e, self.name(), "job"))?;
+            .map_err(|e| Error::from_redis(e, self.name(), JOB_DATA))?;
         Ok(u64::try_from(done).ok())
     }
 
@@ -676,6 +676,9 @@ impl Job {
 }
 
 /// A period of [`Job::every`] in ms, checked.
+/// What a job keeps at its name, as [`Error::WrongType`] says it.
+const JOB_DATA: &str = "job (a lock)";
+
 fn every_ms(period: Duration) -> Result<u64> {
     let ms = crate::args::duration("every", period, MAX_DURATION)?;
     if Duration::from_millis(ms) != period {

@@ -64,6 +64,34 @@ async fn a_wrong_password_is_a_clear_error_that_hides_it() {
         "{text}"
     );
     assert!(!text.contains("not-the-pw"), "{text}");
+    assert!(
+        text.contains(&format!("127.0.0.1:{}", server.port())),
+        "{text}"
+    );
+    assert!(text.contains("check the user and password"), "{text}");
+    assert!(!err.is_connection_error(), "retrying will not help: {text}");
+}
+
+/// A URL without the password a server asks for: the error names the
+/// address and says where the password goes, in place of the server's
+/// `NOAUTH ... HELLO ... AUTH` text.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_password_says_where_it_goes() {
+    let server = RedisServer::start_with_args(&["--requirepass", "admin-pw"]);
+    let addr = format!("127.0.0.1:{}", server.port());
+    let err = soon(ferrisson::Client::connect(format!("redis://{addr}/")))
+        .await
+        .unwrap_err();
+    let text = err.to_string();
+    assert!(matches!(err, ferrisson::Error::Connect { .. }), "{err:?}");
+    assert!(text.contains(&addr), "{text}");
+    assert!(
+        text.contains("asks for a password and none was given"),
+        "{text}"
+    );
+    assert!(text.contains("redis://:PASSWORD@HOST:PORT/"), "{text}");
+    assert!(!text.contains("HELLO"), "{text}");
+    assert!(!text.contains("admin-pw"), "{text}");
     assert!(!err.is_connection_error(), "retrying will not help: {text}");
 }
 

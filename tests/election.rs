@@ -801,3 +801,115 @@ async fn the_old_leader_is_told_of_an_empty_restart_when_a_rival_leads() {
     );
     soon(new.resign()).await.unwrap();
 }
+
+/// A bad election name is refused as the election's, not its lock's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bad_election_name_says_election() {
+    let server = RedisServer::start();
+    let client = client(&server, WATCHDOG).await;
+    let err = soon(client.leader_election("").campaign("pod-a"))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::InvalidArgument(_)), "{err:?}");
+    assert!(
+        err.to_string().contains("election name must not be empty"),
+        "{err}"
+    );
+    let long = "e".repeat(ferrisson::MAX_NAME_LEN + 1);
+    let err = soon(client.leader_election(long).leader())
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("election name is"), "{err}");
+    assert_eq!(server.cmd(&["DBSIZE"]).as_int(), Some(0));
+}
+
+/// A campaign on a key that holds other data names the election and the
+/// key, and leaves the data as it is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_campaign_on_other_data_names_the_election() {
+    let server = RedisServer::start();
+    let client = client(&server, WATCHDOG).await;
+    server.cmd(&["SET", "billing:leader", "someone else's"]);
+    let election = client.leader_election("billing:leader");
+    for err in [
+        soon(election.campaign("pod-a")).await.unwrap_err(),
+        soon(election.try_campaign("pod-a")).await.unwrap_err(),
+        soon(election.leader()).await.unwrap_err(),
+    ] {
+        assert!(matches!(err, Error::WrongType { .. }), "{err:?}");
+        assert_eq!(
+            err.to_string(),
+            "key `billing:leader` holds a string, not a leader election (a fenced lock)"
+        );
+    }
+    assert_eq!(
+        server
+            .cmd(&["GET", "billing:leader"])
+            .as_string()
+            .as_deref(),
+        Some("someone else's")
+    );
+}
+
+/// A fenced hash's value another program wrote that is not UTF-8: `get`
+/// says so, names the hash and the field and points to `get_bytes`, which
+/// reads it; `set_bytes` stores bytes as given.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fenced_hash_takes_bytes_and_says_when_a_value_is_no_text() {
+    let server = RedisServer::start();
+    let client = client(&server, WATCHDOG).await;
+    let raw = redis::Client::open(server.url()).unwrap();
+    let mut raw = soon(raw.get_multiplexed_async_connection()).await.unwrap();
+    let bytes: &[u8] = &[0xff, 0x00, 0xfe, b'\n', 0x80];
+    let _: i64 = soon(
+        redis::cmd("HSET")
+            .arg("blobs")
+            .arg("f")
+            .arg(bytes)
+            .query_async(&mut raw),
+    )
+    .await
+    .unwrap();
+    let state = client.fenced_hash("blobs");
+    let err = soon(state.get("f")).await.unwrap_err();
+    assert!(matches!(err, Error::NotUtf8 { .. }), "{err:?}");
+    assert_eq!(
+        err.to_string(),
+        "field `f` of fenced hash `blobs` is not UTF-8 text; read it with `FencedHash::get_bytes`"
+    );
+    let read = soon(state.get_bytes("f")).await.unwrap();
+    assert_eq!(read.value.as_deref(), Some(bytes));
+    assert_eq!(read.fence, None);
+
+    // Written with a token, read back the same, bytes for bytes.
+    let written: Vec<u8> = (0..=255).collect();
+    assert_eq!(
+        soon(state.set_bytes("g", &written, 7)).await.unwrap(),
+        FencedWrite::Written
+    );
+    let stored: Vec<u8> = soon(
+        redis::cmd("HGET")
+            .arg("blobs")
+            .arg("g")
+            .query_async(&mut raw),
+    )
+    .await
+    .unwrap();
+    assert_eq!(stored, written);
+    let read = soon(state.get_bytes("g")).await.unwrap();
+    assert_eq!(read.value, Some(written));
+    assert_eq!(read.fence, Some(7));
+    assert_eq!(
+        soon(state.set_bytes("g", b"late", 6)).await.unwrap(),
+        FencedWrite::Refused { highest: 7 }
+    );
+    // Text still reads as text.
+    assert_eq!(
+        soon(state.set("h", "text", 7)).await.unwrap(),
+        FencedWrite::Written
+    );
+    assert_eq!(
+        soon(state.get("h")).await.unwrap().value.as_deref(),
+        Some("text")
+    );
+}

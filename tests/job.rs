@@ -687,3 +687,27 @@ async fn bad_occurrences_are_refused_and_other_data_left_alone() {
     // The lock it took is let go.
     eventually(Duration::from_secs(10), || async { !exists(&server, "j") }).await;
 }
+
+/// A job's errors name the job, not the lock it is built on: a bad name,
+/// and a key that holds other data.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_jobs_errors_name_the_job() {
+    let server = RedisServer::start();
+    let client = client(&server, WATCHDOG).await;
+    let err = soon(client.job("").run(|_| async {})).await.unwrap_err();
+    assert!(matches!(err, Error::InvalidArgument(_)), "{err:?}");
+    assert!(
+        err.to_string().contains("job name must not be empty"),
+        "{err}"
+    );
+
+    server.cmd(&["SET", "nightly-report", "not a lock"]);
+    let err = soon(client.job("nightly-report").run(|_| async {}))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::WrongType { .. }), "{err:?}");
+    assert_eq!(
+        err.to_string(),
+        "key `nightly-report` holds a string, not a job (a lock)"
+    );
+}

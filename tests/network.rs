@@ -572,3 +572,20 @@ async fn a_dropped_guards_release_outlasts_its_lease_while_another_hold_keeps_th
     soon(guard.unlock()).await.unwrap();
     common::settled(&c).await;
 }
+
+/// A client built for an address nothing listens at fails at once, with
+/// an error that names the address and says what to check; it is a
+/// connection error (the same call may succeed once a server is up).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_connection_names_the_address() {
+    let port = common::server::free_port();
+    let addr = format!("127.0.0.1:{port}");
+    let err = soon(ferrisson::Client::connect(format!("redis://{addr}/")))
+        .await
+        .unwrap_err();
+    let text = err.to_string();
+    assert!(matches!(err, ferrisson::Error::Connect { .. }), "{err:?}");
+    assert!(text.contains(&addr), "{text}");
+    assert!(text.contains("is redis-server running there"), "{text}");
+    assert!(err.is_connection_error(), "{text}");
+}

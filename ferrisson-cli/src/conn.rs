@@ -400,7 +400,9 @@ pub(crate) async fn connect(settings: &Settings) -> Result<Target, Fail> {
         None => builder,
     };
     let client = builder.build().await.map_err(|e| match e {
-        ferrisson::Error::Redis(e) => connect_error(first, &e),
+        ferrisson::Error::Redis(e) | ferrisson::Error::Connect { source: e, .. } => {
+            connect_error(first, &e)
+        }
         other => Fail(format!("cannot use {}: {other}", shown(first))),
     })?;
     Ok(Target {

@@ -408,8 +408,9 @@ impl Client {
     /// as [`crate::Client::connect`].
     ///
     /// # Errors
-    /// [`Error::Redis`] when the URL is malformed or Redis cannot be
-    /// reached; [`Error::Blocking`] when the runtime cannot start.
+    /// [`Error::Redis`] when the URL is malformed, [`Error::Connect`] when
+    /// the server cannot be reached or refuses the credentials;
+    /// [`Error::Blocking`] when the runtime cannot start.
     pub fn connect(url: impl IntoConnectionInfo) -> Result<Client> {
         Client::from_builder(crate::Client::builder(url))
     }

@@ -49,9 +49,11 @@ use crate::Result;
 /// # Ok(()) }
 /// ```
 ///
-/// A refused password, an untrusted certificate or an unreachable server fails
-/// `build()` at once with [`Error::Redis`](crate::Error::Redis), whose text carries the server's or
-/// the TLS library's reason. Secrets never appear in the `Debug` output of a
+/// A missing or refused password, an untrusted certificate or an unreachable
+/// server fails `build()` at once with
+/// [`Error::Connect`](crate::Error::Connect), whose text names the address
+/// (never the password), carries the server's or the TLS library's reason
+/// and says what to check. Secrets never appear in the `Debug` output of a
 /// client, builder, lock or guard: they print the host and port only.
 ///
 /// rustls takes its cryptography from a process-wide provider. When the
@@ -394,8 +396,10 @@ impl ClientBuilder {
     /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for
     /// impossible settings (a watchdog timeout under 30 ms, a zero timeout,
     /// a private TLS root certificate for a cluster or sentinels);
-    /// [`Error::Redis`](crate::Error::Redis) for a malformed URL or an
-    /// unreachable Redis;
+    /// [`Error::Redis`](crate::Error::Redis) for a malformed URL;
+    /// [`Error::Connect`](crate::Error::Connect) for one server that
+    /// cannot be reached or refuses the credentials (a cluster or
+    /// sentinels: [`Error::Redis`](crate::Error::Redis));
     /// [`Error::ScriptingUnavailable`](crate::Error::ScriptingUnavailable)
     /// for a server that does not run Lua scripts, or an ACL user who may
     /// not run them.
@@ -513,7 +517,8 @@ async fn connect_single(
     drop(
         redis_client
             .get_multiplexed_async_connection_with_config(&probe)
-            .await?,
+            .await
+            .map_err(|e| crate::Error::connect(&addr, e))?,
     );
     // Commands on a server that is down fail after one reconnect attempt
     // (the default retries with backoff for about 9 s before a command
@@ -522,7 +527,8 @@ async fn connect_single(
     let mut conn = Conn::Single(
         redis_client
             .get_connection_manager_with_config(command_config)
-            .await?,
+            .await
+            .map_err(|e| crate::Error::connect(&addr, e))?,
     );
     super::scripting::check(&mut conn, &addr).await?;
     let reopen = super::conn::Reopen::Single(Box::new(redis_client.clone()));

@@ -189,8 +189,9 @@ impl Client {
     /// `"redis://127.0.0.1/"` or `"redis://user:secret@host:6379/0"`.
     ///
     /// # Errors
-    /// [`Error::Redis`](crate::Error::Redis) when the URL is malformed or
-    /// Redis cannot be reached.
+    /// [`Error::Redis`](crate::Error::Redis) when the URL is malformed,
+    /// [`Error::Connect`](crate::Error::Connect) when the server cannot be
+    /// reached or refuses the credentials; see [`ClientBuilder::build`].
     ///
     /// # Cancel safety
     /// Cancel safe: a dropped call opens nothing that outlives it.

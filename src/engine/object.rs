@@ -20,8 +20,13 @@ use crate::{args, Client, Error, Result};
 pub(crate) struct Object {
     pub(crate) client: Client,
     pub(crate) name: Arc<str>,
-    /// What the name is checked as: "lock", "semaphore", "latch".
+    /// What the caller called it, for errors about its name: "lock",
+    /// "semaphore", "latch", "election", "job"...
     what: &'static str,
+    /// What ferrisson keeps at its key, for [`Error::WrongType`]: the
+    /// same as `what` but for objects built over another (an election's
+    /// fenced lock, a job's lock).
+    expected: &'static str,
 }
 
 impl Object {
@@ -30,6 +35,18 @@ impl Object {
             client,
             name: name.into(),
             what,
+            expected: what,
+        }
+    }
+
+    /// The same object, called `what` in errors about its name and
+    /// `expected` in errors about its key's data: an election's or a job's
+    /// lock is named as the election or the job the caller asked for.
+    pub(crate) fn called(self, what: &'static str, expected: &'static str) -> Object {
+        Object {
+            what,
+            expected,
+            ..self
         }
     }
 
@@ -39,6 +56,12 @@ impl Object {
             kind,
             name: (self.client.config().metric_lock_names).then_some(&*self.name),
         }
+    }
+
+    /// What ferrisson keeps at the object's key, as [`Error::WrongType`]
+    /// names it.
+    pub(crate) fn expected(&self) -> &'static str {
+        self.expected
     }
 
     /// Refuses a bad name ([`Error::InvalidArgument`]), and a client whose
@@ -51,7 +74,7 @@ impl Object {
 
     /// The crate's error for what Redis replied about this object.
     pub(crate) fn error(&self, err: redis::RedisError) -> Error {
-        Error::from_redis(err, &self.name, self.what)
+        Error::from_redis(err, &self.name, self.expected)
     }
 
     /// A handle on the client's connection.
@@ -178,6 +201,7 @@ impl std::fmt::Debug for Object {
         f.debug_struct("Object")
             .field("name", &self.name)
             .field("what", &self.what)
+            .field("expected", &self.expected)
             .finish_non_exhaustive()
     }
 }

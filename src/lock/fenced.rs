@@ -54,6 +54,13 @@ impl FencedLock {
             core: LockCore::new(client, name, Kind::Fenced),
         }
     }
+
+    /// The same lock, named as what it serves in errors (an election).
+    pub(crate) fn called(self, what: &'static str, expected: &'static str) -> FencedLock {
+        FencedLock {
+            core: self.core.called(what, expected),
+        }
+    }
 }
 
 impl FencedLock {

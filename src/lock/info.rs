@@ -132,7 +132,7 @@ impl LockCore {
         Error::WrongType {
             name: self.obj.name.to_string(),
             key_type: "hash".into(),
-            expected: "lock",
+            expected: self.obj.expected(),
         }
     }
 

@@ -118,6 +118,15 @@ impl Lock {
     }
 }
 
+impl Lock {
+    /// The same lock, named as what it serves in errors (a job).
+    pub(crate) fn called(self, what: &'static str, expected: &'static str) -> Lock {
+        Lock {
+            core: self.core.called(what, expected),
+        }
+    }
+}
+
 face::lock_face!(Lock, guard: LockGuard = face::plain);
 
 impl LockCore {
@@ -131,6 +140,15 @@ impl LockCore {
 
     pub(crate) fn kind(&self) -> Kind {
         self.kind
+    }
+
+    /// The same lock, named `what` in errors about its name and `expected`
+    /// in errors about its key's data (see [`Object::called`]).
+    pub(crate) fn called(self, what: &'static str, expected: &'static str) -> LockCore {
+        LockCore {
+            obj: self.obj.called(what, expected),
+            ..self
+        }
     }
 
     /// The same handle with another kind (a new backoff or waiter timeout).
