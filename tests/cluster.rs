@@ -588,7 +588,7 @@ async fn elections_and_fenced_hashes_work_on_every_master() {
             ferrisson::LeaderChange::Leader(leader) => {
                 assert_eq!(
                     (leader.term, leader.label.as_deref()),
-                    (first.term(), Some("a"))
+                    (Some(first.term()), Some("a"))
                 );
             }
             other => panic!("{name}: {other:?}"),

@@ -208,7 +208,7 @@ async fn an_election_keeps_its_terms_rising_through_a_failover() {
         .unwrap()
         .unwrap()
     {
-        ferrisson::LeaderChange::Leader(leader) => assert_eq!(leader.term, term),
+        ferrisson::LeaderChange::Leader(leader) => assert_eq!(leader.term, Some(term)),
         other => panic!("{other:?}"),
     }
 
