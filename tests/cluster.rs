@@ -614,7 +614,7 @@ async fn elections_and_fenced_hashes_work_on_every_master() {
             seen = within(quick, observer.next()).await.unwrap().unwrap();
         }
         assert!(
-            matches!(&seen, ferrisson::LeaderChange::Leader(l) if l.term == second.term()),
+            matches!(&seen, ferrisson::LeaderChange::Leader(l) if l.term == Some(second.term())),
             "{name}: {seen:?}"
         );
         let late = first_term;
