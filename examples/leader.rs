@@ -57,7 +57,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             match change? {
                 LeaderChange::Leader(leader) => {
                     let label = leader.label.as_deref().unwrap_or("(no label)");
-                    println!("observer: {label} leads, term {}", leader.term);
+                    // A holder that drew no fencing token has no term.
+                    let term = leader
+                        .term
+                        .map_or_else(|| "no term".to_owned(), |t| format!("term {t}"));
+                    println!("observer: {label} leads, {term}");
                 }
                 LeaderChange::NoLeader => println!("observer: nobody leads"),
             }

@@ -152,9 +152,9 @@ pub struct Leader {
     /// holder that did not campaign, the lock's current token: for a
     /// Redisson `RFencedLock` or a [`FencedLock`], the one its latest
     /// acquire drew; a holder of the name as a plain lock (`RLock`) draws
-    /// none, so it shows the last token drawn before it, or 0 when none
-    /// was (or Redis lost the counter since).
-    pub term: u64,
+    /// none, so it shows the last token drawn before it, or `None` when
+    /// none was (or Redis lost the counter since).
+    pub term: Option<u64>,
     /// The label the leader campaigned with; `None` for a holder that did
     /// not campaign.
     pub label: Option<String>,
@@ -311,7 +311,7 @@ impl LeaderElection {
         }
         let label = label_of(&holder.owner_id).map(str::to_owned);
         let leader = Leader {
-            term: info.token.unwrap_or(0),
+            term: info.token,
             label,
             client_id: holder.client_id.clone(),
             owner_id: holder.owner_id.clone(),
@@ -563,7 +563,7 @@ struct Watch {
     /// When to try subscribing again after a failed try.
     subscribe_at: Instant,
     /// What was reported last (holder and term); `None` before the first.
-    last: Option<Option<(String, u64)>>,
+    last: Option<Option<(String, Option<u64>)>>,
     /// After an error: the stream has ended.
     done: bool,
 }

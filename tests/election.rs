@@ -131,7 +131,7 @@ async fn the_leader_is_a_fenced_lock_holder_with_its_label() {
     );
 
     let now = soon(election.leader()).await.unwrap().expect("a leader");
-    assert_eq!(now.term, term);
+    assert_eq!(now.term, Some(term));
     assert_eq!(now.label.as_deref(), Some("10.0.0.7:8080"));
     assert_eq!(now.client_id, client.id().to_string());
     assert_eq!(now.owner_id, field.split_once(':').unwrap().1);
@@ -162,7 +162,7 @@ async fn a_fenced_lock_holder_and_the_candidates_exclude_each_other() {
         .unwrap()
         .expect("the lock's holder leads");
     assert_eq!(other.label, None);
-    assert_eq!(other.term, held.token());
+    assert_eq!(other.term, Some(held.token()));
     assert!(
         soon(election.campaign_for("pod-a", Duration::from_millis(300)))
             .await
@@ -180,6 +180,32 @@ async fn a_fenced_lock_holder_and_the_candidates_exclude_each_other() {
     let after = within(Duration::from_secs(10), lock.lock()).await.unwrap();
     assert!(after.token() > term);
     soon(after.unlock()).await.unwrap();
+}
+
+/// A holder of the name as a plain lock (a Redisson `RLock`) draws no
+/// fencing token: with no counter on the name, it leads with no term,
+/// not with a term of 0; once a token was drawn, it shows that one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plain_lock_holder_leads_with_no_term_until_a_token_was_drawn() {
+    let server = RedisServer::start();
+    let client = client(&server, WATCHDOG).await;
+    let election = client.leader_election("plain");
+
+    let held = soon(client.lock("plain").lock()).await.unwrap();
+    let seen = soon(election.leader())
+        .await
+        .unwrap()
+        .expect("the lock's holder leads");
+    assert_eq!((seen.term, seen.label), (None, None));
+    soon(held.unlock()).await.unwrap();
+
+    let fenced = soon(client.fenced_lock("plain").lock()).await.unwrap();
+    let token = fenced.token();
+    soon(fenced.unlock()).await.unwrap();
+    let held = soon(client.lock("plain").lock()).await.unwrap();
+    let seen = soon(election.leader()).await.unwrap().expect("a leader");
+    assert_eq!(seen.term, Some(token));
+    soon(held.unlock()).await.unwrap();
 }
 
 /// An observer sees who leads at first, then every change in order, none
@@ -200,7 +226,7 @@ async fn observers_see_every_change_in_order_and_none_twice() {
     let seen = leader(next(&mut observer).await);
     assert_eq!(
         (seen.term, seen.label.as_deref()),
-        (first.term(), Some("a"))
+        (Some(first.term()), Some("a"))
     );
     soon(first.resign()).await.unwrap();
     assert_eq!(next(&mut observer).await, LeaderChange::NoLeader);
@@ -211,7 +237,7 @@ async fn observers_see_every_change_in_order_and_none_twice() {
     let seen = leader(next(&mut observer).await);
     assert_eq!(
         (seen.term, seen.label.as_deref()),
-        (second.term(), Some("b"))
+        (Some(second.term()), Some("b"))
     );
     assert_eq!(seen.client_id, b.id().to_string());
     drop(second);
@@ -265,7 +291,7 @@ async fn a_cut_off_leader_is_replaced_within_a_lease() {
     };
     assert_eq!(
         (seen.term, seen.label.as_deref()),
-        (new.term(), Some("new"))
+        (Some(new.term()), Some("new"))
     );
 
     // The old leader's resignation is refused without a send: it knew.
@@ -348,7 +374,10 @@ async fn an_observer_follows_through_a_restart() {
     .await
     .unwrap();
     let seen = leader(next(&mut observer).await);
-    assert_eq!((seen.term, seen.label.as_deref()), (new.term(), Some("b")));
+    assert_eq!(
+        (seen.term, seen.label.as_deref()),
+        (Some(new.term()), Some("b"))
+    );
     drop(old);
     soon(new.resign()).await.unwrap();
 }
@@ -670,7 +699,7 @@ async fn observers_see_a_silent_holder_come_and_go() {
     assert_eq!(next(&mut observer).await, LeaderChange::NoLeader);
     let held = soon(client.fenced_lock("silent").lock()).await.unwrap();
     let seen = leader(next(&mut observer).await);
-    assert_eq!((seen.term, seen.label), (held.token(), None));
+    assert_eq!((seen.term, seen.label), (Some(held.token()), None));
     soon(held.unlock()).await.unwrap();
     assert_eq!(next(&mut observer).await, LeaderChange::NoLeader);
 }

@@ -208,7 +208,7 @@ async fn an_election_keeps_its_terms_rising_through_a_failover() {
         .unwrap()
         .unwrap()
     {
-        ferrisson::LeaderChange::Leader(leader) => assert_eq!(leader.term, term),
+        ferrisson::LeaderChange::Leader(leader) => assert_eq!(leader.term, Some(term)),
         other => panic!("{other:?}"),
     }
 
@@ -265,7 +265,7 @@ async fn an_election_keeps_its_terms_rising_through_a_failover() {
     let seen = within(Duration::from_secs(30), async {
         loop {
             match observer.next().await.unwrap().unwrap() {
-                ferrisson::LeaderChange::Leader(leader) if leader.term == next.term() => {
+                ferrisson::LeaderChange::Leader(leader) if leader.term == Some(next.term()) => {
                     break leader
                 }
                 _ => {}

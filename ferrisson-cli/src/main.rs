@@ -2,8 +2,9 @@
 //! by ferrisson or by Java Redisson clients: the layout is the same) and
 //! says who holds what, who waits, and for how long.
 //!
-//! `cargo install ferrisson-cli`; `ferrisson --help` lists the
-//! subcommands.
+//! Installed from a clone of the repository with `cargo install --locked
+//! --path ferrisson-cli` (not published yet: docs/cli.md); `ferrisson
+//! --help` lists the subcommands.
 
 mod conn;
 mod layout;
@@ -21,22 +22,21 @@ use serde::Serialize;
 use conn::Target;
 use state::{Found, Kind, State};
 
-/// Inspect ferrisson and Redisson locks, semaphores and latches in Redis.
+/// Inspect the locks, leader elections, semaphores and latches of ferrisson
+/// and Redisson in Redis; `run` a command under a lock across hosts.
 #[derive(Debug, Parser)]
 #[command(name = "ferrisson", version)]
 struct Cli {
     /// The Redis to look at (`redis://`, `rediss://` for TLS, with
     /// `user:password@` for ACL users). Give it several times, or comma
-    /// separated, for the nodes of a Redis Cluster.
-    #[arg(
-        long,
-        global = true,
-        env = "REDIS_URL",
-        // The URL may carry a password: --help never prints it.
-        hide_env_values = true,
-        default_value = "redis://127.0.0.1/",
-        value_delimiter = ','
-    )]
+    /// separated, for the nodes of a Redis Cluster. Without it, the
+    /// environment's REDIS_URL (comma separated too), else
+    /// redis://127.0.0.1/.
+    // REDIS_URL is read by `urls`, not with clap's `env`: clap's usage
+    // lines show an option taken from the environment as if typed
+    // (`Usage: ferrisson inspect --url <URL> <NAME>`), which reads as
+    // though --url were required.
+    #[arg(long, global = true, value_name = "URL", value_delimiter = ',')]
     url: Vec<String>,
 
     /// The URL is one node of a Redis Cluster (implied by several URLs,
@@ -69,7 +69,8 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// What a key is, and who holds it, since when, and who waits.
+    /// What a key is, and who holds it, since when, and who waits (a
+    /// leader election: who leads, its label and term).
     Inspect {
         /// The object's name (its key).
         #[arg(value_parser = non_empty_name)]
@@ -80,7 +81,9 @@ enum Command {
         #[arg(long, value_enum)]
         kind: Option<Kind>,
     },
-    /// One line per synchronizer found by SCAN: kind, name, holders, TTL.
+    /// One line per synchronizer found by SCAN: kind, name, holders, TTL
+    /// (a leader election while it has a leader: a free one leaves no key
+    /// of its own).
     List {
         /// A Redis glob pattern for the names.
         #[arg(default_value = "*", value_parser = non_empty_pattern)]
@@ -101,7 +104,8 @@ enum Command {
         interval_ms: u64,
     },
     /// Deletes a lock whoever holds it and wakes its waiters (a latch:
-    /// opens it). Asks first, unless `--yes`.
+    /// opens it; a leader election: deposes its leader). Asks first,
+    /// unless `--yes`.
     ForceUnlock {
         /// The object's name.
         #[arg(value_parser = non_empty_name)]
@@ -126,6 +130,24 @@ enum Command {
     #[cfg(unix)]
     #[command(name = run::GUARD_COMMAND, hide = true)]
     RunGuard,
+}
+
+/// The Redis reached when neither --url nor REDIS_URL names one.
+const DEFAULT_URL: &str = "redis://127.0.0.1/";
+
+/// The URLs to reach: those of --url, else those of REDIS_URL (comma
+/// separated; unset or empty: none), else [`DEFAULT_URL`].
+fn urls(given: &[String]) -> Result<Vec<String>, String> {
+    if !given.is_empty() {
+        return Ok(given.to_vec());
+    }
+    match std::env::var("REDIS_URL") {
+        Ok(value) if !value.is_empty() => Ok(value.split(',').map(str::to_owned).collect()),
+        Ok(_) | Err(std::env::VarError::NotPresent) => Ok(vec![DEFAULT_URL.to_owned()]),
+        Err(std::env::VarError::NotUnicode(_)) => {
+            Err("REDIS_URL is not valid UTF-8: give the URL with --url".to_owned())
+        }
+    }
 }
 
 /// Refuses an empty object name: no synchronizer can be named so (the
@@ -223,7 +245,7 @@ fn json_asked() -> bool {
 }
 
 fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
+    let mut cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(err) => {
             use clap::error::ErrorKind;
@@ -260,6 +282,10 @@ fn main() -> ExitCode {
             return fail(json, &message, 2);
         }
     }
+    cli.url = match urls(&cli.url) {
+        Ok(urls) => urls,
+        Err(message) => return fail(json, &message, 2),
+    };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

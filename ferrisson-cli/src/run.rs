@@ -142,8 +142,10 @@ pub(crate) struct RunArgs {
     grace: Duration,
 
     /// The label `ferrisson inspect` shows for the holder: the host name
-    /// by default.
-    #[arg(long, conflicts_with = "permits")]
+    /// by default. At most 256 bytes, no control characters. Not with
+    /// --permits: a permit is a bare id in Redisson's layout, with no
+    /// room for a label.
+    #[arg(long, conflicts_with = "permits", value_parser = label)]
     label: Option<String>,
 
     /// The command and its arguments, after `--`.
@@ -155,6 +157,25 @@ pub(crate) struct RunArgs {
 fn duration(text: &str) -> Result<Duration, String> {
     humantime::parse_duration(text)
         .map_err(|e| format!("`{text}` is no duration ({e}): write it as 500ms, 30s, 5m or 1h"))
+}
+
+/// Checks `--label` as the library's `Job` will, so that a bad one is a
+/// mistake in the command line (exit 2) found before anything is sent.
+fn label(text: &str) -> Result<String, String> {
+    if text.is_empty() {
+        return Err("the label is empty: leave --label out for the host name".to_owned());
+    }
+    let max = ferrisson::MAX_JOB_LABEL_LEN;
+    if text.len() > max {
+        return Err(format!(
+            "the label is {} bytes long, over the limit of {max}",
+            text.len()
+        ));
+    }
+    if text.chars().any(char::is_control) {
+        return Err(format!("the label {text:?} holds a control character"));
+    }
+    Ok(text.to_owned())
 }
 
 impl RunArgs {

@@ -735,6 +735,37 @@ async fn errors_under_json_are_json() {
     assert!(said.contains("no subcommand"), "{said}");
 }
 
+/// `--help` names every subcommand's kind of object, leader elections and
+/// `run` included. A URL from REDIS_URL is neither shown (it may hold a
+/// password) nor written into a usage line as though --url had been
+/// typed: a usage mistake prints the subcommand's own usage, exit 2.
+#[test]
+fn help_and_usage_with_redis_url_set() {
+    let url = "redis://ops:secret-pw@127.0.0.1:1/";
+    let ferrisson = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_ferrisson"))
+            .env("REDIS_URL", url)
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .expect("run ferrisson")
+    };
+    let help = ferrisson(&["--help"]);
+    assert!(help.status.success());
+    let text = String::from_utf8_lossy(&help.stdout);
+    assert!(text.contains("leader elections"), "{text}");
+    assert!(text.contains("`run`"), "{text}");
+    assert!(text.contains("REDIS_URL"), "{text}");
+    assert!(!text.contains("secret-pw"), "{text}");
+
+    let mistake = ferrisson(&["inspect"]);
+    assert_eq!(mistake.status.code(), Some(2));
+    let said = String::from_utf8_lossy(&mistake.stderr);
+    assert!(said.contains("Usage: ferrisson inspect <NAME>"), "{said}");
+    assert!(!said.contains("--url"), "{said}");
+    assert!(!said.contains("secret-pw"), "{said}");
+}
+
 /// A permit taken without a lease (Redisson's no-expiry score) shows as
 /// having no lease, not as expiring in billions of minutes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

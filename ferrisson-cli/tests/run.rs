@@ -731,6 +731,7 @@ fn a_named_occurrence_runs_once() {
 #[test]
 fn bad_input_is_refused_and_writes_nothing() {
     let server = RedisServer::start();
+    let long_label = "x".repeat(ferrisson::MAX_JOB_LABEL_LEN + 1);
     for args in [
         &["job"][..],
         &["job", "--"],
@@ -747,6 +748,10 @@ fn bad_input_is_refused_and_writes_nothing() {
         ],
         &["job", "--permits", "0", "--", "true"],
         &["job", "--permits", "2", "--label", "a", "--", "true"],
+        // A label the library would refuse: a usage mistake too.
+        &["job", "--label", "", "--", "true"],
+        &["job", "--label", &long_label, "--", "true"],
+        &["job", "--label", "host\na", "--", "true"],
         &["job", "--wait", "soon", "--", "true"],
         &["job", "--wait", "1s", "--no-wait", "--", "true"],
         &["job", "--lease", "1s", "--at-most-for", "1s", "--", "true"],
