@@ -1272,3 +1272,69 @@ async fn a_lost_grant_inside_a_leased_hold_is_given_back_after_its_own_lease() {
     soon(outer.unlock()).await.unwrap();
     assert!(!common::exists(&server, name));
 }
+
+/// A hold taken by a late send of a request whose first send was lost
+/// long before (the network swallowed it, the wait resent it), and whose
+/// reply was lost too, is given back when the request is settled after
+/// the first send's lease would have run out but before the grant's has:
+/// the settle learns when the grant ran from its latch, and the hold
+/// surely stands until that grant's lease ends. (Judged from the first
+/// send, the give-back was skipped, and the hold stayed until its TTL:
+/// `cancel_fuzz` left such holds behind on a loaded machine.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_grant_of_a_late_resend_is_given_back_by_the_grants_own_lease() {
+    common::init_tracing();
+    let server = RedisServer::start();
+    let proxy = std::sync::Arc::new(Proxy::start(server.port()));
+    let client = proxied(&proxy, Duration::from_millis(300)).await;
+    warm_up(&client).await;
+    let monitor = Monitor::start(&server);
+    let name = "lost:late-resend";
+    let field = format!("{}:job", client.id());
+    let lock = client.lock(name).with_owner("job");
+    swept(&server).await;
+    let lease = Duration::from_secs(10);
+
+    // The first send goes into a black hole: its lease, were it granted,
+    // would start now.
+    proxy.black_hole(true);
+    let first_sent = Instant::now();
+    let attempt = {
+        let lock = lock.clone();
+        tokio::spawn(async move { lock.lock_with_lease(lease).await })
+    };
+    // Halfway through that lease, a resend gets through and is granted;
+    // its reply is lost, and the server is out of reach from then on. The
+    // caller gives up then (its future dropped): the request is settled in
+    // the background.
+    tokio::time::sleep_until(first_sent + lease / 2).await;
+    proxy.lose_next_reply_to_then_refuse(name);
+    proxy.black_hole(false);
+    eventually(lease, || async { proxy.lost_replies() == 1 }).await;
+    attempt.abort();
+    assert!(attempt.await.unwrap_err().is_cancelled(), "the lock was taken");
+    assert_eq!(hold_count(&server, name, &field), 1, "no send took the lock");
+    let ttl_at_grant = server.cmd(&["PTTL", name]).as_int().unwrap();
+
+    // Redis comes back once the first send's lease is over, the grant's
+    // still running: the settle finds the grant and gives it back.
+    tokio::time::sleep_until(first_sent + lease + Duration::from_millis(500)).await;
+    assert!(common::exists(&server, name), "the hold ran out early");
+    proxy.refuse(false);
+    let healed = Instant::now();
+    eventually(lease, || async { !common::exists(&server, name) }).await;
+    let releases = monitor.script_calls(name, "redisson_unlock_latch:");
+    assert_eq!(
+        releases.len(),
+        1,
+        "the hold ran out instead of being given back: {releases:?}"
+    );
+    println!(
+        "a grant of a resend {:?} after its request's first (lost) send, its reply lost too: \
+         given back {:?} after Redis came back, {:?} after that first send (its TTL at the \
+         grant was {ttl_at_grant} ms; lease {lease:?})",
+        lease / 2,
+        healed.elapsed(),
+        first_sent.elapsed()
+    );
+}
