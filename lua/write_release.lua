@@ -3,6 +3,8 @@
 -- KEYS[1]  the lock hash
 -- KEYS[2]  the channel, `redisson_rwlock:{name}`
 -- KEYS[3]  the unlock latch, `redisson_unlock_latch:{name}:<request-id>`
+-- KEYS[4]  the name's key prefix, `{name}`: the writer's read-hold timeout
+--          keys are `<prefix>:<field>:rwlock_timeout:<n>`
 -- ARGV[1]  the write-unlock message, `1` (wakes every waiter)
 -- ARGV[2]  lease in milliseconds, applied when write holds remain
 -- ARGV[3]  write owner field, `<client-uuid>:<owner-id>:write`
@@ -11,8 +13,10 @@
 --
 -- Replies 0 when write holds remain, 1 when this was the last (the hash is
 -- deleted, or, when the writer still has read holds, its mode becomes
--- `read`; the message is published either way, so waiting readers can
--- enter), nil when the owner holds no write hold. A retry with the same
+-- `read` and its TTL the longest remaining read hold's, as a read release
+-- sets it: counts whose every timeout key has expired hold nothing, and
+-- the hash goes when no read hold is left; the message is published
+-- either way, so waiting readers can enter), nil when the owner holds no write hold. A retry with the same
 -- request id replies what the first call replied. A key that is no lock
 -- hash (another type, or a hash with other fields) is left alone and fails
 -- with `WRONGTYPE holds a <type>: <key>`.
@@ -69,10 +73,23 @@ if held ~= '1' and redis.call('hincrby', KEYS[1], ARGV[3], -1) > 0 then
 end
 -- end shared
 redis.call('hdel', KEYS[1], ARGV[3])
-if redis.call('hlen', KEYS[1]) == 1 then
-    redis.call('del', KEYS[1])
-else
+local longest = -3
+if redis.call('hlen', KEYS[1]) > 1 then
+    for _, field in ipairs(redis.call('hkeys', KEYS[1])) do
+        local count = tonumber(redis.call('hget', KEYS[1], field))
+        if type(count) == 'number' then
+            for n = count, 1, -1 do
+                local ttl = redis.call('pttl', KEYS[4] .. ':' .. field .. ':rwlock_timeout:' .. n)
+                longest = math.max(longest, ttl)
+            end
+        end
+    end
+end
+if longest > 0 then
     redis.call('hset', KEYS[1], 'mode', 'read')
+    redis.call('pexpire', KEYS[1], longest)
+else
+    redis.call('del', KEYS[1])
 end
 redis.call(ARGV[4], KEYS[2], ARGV[1])
 redis.call('set', unlock_latch, 1, 'px', ARGV[5])

@@ -324,3 +324,57 @@ async fn dropped_read_and_write_futures_leave_nothing() {
     })
     .await;
 }
+
+/// When a writer's last write hold goes while it still has read holds
+/// (a downgrade), the hash lives on as long as those read holds do, not
+/// as long as the write's lease: a read hold that ran out before (its
+/// timeout key expired: a crashed or dropped reader) holds nothing, and
+/// the hash goes with the write. (Before, the stale count stayed for the
+/// rest of the write's lease: `cancel_fuzz` left such hashes behind.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_release_leaves_the_hash_no_longer_than_the_writers_read_holds() {
+    let server = RedisServer::start();
+    let client = client(&server, WATCHDOG).await;
+    let rw = client.read_write_lock("downgrade");
+    let (read, write) = (rw.read().with_owner("job"), rw.write().with_owner("job"));
+    let field = format!("{}:job", client.id());
+    let timeout_key = |n: u32| format!("{{downgrade}}:{field}:rwlock_timeout:{n}");
+
+    // A read hold that runs out under a 30 s write.
+    let writing = soon(write.lock_with_lease(ROOMY)).await.unwrap();
+    let short = Duration::from_millis(300);
+    soon(read.lock_with_lease(short)).await.unwrap().leak();
+    eventually(Duration::from_secs(10), || async {
+        !exists(&server, &timeout_key(1))
+    })
+    .await;
+    assert!(pttl(&server, "downgrade") > 20_000, "the write's lease");
+    soon(writing.unlock()).await.unwrap();
+    assert!(
+        !exists(&server, "downgrade"),
+        "a read count whose hold ran out outlived the write: {:?}",
+        hash(&server, "downgrade")
+    );
+
+    // A live read hold keeps the hash, for its own lease.
+    let writing = soon(write.lock_with_lease(ROOMY)).await.unwrap();
+    let lease = Duration::from_secs(5);
+    let reading = soon(read.lock_with_lease(lease)).await.unwrap();
+    soon(writing.unlock()).await.unwrap();
+    let ttl = pttl(&server, "downgrade");
+    assert!(
+        ttl > 0 && ttl <= lease.as_millis() as i64,
+        "the hash's TTL after the write went: {ttl} ms"
+    );
+    let mut fields = hash(&server, "downgrade");
+    fields.sort();
+    let mut expected = vec![
+        ("mode".to_owned(), "read".to_owned()),
+        (field.clone(), "1".to_owned()),
+    ];
+    expected.sort();
+    assert_eq!(fields, expected);
+    soon(reading.unlock()).await.unwrap();
+    assert!(!exists(&server, "downgrade"));
+    settled(&client).await;
+}

@@ -265,9 +265,12 @@ impl Kind {
             call.key(keys::fair_queue(name))
                 .key(keys::fair_timeouts(name));
         }
-        call.key(&channel)
-            .key(r.latch)
-            .arg(self.unlock_message())
+        call.key(&channel).key(r.latch);
+        if self == Kind::Write {
+            // The writer's read holds, which may outlast its last write.
+            call.key(keys::rwlock_key_prefix(name));
+        }
+        call.arg(self.unlock_message())
             .arg(r.lease_ms)
             .arg(field)
             .arg(r.publish)
