@@ -352,10 +352,22 @@ async fn a_silent_server_does_not_hold_up_the_other_releases() {
         clients.push(roomy_client(url).await);
     }
     let lock = redlock(&clients, "release");
-    let guard = soon(lock.lock_with_lease(Duration::from_secs(30)))
-        .await
-        .unwrap();
-    assert_eq!(guard.held(), 3);
+    // A round ends a grace after its majority: on a loaded machine the
+    // third reply (through the proxy) can miss it, and that lock is given
+    // back. The test needs all three held: it takes the lock again until
+    // they are.
+    let mut tries = 0;
+    let guard = loop {
+        let guard = soon(lock.lock_with_lease(Duration::from_secs(30)))
+            .await
+            .unwrap();
+        if guard.held() == 3 {
+            break guard;
+        }
+        tries += 1;
+        assert!(tries < 20, "the third lock missed the grace {tries} times");
+        soon(guard.unlock()).await.unwrap();
+    };
     silent.black_hole(true);
     let started = Instant::now();
     let unlock = tokio::spawn(guard.unlock());
