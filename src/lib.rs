@@ -246,7 +246,9 @@
 //! - **No release of a lock's hold is sent once its lease has run out** by
 //!   this client's clock (a guard's lease; for a hold nested in a watchdog
 //!   hold of the same owner, the watchdog's; for the give-back of a hold
-//!   nobody got, counted from the first send that may have taken it). A
+//!   nobody got, counted from the first send that may have taken it, or,
+//!   when every reply was lost, from the grant itself: the settle reads
+//!   when it ran from its request's latch). A
 //!   guard's release stands by the leases of its owner's other holds of
 //!   the lock too, where one was alive with it (held, or its release not
 //!   answered yet) or was granted while it stood, and by the TTL such a

@@ -1312,8 +1312,15 @@ async fn a_lost_grant_of_a_late_resend_is_given_back_by_the_grants_own_lease() {
     proxy.black_hole(false);
     eventually(lease, || async { proxy.lost_replies() == 1 }).await;
     attempt.abort();
-    assert!(attempt.await.unwrap_err().is_cancelled(), "the lock was taken");
-    assert_eq!(hold_count(&server, name, &field), 1, "no send took the lock");
+    assert!(
+        attempt.await.unwrap_err().is_cancelled(),
+        "the lock was taken"
+    );
+    assert_eq!(
+        hold_count(&server, name, &field),
+        1,
+        "no send took the lock"
+    );
     let ttl_at_grant = server.cmd(&["PTTL", name]).as_int().unwrap();
 
     // Redis comes back once the first send's lease is over, the grant's
