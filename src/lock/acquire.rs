@@ -392,8 +392,15 @@ impl LockCore {
                 let lease_ms = client.config().watchdog_timeout.as_millis() as u64;
                 // The renewal, sent at `sent`, set the key's TTL.
                 let resend = Resend::UntilExpired;
-                let key = HoldKey::new(name, owner);
-                let _ = give_back_hold(&client, kind, &key, lease_ms, sent, resend).await;
+                let key = HoldKey::new(Arc::clone(&name), Arc::clone(&owner));
+                match give_back_hold(&client, kind, &key, lease_ms, sent, resend).await {
+                    // Ran out first: gone, or ends with the key's TTL.
+                    Ok(()) | Err(Error::LeaseLost { .. }) => {}
+                    Err(err) => {
+                        tracing::warn!(lock = %name, %owner, error = %err,
+                            "could not give back a hold whose caller left while it was confirmed; it expires with its lease");
+                    }
+                }
             }
         };
         let reply = Finish::new(runtime()?, request, give_back)
