@@ -44,6 +44,24 @@ local function not_a_lock(key)
     return redis.error_reply('WRONGTYPE holds a ' .. kind .. ': ' .. key)
 end
 -- end shared
+-- shared: longest read hold (the longest TTL left, in ms, of the read holds
+-- counted in the lock hash `key`, by their timeout keys
+-- `<prefix>:<field>:rwlock_timeout:<n>`; -3 when none is left: a count
+-- whose every timeout key has expired holds nothing)
+local function longest_read_hold(key, prefix)
+    local longest = -3
+    for _, field in ipairs(redis.call('hkeys', key)) do
+        local count = tonumber(redis.call('hget', key, field))
+        if type(count) == 'number' then
+            for n = count, 1, -1 do
+                local ttl = redis.call('pttl', prefix .. ':' .. field .. ':rwlock_timeout:' .. n)
+                longest = math.max(longest, ttl)
+            end
+        end
+    end
+    return longest
+end
+-- end shared
 local unlock_latch = KEYS[3]
 -- shared: replay a finished release
 local done = redis.call('get', unlock_latch)
@@ -75,15 +93,7 @@ end
 redis.call('hdel', KEYS[1], ARGV[3])
 local longest = -3
 if redis.call('hlen', KEYS[1]) > 1 then
-    for _, field in ipairs(redis.call('hkeys', KEYS[1])) do
-        local count = tonumber(redis.call('hget', KEYS[1], field))
-        if type(count) == 'number' then
-            for n = count, 1, -1 do
-                local ttl = redis.call('pttl', KEYS[4] .. ':' .. field .. ':rwlock_timeout:' .. n)
-                longest = math.max(longest, ttl)
-            end
-        end
-    end
+    longest = longest_read_hold(KEYS[1], KEYS[4])
 end
 if longest > 0 then
     redis.call('hset', KEYS[1], 'mode', 'read')
