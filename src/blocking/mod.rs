@@ -62,12 +62,12 @@
 //! keeps its client's runtime alive, so its watchdog goes on renewing after
 //! the [`Client`] is dropped. When the guard that goes is the last holder of
 //! the runtime, the runtime does not stop under a release still running:
-//! its drop gives the releases of dropped guards and permits the response
+//! its drop gives the releases of dropped guards, permits and leaderships the response
 //! timeout once more to end, and only then stops. On a thread with an async
 //! runtime's context that wait (and the stop) happens on a thread of its
 //! own, so the drop still returns at once. A release that has not ended by
 //! then is given up, and that lock frees itself when its lease runs out.
-//! The wait covers releases of guards and permits only: what an acquire
+//! The wait covers releases of guards, permits and leaderships only: what an acquire
 //! left running (the give-back of an attempt a RedLock round gave up on, a
 //! dropped call's undo) is not waited for, and when the runtime stops
 //! under it, that hold too is freed by its lease.
@@ -109,7 +109,7 @@
 //! `block_on`, a call is driven by a short-lived helper thread while the
 //! caller waits: it works, never panics, and runs as the calling task. In an async task it blocks the task's worker thread like any
 //! blocking call (on a current-thread runtime, every other task waits with
-//! it), so use the async API there. A guard or permit dropped on such a
+//! it), so use the async API there. A guard, permit or leadership dropped on such a
 //! thread is released in the background, without waiting.
 //!
 //! # Dropping the client
@@ -163,7 +163,7 @@ pub(crate) struct Runtime {
     /// How long a guard's drop waits for its release, and the runtime's
     /// last drop for the releases still running.
     release_wait: Duration,
-    /// The releases of dropped guards and permits, each a task on `rt`:
+    /// The releases of dropped guards, permits and leaderships, each a task on `rt`:
     /// the runtime's last drop lets them end before it stops.
     releases: TaskTracker,
 }
