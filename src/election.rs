@@ -498,6 +498,23 @@ impl Leadership {
     }
 }
 
+impl Leadership {
+    /// Resigns a leadership whose resignation nobody waits on for long
+    /// (the blocking API's drop waits a moment): as its drop does, the
+    /// release is resent until it gets through or the lease runs out, and
+    /// the resignation is announced once it got through.
+    #[cfg(feature = "blocking")]
+    pub(crate) async fn resign_dropped(mut self) -> Result<()> {
+        let Some(guard) = self.guard.take() else {
+            return Ok(());
+        };
+        crate::LockGuard::from(guard).release_dropped().await?;
+        let announce = announcement(self.election.client(), self.name(), RESIGNED.into());
+        announce.send(self.election.client().conn()).await;
+        Ok(())
+    }
+}
+
 impl Drop for Leadership {
     fn drop(&mut self) {
         if let Some(guard) = self.guard.take() {

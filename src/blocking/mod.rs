@@ -1,6 +1,6 @@
-//! The blocking API: the same locks, semaphores and latch for programs
-//! without an async runtime (batch jobs, command-line tools, synchronous
-//! services).
+//! The blocking API: the same locks, semaphores, latch, jobs, leader
+//! elections and fenced hashes for programs without an async runtime
+//! (batch jobs, command-line tools, synchronous services).
 //!
 //! A [`Client`] here starts its own small tokio runtime (one worker thread,
 //! named `ferrisson-blocking`) and keeps it until the client, and every
@@ -62,12 +62,12 @@
 //! keeps its client's runtime alive, so its watchdog goes on renewing after
 //! the [`Client`] is dropped. When the guard that goes is the last holder of
 //! the runtime, the runtime does not stop under a release still running:
-//! its drop gives the releases of dropped guards and permits the response
+//! its drop gives the releases of dropped guards, permits and leaderships the response
 //! timeout once more to end, and only then stops. On a thread with an async
 //! runtime's context that wait (and the stop) happens on a thread of its
 //! own, so the drop still returns at once. A release that has not ended by
 //! then is given up, and that lock frees itself when its lease runs out.
-//! The wait covers releases of guards and permits only: what an acquire
+//! The wait covers releases of guards, permits and leaderships only: what an acquire
 //! left running (the give-back of an attempt a RedLock round gave up on, a
 //! dropped call's undo) is not waited for, and when the runtime stops
 //! under it, that hold too is freed by its lease.
@@ -84,6 +84,22 @@
 //! RedLock round gave up on, stays with that client); the guard keeps
 //! every client's runtime alive until it is released.
 //!
+//! # Jobs, elections and fenced hashes
+//!
+//! [`Client::job`], [`Client::leader_election`] and [`Client::fenced_hash`]
+//! give the blocking faces of [`crate::Job`], [`crate::LeaderElection`] and
+//! [`crate::FencedHash`], with their guarantees. They are not owned by the
+//! calling thread: every run of a [`Job`] and every campaign is an owner of
+//! its own, as in the async API. [`Job::run`] runs a plain closure on the
+//! calling thread, given a [`JobLease`], while the client's runtime holds
+//! the job's lock. A [`Leadership`] is resigned by
+//! [`Leadership::resign`] or, as a guard is released, by its drop (waiting
+//! at most the response timeout, then going on in the background; see
+//! above); [`Leadership::lost`] blocks until the leadership ends,
+//! [`Leadership::lost_timeout`] at most a given time, and
+//! [`Leadership::is_lost`] does not block. [`LeaderElection::observe`]
+//! returns an [`Iterator`] of changes ([`LeaderObserver`]).
+//!
 //! # Inside an async runtime
 //!
 //! Blocking calls belong on plain threads, or in
@@ -93,7 +109,7 @@
 //! `block_on`, a call is driven by a short-lived helper thread while the
 //! caller waits: it works, never panics, and runs as the calling task. In an async task it blocks the task's worker thread like any
 //! blocking call (on a current-thread runtime, every other task waits with
-//! it), so use the async API there. A guard or permit dropped on such a
+//! it), so use the async API there. A guard, permit or leadership dropped on such a
 //! thread is released in the background, without waiting.
 //!
 //! # Dropping the client
@@ -104,13 +120,19 @@
 //! by itself after that. Dropped on a thread with an async runtime's
 //! context it is not waited for.
 
+mod election;
 mod expirable;
+mod fenced_hash;
+mod job;
 mod latch;
 mod lock;
 mod multi;
 mod semaphore;
 
+pub use election::{LeaderElection, LeaderObserver, Leadership};
 pub use expirable::{Permit, PermitExpirableSemaphore};
+pub use fenced_hash::FencedHash;
+pub use job::{Job, JobLease};
 pub use latch::CountDownLatch;
 pub use lock::{
     FairLock, FencedGuard, FencedLock, Lock, LockGuard, NonReentrantFairLock, NonReentrantLock,
@@ -141,7 +163,7 @@ pub(crate) struct Runtime {
     /// How long a guard's drop waits for its release, and the runtime's
     /// last drop for the releases still running.
     release_wait: Duration,
-    /// The releases of dropped guards and permits, each a task on `rt`:
+    /// The releases of dropped guards, permits and leaderships, each a task on `rt`:
     /// the runtime's last drop lets them end before it stops.
     releases: TaskTracker,
 }
@@ -509,6 +531,25 @@ impl Client {
     /// [`crate::Client::count_down_latch`].
     pub fn count_down_latch(&self, name: impl Into<String>) -> CountDownLatch {
         CountDownLatch::new(self.inner.count_down_latch(name), &self.rt)
+    }
+
+    /// The job `name`, which is also the key of its lock, as
+    /// [`crate::Client::job`]. Nothing is sent until [`Job::run`].
+    pub fn job(&self, name: impl Into<String>) -> Job {
+        Job::new(self.inner.job(name), &self.rt)
+    }
+
+    /// A leader election on `name`, which is also the key of its fenced
+    /// lock, as [`crate::Client::leader_election`]. Nothing is sent until a
+    /// call.
+    pub fn leader_election(&self, name: impl Into<String>) -> LeaderElection {
+        LeaderElection::new(self.inner.leader_election(name), &self.rt)
+    }
+
+    /// The hash at `key`, written with fencing tokens, as
+    /// [`crate::Client::fenced_hash`]. Nothing is sent until a call.
+    pub fn fenced_hash(&self, key: impl Into<String>) -> FencedHash {
+        FencedHash::new(self.inner.fenced_hash(key), &self.rt)
     }
 
     /// This client's UUID, the first half of its owner fields.
