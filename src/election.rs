@@ -62,7 +62,7 @@ const RESIGNED: &str = "0";
 /// after its last renewal, and its watchdog keeps a live leader's lease.
 /// A lease of its own sets the failover time without touching the
 /// client's other locks: measured with a 1.5 s lease, a waiting rival
-/// led 1.1-1.5 s after the leader was cut off (see
+/// led 1.0 s after the leader was cut off (see
 /// [`lease`](LeaderElection::lease)).
 ///
 /// Terms never go back, even when Redis loses the counter
@@ -209,11 +209,17 @@ impl LeaderElection {
     /// The price of a short lease: a leader whose renewals are held up
     /// (a stopped process, a starved runtime, a slow network) for more
     /// than two thirds of it loses the leadership, and a renewal every
-    /// third of it per leader. Measured on one host (tests/election.rs,
-    /// a leader cut off from Redis): with a lease of 1.5 s, a rival
-    /// waiting in [`campaign`](LeaderElection::campaign) led 1.1-1.5 s
-    /// after the cut, where the client's 30 s watchdog timeout would have
-    /// taken up to 30 s; a 1.5 s leader kept its office over many leases.
+    /// third of it per leader.
+    ///
+    /// The failover it gives: a leader cut off from Redis (or stopped, or
+    /// dead) renewed last at most a third of `lease` before, so a rival
+    /// waiting in [`campaign`](LeaderElection::campaign) leads between two
+    /// thirds of `lease` and `lease` after the cut, plus a round trip.
+    /// Measured (tests/election.rs, `an_election_lease_sets_the_failover_time`,
+    /// 5 runs on a 2-core machine, debug build): with a 1.5 s lease on a
+    /// client whose watchdog timeout is 30 s, the rival led 1.00-1.01 s
+    /// after the cut, where the client's timeout would have taken 20-30 s;
+    /// the leader, renewed every 0.5 s, kept its office over four leases.
     ///
     /// Observers from this handle ([`observe`](LeaderElection::observe))
     /// look again every third of `lease` (or of the watchdog timeout,
@@ -388,16 +394,18 @@ impl LeaderElection {
     /// missed message, a reconnection, a failover or a leader that never
     /// announces (a Redisson client, a leader that died) is caught too: a
     /// leader that is gone is reported gone at most a third of the
-    /// watchdog timeout after its lock is, and while nobody leads,
-    /// a silent new leader is seen within a third of it. A change that
+    /// watchdog timeout (or of the election's
+    /// [`lease`](LeaderElection::lease), when shorter) after its lock is,
+    /// and while nobody leads, a silent new leader is seen within a third
+    /// of it. A change that
     /// lasted less than a read (a leader that came and went between two)
     /// may be missed; terms never go back (see [`LeaderElection`] for the
     /// clock they rely on when Redis lost its counter).
     ///
     /// A moment without a connection is waited out (the stream pauses and
     /// reads again); so is a subscription that fails (the stream reads on
-    /// its timer alone, and tries to subscribe again a third of the
-    /// watchdog timeout later). Any other error is the stream's last item;
+    /// its timer alone, and tries to subscribe again one such third
+    /// later). Any other error is the stream's last item;
     /// after it the stream ends (`None`, as often as it is polled). The
     /// stream holds one subscription per client and name while it lives
     /// (shared with other observers of that client) and nothing else.

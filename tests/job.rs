@@ -314,7 +314,8 @@ async fn bad_settings_are_refused_and_write_nothing() {
         a.job("j").wait(ferrisson::config::MAX_DURATION * 2),
         a.job("j").watchdog_lease(Duration::ZERO),
         a.job("j").watchdog_lease(Duration::from_millis(10)),
-        a.job("j").watchdog_lease(ferrisson::config::MAX_DURATION * 2),
+        a.job("j")
+            .watchdog_lease(ferrisson::config::MAX_DURATION * 2),
         a.job("j").watchdog_lease(second).at_most_for(second),
         a.job("x".repeat(ferrisson::MAX_NAME_LEN + 1)),
     ];

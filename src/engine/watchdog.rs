@@ -138,12 +138,7 @@ impl LeaseState {
 
     /// A watchdog hold's lease of `key`, good until `deadline` unless
     /// renewed.
-    fn watched(
-        deadline: Instant,
-        key: HoldKey,
-        how: Renew,
-        label: &'static str,
-    ) -> Arc<Self> {
+    fn watched(deadline: Instant, key: HoldKey, how: Renew, label: &'static str) -> Arc<Self> {
         #[cfg(not(feature = "metrics"))]
         let _ = label;
         let watched = Watched {

@@ -252,7 +252,8 @@ impl LockGuard {
     /// (the key's TTL) and here, if the owner still holds the lock. An
     /// extension may also shorten the lease. The key's TTL is the owner's
     /// for all its holds of this lock; when the owner also holds it in
-    /// watchdog mode, the TTL stays at least the watchdog timeout.
+    /// watchdog mode, the TTL stays at least the one the watchdog renews
+    /// that hold to (the watchdog timeout).
     ///
     /// # Errors
     /// - [`Error::InvalidArgument`] for a lease under 1 ms or over

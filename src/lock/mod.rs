@@ -372,9 +372,7 @@ impl LockCore {
             // resends, as a guard's does, and the holds left keep its TTL.
             let lease = client.registry().release_any(&key);
             let ttl = lease.as_ref().and_then(|lease| lease.watchdog_ttl());
-            let watchdog_ms = ttl
-                .unwrap_or(client.config().watchdog_timeout)
-                .as_millis() as u64;
+            let watchdog_ms = ttl.unwrap_or(client.config().watchdog_timeout).as_millis() as u64;
             release_hold(
                 &client,
                 kind,
