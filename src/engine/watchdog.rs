@@ -56,8 +56,9 @@ impl HoldKey {
 /// Besides the flag the watchdog sets, every lease has a deadline by this
 /// process's clock: for a leased hold, the lease counted from when the
 /// acquire was sent; for a watchdog hold, its TTL (the watchdog timeout
-/// or its own watchdog lease, less the drift margin) counted from the request of the last renewal Redis
-/// confirmed, moved on by each confirmed renewal. So a holder that checks
+/// or its own watchdog lease, less the drift margin) counted from the
+/// request of the last renewal Redis confirmed, moved on by each confirmed
+/// renewal. So a holder that checks
 /// its guard right after a pause (a stopped process, a starved runtime)
 /// learns the lease is gone before the watchdog's own task has run.
 ///
@@ -123,9 +124,10 @@ fn instant_from_origin(nanos: i64) -> Instant {
 struct Watched {
     key: HoldKey,
     renewal: Renewal,
-    /// The TTL each renewal sets: the client's watchdog timeout, or the
-    /// hold's own watchdog lease.
-    ttl: Duration,
+    /// The TTL each renewal sets, in ms (as Redis gets it; 8 bytes, one
+    /// per held lock): the client's watchdog timeout, or the hold's own
+    /// watchdog lease.
+    ttl_ms: u64,
     /// The lock kind's label, for a lost lease in metrics.
     #[cfg(feature = "metrics")]
     kind: &'static str,
@@ -144,7 +146,7 @@ impl LeaseState {
         let watched = Watched {
             key,
             renewal: how.renewal,
-            ttl: how.ttl,
+            ttl_ms: how.ttl.as_millis() as u64,
             #[cfg(feature = "metrics")]
             kind: label,
         };
@@ -175,7 +177,9 @@ impl LeaseState {
     /// The TTL the watchdog renews a watchdog hold's key to; `None` for a
     /// leased hold.
     pub(crate) fn watchdog_ttl(&self) -> Option<Duration> {
-        self.watched.as_ref().map(|w| w.ttl)
+        self.watched
+            .as_ref()
+            .map(|w| Duration::from_millis(w.ttl_ms))
     }
 
     /// Whether the lease, not known lost, still runs at `at` by this
@@ -563,7 +567,8 @@ impl Shared {
         how: Renew,
         label: &'static str,
     ) -> Arc<LeaseState> {
-        let ttl = how.ttl;
+        // Counted in whole ms, as Redis gets it.
+        let ttl = Duration::from_millis(how.ttl.as_millis() as u64);
         let deadline = sent + ttl - drift_margin(ttl);
         let lease = LeaseState::watched(deadline, key, how, label);
         let due = sent + ttl / 3;
@@ -614,7 +619,7 @@ impl Shared {
         } else {
             0
         };
-        (watched.renewal, slot, watched.ttl)
+        (watched.renewal, slot, Duration::from_millis(watched.ttl_ms))
     }
 
     /// Sends the renewals of `batches`, one task per call.
@@ -631,7 +636,7 @@ impl Shared {
                     },
                     |w| Renew {
                         renewal: w.renewal,
-                        ttl: w.ttl,
+                        ttl: Duration::from_millis(w.ttl_ms),
                     },
                 );
             let renewal = how.renewal;
