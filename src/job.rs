@@ -87,7 +87,9 @@ const DEFAULT_LABEL: &str = "job";
 ///   Without it, the lock is kept by the watchdog while the run lives, and
 ///   a crashed runner frees it at most the client's watchdog timeout
 ///   later ([`ClientBuilder::watchdog_timeout`](crate::ClientBuilder::watchdog_timeout),
-///   30 s by default).
+///   30 s by default), or the job's own
+///   [`watchdog_lease`](Job::watchdog_lease): a run as long as it needs,
+///   and a crashed runner's job free again soon.
 /// - **At least for** ([`at_least_for`](Job::at_least_for)): a run that
 ///   ends sooner leaves the lock held until that long after it started
 ///   (the release sets the key's TTL to the time left, in one script), so
@@ -138,6 +140,9 @@ const DEFAULT_LABEL: &str = "job";
 pub struct Job {
     lock: Lock,
     at_most: Option<Duration>,
+    /// The renewed lease ([`Job::watchdog_lease`]); `None`: the client's
+    /// watchdog timeout.
+    watchdog_lease: Option<Duration>,
     at_least: Duration,
     wait: Duration,
     label: String,
@@ -169,6 +174,7 @@ impl Client {
         Job {
             lock: self.lock(name).called("job", JOB_DATA),
             at_most: None,
+            watchdog_lease: None,
             at_least: Duration::ZERO,
             wait: Duration::ZERO,
             label: DEFAULT_LABEL.to_owned(),
@@ -206,7 +212,7 @@ pub enum JobRun<T> {
     /// The closure ran with the lock held to its end, but the release
     /// after it (or the keep of [`Job::at_least_for`]) failed: the lock
     /// ends with its lease instead, the watchdog timeout (or the
-    /// [`Job::at_most_for`] lease) after the run's last renewal, which may
+    /// [`Job::watchdog_lease`], or the [`Job::at_most_for`] lease) after the run's last renewal, which may
     /// be sooner than "at least for" asked or later than the run's end.
     Unreleased {
         /// What the closure returned.
@@ -350,6 +356,32 @@ impl Job {
         self
     }
 
+    /// Keeps each run's lock with a renewed lease of `lease` instead of the
+    /// client's watchdog timeout: the lock is taken with a TTL of `lease`
+    /// and the client's watchdog renews it every third of it while the run
+    /// lives (the client's other locks keep the client's timeout).
+    ///
+    /// Unlike [`Job::at_most_for`], whose lease is not renewed and so
+    /// bounds the run, this one bounds only the time a crashed or cut-off
+    /// runner keeps the job: another replica may run it about `lease`
+    /// after the runner's last renewal, between two thirds of `lease` and
+    /// `lease` after the runner died or was cut off (measured in
+    /// tests/job.rs, 5 runs, with a 1.5 s lease on a client whose
+    /// watchdog timeout is 30 s: a waiting replica ran it 1.01-1.05 s
+    /// after the runner was cut off from Redis), while a live run keeps
+    /// it as long as it takes. The price of a short lease: a runner whose renewals are held
+    /// up for more than two thirds of it loses the lock
+    /// ([`JobRun::Overran`]), and one renewal every third of it per run.
+    ///
+    /// Checked by [`Job::run`]: at least
+    /// [`MIN_WATCHDOG_TIMEOUT`](crate::config::MIN_WATCHDOG_TIMEOUT), at
+    /// most [`MAX_DURATION`](crate::config::MAX_DURATION), and not with
+    /// [`Job::at_most_for`].
+    pub fn watchdog_lease(mut self, lease: Duration) -> Job {
+        self.watchdog_lease = Some(lease);
+        self
+    }
+
     /// Keeps the lock held until `hold` after the start of each run, also
     /// when the run ends sooner (zero, the default: released when the run
     /// ends). Checked by [`Job::run`]: at most
@@ -358,8 +390,9 @@ impl Job {
     ///
     /// Without [`Job::at_most_for`], a watchdog renewal already on its way
     /// when the run ends may reach Redis after the release and set the
-    /// kept lock's TTL back to the watchdog timeout: the job then stays
-    /// taken that long, never less than asked.
+    /// kept lock's TTL back to the watchdog timeout (or the
+    /// [`Job::watchdog_lease`]): the job then stays taken that long, never
+    /// less than asked.
     ///
     /// The keep only sets the lock's TTL (its first write grows no
     /// memory), so a Redis out of memory (`maxmemory` reached,
@@ -473,6 +506,14 @@ impl Job {
     fn check(&self) -> Result<()> {
         crate::args::name("job", self.name())?;
         crate::args::label("job", &self.label, MAX_JOB_LABEL_LEN)?;
+        if let Some(lease) = self.watchdog_lease {
+            if self.at_most.is_some() {
+                return Err(Error::invalid(
+                    "a job takes a watchdog lease (renewed) or an at-most-for (not renewed), not both",
+                ));
+            }
+            crate::lock::check_watchdog_lease("job watchdog lease", lease)?;
+        }
         if let Some(at_most) = self.at_most {
             crate::args::duration("at-most-for", at_most, MAX_DURATION)?;
             if self.at_least > at_most {
@@ -530,7 +571,10 @@ impl Job {
     ///
     /// # Errors
     /// Before anything is sent: [`Error::InvalidArgument`] for an empty
-    /// or too long name, a bad label, a zero or too long duration, an
+    /// or too long name, a bad label, a zero or too long duration, a
+    /// watchdog lease under
+    /// [`MIN_WATCHDOG_TIMEOUT`](crate::config::MIN_WATCHDOG_TIMEOUT) or
+    /// with an "at most for", an
     /// "at least for" longer than the "at most for", a period that is no
     /// whole number of ms, an occurrence over [`MAX_OCCURRENCE`]. Then as
     /// [`Lock::try_lock_for`] ([`Error::WrongType`] when the name, or the
@@ -555,9 +599,12 @@ impl Job {
         self.check()?;
         let occurrence = self.current_occurrence()?;
         let run = self.client().request_id();
-        let lock = self
+        let mut lock = self
             .lock
             .with_owner(format!("{}{CAMPAIGN_MARK}{run}", self.label));
+        if let Some(lease) = self.watchdog_lease {
+            lock = lock.with_watchdog_lease(lease);
+        }
         let granted = match self.at_most {
             Some(lease) => lock.try_lock_with_lease(self.wait, lease).await?,
             None if self.wait.is_zero() => lock.try_lock().await?,

@@ -418,3 +418,45 @@ fn the_faces_work_inside_block_on() {
     assert!(!exists(&server, "faces:inside"));
     assert!(!exists(&server, "faces:inside:job"));
 }
+
+/// An election's and a job's own lease reach the blocking faces: the
+/// leader's key lives by the election's lease, not the client's 30 s
+/// watchdog timeout, and is kept alive by it; a bad lease is refused.
+#[test]
+fn an_elections_and_a_jobs_own_lease_hold_through_the_blocking_faces() {
+    let server = RedisServer::start();
+    let client = client(&server);
+    let lease = Duration::from_millis(1500);
+    let election = client.leader_election("blocking:leased").lease(lease);
+    let leadership = election.campaign("pod-a").unwrap();
+    let ttl = server.cmd(&["PTTL", "blocking:leased"]).as_int().unwrap();
+    assert!(ttl > 0 && ttl <= 1500, "the leader's TTL: {ttl} ms");
+    // Renewed: still leading after two leases.
+    assert!(!leadership.lost_timeout(lease * 2).unwrap());
+    leadership.resign().unwrap();
+    assert!(!exists(&server, "blocking:leased"));
+
+    let refused = client
+        .leader_election("blocking:leased")
+        .lease(Duration::ZERO)
+        .campaign("pod-a");
+    assert!(
+        matches!(refused, Err(Error::InvalidArgument { .. })),
+        "{refused:?}"
+    );
+    assert!(!exists(&server, "blocking:leased"));
+
+    let job = client.job("blocking:leased-job").watchdog_lease(lease);
+    let run = job
+        .run(|_| {
+            server
+                .cmd(&["PTTL", "blocking:leased-job"])
+                .as_int()
+                .unwrap()
+        })
+        .unwrap();
+    match run {
+        JobRun::Ran(ttl) => assert!(ttl > 0 && ttl <= 1500, "the run's TTL: {ttl} ms"),
+        other => panic!("{other:?}"),
+    }
+}

@@ -300,6 +300,61 @@ async fn a_cut_off_leader_is_replaced_within_a_lease() {
     soon(new.resign()).await.unwrap();
 }
 
+/// An election's own lease sets its failover time, not the client's
+/// watchdog timeout (30 s here): the leader's lock lives `LEASE`, renewed
+/// by the same watchdog that keeps the client's other locks to 30 s; the
+/// leader stays in office over several leases; cut off from Redis, it is
+/// replaced about a lease after its last renewal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_election_lease_sets_the_failover_time() {
+    const LEASE: Duration = Duration::from_millis(1500);
+    const CLIENT_WATCHDOG: Duration = Duration::from_secs(30);
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port());
+    let cut_off = client_at(&proxy.url(), CLIENT_WATCHDOG).await;
+    let other = client(&server, CLIENT_WATCHDOG).await;
+
+    let old = soon(
+        cut_off
+            .leader_election("leased")
+            .lease(LEASE)
+            .campaign("old"),
+    )
+    .await
+    .unwrap();
+    let plain = soon(cut_off.lock("plain").lock()).await.unwrap();
+    let pttl = |key: &str| server.cmd(&["PTTL", key]).as_int().unwrap();
+    assert!((1..=LEASE.as_millis() as i64).contains(&pttl("leased")));
+    assert!(pttl("plain") > LEASE.as_millis() as i64 * 2);
+
+    let election = other.leader_election("leased").lease(LEASE);
+    let waiting = tokio::spawn(async move { election.campaign("new").await });
+    // Renewed every third of its lease: in office for four leases, and the
+    // rival does not get in.
+    let kept = tokio::time::timeout(LEASE * 4, old.lost()).await;
+    assert!(kept.is_err(), "a renewed leader lost its office");
+    assert!(!old.is_lost() && !waiting.is_finished());
+    assert!((1..=LEASE.as_millis() as i64).contains(&pttl("leased")));
+    // The client's other lock kept the client's timeout meanwhile.
+    assert!(pttl("plain") > LEASE.as_millis() as i64 * 2);
+
+    let cut = tokio::time::Instant::now();
+    proxy.refuse(true);
+    let new = within(LEASE * 3, waiting).await.unwrap().unwrap();
+    let failover = cut.elapsed();
+    println!("election failover with a {LEASE:?} lease: {failover:?}");
+    assert!(failover <= LEASE * 3, "{failover:?}");
+    assert!(new.term() > old.term());
+    // The old leader knew before the rival led: it gives up before the
+    // server would.
+    assert!(old.is_lost());
+    within(LEASE, old.lost()).await;
+    assert!(old.resign().await.unwrap_err().is_lease_lost());
+    proxy.refuse(false);
+    soon(new.resign()).await.unwrap();
+    drop(plain);
+}
+
 /// A leader whose lock is deleted behind its back (a force-unlock) learns
 /// it from the watchdog.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -436,6 +491,16 @@ async fn bad_names_and_labels_are_refused_and_write_nothing() {
         .build()
         .await;
     assert!(invalid(zero_lease.map(drop)));
+    // An election's own lease: zero, too short to renew, too long.
+    for lease in [
+        Duration::ZERO,
+        Duration::from_millis(10),
+        ferrisson::config::MAX_DURATION * 2,
+    ] {
+        let leased = client.leader_election("ok").lease(lease);
+        assert!(invalid(soon(leased.campaign("a")).await.map(drop)));
+        assert!(invalid(soon(leased.try_campaign("a")).await.map(drop)));
+    }
     let unnamed = client.leader_election("");
     assert!(invalid(soon(unnamed.campaign("a")).await.map(drop)));
     assert!(invalid(soon(unnamed.leader()).await.map(drop)));

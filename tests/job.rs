@@ -312,6 +312,11 @@ async fn bad_settings_are_refused_and_write_nothing() {
         a.job("j").at_most_for(second).at_least_for(second * 2),
         a.job("j").at_least_for(ferrisson::config::MAX_DURATION * 2),
         a.job("j").wait(ferrisson::config::MAX_DURATION * 2),
+        a.job("j").watchdog_lease(Duration::ZERO),
+        a.job("j").watchdog_lease(Duration::from_millis(10)),
+        a.job("j")
+            .watchdog_lease(ferrisson::config::MAX_DURATION * 2),
+        a.job("j").watchdog_lease(second).at_most_for(second),
         a.job("x".repeat(ferrisson::MAX_NAME_LEN + 1)),
     ];
     for job in jobs {
@@ -710,4 +715,62 @@ async fn a_jobs_errors_name_the_job() {
         err.to_string(),
         "key `nightly-report` holds a string, not a job (a lock)"
     );
+}
+
+/// A job's own watchdog lease sets how soon a cut-off runner's job is
+/// free, not the client's watchdog timeout (30 s here): a replica waiting
+/// for it runs it about a lease after the runner's last renewal, while a
+/// live run keeps it over many leases.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cut_off_runner_frees_the_job_within_its_watchdog_lease() {
+    const LEASE: Duration = Duration::from_millis(1500);
+    const CLIENT_WATCHDOG: Duration = Duration::from_secs(30);
+    let server = RedisServer::start();
+    let proxy = common::proxy::Proxy::start(server.port());
+    let cut_off = common::client_at(&proxy.url(), CLIENT_WATCHDOG).await;
+    let other = client(&server, CLIENT_WATCHDOG).await;
+
+    let (started, running) = oneshot::channel();
+    let job = cut_off.job("leased").watchdog_lease(LEASE).label("old");
+    let run = tokio::spawn(async move {
+        job.run(|lease| async move {
+            let _ = started.send(lease.clone());
+            lease.lost().await;
+        })
+        .await
+    });
+    let lease = soon(running).await.unwrap();
+    assert!(lease.is_renewed());
+    let pttl = server.cmd(&["PTTL", "leased"]).as_int().unwrap();
+    assert!(pttl > 0 && pttl <= LEASE.as_millis() as i64, "{pttl}");
+
+    let (ran_at, ran) = oneshot::channel();
+    let rival = other
+        .job("leased")
+        .watchdog_lease(LEASE)
+        .wait(Duration::from_secs(60))
+        .label("new");
+    let waiting = tokio::spawn(async move {
+        rival
+            .run(|_| async move {
+                let _ = ran_at.send(tokio::time::Instant::now());
+            })
+            .await
+    });
+    // Renewed every third of the lease: the run keeps the job for four
+    // leases, and the waiting replica does not get in.
+    let kept = tokio::time::timeout(LEASE * 4, lease.lost()).await;
+    assert!(kept.is_err(), "a renewed run lost its lease");
+    assert!(!lease.is_lost() && !waiting.is_finished());
+
+    let cut = tokio::time::Instant::now();
+    proxy.refuse(true);
+    let ran_at = within(LEASE * 3, ran).await.unwrap();
+    let failover = ran_at - cut;
+    println!("job failover with a {LEASE:?} watchdog lease: {failover:?}");
+    assert!(failover <= LEASE * 3, "{failover:?}");
+    assert!(soon(waiting).await.unwrap().unwrap().ran());
+    let overran = soon(run).await.unwrap().unwrap();
+    assert!(matches!(overran, JobRun::Overran(())), "{overran:?}");
+    proxy.refuse(false);
 }

@@ -13,7 +13,8 @@ blocking_object!(
     /// [`blocking::Client::leader_election`](super::Client::leader_election):
     /// the blocking face of [`crate::LeaderElection`], with the same
     /// guarantees (one leader per name at a time, terms that only rise,
-    /// the lease of the client's watchdog timeout).
+    /// a lease of the client's watchdog timeout, or of the election's own,
+    /// [`LeaderElection::lease`]).
     ///
     /// Every campaign is a candidate of its own, whichever thread makes it:
     /// a campaign is not owned by the calling thread as a blocking lock's
@@ -38,6 +39,17 @@ blocking_object!(
 );
 
 impl LeaderElection {
+    /// The same election whose leaderships take `lease` as their own
+    /// watchdog lease, as [`crate::LeaderElection::lease`]: a leader cut
+    /// off is succeeded within about that long. A bad lease is refused
+    /// when a campaign is made, before anything is sent.
+    pub fn lease(self, lease: Duration) -> LeaderElection {
+        LeaderElection {
+            inner: self.inner.lease(lease),
+            rt: self.rt,
+        }
+    }
+
     blocking_calls! { LeaderElection;
         /// Ends whoever leads, from outside (an operator's call): deletes
         /// the lock and announces the vacancy. A deposed leader blocked in

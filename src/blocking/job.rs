@@ -82,6 +82,13 @@ impl Job {
         self.map(|job| job.at_most_for(lease))
     }
 
+    /// Each run's own watchdog lease, renewed every third of it, as
+    /// [`crate::Job::watchdog_lease`]: a runner cut off is succeeded within
+    /// about that long.
+    pub fn watchdog_lease(self, lease: Duration) -> Job {
+        self.map(|job| job.watchdog_lease(lease))
+    }
+
     /// Keeps the lock held until `hold` after the start of each run, also
     /// when the run ends sooner, as [`crate::Job::at_least_for`].
     pub fn at_least_for(self, hold: Duration) -> Job {

@@ -2,8 +2,10 @@
 //!
 //! One entry per (lock name, owner) this client holds in watchdog mode
 //! counts the local holds; their shared [`LeaseState`] is what the
-//! watchdog renews: every third of the watchdog timeout after the last
-//! renewal Redis confirmed. One scheduler task per client renews what
+//! watchdog renews: every third of its TTL after the last renewal Redis
+//! confirmed. The TTL is the client's watchdog timeout, or the hold's own
+//! watchdog lease (an election's, a job's); the leases of one batch share
+//! their TTL. One scheduler task per client renews what
 //! falls due. The schedule holds *batches* of leases, not keys: the keys of
 //! one renewal call fall due together again, and a new hold joins the
 //! batch of holds taken shortly before it, so that keys due within a short
@@ -53,9 +55,10 @@ impl HoldKey {
 ///
 /// Besides the flag the watchdog sets, every lease has a deadline by this
 /// process's clock: for a leased hold, the lease counted from when the
-/// acquire was sent; for a watchdog hold, the watchdog timeout (less the
-/// drift margin) counted from the request of the last renewal Redis
-/// confirmed, moved on by each confirmed renewal. So a holder that checks
+/// acquire was sent; for a watchdog hold, its TTL (the watchdog timeout
+/// or its own watchdog lease, less the drift margin) counted from the
+/// request of the last renewal Redis confirmed, moved on by each confirmed
+/// renewal. So a holder that checks
 /// its guard right after a pause (a stopped process, a starved runtime)
 /// learns the lease is gone before the watchdog's own task has run.
 ///
@@ -121,6 +124,10 @@ fn instant_from_origin(nanos: i64) -> Instant {
 struct Watched {
     key: HoldKey,
     renewal: Renewal,
+    /// The TTL each renewal sets, in ms (as Redis gets it; 8 bytes, one
+    /// per held lock): the client's watchdog timeout, or the hold's own
+    /// watchdog lease.
+    ttl_ms: u64,
     /// The lock kind's label, for a lost lease in metrics.
     #[cfg(feature = "metrics")]
     kind: &'static str,
@@ -133,17 +140,13 @@ impl LeaseState {
 
     /// A watchdog hold's lease of `key`, good until `deadline` unless
     /// renewed.
-    fn watched(
-        deadline: Instant,
-        key: HoldKey,
-        renewal: Renewal,
-        label: &'static str,
-    ) -> Arc<Self> {
+    fn watched(deadline: Instant, key: HoldKey, how: Renew, label: &'static str) -> Arc<Self> {
         #[cfg(not(feature = "metrics"))]
         let _ = label;
         let watched = Watched {
             key,
-            renewal,
+            renewal: how.renewal,
+            ttl_ms: how.ttl.as_millis() as u64,
             #[cfg(feature = "metrics")]
             kind: label,
         };
@@ -169,6 +172,14 @@ impl LeaseState {
 
     pub(crate) fn deadline(&self) -> Instant {
         instant_from_origin(self.deadline.load(Ordering::Relaxed))
+    }
+
+    /// The TTL the watchdog renews a watchdog hold's key to; `None` for a
+    /// leased hold.
+    pub(crate) fn watchdog_ttl(&self) -> Option<Duration> {
+        self.watched
+            .as_ref()
+            .map(|w| Duration::from_millis(w.ttl_ms))
     }
 
     /// Whether the lease, not known lost, still runs at `at` by this
@@ -274,6 +285,14 @@ impl Renewal {
     }
 }
 
+/// How a watchdog hold is renewed: its script, and the TTL each renewal
+/// sets (the TTL its acquire set).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Renew {
+    pub(crate) renewal: Renewal,
+    pub(crate) ttl: Duration,
+}
+
 /// Most keys sent by one renewal script call. Redisson sends 100; twice
 /// that halves the calls, and with them the client's and the server's work
 /// per call, which is most of the client's share at a million held locks.
@@ -289,9 +308,9 @@ struct Held {
     lease: Arc<LeaseState>,
 }
 
-/// Which renewal script call a lease can share: its renewal, and on a
-/// cluster the key's hash slot (0 elsewhere).
-type Group = (Renewal, u16);
+/// Which renewal script call a lease can share: its renewal, on a
+/// cluster the key's hash slot (0 elsewhere), and its TTL.
+type Group = (Renewal, u16, Duration);
 
 /// Batches of leases by the time they fall due. The leases of one batch
 /// are of one [`Group`], so that a batch is renewed as it stands, in calls
@@ -332,7 +351,11 @@ struct Shared {
     schedule: Mutex<Schedule>,
     wake: Arc<Notify>,
     conn: Conn,
+    /// The client's watchdog timeout: the horizon of a recheck is counted
+    /// from the longest of it and the holds' own TTLs.
     timeout: Duration,
+    /// The longest TTL of a hold registered so far.
+    longest: Mutex<Duration>,
     /// Set when the scheduler's task ends without the registry being
     /// dropped: its runtime shut down.
     runtime_gone: AtomicBool,
@@ -372,6 +395,7 @@ impl Registry {
             wake: Arc::clone(&wake),
             conn,
             timeout,
+            longest: Mutex::new(timeout),
             runtime_gone: AtomicBool::new(false),
             recheck,
             names,
@@ -382,14 +406,25 @@ impl Registry {
     }
 
     /// Records one more local hold of `key`, acquired by a request sent at
-    /// `sent`; puts the key on the renewal schedule when it is the first.
-    /// `renewal`: how the lease is renewed; `label`: the lock kind's, for a
-    /// lost lease in metrics.
+    /// `sent` that set the key's TTL to `how.ttl`; puts the key on the
+    /// renewal schedule when it is the first. `how`: how the lease is
+    /// renewed, and to what TTL; `label`: the lock kind's, for a lost
+    /// lease in metrics.
+    ///
+    /// A hold that joins a lease of the owner keeps that lease's TTL: its
+    /// acquire is sent with the longer of the two (see
+    /// [`Registry::ttl_of`]), so the key stands at least as long as the
+    /// lease counts. That holds as long as the handles of one owner all
+    /// take one TTL, as the crate's own do (an election's campaign and a
+    /// job's run are owners of their own): two acquires of one owner with
+    /// different TTLs, raced, could leave the key with the shorter while
+    /// the lease counts by the longer. So no public lock handle sets its
+    /// own TTL.
     pub(crate) fn hold(
         &self,
         key: HoldKey,
         sent: Instant,
-        renewal: Renewal,
+        how: Renew,
         label: &'static str,
     ) -> Arc<LeaseState> {
         let shared = &self.shared;
@@ -406,7 +441,7 @@ impl Registry {
                     kind: label,
                     name: shared.names.then_some(&*held.key().name),
                 });
-                let lease = shared.new_lease(held.key().clone(), sent, renewal, label);
+                let lease = shared.new_lease(held.key().clone(), sent, how, label);
                 held.insert(Held {
                     holds: 1,
                     lease: Arc::clone(&lease),
@@ -414,15 +449,17 @@ impl Registry {
                 lease
             }
             Entry::Occupied(mut held) => {
-                // The re-entry reset the key's TTL too.
+                // The re-entry reset the key's TTL too, to the longer of
+                // its own and the lease's (only a re-entry that raced the
+                // lease's first hold may have set less: it counts by that).
                 let held = held.get_mut();
                 held.holds += 1;
-                held.lease
-                    .extend(sent + shared.timeout - drift_margin(shared.timeout));
+                let ttl = held.lease.watchdog_ttl().unwrap_or(how.ttl).min(how.ttl);
+                held.lease.extend(sent + ttl - drift_margin(ttl));
                 Arc::clone(&held.lease)
             }
             Entry::Vacant(vacant) => {
-                let lease = shared.new_lease(vacant.key().clone(), sent, renewal, label);
+                let lease = shared.new_lease(vacant.key().clone(), sent, how, label);
                 vacant.insert(Held {
                     holds: 1,
                     lease: Arc::clone(&lease),
@@ -454,6 +491,14 @@ impl Registry {
         Some(lease)
     }
 
+    /// The TTL the watchdog renews `key` to, if it keeps it alive.
+    pub(crate) fn ttl_of(&self, key: &HoldKey) -> Option<Duration> {
+        self.shared
+            .map
+            .get(key)
+            .and_then(|held| held.lease.watchdog_ttl())
+    }
+
     /// The lease the watchdog keeps `key` alive by, if it does.
     pub(crate) fn lease_of(&self, key: &HoldKey) -> Option<Arc<LeaseState>> {
         self.shared.map.get(key).map(|held| Arc::clone(&held.lease))
@@ -470,11 +515,6 @@ impl Registry {
             tracing::warn!(%reason, "lease lost");
             lease.mark_lost();
         }
-    }
-
-    /// Whether the watchdog keeps `key` alive.
-    pub(crate) fn contains(&self, key: &HoldKey) -> bool {
-        self.shared.map.contains_key(key)
     }
 
     pub(crate) fn len(&self) -> usize {
@@ -524,17 +564,23 @@ impl Shared {
         &self,
         key: HoldKey,
         sent: Instant,
-        renewal: Renewal,
+        how: Renew,
         label: &'static str,
     ) -> Arc<LeaseState> {
-        let deadline = sent + self.timeout - drift_margin(self.timeout);
-        let lease = LeaseState::watched(deadline, key, renewal, label);
-        let due = sent + self.timeout / 3;
+        // Counted in whole ms, as Redis gets it.
+        let ttl = Duration::from_millis(how.ttl.as_millis() as u64);
+        let deadline = sent + ttl - drift_margin(ttl);
+        let lease = LeaseState::watched(deadline, key, how, label);
+        let due = sent + ttl / 3;
         let group = self.group(&lease);
+        {
+            let mut longest = self.longest.lock().unwrap_or_else(|e| e.into_inner());
+            *longest = (*longest).max(ttl);
+        }
         let mut schedule = self.lock_schedule();
         // Join the open batch when it falls due no later than this hold,
         // and not much earlier.
-        let window = coalescing_window(self.timeout);
+        let window = coalescing_window(ttl);
         if let Some(&open @ (batch_due, _)) = schedule.open.get(&group) {
             if batch_due <= due && due <= batch_due + window {
                 if let Some(batch) = schedule.queue.get_mut(&open) {
@@ -566,24 +612,34 @@ impl Shared {
     /// The renewal calls `lease` can share.
     fn group(&self, lease: &LeaseState) -> Group {
         let Some(watched) = lease.watched.as_ref() else {
-            return (Renewal::Hash, 0);
+            return (Renewal::Hash, 0, self.timeout);
         };
         let slot = if self.conn.is_cluster() {
             keys::slot(watched.key.name.as_bytes())
         } else {
             0
         };
-        (watched.renewal, slot)
+        (watched.renewal, slot, Duration::from_millis(watched.ttl_ms))
     }
 
     /// Sends the renewals of `batches`, one task per call.
     fn renew_batches(self: &Arc<Self>, batches: Vec<Vec<Arc<LeaseState>>>) {
         for batch in batches {
-            // A batch is of one renewal.
-            let renewal = batch
+            // A batch is of one renewal and one TTL.
+            let how = batch
                 .first()
                 .and_then(|lease| lease.watched.as_ref())
-                .map_or(Renewal::Hash, |w| w.renewal);
+                .map_or(
+                    Renew {
+                        renewal: Renewal::Hash,
+                        ttl: self.timeout,
+                    },
+                    |w| Renew {
+                        renewal: w.renewal,
+                        ttl: Duration::from_millis(w.ttl_ms),
+                    },
+                );
+            let renewal = how.renewal;
             let per_call = renewal.holds_per_call();
             let mut rest = batch.into_iter();
             loop {
@@ -591,22 +647,45 @@ impl Shared {
                 if chunk.is_empty() {
                     break;
                 }
-                tokio::spawn(renew_chunk(Arc::clone(self), chunk, renewal));
+                tokio::spawn(renew_chunk(Arc::clone(self), chunk, how));
             }
         }
     }
 
-    /// Takes the batches due by `horizon` off the schedule.
-    fn take_due(&self, horizon: Instant) -> Vec<Vec<Arc<LeaseState>>> {
+    /// Takes the batches due by `horizon` off the schedule; with
+    /// `coalesce`, also those due within their TTL's coalescing window
+    /// after it.
+    fn take_due(&self, horizon: Instant, coalesce: bool) -> Vec<Vec<Arc<LeaseState>>> {
         let mut due = Vec::new();
         let mut guard = self.lock_schedule();
         let schedule = &mut *guard;
-        while let Some(entry) = schedule.queue.first_entry() {
-            if entry.key().0 > horizon {
-                break;
-            }
-            let key = *entry.key();
-            let batch = entry.remove();
+        // No window is longer than a second.
+        let reach = if coalesce {
+            horizon + coalescing_window(Duration::MAX)
+        } else {
+            horizon
+        };
+        let keys: Vec<(Instant, u64)> = schedule
+            .queue
+            .range(..=(reach, u64::MAX))
+            .filter(|(&(at, _), batch)| {
+                let ttl = batch
+                    .first()
+                    .and_then(|lease| lease.watchdog_ttl())
+                    .unwrap_or(self.timeout);
+                let window = if coalesce {
+                    coalescing_window(ttl)
+                } else {
+                    Duration::ZERO
+                };
+                at <= horizon + window
+            })
+            .map(|(key, _)| *key)
+            .collect();
+        for key in keys {
+            let Some(batch) = schedule.queue.remove(&key) else {
+                continue;
+            };
             // Closed to new holds now. (A stale entry would do no harm:
             // the next hold finds no batch under it and opens one.)
             if let Some(first) = batch.first() {
@@ -750,8 +829,9 @@ async fn schedule(_alive: SchedulerAlive, shared: Weak<Shared>, wake: Arc<Notify
         if this.recheck.take() {
             // Every batch, however far off: renewed now, and rescheduled
             // from this renewal on.
-            let horizon = now + 4 * this.timeout;
-            this.renew_batches(this.take_due(horizon));
+            let longest = *this.longest.lock().unwrap_or_else(|e| e.into_inner());
+            let horizon = now + 4 * longest;
+            this.renew_batches(this.take_due(horizon, false));
         }
         let first = {
             let mut schedule = this.lock_schedule();
@@ -761,8 +841,7 @@ async fn schedule(_alive: SchedulerAlive, shared: Weak<Shared>, wake: Arc<Notify
         };
         match first {
             Some(due) if due <= now => {
-                let horizon = now + coalescing_window(this.timeout);
-                this.renew_batches(this.take_due(horizon));
+                this.renew_batches(this.take_due(now, true));
             }
             Some(due) => {
                 let recheck = Arc::clone(&this.recheck);
@@ -786,7 +865,7 @@ async fn schedule(_alive: SchedulerAlive, shared: Weak<Shared>, wake: Arc<Notify
 }
 
 /// One renewal script call for some holds of one [`Renewal`]:
-/// each key's TTL reset to the timeout if its owner still holds it; Redis
+/// each key's TTL reset to the given TTL if its owner still holds it; Redis
 /// replies the positions of the holds that are gone, usually none.
 ///
 /// Built as one EVALSHA command rather than a `ScriptInvocation`, whose
@@ -883,18 +962,21 @@ impl RenewCall {
 /// fell due. The calls of one batch go out side by side, each in its own
 /// task: a stalled reply holds up no other call, and each lease is read
 /// by the task that sends it, while it is in the cache.
-async fn renew_chunk(shared: Arc<Shared>, chunk: Vec<Arc<LeaseState>>, renewal: Renewal) {
+async fn renew_chunk(shared: Arc<Shared>, chunk: Vec<Arc<LeaseState>>, how: Renew) {
     let sent = Instant::now();
     let live = shared.live(chunk, sent);
     if !live.is_empty() {
-        renew(&shared, live, sent, renewal).await;
+        renew(&shared, live, sent, how).await;
     }
 }
 
-/// Renews one call's worth of leases of one `renewal` in one script call
-/// sent at `sent`.
-async fn renew(shared: &Shared, batch: Vec<Arc<LeaseState>>, sent: Instant, renewal: Renewal) {
-    let timeout = shared.timeout;
+/// Renews one call's worth of leases of one renewal and TTL (`how`) in
+/// one script call sent at `sent`.
+async fn renew(shared: &Shared, batch: Vec<Arc<LeaseState>>, sent: Instant, how: Renew) {
+    let Renew {
+        renewal,
+        ttl: timeout,
+    } = how;
     let deadline = batch
         .iter()
         .map(|lease| lease.deadline())

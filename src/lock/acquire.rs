@@ -21,7 +21,7 @@ use crate::engine::finish::{runtime, Finish};
 use crate::engine::object::Synced;
 use crate::engine::telemetry::{self, Subject};
 use crate::engine::waiting::{self, Channel, Tried, Wait};
-use crate::engine::watchdog::{HoldKey, LeaseState, RenewCall};
+use crate::engine::watchdog::{HoldKey, LeaseState, Renew, RenewCall};
 use crate::{Client, Error, Result};
 
 impl LockCore {
@@ -48,6 +48,9 @@ impl LockCore {
         lease: Option<Duration>,
     ) -> Result<Option<LockGuard>> {
         let field = self.field()?;
+        if let Some(ttl) = self.watchdog_lease {
+            super::check_watchdog_lease("watchdog lease", ttl)?;
+        }
         let lease_ms = lease
             .map(|lease| args::duration("lease", lease, MAX_DURATION))
             .transpose()?;
@@ -162,16 +165,19 @@ impl LockCore {
         let Some(sent) = self.confirm_if_late(req, sent, ttl_ms, &runtime).await? else {
             return Ok(Tried::soon());
         };
-        let guard = self.hold(req, sent, token, runtime);
+        let guard = self.hold(req, sent, ttl_ms, token, runtime);
         self.check_replicas(guard, req.slot.latch()).await
     }
 
-    /// The TTL the acquire sets: the lease, or the watchdog timeout. A
-    /// leased hold taken inside a watchdog hold must not shorten the key's
-    /// TTL below what the watchdog's schedule expects.
+    /// The TTL the acquire sets: the lease, or the handle's watchdog TTL
+    /// (see [`LockCore::watchdog_ttl`]). A hold taken inside a watchdog
+    /// hold of the owner must not shorten the key's TTL below what the
+    /// watchdog's schedule expects (the TTL that hold's lease renews to).
     fn hold_ttl(&self, req: &AcquireRequest<'_>) -> u64 {
         let client = &self.obj.client;
-        let watchdog_ms = client.config().watchdog_timeout.as_millis() as u64;
+        let renewed = client.registry().ttl_of(&req.key);
+        let renewed_ms = renewed.map(|ttl| ttl.as_millis() as u64);
+        let watchdog_ms = self.watchdog_ttl().as_millis() as u64;
         // Nor below the lease another leased hold of the owner still has;
         // but for read holds, whose script keeps one timeout key per hold
         // and the hash as long as the longest.
@@ -183,10 +189,10 @@ impl LockCore {
                 .lease_left(&req.key)
                 .map_or(0, |left| left.as_millis() as u64)
         };
-        match req.lease_ms {
-            None => watchdog_ms,
-            Some(ms) if client.registry().contains(&req.key) => ms.max(watchdog_ms),
-            Some(ms) => ms.max(left()),
+        match (req.lease_ms, renewed_ms) {
+            (None, renewed) => watchdog_ms.max(renewed.unwrap_or(0)),
+            (Some(ms), Some(renewed)) => ms.max(renewed),
+            (Some(ms), None) => ms.max(left()),
         }
     }
 
@@ -263,11 +269,11 @@ impl LockCore {
         ttl_ms: u64,
         runtime: &tokio::runtime::Handle,
     ) -> Result<Option<Instant>> {
-        let watchdog = self.obj.client.config().watchdog_timeout;
-        if req.lease_ms.is_some() || Instant::now() < sent + watchdog / 3 {
+        let ttl = Duration::from_millis(ttl_ms);
+        if req.lease_ms.is_some() || Instant::now() < sent + ttl / 3 {
             return Ok(Some(sent));
         }
-        match self.confirm(&req.key).await {
+        match self.confirm(&req.key, ttl).await {
             Ok((true, confirmed)) => Ok(Some(confirmed)),
             Ok((false, _)) => Ok(None),
             Err(err) => {
@@ -277,12 +283,13 @@ impl LockCore {
         }
     }
 
-    /// The guard of a grant: registered with the watchdog, or leased from
-    /// `sent`.
+    /// The guard of a grant: registered with the watchdog (renewed to the
+    /// `ttl_ms` its acquire set), or leased from `sent`.
     fn hold(
         &self,
         req: &AcquireRequest<'_>,
         sent: Instant,
+        ttl_ms: u64,
         token: Option<u64>,
         runtime: tokio::runtime::Handle,
     ) -> LockGuard {
@@ -290,9 +297,13 @@ impl LockCore {
         let key = req.key.clone();
         let lease = match req.lease_ms {
             None => {
+                let how = Renew {
+                    renewal: self.kind.renewal(),
+                    ttl: Duration::from_millis(ttl_ms),
+                };
                 client
                     .registry()
-                    .hold(key.clone(), sent, self.kind.renewal(), self.kind.label())
+                    .hold(key.clone(), sent, how, self.kind.label())
             }
             Some(ms) => LeaseState::leased(sent + Duration::from_millis(ms)),
         };
@@ -372,16 +383,12 @@ impl LockCore {
         });
     }
 
-    /// Renews `key` alone, as the watchdog would: whether its owner still
-    /// holds it, and when the renewal was sent. A caller that leaves
-    /// meanwhile has the hold given back in the background.
-    async fn confirm(&self, key: &HoldKey) -> Result<(bool, Instant)> {
+    /// Renews `key` alone to `ttl`, as the watchdog would: whether its
+    /// owner still holds it, and when the renewal was sent. A caller that
+    /// leaves meanwhile has the hold given back in the background.
+    async fn confirm(&self, key: &HoldKey, ttl: Duration) -> Result<(bool, Instant)> {
         let client = &self.obj.client;
-        let call = RenewCall::new(
-            self.kind.renewal(),
-            client.config().watchdog_timeout,
-            std::iter::once(key),
-        );
+        let call = RenewCall::new(self.kind.renewal(), ttl, std::iter::once(key));
         let mut conn = client.conn();
         let sent = Instant::now();
         let request = async move { call.send(&mut conn).await };
@@ -389,7 +396,7 @@ impl LockCore {
         let (name, owner) = (Arc::clone(&key.name), Arc::clone(&key.field));
         let give_back = move |reply: redis::RedisResult<Vec<usize>>| async move {
             if reply.is_ok_and(|gone| gone.is_empty()) {
-                let lease_ms = client.config().watchdog_timeout.as_millis() as u64;
+                let lease_ms = ttl.as_millis() as u64;
                 // The renewal, sent at `sent`, set the key's TTL.
                 let resend = Resend::UntilExpired;
                 let key = HoldKey::new(Arc::clone(&name), Arc::clone(&owner));

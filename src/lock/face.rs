@@ -355,7 +355,7 @@ macro_rules! lock_face {
             }
 
             fn watchdog_timeout(&self) -> std::time::Duration {
-                self.core.client().config().watchdog_timeout
+                self.core.watchdog_ttl()
             }
 
             async fn lock(&self) -> $crate::Result<$crate::LockGuard> {

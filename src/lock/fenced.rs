@@ -61,6 +61,16 @@ impl FencedLock {
             core: self.core.called(what, expected),
         }
     }
+
+    /// The same lock, whose watchdog-mode holds have a TTL of `lease` (see
+    /// [`LockCore::with_watchdog_lease`](super::LockCore::with_watchdog_lease)).
+    /// Only for owners of their own (an election's campaigns): every
+    /// handle of one owner must take the same TTL.
+    pub(crate) fn with_watchdog_lease(&self, lease: Duration) -> FencedLock {
+        FencedLock {
+            core: self.core.with_watchdog_lease(lease),
+        }
+    }
 }
 
 impl FencedLock {

@@ -14,7 +14,7 @@ use crate::client::conn::Conn;
 use crate::engine::finish::{spawn_to_end, Finish};
 use crate::engine::takeover::Takeover;
 use crate::engine::telemetry::{self, Subject};
-use crate::engine::watchdog::{drift_margin, HoldKey, LeaseState, Registry, RenewCall};
+use crate::engine::watchdog::{drift_margin, HoldKey, LeaseState, Registry, Renew, RenewCall};
 use crate::{Client, Error, Result};
 
 /// One hold of a [`Lock`](crate::Lock), from a successful acquire.
@@ -252,7 +252,8 @@ impl LockGuard {
     /// (the key's TTL) and here, if the owner still holds the lock. An
     /// extension may also shorten the lease. The key's TTL is the owner's
     /// for all its holds of this lock; when the owner also holds it in
-    /// watchdog mode, the TTL stays at least the watchdog timeout.
+    /// watchdog mode, the TTL stays at least the one the watchdog renews
+    /// that hold to (the watchdog timeout).
     ///
     /// # Errors
     /// - [`Error::InvalidArgument`] for a lease under 1 ms or over
@@ -278,10 +279,9 @@ impl LockGuard {
             ));
         }
         let client = &hold.client;
-        let watched = client.registry().contains(&hold.key);
-        let ttl = match watched {
-            true => lease.max(client.config().watchdog_timeout),
-            false => lease,
+        let ttl = match client.registry().ttl_of(&hold.key) {
+            Some(renewed) => lease.max(renewed),
+            None => lease,
         };
         let sent = hold.renew(ttl).await?;
         hold.lease = LeaseState::leased(sent + lease);
@@ -307,13 +307,20 @@ impl LockGuard {
             return Ok(());
         }
         let client = &hold.client;
-        let sent = hold.renew(client.config().watchdog_timeout).await?;
-        hold.lease = client.registry().hold(
-            hold.key.clone(),
-            sent,
-            hold.kind.renewal(),
-            hold.kind.label(),
-        );
+        // The TTL of a watchdog hold of the owner, when there is one: this
+        // hold joins its lease.
+        let ttl = client
+            .registry()
+            .ttl_of(&hold.key)
+            .unwrap_or(client.config().watchdog_timeout);
+        let sent = hold.renew(ttl).await?;
+        let how = Renew {
+            renewal: hold.kind.renewal(),
+            ttl,
+        };
+        hold.lease = client
+            .registry()
+            .hold(hold.key.clone(), sent, how, hold.kind.label());
         hold.lease_ms = None;
         hold.slot.set_lease(None, Arc::clone(&hold.lease));
         Ok(())
@@ -542,7 +549,8 @@ impl Release {
         // (other watchdog holds remain). A leased hold inside it has not
         // expired, whatever its own lease said, and the holds that remain
         // keep the watchdog's TTL.
-        let watched = client.registry().contains(&key);
+        let renewed = client.registry().ttl_of(&key);
+        let watched = renewed.is_some();
         let own_lease = watchdog || !watched;
         if own_lease && !lease.state.stands_at(Instant::now()) {
             Guards::get().finish(&key, &slot, After::Gone, false, client.registry());
@@ -550,14 +558,20 @@ impl Release {
                 name: key.name.to_string(),
             });
         }
-        let watchdog_ms = client.config().watchdog_timeout.as_millis() as u64;
+        // The TTL the watchdog renews to: of the lease that keeps the key
+        // (the owner's other watchdog holds), else of this hold's own.
+        let watchdog_ms = |ttl: Option<Duration>| {
+            ttl.unwrap_or(client.config().watchdog_timeout).as_millis() as u64
+        };
         let lease_ms = if watched {
-            watchdog_ms
+            watchdog_ms(renewed)
         } else if let Some(left) = Guards::get().lease_left(&key) {
             // At least 1 ms: `PEXPIRE 0` would delete the key.
             (left.as_millis() as u64).max(1)
         } else {
-            lease.lease_ms.unwrap_or(watchdog_ms)
+            lease
+                .lease_ms
+                .unwrap_or_else(|| watchdog_ms(lease.state.watchdog_ttl()))
         };
         let request_id = client.request_id();
         let standing = Guards::get().standing(&key, &slot, client.registry(), kind == Kind::Read);

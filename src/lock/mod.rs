@@ -48,6 +48,9 @@ pub(crate) struct LockCore {
     obj: Object,
     owner: Option<Arc<str>>,
     kind: Kind,
+    /// The TTL of this handle's watchdog-mode holds; `None`: the client's
+    /// watchdog timeout.
+    watchdog_lease: Option<Duration>,
 }
 
 impl LockCore {
@@ -57,6 +60,7 @@ impl LockCore {
             .field("name", &self.obj.name)
             .field("owner", &self.owner)
             .field("kind", &self.kind)
+            .field("watchdog_lease", &self.watchdog_lease)
             .field("client", &self.obj.client.id())
             .finish()
     }
@@ -125,6 +129,15 @@ impl Lock {
             core: self.core.called(what, expected),
         }
     }
+
+    /// The same lock, whose watchdog-mode holds have a TTL of `lease` (see
+    /// [`LockCore::with_watchdog_lease`]). Only for owners of their own (a
+    /// job's runs): every handle of one owner must take the same TTL.
+    pub(crate) fn with_watchdog_lease(&self, lease: Duration) -> Lock {
+        Lock {
+            core: self.core.with_watchdog_lease(lease),
+        }
+    }
 }
 
 face::lock_face!(Lock, guard: LockGuard = face::plain);
@@ -135,6 +148,7 @@ impl LockCore {
             obj: Object::new(client, name, "lock"),
             owner: None,
             kind,
+            watchdog_lease: None,
         }
     }
 
@@ -166,6 +180,24 @@ impl LockCore {
             waiter_timeout: timeout,
             reentrant: self.kind.reentrant(),
         })
+    }
+
+    /// The same lock, whose watchdog-mode holds have a TTL of `lease`
+    /// instead of the client's watchdog timeout (renewed every third of
+    /// it by the same watchdog). Checked by the first acquire (see
+    /// [`check_watchdog_lease`]).
+    pub(crate) fn with_watchdog_lease(&self, lease: Duration) -> LockCore {
+        LockCore {
+            watchdog_lease: Some(lease),
+            ..self.clone()
+        }
+    }
+
+    /// The TTL this handle's watchdog-mode holds are taken with: its own
+    /// watchdog lease, or the client's watchdog timeout.
+    pub(crate) fn watchdog_ttl(&self) -> Duration {
+        self.watchdog_lease
+            .unwrap_or(self.obj.client.config().watchdog_timeout)
     }
 
     /// A fair lock's waiter timeout.
@@ -336,10 +368,11 @@ impl LockCore {
                 let release = guard::Release::prepare(client.clone(), kind, key, slot)?;
                 return release.send(Resend::Bounded).await;
             }
-            let watchdog_ms = client.config().watchdog_timeout.as_millis() as u64;
             // A watchdog hold without a guard (leaked): its lease bounds the
-            // resends, as a guard's does.
+            // resends, as a guard's does, and the holds left keep its TTL.
             let lease = client.registry().release_any(&key);
+            let ttl = lease.as_ref().and_then(|lease| lease.watchdog_ttl());
+            let watchdog_ms = ttl.unwrap_or(client.config().watchdog_timeout).as_millis() as u64;
             release_hold(
                 &client,
                 kind,
@@ -357,6 +390,26 @@ impl LockCore {
     fn error(&self, err: redis::RedisError) -> Error {
         self.obj.error(err)
     }
+}
+
+/// Checks a watchdog lease (the TTL of a hold the watchdog renews): at
+/// least [`MIN_WATCHDOG_TIMEOUT`](crate::config::MIN_WATCHDOG_TIMEOUT),
+/// as the client's watchdog timeout, and at most
+/// [`MAX_DURATION`](crate::config::MAX_DURATION). `what` names it in the
+/// error.
+pub(crate) fn check_watchdog_lease(what: &str, lease: Duration) -> Result<()> {
+    use crate::config::{MAX_DURATION, MIN_WATCHDOG_TIMEOUT};
+    if lease < MIN_WATCHDOG_TIMEOUT {
+        return Err(Error::invalid(format!(
+            "{what} {lease:?} is too short to renew: it must be at least {MIN_WATCHDOG_TIMEOUT:?}"
+        )));
+    }
+    if lease > MAX_DURATION {
+        return Err(Error::invalid(format!(
+            "{what} must be at most {MAX_DURATION:?}, got {lease:?}"
+        )));
+    }
+    Ok(())
 }
 
 /// The value of `field` in a hash read flat (field, value, field, ...).

@@ -184,8 +184,8 @@ pub(crate) async fn release_hold_as(
         let latch_ttl = match &watched {
             None => config.unlock_latch_ttl_ms(),
             Some(key) => {
-                if client.registry().contains(key) {
-                    let renewed = surely_ended(config, Instant::now(), config.watchdog_timeout);
+                if let Some(ttl) = client.registry().ttl_of(key) {
+                    let renewed = surely_ended(config, Instant::now(), ttl);
                     until = until.max(renewed);
                 }
                 // Nor before the holds it stands by have surely ended (a
