@@ -13,9 +13,11 @@
 -- ARGV[4]  latch TTL in milliseconds
 --
 -- Replies 1 when the lock is free now (the hash is deleted and the message
--- published), 0 when holds remain (this owner's or others'; the hash's TTL
--- becomes the longest remaining read hold's), nil when the owner holds no
--- read hold. A retry with the same request id replies what the first call
+-- published); when holds remain (this owner's or others'), minus the TTL
+-- in milliseconds the hash gets, that of the longest remaining read hold
+-- (a count of the owner's that no live hold of its client knows of, a
+-- grant whose reply was lost, lives that long too), or 0 when only the
+-- writer's hold keeps it; nil when the owner holds no read hold. A retry with the same request id replies what the first call
 -- replied, without releasing again. A key that is no lock hash (another
 -- type, or a hash with other fields) is left alone and fails with
 -- `WRONGTYPE holds a <type>: <key>`.
@@ -86,8 +88,8 @@ if redis.call('hlen', KEYS[1]) > 1 then
     local longest = longest_read_hold(KEYS[1], KEYS[4])
     if longest > 0 then
         redis.call('pexpire', KEYS[1], longest)
-        redis.call('set', unlock_latch, 0, 'px', ARGV[4])
-        return 0
+        redis.call('set', unlock_latch, -longest, 'px', ARGV[4])
+        return -longest
     end
     if mode == 'write' then
         redis.call('set', unlock_latch, 0, 'px', ARGV[4])

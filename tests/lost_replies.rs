@@ -1345,3 +1345,122 @@ async fn a_lost_grant_of_a_late_resend_is_given_back_by_the_grants_own_lease() {
         first_sent.elapsed()
     );
 }
+
+/// A grant whose replies were all lost, settled only after its own lease
+/// ran out, while a hold the owner took meanwhile kept the key: the owner's
+/// count of that grant is still in the key, and its give-back goes out.
+/// (Judged by the grant's own lease, it was skipped, and the owner's later
+/// release left the count behind until that release's TTL ran out:
+/// `cancel_fuzz` left such holds behind on a loaded machine.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_grant_settled_after_its_lease_is_given_back_while_the_owner_kept_the_key() {
+    common::init_tracing();
+    let server = RedisServer::start();
+    let proxy = std::sync::Arc::new(Proxy::start(server.port()));
+    let client = proxied(&proxy, Duration::from_millis(300)).await;
+    warm_up(&client).await;
+    let name = "lost:kept-by-another";
+    let field = format!("{}:job", client.id());
+    let lock = client.lock(name).with_owner("job");
+    swept(&server).await;
+    let short = Duration::from_secs(4);
+
+    // The grant's replies are all lost: a hold with a short lease that no
+    // guard owns, settled in the background.
+    proxy.lose_next_reply_to_then_black_hole(name);
+    let err = soon(lock.try_lock_with_lease(Duration::ZERO, short))
+        .await
+        .unwrap_err();
+    let granted = Instant::now();
+    assert!(err.is_connection_error(), "{err}");
+    assert_eq!(
+        hold_count(&server, name, &field),
+        1,
+        "no send took the lock"
+    );
+    // Redis can be reached again, but the settle's checks never hear back
+    // until the grant's own lease is over.
+    let cancel = redis::Script::new(include_str!("../lua/acquire_cancel.lua"));
+    proxy.lose_every_reply_to(cancel.get_hash());
+    heal(&proxy);
+
+    // Meanwhile the owner takes the lock again (the key lives on with the
+    // longer lease) and lets that hold go: the grant's count remains.
+    let guard = soon(lock.lock_with_lease(LEASE)).await.unwrap();
+    assert_eq!(hold_count(&server, name, &field), 2);
+    soon(guard.unlock()).await.unwrap();
+    assert_eq!(hold_count(&server, name, &field), 1);
+
+    // The grant's lease is over; the settle hears back now.
+    tokio::time::sleep_until(granted + short + Duration::from_millis(500)).await;
+    assert!(common::exists(&server, name), "the key expired");
+    proxy.stop_losing_replies();
+    let heard = Instant::now();
+    eventually(LEASE / 2, || async { !common::exists(&server, name) }).await;
+    println!(
+        "a lost grant settled after its {short:?} lease, its count kept by a later release \
+         ({LEASE:?} TTL): given back {:?} after the settle could hear back",
+        heard.elapsed()
+    );
+    assert_eq!(client.held_locks(), 0);
+}
+
+/// The same for a read hold, whose count the owner's later release leaves
+/// under another hold's timeout key (a read release drops the owner's
+/// newest timeout key, not its own): the grant's count lives as long as
+/// the hash, which the release says, and its give-back goes out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_read_grant_settled_after_its_lease_is_given_back_while_the_hash_lives() {
+    common::init_tracing();
+    let server = RedisServer::start();
+    let proxy = std::sync::Arc::new(Proxy::start(server.port()));
+    let client = proxied(&proxy, Duration::from_millis(300)).await;
+    warm_up(&client).await;
+    let name = "lost:read-kept";
+    let field = format!("{}:job", client.id());
+    let lock = client.read_write_lock(name).read().with_owner("job");
+    swept(&server).await;
+    let short = Duration::from_secs(4);
+
+    // A long read hold of the owner, then a grant with a short lease whose
+    // replies are all lost, settled in the background.
+    let guard = soon(lock.lock_with_lease(LEASE)).await.unwrap();
+    proxy.lose_next_reply_to_then_black_hole(name);
+    let err = soon(lock.try_lock_with_lease(Duration::ZERO, short))
+        .await
+        .unwrap_err();
+    let granted = Instant::now();
+    assert!(err.is_connection_error(), "{err}");
+    assert_eq!(
+        hold_count(&server, name, &field),
+        2,
+        "no send took the lock"
+    );
+    let cancel = redis::Script::new(include_str!("../lua/acquire_cancel.lua"));
+    proxy.lose_every_reply_to(cancel.get_hash());
+    heal(&proxy);
+
+    // The long hold goes: the grant's count stays, under the long hold's
+    // timeout key.
+    soon(guard.unlock()).await.unwrap();
+    assert_eq!(hold_count(&server, name, &field), 1);
+
+    // The grant's lease is over; the settle hears back now.
+    tokio::time::sleep_until(granted + short + Duration::from_millis(500)).await;
+    assert!(common::exists(&server, name), "the hash expired");
+    proxy.stop_losing_replies();
+    let heard = Instant::now();
+    eventually(LEASE / 2, || async { !common::exists(&server, name) }).await;
+    println!(
+        "a lost read grant settled after its {short:?} lease, its count kept under a released \
+         hold's {LEASE:?} timeout key: given back {:?} after the settle could hear back",
+        heard.elapsed()
+    );
+    let timeouts = server.cmd(&["KEYS", "*rwlock_timeout*"]);
+    assert_eq!(
+        timeouts.as_array().map(|keys| keys.len()),
+        Some(0),
+        "timeout keys left: {timeouts:?}"
+    );
+    assert_eq!(client.held_locks(), 0);
+}

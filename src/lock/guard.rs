@@ -693,12 +693,23 @@ fn settled(kind: Kind, lease_ms: u64, answer: &Result<Answer>) -> (After, bool) 
         Ok(Answer {
             reply: 0,
             first_sent,
+            ..
         }) if kind.holds_share_ttl() => {
             let lease = Duration::from_millis(lease_ms);
             (
                 After::Kept(*first_sent + lease - drift_margin(lease)),
                 false,
             )
+        }
+        // A read hold's: the hash lives as long as the script said, counted
+        // from the first send, as above.
+        Ok(Answer {
+            reply: 0,
+            kept_ms: Some(ms),
+            first_sent,
+        }) => {
+            let kept = Duration::from_millis(*ms);
+            (After::Kept(*first_sent + kept - drift_margin(kept)), false)
         }
         Ok(Answer { reply: 0, .. }) => (After::Gone, false),
         Ok(_) => (After::Gone, true),

@@ -42,10 +42,16 @@ pub(crate) struct Slot {
     /// Its release's [`Standing`], once claimed and prepared: the holds
     /// acquired while that release may still be sent join it.
     standing: OnceLock<Arc<Standing>>,
-    /// When the hold was surely granted by: the reply of its acquire (for
-    /// a hold given back that no guard owned, the first send that may have
-    /// taken it, where it was granted no earlier).
-    granted: Instant,
+    /// Since when the owner's key has surely stood without a break, as far
+    /// as this hold tells: when it was surely granted by (the reply of its
+    /// acquire; for a hold given back that no guard owned, the first send
+    /// that may have taken it, where it was granted no earlier), or
+    /// earlier when it was granted while other holds of the owner surely
+    /// kept the key (it joined their key, and its life goes on theirs). A
+    /// hold given back whose lease ended before that give-back is sent
+    /// shares the key of every hold whose life began before that end and
+    /// still stands.
+    life: Mutex<Instant>,
 }
 
 /// How a hold keeps its owner's key alive, by this process's clock.
@@ -74,7 +80,7 @@ impl Slot {
             lease: Mutex::new(SlotLease { lease_ms, state }),
             after: Mutex::new(After::Held),
             standing: OnceLock::new(),
-            granted: Instant::now(),
+            life: Mutex::new(Instant::now()),
         })
     }
 
@@ -91,7 +97,7 @@ impl Slot {
             }),
             after: Mutex::new(After::Held),
             standing: OnceLock::new(),
-            granted: since,
+            life: Mutex::new(since),
         })
     }
 
@@ -101,6 +107,24 @@ impl Slot {
             .after
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner()) = after;
+    }
+
+    /// Since when the key has surely stood, by this hold's chain (see
+    /// `Slot::life`).
+    fn life(&self) -> Instant {
+        *self
+            .life
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Moves the start of this hold's life back to `since`, never forward.
+    fn lives_since(&self, since: Instant) {
+        let mut life = self
+            .life
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        *life = (*life).min(since);
     }
 
     fn after(&self) -> After {
@@ -274,18 +298,40 @@ impl Guards {
                 standing.join(key, slot);
             }
         }
+        // Granted into the key the owner's other holds surely kept: one
+        // key, one life for all of them (the earliest any of them knew).
+        let sharing: Vec<_> = slots
+            .iter()
+            .filter(|other| other.keeps_key_at(watched.as_deref(), now))
+            .collect();
+        let life = sharing
+            .iter()
+            .map(|other| other.life())
+            .fold(slot.life(), Instant::min);
+        slot.lives_since(life);
+        for other in sharing {
+            other.lives_since(life);
+        }
+        // The grant set the key's TTL anew: a released hold no longer keeps
+        // it by the TTL its release set (this one carries their life on).
+        for other in slots.iter() {
+            if matches!(other.after(), After::Kept(_)) {
+                other.released(After::Gone);
+            }
+        }
         slots.push(Arc::clone(slot));
     }
 
     /// The standing of `slot`'s release (see [`Standing`]), claimed by the
     /// caller: `slot` and the holds of `key` (and when `shared`, a read
     /// hold, the other owners' read holds of the lock) that surely keep the
-    /// key alive now and were granted before `slot`'s own lease ended (a
-    /// give-back's may have ended before it is sent: a hold granted while
-    /// it ran shared the key with it, whichever grant ran first, and kept
-    /// it since); later grants join it while it stands. A `slot` not among
-    /// the guards (a give-back's) is added to them, for them to join and
-    /// for the TTLs set meanwhile to count with its lease.
+    /// key alive now and whose life began before `slot`'s own lease ended
+    /// (a give-back's may have ended before it is sent: a chain of holds
+    /// that kept the key since a grant made while it ran shared the key
+    /// with it, whichever grant ran first); later grants join it while it
+    /// stands. A `slot` not among the guards (a give-back's) is added to
+    /// them, for them to join and for the TTLs set meanwhile to count with
+    /// its lease.
     pub(crate) fn standing(
         &self,
         key: &HoldKey,
@@ -295,12 +341,13 @@ impl Guards {
     ) -> Arc<Standing> {
         let now = Instant::now();
         // Until when `slot`'s own lease kept the key, counted from its
-        // grant's send: a hold granted before then (a reply received) met
-        // its count in the key, or its grant, if later, met that hold's.
+        // grant's send: a hold whose life began before then (a reply
+        // received) met its count in the key, or its grant, if later, met
+        // that life's.
         let own = slot.lease().state.deadline();
         let joins = |k: &HoldKey, s: &Arc<Slot>| {
             !Arc::ptr_eq(s, slot)
-                && s.granted < own
+                && s.life() < own
                 && s.keeps_key_at(registry.lease_of(k).as_deref(), now)
         };
         let mut holds = vec![(key.clone(), Arc::clone(slot))];
@@ -321,6 +368,16 @@ impl Guards {
         });
         let _ = slot.standing.set(Arc::clone(&standing));
         if !slots.iter().any(|s| Arc::ptr_eq(s, slot)) {
+            // A give-back's hold, if granted, stands now while its lease
+            // runs: it shares the key with the releases of the owner that
+            // stand now too, as a new guard's does.
+            if slot.keeps_key_at(None, now) {
+                for other in slots.iter().filter_map(|s| s.standing.get()) {
+                    if other.stands_at(registry, now) {
+                        other.join(key, slot);
+                    }
+                }
+            }
             slots.push(Arc::clone(slot));
         }
         standing
@@ -329,7 +386,11 @@ impl Guards {
     /// Records how `slot`'s claimed hold left the key once its release was
     /// answered (or given up), and forgets the released holds that no
     /// longer keep the key alive: all of them when this one was the
-    /// owner's last (the key is gone, or no longer the owner's).
+    /// owner's last (the key is gone, or no longer the owner's). One whose
+    /// release left holds of the owner (some perhaps unknown here: a grant
+    /// whose reply was lost, not yet settled) stays while the TTL that
+    /// release set keeps the key: a give-back of such a grant, sent later,
+    /// stands by it.
     pub(crate) fn finish(
         &self,
         key: &HoldKey,
@@ -338,22 +399,26 @@ impl Guards {
         last: bool,
         registry: &Registry,
     ) {
+        let now = Instant::now();
+        let watched = registry.lease_of(key);
         slot.released(after);
         // The TTL this answer set is the one in force: a hold released
-        // before it no longer keeps the key by the TTL its release set.
+        // before it no longer keeps the key by the TTL its release set. Its
+        // life goes on in this one's, which kept the key with it.
         if let Some(slots) = self.0.get(key) {
             for s in slots.iter().filter(|s| !Arc::ptr_eq(s, slot)) {
-                if matches!(s.after(), After::Kept(_)) {
+                if let After::Kept(until) = s.after() {
+                    if now < until {
+                        slot.lives_since(s.life());
+                    }
                     s.released(After::Gone);
                 }
             }
         }
-        let now = Instant::now();
-        let watched = registry.lease_of(key);
         self.0.remove_if_mut(key, |_, slots| {
             let answered = |s: &Arc<Slot>| s.is_claimed() && !matches!(s.after(), After::Held);
             slots.retain(|s| {
-                let gone = Arc::ptr_eq(s, slot) || (last && answered(s));
+                let gone = last && answered(s);
                 !gone && s.wanted(registry, watched.as_deref(), now)
             });
             slots.is_empty()

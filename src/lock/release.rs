@@ -61,6 +61,9 @@ pub(crate) struct Answer {
     /// reset to the release's lease), 1 when it was the last, 2 when the
     /// last is kept.
     pub(crate) reply: i64,
+    /// With holds remaining, the TTL (ms) the key got when the script says
+    /// (a read release: the longest remaining read hold's).
+    pub(crate) kept_ms: Option<u64>,
     /// When the first send of the release went: the send that ran went no
     /// earlier.
     pub(crate) first_sent: Instant,
@@ -246,7 +249,17 @@ pub(crate) async fn release_hold_as(
         }
     }
     match reply {
-        Some(reply @ 0..=2) => Ok(Answer { reply, first_sent }),
+        Some(reply @ 0..=2) => Ok(Answer {
+            reply,
+            kept_ms: None,
+            first_sent,
+        }),
+        // Holds remain, the key kept for that many ms (a read release).
+        Some(reply) if reply < 0 => Ok(Answer {
+            reply: 0,
+            kept_ms: Some(reply.unsigned_abs()),
+            first_sent,
+        }),
         None => Err(Error::NotHeld {
             name: name.to_owned(),
             owner: owner.to_owned(),

@@ -1,11 +1,12 @@
 //! A small TCP proxy between a client and a `redis-server`, for network
 //! faults: it can delay every chunk in both directions, black-hole all
 //! traffic (connections stay open, nothing gets through), drop every open
-//! connection, refuse new ones, lose the reply to one command (forward the command, then
-//! swallow what the server answers and cut the connection), hold the reply
-//! to one command until told, refuse new ones right after delivering the
-//! reply to one command, cut one connection right after delivering the
-//! reply to one command, or send new connections to another server.
+//! connection, refuse new ones, lose the reply to one command or to every
+//! command that matches (forward the command, then swallow what the server
+//! answers and cut the connection), hold the reply to one command until
+//! told, refuse new ones right after delivering the reply to one command,
+//! cut one connection right after delivering the reply to one command, or
+//! send new connections to another server.
 //!
 //! Threads and blocking sockets only; each connection has a reader and a
 //! writer thread per direction, so a delay keeps the order of the bytes.
@@ -25,6 +26,8 @@ struct State {
     refusing: AtomicBool,
     /// A pattern of the command whose reply is to be lost.
     lose_reply_to: Mutex<Option<Vec<u8>>>,
+    /// The pattern stays armed after a loss: every such reply is lost.
+    lose_every: AtomicBool,
     lost_replies: AtomicUsize,
     /// Refuse (and cut everything) at the moment that reply is lost.
     refuse_after_loss: AtomicBool,
@@ -126,6 +129,21 @@ impl Proxy {
     /// connection cut.
     pub(crate) fn lose_next_reply_to(&self, pattern: &str) {
         *self.state.lose_reply_to.lock().unwrap() = Some(pattern.as_bytes().to_vec());
+    }
+
+    /// Loses the reply to every command whose bytes contain `pattern`, as
+    /// [`Proxy::lose_next_reply_to`] does to one, until
+    /// [`Proxy::stop_losing_replies`].
+    pub(crate) fn lose_every_reply_to(&self, pattern: &str) {
+        self.state.lose_every.store(true, Ordering::Relaxed);
+        self.lose_next_reply_to(pattern);
+    }
+
+    /// Ends [`Proxy::lose_every_reply_to`] (and disarms a pending loss).
+    pub(crate) fn stop_losing_replies(&self) {
+        let mut armed = self.state.lose_reply_to.lock().unwrap();
+        self.state.lose_every.store(false, Ordering::Relaxed);
+        *armed = None;
     }
 
     /// As [`Proxy::lose_next_reply_to`], and the server becomes
@@ -347,7 +365,9 @@ fn pump(
                     let found = |p: &[u8]| ends_in(&seen, &chunk, p);
                     let mut armed = state.lose_reply_to.lock().unwrap();
                     if armed.as_ref().is_some_and(|p| found(p)) {
-                        *armed = None;
+                        if !state.lose_every.load(Ordering::Relaxed) {
+                            *armed = None;
+                        }
                         swallow.store(true, Ordering::Relaxed);
                     }
                     let mut armed = state.refuse_after_reply_to.lock().unwrap();
