@@ -416,6 +416,7 @@
 //! | `cluster` | Redis Cluster, through the `redis` crate's async cluster connection; `Client::cluster_builder` |
 //! | `sentinel` | Redis Sentinel: the master is found, and found again after a failover; `Client::sentinel_builder`, `ClientBuilder::sentinel_master_auth` |
 //! | `blocking` | [`blocking`]: the same handles for programs without an async runtime |
+//! | `full` | every feature above but `native-tls` (what the test suite runs with) |
 //!
 //! None is on by default.
 // The docs link the blocking API, which a build without its feature lacks
