@@ -1464,3 +1464,73 @@ async fn a_lost_read_grant_settled_after_its_lease_is_given_back_while_the_hash_
     );
     assert_eq!(client.held_locks(), 0);
 }
+
+/// A chain of lost grants of one owner: the first (a short lease) runs out
+/// before its settle hears back, while the second, granted as the first
+/// stood and with a long lease, keeps the key and with it the first's
+/// count. The first is settled first: its give-back, which it could not
+/// send, waits until the second's is answered "holds remain", then goes
+/// out, and the lock is free.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_grant_that_ran_out_is_given_back_when_a_later_lost_grant_kept_its_key() {
+    common::init_tracing();
+    let server = RedisServer::start();
+    let proxy = std::sync::Arc::new(Proxy::start(server.port()));
+    let client = proxied(&proxy, Duration::from_millis(300)).await;
+    warm_up(&client).await;
+    let name = "lost:chain";
+    let field = format!("{}:job", client.id());
+    let lock = client.lock(name).with_owner("job");
+    swept(&server).await;
+    let short = Duration::from_secs(4);
+    let latches = || {
+        let keys = server.cmd(&["KEYS", "ferrisson_acquire_latch:{lost:chain}:*"]);
+        let keys = keys.as_array().unwrap().iter();
+        keys.map(|key| key.as_string().unwrap()).collect::<Vec<_>>()
+    };
+
+    // The first grant's replies are all lost (and so are its settle's).
+    proxy.lose_next_reply_to_then_black_hole(name);
+    let err = soon(lock.try_lock_with_lease(Duration::ZERO, short))
+        .await
+        .unwrap_err();
+    let granted = Instant::now();
+    assert!(err.is_connection_error(), "{err}");
+    let first = latches();
+    assert_eq!(first.len(), 1, "{first:?}");
+    proxy.lose_every_reply_to(name);
+    heal(&proxy);
+
+    // The second, with the long lease, while the first stands: every
+    // reply on the lock is lost.
+    let err = soon(lock.try_lock_with_lease(Duration::ZERO, LEASE))
+        .await
+        .unwrap_err();
+    assert!(err.is_connection_error(), "{err}");
+    assert_eq!(hold_count(&server, name, &field), 2, "both were granted");
+    let second = latches().into_iter().find(|l| *l != first[0]).unwrap();
+
+    // The first's lease is over; its settle hears back, the second's not.
+    tokio::time::sleep_until(granted + short + Duration::from_millis(500)).await;
+    proxy.lose_every_reply_to(&second);
+    eventually(LEASE / 2, || async {
+        server.cmd(&["GET", &first[0]]).as_string().as_deref() == Some("x")
+    })
+    .await;
+    assert_eq!(
+        hold_count(&server, name, &field),
+        2,
+        "the first's give-back went out after its lease"
+    );
+
+    // The second's settle hears back: both are given back.
+    proxy.stop_losing_replies();
+    let heard = Instant::now();
+    eventually(LEASE / 2, || async { !common::exists(&server, name) }).await;
+    println!(
+        "a lost grant that ran out, its count kept by a later lost grant ({LEASE:?} lease): \
+         given back {:?} after the later one's settle could hear back",
+        heard.elapsed()
+    );
+    assert_eq!(client.held_locks(), 0);
+}

@@ -28,42 +28,74 @@ use crate::Client;
 /// One settle of a request whose replies were all lost, by its acquire
 /// latch: closes the latch, so that a send arriving late changes nothing,
 /// and says whether a send of it was granted (then what it took is the
-/// caller's to give back, by [`give_back_lost`]): `Some` with the earliest
-/// instant, by this client's clock, at which that grant may have been made.
-/// The latch TTL is the request's: the grant wrote it with that TTL, and a
-/// closed latch keeps it too.
+/// caller's to give back, by [`give_back_lost`]): `Some` with when that
+/// grant was made, by this client's clock. The latch TTL is the request's:
+/// the grant wrote it with that TTL, and a closed latch keeps it too.
 async fn cancel(
     conn: &mut Conn,
     latch: &str,
     latch_ttl: u64,
-) -> redis::RedisResult<Option<Instant>> {
+) -> redis::RedisResult<Option<GrantedIn>> {
     let sent = Instant::now();
     let left: i64 = ACQUIRE_CANCEL
         .key(latch)
         .arg(latch_ttl)
         .invoke_async(conn)
         .await?;
+    let answered = Instant::now();
     Ok(u64::try_from(left)
         .ok()
-        .map(|left| granted_by(sent, latch_ttl, left)))
+        .map(|left| granted_in(sent, answered, latch_ttl, left)))
 }
 
-/// The earliest instant a grant may have been made, by this client's
-/// clock, when a settle sent at `sent` found its latch (written by the
-/// grant with a TTL of `latch_ttl` ms) with `left` ms to live: the settle
-/// ran at `sent` or later, and the grant `latch_ttl - left` ms before it by
-/// the server's clock (give or take the ms both are truncated to, and a
-/// thousandth for the two clocks' rates).
-fn granted_by(sent: Instant, latch_ttl: u64, left: u64) -> Instant {
+/// When a grant was made, by this client's clock, as a settle sent at
+/// `sent` and answered at `answered` tells it, having found its latch
+/// (written by the grant with a TTL of `latch_ttl` ms) with `left` ms to
+/// live: the settle ran between the two, and the grant `latch_ttl - left`
+/// ms before it by the server's clock (give or take the ms both are
+/// truncated to, and a thousandth for the two clocks' rates).
+fn granted_in(sent: Instant, answered: Instant, latch_ttl: u64, left: u64) -> GrantedIn {
     let age = latch_ttl.saturating_sub(left);
-    let age = Duration::from_millis(age.saturating_add(age / 1000).saturating_add(2));
-    sent.checked_sub(age).unwrap_or(sent)
+    let slack = age / 1000 + 2;
+    let most = Duration::from_millis(age.saturating_add(slack));
+    let least = Duration::from_millis(age.saturating_sub(slack));
+    GrantedIn::between(
+        sent.checked_sub(most).unwrap_or(sent),
+        answered.checked_sub(least).unwrap_or(answered),
+    )
 }
 
-/// What a request whose replies were lost took, and since when: the first
-/// lost send, or the grant itself when its settle learnt it was later.
-fn grant_lasts((lasts, since): (Lasts, Instant), granted_by: Instant) -> (Lasts, Instant) {
-    (lasts, since.max(granted_by))
+/// When a grant was made, by this client's clock: no earlier than `from`,
+/// no later than `by`. What it took lasts from then: until `from` plus its
+/// TTL at least, and its count surely stood in its key from `by` on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct GrantedIn {
+    pub(crate) from: Instant,
+    pub(crate) by: Instant,
+}
+
+impl GrantedIn {
+    /// Between `from` and `by` (`from` when `by` is earlier).
+    pub(crate) fn between(from: Instant, by: Instant) -> GrantedIn {
+        GrantedIn {
+            from,
+            by: by.max(from),
+        }
+    }
+
+    /// At `at`, as far as this client can tell.
+    pub(crate) fn at(at: Instant) -> GrantedIn {
+        GrantedIn { from: at, by: at }
+    }
+}
+
+/// What a request whose replies were lost took, and when: no earlier than
+/// its first lost send, nor than its settle learnt.
+fn grant_lasts((lasts, since): (Lasts, Instant), granted: GrantedIn) -> (Lasts, GrantedIn) {
+    (
+        lasts,
+        GrantedIn::between(since.max(granted.from), granted.by),
+    )
 }
 
 /// Gives back what a request whose replies were lost took (its send was
@@ -73,13 +105,13 @@ async fn give_back_lost<T: Taken>(
     client: Client,
     name: Arc<str>,
     taken: Arc<T>,
-    (lasts, since): (Lasts, Instant),
+    (lasts, granted): (Lasts, GrantedIn),
     latch: String,
     latch_ttl: u64,
 ) {
     tracing::debug!(%name, "an acquire whose reply was lost was granted; giving it back");
     taken
-        .give_back(&client, &name, lasts, since, GiveBack::ReplyLost)
+        .give_back(&client, &name, lasts, granted, GiveBack::ReplyLost)
         .await;
     close(&client, &name, &latch, latch_ttl).await;
 }
@@ -123,8 +155,8 @@ async fn settle_lost<T: Taken>(
         checks += 1;
         match cancel(&mut conn, &latch, latch_ttl).await {
             Ok(None) => return,
-            Ok(Some(granted_by)) => {
-                let lost = grant_lasts(lost, granted_by);
+            Ok(Some(granted)) => {
+                let lost = grant_lasts(lost, granted);
                 return give_back_lost(client, name, taken, lost, latch, latch_ttl).await;
             }
             Err(err) if is_connection_failure(&err) => {}
@@ -205,17 +237,18 @@ impl Lasts {
 pub(crate) trait Taken: Send + Sync + 'static {
     /// Undoes one grant of the request on `name`; `lasts` is how long the
     /// longest grant of a send of it lasts (a lock's give-back restores it
-    /// as the TTL), and `since` when it began to, at the earliest (the
+    /// as the TTL), and `granted` when it began to (no earlier than the
     /// first send that may have taken it): a lock's hold surely stands
-    /// until `since` + `lasts` by this client's clock, and its give-back
-    /// is not sent after that (the owner may hold the lock anew by then).
-    /// Logs its own failure, saying `why`.
+    /// until `granted.from` + `lasts` by this client's clock, and its
+    /// give-back is not sent after that (the owner may hold the lock anew
+    /// by then) unless another hold of the owner that shared its key
+    /// stands still. Logs its own failure, saying `why`.
     fn give_back(
         &self,
         client: &Client,
         name: &str,
         lasts: Lasts,
-        since: Instant,
+        granted: GrantedIn,
         why: GiveBack,
     ) -> impl Future<Output = ()> + Send;
 }
@@ -255,7 +288,13 @@ impl<T: Taken> Unclaimed<T> {
             let (client, name) = (self.client.clone(), Arc::clone(&self.name));
             let give_back = async move {
                 taken
-                    .give_back(&client, &name, Lasts::UntilReleased, Instant::now(), why)
+                    .give_back(
+                        &client,
+                        &name,
+                        Lasts::UntilReleased,
+                        GrantedIn::at(Instant::now()),
+                        why,
+                    )
                     .await
             };
             Finish::detached(self.runtime.clone(), give_back).await;
@@ -273,7 +312,7 @@ impl<T: Taken> Drop for Unclaimed<T> {
                         &client,
                         &name,
                         Lasts::UntilReleased,
-                        Instant::now(),
+                        GrantedIn::at(Instant::now()),
                         GiveBack::CallerLeft,
                     )
                     .await;
@@ -432,8 +471,8 @@ impl<T: Taken> Request<T> {
             let mut outcome = self.outcome.lock().unwrap_or_else(|p| p.into_inner());
             outcome.lost.take().zip(outcome.lost_since)
         };
-        if let (Some(granted_by), Some(lost)) = (granted, lost) {
-            let lost = grant_lasts(lost, granted_by);
+        if let (Some(granted), Some(lost)) = (granted, lost) {
+            let lost = grant_lasts(lost, granted);
             // The request no longer says it is unsettled: once started, the
             // give-back goes on in the background if this call is dropped.
             let (client, name) = (self.client.clone(), Arc::clone(&self.name));
@@ -751,13 +790,15 @@ where
     };
     let orphan = move |reply: redis::RedisResult<R>| async move {
         let was_granted = reply.as_ref().is_ok_and(|r| answer(r) == Answer::Granted);
-        let since = asked.lease_start(asked.last_sent());
+        // Granted by a send no earlier than the first that may have taken
+        // it, and before this reply came.
+        let granted = GrantedIn::between(asked.lease_start(asked.last_sent()), Instant::now());
         // The request is settled when its last holder lets it go: not held
         // here any longer than needed.
         drop(asked);
         if was_granted {
             taken
-                .give_back(&client, &name, lasts, since, GiveBack::CallerLeft)
+                .give_back(&client, &name, lasts, granted, GiveBack::CallerLeft)
                 .await;
         }
         orphaned(was_granted).await;

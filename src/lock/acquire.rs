@@ -14,7 +14,7 @@ use super::{LockGuard, Resend};
 use crate::args;
 use crate::config::MAX_DURATION;
 use crate::engine::acquire_latch::{
-    send, Answer, GiveBack, Lasts, Request, RequestSlot, Sending, Taken,
+    send, Answer, GiveBack, GrantedIn, Lasts, Request, RequestSlot, Sending, Taken,
 };
 use crate::engine::backoff::SOON;
 use crate::engine::finish::{runtime, Finish};
@@ -277,7 +277,9 @@ impl LockCore {
             Ok((true, confirmed)) => Ok(Some(confirmed)),
             Ok((false, _)) => Ok(None),
             Err(err) => {
-                self.give_back_in_background(&req.key, (sent, ttl_ms), runtime);
+                // The grant was made after `sent`, and before its reply.
+                let granted = GrantedIn::between(sent, Instant::now());
+                self.give_back_in_background(&req.key, (granted, ttl_ms), runtime);
                 Err(err)
             }
         }
@@ -360,7 +362,7 @@ impl LockCore {
     fn give_back_in_background(
         &self,
         key: &HoldKey,
-        (sent, ttl_ms): (Instant, u64),
+        (granted, ttl_ms): (GrantedIn, u64),
         runtime: &tokio::runtime::Handle,
     ) {
         let (client, kind) = (self.obj.client.clone(), self.kind);
@@ -368,7 +370,7 @@ impl LockCore {
         runtime.spawn(async move {
             let resend = Resend::UntilExpired;
             let key = HoldKey::new(Arc::clone(&name), Arc::clone(&owner));
-            let released = give_back_hold(&client, kind, &key, ttl_ms, sent, resend);
+            let released = give_back_hold(&client, kind, &key, ttl_ms, granted, resend);
             match released.await {
                 Ok(()) => {}
                 Err(err @ Error::LeaseLost { .. }) => {
@@ -397,10 +399,12 @@ impl LockCore {
         let give_back = move |reply: redis::RedisResult<Vec<usize>>| async move {
             if reply.is_ok_and(|gone| gone.is_empty()) {
                 let lease_ms = ttl.as_millis() as u64;
-                // The renewal, sent at `sent`, set the key's TTL.
+                // The renewal, sent at `sent` and answered by now, set the
+                // key's TTL.
+                let granted = GrantedIn::between(sent, Instant::now());
                 let resend = Resend::UntilExpired;
                 let key = HoldKey::new(Arc::clone(&name), Arc::clone(&owner));
-                match give_back_hold(&client, kind, &key, lease_ms, sent, resend).await {
+                match give_back_hold(&client, kind, &key, lease_ms, granted, resend).await {
                     // Ran out first: gone, or ends with the key's TTL.
                     Ok(()) | Err(Error::LeaseLost { .. }) => {}
                     Err(err) => {
@@ -429,7 +433,7 @@ impl Taken for Hold {
         client: &Client,
         name: &str,
         lasts: Lasts,
-        since: Instant,
+        granted: GrantedIn,
         why: GiveBack,
     ) {
         // The release resets the key's TTL to what the acquire set (a
@@ -440,7 +444,7 @@ impl Taken for Hold {
         let owner = &self.owner;
         let resend = Resend::UntilExpired;
         let key = HoldKey::new(Arc::from(name), Arc::clone(owner));
-        let released = give_back_hold(client, self.kind, &key, ttl_ms, since, resend);
+        let released = give_back_hold(client, self.kind, &key, ttl_ms, granted, resend);
         match released.await {
             Ok(()) => {}
             // Its lease ran out before the give-back could be sent: the

@@ -7,10 +7,11 @@ use tokio::runtime::Handle;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use super::holds::{After, Guards, Slot, Standing};
+use super::holds::{After, Guards, Parked, Parking, Slot, Standing};
 use super::release::{Answer, Stands};
 use super::{release_hold_as, DoneMark, Kind, ReleaseCall, Resend};
 use crate::client::conn::Conn;
+use crate::engine::acquire_latch::GrantedIn;
 use crate::engine::finish::{spawn_to_end, Finish};
 use crate::engine::takeover::Takeover;
 use crate::engine::telemetry::{self, Subject};
@@ -647,20 +648,89 @@ impl Release {
 }
 
 /// Gives back one hold of `owner` on `name` that no guard owned (an
-/// acquire's grant its caller never got), taken by a send at `since` or
-/// later with a TTL of `ttl_ms`, resending as `resend` says. It stands by
-/// its own lease from `since`, and by the owner's holds of the lock that
-/// share the key with it (see [`Standing`]): granted before that lease
-/// ended, they shared the key with it, whichever grant ran first.
+/// acquire's grant its caller never got), `granted` with a TTL of
+/// `ttl_ms`, resending as `resend` says. It stands by its own lease from
+/// `granted.from`, and by the owner's holds of the lock that share the key
+/// with it (see [`Standing`]): granted before that lease ended, they shared
+/// the key with it, whichever grant ran first.
+///
+/// One whose lease ran out before it could be sent, none of those holds
+/// known to stand, is parked (see [`Parking`]): another grant of the owner
+/// whose reply was lost too may have shared its key and be settled later.
+/// When a later give-back on the lock is answered "holds of the owner
+/// remain", the parked ones are tried again, the latest lease first: one
+/// that shared the key with that hold now stands by it.
 pub(crate) async fn give_back_hold(
     client: &Client,
     kind: Kind,
     key: &HoldKey,
     ttl_ms: u64,
-    since: Instant,
+    granted: GrantedIn,
     resend: Resend,
 ) -> Result<()> {
-    let slot = Slot::given_back(ttl_ms, since);
+    let answer = give_back_once(client, kind, key, ttl_ms, granted, resend).await;
+    match &answer {
+        // Never sent: the lease ran out first.
+        Err(Error::LeaseLost { .. }) => {
+            let config = client.config();
+            let keep = Duration::from_millis(ttl_ms.saturating_add(config.unlock_latch_ttl_ms()))
+                .max(config.watchdog_timeout);
+            Parking::get().park(Parked {
+                kind,
+                key: key.clone(),
+                ttl_ms,
+                granted,
+                resend,
+                until: Instant::now() + keep,
+            });
+        }
+        Ok(Answer { reply: 0, .. }) => loop {
+            // A hold given back again that leaves holds may be the one an
+            // earlier grant of the chain shared its key with: another pass.
+            let mut kept = false;
+            let owners = client.id().to_string();
+            for parked in Parking::get().take(&key.name, &owners) {
+                let again = give_back_once(
+                    client,
+                    parked.kind,
+                    &parked.key,
+                    parked.ttl_ms,
+                    parked.granted,
+                    parked.resend,
+                );
+                match again.await {
+                    Ok(answer) => {
+                        kept |= answer.reply == 0;
+                        tracing::debug!(lock = %parked.key.name, owner = %parked.key.field,
+                            "a hold that ran out before it could be given back shared its key \
+                             with one that stands: given back");
+                    }
+                    Err(Error::LeaseLost { .. }) => Parking::get().park(parked),
+                    Err(err) => tracing::warn!(lock = %parked.key.name,
+                        owner = %parked.key.field, error = %err,
+                        "could not give back a hold whose grant could not be confirmed; \
+                         it expires with its lease"),
+                }
+            }
+            if !kept {
+                break;
+            }
+        },
+        _ => {}
+    }
+    answer.map(|_| ())
+}
+
+/// One try of [`give_back_hold`].
+async fn give_back_once(
+    client: &Client,
+    kind: Kind,
+    key: &HoldKey,
+    ttl_ms: u64,
+    granted: GrantedIn,
+    resend: Resend,
+) -> Result<Answer> {
+    let slot = Slot::given_back(ttl_ms, granted);
     let registry = client.registry();
     let standing = Guards::get().standing(key, &slot, registry, kind == Kind::Read);
     let request_id = client.request_id();
@@ -680,7 +750,7 @@ pub(crate) async fn give_back_hold(
     let answer = release_hold_as(client, client.conn(), &call, resend).await;
     let (after, last) = settled(kind, ttl_ms, &answer);
     Guards::get().finish(key, &slot, after, last, registry);
-    answer.map(|_| ())
+    answer
 }
 
 /// How a release's answer leaves the key, for the releases that stand by

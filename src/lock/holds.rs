@@ -27,6 +27,8 @@ use std::time::Duration;
 use dashmap::DashMap;
 use tokio::time::Instant;
 
+use super::{Kind, Resend};
+use crate::engine::acquire_latch::GrantedIn;
 use crate::engine::watchdog::{HoldKey, LeaseState, Registry};
 
 /// One live guard's hold, as its owner's other calls see it.
@@ -44,9 +46,8 @@ pub(crate) struct Slot {
     standing: OnceLock<Arc<Standing>>,
     /// Since when the owner's key has surely stood without a break, as far
     /// as this hold tells: when it was surely granted by (the reply of its
-    /// acquire; for a hold given back that no guard owned, the first send
-    /// that may have taken it, where it was granted no earlier), or
-    /// earlier when it was granted while other holds of the owner surely
+    /// acquire; for a hold given back that no guard owned, the latest
+    /// instant its grant may have been made), or earlier when it was granted while other holds of the owner surely
     /// kept the key (it joined their key, and its life goes on theirs). A
     /// hold given back whose lease ended before that give-back is sent
     /// shares the key of every hold whose life began before that end and
@@ -85,10 +86,12 @@ impl Slot {
     }
 
     /// The slot of a hold no guard owned (an acquire's grant its caller
-    /// never got), claimed for its give-back: taken by a send at `since` or
-    /// later, with a TTL of `lease_ms` from then.
-    pub(crate) fn given_back(lease_ms: u64, since: Instant) -> Arc<Slot> {
-        let state = LeaseState::leased(since + Duration::from_millis(lease_ms));
+    /// never got), claimed for its give-back: taken `granted`, with a TTL
+    /// of `lease_ms` from then. Its lease counts from the earliest instant
+    /// it may have been taken, and its life from the latest: its count
+    /// surely stood in the key from then on.
+    pub(crate) fn given_back(lease_ms: u64, granted: GrantedIn) -> Arc<Slot> {
+        let state = LeaseState::leased(granted.from + Duration::from_millis(lease_ms));
         Arc::new(Slot {
             claimed: AtomicBool::new(true),
             lease: Mutex::new(SlotLease {
@@ -97,7 +100,7 @@ impl Slot {
             }),
             after: Mutex::new(After::Held),
             standing: OnceLock::new(),
-            life: Mutex::new(since),
+            life: Mutex::new(granted.by),
         })
     }
 
@@ -458,5 +461,71 @@ impl Guards {
             .map(|lease| lease.state.deadline())
             .map(|until| until.saturating_duration_since(now))
             .max()
+    }
+}
+
+/// A give-back of a hold no guard owned that was never sent: its lease ran
+/// out first, and no hold of its owner known to stand shared its key with
+/// it. Another grant of the owner whose replies were lost too, made while
+/// it stood, may have (then its count is in the key still); such a grant's
+/// give-back, once settled, is answered "holds of the owner remain", and
+/// the parked ones are tried again then (see
+/// [`give_back_hold`](super::guard::give_back_hold)).
+#[derive(Debug)]
+pub(crate) struct Parked {
+    pub(crate) kind: Kind,
+    pub(crate) key: HoldKey,
+    pub(crate) ttl_ms: u64,
+    pub(crate) granted: GrantedIn,
+    pub(crate) resend: Resend,
+    /// Forgotten then: the settles of the grants that could share its key
+    /// come within their latches' TTL.
+    pub(crate) until: Instant,
+}
+
+impl Parked {
+    /// Until when its own lease surely kept the key.
+    fn lease_end(&self) -> Instant {
+        self.granted.from + Duration::from_millis(self.ttl_ms)
+    }
+}
+
+/// The process's parked give-backs (see [`Parked`]); few and short-lived.
+#[derive(Debug, Default)]
+pub(crate) struct Parking(Mutex<Vec<Parked>>);
+
+static PARKING: LazyLock<Parking> = LazyLock::new(Parking::default);
+
+impl Parking {
+    pub(crate) fn get() -> &'static Parking {
+        &PARKING
+    }
+
+    fn parked(&self) -> std::sync::MutexGuard<'_, Vec<Parked>> {
+        let mut parked = self
+            .0
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let now = Instant::now();
+        parked.retain(|p| now < p.until);
+        parked
+    }
+
+    pub(crate) fn park(&self, parked: Parked) {
+        self.parked().push(parked);
+    }
+
+    /// Takes the parked give-backs on the lock `name` of the owners whose
+    /// field begins with `owners` (a client's id), the latest lease end
+    /// first: in a chain of grants each made while the one before stood,
+    /// the latest goes first and the earlier stand by it.
+    pub(crate) fn take(&self, name: &str, owners: &str) -> Vec<Parked> {
+        let mut parked = self.parked();
+        let (mut taken, kept): (Vec<_>, Vec<_>) = parked
+            .drain(..)
+            .partition(|p| &*p.key.name == name && p.key.field.starts_with(owners));
+        *parked = kept;
+        taken.sort_by_key(|p| std::cmp::Reverse(p.lease_end()));
+        taken
     }
 }

@@ -13,7 +13,7 @@ use crate::args;
 use crate::client::conn::Conn;
 use crate::config::MAX_DURATION;
 use crate::engine::acquire_latch::{
-    self, Answer, GiveBack, Lasts, Request, RequestSlot, Sending, Taken, Unclaimed,
+    self, Answer, GiveBack, GrantedIn, Lasts, Request, RequestSlot, Sending, Taken, Unclaimed,
 };
 use crate::engine::finish::{runtime, spawn_to_end, Finish};
 use crate::engine::give_back::{resend_until, surely_ended, NEVER_EXPIRES};
@@ -832,7 +832,7 @@ impl Taken for PermitsOut {
         client: &Client,
         name: &str,
         _lasts: Lasts,
-        _since: Instant,
+        _granted: GrantedIn,
         why: GiveBack,
     ) {
         // The grant came before this: its lease ends by then.

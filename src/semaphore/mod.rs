@@ -11,7 +11,7 @@ use tokio::time::Instant;
 use crate::args;
 use crate::config::MAX_DURATION;
 use crate::engine::acquire_latch::{
-    self, Answer, GiveBack, Lasts, Request, RequestSlot, Sending, Taken, Unclaimed,
+    self, Answer, GiveBack, GrantedIn, Lasts, Request, RequestSlot, Sending, Taken, Unclaimed,
 };
 use crate::engine::finish::runtime;
 use crate::engine::give_back::{resend_until, NEVER_EXPIRES};
@@ -482,7 +482,7 @@ impl Taken for Permits {
         client: &Client,
         name: &str,
         _lasts: Lasts,
-        _since: Instant,
+        _granted: GrantedIn,
         why: GiveBack,
     ) {
         let permits = self.0;
