@@ -913,8 +913,34 @@ async fn a_permit_without_a_lease_shows_no_lease() {
     soon(leased.release()).await.unwrap();
 }
 
-/// On a Redis Cluster (every master's URL given): `list` scans each
-/// master, `inspect` reads a lock wherever its slot lives.
+/// Runs the binary with `args`, REDIS_URL set to `redis_url` (or
+/// unset); its stdout, printed with success.
+async fn stdout_of(redis_url: Option<&str>, args: &[String]) -> String {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_ferrisson"));
+    command
+        .env_remove("REDIS_URL")
+        .args(args)
+        .stdin(Stdio::null());
+    if let Some(url) = redis_url {
+        command.env("REDIS_URL", url);
+    }
+    let output = soon(tokio::task::spawn_blocking(move || command.output()))
+        .await
+        .unwrap()
+        .expect("run ferrisson");
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(
+        output.status.success(),
+        "{args:?}: {stdout}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    stdout
+}
+
+/// On a Redis Cluster (every master's URL given: `--url` repeated, one
+/// `--url` comma separated, REDIS_URL comma separated; or one node's with
+/// `--cluster`): `list` scans each master, `inspect` reads a lock
+/// wherever its slot lives.
 #[cfg(feature = "cluster")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cluster_is_listed_and_inspected_across_masters() {
@@ -935,62 +961,35 @@ async fn a_cluster_is_listed_and_inspected_across_masters() {
         args.extend(["--url".to_owned(), node.url()]);
     }
     let run = |extra: &[&str]| {
-        let mut all: Vec<&str> = args.iter().map(String::as_str).collect();
-        all.extend_from_slice(extra);
-        let all: Vec<String> = all.into_iter().map(str::to_owned).collect();
-        async move {
-            let mut command = Command::new(env!("CARGO_BIN_EXE_ferrisson"));
-            command.env_remove("REDIS_URL").args(&all);
-            let output = soon(tokio::task::spawn_blocking(move || command.output()))
-                .await
-                .unwrap()
-                .unwrap();
-            let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+        let mut all = args.clone();
+        all.extend(extra.iter().map(|arg| arg.to_string()));
+        async move { stdout_of(None, &all).await }
+    };
+    // Each lock on a line of its own, and nothing else.
+    let lists_every_lock = |text: &str| {
+        for name in names {
             assert!(
-                output.status.success(),
-                "{stdout}{}",
-                String::from_utf8_lossy(&output.stderr)
+                text.lines()
+                    .any(|l| l.starts_with("lock ") && l.contains(&format!(" {name} "))),
+                "{name}: {text}"
             );
-            stdout
         }
+        assert_eq!(text.lines().count(), names.len(), "{text}");
     };
     let text = run(&["list", "shard:*"]).await;
     println!("{text}");
-    for name in names {
-        assert!(
-            text.lines()
-                .any(|l| l.starts_with("lock ") && l.contains(&format!(" {name} "))),
-            "{name}: {text}"
-        );
-    }
-    assert_eq!(text.lines().count(), names.len(), "{text}");
+    lists_every_lock(&text);
     // One node given: the others are found from it.
-    let one = [
-        "--cluster".to_owned(),
-        "--url".to_owned(),
-        nodes[1].url(),
-        "list".to_owned(),
-        "shard:*".to_owned(),
-    ];
-    let output = soon(tokio::task::spawn_blocking(move || {
-        Command::new(env!("CARGO_BIN_EXE_ferrisson"))
-            .env_remove("REDIS_URL")
-            .args(one)
-            .output()
-    }))
-    .await
-    .unwrap()
-    .unwrap();
-    let found = String::from_utf8_lossy(&output.stdout);
-    assert_eq!(
-        found.lines().count(),
-        names.len(),
-        "{found}{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    for name in names {
-        assert!(found.contains(&format!(" {name} ")), "{name}: {found}");
-    }
+    let one = ["--cluster", "--url", &nodes[1].url(), "list", "shard:*"].map(str::to_owned);
+    lists_every_lock(&stdout_of(None, &one).await);
+    // The nodes comma separated, in one --url (`--url a,b,c`) and in
+    // REDIS_URL.
+    let urls: Vec<String> = nodes.iter().map(|node| node.url()).collect();
+    let joined = urls.join(",");
+    let comma = ["--url", &joined, "list", "shard:*"].map(str::to_owned);
+    lists_every_lock(&stdout_of(None, &comma).await);
+    let list = ["list", "shard:*"].map(str::to_owned);
+    lists_every_lock(&stdout_of(Some(&joined), &list).await);
     let state: Value = serde_json::from_str(&run(&["--json", "inspect", "shard:c"]).await).unwrap();
     assert_eq!(holders(&state), [(id.clone(), "o".into(), 1, false)]);
     // A waiter's (sharded) subscription is counted on the lock's node.
