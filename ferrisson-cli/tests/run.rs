@@ -827,6 +827,56 @@ fn the_hourly_report_of_the_docs_runs_once_an_hour() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// The record of the last occurrence done, `ferrisson_job_done:{NAME}`,
+/// lives `--remember-for` after the run that completed it: a day by
+/// default, ten periods of `--every` when that is longer, and what
+/// `--remember-for` says when given (shorter than the default too). Once
+/// it is gone, the same occurrence runs again.
+#[test]
+fn the_occurrence_done_is_remembered_for_remember_for() {
+    const HOUR: i64 = 3_600_000;
+    const DAY: i64 = 24 * HOUR;
+    let server = RedisServer::start();
+    let dir = scratch();
+    let mark = format!("touch {}/ran.$$", dir.display());
+    // Runs `name` with `args` (it runs its command), then reads the
+    // record's PTTL: at most `ms`, and less only by the time since.
+    let kept = |name: &str, args: &[&str], ms: i64| {
+        let all = [&[name][..], args, &["--", "sh", "-c", &mark]].concat();
+        assert_eq!(run(&server, &all), 0, "{all:?}");
+        let key = ferrisson::layout::job_done(name);
+        let left = server.cmd(&["PTTL", &key]).as_int().unwrap();
+        let least = (ms - SOON.as_millis() as i64).max(1);
+        assert!(
+            (least..=ms).contains(&left),
+            "{all:?}: {key} lives {left} ms more, not about {ms}"
+        );
+    };
+    kept("daily", &["--occurrence", "20250601"], DAY);
+    // Ten hours are less than a day.
+    kept("hourly", &["--every", "1h"], DAY);
+    kept("three-hourly", &["--every", "3h"], 30 * HOUR);
+    kept(
+        "weekly",
+        &["--occurrence", "7", "--remember-for", "7d"],
+        7 * DAY,
+    );
+    kept("shorter", &["--every", "3h", "--remember-for", "1h"], HOUR);
+    assert_eq!(count(&dir, "ran."), 5);
+
+    // Forgotten after --remember-for: the occurrence runs again.
+    let again = ["brief", "--occurrence", "7", "--remember-for", "3s"];
+    kept(again[0], &again[1..], 3000);
+    let key = ferrisson::layout::job_done("brief");
+    until(SOON + Duration::from_secs(3), "the record expires", || {
+        !common::exists(&server, &key)
+    });
+    let all = [&again[..], &["--", "sh", "-c", &mark]].concat();
+    assert_eq!(run(&server, &all), 0);
+    assert_eq!(count(&dir, "ran."), 7);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 /// Bad input is refused with status 2 before anything is written.
 #[test]
 fn bad_input_is_refused_and_writes_nothing() {
