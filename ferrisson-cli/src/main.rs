@@ -12,8 +12,10 @@ mod layout;
 mod run;
 mod state;
 
+use std::future::Future;
 use std::io::{BufRead, Write};
 use std::process::ExitCode;
+use std::task::Poll;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use clap::{Parser, Subcommand};
@@ -528,6 +530,17 @@ async fn watch(
     }
     channels.push(channel);
     let mut messages = conn::follow(target, &channels, &patterns).await?;
+    // Ctrl-C ends the watch with success (status 0): it is how a watch is
+    // meant to end. The handler is installed when the future is first
+    // polled, so that is done here, before the first line: a Ctrl-C from
+    // then on finds it, and does not kill the program by the default
+    // action (which a shell reports as 130).
+    let mut interrupted = std::pin::pin!(tokio::signal::ctrl_c());
+    match std::future::poll_fn(|cx| Poll::Ready(interrupted.as_mut().poll(cx))).await {
+        Poll::Pending => {}
+        Poll::Ready(Ok(())) => return Ok(ExitCode::SUCCESS),
+        Poll::Ready(Err(err)) => return Err(Fail(format!("cannot listen for Ctrl-C: {err}"))),
+    }
     if !json {
         eprintln!(
             "watching `{name}` on {}; Ctrl-C to stop",
@@ -544,8 +557,6 @@ async fn watch(
         },
     );
     let mut tick = tokio::time::interval(Duration::from_millis(interval_ms.max(10)));
-    let interrupted = tokio::signal::ctrl_c();
-    tokio::pin!(interrupted);
     loop {
         tokio::select! {
             _ = &mut interrupted => return Ok(ExitCode::SUCCESS),

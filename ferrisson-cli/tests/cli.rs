@@ -474,6 +474,21 @@ async fn watch_follows_a_kind_that_shows_itself() {
 struct Watch {
     child: std::process::Child,
     lines: mpsc::Receiver<String>,
+    errors: mpsc::Receiver<String>,
+}
+
+/// The lines of `from` as they come, read by a thread of their own.
+fn lines_of(from: impl std::io::Read + Send + 'static) -> mpsc::Receiver<String> {
+    let (send, lines) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(from).lines() {
+            let Ok(line) = line else { break };
+            if send.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    lines
 }
 
 impl Watch {
@@ -482,25 +497,30 @@ impl Watch {
     }
 
     fn start_with(url: &str, args: &[&str]) -> Watch {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_ferrisson"))
+        let mut command = Command::new(env!("CARGO_BIN_EXE_ferrisson"));
+        command
             .env_remove("REDIS_URL")
             .args(["--url", url])
-            .args(args)
+            .args(args);
+        Watch::spawn(command)
+    }
+
+    /// Starts `command` (a `ferrisson watch`), reading its stdout and
+    /// stderr.
+    fn spawn(mut command: Command) -> Watch {
+        let mut child = command
+            .stdin(Stdio::null())
             .stdout(Stdio::piped())
-            .stderr(Stdio::null())
+            .stderr(Stdio::piped())
             .spawn()
             .expect("start ferrisson watch");
-        let stdout = child.stdout.take().unwrap();
-        let (send, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                if send.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        Watch { child, lines }
+        let lines = lines_of(child.stdout.take().unwrap());
+        let errors = lines_of(child.stderr.take().unwrap());
+        Watch {
+            child,
+            lines,
+            errors,
+        }
     }
 
     /// Waits (10 s at most) for a line containing `text`; returns it.
@@ -515,6 +535,41 @@ impl Watch {
             }
         }
     }
+
+    /// The next line on stderr (waited for 10 s at most).
+    fn next_error(&self) -> String {
+        self.errors
+            .recv_timeout(Duration::from_secs(10))
+            .expect("a line on stderr")
+    }
+
+    /// Sends SIGINT, as Ctrl-C at the terminal does, and waits (10 s at
+    /// most) for stdout to close and the program to exit; its status, and
+    /// what it printed on stderr meanwhile.
+    #[cfg(unix)]
+    fn interrupt(&mut self) -> (std::process::ExitStatus, Vec<String>) {
+        let pid = self.child.id().to_string();
+        assert!(Command::new("kill")
+            .args(["-INT", &pid])
+            .status()
+            .unwrap()
+            .success());
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) => println!("watch: {line}"),
+                Err(mpsc::RecvTimeoutError::Disconnected) => break,
+                Err(e) => panic!("still running after SIGINT: {e}"),
+            }
+        }
+        let status = self.child.wait().expect("wait for ferrisson watch");
+        let mut errors = Vec::new();
+        while let Ok(line) = self.errors.recv_timeout(Duration::from_secs(10)) {
+            errors.push(line);
+        }
+        (status, errors)
+    }
 }
 
 impl Drop for Watch {
@@ -522,6 +577,62 @@ impl Drop for Watch {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// As docs/cli.md shows it: `ferrisson watch orders:42`, the URL from
+/// REDIS_URL, says on stderr what it listens on, prints the state and
+/// each change on stdout, and Ctrl-C (SIGINT) ends it with status 0,
+/// quietly.
+#[cfg(unix)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watch_as_documented_ends_at_ctrl_c() {
+    let server = RedisServer::start();
+    let client = client(&server, WATCHDOG).await;
+    let id = client.id().to_string();
+    let held = soon(client.lock("orders:42").with_owner("57").lock())
+        .await
+        .unwrap();
+    let mut command = Command::new(env!("CARGO_BIN_EXE_ferrisson"));
+    command
+        .env("REDIS_URL", server.url())
+        .args(["watch", "orders:42"]);
+    let mut watch = Watch::spawn(command);
+    tokio::task::block_in_place(|| {
+        assert_eq!(
+            watch.next_error(),
+            "watching `orders:42` on redisson_lock__channel:{orders:42}; Ctrl-C to stop"
+        );
+        let line = watch.expect(&format!("  lock: held by {id}:57 x1, ttl "));
+        // Led by the time of day in UTC, to the millisecond.
+        let (at, _) = line.split_once("  ").expect(&line);
+        let digits: Vec<bool> = at.chars().map(|c| c.is_ascii_digit()).collect();
+        assert_eq!(at.len(), "11:04:56.997".len(), "{line}");
+        assert_eq!(&at[2..3], ":", "{line}");
+        assert_eq!(&at[5..6], ":", "{line}");
+        assert_eq!(&at[8..9], ".", "{line}");
+        assert_eq!(digits.iter().filter(|d| **d).count(), 9, "{line}");
+    });
+    soon(held.unlock()).await.unwrap();
+    tokio::task::block_in_place(|| {
+        watch.expect("  message \"0\" on redisson_lock__channel:{orders:42}");
+        watch.expect("  lock: free");
+    });
+    let (status, errors) = tokio::task::block_in_place(|| watch.interrupt());
+    assert_eq!(status.code(), Some(0), "{status:?}, stderr {errors:?}");
+    assert!(errors.is_empty(), "{errors:?}");
+
+    // Ctrl-C as soon as its first line shows: the same.
+    let mut command = Command::new(env!("CARGO_BIN_EXE_ferrisson"));
+    command
+        .env("REDIS_URL", server.url())
+        .args(["watch", "orders:42"]);
+    let mut watch = Watch::spawn(command);
+    let (status, errors) = tokio::task::block_in_place(|| {
+        assert!(watch.next_error().starts_with("watching `orders:42`"));
+        watch.interrupt()
+    });
+    assert_eq!(status.code(), Some(0), "{status:?}, stderr {errors:?}");
+    assert!(errors.is_empty(), "{errors:?}");
 }
 
 /// `watch` prints the state, the unlock message and each hand-over.
@@ -802,8 +913,34 @@ async fn a_permit_without_a_lease_shows_no_lease() {
     soon(leased.release()).await.unwrap();
 }
 
-/// On a Redis Cluster (every master's URL given): `list` scans each
-/// master, `inspect` reads a lock wherever its slot lives.
+/// Runs the binary with `args`, REDIS_URL set to `redis_url` (or
+/// unset); its stdout, printed with success.
+async fn stdout_of(redis_url: Option<&str>, args: &[String]) -> String {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_ferrisson"));
+    command
+        .env_remove("REDIS_URL")
+        .args(args)
+        .stdin(Stdio::null());
+    if let Some(url) = redis_url {
+        command.env("REDIS_URL", url);
+    }
+    let output = soon(tokio::task::spawn_blocking(move || command.output()))
+        .await
+        .unwrap()
+        .expect("run ferrisson");
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(
+        output.status.success(),
+        "{args:?}: {stdout}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    stdout
+}
+
+/// On a Redis Cluster (every master's URL given: `--url` repeated, one
+/// `--url` comma separated, REDIS_URL comma separated; or one node's with
+/// `--cluster`): `list` scans each master, `inspect` reads a lock
+/// wherever its slot lives.
 #[cfg(feature = "cluster")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cluster_is_listed_and_inspected_across_masters() {
@@ -824,62 +961,35 @@ async fn a_cluster_is_listed_and_inspected_across_masters() {
         args.extend(["--url".to_owned(), node.url()]);
     }
     let run = |extra: &[&str]| {
-        let mut all: Vec<&str> = args.iter().map(String::as_str).collect();
-        all.extend_from_slice(extra);
-        let all: Vec<String> = all.into_iter().map(str::to_owned).collect();
-        async move {
-            let mut command = Command::new(env!("CARGO_BIN_EXE_ferrisson"));
-            command.env_remove("REDIS_URL").args(&all);
-            let output = soon(tokio::task::spawn_blocking(move || command.output()))
-                .await
-                .unwrap()
-                .unwrap();
-            let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+        let mut all = args.clone();
+        all.extend(extra.iter().map(|arg| arg.to_string()));
+        async move { stdout_of(None, &all).await }
+    };
+    // Each lock on a line of its own, and nothing else.
+    let lists_every_lock = |text: &str| {
+        for name in names {
             assert!(
-                output.status.success(),
-                "{stdout}{}",
-                String::from_utf8_lossy(&output.stderr)
+                text.lines()
+                    .any(|l| l.starts_with("lock ") && l.contains(&format!(" {name} "))),
+                "{name}: {text}"
             );
-            stdout
         }
+        assert_eq!(text.lines().count(), names.len(), "{text}");
     };
     let text = run(&["list", "shard:*"]).await;
     println!("{text}");
-    for name in names {
-        assert!(
-            text.lines()
-                .any(|l| l.starts_with("lock ") && l.contains(&format!(" {name} "))),
-            "{name}: {text}"
-        );
-    }
-    assert_eq!(text.lines().count(), names.len(), "{text}");
+    lists_every_lock(&text);
     // One node given: the others are found from it.
-    let one = [
-        "--cluster".to_owned(),
-        "--url".to_owned(),
-        nodes[1].url(),
-        "list".to_owned(),
-        "shard:*".to_owned(),
-    ];
-    let output = soon(tokio::task::spawn_blocking(move || {
-        Command::new(env!("CARGO_BIN_EXE_ferrisson"))
-            .env_remove("REDIS_URL")
-            .args(one)
-            .output()
-    }))
-    .await
-    .unwrap()
-    .unwrap();
-    let found = String::from_utf8_lossy(&output.stdout);
-    assert_eq!(
-        found.lines().count(),
-        names.len(),
-        "{found}{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    for name in names {
-        assert!(found.contains(&format!(" {name} ")), "{name}: {found}");
-    }
+    let one = ["--cluster", "--url", &nodes[1].url(), "list", "shard:*"].map(str::to_owned);
+    lists_every_lock(&stdout_of(None, &one).await);
+    // The nodes comma separated, in one --url (`--url a,b,c`) and in
+    // REDIS_URL.
+    let urls: Vec<String> = nodes.iter().map(|node| node.url()).collect();
+    let joined = urls.join(",");
+    let comma = ["--url", &joined, "list", "shard:*"].map(str::to_owned);
+    lists_every_lock(&stdout_of(None, &comma).await);
+    let list = ["list", "shard:*"].map(str::to_owned);
+    lists_every_lock(&stdout_of(Some(&joined), &list).await);
     let state: Value = serde_json::from_str(&run(&["--json", "inspect", "shard:c"]).await).unwrap();
     assert_eq!(holders(&state), [(id.clone(), "o".into(), 1, false)]);
     // A waiter's (sharded) subscription is counted on the lock's node.

@@ -10,9 +10,11 @@
 #[path = "../../tests/common/mod.rs"]
 mod common;
 
+use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::time::{Duration, Instant};
+use std::sync::mpsc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use common::RedisServer;
 
@@ -54,6 +56,40 @@ fn wait(child: &mut Child, limit: Duration) -> ExitStatus {
 fn run(server: &RedisServer, args: &[&str]) -> i32 {
     let mut child = runner(server, args);
     wait(&mut child, SOON).code().expect("an exit code")
+}
+
+/// Runs `ferrisson run <args>` to its end in `dir`, as a user would after
+/// `export REDIS_URL=...`; its exit code and what it said on stderr.
+fn run_in(server: &RedisServer, dir: &Path, args: &[&str]) -> (i32, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_ferrisson"))
+        .env("REDIS_URL", server.url())
+        .current_dir(dir)
+        .arg("run")
+        .args(args)
+        .stdin(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start ferrisson run");
+    let mut stderr = child.stderr.take().unwrap();
+    let (send, said) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = stderr.read_to_string(&mut text);
+        let _ = send.send(text);
+    });
+    let code = wait(&mut child, SOON).code().expect("an exit code");
+    let stderr = said.recv_timeout(SOON).expect("stderr closed");
+    (code, stderr)
+}
+
+/// The occurrence `--every` names now: the multiple of `period_ms` since
+/// the Unix epoch nearest to now, in ms.
+fn nearest_occurrence(period_ms: u64) -> u64 {
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    (now + period_ms / 2) / period_ms * period_ms
 }
 
 /// Waits until `cond` holds, checking every 10 ms, for at most `limit`.
@@ -724,6 +760,120 @@ fn a_named_occurrence_runs_once() {
     let done = server.cmd(&["GET", "ferrisson_job_done:{hourly}"]);
     let done: u64 = done.as_string().unwrap().parse().unwrap();
     assert_eq!(done % 3_600_000, 0, "{done}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// As docs/cli.md shows it: `ferrisson run reports:hourly --no-wait
+/// --every 1h -- ./hourly-report.sh`, twice for one occurrence. The first
+/// runs the script and exits with its status, saying nothing; the second
+/// runs nothing, says which occurrence was run already (the hour nearest
+/// to now, in ms since the epoch), and exits with 75.
+#[test]
+fn the_hourly_report_of_the_docs_runs_once_an_hour() {
+    use std::os::unix::fs::PermissionsExt;
+    const HOUR: u64 = 3_600_000;
+    let server = RedisServer::start();
+    let dir = scratch();
+    let script = dir.join("hourly-report.sh");
+    std::fs::write(&script, "#!/bin/sh\ntouch \"ran.$$\"\n").unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let args = [
+        "reports:hourly",
+        "--no-wait",
+        "--every",
+        "1h",
+        "--",
+        "./hourly-report.sh",
+    ];
+    let done_key = ferrisson::layout::job_done("reports:hourly");
+    // Both runs serve the hour nearest to now, unless the half hour
+    // between two falls while they run: then the pair is run again from
+    // scratch, and the next such instant is an hour away.
+    for attempt in 1.. {
+        server.cmd(&["DEL", &done_key]);
+        let before = nearest_occurrence(HOUR);
+        let first = run_in(&server, &dir, &args);
+        let second = run_in(&server, &dir, &args);
+        let after = nearest_occurrence(HOUR);
+        if before != after {
+            assert_eq!(attempt, 1, "the occurrence changed twice");
+            for ran in std::fs::read_dir(&dir).unwrap() {
+                let ran = ran.unwrap().path();
+                if ran != script {
+                    std::fs::remove_file(ran).unwrap();
+                }
+            }
+            continue;
+        }
+        assert_eq!(first, (0, String::new()), "the first run");
+        assert_eq!(
+            second,
+            (
+                75,
+                format!(
+                    "ferrisson: occurrence {before} of `reports:hourly` was run already: \
+                     the command did not run\n"
+                )
+            ),
+            "the second run"
+        );
+        assert_eq!(count(&dir, "ran."), 1);
+        assert_eq!(
+            server.cmd(&["GET", &done_key]).as_string(),
+            Some(before.to_string())
+        );
+        break;
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// The record of the last occurrence done, `ferrisson_job_done:{NAME}`,
+/// lives `--remember-for` after the run that completed it: a day by
+/// default, ten periods of `--every` when that is longer, and what
+/// `--remember-for` says when given (shorter than the default too). Once
+/// it is gone, the same occurrence runs again.
+#[test]
+fn the_occurrence_done_is_remembered_for_remember_for() {
+    const HOUR: i64 = 3_600_000;
+    const DAY: i64 = 24 * HOUR;
+    let server = RedisServer::start();
+    let dir = scratch();
+    let mark = format!("touch {}/ran.$$", dir.display());
+    // Runs `name` with `args` (it runs its command), then reads the
+    // record's PTTL: at most `ms`, and less only by the time since.
+    let kept = |name: &str, args: &[&str], ms: i64| {
+        let all = [&[name][..], args, &["--", "sh", "-c", &mark]].concat();
+        assert_eq!(run(&server, &all), 0, "{all:?}");
+        let key = ferrisson::layout::job_done(name);
+        let left = server.cmd(&["PTTL", &key]).as_int().unwrap();
+        let least = (ms - SOON.as_millis() as i64).max(1);
+        assert!(
+            (least..=ms).contains(&left),
+            "{all:?}: {key} lives {left} ms more, not about {ms}"
+        );
+    };
+    kept("daily", &["--occurrence", "20250601"], DAY);
+    // Ten hours are less than a day.
+    kept("hourly", &["--every", "1h"], DAY);
+    kept("three-hourly", &["--every", "3h"], 30 * HOUR);
+    kept(
+        "weekly",
+        &["--occurrence", "7", "--remember-for", "7d"],
+        7 * DAY,
+    );
+    kept("shorter", &["--every", "3h", "--remember-for", "1h"], HOUR);
+    assert_eq!(count(&dir, "ran."), 5);
+
+    // Forgotten after --remember-for: the occurrence runs again.
+    let again = ["brief", "--occurrence", "7", "--remember-for", "3s"];
+    kept(again[0], &again[1..], 3000);
+    let key = ferrisson::layout::job_done("brief");
+    until(SOON + Duration::from_secs(3), "the record expires", || {
+        !common::exists(&server, &key)
+    });
+    let all = [&again[..], &["--", "sh", "-c", &mark]].concat();
+    assert_eq!(run(&server, &all), 0);
+    assert_eq!(count(&dir, "ran."), 7);
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
