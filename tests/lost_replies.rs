@@ -1534,3 +1534,85 @@ async fn a_lost_grant_that_ran_out_is_given_back_when_a_later_lost_grant_kept_it
     );
     assert_eq!(client.held_locks(), 0);
 }
+
+/// As above, but the later grant's settle hears back slowly (1.2 s each
+/// way), so that by this client's clock that grant may have run after the
+/// first grant's 1 s lease ended. The settles say when each grant ran by
+/// the server's clock: the later one within a few hundred ms of the first,
+/// inside its lease, so they shared the key, and the first is given back
+/// by it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lost_grants_that_shared_a_key_by_the_servers_clock_are_given_back() {
+    common::init_tracing();
+    let server = RedisServer::start();
+    let proxy = std::sync::Arc::new(Proxy::start(server.port()));
+    let client = proxied(&proxy, Duration::from_secs(5)).await;
+    warm_up(&client).await;
+    let name = "lost:slow-settle";
+    let field = format!("{}:job", client.id());
+    let lock = client.lock(name).with_owner("job");
+    swept(&server).await;
+    let short = Duration::from_secs(1);
+    let latches = || {
+        let keys = server.cmd(&["KEYS", "ferrisson_acquire_latch:{lost:slow-settle}:*"]);
+        let keys = keys.as_array().unwrap().iter();
+        keys.map(|key| key.as_string().unwrap()).collect::<Vec<_>>()
+    };
+
+    // Two grants whose every reply is lost (and their settles' too): the
+    // first with a 1 s lease, the second, with the long lease, at once.
+    proxy.lose_every_reply_to(name);
+    let first = tokio::spawn({
+        let lock = lock.clone();
+        async move { lock.try_lock_with_lease(Duration::ZERO, short).await }
+    });
+    eventually(short / 2, || async {
+        hold_count(&server, name, &field) == 1
+    })
+    .await;
+    let granted = Instant::now();
+    let first_latch = latches();
+    assert_eq!(first_latch.len(), 1, "{first_latch:?}");
+    let second = tokio::spawn({
+        let lock = lock.clone();
+        async move { lock.try_lock_with_lease(Duration::ZERO, LEASE).await }
+    });
+    eventually(short / 2, || async {
+        hold_count(&server, name, &field) == 2
+    })
+    .await;
+    let second_latch = latches()
+        .into_iter()
+        .find(|l| *l != first_latch[0])
+        .unwrap();
+    for attempt in [first, second] {
+        let err = soon(attempt).await.unwrap().unwrap_err();
+        assert!(err.is_connection_error(), "{err}");
+    }
+
+    // After the first's lease, its settle hears back; the second's not.
+    tokio::time::sleep_until(granted + short + Duration::from_millis(500)).await;
+    proxy.lose_every_reply_to(&second_latch);
+    eventually(LEASE / 2, || async {
+        server.cmd(&["GET", &first_latch[0]]).as_string().as_deref() == Some("x")
+    })
+    .await;
+    assert_eq!(
+        hold_count(&server, name, &field),
+        2,
+        "the first's give-back went out after its lease"
+    );
+
+    // Then the second's, slowly.
+    proxy.set_latency(Duration::from_millis(1200));
+    proxy.stop_losing_replies();
+    let heard = Instant::now();
+    eventually(LEASE / 2, || async { !common::exists(&server, name) }).await;
+    println!(
+        "a lost grant whose {short:?} lease ran out, sharing its key with a later lost grant by \
+         the server's clock: given back {:?} after the later one's settle could hear back",
+        heard.elapsed()
+    );
+    proxy.set_latency(Duration::ZERO);
+    assert_eq!(client.held_locks(), 0);
+}

@@ -213,7 +213,9 @@ impl Scripts {
             (Step::Release(_), Value::Int(n)) => Reply::Released(n as u8),
             (Step::Release(_), Value::Nil) => Reply::NotHeld,
             (Step::Renew(_), Value::Array(gone)) => Reply::Renewed(gone.is_empty()),
-            (Step::Settle(_), Value::Int(n)) => Reply::Settled(n >= 0),
+            (Step::Settle(_), Value::Array(reply)) => {
+                Reply::Settled(matches!(reply.first(), Some(Value::Int(left)) if *left >= 0))
+            }
             (step, reply) => panic!("{step:?}: a reply the model has no word for: {reply:?}"),
         };
         Some((reply, 0))
@@ -470,13 +472,13 @@ mod semaphore_scripts {
                     Reply::Count(count as i16)
                 }
                 Step::Settle(req) => {
-                    let settled: i64 = self
+                    let (left, _granted): (i64, i64) = self
                         .settle
                         .key(acquire_latch(req))
                         .arg(LATCH_TTL_MS)
                         .invoke(conn)
                         .unwrap();
-                    Reply::Settled(settled >= 0)
+                    Reply::Settled(left >= 0)
                 }
                 Step::GiveBack(req) => {
                     let count: i64 = self
@@ -720,12 +722,12 @@ mod expirable_script {
                 Some(Reply::Released(reply == 1))
             }
             Step::Settle(req) => {
-                let settled: i64 = settle
+                let (left, _granted): (i64, i64) = settle
                     .key(acquire_latch(req))
                     .arg(LATCH_TTL_MS)
                     .invoke(conn)
                     .unwrap();
-                Some(Reply::Settled(settled >= 0))
+                Some(Reply::Settled(left >= 0))
             }
             Step::RunOut(req) => {
                 let _: i64 = redis::cmd("ZADD")

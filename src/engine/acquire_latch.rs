@@ -37,15 +37,16 @@ async fn cancel(
     latch_ttl: u64,
 ) -> redis::RedisResult<Option<GrantedIn>> {
     let sent = Instant::now();
-    let left: i64 = ACQUIRE_CANCEL
+    let (left, on_server): (i64, u64) = ACQUIRE_CANCEL
         .key(latch)
         .arg(latch_ttl)
         .invoke_async(conn)
         .await?;
     let answered = Instant::now();
-    Ok(u64::try_from(left)
-        .ok()
-        .map(|left| granted_in(sent, answered, latch_ttl, left)))
+    Ok(u64::try_from(left).ok().map(|left| GrantedIn {
+        on_server: Some(on_server),
+        ..granted_in(sent, answered, latch_ttl, left)
+    }))
 }
 
 /// When a grant was made, by this client's clock, as a settle sent at
@@ -67,11 +68,14 @@ fn granted_in(sent: Instant, answered: Instant, latch_ttl: u64, left: u64) -> Gr
 
 /// When a grant was made, by this client's clock: no earlier than `from`,
 /// no later than `by`. What it took lasts from then: until `from` plus its
-/// TTL at least, and its count surely stood in its key from `by` on.
+/// TTL at least, and its count surely stood in its key from `by` on. A
+/// grant found by its settle also knows when it ran by the server's clock
+/// (`on_server`, ms since the Unix epoch), exact beside another's.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct GrantedIn {
     pub(crate) from: Instant,
     pub(crate) by: Instant,
+    pub(crate) on_server: Option<u64>,
 }
 
 impl GrantedIn {
@@ -80,21 +84,43 @@ impl GrantedIn {
         GrantedIn {
             from,
             by: by.max(from),
+            on_server: None,
         }
     }
 
     /// At `at`, as far as this client can tell.
     pub(crate) fn at(at: Instant) -> GrantedIn {
-        GrantedIn { from: at, by: at }
+        GrantedIn::between(at, at)
+    }
+}
+
+/// `granted` with the grant's server time, read from its latch (the
+/// settle's script changes nothing of a granted one): a hold given back
+/// after its lease, by this client's clock, may still share its key with
+/// another hold of its owner, which the two grants' server times can tell
+/// where a late reply blurs this client's. As it was when the latch is gone
+/// already (deleted as spent; it is then marked cancelled for its TTL, as
+/// a settle does) or cannot be read.
+async fn on_server(client: &Client, latch: &str, latch_ttl: u64, granted: GrantedIn) -> GrantedIn {
+    match cancel(&mut client.conn(), latch, latch_ttl).await {
+        Ok(Some(found)) => GrantedIn {
+            on_server: found.on_server,
+            ..GrantedIn::between(granted.from.max(found.from), granted.by.min(found.by))
+        },
+        _ => granted,
     }
 }
 
 /// What a request whose replies were lost took, and when: no earlier than
 /// its first lost send, nor than its settle learnt.
 fn grant_lasts((lasts, since): (Lasts, Instant), granted: GrantedIn) -> (Lasts, GrantedIn) {
+    let bounded = GrantedIn::between(since.max(granted.from), granted.by);
     (
         lasts,
-        GrantedIn::between(since.max(granted.from), granted.by),
+        GrantedIn {
+            on_server: granted.on_server,
+            ..bounded
+        },
     )
 }
 
@@ -159,7 +185,9 @@ async fn settle_lost<T: Taken>(
                 let lost = grant_lasts(lost, granted);
                 return give_back_lost(client, name, taken, lost, latch, latch_ttl).await;
             }
-            Err(err) if is_connection_failure(&err) => {}
+            Err(err) if is_connection_failure(&err) => {
+                tracing::debug!(%name, error = %err, "settle check failed; trying again");
+            }
             Err(err) => {
                 tracing::warn!(%name, error = %err, "could not settle a request whose reply was lost");
                 return;
@@ -793,10 +821,15 @@ where
         // Granted by a send no earlier than the first that may have taken
         // it, and before this reply came.
         let granted = GrantedIn::between(asked.lease_start(asked.last_sent()), Instant::now());
+        let (latch, latch_ttl) = (asked.latch.clone(), asked.latch_ttl);
         // The request is settled when its last holder lets it go: not held
         // here any longer than needed.
         drop(asked);
         if was_granted {
+            let granted = match lasts {
+                Lasts::Ms(_) => on_server(&client, &latch, latch_ttl, granted).await,
+                Lasts::UntilReleased => granted,
+            };
             taken
                 .give_back(&client, &name, lasts, granted, GiveBack::CallerLeft)
                 .await;

@@ -688,7 +688,7 @@ pub(crate) async fn give_back_hold(
             // A hold given back again that leaves holds may be the one an
             // earlier grant of the chain shared its key with: another pass.
             let mut kept = false;
-            let owners = client.id().to_string();
+            let owners = format!("{}:", client.id());
             for parked in Parking::get().take(&key.name, &owners) {
                 let again = give_back_once(
                     client,

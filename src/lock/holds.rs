@@ -53,6 +53,9 @@ pub(crate) struct Slot {
     /// shares the key of every hold whose life began before that end and
     /// still stands.
     life: Mutex<Instant>,
+    /// For a hold given back whose settle found it: when it was granted by
+    /// the server's clock (ms since the Unix epoch), and its TTL (ms).
+    on_server: Option<(u64, u64)>,
 }
 
 /// How a hold keeps its owner's key alive, by this process's clock.
@@ -82,6 +85,7 @@ impl Slot {
             after: Mutex::new(After::Held),
             standing: OnceLock::new(),
             life: Mutex::new(Instant::now()),
+            on_server: None,
         })
     }
 
@@ -101,7 +105,21 @@ impl Slot {
             after: Mutex::new(After::Held),
             standing: OnceLock::new(),
             life: Mutex::new(granted.by),
+            on_server: granted.on_server.map(|at| (at, lease_ms)),
         })
+    }
+
+    /// Whether this hold and `other`, both given back with their grants'
+    /// server times, surely shared their owner's key: one was granted while
+    /// the other's count surely kept it, by the server's clock (their
+    /// counts stayed in it until given back). Either may have run first.
+    fn shared_on_server(&self, other: &Slot) -> bool {
+        match (self.on_server, other.on_server) {
+            (Some((a, a_ttl)), Some((b, b_ttl))) => {
+                (a <= b && b < a.saturating_add(a_ttl)) || (b <= a && a < b.saturating_add(b_ttl))
+            }
+            _ => false,
+        }
     }
 
     /// Records how the key stands after this hold's release.
@@ -350,7 +368,7 @@ impl Guards {
         let own = slot.lease().state.deadline();
         let joins = |k: &HoldKey, s: &Arc<Slot>| {
             !Arc::ptr_eq(s, slot)
-                && s.life() < own
+                && (s.life() < own || s.shared_on_server(slot))
                 && s.keeps_key_at(registry.lease_of(k).as_deref(), now)
         };
         let mut holds = vec![(key.clone(), Arc::clone(slot))];
@@ -516,7 +534,7 @@ impl Parking {
     }
 
     /// Takes the parked give-backs on the lock `name` of the owners whose
-    /// field begins with `owners` (a client's id), the latest lease end
+    /// field begins with `owners` (a client's id and `:`), the latest lease end
     /// first: in a chain of grants each made while the one before stood,
     /// the latest goes first and the earlier stand by it.
     pub(crate) fn take(&self, name: &str, owners: &str) -> Vec<Parked> {
@@ -527,5 +545,62 @@ impl Parking {
         *parked = kept;
         taken.sort_by_key(|p| std::cmp::Reverse(p.lease_end()));
         taken
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn given_back(on_server: u64, ttl_ms: u64) -> Arc<Slot> {
+        let now = Instant::now();
+        let granted = GrantedIn {
+            on_server: Some(on_server),
+            ..GrantedIn::at(now)
+        };
+        Slot::given_back(ttl_ms, granted)
+    }
+
+    #[tokio::test]
+    async fn grants_share_a_key_when_one_ran_inside_the_others_lease_by_the_server() {
+        let first = given_back(10_000, 1_000);
+        // Inside the first's lease, whichever is asked.
+        assert!(first.shared_on_server(&given_back(10_999, 60_000)));
+        assert!(given_back(10_999, 60_000).shared_on_server(&first));
+        // The first inside a longer lease that ran before it.
+        assert!(first.shared_on_server(&given_back(5_000, 60_000)));
+        // After the first's lease, or before and ended by then: not known.
+        assert!(!first.shared_on_server(&given_back(11_000, 60_000)));
+        assert!(!first.shared_on_server(&given_back(8_000, 2_000)));
+        // Without a server time: not by this rule.
+        let local = Slot::given_back(1_000, GrantedIn::at(Instant::now()));
+        assert!(!first.shared_on_server(&local));
+    }
+
+    #[tokio::test]
+    async fn parked_give_backs_are_taken_per_lock_and_client_latest_lease_first() {
+        let parking = Parking::default();
+        let now = Instant::now();
+        let park = |name: &str, field: &str, ttl_ms: u64, until: Instant| Parked {
+            kind: Kind::Reentrant,
+            key: HoldKey::new(Arc::from(name), Arc::from(field)),
+            ttl_ms,
+            granted: GrantedIn::at(now),
+            resend: Resend::UntilExpired,
+            until,
+        };
+        let later = now + Duration::from_secs(60);
+        parking.park(park("a", "client-1:job", 1_000, later));
+        parking.park(park("a", "client-1:job", 5_000, later));
+        parking.park(park("a", "client-2:job", 1_000, later));
+        parking.park(park("b", "client-1:job", 1_000, later));
+        parking.park(park("a", "client-1:old", 1_000, now));
+        parking.park(park("a", "client-10:job", 1_000, later));
+        let taken = parking.take("a", "client-1:");
+        let ttls: Vec<_> = taken.iter().map(|p| p.ttl_ms).collect();
+        assert_eq!(ttls, [5_000, 1_000]);
+        assert_eq!(parking.take("a", "client-1:").len(), 0);
+        assert_eq!(parking.take("a", "client-2:").len(), 1);
+        assert_eq!(parking.take("b", "client-1:").len(), 1);
     }
 }
