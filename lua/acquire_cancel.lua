@@ -8,8 +8,9 @@
 -- latch's remaining TTL in milliseconds (0 or more): a grant writes its
 -- latch once, with the request's latch TTL, so the grant is that TTL less
 -- `left` old, which the caller maps onto its own clock. `granted` is when
--- the grant ran by the server's clock, in ms since the Unix epoch: two
--- settles of one owner's grants compare them exactly. Otherwise replies
+-- the grant ran by the server's clock, in ms since the Unix epoch (its
+-- latch's write, a ms or two after the TTL it set): two grants of one
+-- owner compare to that, free of network delays. Otherwise replies
 -- {-1, 0}, and marks the latch `x` (cancelled) so that the request, should
 -- it still reach Redis, changes nothing.
 local latch = redis.call('get', KEYS[1])

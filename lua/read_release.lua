@@ -17,8 +17,9 @@
 -- in milliseconds the hash gets, that of the longest remaining read hold
 -- (a count of the owner's that no live hold of its client knows of, a
 -- grant whose reply was lost, lives that long too), or 0 when only the
--- writer's hold keeps it; nil when the owner holds no read hold. A retry with the same request id replies what the first call
--- replied, without releasing again. A key that is no lock hash (another
+-- writer's hold keeps it; nil when the owner holds no read hold. A retry
+-- with the same request id replies what the first call replied, without
+-- releasing again. A key that is no lock hash (another
 -- type, or a hash with other fields) is left alone and fails with
 -- `WRONGTYPE holds a <type>: <key>`.
 -- shared: refuse what is no lock (nil when `key` is missing or holds a lock

@@ -1535,9 +1535,9 @@ async fn a_lost_grant_that_ran_out_is_given_back_when_a_later_lost_grant_kept_it
     assert_eq!(client.held_locks(), 0);
 }
 
-/// As above, but the later grant's settle hears back slowly (1.2 s each
+/// As above, but the later grant's settle hears back slowly (2.2 s each
 /// way), so that by this client's clock that grant may have run after the
-/// first grant's 1 s lease ended. The settles say when each grant ran by
+/// first grant's 2 s lease ended. The settles say when each grant ran by
 /// the server's clock: the later one within a few hundred ms of the first,
 /// inside its lease, so they shared the key, and the first is given back
 /// by it.
@@ -1546,13 +1546,13 @@ async fn lost_grants_that_shared_a_key_by_the_servers_clock_are_given_back() {
     common::init_tracing();
     let server = RedisServer::start();
     let proxy = std::sync::Arc::new(Proxy::start(server.port()));
-    let client = proxied(&proxy, Duration::from_secs(5)).await;
+    let client = proxied(&proxy, Duration::from_secs(6)).await;
     warm_up(&client).await;
     let name = "lost:slow-settle";
     let field = format!("{}:job", client.id());
     let lock = client.lock(name).with_owner("job");
     swept(&server).await;
-    let short = Duration::from_secs(1);
+    let short = Duration::from_secs(2);
     let latches = || {
         let keys = server.cmd(&["KEYS", "ferrisson_acquire_latch:{lost:slow-settle}:*"]);
         let keys = keys.as_array().unwrap().iter();
@@ -1560,7 +1560,7 @@ async fn lost_grants_that_shared_a_key_by_the_servers_clock_are_given_back() {
     };
 
     // Two grants whose every reply is lost (and their settles' too): the
-    // first with a 1 s lease, the second, with the long lease, at once.
+    // first with a 2 s lease, the second, with the long lease, at once.
     proxy.lose_every_reply_to(name);
     let first = tokio::spawn({
         let lock = lock.clone();
@@ -1604,7 +1604,7 @@ async fn lost_grants_that_shared_a_key_by_the_servers_clock_are_given_back() {
     );
 
     // Then the second's, slowly.
-    proxy.set_latency(Duration::from_millis(1200));
+    proxy.set_latency(Duration::from_millis(2200));
     proxy.stop_losing_replies();
     let heard = Instant::now();
     eventually(LEASE / 2, || async { !common::exists(&server, name) }).await;

@@ -21,7 +21,7 @@ use crate::client::conn::Conn;
 use crate::engine::backoff::{RESEND, SETTLE_LOST};
 use crate::engine::finish::{spawn_to_end, Finish};
 use crate::engine::keys;
-use crate::engine::scripts::ACQUIRE_CANCEL;
+use crate::engine::scripts::{ACQUIRE_CANCEL, ACQUIRE_GRANTED};
 use crate::error::is_connection_failure;
 use crate::Client;
 
@@ -70,7 +70,8 @@ fn granted_in(sent: Instant, answered: Instant, latch_ttl: u64, left: u64) -> Gr
 /// no later than `by`. What it took lasts from then: until `from` plus its
 /// TTL at least, and its count surely stood in its key from `by` on. A
 /// grant found by its settle also knows when it ran by the server's clock
-/// (`on_server`, ms since the Unix epoch), exact beside another's.
+/// (`on_server`, ms since the Unix epoch, a ms or two after the TTL it
+/// set), which compares with another grant's free of network delays.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct GrantedIn {
     pub(crate) from: Instant,
@@ -94,18 +95,22 @@ impl GrantedIn {
     }
 }
 
-/// `granted` with the grant's server time, read from its latch (the
-/// settle's script changes nothing of a granted one): a hold given back
-/// after its lease, by this client's clock, may still share its key with
-/// another hold of its owner, which the two grants' server times can tell
-/// where a late reply blurs this client's. As it was when the latch is gone
-/// already (deleted as spent; it is then marked cancelled for its TTL, as
-/// a settle does) or cannot be read.
+/// `granted` with the grant's server time, read from its latch
+/// (`acquire_granted.lua`, which changes nothing): a hold given back after
+/// its lease, by this client's clock, may still share its key with another
+/// hold of its owner, which the two grants' server times tell where a late
+/// reply blurs this client's. As it was when the latch is gone already
+/// (deleted once its request was spent) or cannot be read.
 async fn on_server(client: &Client, latch: &str, latch_ttl: u64, granted: GrantedIn) -> GrantedIn {
-    match cancel(&mut client.conn(), latch, latch_ttl).await {
-        Ok(Some(found)) => GrantedIn {
-            on_server: found.on_server,
-            ..GrantedIn::between(granted.from.max(found.from), granted.by.min(found.by))
+    let read: redis::RedisResult<(i64, u64)> = ACQUIRE_GRANTED
+        .key(latch)
+        .arg(latch_ttl)
+        .invoke_async(&mut client.conn())
+        .await;
+    match read {
+        Ok((left, at)) if left >= 0 => GrantedIn {
+            on_server: Some(at),
+            ..granted
         },
         _ => granted,
     }
@@ -263,6 +268,11 @@ impl Lasts {
 /// What a granted acquire took (a hold, permits, a permit by id), and how
 /// to give it back when nobody will own it.
 pub(crate) trait Taken: Send + Sync + 'static {
+    /// Whether its give-back stands by other grants of the same owner, and
+    /// so wants to know when a grant whose caller left ran by the server's
+    /// clock (a lock's hold); permits stand alone.
+    const WANTS_GRANT_TIME: bool = false;
+
     /// Undoes one grant of the request on `name`; `lasts` is how long the
     /// longest grant of a send of it lasts (a lock's give-back restores it
     /// as the TTL), and `granted` when it began to (no earlier than the
@@ -826,9 +836,9 @@ where
         // here any longer than needed.
         drop(asked);
         if was_granted {
-            let granted = match lasts {
-                Lasts::Ms(_) => on_server(&client, &latch, latch_ttl, granted).await,
-                Lasts::UntilReleased => granted,
+            let granted = match T::WANTS_GRANT_TIME {
+                true => on_server(&client, &latch, latch_ttl, granted).await,
+                false => granted,
             };
             taken
                 .give_back(&client, &name, lasts, granted, GiveBack::CallerLeft)

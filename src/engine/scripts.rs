@@ -33,6 +33,8 @@ scripts! {
     LOCK_INFO = "lock_info.lua";
     /// `lua/acquire_cancel.lua`: settle an acquire whose replies were lost.
     ACQUIRE_CANCEL = "acquire_cancel.lua";
+    /// `lua/acquire_granted.lua`: when a granted acquire ran, by its latch.
+    ACQUIRE_GRANTED = "acquire_granted.lua";
     /// `lua/read_acquire.lua`: take or re-enter a read hold.
     READ_ACQUIRE = "read_acquire.lua";
     /// `lua/read_release.lua`: drop one read hold, idempotent per request id.

@@ -428,6 +428,8 @@ pub(super) struct Hold {
 }
 
 impl Taken for Hold {
+    const WANTS_GRANT_TIME: bool = true;
+
     async fn give_back(
         &self,
         client: &Client,

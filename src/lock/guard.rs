@@ -652,7 +652,9 @@ impl Release {
 /// `ttl_ms`, resending as `resend` says. It stands by its own lease from
 /// `granted.from`, and by the owner's holds of the lock that share the key
 /// with it (see [`Standing`]): granted before that lease ended, they shared
-/// the key with it, whichever grant ran first.
+/// the key with it, whichever grant ran first; and a hold given back too
+/// whose grant ran inside this one's lease, or this one inside its, by the
+/// server's clock.
 ///
 /// One whose lease ran out before it could be sent, none of those holds
 /// known to stand, is parked (see [`Parking`]): another grant of the owner
@@ -672,9 +674,12 @@ pub(crate) async fn give_back_hold(
     match &answer {
         // Never sent: the lease ran out first.
         Err(Error::LeaseLost { .. }) => {
+            // As long as a request of this lease keeps its latch (and
+            // so may be settled), and a watchdog lease more.
             let config = client.config();
-            let keep = Duration::from_millis(ttl_ms.saturating_add(config.unlock_latch_ttl_ms()))
-                .max(config.watchdog_timeout);
+            let window = config.unlock_latch_ttl_ms();
+            let keep = Duration::from_millis(ttl_ms.max(window).saturating_add(window))
+                + config.watchdog_timeout;
             Parking::get().park(Parked {
                 kind,
                 key: key.clone(),
@@ -689,7 +694,7 @@ pub(crate) async fn give_back_hold(
             // earlier grant of the chain shared its key with: another pass.
             let mut kept = false;
             let owners = format!("{}:", client.id());
-            for parked in Parking::get().take(&key.name, &owners) {
+            for parked in Parking::get().take(key, kind == Kind::Read, &owners) {
                 let again = give_back_once(
                     client,
                     parked.kind,

@@ -47,8 +47,9 @@ pub(crate) struct Slot {
     /// Since when the owner's key has surely stood without a break, as far
     /// as this hold tells: when it was surely granted by (the reply of its
     /// acquire; for a hold given back that no guard owned, the latest
-    /// instant its grant may have been made), or earlier when it was granted while other holds of the owner surely
-    /// kept the key (it joined their key, and its life goes on theirs). A
+    /// instant its grant may have been made), or earlier when it was
+    /// granted while other holds of the owner surely kept the key (it
+    /// joined their key, and its life goes on theirs). A
     /// hold given back whose lease ended before that give-back is sent
     /// shares the key of every hold whose life began before that end and
     /// still stands.
@@ -57,6 +58,10 @@ pub(crate) struct Slot {
     /// the server's clock (ms since the Unix epoch), and its TTL (ms).
     on_server: Option<(u64, u64)>,
 }
+
+/// How far a grant's server time, read from its latch, may run after the
+/// TTL its script set (ms).
+const SERVER_SLACK_MS: u64 = 5;
 
 /// How a hold keeps its owner's key alive, by this process's clock.
 #[derive(Debug, Clone, Copy)]
@@ -116,7 +121,12 @@ impl Slot {
     fn shared_on_server(&self, other: &Slot) -> bool {
         match (self.on_server, other.on_server) {
             (Some((a, a_ttl)), Some((b, b_ttl))) => {
-                (a <= b && b < a.saturating_add(a_ttl)) || (b <= a && a < b.saturating_add(b_ttl))
+                // Each time is its latch's write, a ms or two after the
+                // TTL the grant set, and read to the ms.
+                let inside = |at: u64, from: u64, ttl: u64| {
+                    from <= at && at.saturating_add(SERVER_SLACK_MS) < from.saturating_add(ttl)
+                };
+                inside(b, a, a_ttl) || inside(a, b, b_ttl)
             }
             _ => false,
         }
@@ -349,8 +359,10 @@ impl Guards {
     /// key alive now and whose life began before `slot`'s own lease ended
     /// (a give-back's may have ended before it is sent: a chain of holds
     /// that kept the key since a grant made while it ran shared the key
-    /// with it, whichever grant ran first); later grants join it while it
-    /// stands. A `slot` not among the guards (a give-back's) is added to
+    /// with it, whichever grant ran first), or, both given back, whose
+    /// grant ran inside `slot`'s lease or `slot`'s inside its, by the
+    /// server's clock (`Slot::shared_on_server`); later grants join it
+    /// while it stands. A `slot` not among the guards (a give-back's) is added to
     /// them, for them to join and for the TTLs set meanwhile to count with
     /// its lease.
     pub(crate) fn standing(
@@ -496,8 +508,11 @@ pub(crate) struct Parked {
     pub(crate) ttl_ms: u64,
     pub(crate) granted: GrantedIn,
     pub(crate) resend: Resend,
-    /// Forgotten then: the settles of the grants that could share its key
-    /// come within their latches' TTL.
+    /// Forgotten then: the settles of the owner's other grants that could
+    /// share its key come within their latches' TTL, which this outlasts
+    /// for grants with a lease up to its own (a longer one's may come later,
+    /// and finds it gone: its count then stays until the TTL that
+    /// give-back sets).
     pub(crate) until: Instant,
 }
 
@@ -533,15 +548,21 @@ impl Parking {
         self.parked().push(parked);
     }
 
-    /// Takes the parked give-backs on the lock `name` of the owners whose
-    /// field begins with `owners` (a client's id and `:`), the latest lease end
-    /// first: in a chain of grants each made while the one before stood,
-    /// the latest goes first and the earlier stand by it.
-    pub(crate) fn take(&self, name: &str, owners: &str) -> Vec<Parked> {
+    /// Takes the parked give-backs of `key`'s owner on its lock, and when
+    /// `shared` (a read hold: the hash lives as long as any owner's read
+    /// hold) those of the other read owners whose field begins with
+    /// `owners` (a client's id and `:`); the latest lease end first: in a
+    /// chain of grants each made while the one before stood, the latest
+    /// goes first and the earlier stand by it.
+    pub(crate) fn take(&self, key: &HoldKey, shared: bool, owners: &str) -> Vec<Parked> {
         let mut parked = self.parked();
-        let (mut taken, kept): (Vec<_>, Vec<_>) = parked
-            .drain(..)
-            .partition(|p| &*p.key.name == name && p.key.field.starts_with(owners));
+        let wanted = |p: &Parked| match shared {
+            false => p.key == *key,
+            true => {
+                p.key.name == key.name && p.kind == Kind::Read && p.key.field.starts_with(owners)
+            }
+        };
+        let (mut taken, kept): (Vec<_>, Vec<_>) = parked.drain(..).partition(wanted);
         *parked = kept;
         taken.sort_by_key(|p| std::cmp::Reverse(p.lease_end()));
         taken
@@ -565,13 +586,16 @@ mod tests {
     async fn grants_share_a_key_when_one_ran_inside_the_others_lease_by_the_server() {
         let first = given_back(10_000, 1_000);
         // Inside the first's lease, whichever is asked.
-        assert!(first.shared_on_server(&given_back(10_999, 60_000)));
-        assert!(given_back(10_999, 60_000).shared_on_server(&first));
+        assert!(first.shared_on_server(&given_back(10_900, 60_000)));
+        assert!(given_back(10_900, 60_000).shared_on_server(&first));
         // The first inside a longer lease that ran before it.
         assert!(first.shared_on_server(&given_back(5_000, 60_000)));
         // After the first's lease, or before and ended by then: not known.
         assert!(!first.shared_on_server(&given_back(11_000, 60_000)));
         assert!(!first.shared_on_server(&given_back(8_000, 2_000)));
+        // Within a few ms of the lease's end: not surely inside it.
+        assert!(!first.shared_on_server(&given_back(10_996, 60_000)));
+        assert!(first.shared_on_server(&given_back(10_994, 60_000)));
         // Without a server time: not by this rule.
         let local = Slot::given_back(1_000, GrantedIn::at(Instant::now()));
         assert!(!first.shared_on_server(&local));
@@ -582,7 +606,10 @@ mod tests {
         let parking = Parking::default();
         let now = Instant::now();
         let park = |name: &str, field: &str, ttl_ms: u64, until: Instant| Parked {
-            kind: Kind::Reentrant,
+            kind: match name {
+                "r" => Kind::Read,
+                _ => Kind::Reentrant,
+            },
             key: HoldKey::new(Arc::from(name), Arc::from(field)),
             ttl_ms,
             granted: GrantedIn::at(now),
@@ -596,11 +623,46 @@ mod tests {
         parking.park(park("b", "client-1:job", 1_000, later));
         parking.park(park("a", "client-1:old", 1_000, now));
         parking.park(park("a", "client-10:job", 1_000, later));
-        let taken = parking.take("a", "client-1:");
+        parking.park(park("r", "client-1:job", 1_000, later));
+        parking.park(park("r", "client-1:other", 1_000, later));
+        parking.park(park("r", "client-2:job", 1_000, later));
+        let key = |name: &str, field: &str| HoldKey::new(Arc::from(name), Arc::from(field));
+        let taken = parking.take(&key("a", "client-1:job"), false, "client-1:");
         let ttls: Vec<_> = taken.iter().map(|p| p.ttl_ms).collect();
         assert_eq!(ttls, [5_000, 1_000]);
-        assert_eq!(parking.take("a", "client-1:").len(), 0);
-        assert_eq!(parking.take("a", "client-2:").len(), 1);
-        assert_eq!(parking.take("b", "client-1:").len(), 1);
+        assert!(parking
+            .take(&key("a", "client-1:job"), false, "client-1:")
+            .is_empty());
+        // Another owner's, and one forgotten at its time.
+        assert!(parking
+            .take(&key("a", "client-1:old"), false, "client-1:")
+            .is_empty());
+        assert_eq!(
+            parking
+                .take(&key("a", "client-2:job"), false, "client-2:")
+                .len(),
+            1
+        );
+        assert_eq!(
+            parking
+                .take(&key("a", "client-10:job"), false, "client-10:")
+                .len(),
+            1
+        );
+        assert_eq!(
+            parking
+                .take(&key("b", "client-1:job"), false, "client-1:")
+                .len(),
+            1
+        );
+        // A read hold's: every read owner of the client.
+        let reads = parking.take(&key("r", "client-1:job"), true, "client-1:");
+        assert_eq!(reads.len(), 2);
+        assert_eq!(
+            parking
+                .take(&key("r", "client-2:job"), true, "client-2:")
+                .len(),
+            1
+        );
     }
 }
