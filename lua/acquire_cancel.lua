@@ -21,7 +21,9 @@ end
 if latch == 'x' then
     return {-1, 0}
 end
+-- shared: when the grant ran ({left, granted} of a latch that shows one)
 local left = math.max(redis.call('pttl', KEYS[1]), 0)
 local now = redis.call('time')
 local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
 return {left, now_ms - (tonumber(ARGV[1]) - left)}
+-- end shared

@@ -1473,66 +1473,12 @@ async fn a_lost_read_grant_settled_after_its_lease_is_given_back_while_the_hash_
 /// out, and the lock is free.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lost_grant_that_ran_out_is_given_back_when_a_later_lost_grant_kept_its_key() {
-    common::init_tracing();
-    let server = RedisServer::start();
-    let proxy = std::sync::Arc::new(Proxy::start(server.port()));
-    let client = proxied(&proxy, Duration::from_millis(300)).await;
-    warm_up(&client).await;
-    let name = "lost:chain";
-    let field = format!("{}:job", client.id());
-    let lock = client.lock(name).with_owner("job");
-    swept(&server).await;
     let short = Duration::from_secs(4);
-    let latches = || {
-        let keys = server.cmd(&["KEYS", "ferrisson_acquire_latch:{lost:chain}:*"]);
-        let keys = keys.as_array().unwrap().iter();
-        keys.map(|key| key.as_string().unwrap()).collect::<Vec<_>>()
-    };
-
-    // The first grant's replies are all lost (and so are its settle's).
-    proxy.lose_next_reply_to_then_black_hole(name);
-    let err = soon(lock.try_lock_with_lease(Duration::ZERO, short))
-        .await
-        .unwrap_err();
-    let granted = Instant::now();
-    assert!(err.is_connection_error(), "{err}");
-    let first = latches();
-    assert_eq!(first.len(), 1, "{first:?}");
-    proxy.lose_every_reply_to(name);
-    heal(&proxy);
-
-    // The second, with the long lease, while the first stands: every
-    // reply on the lock is lost.
-    let err = soon(lock.try_lock_with_lease(Duration::ZERO, LEASE))
-        .await
-        .unwrap_err();
-    assert!(err.is_connection_error(), "{err}");
-    assert_eq!(hold_count(&server, name, &field), 2, "both were granted");
-    let second = latches().into_iter().find(|l| *l != first[0]).unwrap();
-
-    // The first's lease is over; its settle hears back, the second's not.
-    tokio::time::sleep_until(granted + short + Duration::from_millis(500)).await;
-    proxy.lose_every_reply_to(&second);
-    eventually(LEASE / 2, || async {
-        server.cmd(&["GET", &first[0]]).as_string().as_deref() == Some("x")
-    })
-    .await;
-    assert_eq!(
-        hold_count(&server, name, &field),
-        2,
-        "the first's give-back went out after its lease"
-    );
-
-    // The second's settle hears back: both are given back.
-    proxy.stop_losing_replies();
-    let heard = Instant::now();
-    eventually(LEASE / 2, || async { !common::exists(&server, name) }).await;
+    let took = two_lost_grants_settled("lost:chain", short, Duration::ZERO).await;
     println!(
         "a lost grant that ran out, its count kept by a later lost grant ({LEASE:?} lease): \
-         given back {:?} after the later one's settle could hear back",
-        heard.elapsed()
+         given back {took:?} after the later one's settle could hear back"
     );
-    assert_eq!(client.held_locks(), 0);
 }
 
 /// As above, but the later grant's settle hears back slowly (2.2 s each
@@ -1543,24 +1489,39 @@ async fn a_lost_grant_that_ran_out_is_given_back_when_a_later_lost_grant_kept_it
 /// by it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lost_grants_that_shared_a_key_by_the_servers_clock_are_given_back() {
+    let short = Duration::from_secs(2);
+    let slow = Duration::from_millis(2200);
+    let took = two_lost_grants_settled("lost:slow-settle", short, slow).await;
+    println!(
+        "a lost grant whose {short:?} lease ran out, sharing its key with a later lost grant by \
+         the server's clock: given back {took:?} after the later one's settle could hear back"
+    );
+}
+
+/// Two grants of one owner of the lock `name` whose every reply is lost
+/// (and their settles' too): the first with a `short` lease, the second,
+/// with the long lease, while the first stands. After the first's lease
+/// its settle hears back alone (its hold cannot be given back by its own
+/// lease); then the second's, over a link that delays each way by `slow`.
+/// Both holds are given back: how long that took once the second's settle
+/// could hear back.
+async fn two_lost_grants_settled(name: &'static str, short: Duration, slow: Duration) -> Duration {
     common::init_tracing();
     let server = RedisServer::start();
     let proxy = std::sync::Arc::new(Proxy::start(server.port()));
-    let client = proxied(&proxy, Duration::from_secs(6)).await;
+    // Round trips over the slow link fit in a response timeout.
+    let timeouts = (slow * 2 + Duration::from_millis(300)).max(Duration::from_millis(300));
+    let client = proxied(&proxy, timeouts).await;
     warm_up(&client).await;
-    let name = "lost:slow-settle";
     let field = format!("{}:job", client.id());
     let lock = client.lock(name).with_owner("job");
     swept(&server).await;
-    let short = Duration::from_secs(2);
     let latches = || {
-        let keys = server.cmd(&["KEYS", "ferrisson_acquire_latch:{lost:slow-settle}:*"]);
+        let keys = server.cmd(&["KEYS", &format!("ferrisson_acquire_latch:{{{name}}}:*")]);
         let keys = keys.as_array().unwrap().iter();
         keys.map(|key| key.as_string().unwrap()).collect::<Vec<_>>()
     };
 
-    // Two grants whose every reply is lost (and their settles' too): the
-    // first with a 2 s lease, the second, with the long lease, at once.
     proxy.lose_every_reply_to(name);
     let first = tokio::spawn({
         let lock = lock.clone();
@@ -1603,16 +1564,13 @@ async fn lost_grants_that_shared_a_key_by_the_servers_clock_are_given_back() {
         "the first's give-back went out after its lease"
     );
 
-    // Then the second's, slowly.
-    proxy.set_latency(Duration::from_millis(2200));
+    // Then the second's.
+    proxy.set_latency(slow);
     proxy.stop_losing_replies();
     let heard = Instant::now();
     eventually(LEASE / 2, || async { !common::exists(&server, name) }).await;
-    println!(
-        "a lost grant whose {short:?} lease ran out, sharing its key with a later lost grant by \
-         the server's clock: given back {:?} after the later one's settle could hear back",
-        heard.elapsed()
-    );
+    let took = heard.elapsed();
     proxy.set_latency(Duration::ZERO);
     assert_eq!(client.held_locks(), 0);
+    took
 }

@@ -670,40 +670,31 @@ pub(crate) async fn give_back_hold(
     granted: GrantedIn,
     resend: Resend,
 ) -> Result<()> {
-    let answer = give_back_once(client, kind, key, ttl_ms, granted, resend).await;
+    // Parked as long as a request of this lease keeps its latch (and so
+    // may be settled), and a watchdog lease more.
+    let config = client.config();
+    let window = config.unlock_latch_ttl_ms();
+    let keep =
+        Duration::from_millis(ttl_ms.max(window).saturating_add(window)) + config.watchdog_timeout;
+    let hold = Parked {
+        kind,
+        key: key.clone(),
+        ttl_ms,
+        granted,
+        resend,
+        until: Instant::now() + keep,
+    };
+    let answer = give_back_once(client, &hold).await;
     match &answer {
         // Never sent: the lease ran out first.
-        Err(Error::LeaseLost { .. }) => {
-            // As long as a request of this lease keeps its latch (and
-            // so may be settled), and a watchdog lease more.
-            let config = client.config();
-            let window = config.unlock_latch_ttl_ms();
-            let keep = Duration::from_millis(ttl_ms.max(window).saturating_add(window))
-                + config.watchdog_timeout;
-            Parking::get().park(Parked {
-                kind,
-                key: key.clone(),
-                ttl_ms,
-                granted,
-                resend,
-                until: Instant::now() + keep,
-            });
-        }
+        Err(Error::LeaseLost { .. }) => Parking::get().park(hold),
         Ok(Answer { reply: 0, .. }) => loop {
             // A hold given back again that leaves holds may be the one an
             // earlier grant of the chain shared its key with: another pass.
             let mut kept = false;
             let owners = format!("{}:", client.id());
             for parked in Parking::get().take(key, kind == Kind::Read, &owners) {
-                let again = give_back_once(
-                    client,
-                    parked.kind,
-                    &parked.key,
-                    parked.ttl_ms,
-                    parked.granted,
-                    parked.resend,
-                );
-                match again.await {
+                match give_back_once(client, &parked).await {
                     Ok(answer) => {
                         kept |= answer.reply == 0;
                         tracing::debug!(lock = %parked.key.name, owner = %parked.key.field,
@@ -726,15 +717,16 @@ pub(crate) async fn give_back_hold(
     answer.map(|_| ())
 }
 
-/// One try of [`give_back_hold`].
-async fn give_back_once(
-    client: &Client,
-    kind: Kind,
-    key: &HoldKey,
-    ttl_ms: u64,
-    granted: GrantedIn,
-    resend: Resend,
-) -> Result<Answer> {
+/// One try of [`give_back_hold`], of `hold`.
+async fn give_back_once(client: &Client, hold: &Parked) -> Result<Answer> {
+    let Parked {
+        kind,
+        ref key,
+        ttl_ms,
+        granted,
+        resend,
+        ..
+    } = *hold;
     let slot = Slot::given_back(ttl_ms, granted);
     let registry = client.registry();
     let standing = Guards::get().standing(key, &slot, registry, kind == Kind::Read);

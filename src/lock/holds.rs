@@ -494,12 +494,12 @@ impl Guards {
     }
 }
 
-/// A give-back of a hold no guard owned that was never sent: its lease ran
-/// out first, and no hold of its owner known to stand shared its key with
-/// it. Another grant of the owner whose replies were lost too, made while
-/// it stood, may have (then its count is in the key still); such a grant's
-/// give-back, once settled, is answered "holds of the owner remain", and
-/// the parked ones are tried again then (see
+/// A give-back of a hold no guard owned, parked in [`Parking`] when it was
+/// never sent: its lease ran out first, and no hold of its owner known to
+/// stand shared its key with it. Another grant of the owner whose replies
+/// were lost too, made while it stood, may have (then its count is in the
+/// key still); such a grant's give-back, once settled, is answered "holds
+/// of the owner remain", and the parked ones are tried again then (see
 /// [`give_back_hold`](super::guard::give_back_hold)).
 #[derive(Debug)]
 pub(crate) struct Parked {
