@@ -992,16 +992,14 @@ async fn renew(shared: &Shared, batch: Vec<Arc<LeaseState>>, sent: Instant, how:
     // Only watched leases are scheduled: the reply's positions are the
     // batch's indices.
     debug_assert_eq!(call.holds, batch.len());
-    let mut conn = shared.conn.clone();
-    telemetry::renewal_sent(batch.len());
-    let reply = match tokio::time::timeout_at(deadline, call.send(&mut conn)).await {
-        Ok(Ok(gone)) => Ok(gone),
-        Ok(Err(err)) => Err((err.to_string(), lost_connection(&err))),
-        Err(_) => Err(("no reply before the first lease ran out".into(), false)),
+    let reply = match send_hedged(&call, &shared.conn, sent, deadline).await {
+        Some((at, Ok(gone))) => Ok((at, gone)),
+        Some((_, Err(err))) => Err((err.to_string(), lost_connection(&err))),
+        None => Err(("no reply before the first lease ran out".into(), false)),
     };
     match reply {
-        Ok(gone) => {
-            let confirmed = sent + timeout - drift_margin(timeout);
+        Ok((at, gone)) => {
+            let confirmed = at + timeout - drift_margin(timeout);
             let mut kept = Vec::with_capacity(batch.len() - gone.len());
             let mut gone = gone.into_iter().peekable();
             for (index, lease) in batch.into_iter().enumerate() {
@@ -1016,7 +1014,7 @@ async fn renew(shared: &Shared, batch: Vec<Arc<LeaseState>>, sent: Instant, how:
                     kept.push(lease);
                 }
             }
-            shared.reschedule(kept, sent + timeout / 3);
+            shared.reschedule(kept, at + timeout / 3);
         }
         Err((error, lost_connection)) => {
             let first = batch[0].watched.as_ref().map_or("", |w| &*w.key.name);
@@ -1036,6 +1034,73 @@ async fn renew(shared: &Shared, batch: Vec<Arc<LeaseState>>, sent: Instant, how:
                 retry_interval(timeout)
             };
             shared.reschedule(batch, (Instant::now() + pause).min(deadline));
+        }
+    }
+}
+
+/// How many times one renewal may be on its way at once (see
+/// [`send_hedged`]).
+const RENEWAL_SENDS: u32 = 3;
+
+/// Sends `call` at `sent`, and again beside the copies still on their way
+/// each time a [`RENEWAL_SENDS`]th of the time until `deadline` passes
+/// without an answer; replies the first answer (a reply or an error) with
+/// the instant its copy was sent, or `None` when none came by `deadline`.
+///
+/// One request can get neither a reply nor an error for as long as the
+/// connection's response timeout (3 s by default, longer than a short
+/// lease's slack): one sent on a connection at the moment it is cut was
+/// seen to wait that long in the `redis` crate, while the connection
+/// manager had already reconnected and other requests went through. A
+/// copy sent later goes on the connection in use then. Renewals are
+/// idempotent (each sets the TTL only where the hold is still there), so
+/// copies that still run later only set the TTL again; one that runs
+/// after the hold is gone does nothing.
+///
+/// # Cancel safety
+/// Dropped, the copies on their way may still run, as one send may.
+async fn send_hedged(
+    call: &RenewCall,
+    conn: &Conn,
+    sent: Instant,
+    deadline: Instant,
+) -> Option<(Instant, redis::RedisResult<Vec<usize>>)> {
+    use futures_util::stream::{FuturesUnordered, StreamExt};
+    let send = |copy: u32, at: Instant| {
+        let mut conn = conn.clone();
+        telemetry::renewal_sent(call.holds);
+        async move { (copy, at, call.send(&mut conn).await) }
+    };
+    let spacing = deadline.saturating_duration_since(sent) / RENEWAL_SENDS;
+    let mut copies = FuturesUnordered::new();
+    copies.push(send(0, sent));
+    let mut next = sent + spacing;
+    loop {
+        tokio::select! {
+            biased;
+            Some((copy, at, answer)) = copies.next() => {
+                if copy > 0 {
+                    tracing::debug!(
+                        keys = call.holds,
+                        copy,
+                        ok = answer.is_ok(),
+                        "lease renewal answered by a later copy"
+                    );
+                }
+                return Some((at, answer));
+            }
+            () = tokio::time::sleep_until(next),
+                if copies.len() < RENEWAL_SENDS as usize && next < deadline =>
+            {
+                tracing::debug!(
+                    keys = call.holds,
+                    waited_ms = next.saturating_duration_since(sent).as_millis() as u64,
+                    "lease renewal not answered yet; sending it again beside it"
+                );
+                copies.push(send(copies.len() as u32, Instant::now()));
+                next += spacing;
+            }
+            () = tokio::time::sleep_until(deadline) => return None,
         }
     }
 }
