@@ -298,9 +298,10 @@
 //!   can let the key go; a renewal that finds no connection is sent again
 //!   20 ms later, so a holder hears that Redis came back empty a few round
 //!   trips after it answers (when another may already take the lock); one
-//!   that gets neither a reply nor an error is sent again beside it each
-//!   time a third of the time left to the deadline passes (a request sent
-//!   as its connection is cut can wait the whole response timeout).
+//!   that gets neither a reply nor an error is sent again beside it at a
+//!   third and at two thirds of the time from its send to the deadline (a
+//!   request sent as its connection is cut can wait the whole response
+//!   timeout).
 //! - **Every lease has a local deadline too**, counted from the send of the
 //!   acquire or of the last confirmed renewal: a holder waking from a pause
 //!   finds [`LockGuard::is_lease_lost`] true before any other code of it

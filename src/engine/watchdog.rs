@@ -1038,24 +1038,25 @@ async fn renew(shared: &Shared, batch: Vec<Arc<LeaseState>>, sent: Instant, how:
     }
 }
 
-/// How many times one renewal may be on its way at once (see
-/// [`send_hedged`]).
+/// How many copies of one renewal may be sent (see [`send_hedged`]).
 const RENEWAL_SENDS: u32 = 3;
 
 /// Sends `call` at `sent`, and again beside the copies still on their way
-/// each time a [`RENEWAL_SENDS`]th of the time until `deadline` passes
-/// without an answer; replies the first answer (a reply or an error) with
-/// the instant its copy was sent, or `None` when none came by `deadline`.
+/// at each third of the time from `sent` to `deadline` that passes without
+/// a reply ([`RENEWAL_SENDS`] copies at most, none at or after
+/// `deadline`); replies the first reply with the instant its copy was
+/// sent. A copy's error counts only once no other copy is on its way (the
+/// last error is replied then); `None` when neither came by `deadline`.
 ///
 /// One request can get neither a reply nor an error for as long as the
 /// connection's response timeout (3 s by default, longer than a short
 /// lease's slack): one sent on a connection at the moment it is cut was
 /// seen to wait that long in the `redis` crate, while the connection
 /// manager had already reconnected and other requests went through. A
-/// copy sent later goes on the connection in use then. Renewals are
-/// idempotent (each sets the TTL only where the hold is still there), so
-/// copies that still run later only set the TTL again; one that runs
-/// after the hold is gone does nothing.
+/// copy sent later goes on the connection in use then. A copy that still
+/// runs after the reply does what any renewal does (and what one resent
+/// after an error did already): it sets the watchdog TTL where the owner
+/// still holds the key.
 ///
 /// # Cancel safety
 /// Dropped, the copies on their way may still run, as one send may.
@@ -1071,9 +1072,10 @@ async fn send_hedged(
         telemetry::renewal_sent(call.holds);
         async move { (copy, at, call.send(&mut conn).await) }
     };
-    let spacing = deadline.saturating_duration_since(sent) / RENEWAL_SENDS;
+    let spacing = deadline.saturating_duration_since(sent) / 3;
     let mut copies = FuturesUnordered::new();
     copies.push(send(0, sent));
+    let mut sends = 1;
     let mut next = sent + spacing;
     loop {
         tokio::select! {
@@ -1087,20 +1089,25 @@ async fn send_hedged(
                         "lease renewal answered by a later copy"
                     );
                 }
-                return Some((at, answer));
-            }
-            () = tokio::time::sleep_until(next),
-                if copies.len() < RENEWAL_SENDS as usize && next < deadline =>
-            {
-                tracing::debug!(
-                    keys = call.holds,
-                    waited_ms = next.saturating_duration_since(sent).as_millis() as u64,
-                    "lease renewal not answered yet; sending it again beside it"
-                );
-                copies.push(send(copies.len() as u32, Instant::now()));
-                next += spacing;
+                if answer.is_ok() || copies.is_empty() {
+                    return Some((at, answer));
+                }
             }
             () = tokio::time::sleep_until(deadline) => return None,
+            () = tokio::time::sleep_until(next), if sends < RENEWAL_SENDS => {
+                let now = Instant::now();
+                if now >= deadline {
+                    return None;
+                }
+                tracing::debug!(
+                    keys = call.holds,
+                    waited_ms = now.saturating_duration_since(sent).as_millis() as u64,
+                    "lease renewal not answered yet; sending it again beside it"
+                );
+                copies.push(send(sends, now));
+                sends += 1;
+                next = now + spacing;
+            }
         }
     }
 }
