@@ -68,6 +68,18 @@ pub enum Mutation {
     /// the settle finds the grant, also after its lease ran out: it
     /// releases the owner's newer hold (the same fix).
     GiveBackPastLease,
+    /// The release takes a count off whatever hold stands, whoever owns
+    /// it: a release that reaches Redis after its hold ran out releases
+    /// the next holder's (found only when requests may arrive late).
+    ReleaseIgnoresOwner,
+    /// The renewal sets the TTL of whatever hold stands: a renewal that
+    /// reaches Redis after its hold ran out stretches the next holder's
+    /// lease past what that holder's watchdog knows (found only when
+    /// requests may arrive late).
+    RenewIgnoresOwner,
+    /// The release keeps no unlock latch: a resent release whose first
+    /// send ran takes a second count off the owner's hold.
+    NoUnlockLatch,
 }
 
 /// The bounds of one check.
@@ -187,6 +199,32 @@ impl Bounds {
         }
     }
 
+    /// Requests that reach Redis late: up to a tick after their send (the
+    /// window two ticks, latches four: the client's rule), while leases
+    /// run out, with renewals and a crash. The release's and the
+    /// renewal's owner checks matter only here: with a window of one, a
+    /// request runs before any hold can run out under it.
+    pub fn late() -> Bounds {
+        Bounds {
+            window: 2,
+            latch_ttl: 4,
+            ..Bounds::time()
+        }
+    }
+
+    /// Resends that arrive late: lost replies and a resend per call, as in
+    /// [`Bounds::lost_replies`], with requests that reach Redis up to a
+    /// tick after their send while a lease runs out.
+    pub fn late_resends() -> Bounds {
+        Bounds {
+            window: 2,
+            latch_ttl: 4,
+            max_time: 2,
+            renewals: 0,
+            ..Bounds::lost_replies()
+        }
+    }
+
     /// A replica and one failover to it, with no resend and no time
     /// passing: what the promoted replica lacks.
     pub fn failover() -> Bounds {
@@ -278,7 +316,12 @@ pub enum Reply {
     /// Acquire: the request is spent (-2): granted before and its hold
     /// gone since, or given up.
     Spent,
-    /// Release: 1 the last hold, 0 holds remain.
+    /// Acquire of a non-reentrant lock by its holder (-4): nothing changes.
+    NotReentrant,
+    /// Acquire run after its call's deadline (-5): nothing changes.
+    TooLate,
+    /// Release: 1 the last hold, 0 holds remain, 2 the last hold kept
+    /// (a job's "at least for").
     Released(u8),
     /// Release: the owner holds nothing (nil).
     NotHeld,
@@ -315,6 +358,24 @@ impl Server {
 
     /// `lua/acquire.lua`, for a reentrant lock.
     pub fn acquire(&mut self, now: Time, req: ReqId, b: &Bounds, mutation: Mutation) -> Reply {
+        self.acquire_with(now, req, b, mutation, true, false)
+    }
+
+    /// `lua/acquire.lua` with its other arguments: a non-reentrant lock
+    /// (`reentrant` false) refuses its holder; a call that runs after its
+    /// deadline (`too_late`) changes nothing.
+    pub fn acquire_with(
+        &mut self,
+        now: Time,
+        req: ReqId,
+        b: &Bounds,
+        mutation: Mutation,
+        reentrant: bool,
+        too_late: bool,
+    ) -> Reply {
+        if too_late {
+            return Reply::TooLate;
+        }
         let owner = req.client;
         let latch = match mutation {
             Mutation::NoAcquireLatch => None,
@@ -336,6 +397,7 @@ impl Server {
                     expires: now + b.lease,
                 })
             }
+            Some(h) if h.owner == owner && !reentrant => return Reply::NotReentrant,
             Some(h) if h.owner == owner => {
                 h.count += 1;
                 h.expires = now + b.lease;
@@ -362,31 +424,55 @@ impl Server {
     }
 
     /// `lua/release.lua`.
-    pub fn release(&mut self, now: Time, req: ReqId, b: &Bounds) -> Reply {
-        if let Some((_, first, _)) = self.unlock_latches.iter().find(|(r, _, _)| *r == req) {
+    pub fn release(&mut self, now: Time, req: ReqId, b: &Bounds, mutation: Mutation) -> Reply {
+        self.release_keeping(now, req, b, mutation, 0)
+    }
+
+    /// `lua/release.lua` with a keep (a job's "at least for", in ticks; 0
+    /// none): the last hold is kept, its TTL set to the keep.
+    pub fn release_keeping(
+        &mut self,
+        now: Time,
+        req: ReqId,
+        b: &Bounds,
+        mutation: Mutation,
+        keep: Time,
+    ) -> Reply {
+        let latched = self.unlock_latches.iter().find(|(r, _, _)| *r == req);
+        if let (Some((_, first, _)), false) = (latched, mutation == Mutation::NoUnlockLatch) {
             return Reply::Released(*first);
         }
         let owner = req.client;
-        let Some(h) = self.hold.as_mut().filter(|h| h.owner == owner) else {
+        let ignores_owner = mutation == Mutation::ReleaseIgnoresOwner;
+        let Some(h) = self
+            .hold
+            .as_mut()
+            .filter(|h| ignores_owner || h.owner == owner)
+        else {
             return Reply::NotHeld;
         };
         let first = if h.count > 1 {
             h.count -= 1;
             h.expires = now + b.lease;
             0
+        } else if keep > 0 {
+            h.expires = now + keep;
+            2
         } else {
             self.hold = None;
             1
         };
-        self.unlock_latches.push((req, first, now + b.latch_ttl));
-        self.unlock_latches.sort();
+        if mutation != Mutation::NoUnlockLatch {
+            self.unlock_latches.push((req, first, now + b.latch_ttl));
+            self.unlock_latches.sort();
+        }
         Reply::Released(first)
     }
 
     /// `lua/renew.lua`, for one key.
     pub fn renew(&mut self, now: Time, owner: ClientId, b: &Bounds, mutation: Mutation) -> Reply {
         match &mut self.hold {
-            Some(h) if h.owner == owner => {
+            Some(h) if h.owner == owner || mutation == Mutation::RenewIgnoresOwner => {
                 h.expires = now + b.lease;
                 Reply::Renewed(true)
             }
@@ -1132,10 +1218,10 @@ impl Model for LockModel {
                 let server = &mut state.server;
                 let reply = match sent.op {
                     Op::Acquire(req) => server.acquire(now, req, b, m),
-                    Op::Release(req) => server.release(now, req, b),
+                    Op::Release(req) => server.release(now, req, b, m),
                     Op::Renew(_) => server.renew(now, sent.client, b, m),
                     Op::Settle(req) => server.settle(now, req, b),
-                    Op::Dropped(req) => server.release(now, req, b),
+                    Op::Dropped(req) => server.release(now, req, b, m),
                 };
                 if let (Op::Acquire(req), Reply::Granted, false) = (sent.op, reply, granted_before)
                 {

@@ -46,6 +46,16 @@ fn the_protocol_holds_when_a_dropped_guards_release_meets_the_owners_next_acquir
     holds(Bounds::dropped());
 }
 
+#[test]
+fn the_protocol_holds_when_requests_arrive_late_while_leases_run_out() {
+    holds(Bounds::late());
+}
+
+#[test]
+fn the_protocol_holds_when_resent_requests_arrive_late() {
+    holds(Bounds::late_resends());
+}
+
 /// Checks `model` until `property` fails, and prints how.
 fn found(model: LockModel, property: &'static str) {
     let started = Instant::now();
@@ -72,6 +82,39 @@ fn without_the_acquire_latch_a_resent_acquire_counts_twice() {
     found(model, COUNTS);
 }
 
+/// Redisson's issue 7367 itself, replayed: an acquire whose reply was lost
+/// is resent, both sends run, and without the latch the owner is counted
+/// twice for the one hold it believes it has. Five steps; the search above
+/// stops at the first run it meets (a settle that finds nothing to give
+/// back), which is not always the shortest.
+#[test]
+fn without_the_acquire_latch_redissons_issue_7367_replays_in_five_steps() {
+    use ferrisson_model::{counts_agree, Action};
+    let model = LockModel::new(Bounds::lost_replies(), Mutation::NoAcquireLatch);
+    let steps = [
+        Action::Acquire(0),
+        Action::Timeout(0),
+        Action::Run(0),
+        Action::Run(0),
+        Action::Deliver(0),
+    ];
+    let mut state = model.init_states().remove(0);
+    for step in steps {
+        let mut possible = Vec::new();
+        model.actions(&state, &mut possible);
+        assert!(
+            possible.contains(&step),
+            "{step:?} is not possible in {state:?}"
+        );
+        state = model
+            .next_state(&state, step)
+            .expect("a step the model takes");
+    }
+    assert!(state.at_rest(), "{state:?}");
+    assert_eq!((state.clients[0].count, state.server.count_of(0)), (1, 2));
+    assert!(!counts_agree(&state));
+}
+
 #[test]
 fn a_granted_latch_that_takes_again_lets_a_late_send_take_a_hold_nobody_owns() {
     let model = LockModel::new(Bounds::lost_replies(), Mutation::GrantedLatchTakesAgain);
@@ -93,6 +136,34 @@ fn a_dropped_guards_release_resent_past_its_lease_releases_the_owners_next_hold(
 #[test]
 fn a_give_back_sent_past_its_grants_lease_releases_the_owners_next_hold() {
     let model = LockModel::new(Bounds::dropped(), Mutation::GiveBackPastLease);
+    found(model, ONE_HOLDER);
+}
+
+/// A release that reaches Redis after its hold ran out, with no owner
+/// check, takes the count off the next holder's hold: that holder believes
+/// it holds a lock the server has let go. Found only when
+/// requests may arrive late: with a window of one tick every request runs
+/// before a hold can run out under it.
+#[test]
+fn a_release_that_ignores_its_owner_releases_the_next_holders_hold() {
+    let model = LockModel::new(Bounds::late(), Mutation::ReleaseIgnoresOwner);
+    found(model, COUNTS);
+}
+
+/// A renewal that reaches Redis after its hold ran out, with no owner
+/// check, renews the next holder's hold and answers its sender that it
+/// still holds.
+#[test]
+fn a_renewal_that_ignores_its_owner_keeps_a_holder_that_lost_the_lock() {
+    let model = LockModel::new(Bounds::late(), Mutation::RenewIgnoresOwner);
+    found(model, ONE_HOLDER);
+}
+
+/// Without the unlock latch, a dropped guard's release resent after its
+/// first send ran takes a second count: here the owner's next hold.
+#[test]
+fn without_the_unlock_latch_a_resent_release_counts_twice() {
+    let model = LockModel::new(Bounds::dropped(), Mutation::NoUnlockLatch);
     found(model, ONE_HOLDER);
 }
 
