@@ -12,14 +12,29 @@ mod rng;
 #[path = "../../tests/common/server.rs"]
 mod server;
 
-use ferrisson_model::{Bounds, ClientId, Latch, Mutation, Reply, ReqId, Server};
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use ferrisson_model::{Bounds, ClientId, Latch, Mutation, Reply, ReqId, Server, Time};
 use redis::{Commands, Script, Value};
 use rng::{announced_seed, Rng};
 use server::RedisServer;
 
 const NAME: &str = "model";
-const LEASE_MS: u64 = 60_000;
-const LATCH_TTL_MS: u64 = 120_000;
+const CHANNEL: &str = "redisson_lock__channel:{model}";
+/// Published after each step: every message before it is the step's.
+const MARKER: &str = "redisson_lock__channel:{model}:marker";
+/// One tick of the model's clock on Redis. A `Tick` step moves every key's
+/// end one tick closer (PEXPIRE to what is left less a tick, or DEL when
+/// nothing would be left), as the passing of a tick would: TTLs are then
+/// compared with the model's, in ticks, with no wait.
+const TICK_MS: u64 = 30_000;
+/// How far below the model's a TTL may be when it is read: the wall time a
+/// sequence takes, generously (a sequence takes milliseconds; a tick is
+/// 30 s).
+const TTL_SLACK_MS: i64 = 10_000;
+/// A job's keep (`at_least_for`), in ticks.
+const KEEP: Time = 1;
 /// Steps per sequence, and sequences per run.
 const STEPS: usize = 60;
 const SEQUENCES: usize = 50;
@@ -27,6 +42,19 @@ const SEQUENCES: usize = 50;
 /// copies of one request are common.
 const ACQUIRES: u8 = 3;
 const RELEASES: u8 = 3;
+
+/// The model's bounds here: only the lease and the latches' TTL count.
+fn bounds() -> Bounds {
+    Bounds {
+        lease: 2,
+        latch_ttl: 4,
+        ..Bounds::lost_replies()
+    }
+}
+
+fn ms(ticks: Time) -> u64 {
+    u64::from(ticks) * TICK_MS
+}
 
 fn field(client: ClientId) -> String {
     format!("model-client-{client}:owner")
@@ -44,31 +72,71 @@ fn unlock_latch(req: ReqId) -> String {
     format!("redisson_unlock_latch:{{{NAME}}}:{}", id(req))
 }
 
+/// An acquire's deadline (its last argument).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Deadline {
+    /// None sent.
+    None,
+    /// An hour from now: not reached.
+    Ahead,
+    /// Long past: the call is too late.
+    Passed,
+}
+
 /// A step of a sequence.
 #[derive(Clone, Copy, Debug)]
 enum Step {
-    Acquire(ReqId),
-    Release(ReqId),
-    Renew(ClientId),
+    Acquire {
+        req: ReqId,
+        /// `false`: a non-reentrant lock's acquire (not for the fenced
+        /// lock, which is reentrant).
+        reentrant: bool,
+        deadline: Deadline,
+    },
+    Release {
+        req: ReqId,
+        /// With a job's keep.
+        keep: bool,
+    },
+    /// A batched renewal: the lock for one owner, and again in the same
+    /// call for another (a batch carries many owners).
+    Renew(ClientId, Option<ClientId>),
     Settle(ReqId),
-    /// The hold's TTL runs out (or it is forced open): the key goes.
+    /// A tick passes: what runs out is gone.
+    Tick,
+    /// The hold's key is deleted (forced open).
     RunOut,
 }
 
-fn draw(rng: &mut Rng) -> Step {
+fn draw(rng: &mut Rng, fenced: bool) -> Step {
     let client = rng.below(2) as ClientId;
     let acquire = ReqId {
         client,
         seq: 1 + rng.below(ACQUIRES as u64) as u8,
     };
-    match rng.below(10) {
-        0..=3 => Step::Acquire(acquire),
-        4..=6 => Step::Release(ReqId {
+    match rng.below(20) {
+        0..=7 => Step::Acquire {
+            req: acquire,
+            reentrant: fenced || rng.below(5) > 0,
+            deadline: match rng.below(10) {
+                0..=3 => Deadline::None,
+                4..=8 => Deadline::Ahead,
+                _ => Deadline::Passed,
+            },
+        },
+        8..=13 => Step::Release {
+            req: ReqId {
+                client,
+                seq: 100 + rng.below(RELEASES as u64) as u8,
+            },
+            keep: rng.below(4) == 0,
+        },
+        14 | 15 => Step::Renew(
             client,
-            seq: 100 + rng.below(RELEASES as u64) as u8,
-        }),
-        7 => Step::Renew(client),
-        8 => Step::Settle(acquire),
+            (rng.below(2) == 0).then(|| rng.below(2) as ClientId),
+        ),
+        16 => Step::Settle(acquire),
+        17 | 18 => Step::Tick,
         _ => Step::RunOut,
     }
 }
@@ -118,6 +186,73 @@ impl Drawn {
     }
 }
 
+/// What a step answered: the reply as the model words it, a fenced
+/// grant's token (by rank), a refusal's PTTL in ticks rounded up, and a
+/// renewal's positions not renewed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Outcome {
+    reply: Reply,
+    token: u8,
+    /// A refusal's PTTL, in ticks (rounded up): the model's hold's end.
+    left: Option<u64>,
+    gone: Vec<u8>,
+}
+
+impl Outcome {
+    fn reply(reply: Reply) -> Outcome {
+        Outcome {
+            reply,
+            token: 0,
+            left: None,
+            gone: Vec::new(),
+        }
+    }
+}
+
+/// The script files the model stands for, as in `lua/`.
+fn lua(file: &str) -> &'static str {
+    match file {
+        "acquire.lua" => include_str!("../../lua/acquire.lua"),
+        "fenced_acquire.lua" => include_str!("../../lua/fenced_acquire.lua"),
+        "release.lua" => include_str!("../../lua/release.lua"),
+        "renew.lua" => include_str!("../../lua/renew.lua"),
+        "acquire_cancel.lua" => include_str!("../../lua/acquire_cancel.lua"),
+        _ => panic!("no script {file} here"),
+    }
+}
+
+/// A script with one line changed: a plausible bug, which the comparison
+/// with the model must catch.
+#[derive(Clone, Copy, Debug)]
+struct Mutant {
+    file: &'static str,
+    /// Text on one line of the script, and which occurrence of it (1: the
+    /// first).
+    from: &'static str,
+    nth: usize,
+    to: &'static str,
+    /// The bug, in words.
+    what: &'static str,
+}
+
+impl Mutant {
+    fn apply(&self, text: &str) -> String {
+        assert!(!self.from.contains('\n') && !self.to.contains('\n'));
+        let at = text
+            .match_indices(self.from)
+            .nth(self.nth - 1)
+            .unwrap_or_else(|| panic!("{self:?} no longer applies: the script changed"))
+            .0;
+        format!(
+            "{}{}{}",
+            &text[..at],
+            self.to,
+            &text[at + self.from.len()..]
+        )
+    }
+}
+
+/// The scripts under test: `lua/` as it is, or with one mutant.
 struct Scripts {
     acquire: Script,
     fenced_acquire: Script,
@@ -127,128 +262,254 @@ struct Scripts {
 }
 
 impl Scripts {
-    fn load() -> Scripts {
+    fn load(mutant: Option<Mutant>) -> Scripts {
+        let script = |file: &str| match mutant.filter(|m| m.file == file) {
+            Some(mutant) => Script::new(&mutant.apply(lua(file))),
+            None => Script::new(lua(file)),
+        };
         Scripts {
-            acquire: Script::new(include_str!("../../lua/acquire.lua")),
-            fenced_acquire: Script::new(include_str!("../../lua/fenced_acquire.lua")),
-            release: Script::new(include_str!("../../lua/release.lua")),
-            renew: Script::new(include_str!("../../lua/renew.lua")),
-            settle: Script::new(include_str!("../../lua/acquire_cancel.lua")),
+            acquire: script("acquire.lua"),
+            fenced_acquire: script("fenced_acquire.lua"),
+            release: script("release.lua"),
+            renew: script("renew.lua"),
+            settle: script("acquire_cancel.lua"),
         }
     }
 
-    /// Runs `step` on Redis, and reads its reply as the model's (and a
-    /// fenced grant's token).
-    /// A fenced grant's token is read by its rank in `drawn`.
+    /// Runs `step` on Redis, and reads what it answered as the model
+    /// words it (a fenced grant's token by its rank in `drawn`).
     fn run(
         &self,
         conn: &mut redis::Connection,
         step: Step,
         fenced: bool,
         drawn: &mut Drawn,
-    ) -> Option<(Reply, u8)> {
-        if let (true, Step::Acquire(req)) = (fenced, step) {
-            let reply: Vec<i64> = self
-                .fenced_acquire
-                .key(NAME)
-                .key(TOKEN_KEY)
+    ) -> Option<Outcome> {
+        let deadline = |deadline| -> i64 {
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_millis() as i64;
+            match deadline {
+                Deadline::None => 0,
+                Deadline::Ahead => now + 3_600_000,
+                Deadline::Passed => 1,
+            }
+        };
+        let left = |pttl: i64| Some(pttl.max(0).unsigned_abs().div_ceil(TICK_MS));
+        if let (
+            true,
+            Step::Acquire {
+                req, deadline: d, ..
+            },
+        ) = (fenced, step)
+        {
+            let mut call = self.fenced_acquire.key(NAME);
+            call.key(TOKEN_KEY)
                 .key(acquire_latch(req))
-                .arg(LEASE_MS)
+                .arg(ms(bounds().lease))
                 .arg(field(req.client))
-                .arg(LATCH_TTL_MS)
-                .invoke(conn)
-                .unwrap();
+                .arg(ms(bounds().latch_ttl));
+            if d != Deadline::None {
+                call.arg(deadline(d));
+            }
+            let reply: Vec<i64> = call.invoke(conn).unwrap();
             return Some(match reply[..] {
-                [1, token] => (Reply::Granted, drawn.rank(token)),
-                [0, -2] => (Reply::Spent, 0),
-                [0, _] => (Reply::Refused, 0),
+                [1, token] => Outcome {
+                    token: drawn.rank(token),
+                    ..Outcome::reply(Reply::Granted)
+                },
+                [0, -2] => Outcome::reply(Reply::Spent),
+                [0, -5] => Outcome::reply(Reply::TooLate),
+                [0, pttl] => Outcome {
+                    left: left(pttl),
+                    ..Outcome::reply(Reply::Refused)
+                },
                 _ => panic!("{step:?}: a reply the model has no word for: {reply:?}"),
             });
         }
         let reply: Value = match step {
-            Step::Acquire(req) => self
-                .acquire
-                .key(NAME)
-                .key(acquire_latch(req))
-                .arg(LEASE_MS)
-                .arg(field(req.client))
-                .arg(LATCH_TTL_MS)
-                .arg(1)
-                .invoke(conn)
-                .unwrap(),
-            Step::Release(req) => self
-                .release
-                .key(NAME)
-                .key(format!("redisson_lock__channel:{{{NAME}}}"))
-                .key(unlock_latch(req))
-                .arg(0)
-                .arg(LEASE_MS)
-                .arg(field(req.client))
-                .arg("publish")
-                .arg(LATCH_TTL_MS)
-                .invoke(conn)
-                .unwrap(),
-            Step::Renew(client) => self
-                .renew
-                .key(NAME)
-                .arg(LEASE_MS)
-                .arg(field(client))
-                .invoke(conn)
-                .unwrap(),
+            Step::Acquire {
+                req,
+                reentrant,
+                deadline: d,
+            } => {
+                let mut call = self.acquire.key(NAME);
+                call.key(acquire_latch(req))
+                    .arg(ms(bounds().lease))
+                    .arg(field(req.client))
+                    .arg(ms(bounds().latch_ttl))
+                    .arg(u8::from(reentrant));
+                if d != Deadline::None {
+                    call.arg(deadline(d));
+                }
+                call.invoke(conn).unwrap()
+            }
+            Step::Release { req, keep } => {
+                let mut call = self.release.key(NAME);
+                call.key(CHANNEL)
+                    .key(unlock_latch(req))
+                    .arg(0)
+                    .arg(ms(bounds().lease))
+                    .arg(field(req.client))
+                    .arg("publish")
+                    .arg(ms(bounds().latch_ttl));
+                if keep {
+                    call.arg(ms(KEEP));
+                }
+                call.invoke(conn).unwrap()
+            }
+            Step::Renew(first, second) => {
+                let mut call = self.renew.key(NAME);
+                if second.is_some() {
+                    call.key(NAME);
+                }
+                call.arg(ms(bounds().lease)).arg(field(first));
+                if let Some(second) = second {
+                    call.arg(field(second));
+                }
+                call.invoke(conn).unwrap()
+            }
             Step::Settle(req) => self
                 .settle
                 .key(acquire_latch(req))
-                .arg(LATCH_TTL_MS)
+                .arg(ms(bounds().latch_ttl))
                 .invoke(conn)
                 .unwrap(),
+            Step::Tick => {
+                tick(conn);
+                return None;
+            }
             Step::RunOut => {
                 let _: i64 = conn.del(NAME).unwrap();
                 return None;
             }
         };
-        let reply = match (step, reply) {
-            (Step::Acquire(_), Value::Nil) => Reply::Granted,
-            (Step::Acquire(_), Value::Int(-2)) => Reply::Spent,
-            (Step::Acquire(_), Value::Int(_)) => Reply::Refused,
-            (Step::Release(_), Value::Int(n)) => Reply::Released(n as u8),
-            (Step::Release(_), Value::Nil) => Reply::NotHeld,
-            (Step::Renew(_), Value::Array(gone)) => Reply::Renewed(gone.is_empty()),
-            (Step::Settle(_), Value::Array(reply)) => {
-                Reply::Settled(matches!(reply.first(), Some(Value::Int(left)) if *left >= 0))
-            }
+        let outcome = match (step, reply) {
+            (Step::Acquire { .. }, Value::Nil) => Outcome::reply(Reply::Granted),
+            (Step::Acquire { .. }, Value::Int(-2)) => Outcome::reply(Reply::Spent),
+            (Step::Acquire { .. }, Value::Int(-4)) => Outcome::reply(Reply::NotReentrant),
+            (Step::Acquire { .. }, Value::Int(-5)) => Outcome::reply(Reply::TooLate),
+            (Step::Acquire { .. }, Value::Int(pttl)) => Outcome {
+                left: left(pttl),
+                ..Outcome::reply(Reply::Refused)
+            },
+            (Step::Release { .. }, Value::Int(n)) => Outcome::reply(Reply::Released(n as u8)),
+            (Step::Release { .. }, Value::Nil) => Outcome::reply(Reply::NotHeld),
+            (Step::Renew(..), Value::Array(gone)) => Outcome {
+                gone: gone
+                    .iter()
+                    .map(|at| redis::from_redis_value_ref(at).unwrap())
+                    .collect(),
+                ..Outcome::reply(Reply::Renewed(gone.is_empty()))
+            },
+            (Step::Settle(_), Value::Array(reply)) => Outcome::reply(Reply::Settled(
+                matches!(reply.first(), Some(Value::Int(left)) if *left >= 0),
+            )),
             (step, reply) => panic!("{step:?}: a reply the model has no word for: {reply:?}"),
         };
-        Some((reply, 0))
+        Some(outcome)
     }
 }
 
-/// Runs `step` on the model (and a fenced grant's token).
-fn model_run(server: &mut Server, step: Step, bounds: &Bounds) -> Option<(Reply, u8)> {
-    let reply = model_reply(server, step, bounds)?;
-    let token = match (step, reply) {
-        (Step::Acquire(req), Reply::Granted) => server.token_of(req),
-        _ => 0,
-    };
-    Some((reply, token))
-}
-
-fn model_reply(server: &mut Server, step: Step, bounds: &Bounds) -> Option<Reply> {
-    let now = 0;
-    match step {
-        Step::Acquire(req) => Some(server.acquire(now, req, bounds, Mutation::None)),
-        Step::Release(req) => Some(server.release(now, req, bounds)),
-        Step::Renew(client) => Some(server.renew(now, client, bounds, Mutation::None)),
-        Step::Settle(req) => Some(server.settle(now, req, bounds)),
-        Step::RunOut => {
-            server.hold = None;
-            None
+/// A tick passes on Redis: every key with a TTL ends a tick sooner, and
+/// one that would have no time left is gone.
+fn tick(conn: &mut redis::Connection) {
+    let keys: Vec<String> = conn.keys("*").unwrap();
+    for key in keys {
+        let pttl: i64 = conn.pttl(&key).unwrap();
+        if pttl < 0 {
+            continue;
+        }
+        match pttl - TICK_MS as i64 {
+            left if left > 0 => {
+                let _: bool = conn.pexpire(&key, left).unwrap();
+            }
+            _ => {
+                let _: i64 = conn.del(&key).unwrap();
+            }
         }
     }
 }
 
-/// The keys Redis holds, compared with the model's (a token by its rank in
-/// `drawn`).
-fn compare(conn: &mut redis::Connection, model: &Server, drawn: &Drawn, context: &str) {
+/// Runs `step` on the model at `now`.
+fn model_run(server: &mut Server, now: &mut Time, step: Step) -> Option<Outcome> {
+    let b = &bounds();
+    let m = Mutation::None;
+    let t = *now;
+    let outcome = match step {
+        Step::Acquire {
+            req,
+            reentrant,
+            deadline,
+        } => {
+            let reply = server.acquire_with(t, req, b, m, reentrant, deadline == Deadline::Passed);
+            Outcome {
+                token: match reply {
+                    Reply::Granted => server.token_of(req),
+                    _ => 0,
+                },
+                left: match reply {
+                    Reply::Refused => server.hold.map(|h| u64::from(h.expires - t)),
+                    _ => None,
+                },
+                ..Outcome::reply(reply)
+            }
+        }
+        Step::Release { req, keep } => {
+            let keep = if keep { KEEP } else { 0 };
+            Outcome::reply(server.release_keeping(t, req, b, m, keep))
+        }
+        Step::Renew(first, second) => {
+            let mut gone = Vec::new();
+            for (at, owner) in [Some(first), second].into_iter().flatten().enumerate() {
+                if server.renew(t, owner, b, m) == Reply::Renewed(false) {
+                    gone.push(at as u8 + 1);
+                }
+            }
+            Outcome {
+                gone: gone.clone(),
+                ..Outcome::reply(Reply::Renewed(gone.is_empty()))
+            }
+        }
+        Step::Settle(req) => Outcome::reply(server.settle(t, req, b)),
+        Step::Tick => {
+            *now += 1;
+            server.expire(*now);
+            return None;
+        }
+        Step::RunOut => {
+            server.hold = None;
+            return None;
+        }
+    };
+    Some(outcome)
+}
+
+/// The messages the step just run published on the lock's channel: every
+/// one before the marker published after the step.
+fn published(conn: &mut redis::Connection, pubsub: &mut redis::PubSub<'_>) -> Vec<String> {
+    let _: i64 = conn.publish(MARKER, "end").unwrap();
+    let mut messages = Vec::new();
+    loop {
+        let message = pubsub.get_message().unwrap();
+        if message.get_channel_name() == MARKER {
+            return messages;
+        }
+        messages.push(message.get_payload::<String>().unwrap());
+    }
+}
+
+/// Whether a key's PTTL is the model's end for it (`expires`, at `now`):
+/// no more than the ticks left, and no less than that less the slack.
+fn ttl_agrees(pttl: i64, expires: Time, now: Time) -> bool {
+    let expected = ms(expires - now) as i64;
+    pttl <= expected && pttl > expected - TTL_SLACK_MS
+}
+
+/// The keys Redis holds, and their TTLs, compared with the model's (a
+/// token by its rank in `drawn`).
+fn compare(conn: &mut redis::Connection, model: &Server, now: Time, drawn: &Drawn, context: &str) {
     let hash: Vec<(String, String)> = conn.hgetall(NAME).unwrap();
     let expected: Vec<(String, String)> = model
         .hold
@@ -268,110 +529,337 @@ fn compare(conn: &mut redis::Connection, model: &Server, drawn: &Drawn, context:
         let token = token.map(|t| drawn.known(t).expect("the counter holds a token replied"));
         let expected = (model.token > 0).then_some(model.token);
         assert_eq!(token, expected, "{context}: the token counter");
-    }
-    if model.hold.is_some() {
-        let pttl: i64 = conn.pttl(NAME).unwrap();
+        let pttl: i64 = conn.pttl(TOKEN_KEY).unwrap();
         assert!(
-            pttl > 0 && pttl as u64 <= LEASE_MS,
-            "{context}: the hold's TTL is {pttl} ms"
+            model.token == 0 || pttl == -1,
+            "{context}: the token counter has a TTL ({pttl} ms)"
         );
     }
+    if let Some(hold) = model.hold {
+        let pttl: i64 = conn.pttl(NAME).unwrap();
+        assert!(
+            ttl_agrees(pttl, hold.expires, now),
+            "{context}: the hold's TTL is {pttl} ms, the model's ends in {} ticks",
+            hold.expires - now
+        );
+    }
+    // Every latch the model may have, read in one round trip.
+    let mut latches = Vec::new();
     for client in 0..2 {
-        let acquires = (1..=ACQUIRES).map(|seq| {
+        for seq in 1..=ACQUIRES {
             let req = ReqId { client, seq };
             let expected = model.acquire_latches.iter().find(|(r, _, _)| *r == req);
-            let expected = expected.map(|(_, latch, _)| match latch {
-                // A fenced grant's latch keeps its token.
-                Latch::Granted if model.fenced => model.token_of(req).to_string(),
-                Latch::Granted => "1".to_owned(),
-                Latch::Cancelled => "x".to_owned(),
+            let expected = expected.map(|(_, latch, expires)| {
+                let value = match latch {
+                    // A fenced grant's latch keeps its token.
+                    Latch::Granted if model.fenced => model.token_of(req).to_string(),
+                    Latch::Granted => "1".to_owned(),
+                    Latch::Cancelled => "x".to_owned(),
+                };
+                (value, *expires)
             });
-            (acquire_latch(req), expected)
-        });
-        let releases = (100..100 + RELEASES).map(|seq| {
+            latches.push((acquire_latch(req), expected));
+        }
+        for seq in 100..100 + RELEASES {
             let req = ReqId { client, seq };
             let expected = model.unlock_latches.iter().find(|(r, _, _)| *r == req);
-            (
-                unlock_latch(req),
-                expected.map(|(_, first, _)| first.to_string()),
-            )
-        });
-        for (key, expected) in acquires.chain(releases) {
-            let latch: Option<String> = conn.get(&key).unwrap();
-            let latch = match model.fenced && key.starts_with("ferrisson_acquire_latch") {
-                true => latch.map(|kept| drawn.as_model(kept)),
-                false => latch,
-            };
-            assert_eq!(latch, expected, "{context}: {key}");
+            let expected = expected.map(|(_, first, expires)| (first.to_string(), *expires));
+            latches.push((unlock_latch(req), expected));
+        }
+    }
+    let mut pipe = redis::pipe();
+    for (key, _) in &latches {
+        pipe.get(key).pttl(key);
+    }
+    let read: Vec<(Option<String>, i64)> = pipe.query(conn).unwrap();
+    for ((key, expected), (value, pttl)) in latches.into_iter().zip(read) {
+        let value = match model.fenced && key.starts_with("ferrisson_acquire_latch") {
+            true => value.map(|kept| drawn.as_model(kept)),
+            false => value,
+        };
+        assert_eq!(
+            value,
+            expected.as_ref().map(|(v, _)| v.clone()),
+            "{context}: {key}"
+        );
+        if let Some((_, expires)) = expected {
+            assert!(
+                ttl_agrees(pttl, expires, now),
+                "{context}: {key}'s TTL is {pttl} ms, the model's ends in {} ticks",
+                expires - now
+            );
         }
     }
 }
 
 #[test]
 fn the_model_and_the_scripts_agree_step_by_step() {
-    agree_step_by_step(false);
+    let seed = announced_seed("model conformance");
+    let redis = RedisServer::start();
+    let seen = agree_step_by_step(&redis, seed, false, None);
+    covered(&seen, false);
 }
 
 #[test]
 fn the_fenced_model_and_the_scripts_agree_step_by_step() {
-    agree_step_by_step(true);
+    let seed = announced_seed("fenced model conformance");
+    let redis = RedisServer::start();
+    let seen = agree_step_by_step(&redis, seed, true, None);
+    covered(&seen, true);
 }
 
-fn agree_step_by_step(fenced: bool) {
-    let seed = announced_seed("model conformance");
+/// Every reply the model knows was met, so that each rule was compared.
+fn covered(seen: &BTreeMap<String, usize>, fenced: bool) {
+    let mut expected = vec![
+        "Granted",
+        "Refused",
+        "Spent",
+        "TooLate",
+        "Released(0)",
+        "Released(1)",
+        "Released(2)",
+        "NotHeld",
+        "Renewed(true)",
+        "Renewed(false)",
+        "Settled(true)",
+        "Settled(false)",
+        "published",
+        "mixed batch",
+        "tick",
+    ];
+    if !fenced {
+        expected.push("NotReentrant");
+    }
+    for what in expected {
+        assert!(seen.contains_key(what), "no step met {what}: {seen:?}");
+    }
+}
+
+/// Runs the sequences of `seed` through the model and through the scripts
+/// (with `mutant`, if any) on `redis`, and panics at the first
+/// disagreement. Returns what the steps met.
+fn agree_step_by_step(
+    redis: &RedisServer,
+    seed: u64,
+    fenced: bool,
+    mutant: Option<Mutant>,
+) -> BTreeMap<String, usize> {
     let mut rng = Rng::new(seed);
-    let redis = RedisServer::start();
-    let mut conn = redis::Client::open(redis.url())
-        .unwrap()
-        .get_connection()
+    let client = redis::Client::open(redis.url()).unwrap();
+    let mut conn = client.get_connection().unwrap();
+    let mut subscriber = client.get_connection().unwrap();
+    subscriber
+        .set_read_timeout(Some(Duration::from_secs(30)))
         .unwrap();
-    let scripts = Scripts::load();
-    let bounds = Bounds::lost_replies();
-    let mut replies = std::collections::BTreeMap::<String, usize>::new();
+    // One subscription for the run (a dropped `PubSub` unsubscribes).
+    let mut pubsub = subscriber.as_pubsub();
+    pubsub.subscribe(CHANNEL).unwrap();
+    pubsub.subscribe(MARKER).unwrap();
+    let scripts = Scripts::load(mutant);
+    let mut seen = BTreeMap::<String, usize>::new();
     for sequence in 0..SEQUENCES {
         let _: () = redis::cmd("FLUSHALL").query(&mut conn).unwrap();
         let mut model = Server {
             fenced,
             ..Server::default()
         };
+        let mut now: Time = 0;
         let mut steps = Vec::new();
         let mut drawn = Drawn::default();
         for _ in 0..STEPS {
-            let step = draw(&mut rng);
+            let step = draw(&mut rng, fenced);
             steps.push(step);
             let context = format!("seed {seed}, sequence {sequence}, steps {steps:?}");
+            let held_before = model.hold.is_some();
             let real = scripts.run(&mut conn, step, fenced, &mut drawn);
-            let modelled = model_run(&mut model, step, &bounds);
+            let real_published = published(&mut conn, &mut pubsub);
+            let modelled = model_run(&mut model, &mut now, step);
             assert_eq!(real, modelled, "{context}: the reply");
-            compare(&mut conn, &model, &drawn, &context);
-            if let Some((reply, _)) = real {
-                *replies.entry(format!("{reply:?}")).or_default() += 1;
+            // The last hold's release (not a replay, not a keep) tells
+            // the waiters.
+            let expected: Vec<String> = match (step, &modelled) {
+                (Step::Release { .. }, Some(o))
+                    if o.reply == Reply::Released(1) && held_before && model.hold.is_none() =>
+                {
+                    vec!["0".to_owned()]
+                }
+                _ => Vec::new(),
+            };
+            assert_eq!(real_published, expected, "{context}: the messages");
+            compare(&mut conn, &model, now, &drawn, &context);
+            if let Some(o) = &real {
+                *seen.entry(format!("{:?}", o.reply)).or_default() += 1;
+            }
+            if !real_published.is_empty() {
+                *seen.entry("published".to_owned()).or_default() += 1;
+            }
+            match (step, &real) {
+                (Step::Renew(a, Some(b)), Some(o)) if a != b && o.gone.len() == 1 => {
+                    *seen.entry("mixed batch".to_owned()).or_default() += 1;
+                }
+                (Step::Tick, _) if model.hold.is_some() => {
+                    *seen.entry("tick".to_owned()).or_default() += 1;
+                }
+                _ => {}
             }
         }
     }
     println!(
-        "model conformance (seed {seed}, fenced: {fenced}): {SEQUENCES} sequences of {STEPS} steps agree; replies seen: {replies:?}"
+        "model conformance (seed {seed}, fenced: {fenced}, mutant: {mutant:?}): {SEQUENCES} \
+         sequences of {STEPS} steps agree; met: {seen:?}"
     );
-    // Every reply the model knows was met, so that each rule was compared.
-    for reply in [
-        "Granted",
-        "Refused",
-        "Spent",
-        "Released(0)",
-        "Released(1)",
-        "NotHeld",
-        "Renewed(true)",
-        "Renewed(false)",
-        "Settled(true)",
-        "Settled(false)",
-    ] {
-        assert!(
-            replies.contains_key(reply),
-            "no step replied {reply}: {replies:?}"
-        );
-    }
+    seen
 }
 
+/// One-line bugs in the scripts, each a plausible one. Every one must
+/// make the model and the scripts disagree: a script change that no
+/// comparison notices shows up here.
+const MUTANTS: &[Mutant] = &[
+    Mutant {
+        file: "acquire.lua",
+        from: "redis.call('pexpire', KEYS[1], ARGV[1])",
+        nth: 2,
+        to: "",
+        what: "a re-entry keeps the old TTL",
+    },
+    Mutant {
+        file: "acquire.lua",
+        from: "redis.call('pexpire', KEYS[1], ARGV[1])",
+        nth: 2,
+        to: "redis.call('pexpire', KEYS[1], ARGV[1] / 10)",
+        what: "a re-entry sets a tenth of the lease",
+    },
+    Mutant {
+        file: "acquire.lua",
+        from: "redis.call('pexpire', KEYS[1], ARGV[1])",
+        nth: 1,
+        to: "",
+        what: "a first grant sets no TTL",
+    },
+    Mutant {
+        file: "acquire.lua",
+        from: "redis.call('set', KEYS[2], 1, 'px', ARGV[3])",
+        nth: 2,
+        to: "",
+        what: "a re-entry writes no latch",
+    },
+    Mutant {
+        file: "acquire.lua",
+        from: "if latch == 'x' then",
+        nth: 1,
+        to: "if latch == 'X' then",
+        what: "a given-up request arriving late is answered as granted while its owner holds",
+    },
+    Mutant {
+        file: "acquire.lua",
+        from: "    return not_a_lock(KEYS[1]) or -2",
+        nth: 1,
+        to: "    return not_a_lock(KEYS[1]) or nil",
+        what: "a late send of a spent grant answers granted",
+    },
+    Mutant {
+        file: "acquire.lua",
+        from: "if ARGV[4] == '0' then",
+        nth: 1,
+        to: "if ARGV[4] == 0 then",
+        what: "a non-reentrant lock lets its holder in again",
+    },
+    Mutant {
+        file: "acquire.lua",
+        from: "if too_late(ARGV[5]) then",
+        nth: 1,
+        to: "if false then",
+        what: "an acquire past its deadline takes the lock",
+    },
+    Mutant {
+        file: "fenced_acquire.lua",
+        from: "if too_late(ARGV[4]) then",
+        nth: 1,
+        to: "if false then",
+        what: "a fenced acquire past its deadline takes the lock",
+    },
+    Mutant {
+        file: "release.lua",
+        from: "redis.call(ARGV[4], KEYS[2], ARGV[1])",
+        nth: 1,
+        to: "",
+        what: "a last release publishes nothing",
+    },
+    Mutant {
+        file: "release.lua",
+        from: "local keep = tonumber(ARGV[6] or '0') or 0",
+        nth: 1,
+        to: "local keep = 0",
+        what: "a release ignores its keep",
+    },
+    Mutant {
+        file: "release.lua",
+        from: "redis.call('pexpire', KEYS[1], keep)",
+        nth: 1,
+        to: "redis.call('pexpire', KEYS[1], ARGV[2])",
+        what: "a keep sets the lease, not the keep",
+    },
+    Mutant {
+        file: "release.lua",
+        from: "if done ~= false then",
+        nth: 1,
+        to: "if false then",
+        what: "a resent release releases again",
+    },
+    Mutant {
+        file: "release.lua",
+        from: "    redis.call('pexpire', KEYS[1], ARGV[2])",
+        nth: 1,
+        to: "",
+        what: "a release that leaves holds keeps the old TTL",
+    },
+    Mutant {
+        file: "renew.lua",
+        from: "ARGV[i + 1]",
+        nth: 1,
+        to: "ARGV[2]",
+        what: "a batched renewal checks every key against the first key's owner",
+    },
+    Mutant {
+        file: "renew.lua",
+        from: "redis.call('pexpire', key, ARGV[1])",
+        nth: 1,
+        to: "redis.call('pexpire', key, ARGV[1] * 2)",
+        what: "a renewal sets twice the lease",
+    },
+    Mutant {
+        file: "acquire_cancel.lua",
+        from: "redis.call('set', KEYS[1], 'x', 'px', ARGV[1])",
+        nth: 1,
+        to: "",
+        what: "a settle leaves no mark: a late send of the request still takes the lock",
+    },
+];
+
+/// Each mutant is caught: the comparison that passes on `lua/` as it is
+/// fails on it, with the same seed.
+#[test]
+fn every_mutant_of_the_locks_scripts_is_caught() {
+    let seed = announced_seed("model conformance, mutants");
+    let redis = RedisServer::start();
+    agree_step_by_step(&redis, seed, false, None);
+    agree_step_by_step(&redis, seed, true, None);
+    let mut escaped = Vec::new();
+    for mutant in MUTANTS {
+        let fenced = mutant.file == "fenced_acquire.lua";
+        let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            agree_step_by_step(&redis, seed, fenced, Some(*mutant))
+        }));
+        match run {
+            Err(_) => println!("caught: {} ({})", mutant.what, mutant.file),
+            Ok(_) => escaped.push(mutant.what),
+        }
+    }
+    assert!(
+        escaped.is_empty(),
+        "seed {seed}: mutants no comparison caught: {escaped:?}"
+    );
+}
 /// The semaphore's scripts and its model ([`semaphore::Server`]).
 mod semaphore_scripts {
     use std::time::Duration;
