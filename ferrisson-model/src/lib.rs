@@ -80,6 +80,13 @@ pub enum Mutation {
     /// The release keeps no unlock latch: a resent release whose first
     /// send ran takes a second count off the owner's hold.
     NoUnlockLatch,
+    /// Replica sync sends `WAIT` alone, without first touching the grant's
+    /// latch on the same connection: `WAIT` counts only the writes of the
+    /// connection it is sent on, so after a grant answered from the latch
+    /// (no write) or on a connection opened since (a reconnect, a
+    /// failover) it waits for nothing and reports a sync that never
+    /// happened.
+    SyncWithoutTouch,
 }
 
 /// The bounds of one check.
@@ -247,6 +254,29 @@ impl Bounds {
         }
     }
 
+    /// Replica sync as the client runs it (the grant, then the latch's
+    /// touch and `WAIT` as a request of their own), with a resend, and one
+    /// failover, with no time passing: for a lock with one replica or two.
+    pub fn replica_sync() -> Bounds {
+        Bounds {
+            clients: 2,
+            acquires: 1,
+            first_acquires: 1,
+            resends: 1,
+            renewals: 0,
+            duplicates: 0,
+            crashes: 0,
+            drops: 0,
+            drop_resends: 0,
+            writes: 0,
+            failovers: 1,
+            max_time: 0,
+            lease: 2,
+            window: 1,
+            latch_ttl: 3,
+        }
+    }
+
     /// A dropped guard: its release goes on in the background, resent
     /// after a timeout, while its owner acquires again; the lease runs
     /// out meanwhile. Two acquires of the first client, one of the other,
@@ -304,6 +334,9 @@ pub struct Server {
     pub token: u8,
     /// The token each granted request got, as its latch keeps it. Sorted.
     pub tokens: Vec<(ReqId, u8)>,
+    /// The replication offset: the writes so far (kept with a replica
+    /// only). A replica's copy has the offset it reached.
+    pub offset: u8,
 }
 
 /// A script's reply, as the client reads it.
@@ -329,6 +362,9 @@ pub enum Reply {
     Renewed(bool),
     /// Settle: whether the request had been granted.
     Settled(bool),
+    /// Replica sync: whether enough replicas acknowledged the grant (false
+    /// also when its latch is gone from the master, or `WAIT` failed).
+    Synced(bool),
 }
 
 impl Server {
@@ -523,6 +559,11 @@ pub enum Op {
     Settle(ReqId),
     /// A dropped guard's release, sent in the background.
     Dropped(ReqId),
+    /// Replica sync after a grant: the latch's touch, then `WAIT`, on one
+    /// connection. It carries what the mutation's `WAIT` alone would
+    /// count: the grant's offset, when a write on the connection (the
+    /// failovers so far, and the offset; 0: none).
+    Sync(ReqId, u8, u8),
 }
 
 /// A request in flight: its client's send number (a reply to an older
@@ -545,6 +586,9 @@ pub struct Answer {
     pub token: u8,
     /// A grant's place in the order of grants (0 otherwise).
     pub grant: u8,
+    /// A new grant's write: the failovers before it and its offset (0: a
+    /// grant answered from its latch, which wrote nothing).
+    pub wrote: (u8, u8),
 }
 
 /// What a client is doing.
@@ -567,6 +611,11 @@ pub enum Phase {
     /// the latch lives; a settle that never gets through leaves what the
     /// acquire took to its TTL, which one that gives up models).
     Settling(ReqId),
+    /// Granted; waiting for the replicas to acknowledge the grant (replica
+    /// sync). A grant they do not is given back.
+    Syncing {
+        req: ReqId,
+    },
     /// Giving back what a settled acquire was found to have taken.
     GivingBack {
         req: ReqId,
@@ -672,13 +721,15 @@ pub struct State {
     /// and its place. Sorted by request.
     pub grants: Vec<(ReqId, u8)>,
     pub resource: Resource,
-    /// The replica's copy of the keys, when there is a replica.
-    pub replica: Option<Server>,
-    /// With replica sync: replies held until the replica has their
-    /// write. Lost in a failover before that (the client hears nothing,
-    /// as when `WAIT` times out and the grant is given back).
-    pub unsynced: Vec<Answer>,
+    /// The replicas' copies of the keys (each with the offset it
+    /// reached).
+    pub replicas: Vec<Server>,
+    /// `WAIT`s the master runs: the send, and the offset it waits for.
+    /// Sorted.
+    pub waits: Vec<(Sent, u8)>,
     pub failovers_left: u8,
+    /// Failovers so far.
+    pub failovers: u8,
 }
 
 /// The resource the lock guards: it takes writes, and with fencing checks
@@ -700,7 +751,7 @@ impl State {
     pub fn at_rest(&self) -> bool {
         self.requests.is_empty()
             && self.replies.is_empty()
-            && self.unsynced.is_empty()
+            && self.waits.is_empty()
             && self.clients.iter().all(|c| {
                 matches!(c.phase, Phase::Idle | Phase::Holding | Phase::Crashed)
                     && c.background.is_none()
@@ -734,10 +785,14 @@ pub enum Action {
     /// The write at this index reaches the resource (late, if its writer
     /// paused meanwhile).
     Land(usize),
-    /// The replica catches up with the master (asynchronous replication).
-    Replicate,
-    /// The master fails and the replica is promoted, with what it has.
-    Failover,
+    /// A replica catches up with the master (asynchronous replication).
+    Replicate(usize),
+    /// The master fails and a replica is promoted, with what it has; the
+    /// other replicas sync from it anew.
+    Failover(usize),
+    /// The `WAIT` at this index returns (its replicas caught up, or its
+    /// timeout).
+    WaitReturns(usize),
     /// Redis runs the request at this index.
     Run(usize),
     /// The network copies the request at this index.
@@ -762,10 +817,17 @@ pub struct LockModel {
     /// The resource takes a write only if its token is at least the
     /// highest it took (fencing); otherwise it takes every write.
     pub resource_checks_tokens: bool,
-    /// A replica: `Some(true)` with replica sync (every write reaches the
-    /// replica before its reply is sent, as `WAIT` makes it), `Some(false)`
+    /// Replicas: `Some(true)` with replica sync (after a grant, the
+    /// client touches its latch and sends `WAIT` on that connection; a
+    /// grant too few replicas acknowledged is given back), `Some(false)`
     /// with asynchronous replication only.
     pub replica: Option<bool>,
+    /// How many replicas (with `replica`).
+    pub replicas: u8,
+    /// How many replicas must acknowledge a grant (`Replicas::AtLeast`);
+    /// 0: one of those online, and none when the master has none
+    /// (`Replicas::Online`).
+    pub wanted: u8,
 }
 
 impl LockModel {
@@ -777,6 +839,8 @@ impl LockModel {
             fenced: false,
             resource_checks_tokens: false,
             replica: None,
+            replicas: 1,
+            wanted: 1,
         }
     }
 
@@ -861,15 +925,28 @@ impl LockModel {
             return;
         }
         match (c.phase, answer.reply) {
-            (Phase::Acquiring { since, .. }, Reply::Granted) => {
+            (Phase::Acquiring { req, since, .. }, Reply::Granted) => {
                 let c = &mut state.clients[id as usize];
-                c.phase = Phase::Holding;
-                c.count = 1;
-                c.deadline = since + lease;
                 c.lost = false;
                 c.token = answer.token;
                 c.grant = answer.grant;
+                if self.replica == Some(true) {
+                    c.phase = Phase::Syncing { req };
+                    let (failovers, offset) = answer.wrote;
+                    Self::send(state, id, Op::Sync(req, failovers, offset));
+                } else {
+                    c.phase = Phase::Holding;
+                    c.count = 1;
+                    c.deadline = since + lease;
+                }
             }
+            (Phase::Syncing { .. }, Reply::Synced(true)) => {
+                let c = &mut state.clients[id as usize];
+                c.phase = Phase::Holding;
+                c.count = 1;
+                c.deadline = c.since + lease;
+            }
+            (Phase::Syncing { .. }, _) => Self::give_back_unsynced(state, id),
             (Phase::Acquiring { req, .. }, Reply::Refused) if c.lost => {
                 // Nobody sends it any more, and a lost send of it may still
                 // take the lock: settled.
@@ -927,11 +1004,95 @@ impl LockModel {
         self.mutation == Mutation::GiveBackPastLease || now < deadline
     }
 
+    /// A grant too few replicas acknowledged (or whose sync failed) is
+    /// given back, under a request of its own.
+    fn give_back_unsynced(state: &mut State, id: ClientId) {
+        let give_back = Self::next_req(state, id);
+        state.clients[id as usize].phase = Phase::GivingBack {
+            req: give_back,
+            resends: 0,
+        };
+        Self::send(state, id, Op::Release(give_back));
+    }
+
+    /// Replica sync's request runs on the master: the latch's touch (a
+    /// write on this connection, after the grant's), then `WAIT` for the
+    /// offset it reached; a latch gone from this master (a failover lost
+    /// the grant) answers at once that the grant is not synced.
+    fn run_sync(&self, state: &mut State, sent: Sent) {
+        let Op::Sync(req, failovers, offset) = sent.op else {
+            return;
+        };
+        let wait_for = if self.mutation == Mutation::SyncWithoutTouch {
+            // `WAIT` alone counts the writes of its own connection: the
+            // grant's, unless a failover replaced the connection since.
+            Some(if failovers == state.failovers {
+                offset
+            } else {
+                0
+            })
+        } else if state.server.latch(req) == Some(Latch::Granted) {
+            let expires = state.now + self.bounds.latch_ttl;
+            state.server.set_latch(req, Latch::Granted, expires);
+            state.server.offset += 1;
+            Some(state.server.offset)
+        } else {
+            None
+        };
+        match wait_for {
+            // `Replicas::Online` on a master with no replica: nothing to
+            // wait for.
+            Some(_) if self.wanted == 0 && state.replicas.is_empty() => {
+                self.wait_returns(state, sent, Some(0));
+            }
+            Some(offset) => {
+                state.waits.push((sent, offset));
+                state.waits.sort();
+            }
+            None if self.awaited(state, sent) => {
+                state.replies.push(Answer {
+                    to: sent,
+                    reply: Reply::Synced(false),
+                    token: 0,
+                    grant: 0,
+                    wrote: (0, 0),
+                });
+                state.replies.sort();
+            }
+            None => {}
+        }
+    }
+
+    /// A `WAIT` returns with the replicas that reached its offset: or a
+    /// failover broke its connection (`acked: None`), which the client
+    /// reads as an error.
+    fn wait_returns(&self, state: &mut State, sent: Sent, acked: Option<u8>) {
+        if !self.awaited(state, sent) {
+            return;
+        }
+        let enough = acked.is_some_and(|acked| {
+            acked >= self.wanted.max(1) || (self.wanted == 0 && state.replicas.is_empty())
+        });
+        state.replies.push(Answer {
+            to: sent,
+            reply: Reply::Synced(enough),
+            token: 0,
+            grant: 0,
+            wrote: (0, 0),
+        });
+        state.replies.sort();
+    }
+
     /// A client's call timed out: resend while its budget lasts, else give
     /// up.
     fn time_out(&self, state: &mut State, id: ClientId) {
         let resends_max = self.bounds.resends;
         let c = state.clients[id as usize];
+        if let Phase::Syncing { .. } = c.phase {
+            // `WAIT`'s reply lost: the sync failed, and the grant is given
+            // back.
+            return Self::give_back_unsynced(state, id);
+        }
         let (phase, op) = match c.phase {
             Phase::Acquiring {
                 req,
@@ -1009,12 +1170,19 @@ impl Model for LockModel {
             writes: Vec::new(),
             grants: Vec::new(),
             resource: Resource::default(),
-            unsynced: Vec::new(),
-            replica: self.replica.map(|_| Server {
-                fenced: self.fenced,
-                ..Server::default()
-            }),
+            waits: Vec::new(),
+            replicas: match self.replica {
+                Some(_) => vec![
+                    Server {
+                        fenced: self.fenced,
+                        ..Server::default()
+                    };
+                    self.replicas as usize
+                ],
+                None => Vec::new(),
+            },
             failovers_left: self.bounds.failovers,
+            failovers: 0,
         }]
     }
 
@@ -1041,6 +1209,7 @@ impl Model for LockModel {
                 Phase::Acquiring { .. }
                 | Phase::Releasing { .. }
                 | Phase::Settling(_)
+                | Phase::Syncing { .. }
                 | Phase::GivingBack { .. } => actions.push(Action::Timeout(id)),
                 _ => {}
             }
@@ -1074,13 +1243,19 @@ impl Model for LockModel {
         for i in 0..state.writes.len() {
             actions.push(Action::Land(i));
         }
-        if let Some(replica) = &state.replica {
-            if *replica != state.server || !state.unsynced.is_empty() {
-                actions.push(Action::Replicate);
+        for (i, replica) in state.replicas.iter().enumerate() {
+            if *replica != state.server {
+                actions.push(Action::Replicate(i));
             }
             if state.failovers_left > 0 {
-                actions.push(Action::Failover);
+                actions.push(Action::Failover(i));
             }
+        }
+        for i in 0..state.waits.len() {
+            if i > 0 && state.waits[i] == state.waits[i - 1] {
+                continue;
+            }
+            actions.push(Action::WaitReturns(i));
         }
         if state.now < self.bounds.max_time {
             actions.push(Action::Tick);
@@ -1189,16 +1364,25 @@ impl Model for LockModel {
                     r.latest_grant = r.latest_grant.max(grant);
                 }
             }
-            Action::Replicate => {
-                state.replica = Some(state.server.clone());
-                state.replies.append(&mut state.unsynced);
-                state.replies.sort();
+            Action::Replicate(i) => {
+                state.replicas[i] = state.server.clone();
             }
-            Action::Failover => {
-                let promoted = state.replica.clone()?;
-                state.server = promoted;
-                state.unsynced.clear();
+            Action::Failover(i) => {
+                state.server = state.replicas.remove(i);
+                for replica in &mut state.replicas {
+                    *replica = state.server.clone();
+                }
                 state.failovers_left -= 1;
+                state.failovers += 1;
+                // The old master's connections broke: its `WAIT`s fail.
+                for (sent, _) in std::mem::take(&mut state.waits) {
+                    self.wait_returns(&mut state, sent, None);
+                }
+            }
+            Action::WaitReturns(i) => {
+                let (sent, offset) = state.waits.remove(i);
+                let acked = state.replicas.iter().filter(|r| r.offset >= offset).count();
+                self.wait_returns(&mut state, sent, Some(acked as u8));
             }
             Action::Timeout(id) => self.time_out(&mut state, id),
             Action::Crash(id) => {
@@ -1210,6 +1394,12 @@ impl Model for LockModel {
             }
             Action::Run(i) => {
                 let sent = state.requests.remove(i);
+                if let Op::Sync(..) = sent.op {
+                    self.run_sync(&mut state, sent);
+                    return Some(state);
+                }
+                // With replicas, a script that wrote moves the offset.
+                let before = (!state.replicas.is_empty()).then(|| state.server.clone());
                 let granted_before = match sent.op {
                     Op::Acquire(req) => state.server.latch(req) == Some(Latch::Granted),
                     _ => false,
@@ -1222,7 +1412,15 @@ impl Model for LockModel {
                     Op::Renew(_) => server.renew(now, sent.client, b, m),
                     Op::Settle(req) => server.settle(now, req, b),
                     Op::Dropped(req) => server.release(now, req, b, m),
+                    Op::Sync(..) => unreachable!("run above"),
                 };
+                if before.is_some_and(|before| before != state.server) {
+                    state.server.offset += 1;
+                }
+                let new_grant = matches!(
+                    (sent.op, reply, granted_before),
+                    (Op::Acquire(_), Reply::Granted, false)
+                );
                 if let (Op::Acquire(req), Reply::Granted, false) = (sent.op, reply, granted_before)
                 {
                     // A new grant (not a resend answered from the latch).
@@ -1251,15 +1449,12 @@ impl Model for LockModel {
                         reply,
                         token,
                         grant,
+                        wrote: match new_grant {
+                            true => (state.failovers, state.server.offset),
+                            false => (0, 0),
+                        },
                     };
-                    // With replica sync, a grant's reply waits until the
-                    // replica has it (the client's `WAIT`; a release's
-                    // does not: it stands on the master when too few
-                    // replicas acknowledge it).
-                    match (self.replica, sent.op) {
-                        (Some(true), Op::Acquire(_)) => state.unsynced.push(answer),
-                        _ => state.replies.push(answer),
-                    }
+                    state.replies.push(answer);
                     state.replies.sort();
                 }
             }
@@ -1279,7 +1474,7 @@ impl Model for LockModel {
                 state.now += 1;
                 let now = state.now;
                 state.server.expire(now);
-                if let Some(replica) = state.replica.as_mut() {
+                for replica in &mut state.replicas {
                     replica.expire(now);
                 }
                 // What did not reach Redis within the window never will.
