@@ -1449,9 +1449,13 @@ impl Model for LockModel {
                         reply,
                         token,
                         grant,
-                        wrote: match new_grant {
-                            true => (state.failovers, state.server.offset),
-                            false => (0, 0),
+                        // Kept for the mutation only: otherwise it would
+                        // split states that are the same to the protocol.
+                        wrote: match (new_grant, m) {
+                            (true, Mutation::SyncWithoutTouch) => {
+                                (state.failovers, state.server.offset)
+                            }
+                            _ => (0, 0),
                         },
                     };
                     state.replies.push(answer);

@@ -197,7 +197,7 @@ fn with_replica_sync_a_failover_keeps_one_holder() {
 /// a failover can break), with a resend answered from the latch, and one
 /// failover. One replica.
 #[test]
-#[ignore = "about 4 minutes: .ci/run runs it once, with --ignored"]
+#[ignore = "about 3 minutes: .ci/run runs it once, with --ignored"]
 fn with_replica_sync_resends_and_a_failover_keep_one_holder() {
     holds_for(LockModel::replicated(Bounds::replica_sync(), true));
 }
