@@ -1049,23 +1049,14 @@ impl LockModel {
                 state.waits.push((sent, offset));
                 state.waits.sort();
             }
-            None if self.awaited(state, sent) => {
-                state.replies.push(Answer {
-                    to: sent,
-                    reply: Reply::Synced(false),
-                    token: 0,
-                    grant: 0,
-                    wrote: (0, 0),
-                });
-                state.replies.sort();
-            }
-            None => {}
+            // No grant here to wait for: not synced.
+            None => self.wait_returns(state, sent, None),
         }
     }
 
     /// A `WAIT` returns with the replicas that reached its offset: or a
-    /// failover broke its connection (`acked: None`), which the client
-    /// reads as an error.
+    /// failover broke its connection, or the latch was not there to touch
+    /// (`acked: None`), which the client reads as not synced.
     fn wait_returns(&self, state: &mut State, sent: Sent, acked: Option<u8>) {
         if !self.awaited(state, sent) {
             return;

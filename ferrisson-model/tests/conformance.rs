@@ -508,17 +508,21 @@ fn model_run(server: &mut Server, now: &mut Time, step: Step) -> Option<Outcome>
     Some(outcome)
 }
 
-/// The messages the step just run published on the lock's channel: every
-/// one before the marker published after the step.
-fn published(conn: &mut redis::Connection, pubsub: &mut redis::PubSub<'_>) -> Vec<String> {
-    let _: i64 = conn.publish(MARKER, "end").unwrap();
+/// The messages the step just run published on the channels `pubsub`
+/// listens on: every one before `marker`, published after the step.
+fn published<T: redis::FromRedisValue>(
+    conn: &mut redis::Connection,
+    pubsub: &mut redis::PubSub<'_>,
+    marker: &str,
+) -> Vec<T> {
+    let _: i64 = conn.publish(marker, "end").unwrap();
     let mut messages = Vec::new();
     loop {
         let message = pubsub.get_message().unwrap();
-        if message.get_channel_name() == MARKER {
+        if message.get_channel_name() == marker {
             return messages;
         }
-        messages.push(message.get_payload::<String>().unwrap());
+        messages.push(message.get_payload::<T>().unwrap());
     }
 }
 
@@ -694,7 +698,7 @@ fn agree_step_by_step(
             let context = format!("seed {seed}, sequence {sequence}, steps {steps:?}");
             let held_before = model.hold.is_some();
             let real = scripts.run(&mut conn, step, fenced, &mut drawn);
-            let real_published = published(&mut conn, &mut pubsub);
+            let real_published = published::<String>(&mut conn, &mut pubsub, MARKER);
             let modelled = model_run(&mut model, &mut now, step);
             assert_eq!(real, modelled, "{context}: the reply");
             // The last hold's release (not a replay, not a keep) tells
@@ -1097,20 +1101,6 @@ mod semaphore_scripts {
         }
     }
 
-    /// The counts the step just run published: every message on the
-    /// channel before the marker published after the step.
-    fn published(conn: &mut redis::Connection, pubsub: &mut redis::PubSub<'_>) -> Vec<i16> {
-        let _: i64 = conn.publish(MARKER, "end").unwrap();
-        let mut counts = Vec::new();
-        loop {
-            let message = pubsub.get_message().unwrap();
-            if message.get_channel_name() == MARKER {
-                return counts;
-            }
-            counts.push(message.get_payload::<i16>().unwrap());
-        }
-    }
-
     fn compare(conn: &mut redis::Connection, model: &Server, context: &str) {
         let count: i64 = conn.get(NAME).unwrap();
         assert_eq!(count, i64::from(model.available), "{context}: the count");
@@ -1169,7 +1159,7 @@ mod semaphore_scripts {
                 steps.push(step);
                 let context = format!("seed {seed}, sequence {sequence}, steps {steps:?}");
                 let real = scripts.run(&mut conn, step);
-                let real_published = published(&mut conn, &mut pubsub);
+                let real_published = super::published::<i16>(&mut conn, &mut pubsub, MARKER);
                 let (modelled, modelled_published) = model_run(&mut model, step, &bounds);
                 assert_eq!(real, modelled, "{context}: the reply");
                 // A step that publishes publishes the new count.
