@@ -10,6 +10,12 @@
 //! nothing is lost and no lease runs out, and the checks are the queue's:
 //! one holder, first come first served, and every waiter served or gone
 //! by pub/sub alone (no look-again timer).
+//!
+//! [`Server`] can also keep time ([`Clock`]): the hold's and the latches'
+//! ends, each waiter's score (when it counts as dead), the purge of dead
+//! waiters at the head of the line and the scores' shifts. The checks do
+//! not use it; the conformance test does, to hold the scripts' scores to
+//! the model's.
 
 use std::fmt;
 
@@ -76,10 +82,49 @@ pub struct Server {
     pub hold: Option<(ClientId, u8)>,
     /// The queue list (the timeout set has the same members).
     pub queue: Vec<ClientId>,
-    /// Acquire latches (they do not run out here). Sorted.
+    /// Acquire latches (they run out only with a clock). Sorted.
     pub acquire_latches: Vec<(ReqId, Latch)>,
     /// Unlock latches: request, the first reply. Sorted.
     pub unlock_latches: Vec<(ReqId, u8)>,
+    /// Time, when it is modelled; without it nothing runs out and no
+    /// waiter counts as dead.
+    pub clock: Option<Clock>,
+}
+
+/// Time on a [`Server`] that keeps it, in ticks. A waiter's score is when
+/// it counts as dead (the timeout set's score): a new waiter's is the one
+/// ahead of it (or, first in line, the hold's end) plus the waiter
+/// timeout, and a grant or a leave moves the waiters behind one timeout
+/// sooner (they moved up a place).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Clock {
+    pub now: i32,
+    /// The lease a grant, a re-entry or a partial release sets.
+    pub lease: i32,
+    /// The waiter timeout.
+    pub waiter: i32,
+    /// The TTL of a latch.
+    pub latch_ttl: i32,
+    /// When the hold ends (while there is one).
+    pub hold_ends: i32,
+    /// Each waiter's score, in the queue's order.
+    pub scores: Vec<i32>,
+    /// When each acquire latch ends, by request (sorted).
+    pub acquire_ends: Vec<(ReqId, i32)>,
+    /// When each unlock latch ends, by request (sorted).
+    pub unlock_ends: Vec<(ReqId, i32)>,
+}
+
+impl Clock {
+    /// A clock at 0.
+    pub fn new(lease: i32, waiter: i32, latch_ttl: i32) -> Clock {
+        Clock {
+            lease,
+            waiter,
+            latch_ttl,
+            ..Clock::default()
+        }
+    }
 }
 
 /// A reply, as the client reads it.
@@ -114,31 +159,146 @@ impl Server {
     /// `lua/fair_acquire.lua` (reentrant, joining the line when `join`);
     /// the owners woken (none: a grant wakes nobody).
     pub fn acquire(&mut self, req: ReqId, join: bool, mutation: Mutation) -> Reply {
+        self.acquire_waiting(req, join, mutation).0
+    }
+
+    /// As [`Server::acquire`], with the wait a refusal names when the
+    /// server keeps time, in ticks: the hold's time left, or while the
+    /// lock is free and another waiter is first, how long until the
+    /// waiter ahead would count as dead (0: less than a tick).
+    pub fn acquire_waiting(
+        &mut self,
+        req: ReqId,
+        join: bool,
+        mutation: Mutation,
+    ) -> (Reply, Option<i32>) {
         let owner = req.client;
         match self.latch(req) {
-            Some(Latch::Cancelled) => return Reply::Spent,
-            Some(Latch::Granted) if self.held_by(owner) => return Reply::Granted,
-            Some(Latch::Granted) => return Reply::Spent,
+            Some(Latch::Cancelled) => return (Reply::Spent, None),
+            Some(Latch::Granted) if self.held_by(owner) => return (Reply::Granted, None),
+            Some(Latch::Granted) => return (Reply::Spent, None),
             None => {}
         }
+        self.purge();
         let first = self.queue.first().is_none_or(|&head| head == owner);
         if self.hold.is_none() && (first || mutation == Mutation::Barging) {
-            self.queue.retain(|&w| w != owner);
+            if let Some(at) = self.queue.iter().position(|&w| w == owner) {
+                self.leave_line(at);
+            }
             self.hold = Some((owner, 1));
-            self.acquire_latches.push((req, Latch::Granted));
-            self.acquire_latches.sort();
-            return Reply::Granted;
+            self.granted(req);
+            if let Some(clock) = self.clock.as_mut() {
+                let waiter = clock.waiter;
+                clock.scores.iter_mut().for_each(|score| *score -= waiter);
+            }
+            return (Reply::Granted, None);
         }
         if let Some((_, count)) = self.hold.as_mut().filter(|(o, _)| *o == owner) {
             *count += 1;
-            self.acquire_latches.push((req, Latch::Granted));
-            self.acquire_latches.sort();
-            return Reply::Granted;
+            self.granted(req);
+            return (Reply::Granted, None);
         }
-        if join && !self.queue.contains(&owner) {
+        let queued = self.queue.contains(&owner);
+        if join && !queued {
             self.queue.push(owner);
         }
-        Reply::Refused
+        let Some(clock) = self.clock.as_mut() else {
+            return (Reply::Refused, None);
+        };
+        let left = match self.hold {
+            Some(_) => clock.hold_ends - clock.now,
+            None => 0,
+        };
+        if !join && !queued {
+            return (Reply::Refused, Some(left));
+        }
+        let mine = match self.queue.iter().position(|&w| w == owner) {
+            Some(at) if at < clock.scores.len() => clock.scores[at],
+            _ => {
+                // Behind the last waiter's score, or the hold's end.
+                let ahead = clock
+                    .scores
+                    .last()
+                    .map_or(left, |last| (last - clock.now).max(0));
+                let mine = ahead + clock.waiter + clock.now;
+                clock.scores.push(mine);
+                mine
+            }
+        };
+        if left > 0 {
+            return (Reply::Refused, Some(left));
+        }
+        (
+            Reply::Refused,
+            Some((mine - clock.waiter - clock.now).max(0)),
+        )
+    }
+
+    /// A grant or re-entry of `req`: its latch, and with a clock the
+    /// hold's new end.
+    fn granted(&mut self, req: ReqId) {
+        self.acquire_latches.push((req, Latch::Granted));
+        self.acquire_latches.sort();
+        if let Some(clock) = self.clock.as_mut() {
+            clock.hold_ends = clock.now + clock.lease;
+            clock.acquire_ends.push((req, clock.now + clock.latch_ttl));
+            clock.acquire_ends.sort();
+        }
+    }
+
+    /// A release's latch, replying `first`; with a clock the hold's new
+    /// end when holds remain.
+    fn released(&mut self, req: ReqId, first: u8) {
+        self.unlock_latches.push((req, first));
+        self.unlock_latches.sort();
+        if let Some(clock) = self.clock.as_mut() {
+            if first == 0 {
+                clock.hold_ends = clock.now + clock.lease;
+            }
+            clock.unlock_ends.push((req, clock.now + clock.latch_ttl));
+            clock.unlock_ends.sort();
+        }
+    }
+
+    /// The waiter at `at` leaves the line (and its score the set).
+    fn leave_line(&mut self, at: usize) {
+        self.queue.remove(at);
+        if let Some(clock) = self.clock.as_mut() {
+            if at < clock.scores.len() {
+                clock.scores.remove(at);
+            }
+        }
+    }
+
+    /// Dead waiters at the head of the line leave it (with a clock: those
+    /// whose score is not past now).
+    fn purge(&mut self) {
+        while let (Some(clock), Some(_)) = (&self.clock, self.queue.first()) {
+            match clock.scores.first() {
+                Some(&score) if score > clock.now => break,
+                _ => self.leave_line(0),
+            }
+        }
+    }
+
+    /// A tick passes: the hold and the latches whose end comes run out.
+    /// Nothing without a clock.
+    pub fn tick(&mut self) {
+        let Some(clock) = self.clock.as_mut() else {
+            return;
+        };
+        clock.now += 1;
+        let now = clock.now;
+        if self.hold.is_some() && clock.hold_ends <= now {
+            self.hold = None;
+        }
+        clock.acquire_ends.retain(|(_, end)| *end > now);
+        clock.unlock_ends.retain(|(_, end)| *end > now);
+        let (acquire, unlock) = (&clock.acquire_ends, &clock.unlock_ends);
+        self.acquire_latches
+            .retain(|(req, _)| acquire.iter().any(|(r, _)| r == req));
+        self.unlock_latches
+            .retain(|(req, _)| unlock.iter().any(|(r, _)| r == req));
     }
 
     /// `lua/fair_release.lua`; and the owner it wakes, if any.
@@ -146,6 +306,7 @@ impl Server {
         if let Some((_, first)) = self.unlock_latches.iter().find(|(r, _)| *r == req) {
             return (Reply::Released(*first), None);
         }
+        self.purge();
         let owner = req.client;
         let Some((holder, count)) = self.hold else {
             // Gone already: the first in line may take it now.
@@ -156,13 +317,11 @@ impl Server {
         }
         if count > 1 {
             self.hold = Some((holder, count - 1));
-            self.unlock_latches.push((req, 0));
-            self.unlock_latches.sort();
+            self.released(req, 0);
             return (Reply::Released(0), None);
         }
         self.hold = None;
-        self.unlock_latches.push((req, 1));
-        self.unlock_latches.sort();
+        self.released(req, 1);
         (Reply::Released(1), self.queue.first().copied())
     }
 
@@ -171,7 +330,14 @@ impl Server {
         let Some(at) = self.queue.iter().position(|&w| w == owner) else {
             return (Reply::Left(false), None);
         };
-        self.queue.remove(at);
+        self.leave_line(at);
+        if let Some(clock) = self.clock.as_mut() {
+            // Those behind move up a place.
+            let waiter = clock.waiter;
+            clock.scores[at..]
+                .iter_mut()
+                .for_each(|score| *score -= waiter);
+        }
         let wake = match (at, self.hold, self.queue.first()) {
             (0, None, Some(&next)) if mutation != Mutation::LeaveWakesNobody => Some(next),
             _ => None,

@@ -217,6 +217,9 @@ fn lua(file: &str) -> &'static str {
         "release.lua" => include_str!("../../lua/release.lua"),
         "renew.lua" => include_str!("../../lua/renew.lua"),
         "acquire_cancel.lua" => include_str!("../../lua/acquire_cancel.lua"),
+        "fair_acquire.lua" => include_str!("../../lua/fair_acquire.lua"),
+        "fair_release.lua" => include_str!("../../lua/fair_release.lua"),
+        "fair_leave.lua" => include_str!("../../lua/fair_leave.lua"),
         _ => panic!("no script {file} here"),
     }
 }
@@ -1407,30 +1410,38 @@ mod expirable_script {
     }
 }
 
-/// The fair lock's scripts and its queue's model ([`fair::Server`]),
-/// with the wake-up messages each step publishes.
+/// The fair lock's scripts and its queue's model ([`fair::Server`] with a
+/// [`fair::Clock`]), with the wake-up messages each step publishes, while
+/// time passes: ticks move every TTL closer and every waiter's score
+/// lower, and the scores are compared with the model's.
 mod fair_scripts {
+    use std::collections::BTreeMap;
     use std::time::Duration;
 
-    use ferrisson_model::fair::{Mutation, Reply, Server};
+    use ferrisson_model::fair::{Clock, Mutation, Reply, Server};
     use ferrisson_model::{ClientId, Latch, ReqId};
     use redis::{Commands, Script, Value};
 
     use super::rng::{announced_seed, Rng};
     use super::server::RedisServer;
-    use super::{field, id, SEQUENCES, STEPS};
+    use super::{field, id, lua, Mutant, SEQUENCES, STEPS, TICK_MS, TTL_SLACK_MS};
 
     const NAME: &str = "model-fair";
     const QUEUE: &str = "redisson_lock_queue:{model-fair}";
     const TIMEOUTS: &str = "redisson_lock_timeout:{model-fair}";
     const CHANNEL: &str = "redisson_lock__channel:{model-fair}";
-    const LEASE_MS: u64 = 60_000;
-    const LATCH_TTL_MS: u64 = 120_000;
-    /// Long enough that no waiter counts as dead within a run.
-    const WAITER_MS: u64 = 600_000;
+    /// The lease, the waiter timeout and the latches' TTL, in ticks: a
+    /// waiter counts as dead one tick after the one ahead of it would.
+    const LEASE: i32 = 2;
+    const WAITER: i32 = 1;
+    const LATCH_TTL: i32 = 4;
     const CLIENTS: u8 = 3;
     const ACQUIRES: u8 = 3;
     const RELEASES: u8 = 2;
+
+    fn ms(ticks: i32) -> i64 {
+        i64::from(ticks) * TICK_MS as i64
+    }
 
     fn acquire_latch(req: ReqId) -> String {
         format!("ferrisson_acquire_latch:{{{NAME}}}:{}", id(req))
@@ -1442,23 +1453,30 @@ mod fair_scripts {
 
     #[derive(Clone, Copy, Debug)]
     enum Step {
-        Acquire(ReqId),
+        /// An acquire; `false`: one attempt that does not join the line.
+        Acquire(ReqId, bool),
         Release(ReqId),
         Leave(ClientId),
+        /// A tick passes: TTLs a tick shorter, scores a tick lower.
+        Tick,
     }
 
     fn draw(rng: &mut Rng) -> Step {
         let client = rng.below(CLIENTS as u64) as ClientId;
-        match rng.below(10) {
-            0..=4 => Step::Acquire(ReqId {
-                client,
-                seq: 1 + rng.below(ACQUIRES as u64) as u8,
-            }),
+        match rng.below(12) {
+            0..=4 => Step::Acquire(
+                ReqId {
+                    client,
+                    seq: 1 + rng.below(ACQUIRES as u64) as u8,
+                },
+                rng.below(5) > 0,
+            ),
             5..=7 => Step::Release(ReqId {
                 client,
                 seq: 100 + rng.below(RELEASES as u64) as u8,
             }),
-            _ => Step::Leave(client),
+            8 | 9 => Step::Leave(client),
+            _ => Step::Tick,
         }
     }
 
@@ -1469,27 +1487,40 @@ mod fair_scripts {
     }
 
     impl Scripts {
-        fn run(&self, conn: &mut redis::Connection, step: Step) -> Reply {
-            match step {
-                Step::Acquire(req) => {
+        fn load(mutant: Option<Mutant>) -> Scripts {
+            let script = |file: &str| match mutant.filter(|m| m.file == file) {
+                Some(mutant) => Script::new(&mutant.apply(lua(file))),
+                None => Script::new(lua(file)),
+            };
+            Scripts {
+                acquire: script("fair_acquire.lua"),
+                release: script("fair_release.lua"),
+                leave: script("fair_leave.lua"),
+            }
+        }
+
+        /// Runs `step`; a refusal's wait in ms with it.
+        fn run(&self, conn: &mut redis::Connection, step: Step) -> Option<(Reply, Option<i64>)> {
+            let reply = match step {
+                Step::Acquire(req, join) => {
                     let reply: Value = self
                         .acquire
                         .key(NAME)
                         .key(QUEUE)
                         .key(TIMEOUTS)
                         .key(acquire_latch(req))
-                        .arg(LEASE_MS)
+                        .arg(ms(LEASE))
                         .arg(field(req.client))
-                        .arg(WAITER_MS)
-                        .arg(1)
-                        .arg(LATCH_TTL_MS)
+                        .arg(ms(WAITER))
+                        .arg(u8::from(join))
+                        .arg(ms(LATCH_TTL))
                         .arg(1)
                         .invoke(conn)
                         .unwrap();
                     match reply {
-                        Value::Nil => Reply::Granted,
-                        Value::Int(-2) => Reply::Spent,
-                        Value::Int(_) => Reply::Refused,
+                        Value::Nil => (Reply::Granted, None),
+                        Value::Int(-2) => (Reply::Spent, None),
+                        Value::Int(wait) => (Reply::Refused, Some(wait)),
                         other => panic!("{step:?}: a reply the model has no word for: {other:?}"),
                     }
                 }
@@ -1502,13 +1533,16 @@ mod fair_scripts {
                         .key(CHANNEL)
                         .key(unlock_latch(req))
                         .arg(0)
-                        .arg(LEASE_MS)
+                        .arg(ms(LEASE))
                         .arg(field(req.client))
                         .arg("publish")
-                        .arg(LATCH_TTL_MS)
+                        .arg(ms(LATCH_TTL))
                         .invoke(conn)
                         .unwrap();
-                    reply.map_or(Reply::NotHeld, |n| Reply::Released(n as u8))
+                    (
+                        reply.map_or(Reply::NotHeld, |n| Reply::Released(n as u8)),
+                        None,
+                    )
                 }
                 Step::Leave(client) => {
                     let left: i64 = self
@@ -1518,26 +1552,69 @@ mod fair_scripts {
                         .key(NAME)
                         .key(CHANNEL)
                         .arg(field(client))
-                        .arg(WAITER_MS)
+                        .arg(ms(WAITER))
                         .arg(0)
                         .arg("publish")
                         .invoke(conn)
                         .unwrap();
-                    Reply::Left(left == 1)
+                    (Reply::Left(left == 1), None)
                 }
+                Step::Tick => {
+                    tick(conn);
+                    return None;
+                }
+            };
+            Some(reply)
+        }
+    }
+
+    /// A tick passes on Redis: every key with a TTL ends a tick sooner
+    /// (or is gone), and every waiter's score is a tick lower, which to a
+    /// script comparing scores with the server's clock is the same as the
+    /// clock moving on.
+    fn tick(conn: &mut redis::Connection) {
+        super::tick(conn);
+        let waiters: Vec<String> = conn.zrange(TIMEOUTS, 0, -1).unwrap();
+        for waiter in waiters {
+            let _: f64 = conn.zincr(TIMEOUTS, &waiter, -(TICK_MS as i64)).unwrap();
+        }
+    }
+
+    fn model_run(
+        server: &mut Server,
+        step: Step,
+    ) -> (Option<(Reply, Option<i32>)>, Option<ClientId>) {
+        match step {
+            Step::Acquire(req, join) => (
+                Some(server.acquire_waiting(req, join, Mutation::None)),
+                None,
+            ),
+            Step::Release(req) => {
+                let (reply, woken) = server.release(req);
+                (Some((reply, None)), woken)
+            }
+            Step::Leave(client) => {
+                let (reply, woken) = server.leave(client, Mutation::None);
+                (Some((reply, None)), woken)
+            }
+            Step::Tick => {
+                server.tick();
+                (None, None)
             }
         }
     }
 
-    fn model_run(server: &mut Server, step: Step) -> (Reply, Option<ClientId>) {
-        match step {
-            Step::Acquire(req) => (server.acquire(req, true, Mutation::None), None),
-            Step::Release(req) => server.release(req),
-            Step::Leave(client) => server.leave(client, Mutation::None),
-        }
+    /// Whether a time Redis reports, `real` ms, is the model's `ticks`
+    /// from now: no more than that (at least 1 ms where the model says
+    /// less than a tick), and no less than that less the slack.
+    fn agrees(real: i64, ticks: i32) -> bool {
+        let expected = ms(ticks);
+        real <= expected.max(1) && real > expected - TTL_SLACK_MS
     }
 
     fn compare(conn: &mut redis::Connection, model: &Server, context: &str) {
+        let clock = model.clock.as_ref().unwrap();
+        let now = clock.now;
         let hash: Vec<(String, String)> = conn.hgetall(NAME).unwrap();
         let expected: Vec<(String, String)> = model
             .hold
@@ -1545,40 +1622,82 @@ mod fair_scripts {
             .map(|(owner, count)| (field(*owner), count.to_string()))
             .collect();
         assert_eq!(hash, expected, "{context}: the lock hash");
+        if model.hold.is_some() {
+            let pttl: i64 = conn.pttl(NAME).unwrap();
+            assert!(
+                agrees(pttl, clock.hold_ends - now),
+                "{context}: the hold's TTL is {pttl} ms, the model's ends in {} ticks",
+                clock.hold_ends - now
+            );
+        }
         let queue: Vec<String> = conn.lrange(QUEUE, 0, -1).unwrap();
         let expected: Vec<String> = model.queue.iter().map(|c| field(*c)).collect();
         assert_eq!(queue, expected, "{context}: the queue");
-        let mut timeouts: Vec<String> = conn.zrange(TIMEOUTS, 0, -1).unwrap();
-        timeouts.sort();
-        let mut expected = expected;
-        expected.sort();
-        assert_eq!(timeouts, expected, "{context}: the timeout set's members");
+        // Each waiter's score, as time left by the server's clock.
+        let (scores, (seconds, micros)): (Vec<(String, i64)>, (i64, i64)) = redis::pipe()
+            .zrange_withscores(TIMEOUTS, 0, -1)
+            .cmd("TIME")
+            .query(conn)
+            .unwrap();
+        let server_now = seconds * 1000 + micros / 1000;
+        let mut members: Vec<&String> = scores.iter().map(|(m, _)| m).collect();
+        members.sort();
+        let mut expected_members: Vec<&String> = expected.iter().collect();
+        expected_members.sort();
+        assert_eq!(
+            members, expected_members,
+            "{context}: the timeout set's members"
+        );
+        for (member, score) in &scores {
+            let at = expected.iter().position(|w| w == member).unwrap();
+            let modelled = clock.scores[at] - now;
+            assert!(
+                agrees(score - server_now, modelled),
+                "{context}: {member}'s score is {} ms from now, the model's {modelled} ticks",
+                score - server_now
+            );
+        }
         let keys: usize = redis::cmd("DBSIZE").query(conn).unwrap();
         let modelled = usize::from(model.hold.is_some())
             + 2 * usize::from(!model.queue.is_empty())
             + model.acquire_latches.len()
             + model.unlock_latches.len();
         assert_eq!(keys, modelled, "{context}: the number of keys");
+        let mut latches = Vec::new();
         for client in 0..CLIENTS {
-            let acquires = (1..=ACQUIRES).map(|seq| {
+            for seq in 1..=ACQUIRES {
                 let req = ReqId { client, seq };
                 let expected = model.latch(req).map(|latch| match latch {
                     Latch::Granted => "1".to_owned(),
                     Latch::Cancelled => "x".to_owned(),
                 });
-                (acquire_latch(req), expected)
-            });
-            let releases = (100..100 + RELEASES).map(|seq| {
+                let ends = clock.acquire_ends.iter().find(|(r, _)| *r == req);
+                latches.push((acquire_latch(req), expected, ends.map(|(_, end)| *end)));
+            }
+            for seq in 100..100 + RELEASES {
                 let req = ReqId { client, seq };
                 let expected = model.unlock_latches.iter().find(|(r, _)| *r == req);
-                (
+                let ends = clock.unlock_ends.iter().find(|(r, _)| *r == req);
+                latches.push((
                     unlock_latch(req),
                     expected.map(|(_, first)| first.to_string()),
-                )
-            });
-            for (key, expected) in acquires.chain(releases) {
-                let latch: Option<String> = conn.get(&key).unwrap();
-                assert_eq!(latch, expected, "{context}: {key}");
+                    ends.map(|(_, end)| *end),
+                ));
+            }
+        }
+        let mut pipe = redis::pipe();
+        for (key, _, _) in &latches {
+            pipe.get(key).pttl(key);
+        }
+        let read: Vec<(Option<String>, i64)> = pipe.query(conn).unwrap();
+        for ((key, expected, ends), (value, pttl)) in latches.into_iter().zip(read) {
+            assert_eq!(value, expected, "{context}: {key}");
+            if let (Some(_), Some(end)) = (expected, ends) {
+                assert!(
+                    agrees(pttl, end - now),
+                    "{context}: {key}'s TTL is {pttl} ms, the model's ends in {} ticks",
+                    end - now
+                );
             }
         }
     }
@@ -1602,11 +1721,15 @@ mod fair_scripts {
         }
     }
 
-    #[test]
-    fn the_fair_model_and_the_scripts_agree_step_by_step() {
-        let seed = announced_seed("fair model conformance");
+    /// Runs the sequences of `seed` through the model and through the
+    /// scripts (with `mutant`, if any) on `redis`, and panics at the first
+    /// disagreement. Returns what the steps met.
+    fn agree_step_by_step(
+        redis: &RedisServer,
+        seed: u64,
+        mutant: Option<Mutant>,
+    ) -> BTreeMap<String, usize> {
         let mut rng = Rng::new(seed);
-        let redis = RedisServer::start();
         let client = redis::Client::open(redis.url()).unwrap();
         let mut conn = client.get_connection().unwrap();
         let mut subscriber = client.get_connection().unwrap();
@@ -1616,25 +1739,24 @@ mod fair_scripts {
         // One subscription for the run (a dropped `PubSub` unsubscribes).
         let mut pubsub = subscriber.as_pubsub();
         pubsub.psubscribe(format!("{CHANNEL}:*")).unwrap();
-        let scripts = Scripts {
-            acquire: Script::new(include_str!("../../lua/fair_acquire.lua")),
-            release: Script::new(include_str!("../../lua/fair_release.lua")),
-            leave: Script::new(include_str!("../../lua/fair_leave.lua")),
-        };
-        let mut replies = std::collections::BTreeMap::<String, usize>::new();
+        let scripts = Scripts::load(mutant);
+        let mut seen = BTreeMap::<String, usize>::new();
         // The first sequence opens with the rarest case: the first in line
         // leaves while the lock is free, and wakes the next.
         let req = |client, seq| ReqId { client, seq };
         let opening = [
-            Step::Acquire(req(0, 1)),
-            Step::Acquire(req(1, 1)),
-            Step::Acquire(req(2, 1)),
+            Step::Acquire(req(0, 1), true),
+            Step::Acquire(req(1, 1), true),
+            Step::Acquire(req(2, 1), true),
             Step::Release(req(0, 100)),
             Step::Leave(1),
         ];
         for sequence in 0..SEQUENCES {
             let _: () = redis::cmd("FLUSHALL").query(&mut conn).unwrap();
-            let mut model = Server::default();
+            let mut model = Server {
+                clock: Some(Clock::new(LEASE, WAITER, LATCH_TTL)),
+                ..Server::default()
+            };
             let mut steps = Vec::new();
             for i in 0..STEPS {
                 let step = match (sequence, opening.get(i)) {
@@ -1643,29 +1765,72 @@ mod fair_scripts {
                 };
                 steps.push(step);
                 let context = format!("seed {seed}, sequence {sequence}, steps {steps:?}");
+                let before = model.clone();
                 let real = scripts.run(&mut conn, step);
                 let real_woken = woken(&mut conn, &mut pubsub);
                 let (modelled, modelled_woken) = model_run(&mut model, step);
-                assert_eq!(real, modelled, "{context}: the reply");
+                assert_eq!(
+                    real.map(|(reply, _)| reply),
+                    modelled.map(|(reply, _)| reply),
+                    "{context}: the reply"
+                );
+                if let (Some((_, Some(real))), Some((_, Some(ticks)))) = (real, modelled) {
+                    assert!(
+                        agrees(real, ticks),
+                        "{context}: the wait is {real} ms, the model's {ticks} ticks"
+                    );
+                }
                 assert_eq!(
                     real_woken,
                     Vec::from_iter(modelled_woken),
                     "{context}: the owners woken"
                 );
                 compare(&mut conn, &model, &context);
+                let Some((real, _)) = real else {
+                    if !before.queue.is_empty() {
+                        *seen.entry("tick with waiters".to_owned()).or_default() += 1;
+                    }
+                    continue;
+                };
                 let kind = match (real, real_woken.is_empty()) {
                     (Reply::Released(_) | Reply::NotHeld | Reply::Left(_), false) => {
                         format!("{real:?} waking")
                     }
                     _ => format!("{real:?}"),
                 };
-                *replies.entry(kind).or_default() += 1;
+                *seen.entry(kind).or_default() += 1;
+                // Waiters that were dead at the head of the line, gone.
+                let actor = match step {
+                    Step::Acquire(req, _) | Step::Release(req) => Some(req.client),
+                    _ => None,
+                };
+                if before
+                    .queue
+                    .iter()
+                    .any(|w| Some(*w) != actor && !model.queue.contains(w))
+                {
+                    *seen.entry("purged".to_owned()).or_default() += 1;
+                }
+                if real == Reply::Granted && before.hold.is_none() && !model.queue.is_empty() {
+                    *seen
+                        .entry("granted, the line moving up".to_owned())
+                        .or_default() += 1;
+                }
             }
         }
         println!(
-            "fair model conformance (seed {seed}): {SEQUENCES} sequences of {STEPS} steps agree; replies seen: {replies:?}"
+            "fair model conformance (seed {seed}, mutant: {mutant:?}): {SEQUENCES} sequences of \
+             {STEPS} steps agree; met: {seen:?}"
         );
-        for reply in [
+        seen
+    }
+
+    #[test]
+    fn the_fair_model_and_the_scripts_agree_step_by_step() {
+        let seed = announced_seed("fair model conformance");
+        let redis = RedisServer::start();
+        let seen = agree_step_by_step(&redis, seed, None);
+        for what in [
             "Granted",
             "Refused",
             "Spent",
@@ -1677,11 +1842,158 @@ mod fair_scripts {
             "Left(true)",
             "Left(true) waking",
             "Left(false)",
+            "purged",
+            "granted, the line moving up",
+            "tick with waiters",
         ] {
-            assert!(
-                replies.contains_key(reply),
-                "no step replied {reply}: {replies:?}"
-            );
+            assert!(seen.contains_key(what), "no step met {what}: {seen:?}");
         }
+    }
+
+    /// One-line bugs in the fair lock's scripts, each a plausible one.
+    const MUTANTS: &[(Mutant, usize)] = &[
+        (
+            Mutant {
+                file: "fair_acquire.lua",
+                from: "redis.call('zincrby', KEYS[3], -wait, waiter)",
+                nth: 1,
+                to: "",
+                what: "a fair grant does not move the other waiters' scores",
+            },
+            1,
+        ),
+        (
+            Mutant {
+                file: "fair_acquire.lua",
+                from: "if score ~= nil and score > now then",
+                nth: 1,
+                to: "if true then",
+                what: "a fair acquire never purges dead waiters",
+            },
+            1,
+        ),
+        (
+            Mutant {
+                file: "fair_release.lua",
+                from: "if score ~= nil and score > now then",
+                nth: 1,
+                to: "if true then",
+                what: "a fair release never purges dead waiters",
+            },
+            1,
+        ),
+        (
+            Mutant {
+                file: "fair_acquire.lua",
+                from: "ahead = math.max(0, tonumber(last_score) - now)",
+                nth: 1,
+                to: "ahead = math.max(0, tonumber(last_score))",
+                what: "a new waiter's score counts the one ahead's from the epoch",
+            },
+            1,
+        ),
+        (
+            Mutant {
+                file: "fair_acquire.lua",
+                from: "    mine = ahead + wait + now",
+                nth: 1,
+                to: "    mine = wait + now",
+                what: "a new waiter's score ignores the waiters ahead",
+            },
+            1,
+        ),
+        (
+            Mutant {
+                file: "fair_acquire.lua",
+                from: "    redis.call('pexpire', KEYS[1], ARGV[1])",
+                nth: 2,
+                to: "",
+                what: "a fair re-entry keeps the old TTL",
+            },
+            2,
+        ),
+        (
+            Mutant {
+                file: "fair_acquire.lua",
+                from: "    return pttl",
+                nth: 1,
+                to: "    return 1",
+                what: "a refusal while held names no wait",
+            },
+            1,
+        ),
+        (
+            Mutant {
+                file: "fair_release.lua",
+                from: "    redis.call('pexpire', KEYS[1], ARGV[2])",
+                nth: 1,
+                to: "",
+                what: "a fair release that leaves holds keeps the old TTL",
+            },
+            1,
+        ),
+        (
+            Mutant {
+                file: "fair_release.lua",
+                from: "        redis.call(ARGV[4], KEYS[4] .. ':' .. head, ARGV[1])",
+                nth: 1,
+                to: "",
+                what: "a release of a lock already gone wakes nobody",
+            },
+            1,
+        ),
+        (
+            Mutant {
+                file: "fair_leave.lua",
+                from: "redis.call('zincrby', KEYS[2], -tonumber(ARGV[2]), queue[i])",
+                nth: 1,
+                to: "",
+                what: "a leave does not move the waiters behind",
+            },
+            1,
+        ),
+        (
+            Mutant {
+                file: "fair_leave.lua",
+                from: "if at == 1 and redis.call('exists', KEYS[3]) == 0 and queue[2] ~= nil then",
+                nth: 1,
+                to: "if false then",
+                what: "a first in line that leaves a free lock wakes nobody",
+            },
+            1,
+        ),
+    ];
+
+    /// Each mutant is caught: the comparison that passes on `lua/` as it
+    /// is fails on it, with the same seed.
+    #[test]
+    fn every_mutant_of_the_fair_locks_scripts_is_caught() {
+        let seed = announced_seed("fair model conformance, mutants");
+        let seeds: Vec<u64> = (0..3u64)
+            .map(|i| seed.wrapping_add(i.wrapping_mul(0x9E37_79B9_7F4A_7C15)))
+            .collect();
+        let redis = RedisServer::start();
+        for &seed in &seeds {
+            agree_step_by_step(&redis, seed, None);
+        }
+        let mut escaped = Vec::new();
+        for (mutant, occurrences) in MUTANTS {
+            // Outside the catch: a stale entry fails the test.
+            mutant.check(*occurrences, &redis);
+            let caught = seeds.iter().find(|&&seed| {
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    agree_step_by_step(&redis, seed, Some(*mutant))
+                }))
+                .is_err()
+            });
+            match caught {
+                Some(seed) => println!("caught: {} ({}, seed {seed})", mutant.what, mutant.file),
+                None => escaped.push(mutant.what),
+            }
+        }
+        assert!(
+            escaped.is_empty(),
+            "seeds {seeds:?}: mutants no comparison caught: {escaped:?}"
+        );
     }
 }
