@@ -12,6 +12,10 @@
 //! runs out (the reentrant lock's model checks those), and waiters are
 //! woken by pub/sub alone. Checked: no writer while another owner reads or
 //! writes; at rest the hash counts what each owner holds; every wait ends.
+//!
+//! [`Server`] can also keep time ([`Clock`]): the hash's and the latches'
+//! ends and each read hold's timeout key, which the releases and the read
+//! renewal look at. The checks do not use it; the conformance test does.
 
 use std::fmt;
 
@@ -83,7 +87,7 @@ impl Bounds {
 }
 
 /// What Redis holds: the hash (its mode and each owner's counts), and the
-/// latches. A read hold's timeout key is not modelled (no lease runs out).
+/// latches. A read hold's timeout key is modelled only with a clock.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Server {
     /// `None`: no hash.
@@ -96,6 +100,60 @@ pub struct Server {
     pub acquire_latches: Vec<(ReqId, Latch)>,
     /// Unlock latches: request, the first reply. Sorted.
     pub unlock_latches: Vec<(ReqId, u8)>,
+    /// Time, when it is modelled; without it nothing runs out.
+    pub clock: Option<Clock>,
+}
+
+/// Time on a [`Server`] that keeps it, in ticks.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Clock {
+    pub now: i32,
+    /// The lease of a grant (and of a write release that leaves holds).
+    pub lease: i32,
+    /// The TTL of a latch.
+    pub latch_ttl: i32,
+    /// When the hash ends (while there is one).
+    pub hash_ends: i32,
+    /// The read holds' timeout keys, `{name}:<owner>:rwlock_timeout:<n>`:
+    /// owner, n, when the key ends. Keys live on their own: one may
+    /// outlive the hash, or be counted in it no more. Sorted.
+    pub holds: Vec<(ClientId, u8, i32)>,
+    /// When each acquire latch ends, by request (sorted).
+    pub acquire_ends: Vec<(ReqId, i32)>,
+    /// When each unlock latch ends, by request (sorted).
+    pub unlock_ends: Vec<(ReqId, i32)>,
+    /// The releases that left read holds behind: the ticks they replied
+    /// (the longest read hold left, which the hash's TTL became; the
+    /// script replies it negated, in ms). Sorted.
+    pub longest: Vec<(ReqId, i32)>,
+}
+
+impl Clock {
+    /// A clock at 0.
+    pub fn new(lease: i32, latch_ttl: i32) -> Clock {
+        Clock {
+            lease,
+            latch_ttl,
+            ..Clock::default()
+        }
+    }
+
+    /// The longest time left of the read holds the hash counts (`readers`),
+    /// by their timeout keys; `None` when every such key has run out.
+    fn longest(&self, readers: &[(ClientId, u8)]) -> Option<i32> {
+        self.holds
+            .iter()
+            .filter(|(owner, n, _)| readers.iter().any(|(o, count)| o == owner && n <= count))
+            .map(|(_, _, end)| end - self.now)
+            .max()
+    }
+
+    fn set_hold(&mut self, owner: ClientId, n: u8) {
+        let end = self.now + self.lease;
+        self.holds.retain(|(o, k, _)| (*o, *k) != (owner, n));
+        self.holds.push((owner, n, end));
+        self.holds.sort();
+    }
 }
 
 /// A reply, as the client reads it.
@@ -115,6 +173,8 @@ pub enum Reply {
     NotHeld,
     /// Settle: whether the request had been granted.
     Settled(bool),
+    /// Acquire: run past its deadline, nothing changed (-5).
+    TooLate,
 }
 
 impl Server {
@@ -140,24 +200,55 @@ impl Server {
         }
     }
 
-    fn grant(&mut self, req: ReqId) -> Reply {
+    /// A grant of `req`: its latch; with a clock the hash's end, at least
+    /// a lease from now (`fresh`: a new hash, exactly that).
+    fn grant(&mut self, req: ReqId, fresh: bool) -> Reply {
         self.acquire_latches.push((req, Latch::Granted));
         self.acquire_latches.sort();
+        if let Some(clock) = self.clock.as_mut() {
+            let end = clock.now + clock.lease;
+            clock.hash_ends = if fresh { end } else { clock.hash_ends.max(end) };
+            clock.acquire_ends.push((req, clock.now + clock.latch_ttl));
+            clock.acquire_ends.sort();
+        }
         Reply::Granted
     }
 
+    /// One more read hold of `owner`, and with a clock its timeout key.
     fn add_read(&mut self, owner: ClientId) {
-        match self.readers.iter_mut().find(|(o, _)| *o == owner) {
-            Some((_, n)) => *n += 1,
+        let n = match self.readers.iter_mut().find(|(o, _)| *o == owner) {
+            Some((_, n)) => {
+                *n += 1;
+                *n
+            }
             None => {
                 self.readers.push((owner, 1));
                 self.readers.sort();
+                1
             }
+        };
+        if let Some(clock) = self.clock.as_mut() {
+            clock.set_hold(owner, n);
         }
     }
 
     /// `lua/read_acquire.lua` or `lua/write_acquire.lua`.
     pub fn acquire(&mut self, side: Side, req: ReqId, mutation: Mutation) -> Reply {
+        self.acquire_with(side, req, mutation, false)
+    }
+
+    /// As [`Server::acquire`]; `too_late`: the call runs past its
+    /// deadline, and changes nothing.
+    pub fn acquire_with(
+        &mut self,
+        side: Side,
+        req: ReqId,
+        mutation: Mutation,
+        too_late: bool,
+    ) -> Reply {
+        if too_late {
+            return Reply::TooLate;
+        }
         let owner = req.client;
         match self.latch(req) {
             Some(Latch::Cancelled) => return Reply::Spent,
@@ -169,27 +260,27 @@ impl Server {
             (Side::Read, None) => {
                 self.mode = Some(Side::Read);
                 self.add_read(owner);
-                self.grant(req)
+                self.grant(req, true)
             }
             (Side::Read, Some(Side::Read)) => {
                 self.add_read(owner);
-                self.grant(req)
+                self.grant(req, false)
             }
             (Side::Read, Some(Side::Write))
                 if self.count_of(owner, Side::Write) > 0
                     || mutation == Mutation::ReadBesideAnyWriter =>
             {
                 self.add_read(owner);
-                self.grant(req)
+                self.grant(req, false)
             }
             (Side::Write, None) => {
                 self.mode = Some(Side::Write);
                 self.writer = Some((owner, 1));
-                self.grant(req)
+                self.grant(req, true)
             }
             (Side::Write, Some(Side::Write)) if self.count_of(owner, Side::Write) > 0 => {
                 self.writer = Some((owner, self.count_of(owner, Side::Write) + 1));
-                self.grant(req)
+                self.grant(req, false)
             }
             (Side::Write, Some(Side::Read)) if self.count_of(owner, Side::Read) > 0 => {
                 Reply::NoUpgrade
@@ -198,14 +289,52 @@ impl Server {
         }
     }
 
+    /// The time a refused acquire names (the hash's PTTL), in ticks, with
+    /// a clock and a hash.
+    pub fn time_left(&self) -> Option<i32> {
+        let clock = self.clock.as_ref()?;
+        self.mode.map(|_| clock.hash_ends - clock.now)
+    }
+
     fn unlatch(&mut self, req: ReqId, first: u8) -> Reply {
         self.unlock_latches.push((req, first));
         self.unlock_latches.sort();
+        if let Some(clock) = self.clock.as_mut() {
+            clock.unlock_ends.push((req, clock.now + clock.latch_ttl));
+            clock.unlock_ends.sort();
+        }
         Reply::Released(first)
     }
 
+    /// With a clock, the longest read hold left of those the hash counts,
+    /// in ticks: `Some(0)` when none is left (no clock: `None`).
+    fn longest_read_hold(&self) -> Option<i32> {
+        let clock = self.clock.as_ref()?;
+        Some(clock.longest(&self.readers).unwrap_or(0).max(0))
+    }
+
+    /// The hash is gone.
+    fn clear(&mut self) {
+        self.mode = None;
+        self.readers.clear();
+        self.writer = None;
+    }
+
+    /// With a clock, the ticks a release that left read holds replied
+    /// (negated, in ms, by the script); `None` for any other release.
+    pub fn longest_replied(&self, req: ReqId) -> Option<i32> {
+        let clock = self.clock.as_ref()?;
+        clock
+            .longest
+            .iter()
+            .find(|(r, _)| *r == req)
+            .map(|(_, ticks)| *ticks)
+    }
+
     /// `lua/read_release.lua` or `lua/write_release.lua`; and whether it
-    /// published.
+    /// published. With a clock, a release that leaves read holds sets the
+    /// hash's end to the longest of them (see [`Server::longest_replied`]),
+    /// and read holds whose keys all ran out count as none.
     pub fn release(&mut self, side: Side, req: ReqId, mutation: Mutation) -> (Reply, bool) {
         if let Some((_, first)) = self.unlock_latches.iter().find(|(r, _)| *r == req) {
             return (Reply::Released(*first), false);
@@ -222,28 +351,98 @@ impl Server {
                     self.readers.push((owner, n - 1));
                     self.readers.sort();
                 }
+                if let Some(clock) = self.clock.as_mut() {
+                    clock.holds.retain(|(o, k, _)| (*o, *k) != (owner, n));
+                }
                 // Other holds remain (live read holds, or the writer).
                 if !self.readers.is_empty() || self.writer.is_some() {
-                    return (self.unlatch(req, 0), false);
+                    match self.longest_read_hold() {
+                        Some(longest) if longest > 0 => {
+                            let clock = self.clock.as_mut().unwrap();
+                            clock.hash_ends = clock.now + longest;
+                            clock.longest.push((req, longest));
+                            clock.longest.sort();
+                            return (self.unlatch(req, 0), false);
+                        }
+                        Some(_) if self.writer.is_none() => {}
+                        _ => return (self.unlatch(req, 0), false),
+                    }
                 }
             }
             Side::Write => {
                 if n > 1 {
                     self.writer = Some((owner, n - 1));
+                    if let Some(clock) = self.clock.as_mut() {
+                        clock.hash_ends = clock.now + clock.lease;
+                    }
                     return (self.unlatch(req, 0), false);
                 }
                 self.writer = None;
-                if !self.readers.is_empty() && mutation != Mutation::WriteReleaseDropsReads {
+                let reads_left = match self.longest_read_hold() {
+                    Some(longest) => longest > 0,
+                    None => !self.readers.is_empty(),
+                };
+                if reads_left && mutation != Mutation::WriteReleaseDropsReads {
                     self.mode = Some(Side::Read);
+                    if let Some(longest) = self.longest_read_hold() {
+                        let clock = self.clock.as_mut().unwrap();
+                        clock.hash_ends = clock.now + longest;
+                    }
                     let published = mutation != Mutation::ReleaseWakesNobody;
                     return (self.unlatch(req, 1), published);
                 }
-                self.readers.clear();
             }
         }
-        self.mode = None;
+        self.clear();
         let published = mutation != Mutation::ReleaseWakesNobody;
         (self.unlatch(req, 1), published)
+    }
+
+    /// `lua/renew_read.lua` for one owner: with a clock, each of its read
+    /// holds' keys that still stands gets a lease from now, and the hash
+    /// at least that; whether the owner has read holds left (else it is
+    /// named gone).
+    pub fn renew_read(&mut self, owner: ClientId) -> bool {
+        let count = self.count_of(owner, Side::Read);
+        if count == 0 {
+            return false;
+        }
+        if let Some(clock) = self.clock.as_mut() {
+            let end = clock.now + clock.lease;
+            for (o, n, ends) in clock.holds.iter_mut() {
+                if *o == owner && *n <= count {
+                    *ends = end;
+                }
+            }
+            clock.hash_ends = clock.hash_ends.max(end);
+        }
+        true
+    }
+
+    /// A tick passes: the hash, the read holds' keys and the latches whose
+    /// end comes run out. Nothing without a clock.
+    pub fn tick(&mut self) {
+        let Some(clock) = self.clock.as_mut() else {
+            return;
+        };
+        clock.now += 1;
+        let now = clock.now;
+        let hash_gone = self.mode.is_some() && clock.hash_ends <= now;
+        clock.holds.retain(|(_, _, end)| *end > now);
+        clock.acquire_ends.retain(|(_, end)| *end > now);
+        clock.unlock_ends.retain(|(_, end)| *end > now);
+        let (acquire, unlock) = (&clock.acquire_ends, &clock.unlock_ends);
+        self.acquire_latches
+            .retain(|(req, _)| acquire.iter().any(|(r, _)| r == req));
+        self.unlock_latches
+            .retain(|(req, _)| unlock.iter().any(|(r, _)| r == req));
+        let unlocks = &self.unlock_latches;
+        clock
+            .longest
+            .retain(|(req, _)| unlocks.iter().any(|(r, _)| r == req));
+        if hash_gone {
+            self.clear();
+        }
     }
 
     /// `lua/acquire_cancel.lua`.
@@ -252,6 +451,10 @@ impl Server {
             None => {
                 self.acquire_latches.push((req, Latch::Cancelled));
                 self.acquire_latches.sort();
+                if let Some(clock) = self.clock.as_mut() {
+                    clock.acquire_ends.push((req, clock.now + clock.latch_ttl));
+                    clock.acquire_ends.sort();
+                }
                 Reply::Settled(false)
             }
             Some(Latch::Cancelled) => Reply::Settled(false),
