@@ -325,6 +325,17 @@ impl Server {
         (Reply::Released(1), self.queue.first().copied())
     }
 
+    /// `lua/fair_force_unlock.lua`: the lock opened whoever holds it
+    /// (`Released(1)`, or `Released(0)` when it was not held), and the
+    /// first live waiter woken (dead ones purged first).
+    pub fn force_unlock(&mut self) -> (Reply, Option<ClientId>) {
+        if self.hold.take().is_none() {
+            return (Reply::Released(0), None);
+        }
+        self.purge();
+        (Reply::Released(1), self.queue.first().copied())
+    }
+
     /// `lua/fair_leave.lua`; and the owner it wakes, if any.
     pub fn leave(&mut self, owner: ClientId, mutation: Mutation) -> (Reply, Option<ClientId>) {
         let Some(at) = self.queue.iter().position(|&w| w == owner) else {

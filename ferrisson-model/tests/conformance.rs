@@ -21,6 +21,9 @@ use rng::{announced_seed, Rng};
 use server::RedisServer;
 
 const NAME: &str = "model";
+/// A second lock, held by owner 1 from each sequence's start until its
+/// lease runs out, which a batched renewal may name beside the first.
+const OTHER: &str = "model-other";
 const CHANNEL: &str = "redisson_lock__channel:{model}";
 /// Published after each step: every message before it is the step's.
 const MARKER: &str = "redisson_lock__channel:{model}:marker";
@@ -98,14 +101,19 @@ enum Step {
         /// With a job's keep.
         keep: bool,
     },
-    /// A batched renewal: the lock for one owner, and again in the same
-    /// call for another (a batch carries many owners).
-    Renew(ClientId, Option<ClientId>),
+    /// A batched renewal: the lock for one owner, and in the same call
+    /// for another, of this lock or (`true`) of the other lock, `OTHER`
+    /// (a batch carries many owners and locks).
+    Renew(ClientId, Option<(ClientId, bool)>),
     Settle(ReqId),
+    /// `acquire_granted.lua`: whether the request's latch shows a grant.
+    Granted(ReqId),
     /// A tick passes: what runs out is gone.
     Tick,
-    /// The hold's key is deleted (forced open).
+    /// The hold's key is deleted (as by an operator).
     RunOut,
+    /// `force_unlock.lua`: the lock opened whoever holds it.
+    ForceUnlock,
 }
 
 fn draw(rng: &mut Rng, fenced: bool) -> Step {
@@ -114,7 +122,7 @@ fn draw(rng: &mut Rng, fenced: bool) -> Step {
         client,
         seq: 1 + rng.below(ACQUIRES as u64) as u8,
     };
-    match rng.below(20) {
+    match rng.below(21) {
         0..=7 => Step::Acquire {
             req: acquire,
             reentrant: fenced || rng.below(5) > 0,
@@ -133,11 +141,13 @@ fn draw(rng: &mut Rng, fenced: bool) -> Step {
         },
         14 | 15 => Step::Renew(
             client,
-            (rng.below(2) == 0).then(|| rng.below(2) as ClientId),
+            (rng.below(2) == 0).then(|| (rng.below(2) as ClientId, rng.below(3) == 0)),
         ),
         16 => Step::Settle(acquire),
         17 | 18 => Step::Tick,
-        _ => Step::RunOut,
+        19 => Step::Granted(acquire),
+        _ if rng.below(2) == 0 => Step::RunOut,
+        _ => Step::ForceUnlock,
     }
 }
 
@@ -225,6 +235,20 @@ fn lua(file: &str) -> &'static str {
         "read_release.lua" => include_str!("../../lua/read_release.lua"),
         "write_release.lua" => include_str!("../../lua/write_release.lua"),
         "renew_read.lua" => include_str!("../../lua/renew_read.lua"),
+        "set_if_missing.lua" => include_str!("../../lua/set_if_missing.lua"),
+        "latch_count_down.lua" => include_str!("../../lua/latch_count_down.lua"),
+        "latch_delete.lua" => include_str!("../../lua/latch_delete.lua"),
+        "read_count.lua" => include_str!("../../lua/read_count.lua"),
+        "semaphore_delete.lua" => include_str!("../../lua/semaphore_delete.lua"),
+        "semaphore_drain.lua" => include_str!("../../lua/semaphore_drain.lua"),
+        "job_last_done.lua" => include_str!("../../lua/job_last_done.lua"),
+        "publish.lua" => include_str!("../../lua/publish.lua"),
+        "fenced_get.lua" => include_str!("../../lua/fenced_get.lua"),
+        "fenced_set.lua" => include_str!("../../lua/fenced_set.lua"),
+        "force_unlock.lua" => include_str!("../../lua/force_unlock.lua"),
+        "fair_force_unlock.lua" => include_str!("../../lua/fair_force_unlock.lua"),
+        "acquire_granted.lua" => include_str!("../../lua/acquire_granted.lua"),
+        "lock_info.lua" => include_str!("../../lua/lock_info.lua"),
         _ => panic!("no script {file} here"),
     }
 }
@@ -289,6 +313,9 @@ struct Scripts {
     release: Script,
     renew: Script,
     settle: Script,
+    granted: Script,
+    force_unlock: Script,
+    lock_info: Script,
 }
 
 impl Scripts {
@@ -303,6 +330,9 @@ impl Scripts {
             release: script("release.lua"),
             renew: script("renew.lua"),
             settle: script("acquire_cancel.lua"),
+            granted: script("acquire_granted.lua"),
+            force_unlock: script("force_unlock.lua"),
+            lock_info: script("lock_info.lua"),
         }
     }
 
@@ -391,11 +421,11 @@ impl Scripts {
             }
             Step::Renew(first, second) => {
                 let mut call = self.renew.key(NAME);
-                if second.is_some() {
-                    call.key(NAME);
+                if let Some((_, other)) = second {
+                    call.key(if other { OTHER } else { NAME });
                 }
                 call.arg(ms(bounds().lease)).arg(field(first));
-                if let Some(second) = second {
+                if let Some((second, _)) = second {
                     call.arg(field(second));
                 }
                 call.invoke(conn).unwrap()
@@ -404,6 +434,20 @@ impl Scripts {
                 .settle
                 .key(acquire_latch(req))
                 .arg(ms(bounds().latch_ttl))
+                .invoke(conn)
+                .unwrap(),
+            Step::Granted(req) => self
+                .granted
+                .key(acquire_latch(req))
+                .arg(ms(bounds().latch_ttl))
+                .invoke(conn)
+                .unwrap(),
+            Step::ForceUnlock => self
+                .force_unlock
+                .key(NAME)
+                .key(CHANNEL)
+                .arg(0)
+                .arg("publish")
                 .invoke(conn)
                 .unwrap(),
             Step::Tick => {
@@ -433,9 +477,10 @@ impl Scripts {
                     .collect(),
                 ..Outcome::reply(Reply::Renewed(gone.is_empty()))
             },
-            (Step::Settle(_), Value::Array(reply)) => Outcome::reply(Reply::Settled(
-                matches!(reply.first(), Some(Value::Int(left)) if *left >= 0),
-            )),
+            (Step::Settle(_) | Step::Granted(_), Value::Array(reply)) => Outcome::reply(
+                Reply::Settled(matches!(reply.first(), Some(Value::Int(left)) if *left >= 0)),
+            ),
+            (Step::ForceUnlock, Value::Int(n)) => Outcome::reply(Reply::Released(n as u8)),
             (step, reply) => panic!("{step:?}: a reply the model has no word for: {reply:?}"),
         };
         Some(outcome)
@@ -463,7 +508,14 @@ fn tick(conn: &mut redis::Connection) {
 }
 
 /// Runs `step` on the model at `now`.
-fn model_run(server: &mut Server, now: &mut Time, step: Step) -> Option<Outcome> {
+/// Runs `step` on the model at `now`; `other` is when the other lock,
+/// owner 1's, ends (`None`: gone).
+fn model_run(
+    server: &mut Server,
+    other: &mut Option<Time>,
+    now: &mut Time,
+    step: Step,
+) -> Option<Outcome> {
     let b = &bounds();
     let m = Mutation::None;
     let t = *now;
@@ -492,10 +544,16 @@ fn model_run(server: &mut Server, now: &mut Time, step: Step) -> Option<Outcome>
         }
         Step::Renew(first, second) => {
             let mut gone = Vec::new();
-            for (at, owner) in [Some(first), second].into_iter().flatten().enumerate() {
-                if server.renew(t, owner, b, m) == Reply::Renewed(false) {
-                    gone.push(at as u8 + 1);
+            if server.renew(t, first, b, m) == Reply::Renewed(false) {
+                gone.push(1);
+            }
+            match second {
+                Some((owner, false)) if server.renew(t, owner, b, m) == Reply::Renewed(false) => {
+                    gone.push(2)
                 }
+                Some((1, true)) if other.is_some() => *other = Some(t + b.lease),
+                Some((_, true)) => gone.push(2),
+                _ => {}
             }
             Outcome {
                 gone: gone.clone(),
@@ -503,9 +561,18 @@ fn model_run(server: &mut Server, now: &mut Time, step: Step) -> Option<Outcome>
             }
         }
         Step::Settle(req) => Outcome::reply(server.settle(t, req, b)),
+        Step::Granted(req) => {
+            Outcome::reply(Reply::Settled(server.latch(req) == Some(Latch::Granted)))
+        }
+        Step::ForceUnlock => {
+            Outcome::reply(Reply::Released(u8::from(server.hold.take().is_some())))
+        }
         Step::Tick => {
             *now += 1;
             server.expire(*now);
+            if other.is_some_and(|ends| ends <= *now) {
+                *other = None;
+            }
             return None;
         }
         Step::RunOut => {
@@ -543,7 +610,26 @@ fn ttl_agrees(pttl: i64, expires: Time, now: Time) -> bool {
 
 /// The keys Redis holds, and their TTLs, compared with the model's (a
 /// token by its rank in `drawn`).
-fn compare(conn: &mut redis::Connection, model: &Server, now: Time, drawn: &Drawn, context: &str) {
+fn compare(
+    conn: &mut redis::Connection,
+    model: &Server,
+    other: Option<Time>,
+    now: Time,
+    drawn: &Drawn,
+    context: &str,
+) {
+    let hash: Vec<(String, String)> = conn.hgetall(OTHER).unwrap();
+    let expected: Vec<(String, String)> =
+        other.iter().map(|_| (field(1), "1".to_owned())).collect();
+    assert_eq!(hash, expected, "{context}: the other lock's hash");
+    if let Some(ends) = other {
+        let pttl: i64 = conn.pttl(OTHER).unwrap();
+        assert!(
+            ttl_agrees(pttl, ends, now),
+            "{context}: the other lock's TTL is {pttl} ms, the model's ends in {} ticks",
+            ends - now
+        );
+    }
     let hash: Vec<(String, String)> = conn.hgetall(NAME).unwrap();
     let expected: Vec<(String, String)> = model
         .hold
@@ -554,6 +640,7 @@ fn compare(conn: &mut redis::Connection, model: &Server, now: Time, drawn: &Draw
     // No key the model lacks.
     let keys: usize = redis::cmd("DBSIZE").query(conn).unwrap();
     let modelled = usize::from(model.hold.is_some())
+        + usize::from(other.is_some())
         + model.acquire_latches.len()
         + model.unlock_latches.len()
         + usize::from(model.token > 0);
@@ -626,6 +713,53 @@ fn compare(conn: &mut redis::Connection, model: &Server, now: Time, drawn: &Draw
     }
 }
 
+/// What `lock_info.lua` replies: the hash, its PTTL, the queue, the
+/// timeout set with its scores, the server's time, the token counter.
+type LockInfo = (
+    Vec<(String, String)>,
+    i64,
+    Vec<String>,
+    Vec<(String, i64)>,
+    i64,
+    i64,
+);
+
+/// `lock_info.lua` (`plain` or `fenced`) reads what the keys hold, as
+/// read one by one: the hash, its PTTL (within the time between the
+/// reads), no queue, the server's time and the token counter.
+fn lock_info_agrees(conn: &mut redis::Connection, lock_info: &Script, fenced: bool, context: &str) {
+    let kind = if fenced { "fenced" } else { "plain" };
+    let (hash, pttl, queue, scores, now, token): LockInfo = lock_info
+        .key(NAME)
+        .key(TOKEN_KEY)
+        .arg(kind)
+        .invoke(conn)
+        .unwrap();
+    let expected: Vec<(String, String)> = conn.hgetall(NAME).unwrap();
+    assert_eq!(hash, expected, "{context}: lock_info's hash");
+    let (read_pttl, (seconds, micros)): (i64, (i64, i64)) =
+        redis::pipe().pttl(NAME).cmd("TIME").query(conn).unwrap();
+    let read_now = seconds * 1000 + micros / 1000;
+    assert!(
+        match (pttl, read_pttl) {
+            (a, b) if a < 0 || b < 0 => a == b,
+            (a, b) => a >= b && a - b <= TTL_SLACK_MS,
+        },
+        "{context}: lock_info's PTTL {pttl}, read after it {read_pttl}"
+    );
+    assert!(
+        now <= read_now && read_now - now <= TTL_SLACK_MS,
+        "{context}: lock_info's time {now}, read after it {read_now}"
+    );
+    assert!(
+        queue.is_empty() && scores.is_empty(),
+        "{context}: lock_info's queue"
+    );
+    let counter: Option<i64> = conn.get(TOKEN_KEY).unwrap();
+    let expected = if fenced { counter.unwrap_or(-1) } else { -1 };
+    assert_eq!(token, expected, "{context}: lock_info's token");
+}
+
 #[test]
 fn the_model_and_the_scripts_agree_step_by_step() {
     let seed = announced_seed("model conformance");
@@ -659,7 +793,10 @@ fn covered(seen: &BTreeMap<String, usize>, fenced: bool) {
         "Settled(false)",
         "published",
         "mixed batch",
+        "other lock renewed",
         "tick",
+        "forced open",
+        "grant read",
     ];
     if !fenced {
         expected.push("NotReentrant");
@@ -698,6 +835,14 @@ fn agree_step_by_step(
             ..Server::default()
         };
         let mut now: Time = 0;
+        let _: () = redis::pipe()
+            .hset(OTHER, field(1), 1)
+            .ignore()
+            .pexpire(OTHER, ms(bounds().lease) as i64)
+            .ignore()
+            .query(&mut conn)
+            .unwrap();
+        let mut other = Some(bounds().lease);
         let mut steps = Vec::new();
         let mut drawn = Drawn::default();
         for _ in 0..STEPS {
@@ -707,12 +852,12 @@ fn agree_step_by_step(
             let held_before = model.hold.is_some();
             let real = scripts.run(&mut conn, step, fenced, &mut drawn);
             let real_published = published::<String>(&mut conn, &mut pubsub, MARKER);
-            let modelled = model_run(&mut model, &mut now, step);
+            let modelled = model_run(&mut model, &mut other, &mut now, step);
             assert_eq!(real, modelled, "{context}: the reply");
             // The last hold's release (not a replay, not a keep) tells
-            // the waiters.
+            // the waiters, and so does a lock forced open.
             let expected: Vec<String> = match (step, &modelled) {
-                (Step::Release { .. }, Some(o))
+                (Step::Release { .. } | Step::ForceUnlock, Some(o))
                     if o.reply == Reply::Released(1) && held_before && model.hold.is_none() =>
                 {
                     vec!["0".to_owned()]
@@ -720,7 +865,8 @@ fn agree_step_by_step(
                 _ => Vec::new(),
             };
             assert_eq!(real_published, expected, "{context}: the messages");
-            compare(&mut conn, &model, now, &drawn, &context);
+            compare(&mut conn, &model, other, now, &drawn, &context);
+            lock_info_agrees(&mut conn, &scripts.lock_info, fenced, &context);
             if let Some(o) = &real {
                 *seen.entry(format!("{:?}", o.reply)).or_default() += 1;
             }
@@ -728,11 +874,20 @@ fn agree_step_by_step(
                 *seen.entry("published".to_owned()).or_default() += 1;
             }
             match (step, &real) {
-                (Step::Renew(a, Some(b)), Some(o)) if a != b && o.gone.len() == 1 => {
+                (Step::Renew(a, Some((b, false))), Some(o)) if a != b && o.gone.len() == 1 => {
                     *seen.entry("mixed batch".to_owned()).or_default() += 1;
+                }
+                (Step::Renew(_, Some((1, true))), Some(o)) if !o.gone.contains(&2) => {
+                    *seen.entry("other lock renewed".to_owned()).or_default() += 1;
                 }
                 (Step::Tick, _) if model.hold.is_some() => {
                     *seen.entry("tick".to_owned()).or_default() += 1;
+                }
+                (Step::ForceUnlock, Some(o)) if o.reply == Reply::Released(1) => {
+                    *seen.entry("forced open".to_owned()).or_default() += 1;
+                }
+                (Step::Granted(_), Some(o)) if o.reply == Reply::Settled(true) => {
+                    *seen.entry("grant read".to_owned()).or_default() += 1;
                 }
                 _ => {}
             }
@@ -919,34 +1074,105 @@ const MUTANTS: &[(Mutant, usize)] = &[
         },
         1,
     ),
+    (
+        Mutant {
+            file: "acquire_granted.lua",
+            from: "if latch == false or latch == 'x' then",
+            nth: 1,
+            to: "if latch == false then",
+            what: "a given-up request reads as granted",
+        },
+        1,
+    ),
+    (
+        Mutant {
+            file: "force_unlock.lua",
+            from: "redis.call(ARGV[2], KEYS[2], ARGV[1])",
+            nth: 1,
+            to: "",
+            what: "a lock forced open wakes nobody",
+        },
+        1,
+    ),
+    (
+        Mutant {
+            file: "force_unlock.lua",
+            from: "if redis.call('del', KEYS[1]) == 0 then",
+            nth: 1,
+            to: "if redis.call('exists', KEYS[1]) == 0 then",
+            what: "forcing a lock open leaves it held",
+        },
+        1,
+    ),
+    (
+        Mutant {
+            file: "lock_info.lua",
+            from: "local pttl = redis.call('pttl', KEYS[1])",
+            nth: 1,
+            to: "local pttl = redis.call('ttl', KEYS[1])",
+            what: "the inspector reads a lock's TTL in seconds",
+        },
+        1,
+    ),
+    (
+        Mutant {
+            file: "lock_info.lua",
+            from: "        token = counter",
+            nth: 1,
+            to: "",
+            what: "the inspector never reads a fenced lock's token counter",
+        },
+        1,
+    ),
+    (
+        Mutant {
+            file: "renew.lua",
+            from: "redis.call('pexpire', key, ARGV[1])",
+            nth: 1,
+            to: "redis.call('pexpire', KEYS[1], ARGV[1])",
+            what: "a batched renewal renews the first key for every pair",
+        },
+        1,
+    ),
+    (
+        Mutant {
+            file: "renew.lua",
+            from: "redis.pcall('hexists', key, ARGV[i + 1])",
+            nth: 1,
+            to: "redis.pcall('hexists', KEYS[1], ARGV[i + 1])",
+            what: "a batched renewal checks every owner on the first key",
+        },
+        1,
+    ),
 ];
 
-/// Each mutant is caught: the comparison that passes on `lua/` as it is
-/// fails on it, with the same seed.
-#[test]
-fn every_mutant_of_the_locks_scripts_is_caught() {
-    let seed = announced_seed("model conformance, mutants");
-    // A few seeds, so that a mutant whose bug shows only after a rare
-    // sequence is not missed by one unlucky draw: the first that catches
-    // it is enough, and each passes on `lua/` as it is.
+/// Runs `agree` (a comparison of a model and the scripts, which panics at
+/// the first disagreement) on `lua/` as it is, and then on each of
+/// `mutants`, with a few seeds drawn from the announced one, so that a
+/// mutant whose bug shows only after a rare sequence is not missed by one
+/// unlucky draw: each must fail under one of them, and each seed passes on
+/// `lua/` as it is. A stale entry (its text no longer where it was
+/// written, or a script that no longer compiles) fails outside the
+/// comparison.
+fn every_mutant_is_caught(
+    name: &str,
+    mutants: &[(Mutant, usize)],
+    redis: &RedisServer,
+    agree: impl Fn(u64, Option<Mutant>),
+) {
+    let seed = announced_seed(name);
     let seeds: Vec<u64> = (0..3u64)
         .map(|i| seed.wrapping_add(i.wrapping_mul(0x9E37_79B9_7F4A_7C15)))
         .collect();
-    let redis = RedisServer::start();
     for &seed in &seeds {
-        agree_step_by_step(&redis, seed, false, None);
-        agree_step_by_step(&redis, seed, true, None);
+        agree(seed, None);
     }
     let mut escaped = Vec::new();
-    for (mutant, occurrences) in MUTANTS {
-        // Outside the catch: a stale entry fails the test.
-        mutant.check(*occurrences, &redis);
-        let fenced = mutant.file == "fenced_acquire.lua";
+    for (mutant, occurrences) in mutants {
+        mutant.check(*occurrences, redis);
         let caught = seeds.iter().find(|&&seed| {
-            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                agree_step_by_step(&redis, seed, fenced, Some(*mutant))
-            }))
-            .is_err()
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| agree(seed, Some(*mutant))))
+                .is_err()
         });
         match caught {
             Some(seed) => println!("caught: {} ({}, seed {seed})", mutant.what, mutant.file),
@@ -955,7 +1181,29 @@ fn every_mutant_of_the_locks_scripts_is_caught() {
     }
     assert!(
         escaped.is_empty(),
-        "seeds {seeds:?}: mutants no comparison caught: {escaped:?}"
+        "{name}, seeds {seeds:?}: mutants no comparison caught: {escaped:?}"
+    );
+}
+
+/// Each mutant is caught: the comparison that passes on `lua/` as it is
+/// fails on it, with the same seed.
+#[test]
+fn every_mutant_of_the_locks_scripts_is_caught() {
+    let redis = RedisServer::start();
+    every_mutant_is_caught(
+        "model conformance, mutants",
+        MUTANTS,
+        &redis,
+        |seed, mutant| match mutant {
+            Some(m) => {
+                let fenced = ["fenced_acquire.lua", "lock_info.lua"].contains(&m.file);
+                agree_step_by_step(&redis, seed, fenced, mutant);
+            }
+            None => {
+                agree_step_by_step(&redis, seed, false, None);
+                agree_step_by_step(&redis, seed, true, None);
+            }
+        },
     );
 }
 
@@ -1429,7 +1677,10 @@ mod fair_scripts {
 
     use super::rng::{announced_seed, Rng};
     use super::server::RedisServer;
-    use super::{field, id, lua, Mutant, SEQUENCES, STEPS, TICK_MS, TTL_SLACK_MS};
+    use super::{
+        every_mutant_is_caught, field, id, lua, LockInfo, Mutant, SEQUENCES, STEPS, TICK_MS,
+        TTL_SLACK_MS,
+    };
 
     const NAME: &str = "model-fair";
     const QUEUE: &str = "redisson_lock_queue:{model-fair}";
@@ -1462,13 +1713,15 @@ mod fair_scripts {
         Acquire(ReqId, bool),
         Release(ReqId),
         Leave(ClientId),
+        /// `fair_force_unlock.lua`: the lock opened whoever holds it.
+        ForceUnlock,
         /// A tick passes: TTLs a tick shorter, scores a tick lower.
         Tick,
     }
 
     fn draw(rng: &mut Rng) -> Step {
         let client = rng.below(CLIENTS as u64) as ClientId;
-        match rng.below(12) {
+        match rng.below(13) {
             0..=4 => Step::Acquire(
                 ReqId {
                     client,
@@ -1481,6 +1734,7 @@ mod fair_scripts {
                 seq: 100 + rng.below(RELEASES as u64) as u8,
             }),
             8 | 9 => Step::Leave(client),
+            10 => Step::ForceUnlock,
             _ => Step::Tick,
         }
     }
@@ -1489,6 +1743,8 @@ mod fair_scripts {
         acquire: Script,
         release: Script,
         leave: Script,
+        force_unlock: Script,
+        lock_info: Script,
     }
 
     impl Scripts {
@@ -1501,6 +1757,8 @@ mod fair_scripts {
                 acquire: script("fair_acquire.lua"),
                 release: script("fair_release.lua"),
                 leave: script("fair_leave.lua"),
+                force_unlock: script("fair_force_unlock.lua"),
+                lock_info: script("lock_info.lua"),
             }
         }
 
@@ -1564,6 +1822,19 @@ mod fair_scripts {
                         .unwrap();
                     (Reply::Left(left == 1), None)
                 }
+                Step::ForceUnlock => {
+                    let opened: i64 = self
+                        .force_unlock
+                        .key(NAME)
+                        .key(QUEUE)
+                        .key(TIMEOUTS)
+                        .key(CHANNEL)
+                        .arg(0)
+                        .arg("publish")
+                        .invoke(conn)
+                        .unwrap();
+                    (Reply::Released(opened as u8), None)
+                }
                 Step::Tick => {
                     tick(conn);
                     return None;
@@ -1602,11 +1873,61 @@ mod fair_scripts {
                 let (reply, woken) = server.leave(client, Mutation::None);
                 (Some((reply, None)), woken)
             }
+            Step::ForceUnlock => {
+                let (reply, woken) = server.force_unlock();
+                (Some((reply, None)), woken)
+            }
             Step::Tick => {
                 server.tick();
                 (None, None)
             }
         }
+    }
+
+    /// `lock_info.lua` (`fair`) reads what the keys hold, as read one by
+    /// one: the hash, its PTTL (within the time between the reads), the
+    /// queue, the timeout set with its scores, the server's time.
+    fn lock_info_agrees(conn: &mut redis::Connection, lock_info: &Script, context: &str) {
+        type Read = (
+            Vec<(String, String)>,
+            i64,
+            Vec<String>,
+            Vec<(String, i64)>,
+            (i64, i64),
+        );
+        let (hash, pttl, queue, scores, now, token): LockInfo = lock_info
+            .key(NAME)
+            .key(QUEUE)
+            .key(TIMEOUTS)
+            .arg("fair")
+            .invoke(conn)
+            .unwrap();
+        let (read_hash, read_pttl, read_queue, read_scores, (seconds, micros)): Read =
+            redis::pipe()
+                .hgetall(NAME)
+                .pttl(NAME)
+                .lrange(QUEUE, 0, -1)
+                .zrange_withscores(TIMEOUTS, 0, -1)
+                .cmd("TIME")
+                .query(conn)
+                .unwrap();
+        let read_now = seconds * 1000 + micros / 1000;
+        assert_eq!(
+            (hash, queue, scores, token),
+            (read_hash, read_queue, read_scores, -1),
+            "{context}: lock_info's hash, queue, scores, token"
+        );
+        assert!(
+            match (pttl, read_pttl) {
+                (a, b) if a < 0 || b < 0 => a == b,
+                (a, b) => a >= b && a - b <= TTL_SLACK_MS,
+            },
+            "{context}: lock_info's PTTL {pttl}, read after it {read_pttl}"
+        );
+        assert!(
+            now <= read_now && read_now - now <= TTL_SLACK_MS,
+            "{context}: lock_info's time {now}, read after it {read_now}"
+        );
     }
 
     /// Whether a time Redis reports, `real` ms, is the model's `ticks`
@@ -1746,15 +2067,30 @@ mod fair_scripts {
         pubsub.psubscribe(format!("{CHANNEL}:*")).unwrap();
         let scripts = Scripts::load(mutant);
         let mut seen = BTreeMap::<String, usize>::new();
-        // The first sequence opens with the rarest case: the first in line
-        // leaves while the lock is free, and wakes the next.
+        // The first sequences open with the rarest cases: the first in
+        // line leaves while the lock is free, and wakes the next; a lock
+        // forced open while the first in line is dead (A holds, B and C
+        // wait; A's lease ends, B takes the lock, which moves C's score a
+        // tick sooner; a tick later C is dead and the lock still held).
         let req = |client, seq| ReqId { client, seq };
-        let opening = [
-            Step::Acquire(req(0, 1), true),
-            Step::Acquire(req(1, 1), true),
-            Step::Acquire(req(2, 1), true),
-            Step::Release(req(0, 100)),
-            Step::Leave(1),
+        let openings: [&[Step]; 2] = [
+            &[
+                Step::Acquire(req(0, 1), true),
+                Step::Acquire(req(1, 1), true),
+                Step::Acquire(req(2, 1), true),
+                Step::Release(req(0, 100)),
+                Step::Leave(1),
+            ],
+            &[
+                Step::Acquire(req(0, 1), true),
+                Step::Acquire(req(1, 1), true),
+                Step::Acquire(req(2, 1), true),
+                Step::Tick,
+                Step::Tick,
+                Step::Acquire(req(1, 2), true),
+                Step::Tick,
+                Step::ForceUnlock,
+            ],
         ];
         for sequence in 0..SEQUENCES {
             let _: () = redis::cmd("FLUSHALL").query(&mut conn).unwrap();
@@ -1764,10 +2100,8 @@ mod fair_scripts {
             };
             let mut steps = Vec::new();
             for i in 0..STEPS {
-                let step = match (sequence, opening.get(i)) {
-                    (0, Some(step)) => *step,
-                    _ => draw(&mut rng),
-                };
+                let opening = openings.get(sequence).and_then(|steps| steps.get(i));
+                let step = opening.copied().unwrap_or_else(|| draw(&mut rng));
                 steps.push(step);
                 let context = format!("seed {seed}, sequence {sequence}, steps {steps:?}");
                 let before = model.clone();
@@ -1791,17 +2125,23 @@ mod fair_scripts {
                     "{context}: the owners woken"
                 );
                 compare(&mut conn, &model, &context);
+                lock_info_agrees(&mut conn, &scripts.lock_info, &context);
                 let Some((real, _)) = real else {
                     if !before.queue.is_empty() {
                         *seen.entry("tick with waiters".to_owned()).or_default() += 1;
                     }
                     continue;
                 };
+                let forced = if matches!(step, Step::ForceUnlock) {
+                    "forced "
+                } else {
+                    ""
+                };
                 let kind = match (real, real_woken.is_empty()) {
                     (Reply::Released(_) | Reply::NotHeld | Reply::Left(_), false) => {
-                        format!("{real:?} waking")
+                        format!("{forced}{real:?} waking")
                     }
-                    _ => format!("{real:?}"),
+                    _ => format!("{forced}{real:?}"),
                 };
                 *seen.entry(kind).or_default() += 1;
                 // Waiters that were dead at the head of the line, gone.
@@ -1848,6 +2188,8 @@ mod fair_scripts {
             "Left(true) waking",
             "Left(false)",
             "purged",
+            "forced Released(1) waking",
+            "forced Released(0)",
             "granted, the line moving up",
             "tick with waiters",
         ] {
@@ -1967,38 +2309,50 @@ mod fair_scripts {
             },
             1,
         ),
+        (
+            Mutant {
+                file: "fair_force_unlock.lua",
+                from: "if score ~= nil and score > now then",
+                nth: 1,
+                to: "if true then",
+                what: "a fair lock forced open wakes a dead waiter",
+            },
+            1,
+        ),
+        (
+            Mutant {
+                file: "fair_force_unlock.lua",
+                from: "redis.call(ARGV[2], KEYS[4] .. ':' .. next, ARGV[1])",
+                nth: 1,
+                to: "",
+                what: "a fair lock forced open wakes nobody",
+            },
+            1,
+        ),
+        (
+            Mutant {
+                file: "lock_info.lua",
+                from: "scores = redis.call('zrange', KEYS[3], 0, -1, 'withscores')",
+                nth: 1,
+                to: "scores = redis.call('zrange', KEYS[3], 0, -1)",
+                what: "the inspector reads a fair lock's waiters without their scores",
+            },
+            1,
+        ),
     ];
 
     /// Each mutant is caught: the comparison that passes on `lua/` as it
     /// is fails on it, with the same seed.
     #[test]
     fn every_mutant_of_the_fair_locks_scripts_is_caught() {
-        let seed = announced_seed("fair model conformance, mutants");
-        let seeds: Vec<u64> = (0..3u64)
-            .map(|i| seed.wrapping_add(i.wrapping_mul(0x9E37_79B9_7F4A_7C15)))
-            .collect();
         let redis = RedisServer::start();
-        for &seed in &seeds {
-            agree_step_by_step(&redis, seed, None);
-        }
-        let mut escaped = Vec::new();
-        for (mutant, occurrences) in MUTANTS {
-            // Outside the catch: a stale entry fails the test.
-            mutant.check(*occurrences, &redis);
-            let caught = seeds.iter().find(|&&seed| {
-                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    agree_step_by_step(&redis, seed, Some(*mutant))
-                }))
-                .is_err()
-            });
-            match caught {
-                Some(seed) => println!("caught: {} ({}, seed {seed})", mutant.what, mutant.file),
-                None => escaped.push(mutant.what),
-            }
-        }
-        assert!(
-            escaped.is_empty(),
-            "seeds {seeds:?}: mutants no comparison caught: {escaped:?}"
+        every_mutant_is_caught(
+            "fair model conformance, mutants",
+            MUTANTS,
+            &redis,
+            |seed, mutant| {
+                agree_step_by_step(&redis, seed, mutant);
+            },
         );
     }
 }
@@ -2018,7 +2372,10 @@ mod rwlock_scripts {
 
     use super::rng::{announced_seed, Rng};
     use super::server::RedisServer;
-    use super::{field, id, lua, published, Mutant, SEQUENCES, STEPS, TICK_MS, TTL_SLACK_MS};
+    use super::{
+        every_mutant_is_caught, field, id, lua, published, Mutant, SEQUENCES, STEPS, TICK_MS,
+        TTL_SLACK_MS,
+    };
 
     const NAME: &str = "model-rw";
     const PREFIX: &str = "{model-rw}";
@@ -2725,31 +3082,850 @@ mod rwlock_scripts {
     /// is fails on it, with the same seed.
     #[test]
     fn every_mutant_of_the_read_write_locks_scripts_is_caught() {
-        let seed = announced_seed("read-write lock conformance, mutants");
-        let seeds: Vec<u64> = (0..3u64)
-            .map(|i| seed.wrapping_add(i.wrapping_mul(0x9E37_79B9_7F4A_7C15)))
-            .collect();
         let redis = RedisServer::start();
-        for &seed in &seeds {
-            agree_step_by_step(&redis, seed, None);
+        every_mutant_is_caught(
+            "read-write lock conformance, mutants",
+            MUTANTS,
+            &redis,
+            |seed, mutant| {
+                agree_step_by_step(&redis, seed, mutant);
+            },
+        );
+    }
+}
+
+/// A count in one string key, as the semaphore and the count-down latch
+/// keep it (Redisson's `RSemaphore` and `RCountDownLatch`), through every
+/// script that sets, counts down, drains, deletes or reads one (and a
+/// job's last occurrence done, read as a count), and the election's
+/// `publish.lua`: each step against a small model of the key, with data
+/// ferrisson did not write put there now and then (each script must then
+/// fail and change nothing), and ticks.
+mod counter_scripts {
+    use std::collections::BTreeMap;
+    use std::time::Duration;
+
+    use redis::{Commands, Script};
+
+    use super::rng::Rng;
+    use super::server::RedisServer;
+    use super::{
+        announced_seed, every_mutant_is_caught, lua, published, Mutant, SEQUENCES, STEPS, TICK_MS,
+        TTL_SLACK_MS,
+    };
+
+    const KEY: &str = "model-counter";
+    const CHANNEL: &str = "redisson_countdownlatch__channel__{model-counter}";
+    const MARKER: &str = "redisson_countdownlatch__channel__{model-counter}:marker";
+    /// What another program keeps under the name.
+    const FOREIGN: &str = "not-a-count";
+
+    /// What the key holds.
+    #[derive(Clone, Copy, Debug, PartialEq)]
+    enum Value {
+        Missing,
+        Count(i64),
+        Foreign,
+    }
+
+    /// The key and its end, in ticks.
+    #[derive(Clone, Copy, Debug)]
+    struct Counter {
+        value: Value,
+        ends: Option<i32>,
+        now: i32,
+    }
+
+    #[derive(Clone, Copy, Debug)]
+    enum Step {
+        /// `set_if_missing.lua`: a count, the message, a TTL in ticks (0:
+        /// none).
+        SetIfMissing(i64, i64, i32),
+        CountDown,
+        LatchDelete,
+        ReadCount,
+        JobLastDone,
+        SemaphoreDelete,
+        Drain,
+        /// `publish.lua`, a message on the channel.
+        Publish(i64),
+        /// Another program writes the key.
+        Foreign,
+        /// The key is deleted (by its owner).
+        Clear,
+        Tick,
+    }
+
+    fn draw(rng: &mut Rng) -> Step {
+        match rng.below(24) {
+            0..=3 => Step::SetIfMissing(
+                rng.below(5) as i64 - 1,
+                rng.below(3) as i64,
+                rng.below(3) as i32,
+            ),
+            4..=7 => Step::CountDown,
+            8 | 9 => Step::LatchDelete,
+            10 | 11 => Step::ReadCount,
+            12 => Step::JobLastDone,
+            13 | 14 => Step::SemaphoreDelete,
+            15 | 16 => Step::Drain,
+            17 => Step::Publish(rng.below(3) as i64),
+            18 => Step::Foreign,
+            19 => Step::Clear,
+            _ => Step::Tick,
         }
-        let mut escaped = Vec::new();
-        for (mutant, occurrences) in MUTANTS {
-            mutant.check(*occurrences, &redis);
-            let caught = seeds.iter().find(|&&seed| {
-                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    agree_step_by_step(&redis, seed, Some(*mutant))
-                }))
-                .is_err()
-            });
-            match caught {
-                Some(seed) => println!("caught: {} ({}, seed {seed})", mutant.what, mutant.file),
-                None => escaped.push(mutant.what),
+    }
+
+    /// A step's reply: a number, or the script's refusal of data that is
+    /// no count.
+    #[derive(Clone, Copy, Debug, PartialEq)]
+    enum Outcome {
+        Int(i64),
+        WrongType,
+    }
+
+    impl Counter {
+        /// Runs `step`: the reply, and the message published.
+        fn run(&mut self, step: Step) -> (Option<Outcome>, Option<i64>) {
+            use Outcome::{Int, WrongType};
+            let count = match self.value {
+                Value::Foreign => {
+                    return match step {
+                        Step::Publish(message) => (Some(Int(1)), Some(message)),
+                        Step::Foreign | Step::Clear | Step::Tick => {
+                            self.apply(step);
+                            (None, None)
+                        }
+                        _ => (Some(WrongType), None),
+                    };
+                }
+                Value::Missing => None,
+                Value::Count(n) => Some(n),
+            };
+            let reply = match (step, count) {
+                (Step::SetIfMissing(value, message, ttl), None) => {
+                    self.value = Value::Count(value);
+                    self.ends = (ttl > 0).then_some(self.now + ttl);
+                    return (Some(Int(1)), Some(message));
+                }
+                (Step::SetIfMissing(..), Some(_)) => Int(0),
+                (Step::CountDown, None) => Int(0),
+                (Step::CountDown, Some(n)) => {
+                    let left = n - 1;
+                    if left <= 0 {
+                        self.value = Value::Missing;
+                        self.ends = None;
+                    } else {
+                        self.value = Value::Count(left);
+                    }
+                    if left == 0 {
+                        return (Some(Int(0)), Some(0));
+                    }
+                    Int(left.max(0))
+                }
+                (Step::LatchDelete, None) => Int(0),
+                (Step::LatchDelete, Some(_)) => {
+                    self.value = Value::Missing;
+                    self.ends = None;
+                    return (Some(Int(1)), Some(0));
+                }
+                (Step::ReadCount, n) => Int(n.unwrap_or(0)),
+                (Step::JobLastDone, n) => Int(n.unwrap_or(-1)),
+                (Step::SemaphoreDelete, n) => {
+                    self.value = Value::Missing;
+                    self.ends = None;
+                    Int(i64::from(n.is_some()))
+                }
+                (Step::Drain, Some(n)) if n > 0 => {
+                    // DECRBY keeps the TTL.
+                    self.value = Value::Count(0);
+                    Int(n)
+                }
+                (Step::Drain, _) => Int(0),
+                (Step::Publish(message), _) => return (Some(Int(1)), Some(message)),
+                (Step::Foreign | Step::Clear | Step::Tick, _) => {
+                    self.apply(step);
+                    return (None, None);
+                }
+            };
+            (Some(reply), None)
+        }
+
+        fn apply(&mut self, step: Step) {
+            match step {
+                Step::Foreign => {
+                    self.value = Value::Foreign;
+                    self.ends = None;
+                }
+                Step::Clear => {
+                    self.value = Value::Missing;
+                    self.ends = None;
+                }
+                Step::Tick => {
+                    self.now += 1;
+                    if self.ends.is_some_and(|end| end <= self.now) {
+                        self.value = Value::Missing;
+                        self.ends = None;
+                    }
+                }
+                _ => unreachable!(),
             }
         }
+    }
+
+    struct Scripts {
+        set_if_missing: Script,
+        count_down: Script,
+        latch_delete: Script,
+        read_count: Script,
+        job_last_done: Script,
+        semaphore_delete: Script,
+        drain: Script,
+        publish: Script,
+    }
+
+    impl Scripts {
+        fn load(mutant: Option<Mutant>) -> Scripts {
+            let script = |file: &str| match mutant.filter(|m| m.file == file) {
+                Some(mutant) => Script::new(&mutant.apply(lua(file))),
+                None => Script::new(lua(file)),
+            };
+            Scripts {
+                set_if_missing: script("set_if_missing.lua"),
+                count_down: script("latch_count_down.lua"),
+                latch_delete: script("latch_delete.lua"),
+                read_count: script("read_count.lua"),
+                job_last_done: script("job_last_done.lua"),
+                semaphore_delete: script("semaphore_delete.lua"),
+                drain: script("semaphore_drain.lua"),
+                publish: script("publish.lua"),
+            }
+        }
+
+        fn run(&self, conn: &mut redis::Connection, step: Step) -> Option<Outcome> {
+            let reply: redis::RedisResult<i64> = match step {
+                Step::SetIfMissing(value, message, ttl) => self
+                    .set_if_missing
+                    .key(KEY)
+                    .key(CHANNEL)
+                    .arg(value)
+                    .arg(message)
+                    .arg("publish")
+                    .arg(i64::from(ttl) * TICK_MS as i64)
+                    .invoke(conn),
+                Step::CountDown => self
+                    .count_down
+                    .key(KEY)
+                    .key(CHANNEL)
+                    .arg(0)
+                    .arg("publish")
+                    .invoke(conn),
+                Step::LatchDelete => self
+                    .latch_delete
+                    .key(KEY)
+                    .key(CHANNEL)
+                    .arg(0)
+                    .arg("publish")
+                    .invoke(conn),
+                Step::ReadCount => self.read_count.key(KEY).invoke(conn),
+                Step::JobLastDone => self.job_last_done.key(KEY).invoke(conn),
+                Step::SemaphoreDelete => self.semaphore_delete.key(KEY).invoke(conn),
+                Step::Drain => self.drain.key(KEY).invoke(conn),
+                Step::Publish(message) => self
+                    .publish
+                    .key(CHANNEL)
+                    .arg(message)
+                    .arg("publish")
+                    .invoke(conn),
+                Step::Foreign => {
+                    let _: () = conn.set(KEY, FOREIGN).unwrap();
+                    return None;
+                }
+                Step::Clear => {
+                    let _: i64 = conn.del(KEY).unwrap();
+                    return None;
+                }
+                Step::Tick => {
+                    super::tick(conn);
+                    return None;
+                }
+            };
+            Some(match reply {
+                Ok(n) => Outcome::Int(n),
+                Err(e)
+                    if e.code() == Some("WRONGTYPE")
+                        && e.detail() == Some(&format!("holds a string: {KEY}")) =>
+                {
+                    Outcome::WrongType
+                }
+                Err(e) => panic!("{step:?}: {e}"),
+            })
+        }
+    }
+
+    fn compare(conn: &mut redis::Connection, model: &Counter, context: &str) {
+        let held: Option<String> = conn.get(KEY).unwrap();
+        let expected = match model.value {
+            Value::Missing => None,
+            Value::Count(n) => Some(n.to_string()),
+            Value::Foreign => Some(FOREIGN.to_owned()),
+        };
+        assert_eq!(held, expected, "{context}: the key");
+        let pttl: i64 = conn.pttl(KEY).unwrap();
+        match (model.value, model.ends) {
+            (Value::Missing, _) => assert_eq!(pttl, -2, "{context}: the key's PTTL"),
+            (_, None) => assert_eq!(pttl, -1, "{context}: the key's PTTL"),
+            (_, Some(end)) => {
+                let expected = i64::from(end - model.now) * TICK_MS as i64;
+                assert!(
+                    pttl <= expected && pttl > expected - TTL_SLACK_MS,
+                    "{context}: the key's TTL is {pttl} ms, the model's ends in {} ticks",
+                    end - model.now
+                );
+            }
+        }
+    }
+
+    fn agree_step_by_step(
+        redis: &RedisServer,
+        seed: u64,
+        mutant: Option<Mutant>,
+    ) -> BTreeMap<String, usize> {
+        let mut rng = Rng::new(seed);
+        let client = redis::Client::open(redis.url()).unwrap();
+        let mut conn = client.get_connection().unwrap();
+        let mut subscriber = client.get_connection().unwrap();
+        subscriber
+            .set_read_timeout(Some(Duration::from_secs(30)))
+            .unwrap();
+        let mut pubsub = subscriber.as_pubsub();
+        pubsub.subscribe(CHANNEL).unwrap();
+        pubsub.subscribe(MARKER).unwrap();
+        let scripts = Scripts::load(mutant);
+        let mut seen = BTreeMap::<String, usize>::new();
+        for sequence in 0..SEQUENCES {
+            let _: () = redis::cmd("FLUSHALL").query(&mut conn).unwrap();
+            let mut model = Counter {
+                value: Value::Missing,
+                ends: None,
+                now: 0,
+            };
+            let mut steps = Vec::new();
+            for _ in 0..STEPS {
+                let step = draw(&mut rng);
+                steps.push(step);
+                let context = format!("seed {seed}, sequence {sequence}, steps {steps:?}");
+                let before = model.value;
+                let real = scripts.run(&mut conn, step);
+                let real_published = published::<i64>(&mut conn, &mut pubsub, MARKER);
+                let (modelled, message) = model.run(step);
+                assert_eq!(real, modelled, "{context}: the reply");
+                assert_eq!(
+                    real_published,
+                    Vec::from_iter(message),
+                    "{context}: the messages"
+                );
+                compare(&mut conn, &model, &context);
+                if let Some(real) = real {
+                    let name = format!("{step:?}");
+                    let name = name.split('(').next().unwrap();
+                    let on = match before {
+                        Value::Missing => "missing",
+                        Value::Count(n) if n > 0 => "counting",
+                        Value::Count(_) => "at or below 0",
+                        Value::Foreign => "foreign",
+                    };
+                    let what = match real {
+                        Outcome::WrongType => "refused".to_owned(),
+                        Outcome::Int(n) => format!("{}", n.signum()),
+                    };
+                    *seen.entry(format!("{name} on {on}: {what}")).or_default() += 1;
+                }
+            }
+        }
+        println!(
+            "counter conformance (seed {seed}, mutant: {mutant:?}): {SEQUENCES} sequences of \
+             {STEPS} steps agree; met: {seen:?}"
+        );
+        seen
+    }
+
+    #[test]
+    fn the_counter_model_and_the_scripts_agree_step_by_step() {
+        let seed = announced_seed("counter conformance");
+        let redis = RedisServer::start();
+        let seen = agree_step_by_step(&redis, seed, None);
+        for what in [
+            "SetIfMissing on missing: 1",
+            "SetIfMissing on counting: 0",
+            "SetIfMissing on foreign: refused",
+            "CountDown on counting: 0",
+            "CountDown on counting: 1",
+            "CountDown on at or below 0: 0",
+            "CountDown on missing: 0",
+            "LatchDelete on counting: 1",
+            "LatchDelete on missing: 0",
+            "ReadCount on counting: 1",
+            "ReadCount on missing: 0",
+            "JobLastDone on missing: -1",
+            "JobLastDone on counting: 1",
+            "SemaphoreDelete on counting: 1",
+            "SemaphoreDelete on foreign: refused",
+            "Drain on counting: 1",
+            "Drain on at or below 0: 0",
+            "Publish on missing: 1",
+        ] {
+            assert!(seen.contains_key(what), "no step met {what}: {seen:?}");
+        }
+    }
+
+    const MUTANTS: &[(Mutant, usize)] = &[
+        (
+            Mutant {
+                file: "set_if_missing.lua",
+                from: "if count ~= false then",
+                nth: 1,
+                to: "if false then",
+                what: "setting a count overwrites the one there",
+            },
+            1,
+        ),
+        (
+            Mutant {
+                file: "set_if_missing.lua",
+                from: "redis.call('set', KEYS[1], ARGV[1], 'px', ttl)",
+                nth: 1,
+                to: "redis.call('set', KEYS[1], ARGV[1])",
+                what: "setting a count ignores its TTL",
+            },
+            1,
+        ),
+        (
+            Mutant {
+                file: "set_if_missing.lua",
+                from: "redis.call(ARGV[3], KEYS[2], ARGV[2])",
+                nth: 1,
+                to: "",
+                what: "setting a count tells no waiter",
+            },
+            1,
+        ),
+        (
+            Mutant {
+                file: "latch_count_down.lua",
+                from: "if left == 0 then",
+                nth: 1,
+                to: "if left <= 0 then",
+                what: "a count-down past zero opens the latch again",
+            },
+            1,
+        ),
+        (
+            Mutant {
+                file: "latch_count_down.lua",
+                from: "    redis.call('del', KEYS[1])",
+                nth: 1,
+                to: "",
+                what: "a latch counted down to zero keeps its key",
+            },
+            1,
+        ),
+        (
+            Mutant {
+                file: "latch_delete.lua",
+                from: "redis.call(ARGV[2], KEYS[2], ARGV[1])",
+                nth: 1,
+                to: "",
+                what: "a deleted latch wakes nobody",
+            },
+            1,
+        ),
+        (
+            Mutant {
+                file: "read_count.lua",
+                from: "if string.find(value, '^%-?%d+$') then",
+                nth: 1,
+                to: "if true then",
+                what: "a string that is no count is read as one",
+            },
+            1,
+        ),
+        (
+            Mutant {
+                file: "job_last_done.lua",
+                from: "return done or -1",
+                nth: 1,
+                to: "return done or 0",
+                what: "a job with no occurrence done reads occurrence 0 as done",
+            },
+            1,
+        ),
+        (
+            Mutant {
+                file: "semaphore_delete.lua",
+                from: "return redis.call('del', KEYS[1])",
+                nth: 1,
+                to: "redis.call('del', KEYS[1]) return 1",
+                what: "deleting a missing semaphore says it existed",
+            },
+            1,
+        ),
+        (
+            Mutant {
+                file: "semaphore_delete.lua",
+                from: "if type(available) == 'table' then",
+                nth: 1,
+                to: "if false then",
+                what: "deleting a semaphore deletes another program's data",
+            },
+            1,
+        ),
+        (
+            Mutant {
+                file: "semaphore_drain.lua",
+                from: "redis.call('decrby', KEYS[1], available)",
+                nth: 1,
+                to: "redis.call('set', KEYS[1], 0)",
+                what: "a drain drops the semaphore's TTL",
+            },
+            1,
+        ),
+        (
+            Mutant {
+                file: "publish.lua",
+                from: "return redis.call(ARGV[2], KEYS[1], ARGV[1])",
+                nth: 1,
+                to: "return 1",
+                what: "an announcement is not sent",
+            },
+            1,
+        ),
+    ];
+
+    #[test]
+    fn every_mutant_of_the_counters_scripts_is_caught() {
+        let redis = RedisServer::start();
+        every_mutant_is_caught(
+            "counter conformance, mutants",
+            MUTANTS,
+            &redis,
+            |seed, mutant| {
+                agree_step_by_step(&redis, seed, mutant);
+            },
+        );
+    }
+}
+
+/// The fenced hash (`fenced_set.lua`, `fenced_get.lua`): a data hash
+/// written only by a token at least as high as every token before, and
+/// its fence, against a small model, with another program's data under
+/// the data key or the fence now and then (the scripts must fail and
+/// change nothing).
+mod fenced_hash_scripts {
+    use std::collections::BTreeMap;
+
+    use redis::{Commands, Script, Value};
+
+    use super::rng::Rng;
+    use super::server::RedisServer;
+    use super::{announced_seed, every_mutant_is_caught, lua, Mutant, SEQUENCES, STEPS};
+
+    const DATA: &str = "model-data";
+    const FENCE: &str = "ferrisson_fence:{model-data}";
+    /// A fence no double holds exactly (2^53): refused as no token.
+    const TOO_HIGH: &str = "9007199254740993";
+
+    #[derive(Clone, Debug, Default, PartialEq)]
+    struct Fenced {
+        /// The data hash's fields (sorted); `None`: another program keeps
+        /// a string there.
+        data: Option<BTreeMap<u8, u8>>,
+        /// The fence: 0 none; `None`: something that is no token.
+        fence: Option<i64>,
+    }
+
+    #[derive(Clone, Copy, Debug)]
+    enum Step {
+        /// A token, a field, a value.
+        Set(i64, u8, u8),
+        Get(u8),
+        /// Another program's string under the data key.
+        ForeignData,
+        /// A fence above what a double holds exactly.
+        ForeignFence,
+        /// Both keys deleted.
+        Clear,
+    }
+
+    fn draw(rng: &mut Rng) -> Step {
+        match rng.below(20) {
+            0..=9 => Step::Set(
+                1 + rng.below(4) as i64,
+                rng.below(2) as u8,
+                rng.below(3) as u8,
+            ),
+            10..=15 => Step::Get(rng.below(2) as u8),
+            16 => Step::ForeignData,
+            17 => Step::ForeignFence,
+            _ => Step::Clear,
+        }
+    }
+
+    /// A reply: {1 or 0, token or fence} for a set, {value or nil, fence
+    /// or -1} for a get; or a refusal of data that is no fenced hash.
+    #[derive(Clone, Copy, Debug, PartialEq)]
+    enum Outcome {
+        Set(bool, i64),
+        Got(Option<u8>, i64),
+        WrongType,
+    }
+
+    impl Fenced {
+        fn run(&mut self, step: Step) -> Option<Outcome> {
+            match step {
+                Step::ForeignData => {
+                    self.data = None;
+                    return None;
+                }
+                Step::ForeignFence => {
+                    self.fence = None;
+                    return None;
+                }
+                Step::Clear => {
+                    *self = Fenced {
+                        data: Some(BTreeMap::new()),
+                        fence: Some(0),
+                    };
+                    return None;
+                }
+                _ => {}
+            }
+            let (Some(data), Some(fence)) = (self.data.as_mut(), self.fence) else {
+                return Some(Outcome::WrongType);
+            };
+            Some(match step {
+                Step::Set(token, _, _) if fence > token => Outcome::Set(false, fence),
+                Step::Set(token, field, value) => {
+                    data.insert(field, value);
+                    self.fence = Some(token);
+                    Outcome::Set(true, token)
+                }
+                Step::Get(field) => Outcome::Got(
+                    data.get(&field).copied(),
+                    if fence > 0 { fence } else { -1 },
+                ),
+                _ => unreachable!(),
+            })
+        }
+    }
+
+    fn field(f: u8) -> String {
+        format!("field-{f}")
+    }
+
+    fn run(
+        set: &Script,
+        get: &Script,
+        conn: &mut redis::Connection,
+        step: Step,
+    ) -> Option<Outcome> {
+        let reply: redis::RedisResult<Value> = match step {
+            Step::Set(token, f, value) => set
+                .key(DATA)
+                .key(FENCE)
+                .arg(token)
+                .arg(field(f))
+                .arg(value)
+                .invoke(conn),
+            Step::Get(f) => get.key(DATA).key(FENCE).arg(field(f)).invoke(conn),
+            Step::ForeignData => {
+                let _: () = conn.set(DATA, "someone else's").unwrap();
+                return None;
+            }
+            Step::ForeignFence => {
+                let _: () = conn.set(FENCE, TOO_HIGH).unwrap();
+                return None;
+            }
+            Step::Clear => {
+                let _: i64 = conn.del(&[DATA, FENCE]).unwrap();
+                return None;
+            }
+        };
+        let reply = match reply {
+            Err(e) if e.code() == Some("WRONGTYPE") => return Some(Outcome::WrongType),
+            Err(e) => panic!("{step:?}: {e}"),
+            Ok(reply) => reply,
+        };
+        let (first, second): (Value, i64) = redis::from_redis_value(reply).unwrap();
+        Some(match (step, first) {
+            (Step::Set(..), Value::Int(done)) => Outcome::Set(done == 1, second),
+            (Step::Get(_), Value::Nil) => Outcome::Got(None, second),
+            (Step::Get(_), value) => {
+                let value: String = redis::from_redis_value(value).unwrap();
+                Outcome::Got(Some(value.parse().unwrap()), second)
+            }
+            (step, value) => panic!("{step:?}: a reply the model has no word for: {value:?}"),
+        })
+    }
+
+    fn compare(conn: &mut redis::Connection, model: &Fenced, context: &str) {
+        match &model.data {
+            Some(data) => {
+                let held: BTreeMap<String, String> = conn.hgetall(DATA).unwrap();
+                let expected: BTreeMap<String, String> = data
+                    .iter()
+                    .map(|(f, v)| (field(*f), v.to_string()))
+                    .collect();
+                assert_eq!(held, expected, "{context}: the data hash");
+            }
+            None => {
+                let held: String = conn.get(DATA).unwrap();
+                assert_eq!(held, "someone else's", "{context}: another program's data");
+            }
+        }
+        let fence: Option<String> = conn.get(FENCE).unwrap();
+        let expected = match model.fence {
+            Some(0) => None,
+            Some(token) => Some(token.to_string()),
+            None => Some(TOO_HIGH.to_owned()),
+        };
+        assert_eq!(fence, expected, "{context}: the fence");
+        let pttl: i64 = conn.pttl(FENCE).unwrap();
         assert!(
-            escaped.is_empty(),
-            "seeds {seeds:?}: mutants no comparison caught: {escaped:?}"
+            fence.is_none() || pttl == -1,
+            "{context}: the fence has a TTL"
+        );
+    }
+
+    fn agree_step_by_step(
+        redis: &RedisServer,
+        seed: u64,
+        mutant: Option<Mutant>,
+    ) -> BTreeMap<String, usize> {
+        let mut rng = Rng::new(seed);
+        let mut conn = redis::Client::open(redis.url())
+            .unwrap()
+            .get_connection()
+            .unwrap();
+        let script = |file: &str| match mutant.filter(|m| m.file == file) {
+            Some(mutant) => Script::new(&mutant.apply(lua(file))),
+            None => Script::new(lua(file)),
+        };
+        let (set, get) = (script("fenced_set.lua"), script("fenced_get.lua"));
+        let mut seen = BTreeMap::<String, usize>::new();
+        for sequence in 0..SEQUENCES {
+            let _: () = redis::cmd("FLUSHALL").query(&mut conn).unwrap();
+            let mut model = Fenced {
+                data: Some(BTreeMap::new()),
+                fence: Some(0),
+            };
+            let mut steps = Vec::new();
+            for _ in 0..STEPS {
+                let step = draw(&mut rng);
+                steps.push(step);
+                let context = format!("seed {seed}, sequence {sequence}, steps {steps:?}");
+                let real = run(&set, &get, &mut conn, step);
+                let modelled = model.run(step);
+                assert_eq!(real, modelled, "{context}: the reply");
+                compare(&mut conn, &model, &context);
+                let what = match real {
+                    Some(Outcome::Set(done, _)) => format!("set {done}"),
+                    Some(Outcome::Got(value, fence)) => {
+                        format!("got {}, fence {}", value.is_some(), fence > 0)
+                    }
+                    Some(Outcome::WrongType) => "refused".to_owned(),
+                    None => continue,
+                };
+                *seen.entry(what).or_default() += 1;
+            }
+        }
+        println!(
+            "fenced hash conformance (seed {seed}, mutant: {mutant:?}): {SEQUENCES} sequences of \
+             {STEPS} steps agree; met: {seen:?}"
+        );
+        seen
+    }
+
+    #[test]
+    fn the_fenced_hash_model_and_the_scripts_agree_step_by_step() {
+        let seed = announced_seed("fenced hash conformance");
+        let redis = RedisServer::start();
+        let seen = agree_step_by_step(&redis, seed, None);
+        for what in [
+            "set true",
+            "set false",
+            "got true, fence true",
+            "got false, fence true",
+            "got false, fence false",
+            "refused",
+        ] {
+            assert!(seen.contains_key(what), "no step met {what}: {seen:?}");
+        }
+    }
+
+    const MUTANTS: &[(Mutant, usize)] = &[
+        (
+            Mutant {
+                file: "fenced_set.lua",
+                from: "if fence and fence > token then",
+                nth: 1,
+                to: "if fence and fence >= token then",
+                what: "a writer's second write with its token is refused",
+            },
+            1,
+        ),
+        (
+            Mutant {
+                file: "fenced_set.lua",
+                from: "redis.call('set', KEYS[2], ARGV[1])",
+                nth: 1,
+                to: "",
+                what: "a write does not raise the fence",
+            },
+            1,
+        ),
+        (
+            Mutant {
+                file: "fenced_set.lua",
+                from: "if type(highest) == 'number' and highest >= 9007199254740992 then",
+                nth: 1,
+                to: "if false then",
+                what: "a fence above what a double holds is taken for a token",
+            },
+            1,
+        ),
+        (
+            Mutant {
+                file: "fenced_set.lua",
+                from: "if kind ~= 'none' and kind ~= 'hash' then",
+                nth: 1,
+                to: "if false then",
+                what: "a write goes at another program's data",
+            },
+            1,
+        ),
+        (
+            Mutant {
+                file: "fenced_get.lua",
+                from: "ARGV[1]), fence or -1}",
+                nth: 1,
+                to: "ARGV[1]), fence or 0}",
+                what: "a hash never written reads a fence of 0",
+            },
+            1,
+        ),
+    ];
+
+    #[test]
+    fn every_mutant_of_the_fenced_hashs_scripts_is_caught() {
+        let redis = RedisServer::start();
+        every_mutant_is_caught(
+            "fenced hash conformance, mutants",
+            MUTANTS,
+            &redis,
+            |seed, mutant| {
+                agree_step_by_step(&redis, seed, mutant);
+            },
         );
     }
 }
