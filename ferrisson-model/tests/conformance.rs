@@ -219,38 +219,125 @@ impl Outcome {
     }
 }
 
-/// The script files the model stands for, as in `lua/`.
+/// The scripts of `lua/`, each run by one of the comparisons here.
+const SCRIPTS: &[(&str, &str)] = &[
+    ("acquire.lua", include_str!("../../lua/acquire.lua")),
+    (
+        "fenced_acquire.lua",
+        include_str!("../../lua/fenced_acquire.lua"),
+    ),
+    ("release.lua", include_str!("../../lua/release.lua")),
+    ("renew.lua", include_str!("../../lua/renew.lua")),
+    (
+        "acquire_cancel.lua",
+        include_str!("../../lua/acquire_cancel.lua"),
+    ),
+    (
+        "fair_acquire.lua",
+        include_str!("../../lua/fair_acquire.lua"),
+    ),
+    (
+        "fair_release.lua",
+        include_str!("../../lua/fair_release.lua"),
+    ),
+    ("fair_leave.lua", include_str!("../../lua/fair_leave.lua")),
+    (
+        "read_acquire.lua",
+        include_str!("../../lua/read_acquire.lua"),
+    ),
+    (
+        "write_acquire.lua",
+        include_str!("../../lua/write_acquire.lua"),
+    ),
+    (
+        "read_release.lua",
+        include_str!("../../lua/read_release.lua"),
+    ),
+    (
+        "write_release.lua",
+        include_str!("../../lua/write_release.lua"),
+    ),
+    ("renew_read.lua", include_str!("../../lua/renew_read.lua")),
+    (
+        "set_if_missing.lua",
+        include_str!("../../lua/set_if_missing.lua"),
+    ),
+    (
+        "latch_count_down.lua",
+        include_str!("../../lua/latch_count_down.lua"),
+    ),
+    (
+        "latch_delete.lua",
+        include_str!("../../lua/latch_delete.lua"),
+    ),
+    ("read_count.lua", include_str!("../../lua/read_count.lua")),
+    (
+        "semaphore_delete.lua",
+        include_str!("../../lua/semaphore_delete.lua"),
+    ),
+    (
+        "semaphore_drain.lua",
+        include_str!("../../lua/semaphore_drain.lua"),
+    ),
+    (
+        "job_last_done.lua",
+        include_str!("../../lua/job_last_done.lua"),
+    ),
+    ("publish.lua", include_str!("../../lua/publish.lua")),
+    ("fenced_get.lua", include_str!("../../lua/fenced_get.lua")),
+    ("fenced_set.lua", include_str!("../../lua/fenced_set.lua")),
+    (
+        "force_unlock.lua",
+        include_str!("../../lua/force_unlock.lua"),
+    ),
+    (
+        "fair_force_unlock.lua",
+        include_str!("../../lua/fair_force_unlock.lua"),
+    ),
+    (
+        "acquire_granted.lua",
+        include_str!("../../lua/acquire_granted.lua"),
+    ),
+    ("lock_info.lua", include_str!("../../lua/lock_info.lua")),
+    (
+        "semaphore_acquire.lua",
+        include_str!("../../lua/semaphore_acquire.lua"),
+    ),
+    (
+        "semaphore_release.lua",
+        include_str!("../../lua/semaphore_release.lua"),
+    ),
+    (
+        "semaphore_give_back.lua",
+        include_str!("../../lua/semaphore_give_back.lua"),
+    ),
+    ("expirable.lua", include_str!("../../lua/expirable.lua")),
+];
+
+/// A script file of `lua/`, as it is.
 fn lua(file: &str) -> &'static str {
-    match file {
-        "acquire.lua" => include_str!("../../lua/acquire.lua"),
-        "fenced_acquire.lua" => include_str!("../../lua/fenced_acquire.lua"),
-        "release.lua" => include_str!("../../lua/release.lua"),
-        "renew.lua" => include_str!("../../lua/renew.lua"),
-        "acquire_cancel.lua" => include_str!("../../lua/acquire_cancel.lua"),
-        "fair_acquire.lua" => include_str!("../../lua/fair_acquire.lua"),
-        "fair_release.lua" => include_str!("../../lua/fair_release.lua"),
-        "fair_leave.lua" => include_str!("../../lua/fair_leave.lua"),
-        "read_acquire.lua" => include_str!("../../lua/read_acquire.lua"),
-        "write_acquire.lua" => include_str!("../../lua/write_acquire.lua"),
-        "read_release.lua" => include_str!("../../lua/read_release.lua"),
-        "write_release.lua" => include_str!("../../lua/write_release.lua"),
-        "renew_read.lua" => include_str!("../../lua/renew_read.lua"),
-        "set_if_missing.lua" => include_str!("../../lua/set_if_missing.lua"),
-        "latch_count_down.lua" => include_str!("../../lua/latch_count_down.lua"),
-        "latch_delete.lua" => include_str!("../../lua/latch_delete.lua"),
-        "read_count.lua" => include_str!("../../lua/read_count.lua"),
-        "semaphore_delete.lua" => include_str!("../../lua/semaphore_delete.lua"),
-        "semaphore_drain.lua" => include_str!("../../lua/semaphore_drain.lua"),
-        "job_last_done.lua" => include_str!("../../lua/job_last_done.lua"),
-        "publish.lua" => include_str!("../../lua/publish.lua"),
-        "fenced_get.lua" => include_str!("../../lua/fenced_get.lua"),
-        "fenced_set.lua" => include_str!("../../lua/fenced_set.lua"),
-        "force_unlock.lua" => include_str!("../../lua/force_unlock.lua"),
-        "fair_force_unlock.lua" => include_str!("../../lua/fair_force_unlock.lua"),
-        "acquire_granted.lua" => include_str!("../../lua/acquire_granted.lua"),
-        "lock_info.lua" => include_str!("../../lua/lock_info.lua"),
-        _ => panic!("no script {file} here"),
-    }
+    SCRIPTS
+        .iter()
+        .find(|(name, _)| *name == file)
+        .map(|(_, text)| *text)
+        .unwrap_or_else(|| panic!("no script {file} here"))
+}
+
+/// Every script in `lua/` is in `SCRIPTS`, which the comparisons load
+/// theirs from: a script added to `lua/` fails here until a comparison
+/// holds it to a model.
+#[test]
+fn every_script_in_lua_is_compared() {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../lua");
+    let mut files: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name().into_string().unwrap())
+        .filter(|name| name.ends_with(".lua"))
+        .collect();
+    files.sort();
+    let mut listed: Vec<&str> = SCRIPTS.iter().map(|(name, _)| *name).collect();
+    listed.sort();
+    assert_eq!(files, listed, "the scripts of lua/ and those compared");
 }
 
 /// A script with one line changed: a plausible bug, which the comparison
@@ -1217,7 +1304,7 @@ mod semaphore_scripts {
 
     use super::rng::{announced_seed, Rng};
     use super::server::RedisServer;
-    use super::{id, SEQUENCES, STEPS};
+    use super::{every_mutant_is_caught, id, lua, Mutant, SEQUENCES, STEPS};
 
     const NAME: &str = "model-semaphore";
     const CHANNEL: &str = "redisson_sc:{model-semaphore}";
@@ -1272,12 +1359,16 @@ mod semaphore_scripts {
     }
 
     impl Scripts {
-        fn load() -> Scripts {
+        fn load(mutant: Option<Mutant>) -> Scripts {
+            let script = |file: &str| match mutant.filter(|m| m.file == file) {
+                Some(mutant) => Script::new(&mutant.apply(lua(file))),
+                None => Script::new(lua(file)),
+            };
             Scripts {
-                acquire: Script::new(include_str!("../../lua/semaphore_acquire.lua")),
-                release: Script::new(include_str!("../../lua/semaphore_release.lua")),
-                settle: Script::new(include_str!("../../lua/acquire_cancel.lua")),
-                give_back: Script::new(include_str!("../../lua/semaphore_give_back.lua")),
+                acquire: script("semaphore_acquire.lua"),
+                release: script("semaphore_release.lua"),
+                settle: script("acquire_cancel.lua"),
+                give_back: script("semaphore_give_back.lua"),
             }
         }
 
@@ -1383,15 +1474,24 @@ mod semaphore_scripts {
             for (key, expected) in acquires.chain(give_backs) {
                 let latch: Option<String> = conn.get(&key).unwrap();
                 assert_eq!(latch, expected, "{context}: {key}");
+                // Nothing runs out within a run: each latch has its TTL.
+                let pttl: i64 = conn.pttl(&key).unwrap();
+                assert!(
+                    latch.is_none() || (pttl > 0 && pttl <= LATCH_TTL_MS as i64),
+                    "{context}: {key}'s PTTL is {pttl}"
+                );
             }
         }
     }
 
-    #[test]
-    fn the_semaphore_model_and_the_scripts_agree_step_by_step() {
-        let seed = announced_seed("semaphore model conformance");
+    /// Runs the sequences of `seed` through the model and the scripts
+    /// (with `mutant`, if any); panics at the first disagreement.
+    fn agree_step_by_step(
+        redis: &RedisServer,
+        seed: u64,
+        mutant: Option<Mutant>,
+    ) -> std::collections::BTreeMap<String, usize> {
         let mut rng = Rng::new(seed);
-        let redis = RedisServer::start();
         let client = redis::Client::open(redis.url()).unwrap();
         let mut conn = client.get_connection().unwrap();
         let mut subscriber = client.get_connection().unwrap();
@@ -1402,7 +1502,7 @@ mod semaphore_scripts {
         let mut pubsub = subscriber.as_pubsub();
         pubsub.subscribe(CHANNEL).unwrap();
         pubsub.subscribe(MARKER).unwrap();
-        let scripts = Scripts::load();
+        let scripts = Scripts::load(mutant);
         let bounds = Bounds::lost_replies();
         let mut replies = std::collections::BTreeMap::<String, usize>::new();
         for sequence in 0..SEQUENCES {
@@ -1435,8 +1535,17 @@ mod semaphore_scripts {
             }
         }
         println!(
-            "semaphore model conformance (seed {seed}): {SEQUENCES} sequences of {STEPS} steps agree; replies seen: {replies:?}"
+            "semaphore model conformance (seed {seed}, mutant: {mutant:?}): {SEQUENCES} sequences \
+             of {STEPS} steps agree; replies seen: {replies:?}"
         );
+        replies
+    }
+
+    #[test]
+    fn the_semaphore_model_and_the_scripts_agree_step_by_step() {
+        let seed = announced_seed("semaphore model conformance");
+        let redis = RedisServer::start();
+        let replies = agree_step_by_step(&redis, seed, None);
         for reply in [
             "Taken(true)",
             "Taken(false)",
@@ -1451,10 +1560,85 @@ mod semaphore_scripts {
             );
         }
     }
+
+    /// One-line bugs in the semaphore's scripts, each a plausible one.
+    const MUTANTS: &[(Mutant, usize)] = &[
+        (
+            Mutant {
+                file: "semaphore_acquire.lua",
+                from: "if available ~= false and available >= tonumber(ARGV[1]) then",
+                nth: 1,
+                to: "if available ~= false and available >= 1 then",
+                what: "a take of two permits goes through when one is left",
+            },
+            1,
+        ),
+        (
+            Mutant {
+                file: "semaphore_acquire.lua",
+                from: "redis.call('set', KEYS[2], 1, 'px', ARGV[2])",
+                nth: 1,
+                to: "redis.call('set', KEYS[2], 1)",
+                what: "a take's latch never runs out",
+            },
+            1,
+        ),
+        (
+            Mutant {
+                file: "semaphore_acquire.lua",
+                from: "if latch == '1' then",
+                nth: 1,
+                to: "if false then",
+                what: "a resent take takes again",
+            },
+            1,
+        ),
+        (
+            Mutant {
+                file: "semaphore_release.lua",
+                from: "redis.call(ARGV[2], KEYS[2], value)",
+                nth: 1,
+                to: "",
+                what: "a release tells no waiter",
+            },
+            1,
+        ),
+        (
+            Mutant {
+                file: "semaphore_give_back.lua",
+                from: "redis.call('set', unlock_latch, value, 'px', ARGV[3])",
+                nth: 1,
+                to: "",
+                what: "a resent give-back gives back twice",
+            },
+            1,
+        ),
+        (
+            Mutant {
+                file: "semaphore_give_back.lua",
+                from: "redis.call(ARGV[2], KEYS[2], value)",
+                nth: 1,
+                to: "",
+                what: "a give-back tells no waiter",
+            },
+            1,
+        ),
+    ];
+
+    #[test]
+    fn every_mutant_of_the_semaphores_scripts_is_caught() {
+        let redis = RedisServer::start();
+        every_mutant_is_caught(
+            "semaphore model conformance, mutants",
+            MUTANTS,
+            &redis,
+            |seed, mutant| {
+                agree_step_by_step(&redis, seed, mutant);
+            },
+        );
+    }
 }
 
-/// The permit-expirable semaphore's script and its model
-/// ([`expirable::Server`]).
 mod expirable_script {
     use ferrisson_model::expirable::{Bounds, Mutation, Reply, Server};
     use ferrisson_model::{ClientId, Latch, ReqId};
@@ -1462,7 +1646,7 @@ mod expirable_script {
 
     use super::rng::{announced_seed, Rng};
     use super::server::RedisServer;
-    use super::{id, SEQUENCES, STEPS};
+    use super::{every_mutant_is_caught, id, lua, Mutant, SEQUENCES, STEPS};
 
     const NAME: &str = "model-expirable";
     const TIMEOUTS: &str = "{model-expirable}:timeout";
@@ -1490,6 +1674,17 @@ mod expirable_script {
         /// The permit's lease ends (its score set in the past); the next
         /// script takes it back.
         RunOut(ReqId),
+        /// A read: `available`, `out` or `total`.
+        Read(&'static str),
+        /// Every available permit taken.
+        Drain,
+    }
+
+    /// What a step answered: a reply the model words, or a count.
+    #[derive(Clone, Copy, Debug, PartialEq)]
+    enum Got {
+        Reply(Reply),
+        Count(i64),
     }
 
     fn draw(rng: &mut Rng) -> Step {
@@ -1497,11 +1692,14 @@ mod expirable_script {
             client: rng.below(2) as ClientId,
             seq: 1 + rng.below(ACQUIRES as u64) as u8,
         };
-        match rng.below(10) {
+        match rng.below(13) {
             0..=3 => Step::Acquire(req),
             4..=5 => Step::Release(req),
             6..=7 => Step::Settle(req),
-            _ => Step::RunOut(req),
+            8 | 9 => Step::RunOut(req),
+            10 => Step::Read(["available", "out", "total"][rng.below(3) as usize]),
+            11 if rng.below(3) == 0 => Step::Drain,
+            _ => Step::Read("available"),
         }
     }
 
@@ -1523,24 +1721,30 @@ mod expirable_script {
         call
     }
 
+    /// An operation of the script that names no permit and replies a count.
+    fn count(conn: &mut redis::Connection, script: &Script, op: &str) -> i64 {
+        let any = ReqId { client: 0, seq: 0 };
+        call(script, op, any, 0).invoke(conn).unwrap()
+    }
+
     fn run(
         conn: &mut redis::Connection,
         script: &Script,
         settle: &Script,
         step: Step,
-    ) -> Option<Reply> {
-        match step {
+    ) -> Option<Got> {
+        let reply = match step {
             Step::Acquire(req) => {
                 let reply: Value = call(script, "acquire", req, LEASE_MS)
                     .key(acquire_latch(req))
                     .arg(LATCH_TTL_MS)
                     .invoke(conn)
                     .unwrap();
-                Some(Reply::Taken(reply == Value::Nil))
+                Reply::Taken(reply == Value::Nil)
             }
             Step::Release(req) => {
                 let reply: i64 = call(script, "release", req, 0).invoke(conn).unwrap();
-                Some(Reply::Released(reply == 1))
+                Reply::Released(reply == 1)
             }
             Step::Settle(req) => {
                 let (left, _granted): (i64, i64) = settle
@@ -1548,7 +1752,7 @@ mod expirable_script {
                     .arg(LATCH_TTL_MS)
                     .invoke(conn)
                     .unwrap();
-                Some(Reply::Settled(left >= 0))
+                Reply::Settled(left >= 0)
             }
             Step::RunOut(req) => {
                 let _: i64 = redis::cmd("ZADD")
@@ -1558,27 +1762,44 @@ mod expirable_script {
                     .arg(permit(req))
                     .query(conn)
                     .unwrap();
-                let _: i64 = call(script, "available", req, 0).invoke(conn).unwrap();
-                None
+                count(conn, script, "available");
+                return None;
             }
-        }
+            Step::Read(op) => return Some(Got::Count(count(conn, script, op))),
+            Step::Drain => return Some(Got::Count(count(conn, script, "drain"))),
+        };
+        Some(Got::Reply(reply))
     }
 
-    fn model_run(server: &mut Server, step: Step, b: &Bounds) -> Option<Reply> {
+    fn model_run(server: &mut Server, step: Step, b: &Bounds) -> Option<Got> {
         let now = 0;
-        match step {
-            Step::Acquire(req) => Some(server.acquire(now, req, b, Mutation::None)),
-            Step::Release(req) => Some(server.release(req)),
-            Step::Settle(req) => Some(server.settle(now, req, b)),
+        let reply = match step {
+            Step::Acquire(req) => server.acquire(now, req, b, Mutation::None),
+            Step::Release(req) => server.release(req),
+            Step::Settle(req) => server.settle(now, req, b),
             Step::RunOut(req) => {
                 // Its lease ends now: taken back at once.
                 for out in server.out.iter_mut().filter(|(p, _)| *p == req) {
                     out.1 = now;
                 }
                 server.expire(now);
-                None
+                return None;
             }
-        }
+            Step::Read(op) => {
+                let (available, out) = (i64::from(server.available), server.out.len() as i64);
+                return Some(Got::Count(match op {
+                    "available" => available,
+                    "out" => out,
+                    _ => available + out,
+                }));
+            }
+            Step::Drain => {
+                let taken = server.available.max(0);
+                server.available -= taken;
+                return Some(Got::Count(i64::from(taken)));
+            }
+        };
+        Some(Got::Reply(reply))
     }
 
     fn compare(conn: &mut redis::Connection, model: &Server, context: &str) {
@@ -1613,17 +1834,23 @@ mod expirable_script {
         }
     }
 
-    #[test]
-    fn the_expirable_model_and_the_script_agree_step_by_step() {
-        let seed = announced_seed("expirable model conformance");
+    /// Runs the sequences of `seed` through the model and the script (with
+    /// `mutant`, if any); panics at the first disagreement.
+    fn agree_step_by_step(
+        redis: &RedisServer,
+        seed: u64,
+        mutant: Option<Mutant>,
+    ) -> std::collections::BTreeMap<String, usize> {
         let mut rng = Rng::new(seed);
-        let redis = RedisServer::start();
         let mut conn = redis::Client::open(redis.url())
             .unwrap()
             .get_connection()
             .unwrap();
-        let script = Script::new(include_str!("../../lua/expirable.lua"));
-        let settle = Script::new(include_str!("../../lua/acquire_cancel.lua"));
+        let script = |file: &str| match mutant.filter(|m| m.file == file) {
+            Some(mutant) => Script::new(&mutant.apply(lua(file))),
+            None => Script::new(lua(file)),
+        };
+        let (script, settle) = (script("expirable.lua"), script("acquire_cancel.lua"));
         let bounds = Bounds::leases();
         let mut replies = std::collections::BTreeMap::<String, usize>::new();
         for sequence in 0..SEQUENCES {
@@ -1639,14 +1866,29 @@ mod expirable_script {
                 let modelled = model_run(&mut model, step, &bounds);
                 assert_eq!(real, modelled, "{context}: the reply");
                 compare(&mut conn, &model, &context);
-                if let Some(reply) = real {
-                    *replies.entry(format!("{reply:?}")).or_default() += 1;
+                match real {
+                    Some(Got::Reply(reply)) => {
+                        *replies.entry(format!("{reply:?}")).or_default() += 1
+                    }
+                    Some(Got::Count(n)) if n > 0 => {
+                        *replies.entry(format!("{step:?}")).or_default() += 1
+                    }
+                    _ => {}
                 }
             }
         }
         println!(
-            "expirable model conformance (seed {seed}): {SEQUENCES} sequences of {STEPS} steps agree; replies seen: {replies:?}"
+            "expirable model conformance (seed {seed}, mutant: {mutant:?}): {SEQUENCES} sequences \
+             of {STEPS} steps agree; replies seen: {replies:?}"
         );
+        replies
+    }
+
+    #[test]
+    fn the_expirable_model_and_the_script_agree_step_by_step() {
+        let seed = announced_seed("expirable model conformance");
+        let redis = RedisServer::start();
+        let replies = agree_step_by_step(&redis, seed, None);
         for reply in [
             "Taken(true)",
             "Taken(false)",
@@ -1654,12 +1896,113 @@ mod expirable_script {
             "Released(false)",
             "Settled(true)",
             "Settled(false)",
+            "Read(\"available\")",
+            "Read(\"out\")",
+            "Read(\"total\")",
+            "Drain",
         ] {
             assert!(
                 replies.contains_key(reply),
                 "no step replied {reply}: {replies:?}"
             );
         }
+    }
+
+    /// One-line bugs in the permit-expirable semaphore's script.
+    const MUTANTS: &[(Mutant, usize)] = &[
+        (
+            Mutant {
+                file: "expirable.lua",
+                from: "redis.call('zadd', KEYS[2], at, id)",
+                nth: 1,
+                to: "redis.call('zadd', KEYS[2], forever, id)",
+                what: "a taken permit never runs out",
+            },
+            1,
+        ),
+        (
+            Mutant {
+                file: "expirable.lua",
+                from: "local expired = redis.call('zremrangebyscore', KEYS[2], '-inf', now)",
+                nth: 1,
+                to: "local expired = 0",
+                what: "a permit whose lease ended is never taken back",
+            },
+            1,
+        ),
+        (
+            Mutant {
+                file: "expirable.lua",
+                from: "if latch == '1' then",
+                nth: 1,
+                to: "if false then",
+                what: "a resent take takes again",
+            },
+            1,
+        ),
+        (
+            Mutant {
+                file: "expirable.lua",
+                from: "redis.call('set', KEYS[4], 1, 'px', ARGV[6])",
+                nth: 1,
+                to: "",
+                what: "a take writes no latch",
+            },
+            1,
+        ),
+        (
+            Mutant {
+                file: "expirable.lua",
+                from: "redis.call('zrem', KEYS[2], id)",
+                nth: 1,
+                to: "",
+                what: "a released permit stays out",
+            },
+            1,
+        ),
+        (
+            Mutant {
+                file: "expirable.lua",
+                from: "if redis.call('zscore', KEYS[2], id) == false then",
+                nth: 2,
+                to: "if false then",
+                what: "a release of a permit not out gives one back",
+            },
+            2,
+        ),
+        (
+            Mutant {
+                file: "expirable.lua",
+                from: "return available() + redis.call('zcard', KEYS[2])",
+                nth: 1,
+                to: "return available()",
+                what: "the total leaves out the permits taken",
+            },
+            1,
+        ),
+        (
+            Mutant {
+                file: "expirable.lua",
+                from: "redis.call('decrby', KEYS[1], n)",
+                nth: 1,
+                to: "",
+                what: "a drain takes nothing",
+            },
+            1,
+        ),
+    ];
+
+    #[test]
+    fn every_mutant_of_the_expirable_script_is_caught() {
+        let redis = RedisServer::start();
+        every_mutant_is_caught(
+            "expirable model conformance, mutants",
+            MUTANTS,
+            &redis,
+            |seed, mutant| {
+                agree_step_by_step(&redis, seed, mutant);
+            },
+        );
     }
 }
 
