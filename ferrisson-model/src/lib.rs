@@ -87,6 +87,11 @@ pub enum Mutation {
     /// failover) it waits for nothing and reports a sync that never
     /// happened.
     SyncWithoutTouch,
+    /// The token counter starts over after a restart that loses data
+    /// (ferrisson's fenced acquire before its tokens were floored by the
+    /// server's clock): the next holder's token is no higher than the
+    /// last one.
+    TokensStartOver,
 }
 
 /// The bounds of one check.
@@ -115,6 +120,9 @@ pub struct Bounds {
     pub writes: u8,
     /// Failovers to the replica, in all (with a replica).
     pub failovers: u8,
+    /// Restarts of the master that lose its data (no persistence; its
+    /// replicas sync the empty data set from it), in all.
+    pub restarts: u8,
     /// The clock stops here.
     pub max_time: Time,
     /// A hold's lease (the watchdog timeout): the TTL an acquire and a
@@ -155,6 +163,7 @@ impl Bounds {
             drop_resends: 0,
             writes: 0,
             failovers: 0,
+            restarts: 0,
             max_time: 1,
             lease: 2,
             window: 1,
@@ -176,6 +185,7 @@ impl Bounds {
             drop_resends: 0,
             writes: 0,
             failovers: 0,
+            restarts: 0,
             max_time: 3,
             lease: 2,
             window: 1,
@@ -199,6 +209,7 @@ impl Bounds {
             drop_resends: 0,
             writes: 1,
             failovers: 0,
+            restarts: 0,
             max_time: 3,
             lease: 2,
             window: 1,
@@ -247,6 +258,7 @@ impl Bounds {
             drop_resends: 0,
             writes: 0,
             failovers: 1,
+            restarts: 0,
             max_time: 1,
             lease: 2,
             window: 1,
@@ -270,6 +282,7 @@ impl Bounds {
             drop_resends: 0,
             writes: 0,
             failovers: 1,
+            restarts: 0,
             max_time: 0,
             lease: 2,
             window: 1,
@@ -294,6 +307,7 @@ impl Bounds {
             drop_resends: 1,
             writes: 0,
             failovers: 0,
+            restarts: 0,
             max_time: 2,
             lease: 2,
             window: 1,
@@ -728,8 +742,9 @@ pub struct State {
     /// Sorted.
     pub waits: Vec<(Sent, u8)>,
     pub failovers_left: u8,
-    /// Failovers so far.
+    /// Failovers and restarts so far: each replaces every connection.
     pub failovers: u8,
+    pub restarts_left: u8,
 }
 
 /// The resource the lock guards: it takes writes, and with fencing checks
@@ -790,6 +805,10 @@ pub enum Action {
     /// The master fails and a replica is promoted, with what it has; the
     /// other replicas sync from it anew.
     Failover(usize),
+    /// The master restarts empty: every hold and latch is gone, from its
+    /// replicas too; the token counter, floored by the server's clock,
+    /// still rises past every token before.
+    Restart,
     /// The `WAIT` at this index returns (its replicas caught up, or its
     /// timeout).
     WaitReturns(usize),
@@ -1174,6 +1193,7 @@ impl Model for LockModel {
             },
             failovers_left: self.bounds.failovers,
             failovers: 0,
+            restarts_left: self.bounds.restarts,
         }]
     }
 
@@ -1241,6 +1261,9 @@ impl Model for LockModel {
             if state.failovers_left > 0 {
                 actions.push(Action::Failover(i));
             }
+        }
+        if state.restarts_left > 0 {
+            actions.push(Action::Restart);
         }
         for i in 0..state.waits.len() {
             if i > 0 && state.waits[i] == state.waits[i - 1] {
@@ -1366,6 +1389,26 @@ impl Model for LockModel {
                 state.failovers_left -= 1;
                 state.failovers += 1;
                 // The old master's connections broke: its `WAIT`s fail.
+                for (sent, _) in std::mem::take(&mut state.waits) {
+                    self.wait_returns(&mut state, sent, None);
+                }
+            }
+            Action::Restart => {
+                let token = match m {
+                    Mutation::TokensStartOver => 0,
+                    _ => state.server.token,
+                };
+                state.server = Server {
+                    fenced: state.server.fenced,
+                    token,
+                    ..Server::default()
+                };
+                for replica in &mut state.replicas {
+                    *replica = state.server.clone();
+                }
+                state.restarts_left -= 1;
+                state.failovers += 1;
+                // Its connections broke: its `WAIT`s fail.
                 for (sent, _) in std::mem::take(&mut state.waits) {
                     self.wait_returns(&mut state, sent, None);
                 }
@@ -1537,7 +1580,9 @@ impl Model for LockModel {
                     // A failover may bring back a hold whose release the
                     // replica lacked (it stands until its TTL): not checked
                     // after one.
-                    s.failovers_left < m.bounds.failovers || counts_agree(s)
+                    s.failovers_left < m.bounds.failovers
+                        || s.restarts_left < m.bounds.restarts
+                        || counts_agree(s)
                 },
             ),
             Property::sometimes("a client holds", |_, s: &State| {
