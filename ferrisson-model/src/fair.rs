@@ -292,13 +292,8 @@ impl Server {
         if self.hold.is_some() && clock.hold_ends <= now {
             self.hold = None;
         }
-        clock.acquire_ends.retain(|(_, end)| *end > now);
-        clock.unlock_ends.retain(|(_, end)| *end > now);
-        let (acquire, unlock) = (&clock.acquire_ends, &clock.unlock_ends);
-        self.acquire_latches
-            .retain(|(req, _)| acquire.iter().any(|(r, _)| r == req));
-        self.unlock_latches
-            .retain(|(req, _)| unlock.iter().any(|(r, _)| r == req));
+        crate::expire_latches(now, &mut self.acquire_latches, &mut clock.acquire_ends);
+        crate::expire_latches(now, &mut self.unlock_latches, &mut clock.unlock_ends);
     }
 
     /// `lua/fair_release.lua`; and the owner it wakes, if any.

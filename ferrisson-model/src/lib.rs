@@ -1603,6 +1603,18 @@ impl Model for LockModel {
     }
 }
 
+/// A tick of a server's clock for its latches: those whose end (in
+/// `ends`, by request) is past `now` stay, with their ends; the others are
+/// gone.
+pub(crate) fn expire_latches<V>(
+    now: i32,
+    latches: &mut Vec<(ReqId, V)>,
+    ends: &mut Vec<(ReqId, i32)>,
+) {
+    ends.retain(|(_, end)| *end > now);
+    latches.retain(|(req, _)| ends.iter().any(|(r, _)| r == req));
+}
+
 /// At rest, each live client's count is the server's for it: no hold
 /// taken twice, none nobody owns, none lost while its lease runs. Two
 /// exceptions are the design's: a hold let go of unreleased (out of

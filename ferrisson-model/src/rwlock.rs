@@ -429,13 +429,8 @@ impl Server {
         let now = clock.now;
         let hash_gone = self.mode.is_some() && clock.hash_ends <= now;
         clock.holds.retain(|(_, _, end)| *end > now);
-        clock.acquire_ends.retain(|(_, end)| *end > now);
-        clock.unlock_ends.retain(|(_, end)| *end > now);
-        let (acquire, unlock) = (&clock.acquire_ends, &clock.unlock_ends);
-        self.acquire_latches
-            .retain(|(req, _)| acquire.iter().any(|(r, _)| r == req));
-        self.unlock_latches
-            .retain(|(req, _)| unlock.iter().any(|(r, _)| r == req));
+        crate::expire_latches(now, &mut self.acquire_latches, &mut clock.acquire_ends);
+        crate::expire_latches(now, &mut self.unlock_latches, &mut clock.unlock_ends);
         let unlocks = &self.unlock_latches;
         clock
             .longest

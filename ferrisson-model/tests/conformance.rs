@@ -323,6 +323,36 @@ fn lua(file: &str) -> &'static str {
         .unwrap_or_else(|| panic!("no script {file} here"))
 }
 
+/// A script of `lua/` as it is, or with `mutant` when it is that one's.
+fn load(file: &str, mutant: Option<Mutant>) -> Script {
+    match mutant.filter(|m| m.file == file) {
+        Some(mutant) => Script::new(&mutant.apply(lua(file))),
+        None => Script::new(lua(file)),
+    }
+}
+
+/// Ticks (of a model with signed time) in ms.
+fn ticks_ms(ticks: i32) -> i64 {
+    i64::from(ticks) * TICK_MS as i64
+}
+
+/// Whether a time Redis reports, `real` ms, is the model's `ticks` from
+/// now: no more than that (at least 1 ms where the model says less than a
+/// tick: a script's floor), and no less than that less the slack.
+fn time_agrees(real: i64, ticks: i32) -> bool {
+    let expected = ticks_ms(ticks);
+    real <= expected.max(1) && real > expected - TTL_SLACK_MS
+}
+
+/// Each key's value and PTTL, in one round trip.
+fn values_and_pttls(conn: &mut redis::Connection, keys: &[String]) -> Vec<(Option<String>, i64)> {
+    let mut pipe = redis::pipe();
+    for key in keys {
+        pipe.get(key).pttl(key);
+    }
+    pipe.query(conn).unwrap()
+}
+
 /// Every script in `lua/` is in `SCRIPTS`, which the comparisons load
 /// theirs from: a script added to `lua/` fails here until a comparison
 /// holds it to a model.
@@ -407,10 +437,7 @@ struct Scripts {
 
 impl Scripts {
     fn load(mutant: Option<Mutant>) -> Scripts {
-        let script = |file: &str| match mutant.filter(|m| m.file == file) {
-            Some(mutant) => Script::new(&mutant.apply(lua(file))),
-            None => Script::new(lua(file)),
-        };
+        let script = |file: &str| load(file, mutant);
         Scripts {
             acquire: script("acquire.lua"),
             fenced_acquire: script("fenced_acquire.lua"),
@@ -775,11 +802,8 @@ fn compare(
             latches.push((unlock_latch(req), expected));
         }
     }
-    let mut pipe = redis::pipe();
-    for (key, _) in &latches {
-        pipe.get(key).pttl(key);
-    }
-    let read: Vec<(Option<String>, i64)> = pipe.query(conn).unwrap();
+    let keys: Vec<String> = latches.iter().map(|(key, _)| key.clone()).collect();
+    let read = values_and_pttls(conn, &keys);
     for ((key, expected), (value, pttl)) in latches.into_iter().zip(read) {
         let value = match model.fenced && key.starts_with("ferrisson_acquire_latch") {
             true => value.map(|kept| drawn.as_model(kept)),
@@ -1304,7 +1328,7 @@ mod semaphore_scripts {
 
     use super::rng::{announced_seed, Rng};
     use super::server::RedisServer;
-    use super::{every_mutant_is_caught, id, lua, Mutant, SEQUENCES, STEPS};
+    use super::{every_mutant_is_caught, id, load, Mutant, SEQUENCES, STEPS};
 
     const NAME: &str = "model-semaphore";
     const CHANNEL: &str = "redisson_sc:{model-semaphore}";
@@ -1360,10 +1384,7 @@ mod semaphore_scripts {
 
     impl Scripts {
         fn load(mutant: Option<Mutant>) -> Scripts {
-            let script = |file: &str| match mutant.filter(|m| m.file == file) {
-                Some(mutant) => Script::new(&mutant.apply(lua(file))),
-                None => Script::new(lua(file)),
-            };
+            let script = |file: &str| load(file, mutant);
             Scripts {
                 acquire: script("semaphore_acquire.lua"),
                 release: script("semaphore_release.lua"),
@@ -1646,7 +1667,7 @@ mod expirable_script {
 
     use super::rng::{announced_seed, Rng};
     use super::server::RedisServer;
-    use super::{every_mutant_is_caught, id, lua, Mutant, SEQUENCES, STEPS};
+    use super::{every_mutant_is_caught, id, load, Mutant, SEQUENCES, STEPS};
 
     const NAME: &str = "model-expirable";
     const TIMEOUTS: &str = "{model-expirable}:timeout";
@@ -1846,10 +1867,7 @@ mod expirable_script {
             .unwrap()
             .get_connection()
             .unwrap();
-        let script = |file: &str| match mutant.filter(|m| m.file == file) {
-            Some(mutant) => Script::new(&mutant.apply(lua(file))),
-            None => Script::new(lua(file)),
-        };
+        let script = |file: &str| load(file, mutant);
         let (script, settle) = (script("expirable.lua"), script("acquire_cancel.lua"));
         let bounds = Bounds::leases();
         let mut replies = std::collections::BTreeMap::<String, usize>::new();
@@ -2021,8 +2039,8 @@ mod fair_scripts {
     use super::rng::{announced_seed, Rng};
     use super::server::RedisServer;
     use super::{
-        every_mutant_is_caught, field, id, lua, LockInfo, Mutant, SEQUENCES, STEPS, TICK_MS,
-        TTL_SLACK_MS,
+        every_mutant_is_caught, field, id, load, ticks_ms as ms, time_agrees as agrees,
+        values_and_pttls, LockInfo, Mutant, SEQUENCES, STEPS, TICK_MS, TTL_SLACK_MS,
     };
 
     const NAME: &str = "model-fair";
@@ -2037,10 +2055,6 @@ mod fair_scripts {
     const CLIENTS: u8 = 3;
     const ACQUIRES: u8 = 3;
     const RELEASES: u8 = 2;
-
-    fn ms(ticks: i32) -> i64 {
-        i64::from(ticks) * TICK_MS as i64
-    }
 
     fn acquire_latch(req: ReqId) -> String {
         format!("ferrisson_acquire_latch:{{{NAME}}}:{}", id(req))
@@ -2092,10 +2106,7 @@ mod fair_scripts {
 
     impl Scripts {
         fn load(mutant: Option<Mutant>) -> Scripts {
-            let script = |file: &str| match mutant.filter(|m| m.file == file) {
-                Some(mutant) => Script::new(&mutant.apply(lua(file))),
-                None => Script::new(lua(file)),
-            };
+            let script = |file: &str| load(file, mutant);
             Scripts {
                 acquire: script("fair_acquire.lua"),
                 release: script("fair_release.lua"),
@@ -2273,14 +2284,6 @@ mod fair_scripts {
         );
     }
 
-    /// Whether a time Redis reports, `real` ms, is the model's `ticks`
-    /// from now: no more than that (at least 1 ms where the model says
-    /// less than a tick), and no less than that less the slack.
-    fn agrees(real: i64, ticks: i32) -> bool {
-        let expected = ms(ticks);
-        real <= expected.max(1) && real > expected - TTL_SLACK_MS
-    }
-
     fn compare(conn: &mut redis::Connection, model: &Server, context: &str) {
         let clock = model.clock.as_ref().unwrap();
         let now = clock.now;
@@ -2354,11 +2357,8 @@ mod fair_scripts {
                 ));
             }
         }
-        let mut pipe = redis::pipe();
-        for (key, _, _) in &latches {
-            pipe.get(key).pttl(key);
-        }
-        let read: Vec<(Option<String>, i64)> = pipe.query(conn).unwrap();
+        let keys: Vec<String> = latches.iter().map(|(key, _, _)| key.clone()).collect();
+        let read = values_and_pttls(conn, &keys);
         for ((key, expected, ends), (value, pttl)) in latches.into_iter().zip(read) {
             assert_eq!(value, expected, "{context}: {key}");
             if let (Some(_), Some(end)) = (expected, ends) {
@@ -2716,8 +2716,8 @@ mod rwlock_scripts {
     use super::rng::{announced_seed, Rng};
     use super::server::RedisServer;
     use super::{
-        every_mutant_is_caught, field, id, lua, published, Mutant, SEQUENCES, STEPS, TICK_MS,
-        TTL_SLACK_MS,
+        every_mutant_is_caught, field, id, load, published, ticks_ms as ms, time_agrees as agrees,
+        values_and_pttls, Mutant, SEQUENCES, STEPS,
     };
 
     const NAME: &str = "model-rw";
@@ -2733,10 +2733,6 @@ mod rwlock_scripts {
     /// releases 110-111 (a request id is one call's).
     const IDS: u8 = 3;
     const RELEASE_IDS: u8 = 2;
-
-    fn ms(ticks: i32) -> i64 {
-        i64::from(ticks) * TICK_MS as i64
-    }
 
     fn write_field(client: ClientId) -> String {
         format!("{}:write", field(client))
@@ -2816,10 +2812,7 @@ mod rwlock_scripts {
 
     impl Scripts {
         fn load(mutant: Option<Mutant>) -> Scripts {
-            let script = |file: &str| match mutant.filter(|m| m.file == file) {
-                Some(mutant) => Script::new(&mutant.apply(lua(file))),
-                None => Script::new(lua(file)),
-            };
+            let script = |file: &str| load(file, mutant);
             Scripts {
                 read_acquire: script("read_acquire.lua"),
                 write_acquire: script("write_acquire.lua"),
@@ -3002,12 +2995,6 @@ mod rwlock_scripts {
         }
     }
 
-    /// Whether a time Redis reports, `real` ms, is the model's `ticks`.
-    fn agrees(real: i64, ticks: i32) -> bool {
-        let expected = ms(ticks);
-        real <= expected && real > expected - TTL_SLACK_MS
-    }
-
     fn compare(conn: &mut redis::Connection, model: &Server, context: &str) {
         let clock = model.clock.as_ref().unwrap();
         let now = clock.now;
@@ -3086,11 +3073,8 @@ mod rwlock_scripts {
                 }
             }
         }
-        let mut pipe = redis::pipe();
-        for (key, _, _, _) in &latches {
-            pipe.get(key).pttl(key);
-        }
-        let read: Vec<(Option<String>, i64)> = pipe.query(conn).unwrap();
+        let keys: Vec<String> = latches.iter().map(|(key, _, _, _)| key.clone()).collect();
+        let read = values_and_pttls(conn, &keys);
         for ((key, expected, ends, longest), (value, pttl)) in latches.into_iter().zip(read) {
             match (longest, &value) {
                 // A release that left read holds keeps what it replied:
@@ -3453,7 +3437,7 @@ mod counter_scripts {
     use super::rng::Rng;
     use super::server::RedisServer;
     use super::{
-        announced_seed, every_mutant_is_caught, lua, published, Mutant, SEQUENCES, STEPS, TICK_MS,
+        announced_seed, every_mutant_is_caught, load, published, Mutant, SEQUENCES, STEPS, TICK_MS,
         TTL_SLACK_MS,
     };
 
@@ -3629,10 +3613,7 @@ mod counter_scripts {
 
     impl Scripts {
         fn load(mutant: Option<Mutant>) -> Scripts {
-            let script = |file: &str| match mutant.filter(|m| m.file == file) {
-                Some(mutant) => Script::new(&mutant.apply(lua(file))),
-                None => Script::new(lua(file)),
-            };
+            let script = |file: &str| load(file, mutant);
             Scripts {
                 set_if_missing: script("set_if_missing.lua"),
                 count_down: script("latch_count_down.lua"),
@@ -3971,7 +3952,7 @@ mod fenced_hash_scripts {
 
     use super::rng::Rng;
     use super::server::RedisServer;
-    use super::{announced_seed, every_mutant_is_caught, lua, Mutant, SEQUENCES, STEPS};
+    use super::{announced_seed, every_mutant_is_caught, load, Mutant, SEQUENCES, STEPS};
 
     const DATA: &str = "model-data";
     const FENCE: &str = "ferrisson_fence:{model-data}";
@@ -4150,10 +4131,7 @@ mod fenced_hash_scripts {
             .unwrap()
             .get_connection()
             .unwrap();
-        let script = |file: &str| match mutant.filter(|m| m.file == file) {
-            Some(mutant) => Script::new(&mutant.apply(lua(file))),
-            None => Script::new(lua(file)),
-        };
+        let script = |file: &str| load(file, mutant);
         let (set, get) = (script("fenced_set.lua"), script("fenced_get.lua"));
         let mut seen = BTreeMap::<String, usize>::new();
         for sequence in 0..SEQUENCES {
