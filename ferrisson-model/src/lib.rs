@@ -16,7 +16,8 @@
 //!
 //! [`Mutation`]s break one rule each; the checker must then find the
 //! failure that rule prevents (tests/check.rs). The conformance test
-//! (tests/conformance.rs) holds [`Server`] to the real scripts.
+//! (tests/conformance/) holds [`Server`] and the other models to the real
+//! scripts.
 
 use std::fmt;
 

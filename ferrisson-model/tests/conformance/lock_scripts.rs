@@ -1,0 +1,1006 @@
+//! The reentrant lock's scripts (`acquire.lua`, `fenced_acquire.lua`,
+//! `release.lua`, `renew.lua`, `acquire_cancel.lua`, `acquire_granted.lua`,
+//! `force_unlock.lua`, `lock_info.lua`) and the lock's model ([`Server`]):
+//! acquires (resends and late copies of them, non-reentrant ones, some
+//! with a deadline), releases (some with a job's keep), batched renewals
+//! of mixed owners and locks, settles, grant reads, ticks, the hold run
+//! out or forced open. The same for the fenced lock, whose grants carry
+//! tokens.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use super::rng::{announced_seed, Rng};
+use super::server::RedisServer;
+use super::{
+    every_mutant_is_caught, field, id, load, published, tick, values_and_pttls, LockInfo, Mutant,
+    SEQUENCES, STEPS, TICK_MS, TTL_SLACK_MS,
+};
+use ferrisson_model::{Bounds, ClientId, Latch, Mutation, Reply, ReqId, Server, Time};
+use redis::{Commands, Script, Value};
+
+const NAME: &str = "model";
+/// A second lock, held by owner 1 from each sequence's start until its
+/// lease runs out, which a batched renewal may name beside the first.
+const OTHER: &str = "model-other";
+const CHANNEL: &str = "redisson_lock__channel:{model}";
+/// Published after each step: every message before it is the step's.
+const MARKER: &str = "redisson_lock__channel:{model}:marker";
+/// A job's keep (`at_least_for`), in ticks.
+const KEEP: Time = 1;
+/// The request ids each client draws from: few, so that resends and late
+/// copies of one request are common.
+const ACQUIRES: u8 = 3;
+const RELEASES: u8 = 3;
+
+/// The model's bounds here: only the lease and the latches' TTL count.
+fn bounds() -> Bounds {
+    Bounds {
+        lease: 2,
+        latch_ttl: 4,
+        ..Bounds::lost_replies()
+    }
+}
+
+fn ms(ticks: Time) -> u64 {
+    u64::from(ticks) * TICK_MS
+}
+
+fn acquire_latch(req: ReqId) -> String {
+    format!("ferrisson_acquire_latch:{{{NAME}}}:{}", id(req))
+}
+
+fn unlock_latch(req: ReqId) -> String {
+    format!("redisson_unlock_latch:{{{NAME}}}:{}", id(req))
+}
+
+/// An acquire's deadline (its last argument).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Deadline {
+    /// None sent.
+    None,
+    /// An hour from now: not reached.
+    Ahead,
+    /// Long past: the call is too late.
+    Passed,
+}
+
+/// A step of a sequence.
+#[derive(Clone, Copy, Debug)]
+enum Step {
+    Acquire {
+        req: ReqId,
+        /// `false`: a non-reentrant lock's acquire (not for the fenced
+        /// lock, which is reentrant).
+        reentrant: bool,
+        deadline: Deadline,
+    },
+    Release {
+        req: ReqId,
+        /// With a job's keep.
+        keep: bool,
+    },
+    /// A batched renewal: the lock for one owner, and in the same call
+    /// for another, of this lock or (`true`) of the other lock, `OTHER`
+    /// (a batch carries many owners and locks).
+    Renew(ClientId, Option<(ClientId, bool)>),
+    Settle(ReqId),
+    /// `acquire_granted.lua`: whether the request's latch shows a grant.
+    Granted(ReqId),
+    /// A tick passes: what runs out is gone.
+    Tick,
+    /// The hold's key is deleted (as by an operator).
+    RunOut,
+    /// `force_unlock.lua`: the lock opened whoever holds it.
+    ForceUnlock,
+}
+
+fn draw(rng: &mut Rng, fenced: bool) -> Step {
+    let client = rng.below(2) as ClientId;
+    let acquire = ReqId {
+        client,
+        seq: 1 + rng.below(ACQUIRES as u64) as u8,
+    };
+    match rng.below(21) {
+        0..=7 => Step::Acquire {
+            req: acquire,
+            reentrant: fenced || rng.below(5) > 0,
+            deadline: match rng.below(10) {
+                0..=3 => Deadline::None,
+                4..=8 => Deadline::Ahead,
+                _ => Deadline::Passed,
+            },
+        },
+        8..=13 => Step::Release {
+            req: ReqId {
+                client,
+                seq: 100 + rng.below(RELEASES as u64) as u8,
+            },
+            keep: rng.below(4) == 0,
+        },
+        14 | 15 => Step::Renew(
+            client,
+            (rng.below(2) == 0).then(|| (rng.below(2) as ClientId, rng.below(3) == 0)),
+        ),
+        16 => Step::Settle(acquire),
+        17 | 18 => Step::Tick,
+        19 => Step::Granted(acquire),
+        _ if rng.below(2) == 0 => Step::RunOut,
+        _ => Step::ForceUnlock,
+    }
+}
+
+const TOKEN_KEY: &str = "redisson_lock_token:{model}";
+
+/// The tokens the script drew in one sequence, in order. The script
+/// floors each token by the server's clock (microseconds), so a real token
+/// is not the model's count (1, 2, 3...) but stands for it by its rank:
+/// each new token must be above every one before, as the model's are.
+#[derive(Default)]
+struct Drawn(Vec<i64>);
+
+impl Drawn {
+    /// The rank of a token a grant replied: a known one's, or the next
+    /// for a new one, which must be the highest so far.
+    fn rank(&mut self, token: i64) -> u8 {
+        if let Some(rank) = self.known(token) {
+            return rank;
+        }
+        assert!(
+            self.0.last().is_none_or(|&last| token > last),
+            "token {token} drawn after {:?}",
+            self.0
+        );
+        self.0.push(token);
+        u8::try_from(self.0.len()).expect("fewer than 256 grants a sequence")
+    }
+
+    /// The rank of a token Redis keeps (the counter, a latch): one a grant
+    /// replied.
+    fn known(&self, token: i64) -> Option<u8> {
+        let index = self.0.iter().position(|&t| t == token)?;
+        Some(u8::try_from(index + 1).expect("fewer than 256 grants a sequence"))
+    }
+
+    /// A kept value as the model writes it: a token by its rank, anything
+    /// else (`x`) as it is.
+    fn as_model(&self, kept: String) -> String {
+        match kept.parse::<i64>() {
+            Ok(token) => self
+                .known(token)
+                .unwrap_or_else(|| panic!("token {token} kept, never replied"))
+                .to_string(),
+            Err(_) => kept,
+        }
+    }
+}
+
+/// What a step answered: the reply as the model words it, a fenced
+/// grant's token (by rank), a refusal's PTTL in ticks rounded up, and a
+/// renewal's positions not renewed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Outcome {
+    reply: Reply,
+    token: u8,
+    /// A refusal's PTTL, in ticks (rounded up): the model's hold's end.
+    left: Option<u64>,
+    gone: Vec<u8>,
+}
+
+impl Outcome {
+    fn reply(reply: Reply) -> Outcome {
+        Outcome {
+            reply,
+            token: 0,
+            left: None,
+            gone: Vec::new(),
+        }
+    }
+}
+
+/// The scripts under test: `lua/` as it is, or with one mutant.
+struct Scripts {
+    acquire: Script,
+    fenced_acquire: Script,
+    release: Script,
+    renew: Script,
+    settle: Script,
+    granted: Script,
+    force_unlock: Script,
+    lock_info: Script,
+}
+
+impl Scripts {
+    fn load(mutant: Option<Mutant>) -> Scripts {
+        let script = |file: &str| load(file, mutant);
+        Scripts {
+            acquire: script("acquire.lua"),
+            fenced_acquire: script("fenced_acquire.lua"),
+            release: script("release.lua"),
+            renew: script("renew.lua"),
+            settle: script("acquire_cancel.lua"),
+            granted: script("acquire_granted.lua"),
+            force_unlock: script("force_unlock.lua"),
+            lock_info: script("lock_info.lua"),
+        }
+    }
+
+    /// Runs `step` on Redis, and reads what it answered as the model
+    /// words it (a fenced grant's token by its rank in `drawn`).
+    fn run(
+        &self,
+        conn: &mut redis::Connection,
+        step: Step,
+        fenced: bool,
+        drawn: &mut Drawn,
+    ) -> Option<Outcome> {
+        let deadline = |deadline| -> i64 {
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_millis() as i64;
+            match deadline {
+                Deadline::None => 0,
+                Deadline::Ahead => now + 3_600_000,
+                Deadline::Passed => 1,
+            }
+        };
+        let left = |pttl: i64| Some(pttl.max(0).unsigned_abs().div_ceil(TICK_MS));
+        if let (
+            true,
+            Step::Acquire {
+                req, deadline: d, ..
+            },
+        ) = (fenced, step)
+        {
+            let mut call = self.fenced_acquire.key(NAME);
+            call.key(TOKEN_KEY)
+                .key(acquire_latch(req))
+                .arg(ms(bounds().lease))
+                .arg(field(req.client))
+                .arg(ms(bounds().latch_ttl));
+            if d != Deadline::None {
+                call.arg(deadline(d));
+            }
+            let reply: Vec<i64> = call.invoke(conn).unwrap();
+            return Some(match reply[..] {
+                [1, token] => Outcome {
+                    token: drawn.rank(token),
+                    ..Outcome::reply(Reply::Granted)
+                },
+                [0, -2] => Outcome::reply(Reply::Spent),
+                [0, -5] => Outcome::reply(Reply::TooLate),
+                [0, pttl] => Outcome {
+                    left: left(pttl),
+                    ..Outcome::reply(Reply::Refused)
+                },
+                _ => panic!("{step:?}: a reply the model has no word for: {reply:?}"),
+            });
+        }
+        let reply: Value = match step {
+            Step::Acquire {
+                req,
+                reentrant,
+                deadline: d,
+            } => {
+                let mut call = self.acquire.key(NAME);
+                call.key(acquire_latch(req))
+                    .arg(ms(bounds().lease))
+                    .arg(field(req.client))
+                    .arg(ms(bounds().latch_ttl))
+                    .arg(u8::from(reentrant));
+                if d != Deadline::None {
+                    call.arg(deadline(d));
+                }
+                call.invoke(conn).unwrap()
+            }
+            Step::Release { req, keep } => {
+                let mut call = self.release.key(NAME);
+                call.key(CHANNEL)
+                    .key(unlock_latch(req))
+                    .arg(0)
+                    .arg(ms(bounds().lease))
+                    .arg(field(req.client))
+                    .arg("publish")
+                    .arg(ms(bounds().latch_ttl));
+                if keep {
+                    call.arg(ms(KEEP));
+                }
+                call.invoke(conn).unwrap()
+            }
+            Step::Renew(first, second) => {
+                let mut call = self.renew.key(NAME);
+                if let Some((_, other)) = second {
+                    call.key(if other { OTHER } else { NAME });
+                }
+                call.arg(ms(bounds().lease)).arg(field(first));
+                if let Some((second, _)) = second {
+                    call.arg(field(second));
+                }
+                call.invoke(conn).unwrap()
+            }
+            Step::Settle(req) => self
+                .settle
+                .key(acquire_latch(req))
+                .arg(ms(bounds().latch_ttl))
+                .invoke(conn)
+                .unwrap(),
+            Step::Granted(req) => self
+                .granted
+                .key(acquire_latch(req))
+                .arg(ms(bounds().latch_ttl))
+                .invoke(conn)
+                .unwrap(),
+            Step::ForceUnlock => self
+                .force_unlock
+                .key(NAME)
+                .key(CHANNEL)
+                .arg(0)
+                .arg("publish")
+                .invoke(conn)
+                .unwrap(),
+            Step::Tick => {
+                tick(conn);
+                return None;
+            }
+            Step::RunOut => {
+                let _: i64 = conn.del(NAME).unwrap();
+                return None;
+            }
+        };
+        let outcome = match (step, reply) {
+            (Step::Acquire { .. }, Value::Nil) => Outcome::reply(Reply::Granted),
+            (Step::Acquire { .. }, Value::Int(-2)) => Outcome::reply(Reply::Spent),
+            (Step::Acquire { .. }, Value::Int(-4)) => Outcome::reply(Reply::NotReentrant),
+            (Step::Acquire { .. }, Value::Int(-5)) => Outcome::reply(Reply::TooLate),
+            (Step::Acquire { .. }, Value::Int(pttl)) => Outcome {
+                left: left(pttl),
+                ..Outcome::reply(Reply::Refused)
+            },
+            (Step::Release { .. }, Value::Int(n)) => Outcome::reply(Reply::Released(n as u8)),
+            (Step::Release { .. }, Value::Nil) => Outcome::reply(Reply::NotHeld),
+            (Step::Renew(..), Value::Array(gone)) => Outcome {
+                gone: gone
+                    .iter()
+                    .map(|at| redis::from_redis_value_ref(at).unwrap())
+                    .collect(),
+                ..Outcome::reply(Reply::Renewed(gone.is_empty()))
+            },
+            (Step::Settle(_) | Step::Granted(_), Value::Array(reply)) => Outcome::reply(
+                Reply::Settled(matches!(reply.first(), Some(Value::Int(left)) if *left >= 0)),
+            ),
+            (Step::ForceUnlock, Value::Int(n)) => Outcome::reply(Reply::Released(n as u8)),
+            (step, reply) => panic!("{step:?}: a reply the model has no word for: {reply:?}"),
+        };
+        Some(outcome)
+    }
+}
+
+/// Runs `step` on the model at `now`.
+/// Runs `step` on the model at `now`; `other` is when the other lock,
+/// owner 1's, ends (`None`: gone).
+fn model_run(
+    server: &mut Server,
+    other: &mut Option<Time>,
+    now: &mut Time,
+    step: Step,
+) -> Option<Outcome> {
+    let b = &bounds();
+    let m = Mutation::None;
+    let t = *now;
+    let outcome = match step {
+        Step::Acquire {
+            req,
+            reentrant,
+            deadline,
+        } => {
+            let reply = server.acquire_with(t, req, b, m, reentrant, deadline == Deadline::Passed);
+            Outcome {
+                token: match reply {
+                    Reply::Granted => server.token_of(req),
+                    _ => 0,
+                },
+                left: match reply {
+                    Reply::Refused => server.hold.map(|h| u64::from(h.expires - t)),
+                    _ => None,
+                },
+                ..Outcome::reply(reply)
+            }
+        }
+        Step::Release { req, keep } => {
+            let keep = if keep { KEEP } else { 0 };
+            Outcome::reply(server.release_keeping(t, req, b, m, keep))
+        }
+        Step::Renew(first, second) => {
+            let mut gone = Vec::new();
+            if server.renew(t, first, b, m) == Reply::Renewed(false) {
+                gone.push(1);
+            }
+            match second {
+                Some((owner, false)) if server.renew(t, owner, b, m) == Reply::Renewed(false) => {
+                    gone.push(2)
+                }
+                Some((1, true)) if other.is_some() => *other = Some(t + b.lease),
+                Some((_, true)) => gone.push(2),
+                _ => {}
+            }
+            Outcome {
+                gone: gone.clone(),
+                ..Outcome::reply(Reply::Renewed(gone.is_empty()))
+            }
+        }
+        Step::Settle(req) => Outcome::reply(server.settle(t, req, b)),
+        Step::Granted(req) => {
+            Outcome::reply(Reply::Settled(server.latch(req) == Some(Latch::Granted)))
+        }
+        Step::ForceUnlock => {
+            Outcome::reply(Reply::Released(u8::from(server.hold.take().is_some())))
+        }
+        Step::Tick => {
+            *now += 1;
+            server.expire(*now);
+            if other.is_some_and(|ends| ends <= *now) {
+                *other = None;
+            }
+            return None;
+        }
+        Step::RunOut => {
+            server.hold = None;
+            return None;
+        }
+    };
+    Some(outcome)
+}
+
+/// Whether a key's PTTL is the model's end for it (`expires`, at `now`):
+/// no more than the ticks left, and no less than that less the slack.
+fn ttl_agrees(pttl: i64, expires: Time, now: Time) -> bool {
+    let expected = ms(expires - now) as i64;
+    pttl <= expected && pttl > expected - TTL_SLACK_MS
+}
+
+/// The keys Redis holds, and their TTLs, compared with the model's (a
+/// token by its rank in `drawn`).
+fn compare(
+    conn: &mut redis::Connection,
+    model: &Server,
+    other: Option<Time>,
+    now: Time,
+    drawn: &Drawn,
+    context: &str,
+) {
+    let hash: Vec<(String, String)> = conn.hgetall(OTHER).unwrap();
+    let expected: Vec<(String, String)> =
+        other.iter().map(|_| (field(1), "1".to_owned())).collect();
+    assert_eq!(hash, expected, "{context}: the other lock's hash");
+    if let Some(ends) = other {
+        let pttl: i64 = conn.pttl(OTHER).unwrap();
+        assert!(
+            ttl_agrees(pttl, ends, now),
+            "{context}: the other lock's TTL is {pttl} ms, the model's ends in {} ticks",
+            ends - now
+        );
+    }
+    let hash: Vec<(String, String)> = conn.hgetall(NAME).unwrap();
+    let expected: Vec<(String, String)> = model
+        .hold
+        .iter()
+        .map(|h| (field(h.owner), h.count.to_string()))
+        .collect();
+    assert_eq!(hash, expected, "{context}: the lock hash");
+    // No key the model lacks.
+    let keys: usize = redis::cmd("DBSIZE").query(conn).unwrap();
+    let modelled = usize::from(model.hold.is_some())
+        + usize::from(other.is_some())
+        + model.acquire_latches.len()
+        + model.unlock_latches.len()
+        + usize::from(model.token > 0);
+    assert_eq!(keys, modelled, "{context}: the number of keys");
+    if model.fenced {
+        let token: Option<i64> = conn.get(TOKEN_KEY).unwrap();
+        let token = token.map(|t| drawn.known(t).expect("the counter holds a token replied"));
+        let expected = (model.token > 0).then_some(model.token);
+        assert_eq!(token, expected, "{context}: the token counter");
+        let pttl: i64 = conn.pttl(TOKEN_KEY).unwrap();
+        assert!(
+            model.token == 0 || pttl == -1,
+            "{context}: the token counter has a TTL ({pttl} ms)"
+        );
+    }
+    if let Some(hold) = model.hold {
+        let pttl: i64 = conn.pttl(NAME).unwrap();
+        assert!(
+            ttl_agrees(pttl, hold.expires, now),
+            "{context}: the hold's TTL is {pttl} ms, the model's ends in {} ticks",
+            hold.expires - now
+        );
+    }
+    // Every latch the model may have, read in one round trip.
+    let mut latches = Vec::new();
+    for client in 0..2 {
+        for seq in 1..=ACQUIRES {
+            let req = ReqId { client, seq };
+            let expected = model.acquire_latches.iter().find(|(r, _, _)| *r == req);
+            let expected = expected.map(|(_, latch, expires)| {
+                let value = match latch {
+                    // A fenced grant's latch keeps its token.
+                    Latch::Granted if model.fenced => model.token_of(req).to_string(),
+                    Latch::Granted => "1".to_owned(),
+                    Latch::Cancelled => "x".to_owned(),
+                };
+                (value, *expires)
+            });
+            latches.push((acquire_latch(req), expected));
+        }
+        for seq in 100..100 + RELEASES {
+            let req = ReqId { client, seq };
+            let expected = model.unlock_latches.iter().find(|(r, _, _)| *r == req);
+            let expected = expected.map(|(_, first, expires)| (first.to_string(), *expires));
+            latches.push((unlock_latch(req), expected));
+        }
+    }
+    let keys: Vec<String> = latches.iter().map(|(key, _)| key.clone()).collect();
+    let read = values_and_pttls(conn, &keys);
+    for ((key, expected), (value, pttl)) in latches.into_iter().zip(read) {
+        let value = match model.fenced && key.starts_with("ferrisson_acquire_latch") {
+            true => value.map(|kept| drawn.as_model(kept)),
+            false => value,
+        };
+        assert_eq!(
+            value,
+            expected.as_ref().map(|(v, _)| v.clone()),
+            "{context}: {key}"
+        );
+        if let Some((_, expires)) = expected {
+            assert!(
+                ttl_agrees(pttl, expires, now),
+                "{context}: {key}'s TTL is {pttl} ms, the model's ends in {} ticks",
+                expires - now
+            );
+        }
+    }
+}
+
+/// `lock_info.lua` (`plain` or `fenced`) reads what the keys hold, as
+/// read one by one: the hash, its PTTL (within the time between the
+/// reads), no queue, the server's time and the token counter.
+fn lock_info_agrees(conn: &mut redis::Connection, lock_info: &Script, fenced: bool, context: &str) {
+    let kind = if fenced { "fenced" } else { "plain" };
+    let (hash, pttl, queue, scores, now, token): LockInfo = lock_info
+        .key(NAME)
+        .key(TOKEN_KEY)
+        .arg(kind)
+        .invoke(conn)
+        .unwrap();
+    let expected: Vec<(String, String)> = conn.hgetall(NAME).unwrap();
+    assert_eq!(hash, expected, "{context}: lock_info's hash");
+    let (read_pttl, (seconds, micros)): (i64, (i64, i64)) =
+        redis::pipe().pttl(NAME).cmd("TIME").query(conn).unwrap();
+    let read_now = seconds * 1000 + micros / 1000;
+    assert!(
+        match (pttl, read_pttl) {
+            (a, b) if a < 0 || b < 0 => a == b,
+            (a, b) => a >= b && a - b <= TTL_SLACK_MS,
+        },
+        "{context}: lock_info's PTTL {pttl}, read after it {read_pttl}"
+    );
+    assert!(
+        now <= read_now && read_now - now <= TTL_SLACK_MS,
+        "{context}: lock_info's time {now}, read after it {read_now}"
+    );
+    assert!(
+        queue.is_empty() && scores.is_empty(),
+        "{context}: lock_info's queue"
+    );
+    let counter: Option<i64> = conn.get(TOKEN_KEY).unwrap();
+    let expected = if fenced { counter.unwrap_or(-1) } else { -1 };
+    assert_eq!(token, expected, "{context}: lock_info's token");
+}
+
+#[test]
+fn the_model_and_the_scripts_agree_step_by_step() {
+    let seed = announced_seed("model conformance");
+    let redis = RedisServer::start();
+    let seen = agree_step_by_step(&redis, seed, false, None);
+    covered(&seen, false);
+}
+
+#[test]
+fn the_fenced_model_and_the_scripts_agree_step_by_step() {
+    let seed = announced_seed("fenced model conformance");
+    let redis = RedisServer::start();
+    let seen = agree_step_by_step(&redis, seed, true, None);
+    covered(&seen, true);
+}
+
+/// Every reply the model knows was met, so that each rule was compared.
+fn covered(seen: &BTreeMap<String, usize>, fenced: bool) {
+    let mut expected = vec![
+        "Granted",
+        "Refused",
+        "Spent",
+        "TooLate",
+        "Released(0)",
+        "Released(1)",
+        "Released(2)",
+        "NotHeld",
+        "Renewed(true)",
+        "Renewed(false)",
+        "Settled(true)",
+        "Settled(false)",
+        "published",
+        "mixed batch",
+        "other lock renewed",
+        "tick",
+        "forced open",
+        "grant read",
+    ];
+    if !fenced {
+        expected.push("NotReentrant");
+    }
+    for what in expected {
+        assert!(seen.contains_key(what), "no step met {what}: {seen:?}");
+    }
+}
+
+/// Runs the sequences of `seed` through the model and through the scripts
+/// (with `mutant`, if any) on `redis`, and panics at the first
+/// disagreement. Returns what the steps met.
+fn agree_step_by_step(
+    redis: &RedisServer,
+    seed: u64,
+    fenced: bool,
+    mutant: Option<Mutant>,
+) -> BTreeMap<String, usize> {
+    let mut rng = Rng::new(seed);
+    let client = redis::Client::open(redis.url()).unwrap();
+    let mut conn = client.get_connection().unwrap();
+    let mut subscriber = client.get_connection().unwrap();
+    subscriber
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    // One subscription for the run (a dropped `PubSub` unsubscribes).
+    let mut pubsub = subscriber.as_pubsub();
+    pubsub.subscribe(CHANNEL).unwrap();
+    pubsub.subscribe(MARKER).unwrap();
+    let scripts = Scripts::load(mutant);
+    let mut seen = BTreeMap::<String, usize>::new();
+    for sequence in 0..SEQUENCES {
+        let _: () = redis::cmd("FLUSHALL").query(&mut conn).unwrap();
+        let mut model = Server {
+            fenced,
+            ..Server::default()
+        };
+        let mut now: Time = 0;
+        let _: () = redis::pipe()
+            .hset(OTHER, field(1), 1)
+            .ignore()
+            .pexpire(OTHER, ms(bounds().lease) as i64)
+            .ignore()
+            .query(&mut conn)
+            .unwrap();
+        let mut other = Some(bounds().lease);
+        let mut steps = Vec::new();
+        let mut drawn = Drawn::default();
+        for _ in 0..STEPS {
+            let step = draw(&mut rng, fenced);
+            steps.push(step);
+            let context = format!("seed {seed}, sequence {sequence}, steps {steps:?}");
+            let held_before = model.hold.is_some();
+            let real = scripts.run(&mut conn, step, fenced, &mut drawn);
+            let real_published = published::<String>(&mut conn, &mut pubsub, MARKER);
+            let modelled = model_run(&mut model, &mut other, &mut now, step);
+            assert_eq!(real, modelled, "{context}: the reply");
+            // The last hold's release (not a replay, not a keep) tells
+            // the waiters, and so does a lock forced open.
+            let expected: Vec<String> = match (step, &modelled) {
+                (Step::Release { .. } | Step::ForceUnlock, Some(o))
+                    if o.reply == Reply::Released(1) && held_before && model.hold.is_none() =>
+                {
+                    vec!["0".to_owned()]
+                }
+                _ => Vec::new(),
+            };
+            assert_eq!(real_published, expected, "{context}: the messages");
+            compare(&mut conn, &model, other, now, &drawn, &context);
+            lock_info_agrees(&mut conn, &scripts.lock_info, fenced, &context);
+            if let Some(o) = &real {
+                *seen.entry(format!("{:?}", o.reply)).or_default() += 1;
+            }
+            if !real_published.is_empty() {
+                *seen.entry("published".to_owned()).or_default() += 1;
+            }
+            match (step, &real) {
+                (Step::Renew(a, Some((b, false))), Some(o)) if a != b && o.gone.len() == 1 => {
+                    *seen.entry("mixed batch".to_owned()).or_default() += 1;
+                }
+                (Step::Renew(_, Some((1, true))), Some(o)) if !o.gone.contains(&2) => {
+                    *seen.entry("other lock renewed".to_owned()).or_default() += 1;
+                }
+                (Step::Tick, _) if model.hold.is_some() => {
+                    *seen.entry("tick".to_owned()).or_default() += 1;
+                }
+                (Step::ForceUnlock, Some(o)) if o.reply == Reply::Released(1) => {
+                    *seen.entry("forced open".to_owned()).or_default() += 1;
+                }
+                (Step::Granted(_), Some(o)) if o.reply == Reply::Settled(true) => {
+                    *seen.entry("grant read".to_owned()).or_default() += 1;
+                }
+                _ => {}
+            }
+        }
+    }
+    println!(
+        "model conformance (seed {seed}, fenced: {fenced}, mutant: {mutant:?}): {SEQUENCES} \
+         sequences of {STEPS} steps agree; met: {seen:?}"
+    );
+    seen
+}
+
+/// One-line bugs in the scripts, each a plausible one. Every one must
+/// make the model and the scripts disagree: a script change that no
+/// comparison notices shows up here.
+const MUTANTS: &[(Mutant, usize)] = &[
+    (
+        Mutant {
+            file: "acquire.lua",
+            from: "redis.call('pexpire', KEYS[1], ARGV[1])",
+            nth: 2,
+            to: "",
+            what: "a re-entry keeps the old TTL",
+        },
+        2,
+    ),
+    (
+        Mutant {
+            file: "acquire.lua",
+            from: "redis.call('pexpire', KEYS[1], ARGV[1])",
+            nth: 2,
+            to: "redis.call('pexpire', KEYS[1], ARGV[1] / 10)",
+            what: "a re-entry sets a tenth of the lease",
+        },
+        2,
+    ),
+    (
+        Mutant {
+            file: "acquire.lua",
+            from: "redis.call('pexpire', KEYS[1], ARGV[1])",
+            nth: 1,
+            to: "",
+            what: "a first grant sets no TTL",
+        },
+        2,
+    ),
+    (
+        Mutant {
+            file: "acquire.lua",
+            from: "redis.call('set', KEYS[2], 1, 'px', ARGV[3])",
+            nth: 2,
+            to: "",
+            what: "a re-entry writes no latch",
+        },
+        2,
+    ),
+    (
+        Mutant {
+            file: "acquire.lua",
+            from: "if latch == 'x' then",
+            nth: 1,
+            to: "if latch == 'X' then",
+            what: "a given-up request arriving late is answered as granted while its owner holds",
+        },
+        1,
+    ),
+    (
+        Mutant {
+            file: "acquire.lua",
+            from: "    return not_a_lock(KEYS[1]) or -2",
+            nth: 1,
+            to: "    return not_a_lock(KEYS[1]) or nil",
+            what: "a late send of a spent grant answers granted",
+        },
+        1,
+    ),
+    (
+        Mutant {
+            file: "acquire.lua",
+            from: "if ARGV[4] == '0' then",
+            nth: 1,
+            to: "if ARGV[4] == 0 then",
+            what: "a non-reentrant lock lets its holder in again",
+        },
+        1,
+    ),
+    (
+        Mutant {
+            file: "acquire.lua",
+            from: "if too_late(ARGV[5]) then",
+            nth: 1,
+            to: "if false then",
+            what: "an acquire past its deadline takes the lock",
+        },
+        1,
+    ),
+    (
+        Mutant {
+            file: "fenced_acquire.lua",
+            from: "if too_late(ARGV[4]) then",
+            nth: 1,
+            to: "if false then",
+            what: "a fenced acquire past its deadline takes the lock",
+        },
+        1,
+    ),
+    (
+        Mutant {
+            file: "release.lua",
+            from: "redis.call(ARGV[4], KEYS[2], ARGV[1])",
+            nth: 1,
+            to: "",
+            what: "a last release publishes nothing",
+        },
+        1,
+    ),
+    (
+        Mutant {
+            file: "release.lua",
+            from: "local keep = tonumber(ARGV[6] or '0') or 0",
+            nth: 1,
+            to: "local keep = 0",
+            what: "a release ignores its keep",
+        },
+        1,
+    ),
+    (
+        Mutant {
+            file: "release.lua",
+            from: "redis.call('pexpire', KEYS[1], keep)",
+            nth: 1,
+            to: "redis.call('pexpire', KEYS[1], ARGV[2])",
+            what: "a keep sets the lease, not the keep",
+        },
+        1,
+    ),
+    (
+        Mutant {
+            file: "release.lua",
+            from: "if done ~= false then",
+            nth: 1,
+            to: "if false then",
+            what: "a resent release releases again",
+        },
+        1,
+    ),
+    (
+        Mutant {
+            file: "release.lua",
+            from: "    redis.call('pexpire', KEYS[1], ARGV[2])",
+            nth: 1,
+            to: "",
+            what: "a release that leaves holds keeps the old TTL",
+        },
+        1,
+    ),
+    (
+        Mutant {
+            file: "renew.lua",
+            from: "ARGV[i + 1]",
+            nth: 1,
+            to: "ARGV[2]",
+            what: "a batched renewal checks every key against the first key's owner",
+        },
+        1,
+    ),
+    (
+        Mutant {
+            file: "renew.lua",
+            from: "redis.call('pexpire', key, ARGV[1])",
+            nth: 1,
+            to: "redis.call('pexpire', key, ARGV[1] * 2)",
+            what: "a renewal sets twice the lease",
+        },
+        1,
+    ),
+    (
+        Mutant {
+            file: "acquire_cancel.lua",
+            from: "redis.call('set', KEYS[1], 'x', 'px', ARGV[1])",
+            nth: 1,
+            to: "",
+            what: "a settle leaves no mark (a late send of the request could still take the lock)",
+        },
+        1,
+    ),
+    (
+        Mutant {
+            file: "acquire_granted.lua",
+            from: "if latch == false or latch == 'x' then",
+            nth: 1,
+            to: "if latch == false then",
+            what: "a given-up request reads as granted",
+        },
+        1,
+    ),
+    (
+        Mutant {
+            file: "force_unlock.lua",
+            from: "redis.call(ARGV[2], KEYS[2], ARGV[1])",
+            nth: 1,
+            to: "",
+            what: "a lock forced open wakes nobody",
+        },
+        1,
+    ),
+    (
+        Mutant {
+            file: "force_unlock.lua",
+            from: "if redis.call('del', KEYS[1]) == 0 then",
+            nth: 1,
+            to: "if redis.call('exists', KEYS[1]) == 0 then",
+            what: "forcing a lock open leaves it held",
+        },
+        1,
+    ),
+    (
+        Mutant {
+            file: "lock_info.lua",
+            from: "local pttl = redis.call('pttl', KEYS[1])",
+            nth: 1,
+            to: "local pttl = redis.call('ttl', KEYS[1])",
+            what: "the inspector reads a lock's TTL in seconds",
+        },
+        1,
+    ),
+    (
+        Mutant {
+            file: "lock_info.lua",
+            from: "        token = counter",
+            nth: 1,
+            to: "",
+            what: "the inspector never reads a fenced lock's token counter",
+        },
+        1,
+    ),
+    (
+        Mutant {
+            file: "renew.lua",
+            from: "redis.call('pexpire', key, ARGV[1])",
+            nth: 1,
+            to: "redis.call('pexpire', KEYS[1], ARGV[1])",
+            what: "a batched renewal renews the first key for every pair",
+        },
+        1,
+    ),
+    (
+        Mutant {
+            file: "renew.lua",
+            from: "redis.pcall('hexists', key, ARGV[i + 1])",
+            nth: 1,
+            to: "redis.pcall('hexists', KEYS[1], ARGV[i + 1])",
+            what: "a batched renewal checks every owner on the first key",
+        },
+        1,
+    ),
+];
+
+/// Each mutant is caught: the comparison that passes on `lua/` as it is
+/// fails on it, with the same seed.
+#[test]
+fn every_mutant_of_the_locks_scripts_is_caught() {
+    let redis = RedisServer::start();
+    every_mutant_is_caught(
+        "model conformance, mutants",
+        MUTANTS,
+        &redis,
+        |seed, mutant| match mutant {
+            Some(m) => {
+                let fenced = ["fenced_acquire.lua", "lock_info.lua"].contains(&m.file);
+                agree_step_by_step(&redis, seed, fenced, mutant);
+            }
+            None => {
+                agree_step_by_step(&redis, seed, false, None);
+                agree_step_by_step(&redis, seed, true, None);
+            }
+        },
+    );
+}
