@@ -7,15 +7,14 @@
 //! fail and change nothing), and ticks.
 
 use std::collections::BTreeMap;
-use std::time::Duration;
 
 use redis::{Commands, Script};
 
 use super::rng::Rng;
 use super::server::RedisServer;
 use super::{
-    announced_seed, every_mutant_is_caught, load, published, Mutant, SEQUENCES, STEPS, TICK_MS,
-    TTL_SLACK_MS,
+    announced_seed, connections, every_mutant_is_caught, load, published, Mutant, SEQUENCES, STEPS,
+    TICK_MS, TTL_SLACK_MS,
 };
 
 const KEY: &str = "model-counter";
@@ -293,12 +292,7 @@ fn agree_step_by_step(
     mutant: Option<Mutant>,
 ) -> BTreeMap<String, usize> {
     let mut rng = Rng::new(seed);
-    let client = redis::Client::open(redis.url()).unwrap();
-    let mut conn = client.get_connection().unwrap();
-    let mut subscriber = client.get_connection().unwrap();
-    subscriber
-        .set_read_timeout(Some(Duration::from_secs(30)))
-        .unwrap();
+    let (mut conn, mut subscriber) = connections(redis);
     let mut pubsub = subscriber.as_pubsub();
     pubsub.subscribe(CHANNEL).unwrap();
     pubsub.subscribe(MARKER).unwrap();

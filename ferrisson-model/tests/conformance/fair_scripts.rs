@@ -4,7 +4,6 @@
 //! lower, and the scores are compared with the model's.
 
 use std::collections::BTreeMap;
-use std::time::Duration;
 
 use ferrisson_model::fair::{Clock, Mutation, Reply, Server};
 use ferrisson_model::{ClientId, Latch, ReqId};
@@ -13,7 +12,7 @@ use redis::{Commands, Script, Value};
 use super::rng::{announced_seed, Rng};
 use super::server::RedisServer;
 use super::{
-    every_mutant_is_caught, field, id, load, ticks_ms as ms, time_agrees as agrees,
+    connections, every_mutant_is_caught, field, id, load, ticks_ms as ms, time_agrees as agrees,
     values_and_pttls, LockInfo, Mutant, SEQUENCES, STEPS, TICK_MS, TTL_SLACK_MS,
 };
 
@@ -369,12 +368,7 @@ fn agree_step_by_step(
     mutant: Option<Mutant>,
 ) -> BTreeMap<String, usize> {
     let mut rng = Rng::new(seed);
-    let client = redis::Client::open(redis.url()).unwrap();
-    let mut conn = client.get_connection().unwrap();
-    let mut subscriber = client.get_connection().unwrap();
-    subscriber
-        .set_read_timeout(Some(Duration::from_secs(30)))
-        .unwrap();
+    let (mut conn, mut subscriber) = connections(redis);
     // One subscription for the run (a dropped `PubSub` unsubscribes).
     let mut pubsub = subscriber.as_pubsub();
     pubsub.psubscribe(format!("{CHANNEL}:*")).unwrap();

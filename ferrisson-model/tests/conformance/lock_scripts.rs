@@ -8,13 +8,12 @@
 //! tokens.
 
 use std::collections::BTreeMap;
-use std::time::Duration;
 
 use super::rng::{announced_seed, Rng};
 use super::server::RedisServer;
 use super::{
-    every_mutant_is_caught, field, id, load, published, tick, values_and_pttls, LockInfo, Mutant,
-    SEQUENCES, STEPS, TICK_MS, TTL_SLACK_MS,
+    connections, every_mutant_is_caught, field, id, load, published, tick, values_and_pttls,
+    LockInfo, Mutant, SEQUENCES, STEPS, TICK_MS, TTL_SLACK_MS,
 };
 use ferrisson_model::{Bounds, ClientId, Latch, Mutation, Reply, ReqId, Server, Time};
 use redis::{Commands, Script, Value};
@@ -653,12 +652,7 @@ fn agree_step_by_step(
     mutant: Option<Mutant>,
 ) -> BTreeMap<String, usize> {
     let mut rng = Rng::new(seed);
-    let client = redis::Client::open(redis.url()).unwrap();
-    let mut conn = client.get_connection().unwrap();
-    let mut subscriber = client.get_connection().unwrap();
-    subscriber
-        .set_read_timeout(Some(Duration::from_secs(30)))
-        .unwrap();
+    let (mut conn, mut subscriber) = connections(redis);
     // One subscription for the run (a dropped `PubSub` unsubscribes).
     let mut pubsub = subscriber.as_pubsub();
     pubsub.subscribe(CHANNEL).unwrap();

@@ -187,6 +187,18 @@ fn time_agrees(real: i64, ticks: i32) -> bool {
     real <= expected.max(1) && real > expected - TTL_SLACK_MS
 }
 
+/// A connection for the scripts, and one to subscribe on (a read that
+/// waits 30 s at most for a message).
+fn connections(redis: &RedisServer) -> (redis::Connection, redis::Connection) {
+    let client = redis::Client::open(redis.url()).unwrap();
+    let conn = client.get_connection().unwrap();
+    let subscriber = client.get_connection().unwrap();
+    subscriber
+        .set_read_timeout(Some(std::time::Duration::from_secs(30)))
+        .unwrap();
+    (conn, subscriber)
+}
+
 /// Each key's value and PTTL, in one round trip.
 fn values_and_pttls(conn: &mut redis::Connection, keys: &[String]) -> Vec<(Option<String>, i64)> {
     let mut pipe = redis::pipe();

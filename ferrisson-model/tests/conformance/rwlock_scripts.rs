@@ -5,7 +5,6 @@
 //! releases set from them, and the messages compared.
 
 use std::collections::BTreeMap;
-use std::time::Duration;
 
 use ferrisson_model::rwlock::{Clock, Mutation, Reply, Server, Side};
 use ferrisson_model::{ClientId, Latch, ReqId};
@@ -14,8 +13,8 @@ use redis::{Commands, Script, Value};
 use super::rng::{announced_seed, Rng};
 use super::server::RedisServer;
 use super::{
-    every_mutant_is_caught, field, id, load, published, ticks_ms as ms, time_agrees as agrees,
-    values_and_pttls, Mutant, SEQUENCES, STEPS,
+    connections, every_mutant_is_caught, field, id, load, published, ticks_ms as ms,
+    time_agrees as agrees, values_and_pttls, Mutant, SEQUENCES, STEPS,
 };
 
 const NAME: &str = "model-rw";
@@ -401,12 +400,7 @@ fn agree_step_by_step(
     mutant: Option<Mutant>,
 ) -> BTreeMap<String, usize> {
     let mut rng = Rng::new(seed);
-    let client = redis::Client::open(redis.url()).unwrap();
-    let mut conn = client.get_connection().unwrap();
-    let mut subscriber = client.get_connection().unwrap();
-    subscriber
-        .set_read_timeout(Some(Duration::from_secs(30)))
-        .unwrap();
+    let (mut conn, mut subscriber) = connections(redis);
     let mut pubsub = subscriber.as_pubsub();
     pubsub.subscribe(CHANNEL).unwrap();
     pubsub.subscribe(MARKER).unwrap();

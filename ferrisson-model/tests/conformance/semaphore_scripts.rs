@@ -1,14 +1,12 @@
 //! The semaphore's scripts and its model ([`semaphore::Server`]).
 
-use std::time::Duration;
-
 use ferrisson_model::semaphore::{Bounds, Mutation, Reply, Server};
 use ferrisson_model::{ClientId, Latch, ReqId};
 use redis::{Commands, Script};
 
 use super::rng::{announced_seed, Rng};
 use super::server::RedisServer;
-use super::{every_mutant_is_caught, id, load, Mutant, SEQUENCES, STEPS};
+use super::{connections, every_mutant_is_caught, id, load, Mutant, SEQUENCES, STEPS};
 
 const NAME: &str = "model-semaphore";
 const CHANNEL: &str = "redisson_sc:{model-semaphore}";
@@ -193,12 +191,7 @@ fn agree_step_by_step(
     mutant: Option<Mutant>,
 ) -> std::collections::BTreeMap<String, usize> {
     let mut rng = Rng::new(seed);
-    let client = redis::Client::open(redis.url()).unwrap();
-    let mut conn = client.get_connection().unwrap();
-    let mut subscriber = client.get_connection().unwrap();
-    subscriber
-        .set_read_timeout(Some(Duration::from_secs(30)))
-        .unwrap();
+    let (mut conn, mut subscriber) = connections(redis);
     // One subscription for the run (a dropped `PubSub` unsubscribes).
     let mut pubsub = subscriber.as_pubsub();
     pubsub.subscribe(CHANNEL).unwrap();
