@@ -59,6 +59,19 @@ async fn swept(server: &RedisServer) {
     .await;
 }
 
+/// Whether the lock `name` has one acquire latch, closed (`x`: settled,
+/// so that a send of its request still on its way takes nothing).
+fn only_latch_closed(server: &RedisServer, name: &str) -> bool {
+    let keys = server.cmd(&["KEYS", &format!("ferrisson_acquire_latch:{{{name}}}:*")]);
+    let keys = keys.as_array().unwrap();
+    keys.len() == 1
+        && server
+            .cmd(&["GET", &keys[0].as_string().unwrap()])
+            .as_string()
+            .as_deref()
+            == Some("x")
+}
+
 fn hold_count(server: &RedisServer, name: &str, field: &str) -> i64 {
     server
         .cmd(&["HGET", name, field])
@@ -201,14 +214,7 @@ async fn an_acquire_whose_replies_are_all_lost_gives_its_hold_back() {
     // And its latch closed, not deleted: a copy of the send still on its
     // way takes nothing.
     eventually(Duration::from_secs(10), || async {
-        let keys = server.cmd(&["KEYS", "ferrisson_acquire_latch:{lost:all}:*"]);
-        let keys = keys.as_array().unwrap();
-        keys.len() == 1
-            && server
-                .cmd(&["GET", &keys[0].as_string().unwrap()])
-                .as_string()
-                .as_deref()
-                == Some("x")
+        only_latch_closed(&server, "lost:all")
     })
     .await;
     // And the client locks normally afterwards.
@@ -1573,4 +1579,50 @@ async fn two_lost_grants_settled(name: &'static str, short: Duration, slow: Dura
     proxy.set_latency(Duration::ZERO);
     assert_eq!(client.held_locks(), 0);
     took
+}
+
+/// Two acquires whose replies one cut lost are settled side by side, on
+/// the client's one connection. While every reply to the first's settle
+/// is lost (each loss cutting the connection, and failing the second's
+/// check in flight beside it), the second's settle still gets through:
+/// the settles pause for a jittered time, so they part. With fixed pauses
+/// they met each other's cut on every round: here, on one thread, the
+/// first's check went out first every time, and the second never heard
+/// back (the race behind a `.ci/run` that failed on Valkey).
+#[tokio::test]
+async fn a_settle_gets_through_while_one_beside_it_loses_every_reply() {
+    common::init_tracing();
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port());
+    let client = proxied(&proxy, Duration::from_millis(500)).await;
+    warm_up(&client).await;
+    swept(&server).await;
+    // `b` is someone else's: its acquire is refused and writes no latch,
+    // so its settle marks one `x`.
+    server.cmd(&["HSET", "pair:b", "someone:else", "1"]);
+    server.cmd(&["PEXPIRE", "pair:b", "60000"]);
+    let (a, b) = (client.lock("pair:a"), client.lock("pair:b"));
+    proxy.lose_every_reply_to("pair:");
+    let (first, second) = tokio::join!(
+        a.try_lock_with_lease(Duration::ZERO, LEASE),
+        b.try_lock_with_lease(Duration::ZERO, LEASE),
+    );
+    for attempt in [first.map(|_| ()), second.map(|_| ())] {
+        let err = attempt.unwrap_err();
+        assert!(err.is_connection_error(), "{err}");
+    }
+    proxy.lose_every_reply_to("{pair:a}");
+    let started = Instant::now();
+    // The settle's first five pauses (100 ms doubling to 1 s: 2.5 s),
+    // twice over: with fixed pauses this took 10-27 s, or longer than 30.
+    eventually(Duration::from_secs(5), || async {
+        only_latch_closed(&server, "pair:b")
+    })
+    .await;
+    println!(
+        "a settle beside one that loses every reply ({} replies lost): settled {:?} after",
+        proxy.lost_replies(),
+        started.elapsed()
+    );
+    proxy.stop_losing_replies();
 }

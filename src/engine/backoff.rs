@@ -6,13 +6,18 @@ use std::cell::Cell;
 use std::time::Duration;
 
 /// A fixed retry schedule: the pause before each resend, from `first`,
-/// growing by `growth` up to `max`. No jitter: these resends are one
-/// client's own, spaced so as not to crowd a Redis that is coming back.
+/// growing by `growth` up to `max`, spaced so as not to crowd a Redis that
+/// is coming back. A `jittered` one pauses between half of that and all of
+/// it, at random: the background retries of one client that a single
+/// connection cut failed all at once (every request on the connection
+/// fails with it) would otherwise go on in lockstep, and meet each other's
+/// next failure, every time.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Schedule {
     first: Duration,
     growth: Growth,
     max: Duration,
+    jittered: bool,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -32,7 +37,13 @@ impl Schedule {
                 .saturating_mul(1u32.checked_shl(n.min(31)).unwrap_or(u32::MAX)),
             Growth::Linear => self.first.saturating_mul(n.saturating_add(1)),
         };
-        grown.min(self.max)
+        let ceiling = grown.min(self.max);
+        if !self.jittered {
+            return ceiling;
+        }
+        let half = ceiling / 2;
+        let spread = (ceiling - half).as_nanos() as u64;
+        half + Duration::from_nanos(random() % spread.saturating_add(1))
     }
 }
 
@@ -43,14 +54,17 @@ pub(crate) const RESEND: Schedule = Schedule {
     first: Duration::from_millis(100),
     growth: Growth::Linear,
     max: Duration::from_secs(1),
+    jittered: false,
 };
 
 /// The checks of an acquire whose reply was lost, until its latch says
-/// whether it ran: from 100 ms, doubling up to 1 s.
+/// whether it ran: from 100 ms, doubling up to 1 s, jittered (the settles
+/// of the requests one cut lost start together, on one connection).
 pub(crate) const SETTLE_LOST: Schedule = Schedule {
     first: Duration::from_millis(100),
     growth: Growth::Doubling,
     max: Duration::from_secs(1),
+    jittered: true,
 };
 
 /// A fair waiter's leave of the queue, resent in the background after a
@@ -59,6 +73,7 @@ pub(crate) const LEAVE_QUEUE: Schedule = Schedule {
     first: Duration::from_millis(50),
     growth: Growth::Doubling,
     max: Duration::from_secs(1),
+    jittered: true,
 };
 
 /// How long a waiter pauses before a try that should go at once (a grant
@@ -190,14 +205,30 @@ mod tests {
         let resend: Vec<_> = (0..12).map(|n| RESEND.pause(n)).collect();
         assert_eq!(&resend[..3], &[ms(100), ms(200), ms(300)]);
         assert_eq!(resend[11], ms(1000));
-        let settle: Vec<_> = (0..6).map(|n| SETTLE_LOST.pause(n)).collect();
-        assert_eq!(
-            settle,
-            [ms(100), ms(200), ms(400), ms(800), ms(1000), ms(1000)]
-        );
-        assert_eq!(LEAVE_QUEUE.pause(0), ms(50));
-        assert_eq!(LEAVE_QUEUE.pause(u32::MAX), ms(1000));
         assert_eq!(RESEND.pause(u32::MAX), ms(1000));
+        // The jittered ones: between half the step and all of it.
+        let within = |schedule: &Schedule, steps: &[Duration]| {
+            for (n, &ceiling) in steps.iter().enumerate() {
+                let pause = schedule.pause(n as u32);
+                assert!(pause <= ceiling && pause >= ceiling / 2, "{n}: {pause:?}");
+            }
+        };
+        for _ in 0..100 {
+            within(
+                &SETTLE_LOST,
+                &[ms(100), ms(200), ms(400), ms(800), ms(1000), ms(1000)],
+            );
+            within(
+                &LEAVE_QUEUE,
+                &[ms(50), ms(100), ms(200), ms(400), ms(800), ms(1000)],
+            );
+        }
+        assert!(LEAVE_QUEUE.pause(u32::MAX) <= ms(1000));
+        // Two settles started together part at once.
+        let apart = (0..20)
+            .filter(|_| SETTLE_LOST.pause(5) != SETTLE_LOST.pause(5))
+            .count();
+        assert!(apart >= 19, "{apart} of 20 pairs of pauses differ");
     }
 
     #[test]
