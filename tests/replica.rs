@@ -533,6 +533,36 @@ async fn online_replicas_are_counted_and_counted_again_when_one_goes() {
     assert!(stat(&master, "role", "calls") > roles);
 }
 
+/// A count of no replica online is not kept for a grant: each grant on a
+/// master without replicas looks for its latch and counts the replicas
+/// again (in one round trip, as a grant's `WAIT` does), so that a replica
+/// that came online within the second the count is kept for is waited
+/// for, and a grant a failover lost is not called synced (the model's
+/// `TrustsCachedZero`: two holders). Releases keep the count.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_count_of_no_online_replica_is_not_kept_for_a_grant() {
+    let master = RedisServer::start();
+    let client = ferrisson::Client::builder(master.url())
+        .replica_sync_with(Some(ReplicaSync {
+            timeout: SHORT,
+            ..ReplicaSync::REDISSON
+        }))
+        .build()
+        .await
+        .unwrap();
+    master.cmd(&["CONFIG", "RESETSTAT"]);
+    for _ in 0..3 {
+        let guard = soon(client.lock("alone").lock()).await.unwrap();
+        soon(guard.unlock()).await.unwrap();
+    }
+    assert!(
+        stat(&master, "role", "calls") >= 3,
+        "{} ROLEs for 3 grants",
+        stat(&master, "role", "calls")
+    );
+    assert_eq!(stat(&master, "wait", "calls"), 0, "no replica is waited on");
+}
+
 /// A script's write on a replica (a master demoted by a failover, not yet
 /// known as such) is refused with READONLY on every server: what Sentinel
 /// following and waiting out a failover go by. Redis 6 wraps a script's

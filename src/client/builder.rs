@@ -92,9 +92,10 @@ use crate::Result;
 /// Behind Sentinel and on a Cluster it is on by default, as in Redisson
 /// ([`config::ReplicaSync::REDISSON`](crate::config::ReplicaSync::REDISSON)): every replica the master reports
 /// online (`ROLE`, counted at most once a second, in the pipeline behind the
-/// latch's write) is waited for up to 1 s, one acknowledgement is enough, a
-/// master without replicas is not waited on (once the count finds the
-/// grant on it), and an acquire none acknowledged is given back and tried
+/// latch's write; a count of none is not kept for a grant) is waited for up
+/// to 1 s, one acknowledgement is enough, a master without replicas is not
+/// waited on (once the count finds the grant on it), and an acquire none
+/// acknowledged is given back and tried
 /// again. On
 /// one server it is off unless asked for:
 ///

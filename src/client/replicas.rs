@@ -130,7 +130,8 @@ impl ClientInner {
     /// grant. A master that has no latch (a failover to a server that
     /// never got the grant) is too few replicas: acknowledged by none.
     /// Costs what a `WAIT` (and, once a second in
-    /// [`Replicas::Online`], a `ROLE`) did: one round trip each.
+    /// [`Replicas::Online`], a `ROLE`; at every grant where the master was
+    /// counted with none) did: one round trip each.
     ///
     /// # Cancel safety
     /// Cancel safe: it writes nothing but the latch's TTL; what the grant
@@ -170,12 +171,14 @@ impl ClientInner {
         let (wait_for, wanted) = match sync.replicas {
             Replicas::AtLeast(n) => (n, n),
             Replicas::Online => match self.fresh_count(master) {
-                Some(0) => return None,
-                Some(n) => (n, 1),
+                Some(n) if n > 0 => (n, 1),
                 // Counted anew on the master that answers for the latch,
                 // which must have the grant even with no replica to wait
-                // for.
-                None => match self
+                // for. A count of none is not trusted: a replica may have
+                // come online since (a count is kept a second, also
+                // through a failover), and the grant would be neither
+                // looked for nor waited for.
+                _ => match self
                     .conn
                     .touch_latch_then(latch, latch_ttl, redis::cmd("ROLE"))
                     .await
