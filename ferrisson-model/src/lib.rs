@@ -93,6 +93,18 @@ pub enum Mutation {
     /// server's clock): the next holder's token is no higher than the
     /// last one.
     TokensStartOver,
+    /// `Replicas::Online` trusts a cached count of no replica online (the
+    /// library caches the count for a second, per master, and keeps it
+    /// through a failover): the grant is neither looked for on the
+    /// master nor waited for, though a replica came online since and may
+    /// be promoted without it.
+    TrustsCachedZero,
+    /// A give-back releases the owner's hold whether or not the grant it
+    /// gives back is on the server (ferrisson's give-back today): after a
+    /// failover that lost the grant, a give-back that reaches the new
+    /// master (a resend, or a command the cluster client sends on after
+    /// `MOVED`) releases the owner's next hold there.
+    GiveBackIgnoresLatch,
 }
 
 /// The bounds of one check.
@@ -539,6 +551,28 @@ impl Server {
         }
     }
 
+    /// A give-back of `grant` under request `req`: `lua/release.lua`,
+    /// when the grant's latch shows it granted (or `req` ran before: a
+    /// replay), else nothing is released (`NotHeld`); under
+    /// `GiveBackIgnoresLatch`, the release alone.
+    pub fn give_back(
+        &mut self,
+        now: Time,
+        req: ReqId,
+        grant: ReqId,
+        b: &Bounds,
+        mutation: Mutation,
+    ) -> Reply {
+        let replay = self.unlock_latches.iter().any(|(r, _, _)| *r == req);
+        if !replay
+            && mutation != Mutation::GiveBackIgnoresLatch
+            && self.latch(grant) != Some(Latch::Granted)
+        {
+            return Reply::NotHeld;
+        }
+        self.release(now, req, b, mutation)
+    }
+
     /// `lua/acquire_cancel.lua`.
     pub fn settle(&mut self, now: Time, req: ReqId, b: &Bounds) -> Reply {
         match self.latch(req) {
@@ -574,6 +608,11 @@ pub enum Op {
     Settle(ReqId),
     /// A dropped guard's release, sent in the background.
     Dropped(ReqId),
+    /// A give-back (its own request) of a grant (the acquire's request):
+    /// it releases only while the grant's latch shows it granted, so that
+    /// a give-back of a grant a failover lost does not take the owner's
+    /// next hold.
+    GiveBack(ReqId, ReqId),
     /// Replica sync after a grant: the latch's touch, then `WAIT`, on one
     /// connection. It carries what the mutation's `WAIT` alone would
     /// count: the grant's offset, when a write on the connection (the
@@ -634,6 +673,7 @@ pub enum Phase {
     /// Giving back what a settled acquire was found to have taken.
     GivingBack {
         req: ReqId,
+        grant: ReqId,
         resends: u8,
     },
     Crashed,
@@ -686,6 +726,10 @@ pub struct Client {
     pub grant: u8,
     /// Writes it sent to the resource so far.
     pub writes: u8,
+    /// The count of online replicas it last saw (`Replicas::Online`, in
+    /// models where replicas come online), kept through a failover as the
+    /// library's cache is.
+    pub online_seen: Option<u8>,
 }
 
 impl Client {
@@ -706,6 +750,7 @@ impl Client {
             token: 0,
             grant: 0,
             writes: 0,
+            online_seen: None,
         }
     }
 
@@ -746,6 +791,10 @@ pub struct State {
     /// Failovers and restarts so far: each replaces every connection.
     pub failovers: u8,
     pub restarts_left: u8,
+    /// Whether each replica is online (`LockModel::offline`; empty: all
+    /// are). An offline replica takes no writes and counts for no `WAIT`
+    /// until it comes online (a full sync), and is not promoted.
+    pub online: Vec<bool>,
 }
 
 /// The resource the lock guards: it takes writes, and with fencing checks
@@ -803,6 +852,9 @@ pub enum Action {
     Land(usize),
     /// A replica catches up with the master (asynchronous replication).
     Replicate(usize),
+    /// An offline replica finishes its full sync: a copy of the master,
+    /// online from now.
+    ComeOnline(usize),
     /// The master fails and a replica is promoted, with what it has; the
     /// other replicas sync from it anew.
     Failover(usize),
@@ -848,6 +900,11 @@ pub struct LockModel {
     /// 0: one of those online, and none when the master has none
     /// (`Replicas::Online`).
     pub wanted: u8,
+    /// The first replica starts offline (syncing) and comes online later:
+    /// with `Replicas::Online`, the client counts the online replicas as
+    /// the library does (`ROLE`, a count kept per client through
+    /// failovers) rather than all of them.
+    pub offline: bool,
 }
 
 impl LockModel {
@@ -861,6 +918,7 @@ impl LockModel {
             replica: None,
             replicas: 1,
             wanted: 1,
+            offline: false,
         }
     }
 
@@ -966,7 +1024,7 @@ impl LockModel {
                 c.count = 1;
                 c.deadline = c.since + lease;
             }
-            (Phase::Syncing { .. }, _) => Self::give_back_unsynced(state, id),
+            (Phase::Syncing { req }, _) => Self::give_back_unsynced(state, id, req),
             (Phase::Acquiring { req, .. }, Reply::Refused) if c.lost => {
                 // Nobody sends it any more, and a lost send of it may still
                 // take the lock: settled.
@@ -988,13 +1046,14 @@ impl LockModel {
                 c.lost = false;
                 c.abandoned += 1;
             }
-            (Phase::Settling(_), Reply::Settled(true)) => {
+            (Phase::Settling(grant), Reply::Settled(true)) => {
                 let give_back = Self::next_req(state, id);
                 state.clients[id as usize].phase = Phase::GivingBack {
                     req: give_back,
+                    grant,
                     resends: 0,
                 };
-                Self::send(state, id, Op::Release(give_back));
+                Self::send(state, id, Op::GiveBack(give_back, grant));
             }
             // Refused or spent with nothing to settle, settled, given back.
             (Phase::Acquiring { .. }, Reply::Refused | Reply::Spent)
@@ -1026,13 +1085,14 @@ impl LockModel {
 
     /// A grant too few replicas acknowledged (or whose sync failed) is
     /// given back, under a request of its own.
-    fn give_back_unsynced(state: &mut State, id: ClientId) {
+    fn give_back_unsynced(state: &mut State, id: ClientId, grant: ReqId) {
         let give_back = Self::next_req(state, id);
         state.clients[id as usize].phase = Phase::GivingBack {
             req: give_back,
+            grant,
             resends: 0,
         };
-        Self::send(state, id, Op::Release(give_back));
+        Self::send(state, id, Op::GiveBack(give_back, grant));
     }
 
     /// Replica sync's request runs on the master: the latch's touch (a
@@ -1043,6 +1103,9 @@ impl LockModel {
         let Op::Sync(req, failovers, offset) = sent.op else {
             return;
         };
+        if self.wanted == 0 && self.offline {
+            return self.run_online_sync(state, sent, req);
+        }
         let wait_for = if self.mutation == Mutation::SyncWithoutTouch {
             // `WAIT` alone counts the writes of its own connection: the
             // grant's, unless a failover replaced the connection since.
@@ -1077,13 +1140,52 @@ impl LockModel {
     /// A `WAIT` returns with the replicas that reached its offset: or a
     /// failover broke its connection, or the latch was not there to touch
     /// (`acked: None`), which the client reads as not synced.
-    fn wait_returns(&self, state: &mut State, sent: Sent, acked: Option<u8>) {
-        if !self.awaited(state, sent) {
-            return;
+    /// `Replicas::Online` sync as the library runs it, with replicas that
+    /// come online: a cached count of online replicas above 0 is used,
+    /// otherwise the latch's touch and `ROLE` count them anew (under
+    /// `TrustsCachedZero` a cached 0 answers at once); no grant on the
+    /// master is a sync that failed; none online, nothing to wait for;
+    /// else `WAIT` for that many, enough when one acknowledges.
+    fn run_online_sync(&self, state: &mut State, sent: Sent, req: ReqId) {
+        let id = sent.client as usize;
+        let seen = state.clients[id].online_seen;
+        if seen == Some(0) && self.mutation == Mutation::TrustsCachedZero {
+            return self.answer_sync(state, sent, true);
         }
+        if state.server.latch(req) != Some(Latch::Granted) {
+            state.clients[id].online_seen = None;
+            return self.answer_sync(state, sent, false);
+        }
+        let expires = state.now + self.bounds.latch_ttl;
+        state.server.set_latch(req, Latch::Granted, expires);
+        state.server.offset += 1;
+        let count = match seen {
+            Some(n) if n > 0 => n,
+            _ => {
+                let n = state.online.iter().filter(|online| **online).count() as u8;
+                state.clients[id].online_seen = Some(n);
+                n
+            }
+        };
+        if count == 0 {
+            return self.answer_sync(state, sent, true);
+        }
+        state.waits.push((sent, state.server.offset));
+        state.waits.sort();
+    }
+
+    fn wait_returns(&self, state: &mut State, sent: Sent, acked: Option<u8>) {
         let enough = acked.is_some_and(|acked| {
             acked >= self.wanted.max(1) || (self.wanted == 0 && state.replicas.is_empty())
         });
+        self.answer_sync(state, sent, enough);
+    }
+
+    /// The reply of a replica sync, to its client if it still awaits it.
+    fn answer_sync(&self, state: &mut State, sent: Sent, enough: bool) {
+        if !self.awaited(state, sent) {
+            return;
+        }
         state.replies.push(Answer {
             to: sent,
             reply: Reply::Synced(enough),
@@ -1099,10 +1201,10 @@ impl LockModel {
     fn time_out(&self, state: &mut State, id: ClientId) {
         let resends_max = self.bounds.resends;
         let c = state.clients[id as usize];
-        if let Phase::Syncing { .. } = c.phase {
+        if let Phase::Syncing { req } = c.phase {
             // `WAIT`'s reply lost: the sync failed, and the grant is given
             // back.
-            return Self::give_back_unsynced(state, id);
+            return Self::give_back_unsynced(state, id, req);
         }
         let (phase, op) = match c.phase {
             Phase::Acquiring {
@@ -1125,16 +1227,20 @@ impl LockModel {
                 },
                 Some(Op::Release(req)),
             ),
-            Phase::GivingBack { req, resends }
-                if resends < resends_max
-                    && self.may_give_back(state.now, c.since + self.bounds.lease) =>
+            Phase::GivingBack {
+                req,
+                grant,
+                resends,
+            } if resends < resends_max
+                && self.may_give_back(state.now, c.since + self.bounds.lease) =>
             {
                 (
                     Phase::GivingBack {
                         req,
+                        grant,
                         resends: resends + 1,
                     },
-                    Some(Op::Release(req)),
+                    Some(Op::GiveBack(req, grant)),
                 )
             }
             // Out of resends: what it held or may have taken stands until
@@ -1195,6 +1301,14 @@ impl Model for LockModel {
             failovers_left: self.bounds.failovers,
             failovers: 0,
             restarts_left: self.bounds.restarts,
+            online: match (self.replica, self.offline) {
+                (Some(_), true) => {
+                    let mut online = vec![true; self.replicas as usize];
+                    online[0] = false;
+                    online
+                }
+                _ => Vec::new(),
+            },
         }]
     }
 
@@ -1256,6 +1370,10 @@ impl Model for LockModel {
             actions.push(Action::Land(i));
         }
         for (i, replica) in state.replicas.iter().enumerate() {
+            if !state.online.get(i).copied().unwrap_or(true) {
+                actions.push(Action::ComeOnline(i));
+                continue;
+            }
             if *replica != state.server {
                 actions.push(Action::Replicate(i));
             }
@@ -1382,8 +1500,15 @@ impl Model for LockModel {
             Action::Replicate(i) => {
                 state.replicas[i] = state.server.clone();
             }
+            Action::ComeOnline(i) => {
+                state.replicas[i] = state.server.clone();
+                state.online[i] = true;
+            }
             Action::Failover(i) => {
                 state.server = state.replicas.remove(i);
+                if !state.online.is_empty() {
+                    state.online.remove(i);
+                }
                 for replica in &mut state.replicas {
                     *replica = state.server.clone();
                 }
@@ -1416,7 +1541,16 @@ impl Model for LockModel {
             }
             Action::WaitReturns(i) => {
                 let (sent, offset) = state.waits.remove(i);
-                let acked = state.replicas.iter().filter(|r| r.offset >= offset).count();
+                let online = &state.online;
+                let acked = (state.replicas.iter().enumerate())
+                    .filter(|(i, r)| online.get(*i).copied().unwrap_or(true) && r.offset >= offset)
+                    .count();
+                // Fewer than counted: a replica may have gone; counted
+                // again next time.
+                let c = &mut state.clients[sent.client as usize];
+                if c.online_seen.is_some_and(|seen| (acked as u8) < seen) {
+                    c.online_seen = None;
+                }
                 self.wait_returns(&mut state, sent, Some(acked as u8));
             }
             Action::Timeout(id) => self.time_out(&mut state, id),
@@ -1447,6 +1581,7 @@ impl Model for LockModel {
                     Op::Renew(_) => server.renew(now, sent.client, b, m),
                     Op::Settle(req) => server.settle(now, req, b),
                     Op::Dropped(req) => server.release(now, req, b, m),
+                    Op::GiveBack(req, grant) => server.give_back(now, req, grant, b, m),
                     Op::Sync(..) => unreachable!("run above"),
                 };
                 if before.is_some_and(|before| before != state.server) {

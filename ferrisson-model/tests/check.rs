@@ -325,6 +325,54 @@ fn with_replica_sync_of_the_online_replicas_a_failover_keeps_one_holder() {
     holds_for(model);
 }
 
+/// `Replicas::Online` where the replica is offline (a full sync) when the
+/// first grant counts the online replicas, and comes online later: the
+/// client keeps the count, but not a count of none, so a later grant
+/// counts again, waits for the replica, and a failover to it keeps one
+/// holder. (Sentinel and Cluster promote a replica that was online.)
+fn online_model(mutation: Mutation) -> LockModel {
+    let mut model = LockModel::replicated(
+        Bounds {
+            first_acquires: 2,
+            max_time: 0,
+            ..Bounds::failover()
+        },
+        true,
+    );
+    model.wanted = 0;
+    model.offline = true;
+    model.mutation = mutation;
+    model
+}
+
+#[test]
+#[ignore = "over a minute: .ci/run runs it once, with --ignored"]
+fn with_replica_sync_of_the_online_replicas_a_replica_coming_online_keeps_one_holder() {
+    holds_for(online_model(Mutation::None));
+}
+
+/// A give-back that releases whatever the owner holds, not only the grant
+/// it gives back: a grant whose sync failed (a failover lost it) is given
+/// back, the give-back reaches the new master late, after the owner took
+/// the lock there again (no replica left to wait for), and releases that
+/// hold; the other client takes the lock. The give-back checks the
+/// grant's latch.
+#[test]
+fn a_give_back_that_ignores_its_grants_latch_takes_the_owners_next_hold() {
+    let mut model = online_model(Mutation::GiveBackIgnoresLatch);
+    model.offline = false;
+    found(model, ONE_HOLDER);
+}
+
+/// A client that trusts its count of no online replica (kept for a second,
+/// and through a failover) skips the sync of its next grant: the replica
+/// that came online meanwhile lacks it, is promoted, and the other client
+/// takes the lock there.
+#[test]
+fn trusting_a_kept_count_of_no_online_replica_allows_two_holders() {
+    found(online_model(Mutation::TrustsCachedZero), ONE_HOLDER);
+}
+
 /// A limit: without replica sync, a failover that promotes a replica the
 /// grant had not reached yet lets a second client take the lock while the
 /// first believes it holds it.
