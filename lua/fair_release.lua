@@ -11,11 +11,16 @@
 -- ARGV[3]  owner field
 -- ARGV[4]  the publish command, `publish` or `spublish`
 -- ARGV[5]  latch TTL in milliseconds
+-- KEYS[6]  optional: a give-back's grant, the acquire latch of the request
+--          whose hold this gives back,
+--          `ferrisson_acquire_latch:{name}:<request-id>`
 --
 -- Dead waiters at the head of the queue are dropped first. Replies 1 when
 -- this was the last hold (the hash is deleted and the first waiter woken on
 -- its own channel), 0 when holds remain, nil when the owner holds nothing
--- (when the hash is gone altogether, the first waiter is woken all the same).
+-- (when the hash is gone altogether, the first waiter is woken all the same);
+-- nil too, with nothing written, for a give-back whose grant's latch does
+-- not show the grant.
 -- A retry with the same request id replies what the first call replied.
 -- A lock key that is no lock hash (another type, or a hash with other
 -- fields), a queue that is no list or a timeout set that is no sorted set
@@ -61,6 +66,23 @@ if done ~= false then
     return tonumber(done)
 end
 -- end shared
+-- shared: a give-back's grant (whether `grant`, the acquire latch of the
+-- request whose hold is given back, shows the grant: `1` or a fencing
+-- token; always for a plain release, `grant` nil. The grant's own script
+-- wrote the latch with the hold, so a master without it never had the
+-- grant, or lost it in a failover: a give-back there takes nothing, where
+-- it would take another hold of the owner)
+local function grant_shown(grant)
+    if grant == nil then
+        return true
+    end
+    local latch = redis.call('get', grant)
+    return latch ~= false and latch ~= 'x'
+end
+-- end shared
+if not grant_shown(KEYS[6]) then
+    return nil
+end
 local refused = not_a_lock(KEYS[1]) or wrong_type(KEYS[2], 'list')
     or wrong_type(KEYS[3], 'zset')
 if refused then

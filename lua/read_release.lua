@@ -11,13 +11,18 @@
 -- ARGV[2]  read owner field
 -- ARGV[3]  the publish command, `publish` or `spublish`
 -- ARGV[4]  latch TTL in milliseconds
+-- KEYS[6]  optional: a give-back's grant, the acquire latch of the request
+--          whose hold this gives back,
+--          `ferrisson_acquire_latch:{name}:<request-id>`
 --
 -- Replies 1 when the lock is free now (the hash is deleted and the message
 -- published); when holds remain (this owner's or others'), minus the TTL
 -- in milliseconds the hash gets, that of the longest remaining read hold
 -- (a count of the owner's that no live hold of its client knows of, a
 -- grant whose reply was lost, lives that long too), or 0 when only the
--- writer's hold keeps it; nil when the owner holds no read hold. A retry
+-- writer's hold keeps it; nil when the owner holds no read hold (and, with
+-- nothing written, for a give-back whose grant's latch does not show the
+-- grant). A retry
 -- with the same request id replies what the first call replied, without
 -- releasing again. A key that is no lock hash (another
 -- type, or a hash with other fields) is left alone and fails with
@@ -71,6 +76,23 @@ if done ~= false then
     return tonumber(done)
 end
 -- end shared
+-- shared: a give-back's grant (whether `grant`, the acquire latch of the
+-- request whose hold is given back, shows the grant: `1` or a fencing
+-- token; always for a plain release, `grant` nil. The grant's own script
+-- wrote the latch with the hold, so a master without it never had the
+-- grant, or lost it in a failover: a give-back there takes nothing, where
+-- it would take another hold of the owner)
+local function grant_shown(grant)
+    if grant == nil then
+        return true
+    end
+    local latch = redis.call('get', grant)
+    return latch ~= false and latch ~= 'x'
+end
+-- end shared
+if not grant_shown(KEYS[6]) then
+    return nil
+end
 -- HGET fails on another type: that, like a lock not held, is looked at
 -- here (nil: not held).
 local mode = redis.pcall('hget', KEYS[1], 'mode')

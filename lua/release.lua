@@ -14,12 +14,17 @@
 --          done, `ferrisson_job_done:{name}`
 -- ARGV[7]  the occurrence the run served, a decimal integer below 2^53
 -- ARGV[8]  how long the job remembers it, in milliseconds
+-- KEYS[4]  optional, without ARGV[7]: a give-back's grant, the acquire
+--          latch of the request whose hold this gives back,
+--          `ferrisson_acquire_latch:{name}:<request-id>`
 --
 -- Replies 1 when this was the last hold (the key is deleted and the message
 -- published), 0 when holds remain (count lowered, TTL reset to the lease),
 -- 2 when this was the last hold and ARGV[6] is over 0 (the owner keeps one
 -- hold, the TTL becomes ARGV[6], nothing is published: the lock is still
--- held, and expires then), nil when the owner holds nothing. A retry with the same request id replies
+-- held, and expires then), nil when the owner holds nothing, or, for a
+-- give-back, when its grant's latch does not show the grant: nothing is
+-- written then. A retry with the same request id replies
 -- what the first call replied, without releasing again. A key that is no
 -- lock hash (another type, or a hash with other fields) is left alone and
 -- fails with `WRONGTYPE holds a <type>: <key>`.
@@ -78,6 +83,23 @@ if done ~= false then
     return tonumber(done)
 end
 -- end shared
+-- shared: a give-back's grant (whether `grant`, the acquire latch of the
+-- request whose hold is given back, shows the grant: `1` or a fencing
+-- token; always for a plain release, `grant` nil. The grant's own script
+-- wrote the latch with the hold, so a master without it never had the
+-- grant, or lost it in a failover: a give-back there takes nothing, where
+-- it would take another hold of the owner)
+local function grant_shown(grant)
+    if grant == nil then
+        return true
+    end
+    local latch = redis.call('get', grant)
+    return latch ~= false and latch ~= 'x'
+end
+-- end shared
+if ARGV[7] == nil and not grant_shown(KEYS[4]) then
+    return nil
+end
 -- HGET fails on another type: that, like a field not found, is looked at
 -- here (nil: not held).
 local held = redis.pcall('hget', KEYS[1], ARGV[3])

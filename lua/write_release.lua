@@ -10,13 +10,18 @@
 -- ARGV[3]  write owner field, `<client-uuid>:<owner-id>:write`
 -- ARGV[4]  the publish command, `publish` or `spublish`
 -- ARGV[5]  latch TTL in milliseconds
+-- KEYS[5]  optional: a give-back's grant, the acquire latch of the request
+--          whose hold this gives back,
+--          `ferrisson_acquire_latch:{name}:<request-id>`
 --
 -- Replies 0 when write holds remain, 1 when this was the last (the hash is
 -- deleted, or, when the writer still has read holds, its mode becomes
 -- `read` and its TTL the longest remaining read hold's, as a read release
 -- sets it: counts whose every timeout key has expired hold nothing, and
 -- the hash goes when no read hold is left; the message is published
--- either way, so waiting readers can enter), nil when the owner holds no write hold. A retry with the same
+-- either way, so waiting readers can enter), nil when the owner holds no
+-- write hold (and, with nothing written, for a give-back whose grant's
+-- latch does not show the grant). A retry with the same
 -- request id replies what the first call replied. A key that is no lock
 -- hash (another type, or a hash with other fields) is left alone and fails
 -- with `WRONGTYPE holds a <type>: <key>`.
@@ -69,6 +74,23 @@ if done ~= false then
     return tonumber(done)
 end
 -- end shared
+-- shared: a give-back's grant (whether `grant`, the acquire latch of the
+-- request whose hold is given back, shows the grant: `1` or a fencing
+-- token; always for a plain release, `grant` nil. The grant's own script
+-- wrote the latch with the hold, so a master without it never had the
+-- grant, or lost it in a failover: a give-back there takes nothing, where
+-- it would take another hold of the owner)
+local function grant_shown(grant)
+    if grant == nil then
+        return true
+    end
+    local latch = redis.call('get', grant)
+    return latch ~= false and latch ~= 'x'
+end
+-- end shared
+if not grant_shown(KEYS[5]) then
+    return nil
+end
 -- HGET fails on another type: that, like a lock not held, is looked at
 -- here (nil: not held).
 local mode = redis.pcall('hget', KEYS[1], 'mode')

@@ -320,6 +320,18 @@ impl Server {
         (Reply::Released(1), self.queue.first().copied())
     }
 
+    /// `lua/fair_release.lua` as the give-back of the hold `grant` took,
+    /// under its own request `req`: a release while the grant's latch
+    /// shows the grant (or `req` ran before: a replay), else `NotHeld`,
+    /// nothing written and nobody woken.
+    pub fn give_back(&mut self, req: ReqId, grant: ReqId) -> (Reply, Option<ClientId>) {
+        let replay = self.unlock_latches.iter().any(|(r, _)| *r == req);
+        if !replay && self.latch(grant) != Some(Latch::Granted) {
+            return (Reply::NotHeld, None);
+        }
+        self.release(req)
+    }
+
     /// `lua/fair_force_unlock.lua`: the lock opened whoever holds it
     /// (`Released(1)`, or `Released(0)` when it was not held), and the
     /// first live waiter woken (dead ones purged first).

@@ -398,6 +398,24 @@ impl Server {
         (self.unlatch(req, 1), published)
     }
 
+    /// `lua/read_release.lua` or `lua/write_release.lua` as the give-back
+    /// of the hold `grant` took, under its own request `req`: a release
+    /// while the grant's latch shows the grant (or `req` ran before: a
+    /// replay), else `NotHeld`, nothing written.
+    pub fn give_back(
+        &mut self,
+        side: Side,
+        req: ReqId,
+        grant: ReqId,
+        mutation: Mutation,
+    ) -> (Reply, bool) {
+        let replay = self.unlock_latches.iter().any(|(r, _)| *r == req);
+        if !replay && self.latch(grant) != Some(Latch::Granted) {
+            return (Reply::NotHeld, false);
+        }
+        self.release(side, req, mutation)
+    }
+
     /// `lua/renew_read.lua` for one owner: with a clock, each of its read
     /// holds' keys that still stands gets a lease from now, and the hash
     /// at least that; whether the owner has read holds left (else it is

@@ -42,6 +42,9 @@ enum Step {
     /// An acquire; `false`: one attempt that does not join the line.
     Acquire(ReqId, bool),
     Release(ReqId),
+    /// A give-back (`fair_release.lua` under its own request) of the hold
+    /// the acquire (the second) took.
+    GiveBack(ReqId, ReqId),
     Leave(ClientId),
     /// `fair_force_unlock.lua`: the lock opened whoever holds it.
     ForceUnlock,
@@ -59,10 +62,22 @@ fn draw(rng: &mut Rng) -> Step {
             },
             rng.below(5) > 0,
         ),
-        5..=7 => Step::Release(ReqId {
-            client,
-            seq: 100 + rng.below(RELEASES as u64) as u8,
-        }),
+        5..=7 => {
+            let req = ReqId {
+                client,
+                seq: 100 + rng.below(RELEASES as u64) as u8,
+            };
+            match rng.below(3) {
+                0 => Step::GiveBack(
+                    req,
+                    ReqId {
+                        client,
+                        seq: 1 + rng.below(ACQUIRES as u64) as u8,
+                    },
+                ),
+                _ => Step::Release(req),
+            }
+        }
         8 | 9 => Step::Leave(client),
         10 => Step::ForceUnlock,
         _ => Step::Tick,
@@ -114,14 +129,16 @@ impl Scripts {
                     other => panic!("{step:?}: a reply the model has no word for: {other:?}"),
                 }
             }
-            Step::Release(req) => {
-                let reply: Option<i64> = self
-                    .release
-                    .key(NAME)
-                    .key(QUEUE)
+            Step::Release(req) | Step::GiveBack(req, _) => {
+                let mut call = self.release.key(NAME);
+                call.key(QUEUE)
                     .key(TIMEOUTS)
                     .key(CHANNEL)
-                    .key(unlock_latch(req))
+                    .key(unlock_latch(req));
+                if let Step::GiveBack(_, grant) = step {
+                    call.key(acquire_latch(grant));
+                }
+                let reply: Option<i64> = call
                     .arg(0)
                     .arg(ms(LEASE))
                     .arg(field(req.client))
@@ -191,6 +208,10 @@ fn model_run(server: &mut Server, step: Step) -> (Option<(Reply, Option<i32>)>, 
         ),
         Step::Release(req) => {
             let (reply, woken) = server.release(req);
+            (Some((reply, None)), woken)
+        }
+        Step::GiveBack(req, grant) => {
+            let (reply, woken) = server.give_back(req, grant);
             (Some((reply, None)), woken)
         }
         Step::Leave(client) => {
@@ -444,6 +465,17 @@ fn agree_step_by_step(
             } else {
                 ""
             };
+            if let Step::GiveBack(req, _) = step {
+                let owner_held = before.hold.is_some_and(|(owner, _)| owner == req.client);
+                let what = match real {
+                    Reply::Released(_) => Some("given back"),
+                    Reply::NotHeld if owner_held => Some("give-back refused beside a hold"),
+                    _ => None,
+                };
+                if let Some(what) = what {
+                    *seen.entry(what.to_owned()).or_default() += 1;
+                }
+            }
             let kind = match (real, real_woken.is_empty()) {
                 (Reply::Released(_) | Reply::NotHeld | Reply::Left(_), false) => {
                     format!("{forced}{real:?} waking")
@@ -453,7 +485,9 @@ fn agree_step_by_step(
             *seen.entry(kind).or_default() += 1;
             // Waiters that were dead at the head of the line, gone.
             let actor = match step {
-                Step::Acquire(req, _) | Step::Release(req) => Some(req.client),
+                Step::Acquire(req, _) | Step::Release(req) | Step::GiveBack(req, _) => {
+                    Some(req.client)
+                }
                 _ => None,
             };
             if before
@@ -499,6 +533,8 @@ fn the_fair_model_and_the_scripts_agree_step_by_step() {
         "forced Released(0)",
         "granted, the line moving up",
         "tick with waiters",
+        "given back",
+        "give-back refused beside a hold",
     ] {
         assert!(seen.contains_key(what), "no step met {what}: {seen:?}");
     }
@@ -506,6 +542,16 @@ fn the_fair_model_and_the_scripts_agree_step_by_step() {
 
 /// One-line bugs in the fair lock's scripts, each a plausible one.
 const MUTANTS: &[(Mutant, usize)] = &[
+    (
+        Mutant {
+            file: "fair_release.lua",
+            from: "if not grant_shown(KEYS[6]) then",
+            nth: 1,
+            to: "if false then",
+            what: "a fair give-back takes the owner's hold whatever its grant's latch shows",
+        },
+        1,
+    ),
     (
         Mutant {
             file: "fair_acquire.lua",

@@ -79,6 +79,13 @@ enum Step {
         /// With a job's keep.
         keep: bool,
     },
+    /// A give-back (`release.lua` under its own request) of the hold that
+    /// the acquire `grant` took: it releases only while that grant's latch
+    /// shows it.
+    GiveBack {
+        req: ReqId,
+        grant: ReqId,
+    },
     /// A batched renewal: the lock for one owner, and in the same call
     /// for another, of this lock or (`true`) of the other lock, `OTHER`
     /// (a batch carries many owners and locks).
@@ -110,13 +117,22 @@ fn draw(rng: &mut Rng, fenced: bool) -> Step {
                 _ => Deadline::Passed,
             },
         },
-        8..=13 => Step::Release {
-            req: ReqId {
+        8..=13 => {
+            let req = ReqId {
                 client,
                 seq: 100 + rng.below(RELEASES as u64) as u8,
-            },
-            keep: rng.below(4) == 0,
-        },
+            };
+            match rng.below(3) {
+                0 => Step::GiveBack {
+                    req,
+                    grant: acquire,
+                },
+                _ => Step::Release {
+                    req,
+                    keep: rng.below(4) == 0,
+                },
+            }
+        }
         14 | 15 => Step::Renew(
             client,
             (rng.below(2) == 0).then(|| (rng.below(2) as ClientId, rng.below(3) == 0)),
@@ -307,6 +323,19 @@ impl Scripts {
                 }
                 call.invoke(conn).unwrap()
             }
+            Step::GiveBack { req, grant } => self
+                .release
+                .key(NAME)
+                .key(CHANNEL)
+                .key(unlock_latch(req))
+                .key(acquire_latch(grant))
+                .arg(0)
+                .arg(ms(bounds().lease))
+                .arg(field(req.client))
+                .arg("publish")
+                .arg(ms(bounds().latch_ttl))
+                .invoke(conn)
+                .unwrap(),
             Step::Renew(first, second) => {
                 let mut call = self.renew.key(NAME);
                 if let Some((_, other)) = second {
@@ -356,8 +385,12 @@ impl Scripts {
                 left: left(pttl),
                 ..Outcome::reply(Reply::Refused)
             },
-            (Step::Release { .. }, Value::Int(n)) => Outcome::reply(Reply::Released(n as u8)),
-            (Step::Release { .. }, Value::Nil) => Outcome::reply(Reply::NotHeld),
+            (Step::Release { .. } | Step::GiveBack { .. }, Value::Int(n)) => {
+                Outcome::reply(Reply::Released(n as u8))
+            }
+            (Step::Release { .. } | Step::GiveBack { .. }, Value::Nil) => {
+                Outcome::reply(Reply::NotHeld)
+            }
             (Step::Renew(..), Value::Array(gone)) => Outcome {
                 gone: gone
                     .iter()
@@ -410,6 +443,7 @@ fn model_run(
             let keep = if keep { KEEP } else { 0 };
             Outcome::reply(server.release_keeping(t, req, b, m, keep))
         }
+        Step::GiveBack { req, grant } => Outcome::reply(server.give_back(t, req, grant, b, m)),
         Step::Renew(first, second) => {
             let mut gone = Vec::new();
             if server.renew(t, first, b, m) == Reply::Renewed(false) {
@@ -633,6 +667,8 @@ fn covered(seen: &BTreeMap<String, usize>, fenced: bool) {
         "tick",
         "forced open",
         "grant read",
+        "given back",
+        "give-back refused beside a hold",
     ];
     if !fenced {
         expected.push("NotReentrant");
@@ -681,6 +717,10 @@ fn agree_step_by_step(
             steps.push(step);
             let context = format!("seed {seed}, sequence {sequence}, steps {steps:?}");
             let held_before = model.hold.is_some();
+            let owners_count = match step {
+                Step::GiveBack { req, .. } => model.count_of(req.client),
+                _ => 0,
+            };
             let real = scripts.run(&mut conn, step, fenced, &mut drawn);
             let real_published = published::<String>(&mut conn, &mut pubsub, MARKER);
             let modelled = model_run(&mut model, &mut other, &mut now, step);
@@ -688,7 +728,7 @@ fn agree_step_by_step(
             // The last hold's release (not a replay, not a keep) tells
             // the waiters, and so does a lock forced open.
             let expected: Vec<String> = match (step, &modelled) {
-                (Step::Release { .. } | Step::ForceUnlock, Some(o))
+                (Step::Release { .. } | Step::GiveBack { .. } | Step::ForceUnlock, Some(o))
                     if o.reply == Reply::Released(1) && held_before && model.hold.is_none() =>
                 {
                     vec!["0".to_owned()]
@@ -719,6 +759,17 @@ fn agree_step_by_step(
                 }
                 (Step::Granted(_), Some(o)) if o.reply == Reply::Settled(true) => {
                     *seen.entry("grant read".to_owned()).or_default() += 1;
+                }
+                (Step::GiveBack { .. }, Some(o)) if matches!(o.reply, Reply::Released(_)) => {
+                    *seen.entry("given back".to_owned()).or_default() += 1;
+                }
+                // The owner holds, but not by this grant: nothing taken.
+                (Step::GiveBack { .. }, Some(o))
+                    if o.reply == Reply::NotHeld && owners_count > 0 =>
+                {
+                    *seen
+                        .entry("give-back refused beside a hold".to_owned())
+                        .or_default() += 1;
                 }
                 _ => {}
             }
@@ -972,6 +1023,26 @@ const MUTANTS: &[(Mutant, usize)] = &[
             nth: 1,
             to: "redis.pcall('hexists', KEYS[1], ARGV[i + 1])",
             what: "a batched renewal checks every owner on the first key",
+        },
+        1,
+    ),
+    (
+        Mutant {
+            file: "release.lua",
+            from: "if ARGV[7] == nil and not grant_shown(KEYS[4]) then",
+            nth: 1,
+            to: "if false then",
+            what: "a give-back takes the owner's hold whatever its grant's latch shows",
+        },
+        1,
+    ),
+    (
+        Mutant {
+            file: "release.lua",
+            from: "return latch ~= false and latch ~= 'x'",
+            nth: 1,
+            to: "return latch ~= false",
+            what: "a give-back of a request given up takes the owner's hold",
         },
         1,
     ),

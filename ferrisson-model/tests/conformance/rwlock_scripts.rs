@@ -51,7 +51,9 @@ fn unlock_latch(req: ReqId) -> String {
 enum Step {
     /// An acquire; `true`: its deadline long past.
     Acquire(Side, ReqId, bool),
-    Release(Side, ReqId),
+    /// A release; with a grant (an acquire's request): the give-back of
+    /// the hold it took, which releases only while its latch shows it.
+    Release(Side, ReqId, Option<ReqId>),
     Settle(ReqId),
     /// A batched read renewal: one owner, and another in the same call.
     Renew(ClientId, Option<ClientId>),
@@ -78,6 +80,7 @@ fn draw(rng: &mut Rng) -> Step {
                 client,
                 seq: 100 + base + rng.below(RELEASE_IDS as u64) as u8,
             },
+            (rng.below(3) == 0).then_some(acquire),
         ),
         9 => Step::Settle(acquire),
         10 | 11 => {
@@ -157,14 +160,16 @@ impl Scripts {
                     other => panic!("{step:?}: a reply the model has no word for: {other:?}"),
                 }
             }
-            Step::Release(Side::Read, req) => {
-                let reply: Option<i64> = self
-                    .read_release
-                    .key(NAME)
-                    .key(CHANNEL)
+            Step::Release(Side::Read, req, grant) => {
+                let mut call = self.read_release.key(NAME);
+                call.key(CHANNEL)
                     .key(timeout_prefix(req.client))
                     .key(PREFIX)
-                    .key(unlock_latch(req))
+                    .key(unlock_latch(req));
+                if let Some(grant) = grant {
+                    call.key(acquire_latch(grant));
+                }
+                let reply: Option<i64> = call
                     .arg(0)
                     .arg(field(req.client))
                     .arg("publish")
@@ -177,13 +182,13 @@ impl Scripts {
                     Some(n) => outcome(Reply::Released(n as u8), None),
                 }
             }
-            Step::Release(Side::Write, req) => {
-                let reply: Option<i64> = self
-                    .write_release
-                    .key(NAME)
-                    .key(CHANNEL)
-                    .key(unlock_latch(req))
-                    .key(PREFIX)
+            Step::Release(Side::Write, req, grant) => {
+                let mut call = self.write_release.key(NAME);
+                call.key(CHANNEL).key(unlock_latch(req)).key(PREFIX);
+                if let Some(grant) = grant {
+                    call.key(acquire_latch(grant));
+                }
+                let reply: Option<i64> = call
                     .arg(1)
                     .arg(ms(lease))
                     .arg(write_field(req.client))
@@ -250,8 +255,11 @@ fn model_run(
             };
             (Some((plain(reply), wait)), None)
         }
-        Step::Release(side, req) => {
-            let (reply, published) = server.release(side, req, m);
+        Step::Release(side, req, grant) => {
+            let (reply, published) = match grant {
+                Some(grant) => server.give_back(side, req, grant, m),
+                None => server.release(side, req, m),
+            };
             let longest = match reply {
                 Reply::Released(0) => server.longest_replied(req),
                 _ => None,
@@ -456,8 +464,8 @@ fn agree_step_by_step(
                 continue;
             };
             let side = match step {
-                Step::Acquire(Side::Read, ..) | Step::Release(Side::Read, _) => "read ",
-                Step::Acquire(Side::Write, ..) | Step::Release(Side::Write, _) => "write ",
+                Step::Acquire(Side::Read, ..) | Step::Release(Side::Read, ..) => "read ",
+                Step::Acquire(Side::Write, ..) | Step::Release(Side::Write, ..) => "write ",
                 _ => "",
             };
             let mut kind = format!("{side}{:?}", real.reply);
@@ -474,7 +482,19 @@ fn agree_step_by_step(
                 }
             }
             // A write release that leaves the writer's own read holds.
-            if matches!(step, Step::Release(Side::Write, _))
+            if let Step::Release(side, req, Some(_)) = step {
+                let what = match real.reply {
+                    Reply::Released(_) => Some("given back"),
+                    Reply::NotHeld if before.count_of(req.client, side) > 0 => {
+                        Some("give-back refused beside a hold")
+                    }
+                    _ => None,
+                };
+                if let Some(what) = what {
+                    *seen.entry(what.to_owned()).or_default() += 1;
+                }
+            }
+            if matches!(step, Step::Release(Side::Write, ..))
                 && real.reply == Reply::Released(1)
                 && model.mode == Some(Side::Read)
             {
@@ -516,6 +536,8 @@ fn the_read_write_model_and_the_scripts_agree_step_by_step() {
         "Settled(false)",
         "mixed batch",
         "tick under a hold",
+        "given back",
+        "give-back refused beside a hold",
     ] {
         assert!(seen.contains_key(what), "no step met {what}: {seen:?}");
     }
@@ -523,6 +545,26 @@ fn the_read_write_model_and_the_scripts_agree_step_by_step() {
 
 /// One-line bugs in the read-write lock's scripts, each a plausible one.
 const MUTANTS: &[(Mutant, usize)] = &[
+    (
+        Mutant {
+            file: "read_release.lua",
+            from: "if not grant_shown(KEYS[6]) then",
+            nth: 1,
+            to: "if false then",
+            what: "a read give-back takes the owner's hold whatever its grant's latch shows",
+        },
+        1,
+    ),
+    (
+        Mutant {
+            file: "write_release.lua",
+            from: "if not grant_shown(KEYS[5]) then",
+            nth: 1,
+            to: "if false then",
+            what: "a write give-back takes the owner's hold whatever its grant's latch shows",
+        },
+        1,
+    ),
     (
         Mutant {
             file: "read_acquire.lua",
