@@ -149,21 +149,38 @@ async fn give_back_lost<T: Taken>(
 
 /// Closes a request's latch (`x`, for `latch_ttl` ms) once nothing is
 /// left to settle: a send of it that still reaches Redis changes nothing
-/// and says so, and a second settle of it gives nothing back twice. Best
-/// effort: a latch left granted makes a late send change nothing too
-/// (every acquire script takes nothing anew for it), and is settled once
-/// as long as its settle is not started twice.
+/// and says so, and a second settle of it gives nothing back twice. Sent
+/// again after a connection failure, on the `SETTLE_LOST` schedule, for
+/// as long as the latch may live (the settles of other requests beside it
+/// may lose their replies, each loss cutting the connection this one goes
+/// on: sent once, it was lost so now and then). Then best effort: a latch
+/// left granted makes a late send change nothing too (every acquire
+/// script takes nothing anew for it), and is settled once as long as its
+/// settle is not started twice.
 async fn close(client: &Client, name: &str, latch: &str, latch_ttl: u64) {
-    let closed: redis::RedisResult<()> = redis::cmd("SET")
-        .arg(latch)
-        .arg("x")
-        .arg("PX")
-        .arg(latch_ttl)
-        .query_async(&mut client.conn())
-        .await;
-    if let Err(err) = closed {
-        tracing::debug!(%name, error = %err,
-            "could not close a spent request's latch; it answers late sends alike");
+    let deadline = Instant::now() + Duration::from_millis(latch_ttl);
+    let mut tries = 0;
+    loop {
+        let closed: redis::RedisResult<()> = redis::cmd("SET")
+            .arg(latch)
+            .arg("x")
+            .arg("PX")
+            .arg(latch_ttl)
+            .query_async(&mut client.conn())
+            .await;
+        match closed {
+            Ok(()) => return,
+            Err(err) if is_connection_failure(&err) && Instant::now() < deadline => {
+                tracing::debug!(%name, error = %err, "closing a spent request's latch failed; trying again");
+                tokio::time::sleep(SETTLE_LOST.pause(tries)).await;
+                tries += 1;
+            }
+            Err(err) => {
+                tracing::debug!(%name, error = %err,
+                    "could not close a spent request's latch; it answers late sends alike");
+                return;
+            }
+        }
     }
 }
 

@@ -5,8 +5,9 @@
 //! command that matches (forward the command, then swallow what the server
 //! answers and cut the connection), hold the reply to one command until
 //! told, refuse new ones right after delivering the reply to one command,
-//! cut one connection right after delivering the reply to one command, or
-//! send new connections to another server.
+//! cut one connection right after delivering the reply to one command,
+//! cut one connection instead of forwarding a command, or send new
+//! connections to another server.
 //!
 //! Threads and blocking sockets only; each connection has a reader and a
 //! writer thread per direction, so a delay keeps the order of the bytes.
@@ -39,6 +40,10 @@ struct State {
     /// A pattern of the command after whose reply its connection is cut
     /// (the reply is delivered first; new connections are accepted).
     cut_after_reply_to: Mutex<Option<Vec<u8>>>,
+    /// A pattern of the command that is not forwarded: its connection is
+    /// cut instead.
+    cut_before: Mutex<Option<Vec<u8>>>,
+    cut_commands: AtomicUsize,
     /// A pattern of the command whose reply is held until released.
     hold_reply_to: Mutex<Option<Vec<u8>>>,
     /// Held replies go on.
@@ -177,6 +182,18 @@ impl Proxy {
     /// are accepted as before (a client that reconnects gets through).
     pub(crate) fn cut_after_reply_to(&self, pattern: &str) {
         *self.state.cut_after_reply_to.lock().unwrap() = Some(pattern.as_bytes().to_vec());
+    }
+
+    /// Cuts the connection that carries the next command whose bytes
+    /// contain `pattern`, instead of forwarding it: the command never
+    /// reaches the server, and its sender learns it by the cut.
+    pub(crate) fn cut_before_next(&self, pattern: &str) {
+        *self.state.cut_before.lock().unwrap() = Some(pattern.as_bytes().to_vec());
+    }
+
+    /// How many commands [`Proxy::cut_before_next`] kept from the server.
+    pub(crate) fn cut_commands(&self) -> usize {
+        self.state.cut_commands.load(Ordering::Relaxed)
     }
 
     /// Sends new connections to `127.0.0.1:port` from now on (open ones
@@ -363,6 +380,13 @@ fn pump(
                 Direction::ToServer => {
                     let seen = std::mem::take(&mut tail);
                     let found = |p: &[u8]| ends_in(&seen, &chunk, p);
+                    let mut armed = state.cut_before.lock().unwrap();
+                    if armed.as_ref().is_some_and(|p| found(p)) {
+                        *armed = None;
+                        state.cut_commands.fetch_add(1, Ordering::Relaxed);
+                        break;
+                    }
+                    drop(armed);
                     let mut armed = state.lose_reply_to.lock().unwrap();
                     if armed.as_ref().is_some_and(|p| found(p)) {
                         if !state.lose_every.load(Ordering::Relaxed) {
