@@ -72,6 +72,11 @@ fn only_latch_closed(server: &RedisServer, name: &str) -> bool {
             == Some("x")
 }
 
+/// The PTTL of `key` in ms (negative when it has none or is gone).
+fn pttl(server: &RedisServer, key: &str) -> i64 {
+    server.cmd(&["PTTL", key]).as_int().unwrap()
+}
+
 fn hold_count(server: &RedisServer, name: &str, field: &str) -> i64 {
     server
         .cmd(&["HGET", name, field])
@@ -256,6 +261,65 @@ async fn a_latch_whose_close_is_cut_on_its_way_is_closed_all_the_same() {
     })
     .await;
     assert_eq!(proxy.cut_commands(), 1, "the close's first send was cut");
+}
+
+/// A give-back names its grant's acquire latch and releases only while the
+/// latch shows the grant: a failover that lost the grant lost its latch
+/// too, and a give-back reaching the new master then takes none of the
+/// owner's holds there. Here the give-back of a grant whose replies were
+/// all lost is cut on its way and the server becomes unreachable; the
+/// client's address then leads to another server, the new master, which
+/// never had the grant and where the owner holds the lock anew; the
+/// give-back's resend reaches it. (Without the latch it released that
+/// hold: the protocol model's `GiveBackIgnoresLatch`.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_give_back_reaching_a_master_that_lost_its_grant_takes_no_other_hold() {
+    common::init_tracing();
+    let server = RedisServer::start();
+    let promoted = RedisServer::start();
+    let proxy = Proxy::start(server.port());
+    let client = proxied(&proxy, Duration::from_millis(300)).await;
+    warm_up(&client).await;
+    swept(&server).await;
+    let name = "lost:failover";
+    let lock = client.lock(name).with_owner("job");
+    let field = format!("{}:job", client.id());
+    proxy.lose_every_reply_to(name);
+    let err = soon(lock.try_lock_with_lease(Duration::ZERO, LEASE))
+        .await
+        .unwrap_err();
+    assert!(err.is_connection_error(), "{err}");
+    assert_eq!(hold_count(&server, name, &field), 1);
+    // The give-back, once the settle finds the grant, is the only command
+    // that names the lock's unlock latches.
+    proxy.cut_before_next_then_refuse(&format!("redisson_unlock_latch:{{{name}}}"));
+    proxy.stop_losing_replies();
+    eventually(Duration::from_secs(10), || async {
+        proxy.cut_commands() == 1
+    })
+    .await;
+    assert_eq!(
+        hold_count(&server, name, &field),
+        1,
+        "the give-back was cut"
+    );
+    // The failover: the new master lost the grant, and the owner holds the
+    // lock there.
+    promoted.cmd(&["HSET", name, &field, "1"]);
+    promoted.cmd(&["PEXPIRE", name, &LEASE.as_millis().to_string()]);
+    proxy.retarget(promoted.port());
+    proxy.refuse(false);
+    // The latch is closed after the give-back's answer.
+    eventually(Duration::from_secs(10), || async {
+        only_latch_closed(&promoted, name)
+    })
+    .await;
+    assert_eq!(
+        hold_count(&promoted, name, &field),
+        1,
+        "the give-back took the owner's hold on the new master"
+    );
+    assert!(promoted.cmd(&["PTTL", name]).as_int().unwrap() > 0);
 }
 
 /// A semaphore acquire whose reply is lost is resent with the same request
@@ -1126,15 +1190,17 @@ async fn a_lost_grant_whose_lease_ran_out_is_not_given_back_over_the_owners_next
     );
     let latches = server.cmd(&["KEYS", "ferrisson_acquire_latch:{lost-then-expired}:*"]);
     let latch = latches.as_array().unwrap()[0].as_string().unwrap();
+    let latch_ttl = pttl(&server, &latch);
     eventually(Duration::from_secs(10), || async {
         !common::exists(&server, name)
     })
     .await;
     proxy.refuse(false);
     let newer = soon(lock.lock_with_lease(LEASE)).await.unwrap();
-    // The old request is settled: found granted, then its latch closed.
+    // The old request is settled: found granted, its give-back parked
+    // (its lease ran out), and so its latch kept longer, showing the grant.
     eventually(Duration::from_secs(30), || async {
-        server.cmd(&["GET", &latch]).as_string().as_deref() == Some("x")
+        pttl(&server, &latch) > latch_ttl
     })
     .await;
     assert_eq!(
@@ -1575,6 +1641,7 @@ async fn two_lost_grants_settled(name: &'static str, short: Duration, slow: Dura
     let granted = Instant::now();
     let first_latch = latches();
     assert_eq!(first_latch.len(), 1, "{first_latch:?}");
+    let first_ttl = pttl(&server, &first_latch[0]);
     let second = tokio::spawn({
         let lock = lock.clone();
         async move { lock.try_lock_with_lease(Duration::ZERO, LEASE).await }
@@ -1593,10 +1660,12 @@ async fn two_lost_grants_settled(name: &'static str, short: Duration, slow: Dura
     }
 
     // After the first's lease, its settle hears back; the second's not.
+    // The first's give-back, too late to be sent by its own lease, is
+    // parked, its latch kept (showing the grant) as long.
     tokio::time::sleep_until(granted + short + Duration::from_millis(500)).await;
     proxy.lose_every_reply_to(&second_latch);
     eventually(LEASE / 2, || async {
-        server.cmd(&["GET", &first_latch[0]]).as_string().as_deref() == Some("x")
+        pttl(&server, &first_latch[0]) > first_ttl
     })
     .await;
     assert_eq!(
@@ -1613,6 +1682,13 @@ async fn two_lost_grants_settled(name: &'static str, short: Duration, slow: Dura
     let took = heard.elapsed();
     proxy.set_latency(Duration::ZERO);
     assert_eq!(client.held_locks(), 0);
+    // Both latches closed once their give-backs went.
+    eventually(LEASE / 2, || async {
+        [&first_latch[0], &second_latch]
+            .iter()
+            .all(|latch| server.cmd(&["GET", latch]).as_string().as_deref() == Some("x"))
+    })
+    .await;
     took
 }
 

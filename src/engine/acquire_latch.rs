@@ -130,21 +130,32 @@ fn grant_lasts((lasts, since): (Lasts, Instant), granted: GrantedIn) -> (Lasts, 
 }
 
 /// Gives back what a request whose replies were lost took (its send was
-/// granted after all), then closes its latch: another of its sends may
-/// still reach Redis.
+/// granted after all), naming its latch as the give-back's grant, then
+/// closes the latch: another of its sends may still reach Redis. A
+/// give-back parked for later (see `give_back_hold`) keeps the latch as it
+/// is, and it is closed when that one goes.
 async fn give_back_lost<T: Taken>(
     client: Client,
     name: Arc<str>,
     taken: Arc<T>,
     (lasts, granted): (Lasts, GrantedIn),
-    latch: String,
-    latch_ttl: u64,
+    latch: Arc<Latch>,
 ) {
     tracing::debug!(%name, "an acquire whose reply was lost was granted; giving it back");
     taken
-        .give_back(&client, &name, lasts, granted, GiveBack::ReplyLost)
+        .give_back(
+            &client,
+            &name,
+            lasts,
+            granted,
+            Some(&latch),
+            GiveBack::ReplyLost,
+        )
         .await;
-    close(&client, &name, &latch, latch_ttl).await;
+    match Arc::try_unwrap(latch) {
+        Ok(latch) => close(&client, &name, &latch.key, latch.ttl).await,
+        Err(parked) => parked.retire_when_let_go(true),
+    }
 }
 
 /// Closes a request's latch (`x`, for `latch_ttl` ms) once nothing is
@@ -205,7 +216,14 @@ async fn settle_lost<T: Taken>(
             Ok(None) => return,
             Ok(Some(granted)) => {
                 let lost = grant_lasts(lost, granted);
-                return give_back_lost(client, name, taken, lost, latch, latch_ttl).await;
+                let latch = Arc::new(Latch::new(
+                    &client,
+                    &name,
+                    latch,
+                    latch_ttl,
+                    Handle::current(),
+                ));
+                return give_back_lost(client, name, taken, lost, latch).await;
             }
             Err(err) if is_connection_failure(&err) => {
                 tracing::debug!(%name, error = %err, "settle check failed; trying again");
@@ -297,13 +315,17 @@ pub(crate) trait Taken: Send + Sync + 'static {
     /// until `granted.from` + `lasts` by this client's clock, and its
     /// give-back is not sent after that (the owner may hold the lock anew
     /// by then) unless another hold of the owner that shared its key
-    /// stands still. Logs its own failure, saying `why`.
+    /// stands still. `grant` is the latch of the request granted, when
+    /// the give-back may name it (a lock's releases only while it shows
+    /// the grant); a give-back that must outlive it keeps the `Arc`. Logs
+    /// its own failure, saying `why`.
     fn give_back(
         &self,
         client: &Client,
         name: &str,
         lasts: Lasts,
         granted: GrantedIn,
+        grant: Option<&Arc<Latch>>,
         why: GiveBack,
     ) -> impl Future<Output = ()> + Send;
 }
@@ -348,6 +370,7 @@ impl<T: Taken> Unclaimed<T> {
                         &name,
                         Lasts::UntilReleased,
                         GrantedIn::at(Instant::now()),
+                        None,
                         why,
                     )
                     .await
@@ -368,10 +391,107 @@ impl<T: Taken> Drop for Unclaimed<T> {
                         &name,
                         Lasts::UntilReleased,
                         GrantedIn::at(Instant::now()),
+                        None,
                         GiveBack::CallerLeft,
                     )
                     .await;
             });
+        }
+    }
+}
+
+/// A request's acquire latch, shared by the request and the give-backs of
+/// what it took: a lock's give-back names it, and releases only while it
+/// shows the grant, so it stands until every give-back is done. Once the
+/// request is spent, the last to let it go retires it: deletes it, or
+/// closes it (`x`) when a send of the request got no reply (a copy may
+/// still reach Redis, and must take nothing).
+pub(crate) struct Latch {
+    client: Client,
+    name: Arc<str>,
+    /// The key.
+    pub(crate) key: String,
+    /// Its TTL (ms).
+    pub(crate) ttl: u64,
+    /// How it is retired when let go: `None` while nothing is decided (its
+    /// settle, or nobody, closes it), `Some(closed)` once its request is
+    /// spent.
+    retire: Mutex<Option<bool>>,
+    runtime: Handle,
+}
+
+impl std::fmt::Debug for Latch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Latch")
+            .field("key", &self.key)
+            .field("ttl", &self.ttl)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Latch {
+    fn new(client: &Client, name: &Arc<str>, key: String, ttl: u64, runtime: Handle) -> Self {
+        Latch {
+            client: client.clone(),
+            name: Arc::clone(name),
+            key,
+            ttl,
+            retire: Mutex::new(None),
+            runtime,
+        }
+    }
+
+    /// When the last user lets it go, it is closed (`closed`) or deleted.
+    fn retire_when_let_go(&self, closed: bool) {
+        let mut retire = self.retire.lock().unwrap_or_else(|p| p.into_inner());
+        *retire = Some(retire.unwrap_or(false) || closed);
+    }
+
+    /// Makes it live at least until `until` (a give-back parked until then
+    /// names it; the latch's own TTL may end sooner): best effort, as a
+    /// `PTTL` and a `PEXPIRE` that only lengthens it (a shorter TTL would
+    /// let a late send of its request count again). Nothing is written
+    /// when it is gone.
+    pub(crate) async fn stretch(&self, until: Instant) {
+        let want = until.saturating_duration_since(Instant::now());
+        let want = u64::try_from(want.as_millis()).unwrap_or(u64::MAX).max(1);
+        let mut conn = self.client.conn();
+        let left: redis::RedisResult<i64> = redis::cmd("PTTL")
+            .arg(&self.key)
+            .query_async(&mut conn)
+            .await;
+        let stretched: redis::RedisResult<()> = match left {
+            // Gone (-2), or shorter than wanted: a latch always has a TTL.
+            Ok(left) if left >= 0 && (left as u64) < want => {
+                redis::cmd("PEXPIRE")
+                    .arg(&self.key)
+                    .arg(want)
+                    .query_async(&mut conn)
+                    .await
+            }
+            Ok(_) => Ok(()),
+            Err(err) => Err(err),
+        };
+        if let Err(err) = stretched {
+            tracing::debug!(name = %self.name, error = %err,
+                "could not keep a parked give-back's latch; the give-back finds it gone \
+                 once it expires, and its hold then ends with its TTL");
+        }
+    }
+}
+
+impl Drop for Latch {
+    fn drop(&mut self) {
+        let retire = self.retire.get_mut().unwrap_or_else(|p| p.into_inner());
+        match retire.take() {
+            None => {}
+            Some(false) => self.client.sweeper().discard(std::mem::take(&mut self.key)),
+            Some(true) => {
+                let (client, name) = (self.client.clone(), Arc::clone(&self.name));
+                let (latch, ttl) = (std::mem::take(&mut self.key), self.ttl);
+                self.runtime
+                    .spawn(async move { close(&client, &name, &latch, ttl).await });
+            }
         }
     }
 }
@@ -388,10 +508,8 @@ pub(crate) struct Request<T: Taken> {
     client: Client,
     name: Arc<str>,
     taken: Arc<T>,
-    /// The acquire latch key.
-    pub(crate) latch: String,
-    /// Its TTL (ms).
-    pub(crate) latch_ttl: u64,
+    /// The acquire latch.
+    pub(crate) latch: Arc<Latch>,
     /// When it was made: before its first send, so before any grant.
     born: Instant,
     outcome: Mutex<Outcome>,
@@ -411,9 +529,6 @@ struct Outcome {
     /// A send was granted, or answered that an earlier one was: the
     /// request is spent, with nothing left to settle.
     spent: bool,
-    /// Spent while replica sync is on: its latch is deleted (or closed)
-    /// when the request goes, once the grant's sync is over.
-    retire_at_drop: bool,
 }
 
 impl<T: Taken> Request<T> {
@@ -426,12 +541,13 @@ impl<T: Taken> Request<T> {
         ttl_ms: u64,
         runtime: Handle,
     ) -> Self {
+        let latch = keys::acquire_latch(name, &client.request_id());
+        let latch_ttl = Self::latch_ttl(client.config(), ttl_ms);
         Request {
             client: client.clone(),
             name: Arc::clone(name),
             taken: Arc::new(taken),
-            latch: keys::acquire_latch(name, &client.request_id()),
-            latch_ttl: Self::latch_ttl(client.config(), ttl_ms),
+            latch: Arc::new(Latch::new(client, name, latch, latch_ttl, runtime.clone())),
             born: Instant::now(),
             outcome: Mutex::new(Outcome::default()),
             runtime,
@@ -482,7 +598,7 @@ impl<T: Taken> Request<T> {
         };
         !outcome.spent
             && self.born.elapsed() < Duration::from_millis(limit)
-            && self.latch_ttl >= Self::latch_ttl(config, ttl_ms)
+            && self.latch.ttl >= Self::latch_ttl(config, ttl_ms)
     }
 
     /// A send made at `sent` got no reply: perhaps it reached Redis and
@@ -521,7 +637,7 @@ impl<T: Taken> Request<T> {
     /// (its drop, or the next call, tries again).
     async fn settle_now(&self) -> redis::RedisResult<()> {
         let mut conn = self.client.conn();
-        let granted = cancel(&mut conn, &self.latch, self.latch_ttl).await?;
+        let granted = cancel(&mut conn, &self.latch.key, self.latch.ttl).await?;
         let lost = {
             let mut outcome = self.outcome.lock().unwrap_or_else(|p| p.into_inner());
             outcome.lost.take().zip(outcome.lost_since)
@@ -531,8 +647,15 @@ impl<T: Taken> Request<T> {
             // The request no longer says it is unsettled: once started, the
             // give-back goes on in the background if this call is dropped.
             let (client, name) = (self.client.clone(), Arc::clone(&self.name));
-            let (taken, latch) = (Arc::clone(&self.taken), self.latch.clone());
-            let give_back = give_back_lost(client, name, taken, lost, latch, self.latch_ttl);
+            let taken = Arc::clone(&self.taken);
+            let latch = Arc::new(Latch::new(
+                &self.client,
+                &self.name,
+                self.latch.key.clone(),
+                self.latch.ttl,
+                self.runtime.clone(),
+            ));
+            let give_back = give_back_lost(client, name, taken, lost, latch);
             Finish::detached(self.runtime.clone(), give_back).await;
         }
         Ok(())
@@ -540,48 +663,24 @@ impl<T: Taken> Request<T> {
 
     /// A send was granted, or answered that the request is [spent](Answer::Spent):
     /// nothing of it is left to settle. Its latch then only matters to
-    /// sends whose replies were lost, which may still reach Redis: none,
-    /// and it is deleted; some, and it stays for its TTL, [closed](close)
-    /// in the background. With replica sync on, the grant's sync goes by
-    /// the latch (it must be on the master that answers the sync): it is
-    /// deleted or closed when the request goes, after the sync.
+    /// sends whose replies were lost, which may still reach Redis, to the
+    /// grant's replica sync (which goes by the latch: it must be on the
+    /// master that answers the sync) and to a give-back of the grant (which
+    /// names it): once the request and every give-back let it go, it is
+    /// deleted, or, after a lost send, closed for its TTL (see [`Latch`]).
     pub(crate) fn spent(&self) {
-        {
+        let lost = {
             let mut outcome = self.outcome.lock().unwrap_or_else(|p| p.into_inner());
             outcome.spent = true;
-            if self.client.config().replica_sync.is_some() {
-                outcome.retire_at_drop = true;
-                return;
-            }
-        }
-        self.retire();
-    }
-
-    /// Deletes the latch of a spent request, or closes it when a send of
-    /// it got no reply (see [`Request::spent`]).
-    fn retire(&self) {
-        let lost = {
-            let outcome = self.outcome.lock().unwrap_or_else(|p| p.into_inner());
             outcome.lost.is_some()
         };
-        if !lost {
-            self.client.sweeper().discard(self.latch.clone());
-            return;
-        }
-        let (client, name) = (self.client.clone(), Arc::clone(&self.name));
-        let (latch, latch_ttl) = (self.latch.clone(), self.latch_ttl);
-        self.runtime
-            .spawn(async move { close(&client, &name, &latch, latch_ttl).await });
+        self.latch.retire_when_let_go(lost);
     }
 }
 
 impl<T: Taken> Drop for Request<T> {
     fn drop(&mut self) {
         let outcome = self.outcome.get_mut().unwrap_or_else(|p| p.into_inner());
-        if outcome.retire_at_drop {
-            outcome.retire_at_drop = false;
-            return self.retire();
-        }
         let outcome = std::mem::take(outcome);
         let (false, Some(lost)) = (outcome.spent, outcome.lost.zip(outcome.lost_since)) else {
             return;
@@ -594,8 +693,7 @@ impl<T: Taken> Drop for Request<T> {
             Arc::clone(&self.name),
             Arc::clone(&self.taken),
         );
-        let latch = std::mem::take(&mut self.latch);
-        let latch_ttl = self.latch_ttl;
+        let (latch, latch_ttl) = (self.latch.key.clone(), self.latch.ttl);
         // Finished even when the runtime shuts down first (see
         // `spawn_to_end`): settling twice is harmless.
         let runtime = self.runtime.clone();
@@ -622,13 +720,13 @@ impl<T: Taken> Default for RequestSlot<T> {
 }
 
 impl<T: Taken> RequestSlot<T> {
-    /// The acquire latch of the current request and its TTL (ms): after a
-    /// grant, the latch of the request granted, which the replica sync
-    /// goes by (it is kept until the request goes, see [`Request::spent`]).
-    pub(crate) fn latch(&self) -> Option<(String, u64)> {
+    /// The acquire latch of the current request: after a grant, the latch
+    /// of the request granted, which the replica sync goes by and a
+    /// give-back of the grant names (it stands while they hold it, see
+    /// [`Request::spent`]).
+    pub(crate) fn latch(&self) -> Option<Arc<Latch>> {
         let slot = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        slot.as_ref()
-            .map(|request| (request.latch.clone(), request.latch_ttl))
+        slot.as_ref().map(|request| Arc::clone(&request.latch))
     }
 
     /// [`Request::lease_start`] of the current request: when the lease of
@@ -732,7 +830,7 @@ where
         // When this send's caller gives up on its reply, by the server's
         // clock: run later, the script takes nothing. A server that does
         // not tell its clock gets nothing sent.
-        let reply = match client.send_deadline(&request.latch).await {
+        let reply = match client.send_deadline(&request.latch.key).await {
             Ok(deadline) => {
                 let at = Instant::now();
                 request
@@ -835,7 +933,7 @@ where
     let asked = Arc::clone(&request);
     let send = async move {
         let (build, decode) = (&build, &decode);
-        let (latch, latch_ttl) = (request.latch.clone(), request.latch_ttl);
+        let (latch, latch_ttl) = (request.latch.key.clone(), request.latch.ttl);
         let latch = &latch;
         let send = |mut conn: Conn, deadline: u64| async move {
             let invocation = build(latch, latch_ttl, deadline);
@@ -848,19 +946,22 @@ where
         // Granted by a send no earlier than the first that may have taken
         // it, and before this reply came.
         let granted = GrantedIn::between(asked.lease_start(asked.last_sent()), Instant::now());
-        let (latch, latch_ttl) = (asked.latch.clone(), asked.latch_ttl);
+        // The latch stands while the give-back names it.
+        let latch = Arc::clone(&asked.latch);
         // The request is settled when its last holder lets it go: not held
         // here any longer than needed.
         drop(asked);
         if was_granted {
             let granted = match T::WANTS_GRANT_TIME {
-                true => on_server(&client, &latch, latch_ttl, granted).await,
+                true => on_server(&client, &latch.key, latch.ttl, granted).await,
                 false => granted,
             };
+            let why = GiveBack::CallerLeft;
             taken
-                .give_back(&client, &name, lasts, granted, GiveBack::CallerLeft)
+                .give_back(&client, &name, lasts, granted, Some(&latch), why)
                 .await;
         }
+        drop(latch);
         orphaned(was_granted).await;
     };
     Finish::new(runtime, send, orphan).await

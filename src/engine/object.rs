@@ -11,6 +11,7 @@ use std::sync::Arc;
 use redis::ScriptInvocation;
 
 use crate::client::conn::Conn;
+use crate::engine::acquire_latch::Latch;
 use crate::engine::finish::{runtime, Finish};
 use crate::engine::scripts::{READ_COUNT, SET_IF_MISSING};
 use crate::{args, Client, Error, Result};
@@ -160,15 +161,18 @@ pub(crate) enum Synced {
 
 impl Object {
     /// With replica sync on, waits for the replicas to acknowledge the
-    /// grant just answered, whose acquire latch (key, TTL in ms) is
-    /// `latch`, and says what becomes of it. The sync covers the grant
+    /// grant just answered, whose acquire latch is `latch`, and says what becomes of it. The sync covers the grant
     /// whatever connection carried it (see
     /// `ClientInner::grant_replicated`); without a latch, it covers the
     /// writes of the current connection.
-    pub(crate) async fn synced(&self, latch: Option<(String, u64)>) -> Synced {
+    pub(crate) async fn synced(&self, latch: Option<&Latch>) -> Synced {
         let inner = &self.client;
-        let verdict = match &latch {
-            Some((latch, ttl)) => inner.grant_replicated(&self.name, latch, *ttl).await,
+        let verdict = match latch {
+            Some(latch) => {
+                inner
+                    .grant_replicated(&self.name, &latch.key, latch.ttl)
+                    .await
+            }
             None => inner.replicated(&self.name).await,
         };
         match (verdict, inner.config().replica_sync) {

@@ -14,7 +14,7 @@ use super::{LockGuard, Resend};
 use crate::args;
 use crate::config::MAX_DURATION;
 use crate::engine::acquire_latch::{
-    send, Answer, GiveBack, GrantedIn, Lasts, Request, RequestSlot, Sending, Taken,
+    send, Answer, GiveBack, GrantedIn, Lasts, Latch, Request, RequestSlot, Sending, Taken,
 };
 use crate::engine::backoff::SOON;
 use crate::engine::finish::{runtime, Finish};
@@ -273,13 +273,14 @@ impl LockCore {
         if req.lease_ms.is_some() || Instant::now() < sent + ttl / 3 {
             return Ok(Some(sent));
         }
-        match self.confirm(&req.key, ttl).await {
+        match self.confirm(&req.key, ttl, req.slot.latch()).await {
             Ok((true, confirmed)) => Ok(Some(confirmed)),
             Ok((false, _)) => Ok(None),
             Err(err) => {
                 // The grant was made after `sent`, and before its reply.
                 let granted = GrantedIn::between(sent, Instant::now());
-                self.give_back_in_background(&req.key, (granted, ttl_ms), runtime);
+                let grant = req.slot.latch();
+                self.give_back_in_background(&req.key, (granted, ttl_ms), grant, runtime);
                 Err(err)
             }
         }
@@ -322,19 +323,20 @@ impl LockCore {
 
     /// With replica sync configured: waits for the replicas to acknowledge
     /// the hold, and gives it back when too few did (then retries later or
-    /// fails, as configured); `latch` is the granted request's.
+    /// fails, as configured); `latch` is the granted request's, which the
+    /// sync goes by and the give-back names.
     async fn check_replicas(
         &self,
         guard: LockGuard,
-        latch: Option<(String, u64)>,
+        latch: Option<Arc<Latch>>,
     ) -> Result<Tried<LockGuard>> {
-        let outcome = match self.obj.synced(latch).await {
+        let outcome = match self.obj.synced(latch.as_deref()).await {
             Synced::Yes => return Ok(Tried::Done(guard)),
             Synced::Retry(after) => Ok(Tried::Again(Some(after.max(SOON)))),
             Synced::Failed(err) => Err(err),
         };
         // Only the master knows of this hold: give it back.
-        if let Err(err) = guard.give_back().await {
+        if let Err(err) = guard.give_back(latch).await {
             tracing::warn!(lock = %self.obj.name, error = %err,
                 "could not give back a hold the replicas did not acknowledge; it expires with its lease");
         }
@@ -358,11 +360,13 @@ struct AcquireRequest<'a> {
 
 impl LockCore {
     /// Releases one hold of `key` that no guard will own, in the
-    /// background; `ttl_ms` is what the acquire set as the key's TTL.
+    /// background; `ttl_ms` is what the acquire set as the key's TTL, and
+    /// `grant` the latch of the request granted (see `give_back_hold`).
     fn give_back_in_background(
         &self,
         key: &HoldKey,
         (granted, ttl_ms): (GrantedIn, u64),
+        grant: Option<Arc<Latch>>,
         runtime: &tokio::runtime::Handle,
     ) {
         let (client, kind) = (self.obj.client.clone(), self.kind);
@@ -370,7 +374,7 @@ impl LockCore {
         runtime.spawn(async move {
             let resend = Resend::UntilExpired;
             let key = HoldKey::new(Arc::clone(&name), Arc::clone(&owner));
-            let released = give_back_hold(&client, kind, &key, ttl_ms, granted, resend);
+            let released = give_back_hold(&client, kind, &key, ttl_ms, granted, resend, grant);
             match released.await {
                 Ok(()) => {}
                 Err(err @ Error::LeaseLost { .. }) => {
@@ -387,8 +391,14 @@ impl LockCore {
 
     /// Renews `key` alone to `ttl`, as the watchdog would: whether its
     /// owner still holds it, and when the renewal was sent. A caller that
-    /// leaves meanwhile has the hold given back in the background.
-    async fn confirm(&self, key: &HoldKey, ttl: Duration) -> Result<(bool, Instant)> {
+    /// leaves meanwhile has the hold given back in the background, naming
+    /// `grant`, the latch of the request granted.
+    async fn confirm(
+        &self,
+        key: &HoldKey,
+        ttl: Duration,
+        grant: Option<Arc<Latch>>,
+    ) -> Result<(bool, Instant)> {
         let client = &self.obj.client;
         let call = RenewCall::new(self.kind.renewal(), ttl, std::iter::once(key));
         let mut conn = client.conn();
@@ -404,7 +414,9 @@ impl LockCore {
                 let granted = GrantedIn::between(sent, Instant::now());
                 let resend = Resend::UntilExpired;
                 let key = HoldKey::new(Arc::clone(&name), Arc::clone(&owner));
-                match give_back_hold(&client, kind, &key, lease_ms, granted, resend).await {
+                let released =
+                    give_back_hold(&client, kind, &key, lease_ms, granted, resend, grant);
+                match released.await {
                     // Ran out first: gone, or ends with the key's TTL.
                     Ok(()) | Err(Error::LeaseLost { .. }) => {}
                     Err(err) => {
@@ -436,6 +448,7 @@ impl Taken for Hold {
         name: &str,
         lasts: Lasts,
         granted: GrantedIn,
+        grant: Option<&Arc<Latch>>,
         why: GiveBack,
     ) {
         // The release resets the key's TTL to what the acquire set (a
@@ -446,7 +459,8 @@ impl Taken for Hold {
         let owner = &self.owner;
         let resend = Resend::UntilExpired;
         let key = HoldKey::new(Arc::from(name), Arc::clone(owner));
-        let released = give_back_hold(client, self.kind, &key, ttl_ms, granted, resend);
+        let grant = grant.map(Arc::clone);
+        let released = give_back_hold(client, self.kind, &key, ttl_ms, granted, resend, grant);
         match released.await {
             Ok(()) => {}
             // Its lease ran out before the give-back could be sent: the

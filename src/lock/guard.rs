@@ -11,7 +11,7 @@ use super::holds::{After, Guards, Parked, Parking, Slot, Standing};
 use super::release::{Answer, Stands};
 use super::{release_hold_as, DoneMark, Kind, ReleaseCall, Resend};
 use crate::client::conn::Conn;
-use crate::engine::acquire_latch::GrantedIn;
+use crate::engine::acquire_latch::{GrantedIn, Latch};
 use crate::engine::finish::{spawn_to_end, Finish};
 use crate::engine::takeover::Takeover;
 use crate::engine::telemetry::{self, Subject};
@@ -380,17 +380,19 @@ impl LockGuard {
     /// Cancel safe: once started, the release runs to its end in the
     /// background if the future is dropped.
     pub async fn unlock(self) -> Result<()> {
-        self.release(Resend::Bounded).await
+        self.release(Resend::Bounded, None).await
     }
 
-    /// Releases the hold, resending as `resend` says.
-    async fn release(mut self, resend: Resend) -> Result<()> {
+    /// Releases the hold, resending as `resend` says; a give-back names
+    /// its `grant` (see [`ReleaseCall::grant`]).
+    async fn release(mut self, resend: Resend, grant: Option<Arc<Latch>>) -> Result<()> {
         match self.hold.take() {
             Some(hold) => {
                 let runtime = hold.runtime.clone();
-                let Some(release) = hold.claim()? else {
+                let Some(mut release) = hold.claim()? else {
                     return Ok(());
                 };
+                release.grant = grant;
                 Finish::detached(runtime, async move { release.send(resend).await }).await
             }
             None => Ok(()),
@@ -401,15 +403,17 @@ impl LockGuard {
 impl LockGuard {
     /// Releases a hold its caller never saw (one the replicas did not
     /// acknowledge): as [`LockGuard::unlock`], but no hold time is
-    /// reported for it, and it is resent until it gets through or its
-    /// lease runs out.
+    /// reported for it, it is resent until it gets through or its lease
+    /// runs out, and it names `grant`, the latch of the request granted:
+    /// a failover that lost the grant lost the latch too, and the
+    /// give-back then takes none of the owner's holds there.
     #[cfg_attr(not(feature = "metrics"), allow(unused_mut))]
-    pub(crate) async fn give_back(mut self) -> Result<()> {
+    pub(crate) async fn give_back(mut self, grant: Option<Arc<Latch>>) -> Result<()> {
         #[cfg(feature = "metrics")]
         if let Some(hold) = self.hold.as_mut() {
             hold.since = None;
         }
-        self.release(Resend::UntilExpired).await
+        self.release(Resend::UntilExpired, grant).await
     }
 
     /// Releases a guard whose release nobody waits on for long (the
@@ -417,7 +421,7 @@ impl LockGuard {
     /// until it gets through or its lease runs out.
     #[cfg(feature = "blocking")]
     pub(crate) async fn release_dropped(self) -> Result<()> {
-        self.release(Resend::UntilExpired).await
+        self.release(Resend::UntilExpired, None).await
     }
 }
 
@@ -519,6 +523,9 @@ pub(crate) struct Release {
     keep_until: Option<Instant>,
     /// See [`ReleaseCall::done`].
     done: Option<DoneMark>,
+    /// A give-back's grant (see [`ReleaseCall::grant`]), kept standing
+    /// until the release is answered.
+    grant: Option<Arc<Latch>>,
 }
 
 impl Release {
@@ -588,6 +595,7 @@ impl Release {
             standing,
             keep_until: None,
             done: None,
+            grant: None,
         })
     }
 
@@ -626,6 +634,7 @@ impl Release {
             }),
             keep_until: self.keep_until,
             done: self.done.as_ref(),
+            grant: self.grant.as_ref().map(|latch| latch.key.as_str()),
         };
         let answer = release_hold_as(&self.client, conn, &call, resend)
             .instrument(span)
@@ -662,6 +671,11 @@ impl Release {
 /// When a later give-back on the lock is answered "holds of the owner
 /// remain", the parked ones are tried again, the latest lease first: one
 /// that shared the key with that hold now stands by it.
+///
+/// `grant`, the latch of the request that took the hold, is named by every
+/// send (see [`ReleaseCall::grant`]): a master that lost the grant in a
+/// failover gives nothing back, where it would take another hold of the
+/// owner. A parked give-back keeps it standing as long as it is parked.
 pub(crate) async fn give_back_hold(
     client: &Client,
     kind: Kind,
@@ -669,6 +683,7 @@ pub(crate) async fn give_back_hold(
     ttl_ms: u64,
     granted: GrantedIn,
     resend: Resend,
+    grant: Option<Arc<Latch>>,
 ) -> Result<()> {
     // Parked as long as a request of this lease keeps its latch (and so
     // may be settled), and a watchdog lease more.
@@ -683,11 +698,12 @@ pub(crate) async fn give_back_hold(
         granted,
         resend,
         until: Instant::now() + keep,
+        grant,
     };
     let answer = give_back_once(client, &hold).await;
     match &answer {
         // Never sent: the lease ran out first.
-        Err(Error::LeaseLost { .. }) => Parking::get().park(hold),
+        Err(Error::LeaseLost { .. }) => park(hold).await,
         Ok(Answer { reply: 0, .. }) => loop {
             // A hold given back again that leaves holds may be the one an
             // earlier grant of the chain shared its key with: another pass.
@@ -701,7 +717,7 @@ pub(crate) async fn give_back_hold(
                             "a hold that ran out before it could be given back shared its key \
                              with one that stands: given back");
                     }
-                    Err(Error::LeaseLost { .. }) => Parking::get().park(parked),
+                    Err(Error::LeaseLost { .. }) => park(parked).await,
                     Err(err) => tracing::warn!(lock = %parked.key.name,
                         owner = %parked.key.field, error = %err,
                         "could not give back a hold whose grant could not be confirmed; \
@@ -717,6 +733,15 @@ pub(crate) async fn give_back_hold(
     answer.map(|_| ())
 }
 
+/// Parks `hold` (see [`Parking`]), its grant's latch kept standing until
+/// the parking ends.
+async fn park(hold: Parked) {
+    if let Some(grant) = &hold.grant {
+        grant.stretch(hold.until).await;
+    }
+    Parking::get().park(hold);
+}
+
 /// One try of [`give_back_hold`], of `hold`.
 async fn give_back_once(client: &Client, hold: &Parked) -> Result<Answer> {
     let Parked {
@@ -725,6 +750,7 @@ async fn give_back_once(client: &Client, hold: &Parked) -> Result<Answer> {
         ttl_ms,
         granted,
         resend,
+        ref grant,
         ..
     } = *hold;
     let slot = Slot::given_back(ttl_ms, granted);
@@ -743,6 +769,7 @@ async fn give_back_once(client: &Client, hold: &Parked) -> Result<Answer> {
         }),
         keep_until: None,
         done: None,
+        grant: grant.as_ref().map(|latch| latch.key.as_str()),
     };
     let answer = release_hold_as(client, client.conn(), &call, resend).await;
     let (after, last) = settled(kind, ttl_ms, &answer);

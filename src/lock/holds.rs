@@ -28,7 +28,7 @@ use dashmap::DashMap;
 use tokio::time::Instant;
 
 use super::{Kind, Resend};
-use crate::engine::acquire_latch::GrantedIn;
+use crate::engine::acquire_latch::{GrantedIn, Latch};
 use crate::engine::watchdog::{HoldKey, LeaseState, Registry};
 
 /// One live guard's hold, as its owner's other calls see it.
@@ -514,6 +514,9 @@ pub(crate) struct Parked {
     /// and finds it gone: its count then stays until the TTL that
     /// give-back sets).
     pub(crate) until: Instant,
+    /// The latch of the request that took the hold, which the give-back
+    /// names (see `ReleaseCall::grant`): kept standing while parked.
+    pub(crate) grant: Option<Arc<Latch>>,
 }
 
 impl Parked {
@@ -615,6 +618,7 @@ mod tests {
             granted: GrantedIn::at(now),
             resend: Resend::UntilExpired,
             until,
+            grant: None,
         };
         let later = now + Duration::from_secs(60);
         parking.park(park("a", "client-1:job", 1_000, later));

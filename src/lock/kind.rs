@@ -57,6 +57,11 @@ pub(super) struct ReleaseArgs<'a> {
     /// A job's occurrence the last hold's release marks done (the plain
     /// kinds' script only).
     pub(super) done: Option<&'a super::release::DoneMark>,
+    /// A give-back's grant: the acquire latch of the request whose hold it
+    /// gives back. The script then releases only while the latch shows the
+    /// grant (a master that lost the grant in a failover has no latch
+    /// either), and otherwise replies nil and writes nothing.
+    pub(super) grant: Option<&'a str>,
 }
 
 /// What one acquire script call replied.
@@ -249,6 +254,9 @@ impl Kind {
                 .arg(field)
                 .arg(r.publish)
                 .arg(r.latch_ttl);
+            if let Some(grant) = r.grant {
+                call.key(grant);
+            }
             return call;
         }
         // The others share one shape: the hash, their own keys, the
@@ -284,6 +292,15 @@ impl Kind {
         }
         if let Some(done) = r.done {
             call.key(&done.key).arg(done.occurrence).arg(done.ttl_ms);
+        }
+        if let Some(grant) = r.grant {
+            // The last key of every release script; `release.lua` tells it
+            // from a job's occurrence by the missing ARGV[7].
+            debug_assert!(
+                r.done.is_none(),
+                "a give-back marks no job's occurrence done"
+            );
+            call.key(grant);
         }
         call
     }

@@ -94,6 +94,7 @@ pub(crate) async fn release_hold(
         stands,
         keep_until: None,
         done: None,
+        grant: None,
     };
     release_hold_as(client, conn, &release, resend)
         .await
@@ -144,6 +145,12 @@ pub(crate) struct ReleaseCall<'a> {
     pub(crate) keep_until: Option<Instant>,
     /// The occurrence a job's run marks done with its last hold's release.
     pub(crate) done: Option<&'a DoneMark>,
+    /// For a give-back (the release of a hold whose caller never got it),
+    /// the acquire latch of the request that took it: released only while
+    /// the latch shows that grant, so that a give-back reaching a master
+    /// that lost the grant in a failover takes none of the owner's other
+    /// holds there (it replies as "not held"). `None` for a guard's release.
+    pub(crate) grant: Option<&'a str>,
 }
 
 /// [`release_hold`] on `conn`, for a request the caller made.
@@ -162,6 +169,7 @@ pub(crate) async fn release_hold_as(
         stands,
         keep_until,
         done,
+        grant,
     } = *release;
     let config = client.config();
     let latch = keys::unlock_latch(name, request_id);
@@ -217,6 +225,7 @@ pub(crate) async fn release_hold_as(
                 ceil_ms(until.saturating_duration_since(Instant::now()))
             }),
             done,
+            grant,
         });
         match call.invoke_async::<Option<i64>>(&mut conn).await {
             Ok(reply) => break reply,

@@ -13,7 +13,8 @@ use crate::args;
 use crate::client::conn::Conn;
 use crate::config::MAX_DURATION;
 use crate::engine::acquire_latch::{
-    self, Answer, GiveBack, GrantedIn, Lasts, Request, RequestSlot, Sending, Taken, Unclaimed,
+    self, Answer, GiveBack, GrantedIn, Lasts, Latch, Request, RequestSlot, Sending, Taken,
+    Unclaimed,
 };
 use crate::engine::finish::{runtime, spawn_to_end, Finish};
 use crate::engine::give_back::{resend_until, surely_ended, NEVER_EXPIRES};
@@ -753,7 +754,7 @@ impl PermitExpirableSemaphore {
             let (client, name) = (&self.obj.client, &self.obj.name);
             let out = PermitsOut::new(ids.clone(), lease_ms);
             let taken = Unclaimed::new(client, name, out, runtime.clone());
-            let synced = self.obj.synced(slot.latch()).await;
+            let synced = self.obj.synced(slot.latch().as_deref()).await;
             match synced {
                 // Claimed by the permits made below, with no await between.
                 Synced::Yes => taken.claim(),
@@ -833,6 +834,9 @@ impl Taken for PermitsOut {
         name: &str,
         _lasts: Lasts,
         _granted: GrantedIn,
+        // Permits are no holds of an owner: a give-back takes back only
+        // the ones its request took, whatever the master.
+        _grant: Option<&Arc<Latch>>,
         why: GiveBack,
     ) {
         // The grant came before this: its lease ends by then.

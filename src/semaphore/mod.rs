@@ -11,7 +11,8 @@ use tokio::time::Instant;
 use crate::args;
 use crate::config::MAX_DURATION;
 use crate::engine::acquire_latch::{
-    self, Answer, GiveBack, GrantedIn, Lasts, Request, RequestSlot, Sending, Taken, Unclaimed,
+    self, Answer, GiveBack, GrantedIn, Lasts, Latch, Request, RequestSlot, Sending, Taken,
+    Unclaimed,
 };
 use crate::engine::finish::runtime;
 use crate::engine::give_back::{resend_until, NEVER_EXPIRES};
@@ -457,7 +458,7 @@ impl Semaphore {
         // Given back should this attempt be dropped before it returns.
         let (client, name) = (&self.obj.client, &self.obj.name);
         let taken = Unclaimed::new(client, name, Permits(permits), runtime);
-        let synced = self.obj.synced(slot.latch()).await;
+        let synced = self.obj.synced(slot.latch().as_deref()).await;
         match synced {
             Synced::Yes => taken.claim(),
             // Only the master knows of these permits: give them back.
@@ -483,6 +484,9 @@ impl Taken for Permits {
         name: &str,
         _lasts: Lasts,
         _granted: GrantedIn,
+        // Permits are no holds of an owner: a give-back takes back only
+        // the ones its request took, whatever the master.
+        _grant: Option<&Arc<Latch>>,
         why: GiveBack,
     ) {
         let permits = self.0;

@@ -43,6 +43,8 @@ struct State {
     /// A pattern of the command that is not forwarded: its connection is
     /// cut instead.
     cut_before: Mutex<Option<Vec<u8>>>,
+    /// Refuse (and cut everything) at the moment that command is cut.
+    refuse_after_cut: AtomicBool,
     cut_commands: AtomicUsize,
     /// A pattern of the command whose reply is held until released.
     hold_reply_to: Mutex<Option<Vec<u8>>>,
@@ -189,6 +191,14 @@ impl Proxy {
     /// reaches the server, and its sender learns it by the cut.
     pub(crate) fn cut_before_next(&self, pattern: &str) {
         *self.state.cut_before.lock().unwrap() = Some(pattern.as_bytes().to_vec());
+    }
+
+    /// As [`Proxy::cut_before_next`], and the server becomes unreachable
+    /// at that very moment (as [`Proxy::refuse`]): no resend of the command
+    /// gets through until the test lets it.
+    pub(crate) fn cut_before_next_then_refuse(&self, pattern: &str) {
+        self.state.refuse_after_cut.store(true, Ordering::Relaxed);
+        self.cut_before_next(pattern);
     }
 
     /// How many commands [`Proxy::cut_before_next`] kept from the server.
@@ -383,6 +393,9 @@ fn pump(
                     let mut armed = state.cut_before.lock().unwrap();
                     if armed.as_ref().is_some_and(|p| found(p)) {
                         *armed = None;
+                        if state.refuse_after_cut.swap(false, Ordering::Relaxed) {
+                            refuse_now(&state);
+                        }
                         state.cut_commands.fetch_add(1, Ordering::Relaxed);
                         break;
                     }
