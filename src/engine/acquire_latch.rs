@@ -44,7 +44,7 @@ async fn cancel(
         .await?;
     let answered = Instant::now();
     Ok(u64::try_from(left).ok().map(|left| GrantedIn {
-        on_server: Some(on_server),
+        on_server: (left <= latch_ttl).then_some(on_server),
         ..granted_in(sent, answered, latch_ttl, left)
     }))
 }
@@ -55,8 +55,15 @@ async fn cancel(
 /// live: the settle ran between the two, and the grant `latch_ttl - left`
 /// ms before it by the server's clock (give or take the ms both are
 /// truncated to, and a thousandth for the two clocks' rates).
+///
+/// A latch with more than `latch_ttl` left was lengthened by a parked
+/// give-back of its grant (see `Latch::stretch`), and tells nothing of its
+/// age: taken as the oldest it can be, a grant whose lease is surely over.
 fn granted_in(sent: Instant, answered: Instant, latch_ttl: u64, left: u64) -> GrantedIn {
-    let age = latch_ttl.saturating_sub(left);
+    let age = match left > latch_ttl {
+        true => latch_ttl,
+        false => latch_ttl - left,
+    };
     let slack = age / 1000 + 2;
     let most = Duration::from_millis(age.saturating_add(slack));
     let least = Duration::from_millis(age.saturating_sub(slack));
@@ -108,7 +115,8 @@ async fn on_server(client: &Client, latch: &str, latch_ttl: u64, granted: Grante
         .invoke_async(&mut client.conn())
         .await;
     match read {
-        Ok((left, at)) if left >= 0 => GrantedIn {
+        // Not a lengthened latch (see `granted_in`), whose age is unknown.
+        Ok((left, at)) if (0..=latch_ttl as i64).contains(&left) => GrantedIn {
             on_server: Some(at),
             ..granted
         },

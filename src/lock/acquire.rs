@@ -336,9 +336,15 @@ impl LockCore {
             Synced::Failed(err) => Err(err),
         };
         // Only the master knows of this hold: give it back.
-        if let Err(err) = guard.give_back(latch).await {
-            tracing::warn!(lock = %self.obj.name, error = %err,
-                "could not give back a hold the replicas did not acknowledge; it expires with its lease");
+        match guard.give_back(latch).await {
+            Ok(()) => {}
+            Err(err @ Error::NotHeld { .. }) => {
+                tracing::debug!(lock = %self.obj.name, error = %err,
+                "nothing to give back: the master that answers has no hold of the owner, or \
+                 not this grant (a failover lost it)")
+            }
+            Err(err) => tracing::warn!(lock = %self.obj.name, error = %err,
+                "could not give back a hold the replicas did not acknowledge; it expires with its lease"),
         }
         outcome
     }
@@ -468,6 +474,13 @@ impl Taken for Hold {
             Err(err @ Error::LeaseLost { .. }) => {
                 tracing::debug!(lock = %name, %owner, error = %err, why = why.why(),
                     "a hold an acquire took ran out before it could be given back");
+            }
+            // The release names the grant's latch: a master without it
+            // never had the grant (a failover lost it), or the hold is gone.
+            Err(err @ Error::NotHeld { .. }) => {
+                tracing::debug!(lock = %name, %owner, error = %err, why = why.why(),
+                    "nothing to give back: the master that answers has no hold of the owner, \
+                     or not this grant (a failover lost it)");
             }
             Err(err) => {
                 tracing::warn!(lock = %name, %owner, error = %err, why = why.why(),

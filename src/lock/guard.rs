@@ -736,10 +736,19 @@ pub(crate) async fn give_back_hold(
 /// Parks `hold` (see [`Parking`]), its grant's latch kept standing until
 /// the parking ends.
 async fn park(hold: Parked) {
-    if let Some(grant) = &hold.grant {
-        grant.stretch(hold.until).await;
-    }
+    // Parked before the stretch's round trip: a give-back of the owner
+    // answered "holds remain" meanwhile must find it.
+    let (grant, until) = (hold.grant.clone(), hold.until);
     Parking::get().park(hold);
+    // Forgotten at its end even when nothing parks or takes again (its
+    // latch is retired then, and the client it names let go).
+    tokio::spawn(async move {
+        tokio::time::sleep_until(until).await;
+        Parking::get().forget_ended();
+    });
+    if let Some(grant) = grant {
+        grant.stretch(until).await;
+    }
 }
 
 /// One try of [`give_back_hold`], of `hold`.

@@ -551,6 +551,19 @@ impl Parking {
         self.parked().push(parked);
     }
 
+    /// Drops the parked give-backs whose time is over.
+    pub(crate) fn forget_ended(&self) {
+        let ended: Vec<Parked> = {
+            let mut parked = self.0.lock().unwrap_or_else(|p| p.into_inner());
+            let now = Instant::now();
+            let (ended, kept) = parked.drain(..).partition(|p| now >= p.until);
+            *parked = kept;
+            ended
+        };
+        // Their latches are retired here, outside the lock.
+        drop(ended);
+    }
+
     /// Takes the parked give-backs of `key`'s owner on its lock, and when
     /// `shared` (a read hold: the hash lives as long as any owner's read
     /// hold) those of the other read owners whose field begins with
