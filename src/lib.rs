@@ -209,7 +209,9 @@
 //! again, and all are resent the same way. When the connection fails before the
 //! reply comes, the same request (the same id) is sent again while the call's
 //! time allows (see [Time limits](#time-limits)), up to `release_attempts`
-//! sends ([`ClientBuilder::release_attempts`]), each pause 100 ms longer. A
+//! sends ([`ClientBuilder::release_attempts`]), each pause up to 100 ms longer
+//! (from half of that, at random, so that the resends of requests that one
+//! cut failed together part). A
 //! resend of a request that was granted returns the first outcome (the first
 //! fencing token, the same permit ids) instead of taking a second hold or more
 //! permits; once a lock's hold it took is gone (expired, released, forced

@@ -1692,6 +1692,48 @@ async fn two_lost_grants_settled(name: &'static str, short: Duration, slow: Dura
     took
 }
 
+/// Two acquires sent together, while every reply to the first is lost
+/// (each loss cutting the client's one connection, and failing the
+/// second's send in flight beside it): the second is still granted within
+/// its wait. The resends pause for a jittered time, so they part; with
+/// fixed pauses the two failed together, paused alike and went out
+/// together again, every time, and the second's reply was lost with the
+/// first's until its sends ran out (the race behind a `.ci/repeat` run
+/// that failed: a second acquire that never reached Redis).
+#[tokio::test]
+async fn an_acquire_gets_through_while_one_beside_it_loses_every_reply() {
+    common::init_tracing();
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port());
+    let client = proxied(&proxy, Duration::from_millis(500)).await;
+    warm_up(&client).await;
+    swept(&server).await;
+    let (a, b) = (client.lock("pair:a"), client.lock("pair:b"));
+    proxy.lose_every_reply_to("pair:a");
+    let wait = Duration::from_secs(5);
+    let started = Instant::now();
+    let (first, (second, took)) = tokio::join!(a.try_lock_with_lease(wait, LEASE), async {
+        let second = b.try_lock_with_lease(wait, LEASE).await;
+        (second, started.elapsed())
+    });
+    let err = first.map(|_| ()).unwrap_err();
+    assert!(err.is_connection_error(), "{err}");
+    let guard = second
+        .expect("the second acquire was never answered")
+        .expect("the second acquire was refused");
+    println!(
+        "an acquire beside one that loses every reply ({} replies lost): granted {took:?} after",
+        proxy.lost_replies()
+    );
+    proxy.stop_losing_replies();
+    soon(guard.unlock()).await.unwrap();
+    // The first's grant, its every reply lost, is given back.
+    eventually(LEASE / 2, || async {
+        server.cmd(&["EXISTS", "pair:a"]).as_int() == Some(0)
+    })
+    .await;
+}
+
 /// Two acquires whose replies one cut lost are settled side by side, on
 /// the client's one connection. While every reply to the first's settle
 /// is lost (each loss cutting the connection, and failing the second's

@@ -809,7 +809,7 @@ impl Answer {
 /// failure, while `resend_until` lasts (`None`: no limit; a one-attempt
 /// call's lasts one response timeout, so a single dropped connection does
 /// not fail it, and a server that does not answer costs it one timeout, not
-/// two), up to `release_attempts` sends, pausing 100 ms longer before each resend.
+/// two), up to `release_attempts` sends, pausing as [`RESEND`] says.
 /// Safe to resend: the request's latch makes a resend of a granted request
 /// answer "granted" (or "spent", once a lock's hold it took is gone)
 /// without taking anything more. `answer` tells a grant

@@ -47,14 +47,18 @@ impl Schedule {
     }
 }
 
-/// A release's and a give-back's resends after a failed connection: 100 ms
-/// more each time, up to 1 s (so the first ones come soon, as a release
-/// that only met a reconnect wants).
+/// The resends of an acquire, a release and a give-back after a failed
+/// connection: 100 ms more each time, up to 1 s (so the first ones come
+/// soon, as a release that only met a reconnect wants), jittered. Two
+/// requests that one cut failed together would otherwise pause alike and
+/// go out together again, every time: beside a request whose every reply
+/// is lost (each loss cutting the connection), the other's reply went with
+/// it, until its sends ran out.
 pub(crate) const RESEND: Schedule = Schedule {
     first: Duration::from_millis(100),
     growth: Growth::Linear,
     max: Duration::from_secs(1),
-    jittered: false,
+    jittered: true,
 };
 
 /// The checks of an acquire whose reply was lost, until its latch says
@@ -202,18 +206,16 @@ mod tests {
     #[test]
     fn the_fixed_schedules_grow_to_their_cap() {
         let ms = Duration::from_millis;
-        let resend: Vec<_> = (0..12).map(|n| RESEND.pause(n)).collect();
-        assert_eq!(&resend[..3], &[ms(100), ms(200), ms(300)]);
-        assert_eq!(resend[11], ms(1000));
-        assert_eq!(RESEND.pause(u32::MAX), ms(1000));
-        // The jittered ones: between half the step and all of it.
+        // Between half the step and all of it.
         let within = |schedule: &Schedule, steps: &[Duration]| {
             for (n, &ceiling) in steps.iter().enumerate() {
                 let pause = schedule.pause(n as u32);
                 assert!(pause <= ceiling && pause >= ceiling / 2, "{n}: {pause:?}");
             }
         };
+        let resend: Vec<_> = (1..=12).map(|n| ms(100 * n).min(ms(1000))).collect();
         for _ in 0..100 {
+            within(&RESEND, &resend);
             within(
                 &SETTLE_LOST,
                 &[ms(100), ms(200), ms(400), ms(800), ms(1000), ms(1000)],
@@ -224,6 +226,7 @@ mod tests {
             );
         }
         assert!(LEAVE_QUEUE.pause(u32::MAX) <= ms(1000));
+        assert!(RESEND.pause(u32::MAX) <= ms(1000));
         // Two settles started together part at once.
         let apart = (0..20)
             .filter(|_| SETTLE_LOST.pause(5) != SETTLE_LOST.pause(5))

@@ -369,7 +369,8 @@ impl LockGuard {
     ///   its back (force-unlocked; a restart or failover lost it).
     /// - [`Error::Redis`] when every send failed: `release_attempts` sends
     ///   ([`ClientBuilder::release_attempts`](crate::ClientBuilder::release_attempts)),
-    ///   spaced 100 ms, 200 ms... apart; the hold then expires with its
+    ///   spaced up to 100 ms, 200 ms... apart (from half of that, at
+    ///   random); the hold then expires with its
     ///   lease. (A dropped guard's release, which nobody awaits, is resent
     ///   until it gets through or its lease runs out.) No send is made
     ///   again after the lease ran out, nor that of every other hold of the
