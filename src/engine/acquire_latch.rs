@@ -18,9 +18,9 @@ use tokio::runtime::Handle;
 use tokio::time::Instant;
 
 use crate::client::conn::Conn;
-use crate::engine::backoff::{RESEND, SETTLE_LOST};
 use crate::engine::finish::{spawn_to_end, Finish};
 use crate::engine::keys;
+use crate::engine::request::{self, Resend};
 use crate::engine::scripts::{ACQUIRE_CANCEL, ACQUIRE_GRANTED};
 use crate::error::is_connection_failure;
 use crate::Client;
@@ -178,28 +178,23 @@ async fn give_back_lost<T: Taken>(
 /// settle is not started twice.
 async fn close(client: &Client, name: &str, latch: &str, latch_ttl: u64) {
     let deadline = Instant::now() + Duration::from_millis(latch_ttl);
-    let mut tries = 0;
-    loop {
-        let closed: redis::RedisResult<()> = redis::cmd("SET")
-            .arg(latch)
-            .arg("x")
-            .arg("PX")
-            .arg(latch_ttl)
-            .query_async(&mut client.conn())
-            .await;
-        match closed {
-            Ok(()) => return,
-            Err(err) if is_connection_failure(&err) && Instant::now() < deadline => {
-                tracing::debug!(%name, error = %err, "closing a spent request's latch failed; trying again");
-                tokio::time::sleep(SETTLE_LOST.pause(tries)).await;
-                tries += 1;
-            }
-            Err(err) => {
-                tracing::debug!(%name, error = %err,
-                    "could not close a spent request's latch; it answers late sends alike");
-                return;
-            }
-        }
+    let go_on = |_: &redis::RedisError| Instant::now() < deadline;
+    let closed: redis::RedisResult<()> = request::send(
+        Resend::settle(),
+        "closing a spent request's latch",
+        name,
+        go_on,
+        |_| {
+            let mut conn = client.conn();
+            let mut set = redis::cmd("SET");
+            set.arg(latch).arg("x").arg("PX").arg(latch_ttl);
+            async move { set.query_async(&mut conn).await }
+        },
+    )
+    .await;
+    if let Err(err) = closed {
+        tracing::debug!(%name, error = %err,
+            "could not close a spent request's latch; it answers late sends alike");
     }
 }
 
@@ -208,7 +203,7 @@ async fn close(client: &Client, name: &str, latch: &str, latch_ttl: u64) {
 /// schedule for as long as the latch lives, and a grant found given back.
 async fn settle_lost<T: Taken>(
     client: Client,
-    mut conn: Conn,
+    conn: Conn,
     name: Arc<str>,
     taken: Arc<T>,
     lost: (Lasts, Instant),
@@ -216,35 +211,41 @@ async fn settle_lost<T: Taken>(
     latch_ttl: u64,
 ) {
     let deadline = Instant::now() + Duration::from_millis(latch_ttl);
-    let mut checks = 0;
-    while Instant::now() < deadline {
-        tokio::time::sleep(SETTLE_LOST.pause(checks)).await;
-        checks += 1;
-        match cancel(&mut conn, &latch, latch_ttl).await {
-            Ok(None) => return,
-            Ok(Some(granted)) => {
-                let lost = grant_lasts(lost, granted);
-                let latch = Arc::new(Latch::new(
-                    &client,
-                    &name,
-                    latch,
-                    latch_ttl,
-                    Handle::current(),
-                ));
-                return give_back_lost(client, name, taken, lost, latch).await;
-            }
-            Err(err) if is_connection_failure(&err) => {
-                tracing::debug!(%name, error = %err, "settle check failed; trying again");
-            }
-            Err(err) => {
-                tracing::warn!(%name, error = %err, "could not settle a request whose reply was lost");
-                return;
-            }
+    let go_on = |_: &redis::RedisError| Instant::now() < deadline;
+    let (conn, latch_key) = (&conn, latch.as_str());
+    let settled = request::send(
+        Resend::settle().after_a_pause(),
+        "settle check",
+        &name,
+        go_on,
+        move |_| {
+            let mut conn = conn.clone();
+            async move { cancel(&mut conn, latch_key, latch_ttl).await }
+        },
+    )
+    .await;
+    match settled {
+        Ok(None) => {}
+        Ok(Some(granted)) => {
+            let lost = grant_lasts(lost, granted);
+            let latch = Arc::new(Latch::new(
+                &client,
+                &name,
+                latch,
+                latch_ttl,
+                Handle::current(),
+            ));
+            give_back_lost(client, name, taken, lost, latch).await;
+        }
+        Err(err) if is_connection_failure(&err) => {
+            tracing::warn!(%name, error = %err,
+                "could not learn whether a request whose reply was lost took a hold or permits; \
+                 a hold expires with its lease");
+        }
+        Err(err) => {
+            tracing::warn!(%name, error = %err, "could not settle a request whose reply was lost");
         }
     }
-    tracing::warn!(%name,
-        "could not learn whether a request whose reply was lost took a hold or permits; \
-         a hold expires with its lease");
 }
 
 /// The error of a send whose script ran after its deadline, and so took
@@ -274,6 +275,9 @@ pub(crate) enum GiveBack {
     ReplyLost,
     /// Replica sync is on and too few replicas acknowledged the grant.
     Unsynced,
+    /// A grant whose reply came so late that its first renewal was due
+    /// could not be confirmed (a lock's, in watchdog mode).
+    Unconfirmed,
 }
 
 impl GiveBack {
@@ -283,6 +287,7 @@ impl GiveBack {
             GiveBack::CallerLeft => "the caller left before the grant arrived",
             GiveBack::ReplyLost => "the reply of the grant was lost",
             GiveBack::Unsynced => "too few replicas acknowledged the grant",
+            GiveBack::Unconfirmed => "a late grant could not be confirmed",
         }
     }
 }
@@ -809,7 +814,7 @@ impl Answer {
 /// failure, while `resend_until` lasts (`None`: no limit; a one-attempt
 /// call's lasts one response timeout, so a single dropped connection does
 /// not fail it, and a server that does not answer costs it one timeout, not
-/// two), up to `release_attempts` sends, pausing as [`RESEND`] says.
+/// two), up to `release_attempts` sends, as [`Resend::awaited`] says.
 /// Safe to resend: the request's latch makes a resend of a granted request
 /// answer "granted" (or "spent", once a lock's hold it took is gone)
 /// without taking anything more. `answer` tells a grant
@@ -824,56 +829,48 @@ async fn send_resending<T, R, Fut>(
     resend_until: Option<Instant>,
     lasts: Lasts,
     answer: fn(&R) -> Answer,
-    mut send: impl FnMut(Conn, u64) -> Fut,
+    send: impl Fn(Conn, u64) -> Fut,
 ) -> redis::RedisResult<R>
 where
     T: Taken,
     Fut: Future<Output = redis::RedisResult<R>>,
 {
     let client = &request.client;
-    let sends = client.config().release_attempts.max(1);
-    let mut sent = 0;
-    loop {
-        sent += 1;
-        // When this send's caller gives up on its reply, by the server's
-        // clock: run later, the script takes nothing. A server that does
-        // not tell its clock gets nothing sent.
-        let reply = match client.send_deadline(&request.latch.key).await {
-            Ok(deadline) => {
-                let at = Instant::now();
-                request
-                    .outcome
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .last_sent = Some(at);
-                let reply = send(client.conn(), deadline).await;
-                if matches!(&reply, Err(err) if is_connection_failure(err)) {
-                    // Perhaps it reached Redis: its outcome is unknown.
-                    request.lost(lasts, at);
-                }
-                reply
+    // A lost reply is sent again within the wait (for a one-attempt call,
+    // within one response timeout of it: see `Wait`), so that one dropped
+    // connection does not fail it, and a server that does not answer costs
+    // one timeout, not two.
+    let go_on = |_: &redis::RedisError| resend_until.is_none_or(|until| Instant::now() < until);
+    let send = &send;
+    let reply = request::send(
+        Resend::awaited(client.config()),
+        "acquire",
+        &request.name,
+        go_on,
+        move |_| async move {
+            // When this send's caller gives up on its reply, by the
+            // server's clock: run later, the script takes nothing. A server
+            // that does not tell its clock gets nothing sent.
+            let deadline = client.send_deadline(&request.latch.key).await?;
+            let at = Instant::now();
+            request
+                .outcome
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .last_sent = Some(at);
+            let reply = send(client.conn(), deadline).await;
+            if matches!(&reply, Err(err) if is_connection_failure(err)) {
+                // Perhaps it reached Redis: its outcome is unknown.
+                request.lost(lasts, at);
             }
-            Err(err) => Err(err),
-        };
-        let failed = matches!(&reply, Err(err) if is_connection_failure(err));
-        // A lost reply is sent again within the wait (for a one-attempt
-        // call, within one response timeout of it: see `Wait`), so that one
-        // dropped connection does not fail it, and a server that does not
-        // answer costs one timeout, not two.
-        let resend = sent < sends && resend_until.is_none_or(|until| Instant::now() < until);
-        match reply {
-            Err(err) if failed && resend => {
-                tracing::debug!(name = %request.name, error = %err, "acquire failed; sending it again");
-                // `sent` counts from 1.
-                tokio::time::sleep(RESEND.pause(sent - 1)).await;
-            }
-            Ok(reply) if answer(&reply) != Answer::Refused => {
-                request.spent();
-                return Ok(reply);
-            }
-            reply => return reply,
-        }
+            reply
+        },
+    )
+    .await;
+    if matches!(&reply, Ok(reply) if answer(reply) != Answer::Refused) {
+        request.spent();
     }
+    reply
 }
 
 /// How one request is sent: what every synchronizer gives [`send`].

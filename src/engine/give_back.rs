@@ -14,7 +14,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::config::Config;
-use crate::engine::backoff::RESEND;
+use crate::engine::request::{self, Resend};
 use crate::engine::watchdog::drift_margin;
 use crate::error::is_connection_failure;
 
@@ -46,6 +46,7 @@ pub(crate) fn surely_ended(config: &Config, from: Instant, lease: Duration) -> I
 /// give-back must be safe: a latch, or an idempotent command.
 pub(crate) async fn resend_until<T, F, Fut>(
     config: &Config,
+    name: &str,
     until: Instant,
     mut send: F,
 ) -> redis::RedisResult<T>
@@ -53,17 +54,11 @@ where
     F: FnMut(u64) -> Fut,
     Fut: Future<Output = redis::RedisResult<T>>,
 {
-    let mut resends = 0u32;
-    loop {
-        match send(latch_ttl_ms(config, until)).await {
-            Err(err) if may_get_through(&err) && Instant::now() < until => {
-                tracing::debug!(error = %err, "a give-back failed; sending it again");
-                tokio::time::sleep(RESEND.pause(resends)).await;
-                resends += 1;
-            }
-            reply => return reply,
-        }
-    }
+    let go_on = |_: &redis::RedisError| Instant::now() < until;
+    request::send(Resend::until_through(), "a give-back", name, go_on, |_| {
+        send(latch_ttl_ms(config, until))
+    })
+    .await
 }
 
 /// How long the latch of a give-back resent until `until` must live when

@@ -1,5 +1,6 @@
 //! What every synchronizer shares, and nothing kind-specific: the handle's
-//! door to the client ([`object`]), the retry-safe acquire
+//! door to the client ([`object`]), the one resend loop of every
+//! retry-safe request ([`request`]), the retry-safe acquire
 //! ([`acquire_latch`]), the wait loop ([`waiting`]), the watchdog
 //! ([`watchdog`]), the work that outlives its caller ([`finish`],
 //! [`give_back`], [`sweeper`]), retry schedules ([`backoff`]), the scripts,
@@ -44,6 +45,7 @@ pub(crate) mod finish;
 pub(crate) mod give_back;
 pub(crate) mod keys;
 pub(crate) mod object;
+pub(crate) mod request;
 pub(crate) mod scripts;
 pub(crate) mod sweeper;
 pub(crate) mod takeover;

@@ -12,8 +12,10 @@ use redis::ScriptInvocation;
 
 use crate::client::conn::Conn;
 use crate::engine::acquire_latch::Latch;
+use crate::engine::backoff::SOON;
 use crate::engine::finish::{runtime, Finish};
 use crate::engine::scripts::{READ_COUNT, SET_IF_MISSING};
+use crate::engine::waiting::Tried;
 use crate::{args, Client, Error, Result};
 
 /// A name on a client, and what kind of thing it names (for errors).
@@ -149,7 +151,7 @@ impl Object {
 }
 
 /// What a grant becomes under replica sync.
-pub(crate) enum Synced {
+enum Synced {
     /// Sync is off, or enough replicas acknowledged it: keep it.
     Yes,
     /// Too few did, and the client retries: give it back, try again after
@@ -160,12 +162,40 @@ pub(crate) enum Synced {
 }
 
 impl Object {
-    /// With replica sync on, waits for the replicas to acknowledge the
-    /// grant just answered, whose acquire latch is `latch`, and says what becomes of it. The sync covers the grant
-    /// whatever connection carried it (see
-    /// `ClientInner::grant_replicated`); without a latch, it covers the
-    /// writes of the current connection.
-    pub(crate) async fn synced(&self, latch: Option<&Latch>) -> Synced {
+    /// The one replica check of a grant: with replica sync on, waits for
+    /// the replicas to acknowledge the grant just answered, whose acquire
+    /// latch is `latch`, and keeps what it took (`taken`) when enough did.
+    /// When too few did, only the master knows of it: it is given back by
+    /// `give_back` (which logs its own failure), and the attempt tries
+    /// again after the sync's timeout, or fails with
+    /// [`Error::NotReplicated`], as configured. The sync covers the grant
+    /// whatever connection carried it (see `ClientInner::grant_replicated`);
+    /// without a latch, it covers the writes of the current connection.
+    pub(crate) async fn keep_if_synced<K, G, Fut>(
+        &self,
+        latch: Option<&Latch>,
+        taken: K,
+        give_back: G,
+    ) -> Result<Tried<K>>
+    where
+        G: FnOnce(K) -> Fut,
+        Fut: Future<Output = ()>,
+    {
+        match self.synced(latch).await {
+            Synced::Yes => Ok(Tried::Done(taken)),
+            Synced::Retry(after) => {
+                give_back(taken).await;
+                Ok(Tried::Again(Some(after.max(SOON))))
+            }
+            Synced::Failed(err) => {
+                give_back(taken).await;
+                Err(err)
+            }
+        }
+    }
+
+    /// What replica sync makes of the grant whose latch is `latch`.
+    async fn synced(&self, latch: Option<&Latch>) -> Synced {
         let inner = &self.client;
         let verdict = match latch {
             Some(latch) => {

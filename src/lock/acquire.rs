@@ -16,9 +16,7 @@ use crate::config::MAX_DURATION;
 use crate::engine::acquire_latch::{
     send, Answer, GiveBack, GrantedIn, Lasts, Latch, Request, RequestSlot, Sending, Taken,
 };
-use crate::engine::backoff::SOON;
 use crate::engine::finish::{runtime, Finish};
-use crate::engine::object::Synced;
 use crate::engine::telemetry::{self, Subject};
 use crate::engine::waiting::{self, Channel, Tried, Wait};
 use crate::engine::watchdog::{HoldKey, LeaseState, Renew, RenewCall};
@@ -330,23 +328,23 @@ impl LockCore {
         guard: LockGuard,
         latch: Option<Arc<Latch>>,
     ) -> Result<Tried<LockGuard>> {
-        let outcome = match self.obj.synced(latch.as_deref()).await {
-            Synced::Yes => return Ok(Tried::Done(guard)),
-            Synced::Retry(after) => Ok(Tried::Again(Some(after.max(SOON)))),
-            Synced::Failed(err) => Err(err),
-        };
-        // Only the master knows of this hold: give it back.
-        match guard.give_back(latch).await {
-            Ok(()) => {}
-            Err(err @ Error::NotHeld { .. }) => {
-                tracing::debug!(lock = %self.obj.name, error = %err,
-                "nothing to give back: the master that answers has no hold of the owner, or \
-                 not this grant (a failover lost it)")
+        let (name, grant) = (&self.obj.name, latch.clone());
+        let give_back = |guard: LockGuard| async move {
+            // Only the master knows of this hold.
+            match guard.give_back(grant).await {
+                Ok(()) => {}
+                Err(err @ Error::NotHeld { .. }) => {
+                    tracing::debug!(lock = %name, error = %err,
+                    "nothing to give back: the master that answers has no hold of the owner, or \
+                     not this grant (a failover lost it)")
+                }
+                Err(err) => tracing::warn!(lock = %name, error = %err,
+                    "could not give back a hold the replicas did not acknowledge; it expires with its lease"),
             }
-            Err(err) => tracing::warn!(lock = %self.obj.name, error = %err,
-                "could not give back a hold the replicas did not acknowledge; it expires with its lease"),
-        }
-        outcome
+        };
+        self.obj
+            .keep_if_synced(latch.as_deref(), guard, give_back)
+            .await
     }
 }
 
@@ -375,23 +373,14 @@ impl LockCore {
         grant: Option<Arc<Latch>>,
         runtime: &tokio::runtime::Handle,
     ) {
-        let (client, kind) = (self.obj.client.clone(), self.kind);
-        let (name, owner) = (Arc::clone(&key.name), Arc::clone(&key.field));
+        let (client, name) = (self.obj.client.clone(), Arc::clone(&key.name));
+        let hold = Hold::of(self.kind, key);
         runtime.spawn(async move {
-            let resend = Resend::UntilExpired;
-            let key = HoldKey::new(Arc::clone(&name), Arc::clone(&owner));
-            let released = give_back_hold(&client, kind, &key, ttl_ms, granted, resend, grant);
-            match released.await {
-                Ok(()) => {}
-                Err(err @ Error::LeaseLost { .. }) => {
-                    tracing::debug!(lock = %name, %owner, error = %err,
-                        "a hold whose grant could not be confirmed ran out before it could be given back");
-                }
-                Err(err) => {
-                    tracing::warn!(lock = %name, %owner, error = %err,
-                        "could not give back a hold whose grant could not be confirmed; it expires with its lease");
-                }
-            }
+            let why = GiveBack::Unconfirmed;
+            let lasts = Lasts::Ms(ttl_ms);
+            let grant = grant.as_ref();
+            hold.give_back(&client, &name, lasts, granted, grant, why)
+                .await
         });
     }
 
@@ -410,26 +399,17 @@ impl LockCore {
         let mut conn = client.conn();
         let sent = Instant::now();
         let request = async move { call.send(&mut conn).await };
-        let (client, kind) = (self.obj.client.clone(), self.kind);
-        let (name, owner) = (Arc::clone(&key.name), Arc::clone(&key.field));
+        let (client, name) = (self.obj.client.clone(), Arc::clone(&key.name));
+        let hold = Hold::of(self.kind, key);
         let give_back = move |reply: redis::RedisResult<Vec<usize>>| async move {
             if reply.is_ok_and(|gone| gone.is_empty()) {
-                let lease_ms = ttl.as_millis() as u64;
                 // The renewal, sent at `sent` and answered by now, set the
                 // key's TTL.
                 let granted = GrantedIn::between(sent, Instant::now());
-                let resend = Resend::UntilExpired;
-                let key = HoldKey::new(Arc::clone(&name), Arc::clone(&owner));
-                let released =
-                    give_back_hold(&client, kind, &key, lease_ms, granted, resend, grant);
-                match released.await {
-                    // Ran out first: gone, or ends with the key's TTL.
-                    Ok(()) | Err(Error::LeaseLost { .. }) => {}
-                    Err(err) => {
-                        tracing::warn!(lock = %name, %owner, error = %err,
-                            "could not give back a hold whose caller left while it was confirmed; it expires with its lease");
-                    }
-                }
+                let lasts = Lasts::Ms(ttl.as_millis() as u64);
+                let (grant, why) = (grant.as_ref(), GiveBack::CallerLeft);
+                hold.give_back(&client, &name, lasts, granted, grant, why)
+                    .await;
             }
         };
         let reply = Finish::new(runtime()?, request, give_back)
@@ -443,6 +423,16 @@ impl LockCore {
 pub(super) struct Hold {
     kind: Kind,
     owner: Arc<str>,
+}
+
+impl Hold {
+    /// A hold of `key`'s owner, of a lock of `kind`.
+    fn of(kind: Kind, key: &HoldKey) -> Hold {
+        Hold {
+            kind,
+            owner: Arc::clone(&key.field),
+        }
+    }
 }
 
 impl Taken for Hold {

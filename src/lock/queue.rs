@@ -9,9 +9,9 @@ use tokio::time::Instant;
 
 use super::LockCore;
 use crate::client::conn::Conn;
-use crate::engine::backoff::LEAVE_QUEUE;
 use crate::engine::finish::{runtime, spawn_to_end, Finish};
 use crate::engine::keys;
+use crate::engine::request::{self, Resend};
 use crate::engine::scripts::{FAIR_LEAVE, UNLOCK_MESSAGE};
 use crate::engine::watchdog::HoldKey;
 use crate::error::is_connection_failure;
@@ -230,19 +230,19 @@ async fn leave_queue_on(leave: Arc<OwnerUse>, conn: Conn, waiter_ms: u64) {
     };
     runtime.spawn(async move {
         let give_up = Instant::now() + Duration::from_millis(waiter_ms);
-        for n in 0.. {
-            tokio::time::sleep(LEAVE_QUEUE.pause(n)).await;
-            match leave.send_leave(waiter_ms).await {
-                None | Some(Ok(())) => return,
-                Some(Err(err)) if is_connection_failure(&err) && Instant::now() < give_up => {
-                    tracing::debug!(lock = %name, error = %err, "leaving the fair lock's queue failed again");
-                }
-                Some(Err(err)) => {
-                    tracing::warn!(lock = %name, %owner, error = %err,
-                        "could not leave the fair lock's queue; the entry is skipped after the waiter timeout");
-                    return;
-                }
-            }
+        let go_on = |_: &redis::RedisError| Instant::now() < give_up;
+        let leave = &leave;
+        let left = request::send(
+            Resend::leave_queue().after_a_pause(),
+            "leaving the fair lock's queue",
+            &name,
+            go_on,
+            move |_| async move { leave.send_leave(waiter_ms).await.unwrap_or(Ok(())) },
+        )
+        .await;
+        if let Err(err) = left {
+            tracing::warn!(lock = %name, %owner, error = %err,
+                "could not leave the fair lock's queue; the entry is skipped after the waiter timeout");
         }
     });
 }

@@ -6,12 +6,14 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Mutex;
+
 use crate::client::conn::Conn;
-use crate::engine::backoff::RESEND;
-use crate::engine::give_back::{latch_ttl_ms, may_get_through, surely_ended};
+use crate::engine::give_back::{latch_ttl_ms, surely_ended};
 use crate::engine::keys;
+use crate::engine::request;
 use crate::engine::watchdog::{HoldKey, LeaseState};
-use crate::error::is_connection_failure;
 use crate::lock::kind::ReleaseArgs;
 use crate::lock::Kind;
 use crate::{Client, Error, Result};
@@ -156,7 +158,7 @@ pub(crate) struct ReleaseCall<'a> {
 /// [`release_hold`] on `conn`, for a request the caller made.
 pub(crate) async fn release_hold_as(
     client: &Client,
-    mut conn: Conn,
+    conn: Conn,
     release: &ReleaseCall<'_>,
     resend: Resend,
 ) -> Result<Answer> {
@@ -173,31 +175,39 @@ pub(crate) async fn release_hold_as(
     } = *release;
     let config = client.config();
     let latch = keys::unlock_latch(name, request_id);
-    let attempts = config.release_attempts.max(1);
-    let mut until = surely_ended(config, Instant::now(), Duration::from_millis(lease_ms));
+    let until = Until(Mutex::new(surely_ended(
+        config,
+        Instant::now(),
+        Duration::from_millis(lease_ms),
+    )));
     let watched: Option<HoldKey> =
         (resend == Resend::UntilExpired).then(|| HoldKey::new(Arc::from(name), Arc::from(owner)));
-    let mut sent = 0;
+    let policy = match resend {
+        Resend::Bounded => request::Resend::awaited(config),
+        Resend::UntilExpired => request::Resend::until_through(),
+    };
+    let sent = AtomicU32::new(0);
     let first_sent = Instant::now();
-    let mut failed: Option<redis::RedisError> = None;
-    let reply = loop {
+    // The failure before the lease ran out, if a send failed.
+    let failed: Mutex<Option<redis::RedisError>> = Mutex::new(None);
+    let go_on = |err: &redis::RedisError| {
+        *failed.lock().unwrap_or_else(|p| p.into_inner()) = Some(err.clone());
+        resend == Resend::Bounded || Instant::now() < until.get()
+    };
+    let (latch, watched, conn, until, sent) = (&latch, &watched, &conn, &until, &sent);
+    let reply = request::send(policy, "release", name, go_on, move |_| async move {
         // Checked right before each send (a resend's pause, a rerun after
         // the runtime shut down, may have taken it past the lease's end).
         if stands.is_some_and(|lease| !lease.stands_at(Instant::now())) {
-            return Err(match failed {
-                Some(err) => Error::from_redis(err, name, "lock"),
-                None => Error::LeaseLost {
-                    name: name.to_owned(),
-                },
-            });
+            return Ok(Sent::LeaseOver);
         }
-        sent += 1;
-        let latch_ttl = match &watched {
+        sent.fetch_add(1, Ordering::Relaxed);
+        let latch_ttl = match watched {
             None => config.unlock_latch_ttl_ms(),
             Some(key) => {
                 if let Some(ttl) = client.registry().ttl_of(key) {
                     let renewed = surely_ended(config, Instant::now(), ttl);
-                    until = until.max(renewed);
+                    until.at_least(renewed);
                 }
                 // Nor before the holds it stands by have surely ended (a
                 // grant of the owner that joined it since, or a release
@@ -205,19 +215,19 @@ pub(crate) async fn release_hold_as(
                 // call that got through, when this release's resends do
                 // too, so a send that ran wrote a latch they still meet).
                 if let Some(deadline) = stands.and_then(|s| s.deadline()) {
-                    until = until.max(surely_ended(config, deadline, Duration::ZERO));
+                    until.at_least(surely_ended(config, deadline, Duration::ZERO));
                 }
                 // Every resend of it must meet the latch a send that ran
                 // wrote. Resends stop at `until`; and it moves on only while
                 // the watchdog's renewals get through, when this release's
                 // resends do too.
-                latch_ttl_ms(config, until)
+                latch_ttl_ms(config, until.get())
             }
         };
         let call = kind.release(&ReleaseArgs {
             name,
             field: owner,
-            latch: &latch,
+            latch,
             lease_ms,
             publish: client.publish(),
             latch_ttl,
@@ -227,29 +237,34 @@ pub(crate) async fn release_hold_as(
             done,
             grant,
         });
-        match call.invoke_async::<Option<i64>>(&mut conn).await {
-            Ok(reply) => break reply,
-            Err(err)
-                if match resend {
-                    Resend::Bounded => sent < attempts && is_connection_failure(&err),
-                    Resend::UntilExpired => may_get_through(&err) && Instant::now() < until,
-                } =>
-            {
-                tracing::debug!(lock = %name, error = %err, "release failed; sending it again");
-                // `sent` counts from 1: the pause before resend `sent - 1`.
-                tokio::time::sleep(RESEND.pause(sent - 1)).await;
-                failed = Some(err);
-            }
-            Err(err) => return Err(Error::from_redis(err, name, "lock")),
+        let mut conn = conn.clone();
+        call.invoke_async::<Option<i64>>(&mut conn)
+            .await
+            .map(Sent::Replied)
+    })
+    .await;
+    let reply = match reply {
+        Ok(Sent::Replied(reply)) => reply,
+        Ok(Sent::LeaseOver) => {
+            return Err(
+                match failed.into_inner().unwrap_or_else(|p| p.into_inner()) {
+                    Some(err) => Error::from_redis(err, name, "lock"),
+                    None => Error::LeaseLost {
+                        name: name.to_owned(),
+                    },
+                },
+            )
         }
+        Err(err) => return Err(Error::from_redis(err, name, "lock")),
     };
+    let sent = sent.load(Ordering::Relaxed);
     if reply.is_some() {
         // The script wrote the latch; it only matters to sends of this
         // request: have it deleted rather than left to its TTL, unless a
         // send failed, which may still reach Redis and must find it (or
         // release a second time: a re-entered hold, or the owner's next).
         if sent == 1 {
-            client.sweeper().discard(latch);
+            client.sweeper().discard(latch.clone());
         }
         let verdict = client.replicated(name).await;
         if let Some(verdict) = verdict.filter(|v| !v.enough) {
@@ -278,6 +293,29 @@ pub(crate) async fn release_hold_as(
             reply: other.to_string(),
         }),
     }
+}
+
+/// Until when a release nobody awaits is resent: moved on, never back, by
+/// what each send learns.
+struct Until(Mutex<Instant>);
+
+impl Until {
+    fn get(&self) -> Instant {
+        *self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn at_least(&self, at: Instant) {
+        let mut until = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        *until = (*until).max(at);
+    }
+}
+
+/// What one send of a release came to.
+enum Sent {
+    /// Redis's reply.
+    Replied(Option<i64>),
+    /// Nothing sent: the lease the release stands by ran out before it.
+    LeaseOver,
 }
 
 /// `left` in whole milliseconds, rounded up: a hold kept for it lasts at

@@ -18,7 +18,7 @@ use crate::engine::acquire_latch::{
 };
 use crate::engine::finish::{runtime, spawn_to_end, Finish};
 use crate::engine::give_back::{resend_until, surely_ended, NEVER_EXPIRES};
-use crate::engine::object::{Object, Synced};
+use crate::engine::object::Object;
 use crate::engine::telemetry;
 use crate::engine::waiting::{wait_on, Channel, Tried, Wait};
 use crate::engine::{keys, scripts::EXPIRABLE};
@@ -180,7 +180,7 @@ async fn give_back_on(
         async move { release.invoke_async::<i64>(&mut conn).await }
     };
     let released = match until {
-        Some(until) => resend_until(client.config(), until, send).await,
+        Some(until) => resend_until(client.config(), name, until, send).await,
         None => send(0).await,
     };
     let released = released.map_err(|e| Error::from_redis(e, name, "semaphore"))?;
@@ -754,17 +754,16 @@ impl PermitExpirableSemaphore {
             let (client, name) = (&self.obj.client, &self.obj.name);
             let out = PermitsOut::new(ids.clone(), lease_ms);
             let taken = Unclaimed::new(client, name, out, runtime.clone());
-            let synced = self.obj.synced(slot.latch().as_deref()).await;
-            match synced {
+            let give_back = |taken: Unclaimed<PermitsOut>| taken.give_back(GiveBack::Unsynced);
+            let latch = slot.latch();
+            match self
+                .obj
+                .keep_if_synced(latch.as_deref(), taken, give_back)
+                .await?
+            {
                 // Claimed by the permits made below, with no await between.
-                Synced::Yes => taken.claim(),
-                // Only the master knows of these permits: give them back.
-                _ => taken.give_back(GiveBack::Unsynced).await,
-            }
-            match synced {
-                Synced::Yes => {}
-                Synced::Retry(after) => return Ok(Tried::Again(Some(after))),
-                Synced::Failed(err) => return Err(err),
+                Tried::Done(taken) => taken.claim(),
+                Tried::Again(after) => return Ok(Tried::Again(after)),
             }
         }
         // The lease counts from this send, or from an earlier one of the

@@ -17,7 +17,7 @@ use crate::engine::acquire_latch::{
 use crate::engine::finish::runtime;
 use crate::engine::give_back::{resend_until, NEVER_EXPIRES};
 use crate::engine::keys;
-use crate::engine::object::{Object, Synced};
+use crate::engine::object::Object;
 use crate::engine::scripts::{
     SEMAPHORE_ACQUIRE, SEMAPHORE_DELETE, SEMAPHORE_DRAIN, SEMAPHORE_GIVE_BACK, SEMAPHORE_RELEASE,
 };
@@ -458,17 +458,16 @@ impl Semaphore {
         // Given back should this attempt be dropped before it returns.
         let (client, name) = (&self.obj.client, &self.obj.name);
         let taken = Unclaimed::new(client, name, Permits(permits), runtime);
-        let synced = self.obj.synced(slot.latch().as_deref()).await;
-        match synced {
-            Synced::Yes => taken.claim(),
-            // Only the master knows of these permits: give them back.
-            _ => taken.give_back(GiveBack::Unsynced).await,
-        }
-        match synced {
-            Synced::Yes => Ok(Tried::Done(())),
-            Synced::Retry(after) => Ok(Tried::Again(Some(after))),
-            Synced::Failed(err) => Err(err),
-        }
+        let give_back = |taken: Unclaimed<Permits>| taken.give_back(GiveBack::Unsynced);
+        let latch = slot.latch();
+        let kept = self.obj.keep_if_synced(latch.as_deref(), taken, give_back);
+        Ok(match kept.await? {
+            Tried::Done(taken) => {
+                taken.claim();
+                Tried::Done(())
+            }
+            Tried::Again(after) => Tried::Again(after),
+        })
     }
 }
 
@@ -506,7 +505,7 @@ impl Taken for Permits {
             async move { call.invoke_async::<i64>(&mut conn).await }
         };
         let until = Instant::now() + NEVER_EXPIRES;
-        match resend_until(client.config(), until, send).await {
+        match resend_until(client.config(), name, until, send).await {
             // Kept to its TTL after a failed send, which may still reach
             // Redis and must find it (or add the permits twice).
             Ok(_) if sends > 1 => {}
