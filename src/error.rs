@@ -261,32 +261,6 @@ impl Error {
         Error::InvalidArgument(what.into())
     }
 
-    /// Turns a WRONGTYPE reply about the `what` (`lock`, `semaphore`,
-    /// `latch`) named `name` into [`Error::WrongType`]; any other error is
-    /// [`Error::Redis`].
-    ///
-    /// The scripts reply `WRONGTYPE holds a <type>: <key>`, naming the key
-    /// (the object's own, or a helper key) and its type. A WRONGTYPE of
-    /// Redis's own, which names neither, is taken to be about `name`.
-    pub(crate) fn from_redis(err: redis::RedisError, name: &str, what: &'static str) -> Self {
-        if err.code() != Some("WRONGTYPE") {
-            return Error::Redis(err);
-        }
-        let said = err
-            .detail()
-            .and_then(|detail| detail.strip_prefix("holds a "))
-            .and_then(|rest| rest.split_once(": "));
-        let (key_type, key) = match said {
-            Some((key_type, key)) => (key_type.to_owned(), key),
-            None => (UNKNOWN_TYPE.to_owned(), name),
-        };
-        Error::WrongType {
-            expected: crate::engine::keys::kept_at(name, key).unwrap_or(what),
-            name: key.to_owned(),
-            key_type,
-        }
-    }
-
     /// Whether a waiter may wait this failure out and try again: the
     /// connection failed (what a request whose reply was lost took is given
     /// back, see the acquire latch), no node serves the slot yet (a cluster
@@ -295,18 +269,11 @@ impl Error {
     pub(crate) fn may_wait_out(&self) -> bool {
         match self {
             Error::Connect { source: e, .. } => is_connection_failure(e),
-            Error::Redis(e) => {
-                is_connection_failure(e)
-                    || e.kind() == redis::ErrorKind::ClusterConnectionNotFound
-                    || e.code() == Some("READONLY")
-            }
+            Error::Redis(e) => may_get_through(e),
             _ => false,
         }
     }
 }
-
-/// The `key_type` of a WRONGTYPE from Redis itself, which does not say.
-const UNKNOWN_TYPE: &str = "value of another type";
 
 /// Whether `err` says the connection failed (refused, dropped, timed out)
 /// rather than that Redis refused the command.
@@ -315,4 +282,13 @@ pub(crate) fn is_connection_failure(err: &redis::RedisError) -> bool {
         || err.is_connection_dropped()
         || err.is_timeout()
         || err.is_connection_refusal()
+}
+
+/// Whether a request that failed with `err` may get through later: the
+/// connection failed, no node serves the key's slot yet (a cluster
+/// failover), or the server is a master that a failover demoted.
+pub(crate) fn may_get_through(err: &redis::RedisError) -> bool {
+    is_connection_failure(err)
+        || err.kind() == redis::ErrorKind::ClusterConnectionNotFound
+        || err.code() == Some("READONLY")
 }

@@ -10,6 +10,7 @@ use tokio::time::Instant;
 
 use crate::config::MAX_DURATION;
 use crate::engine::keys::{self, campaign_label, CAMPAIGN_MARK};
+use crate::engine::object::error_about;
 use crate::engine::scripts::JOB_LAST_DONE;
 use crate::engine::takeover::Takeover;
 use crate::engine::watchdog::LeaseState;
@@ -674,7 +675,7 @@ impl Job {
             .key(&key)
             .invoke_async(&mut conn)
             .await
-            .map_err(|e| Error::from_redis(e, self.name(), JOB_DATA))?;
+            .map_err(|e| error_about(e, self.name(), JOB_DATA))?;
         Ok(u64::try_from(done).ok())
     }
 

@@ -16,21 +16,11 @@ use tokio::time::Instant;
 use crate::config::Config;
 use crate::engine::request::{self, Resend};
 use crate::engine::watchdog::drift_margin;
-use crate::error::is_connection_failure;
 
 /// How long a give-back of what never expires (a semaphore's permits, a
 /// permit taken without a lease) is resent, at most: an hour. Its latch,
 /// which makes the resends safe, lives that long too.
 pub(crate) const NEVER_EXPIRES: Duration = Duration::from_secs(3600);
-
-/// Whether a give-back that failed with `err` may get through later: the
-/// connection failed, no node serves the key's slot yet, or the server is
-/// a master that a failover demoted.
-pub(crate) fn may_get_through(err: &redis::RedisError) -> bool {
-    is_connection_failure(err)
-        || err.kind() == redis::ErrorKind::ClusterConnectionNotFound
-        || err.code() == Some("READONLY")
-}
 
 /// By when what lasted `lease` from `from` (seen from this client: the
 /// moment Redis ran the command that set it is no later) has surely ended

@@ -14,6 +14,7 @@ use crate::client::conn::Conn;
 use crate::engine::acquire_latch::Latch;
 use crate::engine::backoff::SOON;
 use crate::engine::finish::{runtime, Finish};
+use crate::engine::keys;
 use crate::engine::scripts::{READ_COUNT, SET_IF_MISSING};
 use crate::engine::waiting::Tried;
 use crate::{args, Client, Error, Result};
@@ -77,7 +78,7 @@ impl Object {
 
     /// The crate's error for what Redis replied about this object.
     pub(crate) fn error(&self, err: redis::RedisError) -> Error {
-        Error::from_redis(err, &self.name, self.expected)
+        error_about(err, &self.name, self.expected)
     }
 
     /// A handle on the client's connection.
@@ -229,6 +230,35 @@ impl Object {
         }
     }
 }
+
+/// Turns a WRONGTYPE reply about the `what` (`lock`, `semaphore`,
+/// `latch`) named `name` into [`Error::WrongType`]; any other error is
+/// [`Error::Redis`].
+///
+/// The scripts reply `WRONGTYPE holds a <type>: <key>`, naming the key
+/// (the object's own, or a helper key) and its type. A WRONGTYPE of
+/// Redis's own, which names neither, is taken to be about `name`.
+pub(crate) fn error_about(err: redis::RedisError, name: &str, what: &'static str) -> Error {
+    if err.code() != Some("WRONGTYPE") {
+        return Error::Redis(err);
+    }
+    let said = err
+        .detail()
+        .and_then(|detail| detail.strip_prefix("holds a "))
+        .and_then(|rest| rest.split_once(": "));
+    let (key_type, key) = match said {
+        Some((key_type, key)) => (key_type.to_owned(), key),
+        None => (UNKNOWN_TYPE.to_owned(), name),
+    };
+    Error::WrongType {
+        expected: keys::kept_at(name, key).unwrap_or(what),
+        name: key.to_owned(),
+        key_type,
+    }
+}
+
+/// The `key_type` of a WRONGTYPE from Redis itself, which does not say.
+const UNKNOWN_TYPE: &str = "value of another type";
 
 impl std::fmt::Debug for Object {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -8,8 +8,7 @@ use std::future::Future;
 
 use crate::config::Config;
 use crate::engine::backoff::{Schedule, LEAVE_QUEUE, RESEND, SETTLE_LOST};
-use crate::engine::give_back::may_get_through;
-use crate::error::is_connection_failure;
+use crate::error::{is_connection_failure, may_get_through};
 
 /// When a request is sent again, and how far apart.
 #[derive(Debug, Clone, Copy)]

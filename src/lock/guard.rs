@@ -13,6 +13,7 @@ use super::{release_hold_as, DoneMark, Kind, ReleaseCall, Resend};
 use crate::client::conn::Conn;
 use crate::engine::acquire_latch::{GrantedIn, Latch};
 use crate::engine::finish::{spawn_to_end, Finish};
+use crate::engine::object::error_about;
 use crate::engine::takeover::Takeover;
 use crate::engine::telemetry::{self, Subject};
 use crate::engine::watchdog::{drift_margin, HoldKey, LeaseState, Registry, Renew, RenewCall};
@@ -456,7 +457,7 @@ impl Hold {
         let gone = call
             .send(&mut conn)
             .await
-            .map_err(|e| Error::from_redis(e, &self.key.name, "lock"))?;
+            .map_err(|e| error_about(e, &self.key.name, "lock"))?;
         if !gone.is_empty() {
             if !self.lease.is_lost() {
                 telemetry::lease_lost(self.subject());

@@ -38,6 +38,18 @@ pub(super) struct AcquireArgs<'a> {
     pub(super) deadline: u64,
 }
 
+/// A job's occurrence that the release of its run's hold marks done, in
+/// the same script call (`release.lua`'s KEYS[4]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct DoneMark {
+    /// The job's last occurrence done, [`job_done`](crate::engine::keys::job_done).
+    pub(crate) key: String,
+    /// The occurrence the run served.
+    pub(crate) occurrence: u64,
+    /// How long the job remembers it, in ms.
+    pub(crate) ttl_ms: u64,
+}
+
 /// One release request, as every kind's script takes it.
 pub(super) struct ReleaseArgs<'a> {
     pub(super) name: &'a str,
@@ -56,7 +68,7 @@ pub(super) struct ReleaseArgs<'a> {
     pub(super) keep_ms: u64,
     /// A job's occurrence the last hold's release marks done (the plain
     /// kinds' script only).
-    pub(super) done: Option<&'a super::release::DoneMark>,
+    pub(super) done: Option<&'a DoneMark>,
     /// A give-back's grant: the acquire latch of the request whose hold it
     /// gives back. The script then releases only while the latch shows the
     /// grant (a master that lost the grant in a failover has no latch

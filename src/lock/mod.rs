@@ -22,10 +22,11 @@ pub use guard::LockGuard;
 use holds::Guards;
 use info::Extra;
 pub use info::{LockHolder, LockInfo, LockMode, QueuedWaiter};
+pub(crate) use kind::DoneMark;
 pub(crate) use kind::Kind;
 pub use kind::DEFAULT_FAIR_WAITER_TIMEOUT;
 pub use non_reentrant::{NonReentrantFairLock, NonReentrantLock};
-pub(crate) use release::{release_hold, release_hold_as, DoneMark, ReleaseCall, Resend};
+pub(crate) use release::{release_hold, release_hold_as, ReleaseCall, Resend};
 pub use rwlock::{ReadLock, ReadWriteLock, WriteLock};
 pub use spin::SpinLock;
 

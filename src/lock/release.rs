@@ -12,9 +12,10 @@ use std::sync::Mutex;
 use crate::client::conn::Conn;
 use crate::engine::give_back::{latch_ttl_ms, surely_ended};
 use crate::engine::keys;
+use crate::engine::object::error_about;
 use crate::engine::request;
 use crate::engine::watchdog::{HoldKey, LeaseState};
-use crate::lock::kind::ReleaseArgs;
+use crate::lock::kind::{DoneMark, ReleaseArgs};
 use crate::lock::Kind;
 use crate::{Client, Error, Result};
 
@@ -101,18 +102,6 @@ pub(crate) async fn release_hold(
     release_hold_as(client, conn, &release, resend)
         .await
         .map(|_| ())
-}
-
-/// A job's occurrence that the release of its run's hold marks done, in
-/// the same script call (`release.lua`'s KEYS[4]).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct DoneMark {
-    /// The job's last occurrence done, [`keys::job_done`].
-    pub(crate) key: String,
-    /// The occurrence the run served.
-    pub(crate) occurrence: u64,
-    /// How long the job remembers it, in ms.
-    pub(crate) ttl_ms: u64,
 }
 
 /// One release request: what [`release_hold_as`] sends.
@@ -248,14 +237,14 @@ pub(crate) async fn release_hold_as(
         Ok(Sent::LeaseOver) => {
             return Err(
                 match failed.into_inner().unwrap_or_else(|p| p.into_inner()) {
-                    Some(err) => Error::from_redis(err, name, "lock"),
+                    Some(err) => error_about(err, name, "lock"),
                     None => Error::LeaseLost {
                         name: name.to_owned(),
                     },
                 },
             )
         }
-        Err(err) => return Err(Error::from_redis(err, name, "lock")),
+        Err(err) => return Err(error_about(err, name, "lock")),
     };
     let sent = sent.load(Ordering::Relaxed);
     if reply.is_some() {

@@ -18,6 +18,7 @@ use crate::engine::acquire_latch::{
 };
 use crate::engine::finish::{runtime, spawn_to_end, Finish};
 use crate::engine::give_back::{resend_until, surely_ended, NEVER_EXPIRES};
+use crate::engine::object::error_about;
 use crate::engine::object::Object;
 use crate::engine::telemetry;
 use crate::engine::waiting::{wait_on, Channel, Tried, Wait};
@@ -183,7 +184,7 @@ async fn give_back_on(
         Some(until) => resend_until(client.config(), name, until, send).await,
         None => send(0).await,
     };
-    let released = released.map_err(|e| Error::from_redis(e, name, "semaphore"))?;
+    let released = released.map_err(|e| error_about(e, name, "semaphore"))?;
     match released {
         1 => Ok(None),
         missing if missing < 0 => Ok(ids.get((-missing - 1) as usize).copied()),
