@@ -1,9 +1,9 @@
 //! What every synchronizer shares, and nothing kind-specific: the handle's
-//! door to the client ([`object`]), the one resend loop of every
-//! retry-safe request ([`request`]), the retry-safe acquire
-//! ([`acquire_latch`]), the wait loop ([`waiting`]), the watchdog
+//! door to the client ([`object`]), every retry-safe request and the one
+//! loop that resends them ([`request`]: the acquire, its latch and settle,
+//! the give-back), the wait loop ([`waiting`]), the watchdog
 //! ([`watchdog`]), the work that outlives its caller ([`finish`],
-//! [`give_back`], [`sweeper`]), retry schedules ([`backoff`]), the scripts,
+//! [`sweeper`]), retry schedules ([`backoff`]), the scripts,
 //! the key names and the figures.
 //!
 //! The faces (`lock/`, `semaphore/`, the latch, `group/`, `blocking/`) sit
@@ -39,10 +39,8 @@
 //! to release, is measured by `cargo run --release --example bench`. The
 //! figures are in `docs/benchmarks.md` in the repository.
 
-pub(crate) mod acquire_latch;
 pub(crate) mod backoff;
 pub(crate) mod finish;
-pub(crate) mod give_back;
 pub(crate) mod keys;
 pub(crate) mod object;
 pub(crate) mod request;

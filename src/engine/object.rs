@@ -11,10 +11,10 @@ use std::sync::Arc;
 use redis::ScriptInvocation;
 
 use crate::client::conn::Conn;
-use crate::engine::acquire_latch::Latch;
 use crate::engine::backoff::SOON;
 use crate::engine::finish::{runtime, Finish};
 use crate::engine::keys;
+use crate::engine::request::Latch;
 use crate::engine::scripts::{READ_COUNT, SET_IF_MISSING};
 use crate::engine::waiting::Tried;
 use crate::{args, Client, Error, Result};

@@ -13,10 +13,10 @@ use super::{Guards, Kind, LockCore};
 use super::{LockGuard, Resend};
 use crate::args;
 use crate::config::MAX_DURATION;
-use crate::engine::acquire_latch::{
+use crate::engine::finish::{runtime, Finish};
+use crate::engine::request::{
     send, Answer, GiveBack, GrantedIn, Lasts, Latch, Request, RequestSlot, Sending, Taken,
 };
-use crate::engine::finish::{runtime, Finish};
 use crate::engine::telemetry::{self, Subject};
 use crate::engine::waiting::{self, Channel, Tried, Wait};
 use crate::engine::watchdog::{HoldKey, LeaseState, Renew, RenewCall};

@@ -28,7 +28,7 @@ use dashmap::DashMap;
 use tokio::time::Instant;
 
 use super::{Kind, Resend};
-use crate::engine::acquire_latch::{GrantedIn, Latch};
+use crate::engine::request::{GrantedIn, Latch};
 use crate::engine::watchdog::{HoldKey, LeaseState, Registry};
 
 /// One live guard's hold, as its owner's other calls see it.

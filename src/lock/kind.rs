@@ -10,8 +10,8 @@ use redis::{RedisResult, ScriptInvocation, Value};
 
 use super::info::Extra;
 use super::queue::Queue;
-use crate::engine::acquire_latch::{late, LATE};
 use crate::engine::keys;
+use crate::engine::request::{late, LATE};
 use crate::engine::scripts::{
     ACQUIRE, FAIR_ACQUIRE, FAIR_FORCE_UNLOCK, FAIR_RELEASE, FENCED_ACQUIRE, FORCE_UNLOCK,
     READ_ACQUIRE, READ_RELEASE, RELEASE, UNLOCK_MESSAGE, WAKE_ALL_MESSAGE, WRITE_ACQUIRE,
@@ -39,7 +39,7 @@ pub(super) struct AcquireArgs<'a> {
 }
 
 /// A job's occurrence that the release of its run's hold marks done, in
-/// the same script call (`release.lua`'s KEYS[4]).
+/// the same script call (`release.lua`'s `KEYS[4]`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct DoneMark {
     /// The job's last occurrence done, [`job_done`](crate::engine::keys::job_done).

@@ -232,7 +232,7 @@ async fn leave_queue_on(leave: Arc<OwnerUse>, conn: Conn, waiter_ms: u64) {
         let give_up = Instant::now() + Duration::from_millis(waiter_ms);
         let go_on = |_: &redis::RedisError| Instant::now() < give_up;
         let leave = &leave;
-        let left = request::send(
+        let left = request::resend(
             Resend::leave_queue().after_a_pause(),
             "leaving the fair lock's queue",
             &name,

@@ -10,10 +10,10 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Mutex;
 
 use crate::client::conn::Conn;
-use crate::engine::give_back::{latch_ttl_ms, surely_ended};
 use crate::engine::keys;
 use crate::engine::object::error_about;
 use crate::engine::request;
+use crate::engine::request::give_back::{latch_ttl_ms, surely_ended};
 use crate::engine::watchdog::{HoldKey, LeaseState};
 use crate::lock::kind::{DoneMark, ReleaseArgs};
 use crate::lock::Kind;
@@ -184,7 +184,7 @@ pub(crate) async fn release_hold_as(
         resend == Resend::Bounded || Instant::now() < until.get()
     };
     let (latch, watched, conn, until, sent) = (&latch, &watched, &conn, &until, &sent);
-    let reply = request::send(policy, "release", name, go_on, move |_| async move {
+    let reply = request::resend(policy, "release", name, go_on, move |_| async move {
         // Checked right before each send (a resend's pause, a rerun after
         // the runtime shut down, may have taken it past the lease's end).
         if stands.is_some_and(|lease| !lease.stands_at(Instant::now())) {

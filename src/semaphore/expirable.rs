@@ -12,14 +12,14 @@ use tokio::time::Instant;
 use crate::args;
 use crate::client::conn::Conn;
 use crate::config::MAX_DURATION;
-use crate::engine::acquire_latch::{
+use crate::engine::finish::{runtime, spawn_to_end, Finish};
+use crate::engine::object::error_about;
+use crate::engine::object::Object;
+use crate::engine::request::give_back::{resend_until, surely_ended, NEVER_EXPIRES};
+use crate::engine::request::{
     self, Answer, GiveBack, GrantedIn, Lasts, Latch, Request, RequestSlot, Sending, Taken,
     Unclaimed,
 };
-use crate::engine::finish::{runtime, spawn_to_end, Finish};
-use crate::engine::give_back::{resend_until, surely_ended, NEVER_EXPIRES};
-use crate::engine::object::error_about;
-use crate::engine::object::Object;
 use crate::engine::telemetry;
 use crate::engine::waiting::{wait_on, Channel, Tried, Wait};
 use crate::engine::{keys, scripts::EXPIRABLE};
@@ -741,13 +741,13 @@ impl PermitExpirableSemaphore {
             build,
             // Ran after its deadline: took nothing, as a timed-out reply.
             decode: |reply| match redis::from_redis_value::<Option<i64>>(reply)? {
-                Some(acquire_latch::LATE) => Err(acquire_latch::late()),
+                Some(request::LATE) => Err(request::late()),
                 reply => Ok(reply),
             },
             resend_until,
             lasts,
         };
-        let reply = acquire_latch::send(request, runtime.clone(), how, answer, |_| async {})
+        let reply = request::send(request, runtime.clone(), how, answer, |_| async {})
             .await
             .map_err(|e| self.obj.error(e))?;
         if reply.is_none() {

@@ -10,14 +10,14 @@ use tokio::time::Instant;
 
 use crate::args;
 use crate::config::MAX_DURATION;
-use crate::engine::acquire_latch::{
+use crate::engine::finish::runtime;
+use crate::engine::keys;
+use crate::engine::object::Object;
+use crate::engine::request::give_back::{resend_until, NEVER_EXPIRES};
+use crate::engine::request::{
     self, Answer, GiveBack, GrantedIn, Lasts, Latch, Request, RequestSlot, Sending, Taken,
     Unclaimed,
 };
-use crate::engine::finish::runtime;
-use crate::engine::give_back::{resend_until, NEVER_EXPIRES};
-use crate::engine::keys;
-use crate::engine::object::Object;
 use crate::engine::scripts::{
     SEMAPHORE_ACQUIRE, SEMAPHORE_DELETE, SEMAPHORE_DRAIN, SEMAPHORE_GIVE_BACK, SEMAPHORE_RELEASE,
 };
@@ -443,13 +443,13 @@ impl Semaphore {
             build,
             // Ran after its deadline: took nothing, as a timed-out reply.
             decode: |reply| match redis::from_redis_value::<i64>(reply)? {
-                acquire_latch::LATE => Err(acquire_latch::late()),
+                request::LATE => Err(request::late()),
                 reply => Ok(reply),
             },
             resend_until,
             lasts: Lasts::UntilReleased,
         };
-        let sent = acquire_latch::send(request, runtime.clone(), how, answer, |_| async {});
+        let sent = request::send(request, runtime.clone(), how, answer, |_| async {});
         match sent.await {
             Ok(1) => {}
             Ok(_) => return Ok(Tried::Again(None)),

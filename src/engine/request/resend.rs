@@ -1,4 +1,4 @@
-//! How a retry-safe request is sent again: one loop, [`send`], that every
+//! How a retry-safe request is sent again: one loop, [`resend`], that every
 //! resend of the crate goes through (an acquire's, a release's, a
 //! give-back's, a settle's, a latch's close, a fair waiter's leave), each
 //! with its [`Resend`] policy as data. What makes a resend safe (a latch,
@@ -90,7 +90,7 @@ impl Resend {
 /// # Cancel safety
 /// What a dropped call leaves is what its sends left: each request says
 /// why a send that may have run is safe.
-pub(crate) async fn send<T, Fut>(
+pub(crate) async fn resend<T, Fut>(
     policy: Resend,
     what: &str,
     name: &str,

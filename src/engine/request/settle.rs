@@ -1,0 +1,188 @@
+//! The settle of a request whose replies were all lost: by its latch,
+//! once nobody sends it any more ([`cancel`], now or in the background),
+//! and what a grant found there took given back.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::runtime::Handle;
+use tokio::time::Instant;
+
+use crate::client::conn::Conn;
+use crate::engine::scripts::{ACQUIRE_CANCEL, ACQUIRE_GRANTED};
+use crate::error::is_connection_failure;
+use crate::Client;
+
+use super::give_back::{GiveBack, GrantedIn, Lasts, Taken};
+use super::latch::{close, Latch};
+use super::resend::{resend, Resend};
+
+/// One settle of a request whose replies were all lost, by its acquire
+/// latch: closes the latch, so that a send arriving late changes nothing,
+/// and says whether a send of it was granted (then what it took is the
+/// caller's to give back, by [`give_back_lost`]): `Some` with when that
+/// grant was made, by this client's clock. The latch TTL is the request's:
+/// the grant wrote it with that TTL, and a closed latch keeps it too.
+pub(super) async fn cancel(
+    conn: &mut Conn,
+    latch: &str,
+    latch_ttl: u64,
+) -> redis::RedisResult<Option<GrantedIn>> {
+    let sent = Instant::now();
+    let (left, on_server): (i64, u64) = ACQUIRE_CANCEL
+        .key(latch)
+        .arg(latch_ttl)
+        .invoke_async(conn)
+        .await?;
+    let answered = Instant::now();
+    Ok(u64::try_from(left).ok().map(|left| GrantedIn {
+        on_server: (left <= latch_ttl).then_some(on_server),
+        ..granted_in(sent, answered, latch_ttl, left)
+    }))
+}
+
+/// When a grant was made, by this client's clock, as a settle sent at
+/// `sent` and answered at `answered` tells it, having found its latch
+/// (written by the grant with a TTL of `latch_ttl` ms) with `left` ms to
+/// live: the settle ran between the two, and the grant `latch_ttl - left`
+/// ms before it by the server's clock (give or take the ms both are
+/// truncated to, and a thousandth for the two clocks' rates).
+///
+/// A latch with more than `latch_ttl` left was lengthened by a parked
+/// give-back of its grant (see `Latch::stretch`), and tells nothing of its
+/// age: taken as the oldest it can be, a grant whose lease is surely over.
+pub(super) fn granted_in(sent: Instant, answered: Instant, latch_ttl: u64, left: u64) -> GrantedIn {
+    let age = match left > latch_ttl {
+        true => latch_ttl,
+        false => latch_ttl - left,
+    };
+    let slack = age / 1000 + 2;
+    let most = Duration::from_millis(age.saturating_add(slack));
+    let least = Duration::from_millis(age.saturating_sub(slack));
+    GrantedIn::between(
+        sent.checked_sub(most).unwrap_or(sent),
+        answered.checked_sub(least).unwrap_or(answered),
+    )
+}
+
+/// `granted` with the grant's server time, read from its latch
+/// (`acquire_granted.lua`, which changes nothing): a hold given back after
+/// its lease, by this client's clock, may still share its key with another
+/// hold of its owner, which the two grants' server times tell where a late
+/// reply blurs this client's. As it was when the latch is gone already
+/// (deleted once its request was spent) or cannot be read.
+pub(super) async fn on_server(
+    client: &Client,
+    latch: &str,
+    latch_ttl: u64,
+    granted: GrantedIn,
+) -> GrantedIn {
+    let read: redis::RedisResult<(i64, u64)> = ACQUIRE_GRANTED
+        .key(latch)
+        .arg(latch_ttl)
+        .invoke_async(&mut client.conn())
+        .await;
+    match read {
+        // Not a lengthened latch (see `granted_in`), whose age is unknown.
+        Ok((left, at)) if (0..=latch_ttl as i64).contains(&left) => GrantedIn {
+            on_server: Some(at),
+            ..granted
+        },
+        _ => granted,
+    }
+}
+
+/// What a request whose replies were lost took, and when: no earlier than
+/// its first lost send, nor than its settle learnt.
+pub(super) fn grant_lasts(
+    (lasts, since): (Lasts, Instant),
+    granted: GrantedIn,
+) -> (Lasts, GrantedIn) {
+    let bounded = GrantedIn::between(since.max(granted.from), granted.by);
+    (
+        lasts,
+        GrantedIn {
+            on_server: granted.on_server,
+            ..bounded
+        },
+    )
+}
+
+/// Gives back what a request whose replies were lost took (its send was
+/// granted after all), naming its latch as the give-back's grant, then
+/// closes the latch: another of its sends may still reach Redis. A
+/// give-back parked for later (see `give_back_hold`) keeps the latch as it
+/// is, and it is closed when that one goes.
+pub(super) async fn give_back_lost<T: Taken>(
+    client: Client,
+    name: Arc<str>,
+    taken: Arc<T>,
+    (lasts, granted): (Lasts, GrantedIn),
+    latch: Arc<Latch>,
+) {
+    tracing::debug!(%name, "an acquire whose reply was lost was granted; giving it back");
+    taken
+        .give_back(
+            &client,
+            &name,
+            lasts,
+            granted,
+            Some(&latch),
+            GiveBack::ReplyLost,
+        )
+        .await;
+    match Arc::try_unwrap(latch) {
+        Ok(latch) => close(&client, &name, &latch.key, latch.ttl).await,
+        Err(parked) => parked.retire_when_let_go(true),
+    }
+}
+
+/// Settles a request whose replies were all lost in the background, once
+/// nobody sends it any more: [`cancel`], tried on the `SETTLE_LOST`
+/// schedule for as long as the latch lives, and a grant found given back.
+pub(super) async fn settle_lost<T: Taken>(
+    client: Client,
+    conn: Conn,
+    name: Arc<str>,
+    taken: Arc<T>,
+    lost: (Lasts, Instant),
+    latch: String,
+    latch_ttl: u64,
+) {
+    let deadline = Instant::now() + Duration::from_millis(latch_ttl);
+    let go_on = |_: &redis::RedisError| Instant::now() < deadline;
+    let (conn, latch_key) = (&conn, latch.as_str());
+    let settled = resend(
+        Resend::settle().after_a_pause(),
+        "settle check",
+        &name,
+        go_on,
+        move |_| {
+            let mut conn = conn.clone();
+            async move { cancel(&mut conn, latch_key, latch_ttl).await }
+        },
+    )
+    .await;
+    match settled {
+        Ok(None) => {}
+        Ok(Some(granted)) => {
+            let lost = grant_lasts(lost, granted);
+            let latch = Arc::new(Latch::new(
+                &client,
+                &name,
+                latch,
+                latch_ttl,
+                Handle::current(),
+            ));
+            give_back_lost(client, name, taken, lost, latch).await;
+        }
+        Err(err) if is_connection_failure(&err) => {
+            tracing::warn!(%name, error = %err,
+                "could not learn whether a request whose reply was lost took a hold or permits; \
+                 a hold expires with its lease");
+        }
+        Err(err) => {
+            tracing::warn!(%name, error = %err, "could not settle a request whose reply was lost");
+        }
+    }
+}
