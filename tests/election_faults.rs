@@ -11,7 +11,10 @@ use std::time::{Duration, Instant};
 use common::child::{self, ChildProcess};
 use common::RedisServer;
 #[cfg(feature = "sentinel")]
-use common::{eventually, sentinel::Sentinel};
+use common::{
+    eventually,
+    sentinel::{Sentinel, SENTINEL_ACTS},
+};
 
 /// The lease (watchdog timeout) of every candidate: renewals every 1.3 s,
 /// so that a leader does not lose its lease to a busy machine's stalls.
@@ -352,13 +355,13 @@ fn terms_keep_rising_through_a_sentinel_failover() {
     fleet.hear(first, &format!("wrote {old_term} ok"), HANDOVER);
     let highest = fence(&master);
     runtime.block_on(async {
-        eventually(Duration::from_secs(20), || async {
+        eventually(SENTINEL_ACTS, || async {
             sentinel
                 .cli(&["SENTINEL", "FAILOVER", "mymaster"])
                 .starts_with("OK")
         })
         .await;
-        eventually(Duration::from_secs(30), || async {
+        eventually(SENTINEL_ACTS, || async {
             sentinel.master_port() == Some(replica.port())
         })
         .await;

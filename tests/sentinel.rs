@@ -7,7 +7,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::sentinel::Sentinel;
+use common::sentinel::{Sentinel, SENTINEL_ACTS};
 use common::{eventually, soon, within, RedisServer};
 use tokio::time::Instant;
 
@@ -37,13 +37,13 @@ async fn master_replica_sentinel() -> (RedisServer, RedisServer, Sentinel) {
 /// Has the sentinel promote `replica`, and waits until it names it.
 async fn fail_over(sentinel: &Sentinel, replica: &RedisServer) {
     // The replica may need a moment more to count as promotable.
-    eventually(Duration::from_secs(20), || async {
+    eventually(SENTINEL_ACTS, || async {
         sentinel
             .cli(&["SENTINEL", "FAILOVER", "mymaster"])
             .starts_with("OK")
     })
     .await;
-    eventually(Duration::from_secs(30), || async {
+    eventually(SENTINEL_ACTS, || async {
         sentinel.master_port() == Some(replica.port())
     })
     .await;
@@ -90,7 +90,7 @@ async fn the_client_follows_the_master_through_a_failover() {
     fail_over(&sentinel, &replica).await;
     // Once the old master is demoted, the client finds the new one by
     // itself: a new lock lands there.
-    eventually(Duration::from_secs(30), || async {
+    eventually(SENTINEL_ACTS, || async {
         master.role().as_deref() == Some("slave")
     })
     .await;
@@ -213,7 +213,7 @@ async fn an_election_keeps_its_terms_rising_through_a_failover() {
     }
 
     fail_over(&sentinel, &replica).await;
-    eventually(Duration::from_secs(30), || async {
+    eventually(SENTINEL_ACTS, || async {
         master.role().as_deref() == Some("slave")
     })
     .await;
