@@ -196,7 +196,7 @@ impl LockCore {
 
     /// Sends the wait's request, resending it under the same id on a
     /// connection failure (up to `release_attempts` sends, and only while
-    /// the wait allows: see [`Wait`] and `acquire_latch::send`, the
+    /// the wait allows: see [`Wait`] and `request::send`, the
     /// semaphores' too). Safe to resend: the request's acquire latch makes a
     /// resend return the first outcome instead of taking a second hold. A
     /// caller that leaves gets its grant given back (and a fair waiter's

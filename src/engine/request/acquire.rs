@@ -427,9 +427,10 @@ pub(crate) struct Sending<B, D> {
 ///   a frozen server's socket is not granted after its program exited;
 /// - granted and answered: the latch is swept (or, after a lost send, left
 ///   for its TTL, so that a send arriving late changes nothing);
-/// - reply lost: the request is resent at once, and by the wait's next
-///   attempt; when the wait ends first, it is settled in the background by
-///   its latch, and a grant found there is given back;
+/// - reply lost: the request is resent after a short pause (see
+///   [`Resend::awaited`]), and by the wait's next attempt; when the wait
+///   ends first, it is settled in the background by its latch, and a grant
+///   found there is given back;
 /// - granted after the caller's future was dropped: given back, with the
 ///   TTL this send set, `lasts` (its [`Taken`]'s one give-back);
 ///   `orphaned` then runs too, told whether it was granted (a fair

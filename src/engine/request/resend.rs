@@ -127,3 +127,102 @@ where
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    use std::time::Duration;
+
+    use tokio::time::Instant;
+
+    use super::*;
+
+    fn cut() -> redis::RedisError {
+        std::io::Error::new(std::io::ErrorKind::ConnectionReset, "cut").into()
+    }
+
+    fn refused() -> redis::RedisError {
+        (redis::ErrorKind::Client, "refused").into()
+    }
+
+    /// Sends by `policy`, every send failing with `fail()`; `go_on` allows
+    /// that many resends. How many sends went, and the send numbers seen.
+    async fn failing(
+        policy: Resend,
+        fail: fn() -> redis::RedisError,
+        resends: u32,
+    ) -> (u32, Vec<u32>) {
+        let (sends, asked) = (AtomicU32::new(0), AtomicU32::new(0));
+        let seen = std::sync::Mutex::new(Vec::new());
+        let go_on = |err: &redis::RedisError| {
+            assert!((policy.mends)(err));
+            asked.fetch_add(1, Ordering::Relaxed) < resends
+        };
+        let reply: redis::RedisResult<()> = resend(policy, "a test", "n", go_on, |n| {
+            sends.fetch_add(1, Ordering::Relaxed);
+            seen.lock().unwrap().push(n);
+            async move { Err(fail()) }
+        })
+        .await;
+        assert!(reply.is_err());
+        (sends.into_inner(), seen.into_inner().unwrap())
+    }
+
+    #[tokio::test]
+    async fn an_awaited_request_is_sent_as_often_as_configured() {
+        let config = Config {
+            release_attempts: 3,
+            ..Config::default()
+        };
+        let started = Instant::now();
+        let (sends, seen) = failing(Resend::awaited(&config), cut, u32::MAX).await;
+        assert_eq!((sends, seen), (3, vec![0, 1, 2]));
+        // Two pauses, of at least half of 100 ms and of 200 ms.
+        assert!(started.elapsed() >= Duration::from_millis(150));
+        // A failure a resend cannot mend is not resent.
+        assert_eq!(
+            failing(Resend::awaited(&config), refused, u32::MAX).await.0,
+            1
+        );
+    }
+
+    #[tokio::test]
+    async fn time_ends_the_resends_of_a_request_sent_until_it_gets_through() {
+        let (sends, seen) = failing(Resend::until_through(), cut, 2).await;
+        assert_eq!((sends, seen), (3, vec![0, 1, 2]));
+        let (sends, _) = failing(Resend::settle(), cut, 0).await;
+        assert_eq!(sends, 1);
+    }
+
+    #[tokio::test]
+    async fn a_check_after_a_pause_waits_before_its_first_send() {
+        let started = Instant::now();
+        let (sends, _) = failing(Resend::settle().after_a_pause(), cut, 0).await;
+        assert_eq!(sends, 1);
+        assert!(started.elapsed() >= Duration::from_millis(50));
+    }
+
+    #[tokio::test]
+    async fn a_reply_ends_the_sends() {
+        let sends = AtomicU32::new(0);
+        let reply = resend(
+            Resend::until_through(),
+            "a test",
+            "n",
+            |_| true,
+            |n| {
+                sends.fetch_add(1, Ordering::Relaxed);
+                async move {
+                    if n < 2 {
+                        Err(cut())
+                    } else {
+                        Ok(n)
+                    }
+                }
+            },
+        )
+        .await;
+        assert_eq!(reply.unwrap(), 2);
+        assert_eq!(sends.into_inner(), 3);
+    }
+}
