@@ -7,12 +7,11 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use futures_util::stream::{BoxStream, Fuse, FusedStream, Stream, StreamExt};
-use tokio::time::Instant;
 
-use crate::client::pubsub::Subscription;
-use crate::engine::backoff::NO_CONNECTION;
 use crate::engine::keys::{self, campaign_label as label_of, CAMPAIGN_MARK};
+use crate::engine::object::Object;
 use crate::engine::scripts::PUBLISH;
+use crate::engine::waiting::{Channel, Tried, Watcher};
 use crate::{Client, Error, FencedGuard, FencedLock, Result};
 
 /// The longest label a candidate may give, in bytes.
@@ -268,10 +267,7 @@ impl LeaderElection {
         // Only a hint for observers (they also read again on their own),
         // so it is not awaited: the leader need not wait for it.
         let announce = announcement(self.client(), self.name(), term.to_string());
-        tokio::spawn(async move {
-            let conn = announce.client.conn();
-            announce.send(conn).await;
-        });
+        tokio::spawn(async move { announce.send().await });
         Leadership {
             guard: Some(guard),
             term,
@@ -343,7 +339,7 @@ impl LeaderElection {
         let deposed = self.lock.force_unlock().await?;
         if deposed {
             let announce = announcement(self.client(), self.name(), RESIGNED.into());
-            announce.send(self.client().conn()).await;
+            announce.send().await;
         }
         Ok(deposed)
     }
@@ -414,10 +410,13 @@ impl LeaderElection {
     /// [`LeaderObserver::next`] is cancel safe: a dropped call loses no change
     /// (the next call goes on where it stopped).
     pub fn observe(&self) -> LeaderObserver {
+        let channel = Channel {
+            name: keys::election_channel(self.name()),
+            broadcast: true,
+        };
         let watch = Watch {
+            watcher: Watcher::new(channel, self.look_again()),
             election: self.clone(),
-            subscription: None,
-            subscribe_at: Instant::now(),
             last: None,
             done: false,
         };
@@ -442,7 +441,7 @@ fn check_label(label: &str) -> Result<()> {
 
 /// One message on an election's channel.
 struct Announcement {
-    client: Client,
+    election: Object,
     channel: String,
     message: String,
 }
@@ -450,18 +449,24 @@ struct Announcement {
 /// The announcement `message` of the election `name`.
 fn announcement(client: &Client, name: &str, message: String) -> Announcement {
     Announcement {
-        client: client.clone(),
+        election: Object::new(client.clone(), name.to_owned(), "election"),
         channel: keys::election_channel(name),
         message,
     }
 }
 
 impl Announcement {
-    /// Publishes it on `conn`; a failure is only logged (observers read
-    /// again on their own).
-    async fn send(&self, mut conn: crate::client::conn::Conn) {
+    /// Publishes it; a failure is only logged (observers read again on
+    /// their own).
+    async fn send(&self) {
+        self.send_on(&self.election).await;
+    }
+
+    /// [`Announcement::send`] on the connection `on` is bound to.
+    async fn send_on(&self, on: &Object) {
+        let mut conn = on.conn();
         let mut call = PUBLISH.key(&self.channel);
-        call.arg(&self.message).arg(self.client.publish());
+        call.arg(&self.message).arg(on.client.publish());
         if let Err(err) = call.invoke_async::<i64>(&mut conn).await {
             tracing::debug!(channel = %self.channel, error = %err,
                 "could not announce to the election's observers");
@@ -561,7 +566,7 @@ impl Leadership {
         };
         guard.unlock().await?;
         let announce = announcement(self.election.client(), self.name(), RESIGNED.into());
-        announce.send(self.election.client().conn()).await;
+        announce.send().await;
         Ok(())
     }
 }
@@ -578,7 +583,7 @@ impl Leadership {
         };
         crate::LockGuard::from(guard).release_dropped().await?;
         let announce = announcement(self.election.client(), self.name(), RESIGNED.into());
-        announce.send(self.election.client().conn()).await;
+        announce.send().await;
         Ok(())
     }
 }
@@ -591,9 +596,9 @@ impl Drop for Leadership {
                 self.name(),
                 RESIGNED.into(),
             ));
-            guard.release_then(Arc::new(move |conn| {
+            guard.release_then(Arc::new(move |lock| {
                 let announce = Arc::clone(&announce);
-                Box::pin(async move { announce.send(conn).await })
+                Box::pin(async move { announce.send_on(&lock).await })
             }));
         }
     }
@@ -644,9 +649,8 @@ impl Stream for LeaderObserver {
 /// An observer's state between two changes.
 struct Watch {
     election: LeaderElection,
-    subscription: Option<Subscription>,
-    /// When to try subscribing again after a failed try.
-    subscribe_at: Instant,
+    /// The watch of the election's channel, subscribed across changes.
+    watcher: Watcher,
     /// What was reported last (holder and term); `None` before the first.
     last: Option<Option<(String, Option<u64>)>>,
     /// After an error: the stream has ended.
@@ -657,103 +661,52 @@ impl Watch {
     /// Waits for the next change. Cancel safe: `last` changes only with
     /// the return.
     ///
-    /// Each round reads first (so that a bad name is refused before
-    /// anything is sent), then, without a subscription, tries to subscribe
-    /// (for at most a look-again; on failure again a look-again later) and
+    /// Each try reads (so that a bad name is refused before anything is
+    /// sent); the watcher subscribes after it (see [`Watcher::watch`]) and
     /// reads again before it waits: a change between the read and the
-    /// subscription is not missed. Without a subscription, the timer
-    /// alone wakes it.
+    /// subscription is not missed. A leader's lock is read again when it
+    /// would expire unless renewed (a dead leader is reported then), and
+    /// every look-again in any case.
     async fn next(&mut self) -> Option<Result<LeaderChange>> {
         if self.done {
             return None;
         }
-        let client = self.election.client().clone();
-        let look_again = self.election.look_again();
-        loop {
-            let waited = 'round: {
-                let notified = self.subscription.as_ref().map(Subscription::notified);
-                let mut notified = std::pin::pin!(notified);
-                // Registered before the read: an announcement made while it
-                // is on its way still wakes this observer.
-                if let Some(notified) = notified.as_mut().as_pin_mut() {
-                    notified.enable();
-                }
-                let pause = match self.election.read().await {
-                    Ok((leader, ttl)) => {
-                        let now = leader
-                            .as_ref()
-                            .map(|l| (format!("{}:{}", l.client_id, l.owner_id), l.term));
-                        if self.last.as_ref() != Some(&now) {
-                            self.last = Some(now);
-                            return Some(Ok(match leader {
-                                Some(leader) => LeaderChange::Leader(leader),
-                                None => LeaderChange::NoLeader,
-                            }));
-                        }
-                        // A leader's lock is read again when it would
-                        // expire unless renewed (a dead leader is reported
-                        // then).
-                        ttl.map_or(look_again, |ttl| {
-                            (ttl + Duration::from_millis(1)).min(look_again)
-                        })
-                    }
-                    Err(err) if err.may_wait_out() => {
-                        tracing::debug!(election = %self.election.name(), error = %err,
-                            "cannot read; waiting to read again");
-                        NO_CONNECTION
-                    }
-                    Err(err) => break 'round Err(err),
-                };
-                match notified.as_pin_mut() {
-                    Some(notified) => {
-                        tokio::select! {
-                            () = notified => {}
-                            () = tokio::time::sleep(pause) => {}
-                        }
-                        Ok(None)
-                    }
-                    None => Ok(Some(pause)),
-                }
+        let Watch {
+            election,
+            watcher,
+            last,
+            ..
+        } = self;
+        let look_again = election.look_again();
+        let read = || async {
+            let (leader, ttl) = election.read().await?;
+            let now = leader
+                .as_ref()
+                .map(|l| (format!("{}:{}", l.client_id, l.owner_id), l.term));
+            if last.as_ref() == Some(&now) {
+                let pause = ttl.map_or(look_again, |ttl| {
+                    (ttl + Duration::from_millis(1)).min(look_again)
+                });
+                return Ok(Tried::Again(Some(pause)));
+            }
+            let change = match leader {
+                Some(leader) => LeaderChange::Leader(leader),
+                None => LeaderChange::NoLeader,
             };
-            // Without a subscription: subscribe when it is time, else
-            // wait on the timer alone.
-            match waited {
-                Ok(None) => {}
-                // A subscription that takes long does not hold up the
-                // next read: it is given up at the pause's end (and tried
-                // again in the next round).
-                Ok(Some(pause)) if Instant::now() >= self.subscribe_at => {
-                    tokio::select! {
-                        () = self.subscribe(&client, look_again) => {}
-                        () = tokio::time::sleep(pause) => {}
-                    }
-                }
-                Ok(Some(pause)) => tokio::time::sleep(pause).await,
-                Err(err) => {
-                    // The stream ends here, and keeps nothing.
-                    self.done = true;
-                    self.subscription = None;
-                    return Some(Err(err));
-                }
+            Ok(Tried::Done((now, change)))
+        };
+        match watcher.watch(election.client(), None, read).await {
+            Ok(Some((now, change))) => {
+                *last = Some(now);
+                Some(Ok(change))
             }
-        }
-    }
-
-    /// Tries to subscribe to the election's channel, for at most
-    /// `look_again`; after a failure, the next try is a look-again later
-    /// (the observer reads on its timer meanwhile).
-    async fn subscribe(&mut self, client: &Client, look_again: Duration) {
-        let channel = keys::election_channel(self.election.name());
-        let subscribe = client.pubsub().subscribe_broadcast(channel.clone());
-        match tokio::time::timeout(look_again, subscribe).await {
-            Ok(Ok(subscription)) => self.subscription = Some(subscription),
-            Ok(Err(err)) => {
-                tracing::debug!(%channel, error = %err, "cannot subscribe; reading on a timer meanwhile");
-                self.subscribe_at = Instant::now() + look_again;
-            }
-            Err(_) => {
-                tracing::debug!(%channel, "no answer to the subscription; reading on a timer meanwhile");
-                self.subscribe_at = Instant::now() + look_again;
+            // Without a deadline, a watch ends only with a try.
+            Ok(None) => None,
+            Err(err) => {
+                // The stream ends here, and keeps nothing.
+                self.done = true;
+                self.watcher.stop();
+                Some(Err(err))
             }
         }
     }

@@ -27,7 +27,6 @@ use std::time::Duration;
 use tokio::runtime::Handle;
 
 use crate::client::conn::{Conn, Reconnect};
-use crate::Client;
 
 type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
 type Orphan<T> = Box<dyn FnOnce(T) -> BoxFuture<()> + Send + 'static>;
@@ -114,13 +113,13 @@ impl<T: Send + 'static> std::fmt::Debug for Finish<T> {
 /// Work that can be started again from its beginning, on a connection.
 pub(crate) type Restartable = Arc<dyn Fn(Conn) -> BoxFuture<()> + Send + Sync + 'static>;
 
-/// Runs `work(conn)` as a task on `runtime` with `client`'s connection, and
-/// makes sure it ends: when the task is dropped before it ended (its
-/// runtime shut down, or had already), `work` runs again on a thread of its
-/// own, with a runtime and a new connection of its own, for at most the
-/// client's connection and response timeouts, and the drop waits for it.
-/// `work` must be safe to run twice.
-pub(crate) fn spawn_to_end<W, F>(client: &Client, runtime: &Handle, work: W)
+/// Runs `work(conn)` as a task on `runtime`, and makes sure it ends: when
+/// the task is dropped before it ended (its runtime shut down, or had
+/// already), `work` runs again on a thread of its own, with a runtime and a
+/// new connection of its own (from `reconnect`), for at most the client's
+/// connection and response timeouts, and the drop waits for it. `work`
+/// must be safe to run twice.
+pub(crate) fn spawn_to_end<W, F>(conn: Conn, reconnect: Reconnect, runtime: &Handle, work: W)
 where
     W: Fn(Conn) -> F + Send + Sync + 'static,
     F: Future<Output = ()> + Send + 'static,
@@ -128,9 +127,8 @@ where
     let work: Restartable = Arc::new(move |conn| Box::pin(work(conn)));
     let mut rescue = Rescue {
         work: Some(Arc::clone(&work)),
-        client: client.clone(),
+        reconnect,
     };
-    let conn = client.conn();
     runtime.spawn(async move {
         work(conn).await;
         rescue.disarm();
@@ -157,7 +155,7 @@ fn rescue_window(bound: Duration) -> Duration {
 /// Runs its work elsewhere when dropped armed.
 struct Rescue {
     work: Option<Restartable>,
-    client: Client,
+    reconnect: Reconnect,
 }
 
 impl Rescue {
@@ -170,7 +168,7 @@ impl Rescue {
 impl Drop for Rescue {
     fn drop(&mut self) {
         if let Some(work) = self.work.take() {
-            run_elsewhere(self.client.reconnect(), work);
+            run_elsewhere(self.reconnect.clone(), work);
         }
     }
 }

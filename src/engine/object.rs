@@ -12,7 +12,7 @@ use redis::ScriptInvocation;
 
 use crate::client::conn::Conn;
 use crate::engine::backoff::SOON;
-use crate::engine::finish::{runtime, Finish};
+use crate::engine::finish::{runtime, spawn_to_end, Finish};
 use crate::engine::keys;
 use crate::engine::request::Latch;
 use crate::engine::scripts::{READ_COUNT, SET_IF_MISSING};
@@ -31,16 +31,51 @@ pub(crate) struct Object {
     /// same as `what` but for objects built over another (an election's
     /// fenced lock, a job's lock).
     expected: &'static str,
+    /// The connection its calls go on, when not the client's: work rerun
+    /// at a runtime's shutdown runs on a connection of its own (see
+    /// [`Object::spawn_to_end`]).
+    conn: Option<Conn>,
 }
 
 impl Object {
     pub(crate) fn new(client: Client, name: String, what: &'static str) -> Object {
+        Object::named(client, name.into(), what)
+    }
+
+    /// [`Object::new`] of a name already shared.
+    pub(crate) fn named(client: Client, name: Arc<str>, what: &'static str) -> Object {
         Object {
             client,
-            name: name.into(),
+            name,
             what,
             expected: what,
+            conn: None,
         }
+    }
+
+    /// The same object, its calls sent on `conn`.
+    fn on(&self, conn: Conn) -> Object {
+        Object {
+            conn: Some(conn),
+            ..self.clone()
+        }
+    }
+
+    /// Runs `work` as a task on `runtime`, and makes sure it ends: when the
+    /// runtime shuts down first, `work` runs again from its start, on a
+    /// thread and a connection of its own, and the shutdown waits for it
+    /// (see [`spawn_to_end`](crate::engine::finish::spawn_to_end)). `work`
+    /// is given the object to send on, and must be safe to run twice.
+    pub(crate) fn spawn_to_end<W, F>(&self, runtime: &tokio::runtime::Handle, work: W)
+    where
+        W: Fn(Object) -> F + Send + Sync + 'static,
+        F: Future<Output = ()> + Send + 'static,
+    {
+        let obj = self.clone();
+        let reconnect = self.client.reconnect();
+        spawn_to_end(self.conn(), reconnect, runtime, move |conn| {
+            work(obj.on(conn))
+        });
     }
 
     /// The same object, called `what` in errors about its name and
@@ -81,9 +116,12 @@ impl Object {
         error_about(err, &self.name, self.expected)
     }
 
-    /// A handle on the client's connection.
+    /// A handle on the connection the object's calls go on.
     pub(crate) fn conn(&self) -> Conn {
-        self.client.conn()
+        match &self.conn {
+            Some(conn) => conn.clone(),
+            None => self.client.conn(),
+        }
     }
 
     /// Runs `request` to its end on the current runtime, even when the

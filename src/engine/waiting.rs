@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::client::pubsub::Subscription;
 use crate::engine::backoff::{NO_CONNECTION, SOON};
 use crate::{args, Backoff, Client, Error, Result};
 
@@ -242,31 +243,168 @@ where
         }
     };
     let look_again = client.config().renewal_interval();
-    loop {
-        let notified = subscription.notified();
-        tokio::pin!(notified);
+    Watcher::subscribed(name, subscription, look_again)
+        .watch(client, deadline, attempt)
+        .await
+}
+
+/// A watch of a channel: the one loop that tries again on each message on
+/// it, or when the last try's hint says, until a try is done. It serves
+/// [`wait_on`] (subscribed before its loop) and the observers that keep
+/// watching across calls (an election's: a watcher that subscribes by
+/// itself, and watches on a timer alone while it cannot).
+pub(crate) struct Watcher {
+    channel: Channel,
+    subscription: Option<Subscription>,
+    /// When to try subscribing again after a failed try.
+    subscribe_at: Instant,
+    /// How long a try that gives no hint waits for a message.
+    look_again: Duration,
+}
+
+/// What one round of a watch came to.
+enum Round<T> {
+    /// A try was done, or the deadline passed (`None`).
+    Over(Option<T>),
+    /// Waited for a message (or the pause's end).
+    Waited,
+    /// Not subscribed: waits this long, or subscribes meanwhile.
+    Unsubscribed(Duration),
+}
+
+impl Watcher {
+    /// A watcher of `channel` that subscribes by itself (see
+    /// [`Watcher::watch`]); a try without a hint waits `look_again`.
+    pub(crate) fn new(channel: Channel, look_again: Duration) -> Watcher {
+        Watcher {
+            channel,
+            subscription: None,
+            subscribe_at: Instant::now(),
+            look_again,
+        }
+    }
+
+    /// A watcher of the channel `subscription` listens on.
+    fn subscribed(channel: String, subscription: Subscription, look_again: Duration) -> Watcher {
+        Watcher {
+            channel: Channel {
+                name: channel,
+                broadcast: false,
+            },
+            subscription: Some(subscription),
+            subscribe_at: Instant::now(),
+            look_again,
+        }
+    }
+
+    /// Calls `attempt` until it is [`Tried::Done`] or `deadline` passes
+    /// (`Ok(None)`), between tries waiting for a message on the channel,
+    /// or the try's hint ([`Tried::Again`]). A message sent while a try is
+    /// in flight still wakes it (the wake-up is registered before the
+    /// try). A try that met no connection is tried again after a pause.
+    /// Without a subscription, it subscribes when it is time (for at most
+    /// the pause: a subscription that takes long does not hold up the next
+    /// try; a failed one is tried again a look-again later), and waits on
+    /// the timer alone meanwhile.
+    ///
+    /// # Cancel safety
+    /// Cancel safe if each `attempt` is: the watcher keeps its
+    /// subscription for the next call.
+    pub(crate) async fn watch<T, F, Fut>(
+        &mut self,
+        client: &Client,
+        deadline: Option<Instant>,
+        mut attempt: F,
+    ) -> Result<Option<T>>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<Tried<T>>>,
+    {
+        loop {
+            match self.round(deadline, &mut attempt).await? {
+                Round::Over(done) => return Ok(done),
+                Round::Waited => {}
+                Round::Unsubscribed(pause) if Instant::now() >= self.subscribe_at => {
+                    tokio::select! {
+                        () = self.subscribe(client) => {}
+                        () = tokio::time::sleep(pause) => {}
+                    }
+                }
+                Round::Unsubscribed(pause) => tokio::time::sleep(pause).await,
+            }
+        }
+    }
+
+    /// One try, and the wait for a message after it.
+    async fn round<T, F, Fut>(&self, deadline: Option<Instant>, attempt: &mut F) -> Result<Round<T>>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<Tried<T>>>,
+    {
+        let notified = self.subscription.as_ref().map(Subscription::notified);
+        let mut notified = std::pin::pin!(notified);
         // Registered before the try: a message published while the try is
-        // in flight still wakes this waiter.
-        notified.as_mut().enable();
+        // in flight still wakes this watcher.
+        if let Some(notified) = notified.as_mut().as_pin_mut() {
+            notified.enable();
+        }
         let pause = match attempt().await {
-            Ok(Tried::Done(done)) => return Ok(Some(done)),
-            Ok(Tried::Again(hint)) => hint.unwrap_or(look_again),
+            Ok(Tried::Done(done)) => return Ok(Round::Over(Some(done))),
+            Ok(Tried::Again(hint)) => hint.unwrap_or(self.look_again),
             // A try that met no connection mostly never left; one whose
             // reply was lost is settled with the request it sent (when the
             // wait lets that request go).
             Err(err) if err.may_wait_out() => {
-                tracing::debug!(channel = %name, error = %err, "no connection; waiting to try again");
+                tracing::debug!(channel = %self.channel.name, error = %err,
+                    "no connection; waiting to try again");
                 NO_CONNECTION
             }
             Err(err) => return Err(err),
         };
         let Some(pause) = cut_to(deadline, pause) else {
-            return Ok(None);
+            return Ok(Round::Over(None));
         };
-        tokio::select! {
-            _ = &mut notified => {}
-            _ = tokio::time::sleep(pause) => {}
+        match notified.as_pin_mut() {
+            Some(notified) => {
+                tokio::select! {
+                    () = notified => {}
+                    () = tokio::time::sleep(pause) => {}
+                }
+                Ok(Round::Waited)
+            }
+            None => Ok(Round::Unsubscribed(pause)),
         }
+    }
+
+    /// Subscribes to the channel, for at most a look-again; on failure,
+    /// tries again a look-again later.
+    async fn subscribe(&mut self, client: &Client) {
+        let Channel { name, broadcast } = &self.channel;
+        let pubsub = client.pubsub();
+        let subscribe = async {
+            match broadcast {
+                true => pubsub.subscribe_broadcast(name.clone()).await,
+                false => pubsub.subscribe(name.clone()).await,
+            }
+        };
+        match tokio::time::timeout(self.look_again, subscribe).await {
+            Ok(Ok(subscription)) => self.subscription = Some(subscription),
+            Ok(Err(err)) => {
+                tracing::debug!(channel = %name, error = %err,
+                    "cannot subscribe; trying on a timer meanwhile");
+                self.subscribe_at = Instant::now() + self.look_again;
+            }
+            Err(_) => {
+                tracing::debug!(channel = %name,
+                    "no answer to the subscription; trying on a timer meanwhile");
+                self.subscribe_at = Instant::now() + self.look_again;
+            }
+        }
+    }
+
+    /// Leaves the channel (a watch that ended keeps nothing).
+    pub(crate) fn stop(&mut self) {
+        self.subscription = None;
     }
 }
 

@@ -8,11 +8,11 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use super::holds::{After, Guards, Parked, Parking, Slot, Standing};
-use super::release::{Answer, Stands};
+use super::release::Answer;
 use super::{release_hold_as, DoneMark, Kind, ReleaseCall, Resend};
-use crate::client::conn::Conn;
-use crate::engine::finish::{spawn_to_end, Finish};
-use crate::engine::object::error_about;
+use crate::engine::finish::Finish;
+use crate::engine::object::{error_about, Object};
+use crate::engine::request::release::{self as request, Stands};
 use crate::engine::request::{GrantedIn, Latch};
 use crate::engine::takeover::Takeover;
 use crate::engine::telemetry::{self, Subject};
@@ -618,29 +618,34 @@ impl Release {
     /// Sends the release (again, when it was sent before: the unlock latch
     /// makes that harmless), resending as `resend` says.
     pub(crate) async fn send(&self, resend: Resend) -> Result<()> {
-        self.send_on(self.client.conn(), resend).await
+        self.send_on(&self.lock(), resend).await
     }
 
-    /// [`Release::send`] on `conn`.
-    async fn send_on(&self, conn: Conn, resend: Resend) -> Result<()> {
+    /// The lock the hold is on, its calls on the client's connection.
+    fn lock(&self) -> Object {
+        Object::named(self.client.clone(), Arc::clone(&self.key.name), "lock")
+    }
+
+    /// [`Release::send`] on `lock` (bound to the connection to send on).
+    async fn send_on(&self, lock: &Object, resend: Resend) -> Result<()> {
         let span = tracing::info_span!("ferrisson.release", lock = %self.key.name, kind = self.kind.label());
         let call = ReleaseCall {
             kind: self.kind,
-            name: &self.key.name,
-            owner: &self.key.field,
-            lease_ms: self.lease_ms,
-            request_id: &self.request_id,
-            stands: Some(&StandingOf {
-                standing: &self.standing,
-                registry: self.client.registry(),
-            }),
+            release: request::Release {
+                owner: &self.key.field,
+                lease_ms: self.lease_ms,
+                request_id: &self.request_id,
+                stands: Some(&StandingOf {
+                    standing: &self.standing,
+                    registry: self.client.registry(),
+                }),
+                resend,
+            },
             keep_until: self.keep_until,
             done: self.done.as_ref(),
             grant: self.grant.as_ref().map(|latch| latch.key.as_str()),
         };
-        let answer = release_hold_as(&self.client, conn, &call, resend)
-            .instrument(span)
-            .await;
+        let answer = release_hold_as(lock, &call).instrument(span).await;
         // How the key stands now, for the releases that stand by this hold.
         let (after, last) = settled(self.kind, self.lease_ms, &answer);
         Guards::get().finish(&self.key, &self.slot, after, last, self.client.registry());
@@ -770,19 +775,22 @@ async fn give_back_once(client: &Client, hold: &Parked) -> Result<Answer> {
     let request_id = client.request_id();
     let call = ReleaseCall {
         kind,
-        name: &key.name,
-        owner: &key.field,
-        lease_ms: ttl_ms,
-        request_id: &request_id,
-        stands: Some(&StandingOf {
-            standing: &standing,
-            registry,
-        }),
+        release: request::Release {
+            owner: &key.field,
+            lease_ms: ttl_ms,
+            request_id: &request_id,
+            stands: Some(&StandingOf {
+                standing: &standing,
+                registry,
+            }),
+            resend,
+        },
         keep_until: None,
         done: None,
         grant: grant.as_ref().map(|latch| latch.key.as_str()),
     };
-    let answer = release_hold_as(client, client.conn(), &call, resend).await;
+    let lock = Object::named(client.clone(), Arc::clone(&key.name), "lock");
+    let answer = release_hold_as(&lock, &call).await;
     let (after, last) = settled(kind, ttl_ms, &answer);
     Guards::get().finish(key, &slot, after, last, registry);
     answer
@@ -844,9 +852,10 @@ impl Drop for LockGuard {
     }
 }
 
-/// Work to run after a dropped guard's release got through, on the
-/// release's connection; it may run twice (see `spawn_to_end`).
-pub(crate) type AfterRelease = Arc<dyn Fn(Conn) -> BoxFuture<()> + Send + Sync + 'static>;
+/// Work to run after a dropped guard's release got through, given the lock
+/// bound to the release's connection; it may run twice (see
+/// `Object::spawn_to_end`).
+pub(crate) type AfterRelease = Arc<dyn Fn(Object) -> BoxFuture<()> + Send + Sync + 'static>;
 
 type BoxFuture<T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send + 'static>>;
 
@@ -877,15 +886,14 @@ impl LockGuard {
         // out (or that of the owner's holds that share its key); and finished even when the runtime shuts down
         // first (see `spawn_to_end`): a program that returns normally
         // leaves no hold.
-        let client = release.client.clone();
-        spawn_to_end(&client, &runtime, move |conn| {
+        release.lock().spawn_to_end(&runtime, move |lock| {
             let release = Arc::clone(&release);
             let then = then.clone();
             async move {
-                match release.send_on(conn.clone(), Resend::UntilExpired).await {
+                match release.send_on(&lock, Resend::UntilExpired).await {
                     Ok(()) => {
                         if let Some(then) = then {
-                            then(conn).await;
+                            then(lock).await;
                         }
                     }
                     Err(err @ (Error::LeaseLost { .. } | Error::NotHeld { .. })) => {

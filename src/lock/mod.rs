@@ -16,6 +16,7 @@ mod release;
 mod rwlock;
 mod spin;
 
+pub(crate) use crate::engine::request::release::Resend;
 pub use fair::FairLock;
 pub use fenced::{FencedGuard, FencedLock};
 pub use guard::LockGuard;
@@ -26,7 +27,7 @@ pub(crate) use kind::DoneMark;
 pub(crate) use kind::Kind;
 pub use kind::DEFAULT_FAIR_WAITER_TIMEOUT;
 pub use non_reentrant::{NonReentrantFairLock, NonReentrantLock};
-pub(crate) use release::{release_hold, release_hold_as, ReleaseCall, Resend};
+pub(crate) use release::{release_hold, release_hold_as, ReleaseCall};
 pub use rwlock::{ReadLock, ReadWriteLock, WriteLock};
 pub use spin::SpinLock;
 

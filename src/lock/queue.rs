@@ -8,9 +8,9 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::LockCore;
-use crate::client::conn::Conn;
-use crate::engine::finish::{runtime, spawn_to_end, Finish};
+use crate::engine::finish::{runtime, Finish};
 use crate::engine::keys;
+use crate::engine::object::Object;
 use crate::engine::request::{self, Resend};
 use crate::engine::scripts::{FAIR_LEAVE, UNLOCK_MESSAGE};
 use crate::engine::watchdog::HoldKey;
@@ -78,14 +78,13 @@ impl Drop for QueueExit<'_> {
             return;
         };
         let key = HoldKey::new(Arc::clone(&self.lock.obj.name), Arc::clone(&self.field));
-        let client = &self.lock.obj.client;
-        let leave = Arc::new(FairOwners::use_of(client, &key));
+        let leave = Arc::new(FairOwners::use_of(&self.lock.obj.client, &key));
         let waiter_ms = self.waiter_ms;
         // Finished even when the runtime shuts down first (see
         // `spawn_to_end`): a program that returns normally leaves no queue
         // entry. Leaving twice is harmless.
-        spawn_to_end(client, &runtime, move |conn| {
-            leave_queue_on(Arc::clone(&leave), conn, waiter_ms)
+        leave.lock().spawn_to_end(&runtime, move |lock| {
+            leave_queue_on(Arc::clone(&leave), lock, waiter_ms)
         });
     }
 }
@@ -175,25 +174,22 @@ impl OwnerUse {
     /// Sends a leave unless a wait of the owner is in progress: `None`
     /// then (that wait leaves when it ends).
     async fn send_leave(&self, waiter_ms: u64) -> Option<redis::RedisResult<()>> {
-        self.send_leave_on(self.client.conn(), waiter_ms).await
+        self.send_leave_on(&self.lock(), waiter_ms).await
     }
 
-    /// [`OwnerUse::send_leave`] on `conn`.
-    async fn send_leave_on(&self, conn: Conn, waiter_ms: u64) -> Option<redis::RedisResult<()>> {
+    /// The lock, its calls on the client's connection.
+    fn lock(&self) -> Object {
+        Object::named(self.client.clone(), Arc::clone(&self.key.name), "lock")
+    }
+
+    /// [`OwnerUse::send_leave`] on `lock` (bound to the connection to send
+    /// on).
+    async fn send_leave_on(&self, lock: &Object, waiter_ms: u64) -> Option<redis::RedisResult<()>> {
         let _sending = self.owner.sending.lock().await;
         if self.owner.waits.load(Ordering::Acquire) > 0 {
             return None;
         }
-        Some(
-            send_leave(
-                &self.client,
-                conn,
-                &self.key.name,
-                &self.key.field,
-                waiter_ms,
-            )
-            .await,
-        )
+        Some(send_leave(lock, &self.key.field, waiter_ms).await)
     }
 }
 
@@ -203,14 +199,14 @@ impl OwnerUse {
 /// timeout); other failures are logged (the entry then counts as dead
 /// after the waiter timeout).
 pub(super) async fn leave_queue(leave: OwnerUse, waiter_ms: u64) {
-    let conn = leave.client.conn();
-    leave_queue_on(Arc::new(leave), conn, waiter_ms).await;
+    let lock = leave.lock();
+    leave_queue_on(Arc::new(leave), lock, waiter_ms).await;
 }
 
-/// [`leave_queue`], its first send on `conn`.
-async fn leave_queue_on(leave: Arc<OwnerUse>, conn: Conn, waiter_ms: u64) {
+/// [`leave_queue`], its first send on the connection `lock` is bound to.
+async fn leave_queue_on(leave: Arc<OwnerUse>, lock: Object, waiter_ms: u64) {
     let (name, owner) = (Arc::clone(&leave.key.name), Arc::clone(&leave.key.field));
-    let failed = match leave.send_leave_on(conn, waiter_ms).await {
+    let failed = match leave.send_leave_on(&lock, waiter_ms).await {
         None | Some(Ok(())) => return,
         Some(Err(err)) if is_connection_failure(&err) => err,
         Some(Err(err)) => {
@@ -248,13 +244,9 @@ async fn leave_queue_on(leave: Arc<OwnerUse>, conn: Conn, waiter_ms: u64) {
 }
 
 /// One send of the fair lock's leave script.
-async fn send_leave(
-    client: &Client,
-    mut conn: Conn,
-    name: &str,
-    field: &str,
-    waiter_ms: u64,
-) -> redis::RedisResult<()> {
+async fn send_leave(lock: &Object, field: &str, waiter_ms: u64) -> redis::RedisResult<()> {
+    let name = &*lock.name;
+    let mut conn = lock.conn();
     FAIR_LEAVE
         .key(keys::fair_queue(name))
         .key(keys::fair_timeouts(name))
@@ -263,7 +255,7 @@ async fn send_leave(
         .arg(field)
         .arg(waiter_ms)
         .arg(UNLOCK_MESSAGE)
-        .arg(client.publish())
+        .arg(lock.client.publish())
         .invoke_async::<i64>(&mut conn)
         .await
         .map(drop)

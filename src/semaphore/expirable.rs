@@ -10,10 +10,8 @@ use tokio::runtime::Handle;
 use tokio::time::Instant;
 
 use crate::args;
-use crate::client::conn::Conn;
 use crate::config::MAX_DURATION;
-use crate::engine::finish::{runtime, spawn_to_end, Finish};
-use crate::engine::object::error_about;
+use crate::engine::finish::{runtime, Finish};
 use crate::engine::object::Object;
 use crate::engine::request::give_back::{resend_until, surely_ended, NEVER_EXPIRES};
 use crate::engine::request::{
@@ -157,26 +155,18 @@ fn call(
 /// all out, else the first that was not (and none was given back). With
 /// `until`, a send that fails on the connection is resent until then (a
 /// release by id is idempotent: a second finds the permit not out).
+///
+/// Sent on the connection `semaphore` is bound to. Safe to send twice: a
+/// permit given back is no longer out, and the second send finds it
+/// missing.
 async fn give_back(
-    client: &Client,
-    name: &str,
+    semaphore: &Object,
     ids: &[PermitId],
     until: Option<Instant>,
 ) -> Result<Option<PermitId>> {
-    give_back_on(client, client.conn(), name, ids, until).await
-}
-
-/// [`give_back`] on `conn`. Safe to send twice: a permit given back is no
-/// longer out, and the second send finds it missing.
-async fn give_back_on(
-    client: &Client,
-    conn: Conn,
-    name: &str,
-    ids: &[PermitId],
-    until: Option<Instant>,
-) -> Result<Option<PermitId>> {
+    let (client, name) = (&semaphore.client, &*semaphore.name);
     let send = |_| {
-        let mut conn = conn.clone();
+        let mut conn = semaphore.conn();
         let release = call(client, name, "release", ids, 0);
         async move { release.invoke_async::<i64>(&mut conn).await }
     };
@@ -184,7 +174,7 @@ async fn give_back_on(
         Some(until) => resend_until(client.config(), name, until, send).await,
         None => send(0).await,
     };
-    let released = released.map_err(|e| error_about(e, name, "semaphore"))?;
+    let released = released.map_err(|e| semaphore.error(e))?;
     match released {
         1 => Ok(None),
         missing if missing < 0 => Ok(ids.get((-missing - 1) as usize).copied()),
@@ -487,9 +477,8 @@ impl PermitExpirableSemaphore {
         if ids.is_empty() {
             return Err(Error::invalid("no permit ids to release"));
         }
-        let (client, name) = (self.obj.client.clone(), Arc::clone(&self.obj.name));
-        let ids = ids.to_vec();
-        let release = async move { give_back(&client, &name, &ids, None).await };
+        let (semaphore, ids) = (self.obj.clone(), ids.to_vec());
+        let release = async move { give_back(&semaphore, &ids, None).await };
         match Finish::detached(runtime()?, release).await? {
             None => {
                 self.obj.release_synced().await;
@@ -845,8 +834,9 @@ impl Taken for PermitsOut {
             Some(ms) => surely_ended(client.config(), now, Duration::from_millis(ms)),
             None => now + NEVER_EXPIRES,
         };
+        let semaphore = Object::new(client.clone(), name.to_owned(), "semaphore");
         for &id in &self.ids {
-            if let Err(err) = give_back(client, name, &[id], Some(until)).await {
+            if let Err(err) = give_back(&semaphore, &[id], Some(until)).await {
                 tracing::warn!(semaphore = %name, permit = %id, error = %err, why = why.why(),
                     "could not give back a permit an acquire took");
             }
@@ -884,6 +874,12 @@ struct PermitHold {
 }
 
 impl PermitHold {
+    /// The semaphore the permit is of, its calls on the client's
+    /// connection.
+    fn semaphore(&self) -> Object {
+        Object::named(self.client.clone(), Arc::clone(&self.name), "semaphore")
+    }
+
     /// Reports the hold's time, once it is given back.
     fn released(&self) {
         #[cfg(feature = "metrics")]
@@ -962,7 +958,7 @@ impl Permit {
         let runtime = hold.runtime.clone();
         let client = hold.client.clone();
         let release = async move {
-            let given = give_back(&hold.client, &hold.name, &[id], None).await;
+            let given = give_back(&hold.semaphore(), &[id], None).await;
             if let Ok(None) = given {
                 hold.released();
             }
@@ -993,7 +989,7 @@ impl Permit {
             return Ok(());
         };
         let until = self.dropped_until(&hold);
-        match give_back(&hold.client, &hold.name, &[self.id], Some(until)).await? {
+        match give_back(&hold.semaphore(), &[self.id], Some(until)).await? {
             None => {
                 hold.released();
                 Ok(())
@@ -1028,15 +1024,15 @@ impl Drop for Permit {
         // Nobody waits on it: resent until it gets through, or until the
         // lease has surely ended.
         let until = self.dropped_until(&hold);
-        let client = hold.client.clone();
+        let semaphore = hold.semaphore();
         let hold = Arc::new(hold);
         // Finished even when the runtime shuts down first (see
-        // `spawn_to_end`): a program that returns normally leaves no permit
-        // out.
-        spawn_to_end(&client, &runtime, move |conn| {
+        // `Object::spawn_to_end`): a program that returns normally leaves
+        // no permit out.
+        semaphore.spawn_to_end(&runtime, move |semaphore| {
             let hold = Arc::clone(&hold);
             async move {
-                match give_back_on(&hold.client, conn, &hold.name, &[id], Some(until)).await {
+                match give_back(&semaphore, &[id], Some(until)).await {
                     Ok(None) => hold.released(),
                     Ok(Some(_)) => tracing::debug!(semaphore = %hold.name, permit = %id,
                         "dropped permit had expired already"),

@@ -238,7 +238,8 @@ impl<T: Taken> Drop for Request<T> {
         // Finished even when the runtime shuts down first (see
         // `spawn_to_end`): settling twice is harmless.
         let runtime = self.runtime.clone();
-        spawn_to_end(&self.client, &runtime, move |conn| {
+        let (conn, reconnect) = (self.client.conn(), self.client.reconnect());
+        spawn_to_end(conn, reconnect, &runtime, move |conn| {
             let (client, name, taken, latch) = (
                 client.clone(),
                 Arc::clone(&name),

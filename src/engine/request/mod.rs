@@ -12,6 +12,7 @@
 pub(crate) mod acquire;
 pub(crate) mod give_back;
 pub(crate) mod latch;
+pub(crate) mod release;
 pub(crate) mod resend;
 pub(crate) mod settle;
 
