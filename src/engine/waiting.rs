@@ -243,7 +243,7 @@ where
         }
     };
     let look_again = client.config().renewal_interval();
-    Watcher::subscribed(name, subscription, look_again)
+    Watcher::subscribed(Channel { name, broadcast }, subscription, look_again)
         .watch(client, deadline, attempt)
         .await
 }
@@ -285,12 +285,9 @@ impl Watcher {
     }
 
     /// A watcher of the channel `subscription` listens on.
-    fn subscribed(channel: String, subscription: Subscription, look_again: Duration) -> Watcher {
+    fn subscribed(channel: Channel, subscription: Subscription, look_again: Duration) -> Watcher {
         Watcher {
-            channel: Channel {
-                name: channel,
-                broadcast: false,
-            },
+            channel,
             subscription: Some(subscription),
             subscribe_at: Instant::now(),
             look_again,
