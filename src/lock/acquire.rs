@@ -6,9 +6,9 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::guard::give_back_hold;
 use super::kind::{AcquireArgs, Granted};
 use super::queue::{leave_queue, FairOwners, Queue, QueueExit};
+use super::release::give_back_hold;
 use super::{Guards, Kind, LockCore};
 use super::{LockGuard, Resend};
 use crate::args;

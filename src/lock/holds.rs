@@ -500,7 +500,7 @@ impl Guards {
 /// were lost too, made while it stood, may have (then its count is in the
 /// key still); such a grant's give-back, once settled, is answered "holds
 /// of the owner remain", and the parked ones are tried again then (see
-/// [`give_back_hold`](super::guard::give_back_hold)).
+/// [`give_back_hold`](super::release::give_back_hold)).
 #[derive(Debug)]
 pub(crate) struct Parked {
     pub(crate) kind: Kind,

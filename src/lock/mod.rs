@@ -27,7 +27,7 @@ pub(crate) use kind::DoneMark;
 pub(crate) use kind::Kind;
 pub use kind::DEFAULT_FAIR_WAITER_TIMEOUT;
 pub use non_reentrant::{NonReentrantFairLock, NonReentrantLock};
-pub(crate) use release::{release_hold, release_hold_as, ReleaseCall};
+pub(crate) use release::release_hold;
 pub use rwlock::{ReadLock, ReadWriteLock, WriteLock};
 pub use spin::SpinLock;
 
@@ -367,7 +367,7 @@ impl LockCore {
         let kind = self.kind;
         let release = async move {
             if let Some(slot) = Guards::get().claim_newest(&key) {
-                let release = guard::Release::prepare(client.clone(), kind, key, slot)?;
+                let release = release::Release::prepare(client.clone(), kind, key, slot)?;
                 return release.send(Resend::Bounded).await;
             }
             // A watchdog hold without a guard (leaked): its lease bounds the

@@ -6,9 +6,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
+use tracing::Instrument;
+
+use super::holds::{After, Guards, Parked, Parking, Slot, Standing};
+use crate::engine::request::{GrantedIn, Latch};
+use crate::engine::watchdog::{drift_margin, HoldKey, Registry};
 
 use crate::engine::object::Object;
-use crate::engine::request::release::{self as request, Release, Resend, Stands};
+use crate::engine::request::release::{self as request, Resend, Stands};
 use crate::engine::watchdog::LeaseState;
 use crate::lock::kind::{DoneMark, ReleaseArgs};
 use crate::lock::Kind;
@@ -45,7 +50,7 @@ pub(crate) async fn release_hold(
     let request_id = client.request_id();
     let release = ReleaseCall {
         kind,
-        release: Release {
+        release: request::Release {
             owner,
             lease_ms,
             request_id: &request_id,
@@ -66,7 +71,7 @@ pub(crate) struct ReleaseCall<'a> {
     pub(crate) kind: Kind,
     /// The request: whose hold, under which id, standing by what, resent
     /// how.
-    pub(crate) release: Release<'a>,
+    pub(crate) release: request::Release<'a>,
     /// Until when the owner keeps its last hold instead of releasing it (a
     /// job's "at least for"): each send asks for the time left then,
     /// rounded up; a send at or after it releases.
@@ -139,5 +144,353 @@ fn ceil_ms(left: Duration) -> u64 {
     match left > Duration::from_millis(ms) {
         true => ms + 1,
         false => ms,
+    }
+}
+
+/// One hold's release, ready to send: the local accounting is done, the
+/// TTL the owner's other holds need is chosen, and the request id is fixed,
+/// so that sending it again (after its runtime shut down) releases nothing
+/// more.
+pub(crate) struct Release {
+    client: Client,
+    kind: Kind,
+    pub(super) key: HoldKey,
+    lease_ms: u64,
+    request_id: String,
+    /// The hold's lease, and whether only it decides the hold's end (no
+    /// watchdog hold of the owner keeps the key): then a release Redis
+    /// answers with "not held" after the lease ran out is a lost lease.
+    lease: Arc<LeaseState>,
+    own_lease: bool,
+    /// The hold's slot among its owner's guards, where it stays until the
+    /// release is answered.
+    slot: Arc<Slot>,
+    /// What the hold stands by: its own lease (or the watchdog's of the
+    /// owner's other holds, which keeps the key), and every other hold of
+    /// its owner that shares the key with it (see [`Standing`] and
+    /// [`ReleaseCall::stands`]).
+    standing: Arc<Standing>,
+    /// See [`ReleaseCall::keep_until`].
+    keep_until: Option<Instant>,
+    /// See [`ReleaseCall::done`].
+    done: Option<DoneMark>,
+    /// A give-back's grant (see [`ReleaseCall::grant`]), kept standing
+    /// until the release is answered.
+    pub(super) grant: Option<Arc<Latch>>,
+}
+
+impl Release {
+    /// The release of a hold whose slot the caller claimed: from its
+    /// guard, or from `Lock::unlock` for the newest guard of its owner.
+    ///
+    /// The owner's holds share the key's TTL. While any of its holds is in
+    /// watchdog mode, the watchdog keeps the key, and the leased holds with
+    /// it. A release that leaves only leased holds sets the TTL to the
+    /// longest lease they still have: when their leases all ran out
+    /// meanwhile, the key expires at once, so nothing outlives the leases
+    /// that asked for it.
+    ///
+    /// # Errors
+    /// [`Error::LeaseLost`] when the lease is known lost and no watchdog
+    /// hold of the owner keeps the key.
+    pub(crate) fn prepare(
+        client: Client,
+        kind: Kind,
+        key: HoldKey,
+        slot: Arc<Slot>,
+    ) -> Result<Release> {
+        let lease = slot.lease();
+        let watchdog = lease.lease_ms.is_none();
+        if watchdog {
+            client.registry().release(&key, &lease.state);
+        }
+        // Whether the watchdog still keeps the key alive for this owner
+        // (other watchdog holds remain). A leased hold inside it has not
+        // expired, whatever its own lease said, and the holds that remain
+        // keep the watchdog's TTL.
+        let renewed = client.registry().ttl_of(&key);
+        let watched = renewed.is_some();
+        let own_lease = watchdog || !watched;
+        if own_lease && !lease.state.stands_at(Instant::now()) {
+            Guards::get().finish(&key, &slot, After::Gone, false, client.registry());
+            return Err(Error::LeaseLost {
+                name: key.name.to_string(),
+            });
+        }
+        // The TTL the watchdog renews to: of the lease that keeps the key
+        // (the owner's other watchdog holds), else of this hold's own.
+        let watchdog_ms = |ttl: Option<Duration>| {
+            ttl.unwrap_or(client.config().watchdog_timeout).as_millis() as u64
+        };
+        let lease_ms = if watched {
+            watchdog_ms(renewed)
+        } else if let Some(left) = Guards::get().lease_left(&key) {
+            // At least 1 ms: `PEXPIRE 0` would delete the key.
+            (left.as_millis() as u64).max(1)
+        } else {
+            lease
+                .lease_ms
+                .unwrap_or_else(|| watchdog_ms(lease.state.watchdog_ttl()))
+        };
+        let request_id = client.request_id();
+        let standing = Guards::get().standing(&key, &slot, client.registry(), kind == Kind::Read);
+        Ok(Release {
+            client,
+            kind,
+            key,
+            lease_ms,
+            request_id,
+            lease: lease.state,
+            own_lease,
+            slot,
+            standing,
+            keep_until: None,
+            done: None,
+            grant: None,
+        })
+    }
+
+    /// This release, keeping the owner's last hold until `until` instead
+    /// (see [`ReleaseCall::keep_until`]).
+    pub(super) fn keeping_until(mut self, until: Option<Instant>) -> Release {
+        self.keep_until = until;
+        self
+    }
+
+    /// This release, marking a job's occurrence done with the owner's last
+    /// hold (see [`ReleaseCall::done`]).
+    pub(super) fn marking(mut self, done: Option<DoneMark>) -> Release {
+        self.done = done;
+        self
+    }
+
+    /// Sends the release (again, when it was sent before: the unlock latch
+    /// makes that harmless), resending as `resend` says.
+    pub(crate) async fn send(&self, resend: Resend) -> Result<()> {
+        self.send_on(&self.lock(), resend).await
+    }
+
+    /// The lock the hold is on, its calls on the client's connection.
+    pub(super) fn lock(&self) -> Object {
+        Object::named(self.client.clone(), Arc::clone(&self.key.name), "lock")
+    }
+
+    /// [`Release::send`] on `lock` (bound to the connection to send on).
+    pub(super) async fn send_on(&self, lock: &Object, resend: Resend) -> Result<()> {
+        let span = tracing::info_span!("ferrisson.release", lock = %self.key.name, kind = self.kind.label());
+        let call = ReleaseCall {
+            kind: self.kind,
+            release: request::Release {
+                owner: &self.key.field,
+                lease_ms: self.lease_ms,
+                request_id: &self.request_id,
+                stands: Some(&StandingOf {
+                    standing: &self.standing,
+                    registry: self.client.registry(),
+                }),
+                resend,
+            },
+            keep_until: self.keep_until,
+            done: self.done.as_ref(),
+            grant: self.grant.as_ref().map(|latch| latch.key.as_str()),
+        };
+        let answer = release_hold_as(lock, &call).instrument(span).await;
+        // How the key stands now, for the releases that stand by this hold.
+        let (after, last) = settled(self.kind, self.lease_ms, &answer);
+        Guards::get().finish(&self.key, &self.slot, after, last, self.client.registry());
+        match answer.map(|_| ()) {
+            // Redis let the hold go while the release was on its way: by
+            // this guard's clock (never ahead of the server's), the lease
+            // had run out by the reply.
+            Err(Error::NotHeld { .. }) if self.own_lease && self.lease.is_lost() => {
+                Err(Error::LeaseLost {
+                    name: self.key.name.to_string(),
+                })
+            }
+            released => released,
+        }
+    }
+}
+
+/// Gives back one hold of `owner` on `name` that no guard owned (an
+/// acquire's grant its caller never got), `granted` with a TTL of
+/// `ttl_ms`, resending as `resend` says. It stands by its own lease from
+/// `granted.from`, and by the owner's holds of the lock that share the key
+/// with it (see [`Standing`]): granted before that lease ended, they shared
+/// the key with it, whichever grant ran first; and a hold given back too
+/// whose grant ran inside this one's lease, or this one inside its, by the
+/// server's clock.
+///
+/// One whose lease ran out before it could be sent, none of those holds
+/// known to stand, is parked (see [`Parking`]): another grant of the owner
+/// whose reply was lost too may have shared its key and be settled later.
+/// When a later give-back on the lock is answered "holds of the owner
+/// remain", the parked ones are tried again, the latest lease first: one
+/// that shared the key with that hold now stands by it.
+///
+/// `grant`, the latch of the request that took the hold, is named by every
+/// send (see [`ReleaseCall::grant`]): a master that lost the grant in a
+/// failover gives nothing back, where it would take another hold of the
+/// owner. A parked give-back keeps it standing as long as it is parked.
+pub(crate) async fn give_back_hold(
+    client: &Client,
+    kind: Kind,
+    key: &HoldKey,
+    ttl_ms: u64,
+    granted: GrantedIn,
+    resend: Resend,
+    grant: Option<Arc<Latch>>,
+) -> Result<()> {
+    // Parked as long as a request of this lease keeps its latch (and so
+    // may be settled), and a watchdog lease more.
+    let config = client.config();
+    let window = config.unlock_latch_ttl_ms();
+    let keep =
+        Duration::from_millis(ttl_ms.max(window).saturating_add(window)) + config.watchdog_timeout;
+    let hold = Parked {
+        kind,
+        key: key.clone(),
+        ttl_ms,
+        granted,
+        resend,
+        until: Instant::now() + keep,
+        grant,
+    };
+    let answer = give_back_once(client, &hold).await;
+    match &answer {
+        // Never sent: the lease ran out first.
+        Err(Error::LeaseLost { .. }) => park(hold).await,
+        Ok(Answer { reply: 0, .. }) => loop {
+            // A hold given back again that leaves holds may be the one an
+            // earlier grant of the chain shared its key with: another pass.
+            let mut kept = false;
+            let owners = format!("{}:", client.id());
+            for parked in Parking::get().take(key, kind == Kind::Read, &owners) {
+                match give_back_once(client, &parked).await {
+                    Ok(answer) => {
+                        kept |= answer.reply == 0;
+                        tracing::debug!(lock = %parked.key.name, owner = %parked.key.field,
+                            "a hold that ran out before it could be given back shared its key \
+                             with one that stands: given back");
+                    }
+                    Err(Error::LeaseLost { .. }) => park(parked).await,
+                    Err(err) => tracing::warn!(lock = %parked.key.name,
+                        owner = %parked.key.field, error = %err,
+                        "could not give back a hold whose grant could not be confirmed; \
+                         it expires with its lease"),
+                }
+            }
+            if !kept {
+                break;
+            }
+        },
+        _ => {}
+    }
+    answer.map(|_| ())
+}
+
+/// Parks `hold` (see [`Parking`]), its grant's latch kept standing until
+/// the parking ends.
+async fn park(hold: Parked) {
+    // Parked before the stretch's round trip: a give-back of the owner
+    // answered "holds remain" meanwhile must find it.
+    let (grant, until) = (hold.grant.clone(), hold.until);
+    Parking::get().park(hold);
+    // Forgotten at its end even when nothing parks or takes again (its
+    // latch is retired then, and the client it names let go).
+    tokio::spawn(async move {
+        tokio::time::sleep_until(until).await;
+        Parking::get().forget_ended();
+    });
+    if let Some(grant) = grant {
+        grant.stretch(until).await;
+    }
+}
+
+/// One try of [`give_back_hold`], of `hold`.
+async fn give_back_once(client: &Client, hold: &Parked) -> Result<Answer> {
+    let Parked {
+        kind,
+        ref key,
+        ttl_ms,
+        granted,
+        resend,
+        ref grant,
+        ..
+    } = *hold;
+    let slot = Slot::given_back(ttl_ms, granted);
+    let registry = client.registry();
+    let standing = Guards::get().standing(key, &slot, registry, kind == Kind::Read);
+    let request_id = client.request_id();
+    let call = ReleaseCall {
+        kind,
+        release: request::Release {
+            owner: &key.field,
+            lease_ms: ttl_ms,
+            request_id: &request_id,
+            stands: Some(&StandingOf {
+                standing: &standing,
+                registry,
+            }),
+            resend,
+        },
+        keep_until: None,
+        done: None,
+        grant: grant.as_ref().map(|latch| latch.key.as_str()),
+    };
+    let lock = Object::named(client.clone(), Arc::clone(&key.name), "lock");
+    let answer = release_hold_as(&lock, &call).await;
+    let (after, last) = settled(kind, ttl_ms, &answer);
+    Guards::get().finish(key, &slot, after, last, registry);
+    answer
+}
+
+/// How a release's answer leaves the key, for the releases that stand by
+/// its hold: and whether it was the owner's last hold.
+fn settled(kind: Kind, lease_ms: u64, answer: &Result<Answer>) -> (After, bool) {
+    match answer {
+        // Holds of the owner remain, the key's TTL reset to `lease_ms` by
+        // a send that went no earlier than the first (a read hold's hash
+        // lives as its longest read hold instead).
+        Ok(Answer {
+            reply: 0,
+            first_sent,
+            ..
+        }) if kind.holds_share_ttl() => {
+            let lease = Duration::from_millis(lease_ms);
+            (
+                After::Kept(*first_sent + lease - drift_margin(lease)),
+                false,
+            )
+        }
+        // A read hold's: the hash lives as long as the script said, counted
+        // from the first send, as above.
+        Ok(Answer {
+            reply: 0,
+            kept_ms: Some(ms),
+            first_sent,
+        }) => {
+            let kept = Duration::from_millis(*ms);
+            (After::Kept(*first_sent + kept - drift_margin(kept)), false)
+        }
+        Ok(Answer { reply: 0, .. }) => (After::Gone, false),
+        Ok(_) => (After::Gone, true),
+        Err(_) => (After::Gone, false),
+    }
+}
+
+/// A [`Standing`] as a release stands by it.
+struct StandingOf<'a> {
+    standing: &'a Standing,
+    registry: &'a Registry,
+}
+
+impl Stands for StandingOf<'_> {
+    fn stands_at(&self, at: Instant) -> bool {
+        self.standing.stands_at(self.registry, at)
+    }
+
+    fn deadline(&self) -> Option<Instant> {
+        self.standing.deadline(self.registry)
     }
 }
