@@ -61,6 +61,15 @@ pub enum Error {
     #[error("the tokio runtime this client was built on has shut down; build the client on a runtime that lives as long as its use")]
     RuntimeGone,
 
+    /// An async call made outside a tokio runtime (another executor, or
+    /// no executor at all): a client, its watchdog, its pub/sub listener
+    /// and the releases of dropped guards run as tasks on the caller's
+    /// tokio runtime. Nothing was sent. Call from inside one
+    /// (`#[tokio::main]`, `Runtime::block_on`); a program without one uses
+    /// `ferrisson::blocking` (feature `blocking`).
+    #[error("called outside a tokio runtime: ferrisson's async calls run on the caller's tokio runtime (a program without one can use ferrisson::blocking)")]
+    NoRuntime,
+
     /// An argument no lock operation can honour.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),

@@ -370,6 +370,43 @@ fn a_client_whose_runtime_ended_refuses_and_reports_its_holds_lost() {
     assert!(!exists(&server, "edges:rt2"));
 }
 
+/// Polls `fut` once on this thread, outside any runtime: a call that
+/// refuses to run there is ready at its first poll.
+fn poll_outside_a_runtime<F: std::future::Future>(fut: F) -> std::task::Poll<F::Output> {
+    let mut fut = std::pin::pin!(fut);
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    fut.as_mut().poll(&mut cx)
+}
+
+/// An async call from outside a tokio runtime (another executor, or a
+/// plain thread) is refused with its own error, and sends nothing: the
+/// building of a client and an acquire.
+#[test]
+fn a_call_outside_a_tokio_runtime_is_refused_with_its_own_error() {
+    let server = RedisServer::start();
+    let rt = runtime(true);
+    let client = rt.block_on(client(&server, WATCHDOG));
+    let outside = std::thread::spawn(move || {
+        let build = poll_outside_a_runtime(ferrisson::Client::builder(server.url()).build());
+        let acquire = poll_outside_a_runtime(client.lock("edges:outside").lock());
+        (
+            build.map(|built| built.err()),
+            acquire.map(|taken| taken.err()),
+            server,
+        )
+    });
+    let (build, acquire, server) = outside.join().expect("the outside thread");
+    assert!(
+        matches!(build, std::task::Poll::Ready(Some(Error::NoRuntime))),
+        "{build:?}"
+    );
+    assert!(
+        matches!(acquire, std::task::Poll::Ready(Some(Error::NoRuntime))),
+        "{acquire:?}"
+    );
+    assert!(!exists(&server, "edges:outside"));
+}
+
 // --- Redis restarted empty ---------------------------------------------------
 
 /// A holder learns that Redis came back empty as soon as it answers again,

@@ -155,10 +155,7 @@ impl Job {
     /// `work` ran, the lock is then let go; after it, the release goes on
     /// in the background and what `work` returned is lost.
     pub fn run<T>(&self, work: impl FnOnce(&JobLease) -> T) -> Result<JobRun<T>> {
-        let handle = self
-            .rt
-            .handle()
-            .ok_or_else(|| Error::Blocking("the client's runtime is gone".into()))?;
+        let handle = self.rt.handle().ok_or(Error::RuntimeGone)?;
         // The async run goes on the runtime, as a task; its work only hands
         // the lease to this thread and waits for `work`'s end here.
         let (lease_tx, mut lease_rx) = tokio::sync::oneshot::channel();
@@ -223,9 +220,8 @@ fn outcome(
     match ended {
         Ok(run) => run,
         Err(err) if err.is_panic() => std::panic::resume_unwind(err.into_panic()),
-        Err(_) => Err(Error::Blocking(
-            "the job's run was stopped with the client's runtime".into(),
-        )),
+        // Cancelled: the client's runtime shut down under the run.
+        Err(_) => Err(Error::RuntimeGone),
     }
 }
 

@@ -180,7 +180,7 @@ impl Runtime {
     fn run<T: Send>(&self, fut: impl Future<Output = Result<T>> + Send) -> Result<T> {
         match &self.rt {
             Some(rt) => drive(rt, fut)?,
-            None => Err(Error::Blocking("the client's runtime is gone".into())),
+            None => Err(Error::RuntimeGone),
         }
     }
 

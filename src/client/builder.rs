@@ -403,11 +403,14 @@ impl ClientBuilder {
     /// sentinels: [`Error::Redis`](crate::Error::Redis));
     /// [`Error::ScriptingUnavailable`](crate::Error::ScriptingUnavailable)
     /// for a server that does not run Lua scripts, or an ACL user who may
-    /// not run them.
+    /// not run them; [`Error::NoRuntime`](crate::Error::NoRuntime) outside
+    /// a tokio runtime.
     ///
     /// # Cancel safety
     /// Cancel safe: a dropped call opens nothing that outlives it.
     pub async fn build(mut self) -> Result<Client> {
+        // Its connection, watchdog and listener are tasks on this runtime.
+        crate::engine::finish::runtime()?;
         if self.default_sync {
             self.config.fit_default_sync();
         }

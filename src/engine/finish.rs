@@ -33,8 +33,7 @@ type Orphan<T> = Box<dyn FnOnce(T) -> BoxFuture<()> + Send + 'static>;
 
 /// The runtime of the caller, which a [`Finish`] moves unfinished work to.
 pub(crate) fn runtime() -> crate::Result<Handle> {
-    Handle::try_current()
-        .map_err(|_| crate::Error::invalid("ferrisson must be called from inside a tokio runtime"))
+    Handle::try_current().map_err(|_| crate::Error::NoRuntime)
 }
 
 pub(crate) struct Finish<T: Send + 'static> {
