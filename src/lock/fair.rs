@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use super::face;
-use super::{Kind, LockCore, DEFAULT_FAIR_WAITER_TIMEOUT};
+use super::{Kind, LockCore, Reentry, DEFAULT_FAIR_WAITER_TIMEOUT};
 use crate::{Client, LockGuard};
 
 /// A fair lock, from [`Client::fair_lock`]: the reentrant lock, granted
@@ -35,7 +35,7 @@ impl FairLock {
     pub(crate) fn new(client: Client, name: String) -> FairLock {
         let kind = Kind::Fair {
             waiter_timeout: DEFAULT_FAIR_WAITER_TIMEOUT,
-            reentrant: true,
+            reentry: Reentry::Counted,
         };
         FairLock {
             core: LockCore::new(client, name, kind),

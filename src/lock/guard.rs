@@ -141,7 +141,7 @@ impl LockGuard {
     pub(crate) fn keep_until(&mut self, until: Instant) {
         if let Some(hold) = self.hold.as_mut() {
             debug_assert!(
-                hold.kind == Kind::Reentrant,
+                hold.kind == Kind::REENTRANT,
                 "only a reentrant lock's hold is kept"
             );
             hold.keep_until = Some(until);
@@ -155,7 +155,7 @@ impl LockGuard {
     pub(crate) fn mark_done(&mut self, done: DoneMark) {
         if let Some(hold) = self.hold.as_mut() {
             debug_assert!(
-                hold.kind == Kind::Reentrant,
+                hold.kind == Kind::REENTRANT,
                 "only a reentrant lock's release marks an occurrence"
             );
             hold.done = Some(done);

@@ -624,7 +624,7 @@ mod tests {
         let park = |name: &str, field: &str, ttl_ms: u64, until: Instant| Parked {
             kind: match name {
                 "r" => Kind::Read,
-                _ => Kind::Reentrant,
+                _ => Kind::REENTRANT,
             },
             key: HoldKey::new(Arc::from(name), Arc::from(field)),
             ttl_ms,

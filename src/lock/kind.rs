@@ -118,11 +118,9 @@ pub const DEFAULT_FAIR_WAITER_TIMEOUT: Duration = Duration::from_secs(300);
 /// new kind makes the compiler list each place to decide.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Kind {
-    /// Redisson's `RLock`.
-    Reentrant,
-    /// `getNonReentrantLock`: `RLock`'s hash; a re-acquire by the holder
-    /// is refused instead of re-entering.
-    NonReentrant,
+    /// Redisson's `RLock` (`getNonReentrantLock` when its re-acquires are
+    /// refused).
+    Plain(Reentry),
     /// `getSpinLock`: `RLock`'s hash and scripts; its waiters poll with this
     /// backoff instead of subscribing.
     Spin(Backoff),
@@ -133,15 +131,32 @@ pub(crate) enum Kind {
     /// The write side of `RReadWriteLock`: fields end in `:write`.
     Write,
     /// `getFairLock`: `RLock` with a queue of waiters, each woken on its own
-    /// channel (`getNonReentrantFairLock` when not `reentrant`).
+    /// channel (`getNonReentrantFairLock` when its re-acquires are
+    /// refused).
     Fair {
         /// How long a queued waiter may stay silent before the others
         /// skip it.
         waiter_timeout: Duration,
-        /// Whether the holder may take it again (a hold count), or is
-        /// refused.
-        reentrant: bool,
+        /// What the holder's re-acquire does.
+        reentry: Reentry,
     },
+}
+
+/// What a holder's acquire of a lock it holds already does: the one
+/// difference between Redisson's lock and its non-reentrant lock, and
+/// between its fair lock and its non-reentrant fair lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Reentry {
+    /// Taken again: the owner's hold count goes up.
+    Counted,
+    /// Refused with
+    /// [`Error::NonReentrantReacquire`](crate::Error::NonReentrantReacquire).
+    Refused,
+}
+
+impl Kind {
+    /// Redisson's `RLock`.
+    pub(crate) const REENTRANT: Kind = Kind::Plain(Reentry::Counted);
 }
 
 impl Kind {
@@ -149,21 +164,22 @@ impl Kind {
     /// to; for the fair lock, the prefix of each waiter's own channel.
     pub(crate) fn channel(self, name: &str) -> String {
         match self {
-            Kind::Reentrant
-            | Kind::NonReentrant
-            | Kind::Spin(_)
-            | Kind::Fenced
-            | Kind::Fair { .. } => keys::lock_channel(name),
+            Kind::Plain(_) | Kind::Spin(_) | Kind::Fenced | Kind::Fair { .. } => {
+                keys::lock_channel(name)
+            }
             Kind::Read | Kind::Write => keys::rwlock_channel(name),
         }
     }
 
     /// The acquire script call of this kind for `a`.
     pub(super) fn acquire(self, a: &AcquireArgs<'_>) -> ScriptInvocation<'static> {
-        let reentrant = if self.reentrant() { "1" } else { "0" };
+        let reentrant = match self.reentry() {
+            Reentry::Counted => "1",
+            Reentry::Refused => "0",
+        };
         let (name, field) = (a.name, a.field);
         match self {
-            Kind::Reentrant | Kind::NonReentrant | Kind::Spin(_) => {
+            Kind::Plain(_) | Kind::Spin(_) => {
                 let mut call = ACQUIRE.key(name);
                 call.key(a.latch)
                     .arg(a.ttl_ms)
@@ -244,11 +260,9 @@ impl Kind {
                 Some(UPGRADE) => Granted::Upgrade,
                 other => pttl(other)?,
             },
-            Kind::Reentrant
-            | Kind::NonReentrant
-            | Kind::Spin(_)
-            | Kind::Fair { .. }
-            | Kind::Read => pttl(redis::from_redis_value(reply)?)?,
+            Kind::Plain(_) | Kind::Spin(_) | Kind::Fair { .. } | Kind::Read => {
+                pttl(redis::from_redis_value(reply)?)?
+            }
         })
     }
 
@@ -276,9 +290,7 @@ impl Kind {
         let script = match self {
             Kind::Fair { .. } => &*FAIR_RELEASE,
             Kind::Write => &*WRITE_RELEASE,
-            Kind::Reentrant | Kind::NonReentrant | Kind::Spin(_) | Kind::Fenced | Kind::Read => {
-                &*RELEASE
-            }
+            Kind::Plain(_) | Kind::Spin(_) | Kind::Fenced | Kind::Read => &*RELEASE,
         };
         let mut call = script.key(name);
         if self.queues() {
@@ -343,11 +355,7 @@ impl Kind {
     pub(super) fn unlock_message(self) -> &'static str {
         match self {
             Kind::Read | Kind::Write => WAKE_ALL_MESSAGE,
-            Kind::Reentrant
-            | Kind::NonReentrant
-            | Kind::Spin(_)
-            | Kind::Fenced
-            | Kind::Fair { .. } => UNLOCK_MESSAGE,
+            Kind::Plain(_) | Kind::Spin(_) | Kind::Fenced | Kind::Fair { .. } => UNLOCK_MESSAGE,
         }
     }
 
@@ -356,12 +364,7 @@ impl Kind {
     pub(super) fn queues(self) -> bool {
         match self {
             Kind::Fair { .. } => true,
-            Kind::Reentrant
-            | Kind::NonReentrant
-            | Kind::Spin(_)
-            | Kind::Fenced
-            | Kind::Read
-            | Kind::Write => false,
+            Kind::Plain(_) | Kind::Spin(_) | Kind::Fenced | Kind::Read | Kind::Write => false,
         }
     }
 
@@ -380,12 +383,7 @@ impl Kind {
     pub(super) fn field_suffix(self) -> &'static str {
         match self {
             Kind::Write => WRITE_SUFFIX,
-            Kind::Reentrant
-            | Kind::NonReentrant
-            | Kind::Spin(_)
-            | Kind::Fenced
-            | Kind::Fair { .. }
-            | Kind::Read => "",
+            Kind::Plain(_) | Kind::Spin(_) | Kind::Fenced | Kind::Fair { .. } | Kind::Read => "",
         }
     }
 
@@ -403,11 +401,7 @@ impl Kind {
         match self {
             Kind::Read => Some("read"),
             Kind::Write => Some("write"),
-            Kind::Reentrant
-            | Kind::NonReentrant
-            | Kind::Spin(_)
-            | Kind::Fenced
-            | Kind::Fair { .. } => None,
+            Kind::Plain(_) | Kind::Spin(_) | Kind::Fenced | Kind::Fair { .. } => None,
         }
     }
 
@@ -424,26 +418,26 @@ impl Kind {
         match self {
             Kind::Fair { .. } => Extra::Queue,
             Kind::Fenced => Extra::Token,
-            Kind::Reentrant | Kind::NonReentrant | Kind::Spin(_) | Kind::Read | Kind::Write => {
-                Extra::Plain
-            }
+            Kind::Plain(_) | Kind::Spin(_) | Kind::Read | Kind::Write => Extra::Plain,
         }
     }
 
     /// The kind's `kind` label in metrics.
     pub(crate) fn label(self) -> &'static str {
         match self {
-            Kind::Reentrant => "lock",
-            Kind::NonReentrant => "non_reentrant_lock",
+            Kind::Plain(Reentry::Counted) => "lock",
+            Kind::Plain(Reentry::Refused) => "non_reentrant_lock",
             Kind::Spin(_) => "spin_lock",
             Kind::Fenced => "fenced_lock",
             Kind::Read => "read_lock",
             Kind::Write => "write_lock",
             Kind::Fair {
-                reentrant: true, ..
+                reentry: Reentry::Counted,
+                ..
             } => "fair_lock",
             Kind::Fair {
-                reentrant: false, ..
+                reentry: Reentry::Refused,
+                ..
             } => "non_reentrant_fair_lock",
         }
     }
@@ -452,12 +446,9 @@ impl Kind {
     pub(crate) fn renewal(self) -> Renewal {
         match self {
             Kind::Read => Renewal::ReadHold,
-            Kind::Reentrant
-            | Kind::NonReentrant
-            | Kind::Spin(_)
-            | Kind::Fenced
-            | Kind::Write
-            | Kind::Fair { .. } => Renewal::Hash,
+            Kind::Plain(_) | Kind::Spin(_) | Kind::Fenced | Kind::Write | Kind::Fair { .. } => {
+                Renewal::Hash
+            }
         }
     }
 
@@ -477,14 +468,12 @@ impl Kind {
         }
     }
 
-    /// Whether the holder may take the lock again (its hold count goes
-    /// up), rather than being refused with
-    /// [`Error::NonReentrantReacquire`](crate::Error::NonReentrantReacquire).
-    pub(crate) fn reentrant(self) -> bool {
+    /// What the holder's re-acquire does: taken again (its hold count
+    /// goes up) or refused.
+    pub(crate) fn reentry(self) -> Reentry {
         match self {
-            Kind::NonReentrant => false,
-            Kind::Fair { reentrant, .. } => reentrant,
-            Kind::Reentrant | Kind::Spin(_) | Kind::Fenced | Kind::Read | Kind::Write => true,
+            Kind::Plain(reentry) | Kind::Fair { reentry, .. } => reentry,
+            Kind::Spin(_) | Kind::Fenced | Kind::Read | Kind::Write => Reentry::Counted,
         }
     }
 }

@@ -24,8 +24,8 @@ use holds::Guards;
 use info::Extra;
 pub use info::{LockHolder, LockInfo, LockMode, QueuedWaiter};
 pub(crate) use kind::DoneMark;
-pub(crate) use kind::Kind;
 pub use kind::DEFAULT_FAIR_WAITER_TIMEOUT;
+pub(crate) use kind::{Kind, Reentry};
 pub use non_reentrant::{NonReentrantFairLock, NonReentrantLock};
 pub(crate) use release::release_hold;
 pub use rwlock::{ReadLock, ReadWriteLock, WriteLock};
@@ -119,7 +119,7 @@ pub struct Lock {
 impl Lock {
     pub(crate) fn new(client: Client, name: String) -> Lock {
         Lock {
-            core: LockCore::new(client, name, Kind::Reentrant),
+            core: LockCore::new(client, name, Kind::REENTRANT),
         }
     }
 }
@@ -180,7 +180,7 @@ impl LockCore {
     pub(crate) fn with_waiter_timeout(&self, timeout: Duration) -> LockCore {
         self.with_kind(Kind::Fair {
             waiter_timeout: timeout,
-            reentrant: self.kind.reentrant(),
+            reentry: self.kind.reentry(),
         })
     }
 

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use super::face;
-use super::{Kind, LockCore, DEFAULT_FAIR_WAITER_TIMEOUT};
+use super::{Kind, LockCore, Reentry, DEFAULT_FAIR_WAITER_TIMEOUT};
 use crate::{Client, LockGuard};
 
 /// A non-reentrant lock, from [`Client::non_reentrant_lock`]: the lock of
@@ -45,7 +45,7 @@ pub struct NonReentrantLock {
 impl NonReentrantLock {
     pub(crate) fn new(client: Client, name: String) -> NonReentrantLock {
         NonReentrantLock {
-            core: LockCore::new(client, name, Kind::NonReentrant),
+            core: LockCore::new(client, name, Kind::Plain(Reentry::Refused)),
         }
     }
 }
@@ -69,7 +69,7 @@ impl NonReentrantFairLock {
     pub(crate) fn new(client: Client, name: String) -> NonReentrantFairLock {
         let kind = Kind::Fair {
             waiter_timeout: DEFAULT_FAIR_WAITER_TIMEOUT,
-            reentrant: false,
+            reentry: Reentry::Refused,
         };
         NonReentrantFairLock {
             core: LockCore::new(client, name, kind),
