@@ -350,14 +350,22 @@ impl Client {
     pub fn held_locks(&self) -> usize {
         self.inner.registry.len()
     }
+}
 
+/// Counters the suite and the bench read to show that waiters share one
+/// subscription: not part of the API (feature `test-counters`, which the
+/// crate's own tests and examples turn on; hidden from the docs).
+#[cfg(feature = "test-counters")]
+impl Client {
     /// How many lock channels this client is subscribed to (or still
     /// unsubscribing from) right now: one per lock name with local waiters.
+    #[doc(hidden)]
     pub fn subscriptions(&self) -> usize {
         self.inner.pubsub.len()
     }
 
     /// How many SUBSCRIBE commands this client has sent since it started.
+    #[doc(hidden)]
     pub fn subscribes_sent(&self) -> u64 {
         self.inner.pubsub.subscribes_sent()
     }

@@ -292,11 +292,13 @@ impl PubSub {
     }
 
     /// Channels with at least one local waiter, or still being unsubscribed.
+    #[cfg(feature = "test-counters")]
     pub(crate) fn len(&self) -> usize {
         self.channels.len()
     }
 
     /// SUBSCRIBE commands sent since the client started.
+    #[cfg(feature = "test-counters")]
     pub(crate) fn subscribes_sent(&self) -> u64 {
         self.subscribes_sent.load(Ordering::Relaxed)
     }
