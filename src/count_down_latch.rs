@@ -5,7 +5,7 @@ use std::time::Duration;
 use crate::engine::keys;
 use crate::engine::object::Object;
 use crate::engine::scripts::{LATCH_COUNT_DOWN, LATCH_DELETE, UNLOCK_MESSAGE};
-use crate::engine::waiting::{wait_on, Channel, Tried, Wait};
+use crate::engine::waiting::{Channel, Tried};
 use crate::{Client, Error, Result};
 
 /// The message `try_set_count` publishes (Redisson's new-count message).
@@ -44,7 +44,7 @@ pub struct CountDownLatch {
 impl std::fmt::Debug for CountDownLatch {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("CountDownLatch")
-            .field("name", &self.obj.name)
+            .field("name", self.obj.shared_name())
             .finish_non_exhaustive()
     }
 }
@@ -53,10 +53,10 @@ impl CountDownLatch {
     /// The latch's channel: Redisson's name, except on a cluster where
     /// that would leave the name's slot (see `keys::cluster_latch_channel`).
     fn channel_name(&self) -> String {
-        if self.obj.client.conn().is_cluster() {
-            keys::cluster_latch_channel(&self.obj.name)
+        if self.obj.is_cluster() {
+            keys::cluster_latch_channel(self.obj.shared_name())
         } else {
-            keys::latch_channel(&self.obj.name)
+            keys::latch_channel(self.obj.shared_name())
         }
     }
 
@@ -68,7 +68,7 @@ impl CountDownLatch {
 
     /// The latch's name, which is also its key.
     pub fn name(&self) -> &str {
-        &self.obj.name
+        self.obj.shared_name()
     }
 
     /// Sets the count, if the latch is not set (or has opened); whether
@@ -118,10 +118,10 @@ impl CountDownLatch {
     pub async fn count_down(&self) -> Result<u64> {
         self.obj.checked()?;
         let mut call = LATCH_COUNT_DOWN.prepare_invoke();
-        call.key(&*self.obj.name)
+        call.key(self.obj.name())
             .key(self.channel_name())
             .arg(UNLOCK_MESSAGE)
-            .arg(self.obj.client.publish());
+            .arg(self.obj.publish());
         self.obj.run(call).await
     }
 
@@ -173,7 +173,7 @@ impl CountDownLatch {
 
     async fn wait_until(&self, wait: Option<Duration>) -> Result<bool> {
         self.obj.checked()?;
-        let limits = Wait::new(&self.obj.client, wait)?;
+        let limits = self.obj.wait_limits(wait)?;
         let attempt = || async {
             Ok(match self.count().await? {
                 0 => Tried::Done(()),
@@ -184,9 +184,7 @@ impl CountDownLatch {
             name: self.channel_name(),
             broadcast: true,
         };
-        Ok(wait_on(&self.obj.client, channel, limits, attempt)
-            .await?
-            .is_some())
+        Ok(self.obj.wait_on(channel, limits, attempt).await?.is_some())
     }
 
     /// Deletes the latch whatever its count, opening it for every waiter;
@@ -201,10 +199,10 @@ impl CountDownLatch {
     pub async fn delete(&self) -> Result<bool> {
         self.obj.checked()?;
         let mut call = LATCH_DELETE.prepare_invoke();
-        call.key(&*self.obj.name)
+        call.key(self.obj.name())
             .key(self.channel_name())
             .arg(UNLOCK_MESSAGE)
-            .arg(self.obj.client.publish());
+            .arg(self.obj.publish());
         Ok(self.obj.run::<i64>(call).await? == 1)
     }
 }

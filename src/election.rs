@@ -238,7 +238,7 @@ impl LeaderElection {
     /// `<label>~<campaign-id>`, and the election's lease.
     fn candidate(&self, label: &str) -> Result<FencedLock> {
         check_label(label)?;
-        let campaign = self.client().request_id();
+        let campaign = self.lock.object().request_id();
         let lock = self
             .lock
             .with_owner(format!("{label}{CAMPAIGN_MARK}{campaign}"));
@@ -466,7 +466,7 @@ impl Announcement {
     async fn send_on(&self, on: &Object) {
         let mut conn = on.conn();
         let mut call = PUBLISH.key(&self.channel);
-        call.arg(&self.message).arg(on.client.publish());
+        call.arg(&self.message).arg(on.publish());
         if let Err(err) = call.invoke_async::<i64>(&mut conn).await {
             tracing::debug!(channel = %self.channel, error = %err,
                 "could not announce to the election's observers");
@@ -695,7 +695,7 @@ impl Watch {
             };
             Ok(Tried::Done((now, change)))
         };
-        match watcher.watch(election.client(), None, read).await {
+        match election.lock.object().watch(watcher, None, read).await {
             Ok(Some((now, change))) => {
                 *last = Some(now);
                 Some(Ok(change))

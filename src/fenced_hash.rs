@@ -69,7 +69,7 @@ pub struct FencedHash {
 impl std::fmt::Debug for FencedHash {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("FencedHash")
-            .field("name", &self.obj.name)
+            .field("name", self.obj.shared_name())
             .finish_non_exhaustive()
     }
 }
@@ -111,12 +111,12 @@ impl Client {
 impl FencedHash {
     /// The hash's key.
     pub fn name(&self) -> &str {
-        &self.obj.name
+        self.obj.shared_name()
     }
 
     /// The client this handle belongs to.
     pub fn client(&self) -> &Client {
-        &self.obj.client
+        self.obj.client()
     }
 
     /// Sets `field` to `value` if `token` is at least the highest token
@@ -156,7 +156,7 @@ impl FencedHash {
                 "fencing token must be from 1 to {MAX_FENCE_TOKEN}, got {token}"
             )));
         }
-        let name = &*self.obj.name;
+        let name = self.obj.name();
         let mut call = FENCED_SET.key(name);
         call.key(keys::fence(name)).arg(token).arg(field).arg(value);
         let reply: Vec<i64> = self.obj.run(call).await?;
@@ -193,7 +193,7 @@ impl FencedHash {
             .transpose()
             .map_err(|_| Error::NotUtf8 {
                 what: "fenced hash",
-                name: self.obj.name.to_string(),
+                name: self.obj.name().to_string(),
                 field: field.to_owned(),
                 bytes_call: "FencedHash::get_bytes",
             })?;
@@ -209,7 +209,7 @@ impl FencedHash {
     /// Cancel safe: it only reads.
     pub async fn get_bytes(&self, field: &str) -> Result<FencedValue<Vec<u8>>> {
         self.obj.checked()?;
-        let name = &*self.obj.name;
+        let name = self.obj.name();
         let mut call = FENCED_GET.key(name);
         call.key(keys::fence(name)).arg(field);
         let mut conn = self.obj.conn();

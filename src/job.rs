@@ -10,7 +10,6 @@ use tokio::time::Instant;
 
 use crate::config::MAX_DURATION;
 use crate::engine::keys::{self, campaign_label, CAMPAIGN_MARK};
-use crate::engine::object::error_about;
 use crate::engine::scripts::JOB_LAST_DONE;
 use crate::engine::takeover::Takeover;
 use crate::engine::watchdog::LeaseState;
@@ -599,7 +598,7 @@ impl Job {
     {
         self.check()?;
         let occurrence = self.current_occurrence()?;
-        let run = self.client().request_id();
+        let run = self.lock.object().request_id();
         let mut lock = self
             .lock
             .with_owner(format!("{}{CAMPAIGN_MARK}{run}", self.label));
@@ -669,13 +668,9 @@ impl Job {
 
     /// The job's last occurrence done, read from Redis.
     async fn last_done(&self) -> Result<Option<u64>> {
-        let key = keys::job_done(self.name());
-        let mut conn = self.client().conn();
-        let done: i64 = JOB_LAST_DONE
-            .key(&key)
-            .invoke_async(&mut conn)
-            .await
-            .map_err(|e| error_about(e, self.name(), JOB_DATA))?;
+        let done: i64 = (self.lock.object())
+            .run(JOB_LAST_DONE.key(keys::job_done(self.name())))
+            .await?;
         Ok(u64::try_from(done).ok())
     }
 

@@ -7,6 +7,7 @@
 
 use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 
 use redis::ScriptInvocation;
 
@@ -16,14 +17,14 @@ use crate::engine::finish::{runtime, spawn_to_end, Finish};
 use crate::engine::keys;
 use crate::engine::request::Latch;
 use crate::engine::scripts::{READ_COUNT, SET_IF_MISSING};
-use crate::engine::waiting::Tried;
+use crate::engine::waiting::{self, Channel, Tried, Wait, Watcher};
 use crate::{args, Client, Error, Result};
 
 /// A name on a client, and what kind of thing it names (for errors).
 #[derive(Clone)]
 pub(crate) struct Object {
-    pub(crate) client: Client,
-    pub(crate) name: Arc<str>,
+    client: Client,
+    name: Arc<str>,
     /// What the caller called it, for errors about its name: "lock",
     /// "semaphore", "latch", "election", "job"...
     what: &'static str,
@@ -34,7 +35,9 @@ pub(crate) struct Object {
     /// The connection its calls go on, when not the client's: work rerun
     /// at a runtime's shutdown runs on a connection of its own (see
     /// [`Object::spawn_to_end`]).
-    conn: Option<Conn>,
+    /// Boxed: only that rare work has one, and a guard carries its lock's
+    /// object.
+    conn: Option<Box<Conn>>,
 }
 
 impl Object {
@@ -56,7 +59,7 @@ impl Object {
     /// The same object, its calls sent on `conn`.
     fn on(&self, conn: Conn) -> Object {
         Object {
-            conn: Some(conn),
+            conn: Some(Box::new(conn)),
             ..self.clone()
         }
     }
@@ -76,6 +79,61 @@ impl Object {
         spawn_to_end(self.conn(), reconnect, runtime, move |conn| {
             work(obj.on(conn))
         });
+    }
+
+    /// The object's name: its key, or the stem of its keys.
+    pub(crate) fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// [`Object::name`], shared.
+    pub(crate) fn shared_name(&self) -> &Arc<str> {
+        &self.name
+    }
+
+    /// The client it is a name on: for the handles' public `client()` and
+    /// for handles made from it (a read-write lock's sides).
+    pub(crate) fn client(&self) -> &Client {
+        &self.client
+    }
+
+    /// The client's settings.
+    pub(crate) fn config(&self) -> &crate::Config {
+        self.client.config()
+    }
+
+    /// The command a script publishes with: `publish`, or `spublish` on a
+    /// cluster (the channel then lives in the object's slot).
+    pub(crate) fn publish(&self) -> &'static str {
+        self.client.publish()
+    }
+
+    /// Whether the client talks to a Redis Cluster.
+    pub(crate) fn is_cluster(&self) -> bool {
+        self.client.conn().is_cluster()
+    }
+
+    /// A new request id, unique to this client: the end of a request's
+    /// latch keys.
+    pub(crate) fn request_id(&self) -> String {
+        self.client.request_id()
+    }
+
+    /// The hash field of `owner` on this client,
+    /// `<client-uuid>:<owner><suffix>`.
+    pub(crate) fn owner_field(&self, owner: &str, suffix: &str) -> Arc<str> {
+        self.client.fields().field(owner, suffix)
+    }
+
+    /// Deletes `latch`, a request's latch that no send of it needs any
+    /// more, soon (batched with others, in the background).
+    pub(crate) fn discard_latch(&self, latch: String) {
+        self.client.sweeper().discard(latch);
+    }
+
+    /// The client's watchdog: the holds it keeps alive.
+    pub(crate) fn registry(&self) -> &crate::engine::watchdog::Registry {
+        self.client.registry()
     }
 
     /// The same object, called `what` in errors about its name and
@@ -119,7 +177,7 @@ impl Object {
     /// A handle on the connection the object's calls go on.
     pub(crate) fn conn(&self) -> Conn {
         match &self.conn {
-            Some(conn) => conn.clone(),
+            Some(conn) => Conn::clone(conn),
             None => self.client.conn(),
         }
     }
@@ -172,6 +230,53 @@ impl Object {
             .arg(self.client.publish())
             .arg(ttl_ms.unwrap_or(0));
         Ok(self.run::<i64>(call).await? == 1)
+    }
+}
+
+/// Waits on the object: a call's limits, its wait for a release, a watch.
+impl Object {
+    /// The limits of a call on this object that waits `wait` from now
+    /// (see [`Wait::new`]).
+    pub(crate) fn wait_limits(&self, wait: Option<Duration>) -> Result<Wait> {
+        Wait::new(&self.client, wait)
+    }
+
+    /// Tries `attempt` until it is done or `wait`'s deadline passes,
+    /// woken on `channel` (see [`waiting::wait_on`]).
+    ///
+    /// # Cancel safety
+    /// Cancel safe if each `attempt` is: a dropped wait leaves its
+    /// subscription at once.
+    pub(crate) async fn wait_on<T, F, Fut>(
+        &self,
+        channel: Channel,
+        wait: Wait,
+        attempt: F,
+    ) -> Result<Option<T>>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<Tried<T>>>,
+    {
+        waiting::wait_on(&self.client, channel, wait, attempt).await
+    }
+
+    /// One round of `watcher`'s watch on this object (see
+    /// [`Watcher::watch`]).
+    ///
+    /// # Cancel safety
+    /// Cancel safe if each `attempt` is: the watcher keeps its
+    /// subscription for the next call.
+    pub(crate) async fn watch<T, F, Fut>(
+        &self,
+        watcher: &mut Watcher,
+        deadline: Option<tokio::time::Instant>,
+        attempt: F,
+    ) -> Result<Option<T>>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<Tried<T>>>,
+    {
+        watcher.watch(&self.client, deadline, attempt).await
     }
 }
 

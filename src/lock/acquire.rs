@@ -14,13 +14,14 @@ use super::{LockGuard, Resend};
 use crate::args;
 use crate::config::MAX_DURATION;
 use crate::engine::finish::{runtime, Finish};
+use crate::engine::object::Object;
 use crate::engine::request::{
     send, Answer, GiveBack, GrantedIn, Lasts, Latch, Request, RequestSlot, Sending, Taken,
 };
 use crate::engine::telemetry::{self, Subject};
 use crate::engine::waiting::{self, Channel, Tried, Wait};
 use crate::engine::watchdog::{HoldKey, LeaseState, Renew, RenewCall};
-use crate::{Client, Error, Result};
+use crate::{Error, Result};
 
 impl LockCore {
     /// Acquires within `wait` (`None`: no limit), with `lease` (`None`:
@@ -31,7 +32,13 @@ impl LockCore {
         lease: Option<Duration>,
     ) -> Result<Option<LockGuard>> {
         let acquire = || self.acquire_in(wait, lease);
-        telemetry::acquire(self.subject(), &self.obj.name, acquire, Option::is_some).await
+        telemetry::acquire(
+            self.subject(),
+            self.obj.shared_name(),
+            acquire,
+            Option::is_some,
+        )
+        .await
     }
 
     /// Who this lock's figures are about, in metrics.
@@ -52,7 +59,7 @@ impl LockCore {
         let lease_ms = lease
             .map(|lease| args::duration("lease", lease, MAX_DURATION))
             .transpose()?;
-        let limits = Wait::new(&self.obj.client, wait)?;
+        let limits = self.obj.wait_limits(wait)?;
         // A fair lock's waiter joins the queue with its first attempt (one
         // attempt alone does not): whatever ends the wait other than the
         // lock takes it out again, at once.
@@ -74,8 +81,8 @@ impl LockCore {
             // of an earlier wait, still being resent or sent late) takes it
             // out: the entry is this wait's too. (Were this future dropped
             // meanwhile, `exit` leaves anew.)
-            let key = HoldKey::new(Arc::clone(&self.obj.name), Arc::clone(&field));
-            exit.wait = Some(FairOwners::begin_wait(&self.obj.client, &key).await);
+            let key = HoldKey::new(Arc::clone(self.obj.shared_name()), Arc::clone(&field));
+            exit.wait = Some(FairOwners::begin_wait(&self.obj, &key).await);
         }
         let result = self.wait_for(&field, lease_ms, limits, queue).await;
         match result {
@@ -105,7 +112,7 @@ impl LockCore {
         // sends whose replies were lost are settled once, when it goes.
         let slot = RequestSlot::default();
         let req = AcquireRequest {
-            key: HoldKey::new(Arc::clone(&self.obj.name), Arc::clone(field)),
+            key: HoldKey::new(Arc::clone(self.obj.shared_name()), Arc::clone(field)),
             lease_ms,
             queue,
             limits,
@@ -116,11 +123,11 @@ impl LockCore {
             return waiting::spin(backoff, limits, attempt).await;
         }
         let channel = Channel {
-            name: self.kind.waiter_channel(&self.obj.name, field),
+            name: self.kind.waiter_channel(self.obj.shared_name(), field),
             // A release wakes one waiter.
             broadcast: false,
         };
-        waiting::wait_on(&self.obj.client, channel, limits, attempt).await
+        self.obj.wait_on(channel, limits, attempt).await
     }
 
     /// One acquire attempt: send the wait's request (resent on a lost
@@ -145,14 +152,14 @@ impl LockCore {
             }
             Granted::Reacquire => {
                 return Err(Error::NonReentrantReacquire {
-                    name: self.obj.name.to_string(),
+                    name: self.obj.name().to_string(),
                     owner: req.key.field.to_string(),
                 })
             }
             Granted::Upgrade => {
                 let owner = &req.key.field;
                 return Err(Error::UpgradeRefused {
-                    name: self.obj.name.to_string(),
+                    name: self.obj.name().to_string(),
                     owner: owner.strip_suffix(":write").unwrap_or(owner).to_owned(),
                 });
             }
@@ -172,8 +179,7 @@ impl LockCore {
     /// hold of the owner must not shorten the key's TTL below what the
     /// watchdog's schedule expects (the TTL that hold's lease renews to).
     fn hold_ttl(&self, req: &AcquireRequest<'_>) -> u64 {
-        let client = &self.obj.client;
-        let renewed = client.registry().ttl_of(&req.key);
+        let renewed = self.obj.registry().ttl_of(&req.key);
         let renewed_ms = renewed.map(|ttl| ttl.as_millis() as u64);
         let watchdog_ms = self.watchdog_ttl().as_millis() as u64;
         // Nor below the lease another leased hold of the owner still has;
@@ -215,7 +221,7 @@ impl LockCore {
             kind,
             owner: Arc::clone(&owner),
         };
-        let new = || Request::new(&self.obj.client, &name, hold, ttl_ms, runtime.clone());
+        let new = || Request::new(&self.obj, hold, ttl_ms, runtime.clone());
         let request = req.slot.get(ttl_ms, new).await.map_err(|e| self.error(e))?;
         let (build_name, build_owner) = (Arc::clone(&name), Arc::clone(&owner));
         let build = move |latch: &str, latch_ttl: u64, deadline: u64| {
@@ -240,13 +246,13 @@ impl LockCore {
             Granted::Spent => Answer::Spent,
             _ => Answer::Refused,
         };
-        let client = self.obj.client.clone();
+        let lock = self.obj.clone();
         let key = req.key.clone();
         let orphaned = move |granted: bool| async move {
             if let (Queue::Joins { waiter_ms }, false) = (queue, granted) {
                 // Perhaps queued by this very attempt: leave the line
                 // (unless a newer wait of the owner is in it).
-                leave_queue(FairOwners::use_of(&client, &key), waiter_ms).await;
+                leave_queue(FairOwners::use_of(&lock, &key), waiter_ms).await;
             }
         };
         send(request, runtime.clone(), how, answer, orphaned)
@@ -294,7 +300,7 @@ impl LockCore {
         token: Option<u64>,
         runtime: tokio::runtime::Handle,
     ) -> LockGuard {
-        let client = &self.obj.client;
+        let client = self.obj.client();
         let key = req.key.clone();
         let lease = match req.lease_ms {
             None => {
@@ -309,7 +315,7 @@ impl LockCore {
             Some(ms) => LeaseState::leased(sent + Duration::from_millis(ms)),
         };
         LockGuard::new(
-            self.obj.client.clone(),
+            self.obj.clone(),
             self.kind,
             key,
             req.lease_ms,
@@ -328,7 +334,7 @@ impl LockCore {
         guard: LockGuard,
         latch: Option<Arc<Latch>>,
     ) -> Result<Tried<LockGuard>> {
-        let (name, grant) = (&self.obj.name, latch.clone());
+        let (name, grant) = (self.obj.shared_name(), latch.clone());
         let give_back = |guard: LockGuard| async move {
             // Only the master knows of this hold.
             match guard.give_back(grant).await {
@@ -373,14 +379,13 @@ impl LockCore {
         grant: Option<Arc<Latch>>,
         runtime: &tokio::runtime::Handle,
     ) {
-        let (client, name) = (self.obj.client.clone(), Arc::clone(&key.name));
+        let lock = self.obj.clone();
         let hold = Hold::of(self.kind, key);
         runtime.spawn(async move {
             let why = GiveBack::Unconfirmed;
             let lasts = Lasts::Ms(ttl_ms);
             let grant = grant.as_ref();
-            hold.give_back(&client, &name, lasts, granted, grant, why)
-                .await
+            hold.give_back(&lock, lasts, granted, grant, why).await
         });
     }
 
@@ -394,12 +399,11 @@ impl LockCore {
         ttl: Duration,
         grant: Option<Arc<Latch>>,
     ) -> Result<(bool, Instant)> {
-        let client = &self.obj.client;
         let call = RenewCall::new(self.kind.renewal(), ttl, std::iter::once(key));
-        let mut conn = client.conn();
+        let mut conn = self.obj.conn();
         let sent = Instant::now();
         let request = async move { call.send(&mut conn).await };
-        let (client, name) = (self.obj.client.clone(), Arc::clone(&key.name));
+        let lock = self.obj.clone();
         let hold = Hold::of(self.kind, key);
         let give_back = move |reply: redis::RedisResult<Vec<usize>>| async move {
             if reply.is_ok_and(|gone| gone.is_empty()) {
@@ -408,8 +412,7 @@ impl LockCore {
                 let granted = GrantedIn::between(sent, Instant::now());
                 let lasts = Lasts::Ms(ttl.as_millis() as u64);
                 let (grant, why) = (grant.as_ref(), GiveBack::CallerLeft);
-                hold.give_back(&client, &name, lasts, granted, grant, why)
-                    .await;
+                hold.give_back(&lock, lasts, granted, grant, why).await;
             }
         };
         let reply = Finish::new(runtime()?, request, give_back)
@@ -440,8 +443,7 @@ impl Taken for Hold {
 
     async fn give_back(
         &self,
-        client: &Client,
-        name: &str,
+        lock: &Object,
         lasts: Lasts,
         granted: GrantedIn,
         grant: Option<&Arc<Latch>>,
@@ -450,13 +452,14 @@ impl Taken for Hold {
         // The release resets the key's TTL to what the acquire set (a
         // leased re-entry inside a watchdog hold keeps the watchdog's TTL);
         // a lock's grant always sets one.
-        let watchdog_ms = client.config().watchdog_timeout.as_millis() as u64;
+        let name = lock.name();
+        let watchdog_ms = lock.config().watchdog_timeout.as_millis() as u64;
         let ttl_ms = lasts.ms().unwrap_or(watchdog_ms);
         let owner = &self.owner;
         let resend = Resend::UntilExpired;
-        let key = HoldKey::new(Arc::from(name), Arc::clone(owner));
+        let key = HoldKey::new(Arc::clone(lock.shared_name()), Arc::clone(owner));
         let grant = grant.map(Arc::clone);
-        let released = give_back_hold(client, self.kind, &key, ttl_ms, granted, resend, grant);
+        let released = give_back_hold(lock, self.kind, &key, ttl_ms, granted, resend, grant);
         match released.await {
             Ok(()) => {}
             // Its lease ran out before the give-back could be sent: the

@@ -20,6 +20,13 @@ macro_rules! lock_face {
                 self.core.client()
             }
 
+            /// The lock as an object on its client: the door of the
+            /// handles built on it (a job, an election) to the client.
+            #[allow(dead_code)]
+            pub(crate) fn object(&self) -> &$crate::engine::object::Object {
+                self.core.object()
+            }
+
             /// The same lock, owned by `owner` instead of the calling task.
             ///
             /// Use it when holds must be shared or released across tasks:

@@ -15,7 +15,7 @@ use crate::engine::request::Latch;
 use crate::engine::takeover::Takeover;
 use crate::engine::telemetry::{self, Subject};
 use crate::engine::watchdog::{HoldKey, LeaseState, Renew, RenewCall};
-use crate::{Client, Error, Result};
+use crate::{Error, Result};
 
 /// One hold of a [`Lock`](crate::Lock), from a successful acquire.
 ///
@@ -54,7 +54,8 @@ pub struct LockGuard {
 }
 
 struct Hold {
-    client: Client,
+    /// The lock held.
+    lock: Object,
     kind: Kind,
     key: HoldKey,
     /// `None`: watchdog mode.
@@ -95,7 +96,7 @@ impl std::fmt::Debug for LockGuard {
 
 impl LockGuard {
     pub(crate) fn new(
-        client: Client,
+        lock: Object,
         kind: Kind,
         key: HoldKey,
         lease_ms: Option<u64>,
@@ -103,10 +104,10 @@ impl LockGuard {
         runtime: Handle,
     ) -> LockGuard {
         let slot = Slot::new(lease_ms, Arc::clone(&lease));
-        Guards::get().add(&key, &slot, client.registry(), kind == Kind::Read);
+        Guards::get().add(&key, &slot, lock.registry(), kind == Kind::Read);
         LockGuard {
             hold: Some(Hold {
-                client,
+                lock,
                 kind,
                 key,
                 lease_ms,
@@ -278,8 +279,7 @@ impl LockGuard {
                 "a watchdog-mode hold is renewed by the watchdog; extend is for leased holds",
             ));
         }
-        let client = &hold.client;
-        let ttl = match client.registry().ttl_of(&hold.key) {
+        let ttl = match hold.lock.registry().ttl_of(&hold.key) {
             Some(renewed) => lease.max(renewed),
             None => lease,
         };
@@ -306,21 +306,16 @@ impl LockGuard {
         if hold.lease_ms.is_none() {
             return Ok(());
         }
-        let client = &hold.client;
         // The TTL of a watchdog hold of the owner, when there is one: this
         // hold joins its lease.
-        let ttl = client
-            .registry()
-            .ttl_of(&hold.key)
-            .unwrap_or(client.config().watchdog_timeout);
+        let lock = &hold.lock;
+        let ttl = (lock.registry().ttl_of(&hold.key)).unwrap_or(lock.config().watchdog_timeout);
         let sent = hold.renew(ttl).await?;
         let how = Renew {
             renewal: hold.kind.renewal(),
             ttl,
         };
-        hold.lease = client
-            .registry()
-            .hold(hold.key.clone(), sent, how, hold.kind.label());
+        hold.lease = (hold.lock.registry()).hold(hold.key.clone(), sent, how, hold.kind.label());
         hold.lease_ms = None;
         hold.slot.set_lease(None, Arc::clone(&hold.lease));
         Ok(())
@@ -429,7 +424,7 @@ impl Hold {
     fn takeover(&self) -> Arc<Takeover> {
         Arc::clone(self.takeover.get_or_init(|| {
             Arc::new(Takeover::new(
-                self.client.clone(),
+                self.lock.client().clone(),
                 self.kind.channel(&self.key.name),
                 self.key.clone(),
                 Arc::clone(&self.lease),
@@ -450,7 +445,7 @@ impl Hold {
     /// lost and is [`Error::NotHeld`].
     async fn renew(&self, ttl: Duration) -> Result<Instant> {
         let call = RenewCall::new(self.kind.renewal(), ttl, std::iter::once(&self.key));
-        let mut conn = self.client.conn();
+        let mut conn = self.lock.conn();
         let sent = Instant::now();
         let gone = call
             .send(&mut conn)
@@ -473,7 +468,7 @@ impl Hold {
     fn subject(&self) -> Subject<'_> {
         Subject {
             kind: self.kind.label(),
-            name: (self.client.config().metric_lock_names).then_some(&*self.key.name),
+            name: (self.lock.config().metric_lock_names).then_some(&*self.key.name),
         }
     }
 
@@ -491,7 +486,7 @@ impl Hold {
             telemetry::released(self.subject(), since.elapsed());
         }
         let (keep_until, done) = (self.keep_until, self.done);
-        Release::prepare(self.client, self.kind, self.key, self.slot)
+        Release::prepare(self.lock, self.kind, self.key, self.slot)
             .map(|release| Some(release.keeping_until(keep_until).marking(done)))
     }
 }

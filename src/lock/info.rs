@@ -104,7 +104,7 @@ impl LockCore {
     /// lock hash ([`Error::WrongType`]) rather than answer about it.
     pub(super) async fn read_lock(&self, extra: Extra) -> Result<Reply> {
         self.obj.checked()?;
-        let name = &*self.obj.name;
+        let name = self.obj.name();
         let mut call = LOCK_INFO.prepare_invoke();
         call.key(name);
         match extra {
@@ -130,7 +130,7 @@ impl LockCore {
     /// the script's look (one HSCAN page) did not reach.
     pub(super) fn not_a_lock_hash(&self) -> Error {
         Error::WrongType {
-            name: self.obj.name.to_string(),
+            name: self.obj.name().to_string(),
             key_type: "hash".into(),
             expected: self.obj.expected(),
         }

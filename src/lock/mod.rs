@@ -59,11 +59,11 @@ impl LockCore {
     /// Writes the handle's fields under the face's name `what`.
     fn debug_as(&self, what: &str, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct(what)
-            .field("name", &self.obj.name)
+            .field("name", self.obj.shared_name())
             .field("owner", &self.owner)
             .field("kind", &self.kind)
             .field("watchdog_lease", &self.watchdog_lease)
-            .field("client", &self.obj.client.id())
+            .field("client", &self.obj.client().id())
             .finish()
     }
 }
@@ -199,7 +199,7 @@ impl LockCore {
     /// watchdog lease, or the client's watchdog timeout.
     pub(crate) fn watchdog_ttl(&self) -> Duration {
         self.watchdog_lease
-            .unwrap_or(self.obj.client.config().watchdog_timeout)
+            .unwrap_or(self.obj.config().watchdog_timeout)
     }
 
     /// A fair lock's waiter timeout.
@@ -211,7 +211,7 @@ impl LockCore {
 
     /// The lock's name: the Redis key of its hash.
     pub(crate) fn name(&self) -> &str {
-        &self.obj.name
+        self.obj.shared_name()
     }
 
     /// The same lock, owned by `owner` instead of the calling task.
@@ -230,7 +230,12 @@ impl LockCore {
 
     /// The client this handle belongs to.
     pub(crate) fn client(&self) -> &Client {
-        &self.obj.client
+        self.obj.client()
+    }
+
+    /// The lock as an object on its client.
+    pub(crate) fn object(&self) -> &Object {
+        &self.obj
     }
 
     /// The hash field of the calling owner, `<client-uuid>:<owner-id>`;
@@ -252,7 +257,7 @@ impl LockCore {
             None => current_owner_id(),
         };
         let suffix = self.kind.field_suffix();
-        Ok(self.obj.client.fields().field(&owner, suffix))
+        Ok(self.obj.owner_field(&owner, suffix))
     }
 
     /// The work of [`Lock::lock`](crate::Lock::lock) for every face,
@@ -346,7 +351,7 @@ impl LockCore {
         self.field()?;
         let call = self
             .kind
-            .force_unlock(&self.obj.name, self.obj.client.publish());
+            .force_unlock(self.obj.shared_name(), self.obj.publish());
         let reply = self.obj.run::<i64>(call).await?;
         match reply {
             0 => Ok(false),
@@ -362,23 +367,22 @@ impl LockCore {
     /// whose docs are the contract.
     pub(crate) async fn unlock(&self) -> Result<()> {
         let field = self.field()?;
-        let client = self.obj.client.clone();
-        let key = HoldKey::new(Arc::clone(&self.obj.name), field);
+        let lock = self.obj.clone();
+        let key = HoldKey::new(Arc::clone(self.obj.shared_name()), field);
         let kind = self.kind;
         let release = async move {
             if let Some(slot) = Guards::get().claim_newest(&key) {
-                let release = release::Release::prepare(client.clone(), kind, key, slot)?;
+                let release = release::Release::prepare(lock, kind, key, slot)?;
                 return release.send(Resend::Bounded).await;
             }
             // A watchdog hold without a guard (leaked): its lease bounds the
             // resends, as a guard's does, and the holds left keep its TTL.
-            let lease = client.registry().release_any(&key);
+            let lease = lock.registry().release_any(&key);
             let ttl = lease.as_ref().and_then(|lease| lease.watchdog_ttl());
-            let watchdog_ms = ttl.unwrap_or(client.config().watchdog_timeout).as_millis() as u64;
+            let watchdog_ms = ttl.unwrap_or(lock.config().watchdog_timeout).as_millis() as u64;
             release_hold(
-                &client,
+                &lock,
                 kind,
-                &key.name,
                 &key.field,
                 watchdog_ms,
                 lease.as_deref(),

@@ -15,7 +15,6 @@ use crate::engine::request::{self, Resend};
 use crate::engine::scripts::{FAIR_LEAVE, UNLOCK_MESSAGE};
 use crate::engine::watchdog::HoldKey;
 use crate::error::is_connection_failure;
-use crate::Client;
 
 /// Whether an acquire's attempts join a fair lock's queue.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -55,8 +54,11 @@ impl QueueExit<'_> {
     pub(super) async fn leave(&mut self) {
         self.wait = None;
         if std::mem::take(&mut self.armed) {
-            let key = HoldKey::new(Arc::clone(&self.lock.obj.name), Arc::clone(&self.field));
-            let leave = FairOwners::use_of(&self.lock.obj.client, &key);
+            let key = HoldKey::new(
+                Arc::clone(self.lock.obj.shared_name()),
+                Arc::clone(&self.field),
+            );
+            let leave = FairOwners::use_of(&self.lock.obj, &key);
             let send = leave_queue(leave, self.waiter_ms);
             // Runs to its end even if the caller is dropped meanwhile.
             match runtime() {
@@ -77,8 +79,11 @@ impl Drop for QueueExit<'_> {
             // No runtime: the entry counts as dead after the waiter timeout.
             return;
         };
-        let key = HoldKey::new(Arc::clone(&self.lock.obj.name), Arc::clone(&self.field));
-        let leave = Arc::new(FairOwners::use_of(&self.lock.obj.client, &key));
+        let key = HoldKey::new(
+            Arc::clone(self.lock.obj.shared_name()),
+            Arc::clone(&self.field),
+        );
+        let leave = Arc::new(FairOwners::use_of(&self.lock.obj, &key));
         let waiter_ms = self.waiter_ms;
         // Finished even when the runtime shuts down first (see
         // `spawn_to_end`): a program that returns normally leaves no queue
@@ -112,14 +117,15 @@ pub(crate) struct FairOwner {
 /// One use of an owner's entry: a wait in progress (`wait`), or a leave
 /// still to be sent. The last use removes the entry.
 pub(super) struct OwnerUse {
-    client: Client,
+    /// The lock of the queue.
+    lock: Object,
     key: HoldKey,
     owner: Arc<FairOwner>,
     wait: bool,
 }
 
 impl FairOwners {
-    pub(super) fn use_of(client: &Client, key: &HoldKey) -> OwnerUse {
+    pub(super) fn use_of(lock: &Object, key: &HoldKey) -> OwnerUse {
         let owner = FAIR_OWNERS
             .0
             .entry(key.clone())
@@ -131,7 +137,7 @@ impl FairOwners {
             })
             .clone();
         OwnerUse {
-            client: client.clone(),
+            lock: lock.clone(),
             key: key.clone(),
             owner,
             wait: false,
@@ -140,8 +146,8 @@ impl FairOwners {
 
     /// Begins a wait of `key`'s owner, once a leave's send in flight is
     /// over. Cancel safe: dropped, the wait is over.
-    pub(super) async fn begin_wait(client: &Client, key: &HoldKey) -> OwnerUse {
-        let mut wait = FairOwners::use_of(client, key);
+    pub(super) async fn begin_wait(lock: &Object, key: &HoldKey) -> OwnerUse {
+        let mut wait = FairOwners::use_of(lock, key);
         wait.owner.waits.fetch_add(1, Ordering::AcqRel);
         wait.wait = true;
         drop(wait.owner.sending.lock().await);
@@ -179,7 +185,7 @@ impl OwnerUse {
 
     /// The lock, its calls on the client's connection.
     fn lock(&self) -> Object {
-        Object::named(self.client.clone(), Arc::clone(&self.key.name), "lock")
+        self.lock.clone()
     }
 
     /// [`OwnerUse::send_leave`] on `lock` (bound to the connection to send
@@ -245,7 +251,7 @@ async fn leave_queue_on(leave: Arc<OwnerUse>, lock: Object, waiter_ms: u64) {
 
 /// One send of the fair lock's leave script.
 async fn send_leave(lock: &Object, field: &str, waiter_ms: u64) -> redis::RedisResult<()> {
-    let name = &*lock.name;
+    let name = lock.name();
     let mut conn = lock.conn();
     FAIR_LEAVE
         .key(keys::fair_queue(name))
@@ -255,7 +261,7 @@ async fn send_leave(lock: &Object, field: &str, waiter_ms: u64) -> redis::RedisR
         .arg(field)
         .arg(waiter_ms)
         .arg(UNLOCK_MESSAGE)
-        .arg(lock.client.publish())
+        .arg(lock.publish())
         .invoke_async::<i64>(&mut conn)
         .await
         .map(drop)

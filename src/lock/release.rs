@@ -17,7 +17,7 @@ use crate::engine::request::release::{self as request, Resend, Stands};
 use crate::engine::watchdog::LeaseState;
 use crate::lock::kind::{DoneMark, ReleaseArgs};
 use crate::lock::Kind;
-use crate::{Client, Error, Result};
+use crate::{Error, Result};
 
 /// A release's answer from Redis.
 #[derive(Debug, Clone, Copy)]
@@ -34,20 +34,19 @@ pub(crate) struct Answer {
     pub(crate) first_sent: Instant,
 }
 
-/// Sends one release of `owner`'s hold on `name` with `kind`'s script,
+/// Sends one release of `owner`'s hold on `lock` with `kind`'s script,
 /// resending it with the same request id when the connection fails, as
 /// `resend` says. `lease_ms`: the TTL the key gets back when holds remain,
 /// and the longest the hold lasts.
 pub(crate) async fn release_hold(
-    client: &Client,
+    lock: &Object,
     kind: Kind,
-    name: &Arc<str>,
     owner: &str,
     lease_ms: u64,
     stands: Option<&LeaseState>,
     resend: Resend,
 ) -> Result<()> {
-    let request_id = client.request_id();
+    let request_id = lock.request_id();
     let release = ReleaseCall {
         kind,
         release: request::Release {
@@ -61,8 +60,7 @@ pub(crate) async fn release_hold(
         done: None,
         grant: None,
     };
-    let lock = Object::named(client.clone(), Arc::clone(name), "lock");
-    release_hold_as(&lock, &release).await.map(|_| ())
+    release_hold_as(lock, &release).await.map(|_| ())
 }
 
 /// One release request of a lock's hold: what [`release_hold_as`] sends.
@@ -96,10 +94,10 @@ pub(crate) async fn release_hold_as(lock: &Object, call: &ReleaseCall<'_>) -> Re
         done,
         grant,
     } = *call;
-    let publish = lock.client.publish();
+    let publish = lock.publish();
     let released = request::release(lock, &release, |sending| {
         kind.release(&ReleaseArgs {
-            name: &lock.name,
+            name: lock.shared_name(),
             field: release.owner,
             latch: sending.latch,
             lease_ms: release.lease_ms,
@@ -127,7 +125,7 @@ pub(crate) async fn release_hold_as(lock: &Object, call: &ReleaseCall<'_>) -> Re
             first_sent,
         }),
         None => Err(Error::NotHeld {
-            name: lock.name.to_string(),
+            name: lock.name().to_string(),
             owner: release.owner.to_owned(),
         }),
         Some(other) => Err(Error::UnexpectedReply {
@@ -152,7 +150,7 @@ fn ceil_ms(left: Duration) -> u64 {
 /// so that sending it again (after its runtime shut down) releases nothing
 /// more.
 pub(crate) struct Release {
-    client: Client,
+    lock: Object,
     kind: Kind,
     pub(super) key: HoldKey,
     lease_ms: u64,
@@ -194,25 +192,26 @@ impl Release {
     /// [`Error::LeaseLost`] when the lease is known lost and no watchdog
     /// hold of the owner keeps the key.
     pub(crate) fn prepare(
-        client: Client,
+        lock: Object,
         kind: Kind,
         key: HoldKey,
         slot: Arc<Slot>,
     ) -> Result<Release> {
         let lease = slot.lease();
         let watchdog = lease.lease_ms.is_none();
+        let registry = lock.registry();
         if watchdog {
-            client.registry().release(&key, &lease.state);
+            registry.release(&key, &lease.state);
         }
         // Whether the watchdog still keeps the key alive for this owner
         // (other watchdog holds remain). A leased hold inside it has not
         // expired, whatever its own lease said, and the holds that remain
         // keep the watchdog's TTL.
-        let renewed = client.registry().ttl_of(&key);
+        let renewed = registry.ttl_of(&key);
         let watched = renewed.is_some();
         let own_lease = watchdog || !watched;
         if own_lease && !lease.state.stands_at(Instant::now()) {
-            Guards::get().finish(&key, &slot, After::Gone, false, client.registry());
+            Guards::get().finish(&key, &slot, After::Gone, false, registry);
             return Err(Error::LeaseLost {
                 name: key.name.to_string(),
             });
@@ -220,7 +219,7 @@ impl Release {
         // The TTL the watchdog renews to: of the lease that keeps the key
         // (the owner's other watchdog holds), else of this hold's own.
         let watchdog_ms = |ttl: Option<Duration>| {
-            ttl.unwrap_or(client.config().watchdog_timeout).as_millis() as u64
+            ttl.unwrap_or(lock.config().watchdog_timeout).as_millis() as u64
         };
         let lease_ms = if watched {
             watchdog_ms(renewed)
@@ -232,10 +231,10 @@ impl Release {
                 .lease_ms
                 .unwrap_or_else(|| watchdog_ms(lease.state.watchdog_ttl()))
         };
-        let request_id = client.request_id();
-        let standing = Guards::get().standing(&key, &slot, client.registry(), kind == Kind::Read);
+        let request_id = lock.request_id();
+        let standing = Guards::get().standing(&key, &slot, registry, kind == Kind::Read);
         Ok(Release {
-            client,
+            lock,
             kind,
             key,
             lease_ms,
@@ -272,7 +271,7 @@ impl Release {
 
     /// The lock the hold is on, its calls on the client's connection.
     pub(super) fn lock(&self) -> Object {
-        Object::named(self.client.clone(), Arc::clone(&self.key.name), "lock")
+        self.lock.clone()
     }
 
     /// [`Release::send`] on `lock` (bound to the connection to send on).
@@ -286,7 +285,7 @@ impl Release {
                 request_id: &self.request_id,
                 stands: Some(&StandingOf {
                     standing: &self.standing,
-                    registry: self.client.registry(),
+                    registry: self.lock.registry(),
                 }),
                 resend,
             },
@@ -297,7 +296,7 @@ impl Release {
         let answer = release_hold_as(lock, &call).instrument(span).await;
         // How the key stands now, for the releases that stand by this hold.
         let (after, last) = settled(self.kind, self.lease_ms, &answer);
-        Guards::get().finish(&self.key, &self.slot, after, last, self.client.registry());
+        Guards::get().finish(&self.key, &self.slot, after, last, self.lock.registry());
         match answer.map(|_| ()) {
             // Redis let the hold go while the release was on its way: by
             // this guard's clock (never ahead of the server's), the lease
@@ -333,7 +332,7 @@ impl Release {
 /// failover gives nothing back, where it would take another hold of the
 /// owner. A parked give-back keeps it standing as long as it is parked.
 pub(crate) async fn give_back_hold(
-    client: &Client,
+    lock: &Object,
     kind: Kind,
     key: &HoldKey,
     ttl_ms: u64,
@@ -343,7 +342,7 @@ pub(crate) async fn give_back_hold(
 ) -> Result<()> {
     // Parked as long as a request of this lease keeps its latch (and so
     // may be settled), and a watchdog lease more.
-    let config = client.config();
+    let config = lock.config();
     let window = config.unlock_latch_ttl_ms();
     let keep =
         Duration::from_millis(ttl_ms.max(window).saturating_add(window)) + config.watchdog_timeout;
@@ -356,7 +355,7 @@ pub(crate) async fn give_back_hold(
         until: Instant::now() + keep,
         grant,
     };
-    let answer = give_back_once(client, &hold).await;
+    let answer = give_back_once(lock, &hold).await;
     match &answer {
         // Never sent: the lease ran out first.
         Err(Error::LeaseLost { .. }) => park(hold).await,
@@ -364,9 +363,9 @@ pub(crate) async fn give_back_hold(
             // A hold given back again that leaves holds may be the one an
             // earlier grant of the chain shared its key with: another pass.
             let mut kept = false;
-            let owners = format!("{}:", client.id());
+            let owners = format!("{}:", lock.client().id());
             for parked in Parking::get().take(key, kind == Kind::Read, &owners) {
-                match give_back_once(client, &parked).await {
+                match give_back_once(lock, &parked).await {
                     Ok(answer) => {
                         kept |= answer.reply == 0;
                         tracing::debug!(lock = %parked.key.name, owner = %parked.key.field,
@@ -407,8 +406,8 @@ async fn park(hold: Parked) {
     }
 }
 
-/// One try of [`give_back_hold`], of `hold`.
-async fn give_back_once(client: &Client, hold: &Parked) -> Result<Answer> {
+/// One try of [`give_back_hold`], of `hold` (a hold on `lock`).
+async fn give_back_once(lock: &Object, hold: &Parked) -> Result<Answer> {
     let Parked {
         kind,
         ref key,
@@ -419,9 +418,9 @@ async fn give_back_once(client: &Client, hold: &Parked) -> Result<Answer> {
         ..
     } = *hold;
     let slot = Slot::given_back(ttl_ms, granted);
-    let registry = client.registry();
+    let registry = lock.registry();
     let standing = Guards::get().standing(key, &slot, registry, kind == Kind::Read);
-    let request_id = client.request_id();
+    let request_id = lock.request_id();
     let call = ReleaseCall {
         kind,
         release: request::Release {
@@ -438,8 +437,7 @@ async fn give_back_once(client: &Client, hold: &Parked) -> Result<Answer> {
         done: None,
         grant: grant.as_ref().map(|latch| latch.key.as_str()),
     };
-    let lock = Object::named(client.clone(), Arc::clone(&key.name), "lock");
-    let answer = release_hold_as(&lock, &call).await;
+    let answer = release_hold_as(lock, &call).await;
     let (after, last) = settled(kind, ttl_ms, &answer);
     Guards::get().finish(key, &slot, after, last, registry);
     answer

@@ -22,7 +22,7 @@ use crate::engine::scripts::{
     SEMAPHORE_ACQUIRE, SEMAPHORE_DELETE, SEMAPHORE_DRAIN, SEMAPHORE_GIVE_BACK, SEMAPHORE_RELEASE,
 };
 use crate::engine::telemetry;
-use crate::engine::waiting::{wait_on, Channel, Tried, Wait};
+use crate::engine::waiting::{Channel, Tried};
 use crate::{Client, Error, Result};
 
 /// A distributed counting semaphore, from [`Client::semaphore`]: Redisson's
@@ -82,7 +82,7 @@ pub struct Semaphore {
 impl std::fmt::Debug for Semaphore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Semaphore")
-            .field("name", &self.obj.name)
+            .field("name", self.obj.shared_name())
             .finish_non_exhaustive()
     }
 }
@@ -96,7 +96,7 @@ impl Semaphore {
 
     /// The semaphore's name, which is also its key.
     pub fn name(&self) -> &str {
-        &self.obj.name
+        self.obj.shared_name()
     }
 
     /// Sets the number of permits, if the semaphore is not set yet; whether
@@ -133,7 +133,7 @@ impl Semaphore {
 
     async fn set_permits_once(&self, permits: u32, ttl_ms: Option<u64>) -> Result<bool> {
         self.obj.checked()?;
-        let channel = keys::semaphore_channel(&self.obj.name);
+        let channel = keys::semaphore_channel(self.obj.shared_name());
         self.obj
             .set_if_missing(channel, permits, permits.to_string(), ttl_ms)
             .await
@@ -215,9 +215,14 @@ impl Semaphore {
     /// Adds `permits` (negative: takes them away), only if the key exists
     /// when `if_exists`; the new count, `None` when nothing was done.
     async fn give(&self, permits: i64, if_exists: bool) -> Result<Option<i64>> {
-        let (client, name) = (self.obj.client.clone(), Arc::clone(&self.obj.name));
-        let release = async move { give(&client, &name, permits, if_exists).await };
-        let given = self.obj.finish(release).await?;
+        let name = self.obj.name();
+        let mut call = SEMAPHORE_RELEASE.prepare_invoke();
+        call.key(name)
+            .key(keys::semaphore_channel(name))
+            .arg(permits)
+            .arg(self.obj.publish())
+            .arg(if if_exists { "1" } else { "0" });
+        let given = self.obj.run::<Option<i64>>(call).await?;
         if given.is_some() {
             self.obj.release_synced().await;
         }
@@ -237,7 +242,7 @@ impl Semaphore {
     pub async fn delete(&self) -> Result<bool> {
         self.obj.checked()?;
         let mut call = SEMAPHORE_DELETE.prepare_invoke();
-        call.key(&*self.obj.name);
+        call.key(self.obj.name());
         Ok(self.obj.run::<i64>(call).await? == 1)
     }
 
@@ -374,7 +379,7 @@ impl Semaphore {
     pub async fn drain_permits(&self) -> Result<i64> {
         self.obj.checked()?;
         let mut call = SEMAPHORE_DRAIN.prepare_invoke();
-        call.key(&*self.obj.name);
+        call.key(self.obj.name());
         self.obj.run(call).await
     }
 
@@ -382,7 +387,7 @@ impl Semaphore {
         let subject = self.obj.subject("semaphore");
         telemetry::acquire(
             subject,
-            &self.obj.name,
+            self.obj.shared_name(),
             || self.take_in(permits, wait),
             |got| *got,
         )
@@ -393,19 +398,17 @@ impl Semaphore {
     async fn take_in(&self, permits: u32, wait: Option<Duration>) -> Result<bool> {
         self.obj.checked()?;
         let permits = args::permits(permits)?;
-        let limits = Wait::new(&self.obj.client, wait)?;
+        let limits = self.obj.wait_limits(wait)?;
         let runtime = runtime()?;
         // One request id for the whole wait (renewed when it grows old): a
         // resend after a lost reply takes the permits once.
         let slot = RequestSlot::default();
         let attempt = || self.try_take(permits, &slot, limits.resend_until, runtime.clone());
         let channel = Channel {
-            name: keys::semaphore_channel(&self.obj.name),
+            name: keys::semaphore_channel(self.obj.shared_name()),
             broadcast: true,
         };
-        Ok(wait_on(&self.obj.client, channel, limits, attempt)
-            .await?
-            .is_some())
+        Ok(self.obj.wait_on(channel, limits, attempt).await?.is_some())
     }
 
     /// One attempt of the wait's request to take `permits` (resent on a
@@ -418,17 +421,9 @@ impl Semaphore {
         resend_until: Option<Instant>,
         runtime: Handle,
     ) -> Result<Tried<()>> {
-        let new = || {
-            Request::new(
-                &self.obj.client,
-                &self.obj.name,
-                Permits(permits),
-                0,
-                runtime.clone(),
-            )
-        };
+        let new = || Request::new(&self.obj, Permits(permits), 0, runtime.clone());
         let request = slot.get(0, new).await.map_err(|e| self.obj.error(e))?;
-        let name = Arc::clone(&self.obj.name);
+        let name = Arc::clone(self.obj.shared_name());
         let build = move |latch: &str, latch_ttl: u64, deadline: u64| {
             let mut call = SEMAPHORE_ACQUIRE.prepare_invoke();
             call.key(&*name)
@@ -456,8 +451,7 @@ impl Semaphore {
             Err(err) => return Err(self.obj.error(err)),
         }
         // Given back should this attempt be dropped before it returns.
-        let (client, name) = (&self.obj.client, &self.obj.name);
-        let taken = Unclaimed::new(client, name, Permits(permits), runtime);
+        let taken = Unclaimed::new(&self.obj, Permits(permits), runtime);
         let give_back = |taken: Unclaimed<Permits>| taken.give_back(GiveBack::Unsynced);
         let latch = slot.latch();
         let kept = self.obj.keep_if_synced(latch.as_deref(), taken, give_back);
@@ -479,8 +473,7 @@ struct Permits(u32);
 impl Taken for Permits {
     async fn give_back(
         &self,
-        client: &Client,
-        name: &str,
+        semaphore: &Object,
         _lasts: Lasts,
         _granted: GrantedIn,
         // Permits are no holds of an owner: a give-back takes back only
@@ -488,54 +481,34 @@ impl Taken for Permits {
         _grant: Option<&Arc<Latch>>,
         why: GiveBack,
     ) {
-        let permits = self.0;
-        let latch = keys::unlock_latch(name, &client.request_id());
+        let (permits, name) = (self.0, semaphore.name());
+        let latch = keys::unlock_latch(name, &semaphore.request_id());
         let channel = keys::semaphore_channel(name);
         let mut sends = 0;
         let send = |latch_ttl: u64| {
             sends += 1;
-            let mut conn = client.conn();
+            let mut conn = semaphore.conn();
             let mut call = SEMAPHORE_GIVE_BACK.prepare_invoke();
             call.key(name)
                 .key(&channel)
                 .key(&latch)
                 .arg(permits)
-                .arg(client.publish())
+                .arg(semaphore.publish())
                 .arg(latch_ttl);
             async move { call.invoke_async::<i64>(&mut conn).await }
         };
         let until = Instant::now() + NEVER_EXPIRES;
-        match resend_until(client.config(), name, until, send).await {
+        match resend_until(semaphore.config(), name, until, send).await {
             // Kept to its TTL after a failed send, which may still reach
             // Redis and must find it (or add the permits twice).
             Ok(_) if sends > 1 => {}
-            Ok(_) => client.sweeper().discard(latch),
+            Ok(_) => semaphore.discard_latch(latch),
             Err(err) => {
                 tracing::warn!(semaphore = %name, permits, error = %err, why = why.why(),
                     "could not give back permits an acquire took");
             }
         }
     }
-}
-
-/// Adds `permits` (negative: takes them away) to the semaphore `name` and
-/// publishes the new count; only if it exists when `if_exists`. The new
-/// count, `None` when it did not exist.
-async fn give(
-    client: &Client,
-    name: &str,
-    permits: i64,
-    if_exists: bool,
-) -> redis::RedisResult<Option<i64>> {
-    let mut conn = client.conn();
-    SEMAPHORE_RELEASE
-        .key(name)
-        .key(keys::semaphore_channel(name))
-        .arg(permits)
-        .arg(client.publish())
-        .arg(if if_exists { "1" } else { "0" })
-        .invoke_async::<Option<i64>>(&mut conn)
-        .await
 }
 
 // `Client::semaphore`, beside the handle (the client never names it).

@@ -13,8 +13,8 @@ use tokio::time::Instant;
 use crate::client::conn::Conn;
 use crate::engine::finish::{spawn_to_end, Finish};
 use crate::engine::keys;
+use crate::engine::object::Object;
 use crate::error::is_connection_failure;
-use crate::Client;
 
 use super::give_back::{GiveBack, GrantedIn, Lasts, Taken};
 use super::latch::Latch;
@@ -46,8 +46,7 @@ pub(crate) const LATE: i64 = -5;
 /// outcome is unknown is settled once, when its last user lets it go (the
 /// wait, or an attempt finishing in the background).
 pub(crate) struct Request<T: Taken> {
-    client: Client,
-    name: Arc<str>,
+    on: Object,
     taken: Arc<T>,
     /// The acquire latch.
     pub(crate) latch: Arc<Latch>,
@@ -75,18 +74,12 @@ struct Outcome {
 impl<T: Taken> Request<T> {
     /// A new request on `name` whose sends set at most `ttl_ms` (0 when
     /// what they take does not expire).
-    pub(crate) fn new(
-        client: &Client,
-        name: &Arc<str>,
-        taken: T,
-        ttl_ms: u64,
-        runtime: Handle,
-    ) -> Self {
+    pub(crate) fn new(on: &Object, taken: T, ttl_ms: u64, runtime: Handle) -> Self {
+        let (client, name) = (on.client(), on.shared_name());
         let latch = keys::acquire_latch(name, &client.request_id());
         let latch_ttl = Self::latch_ttl(client.config(), ttl_ms);
         Request {
-            client: client.clone(),
-            name: Arc::clone(name),
+            on: on.clone(),
             taken: Arc::new(taken),
             latch: Arc::new(Latch::new(client, name, latch, latch_ttl, runtime.clone())),
             born: Instant::now(),
@@ -130,7 +123,7 @@ impl<T: Taken> Request<T> {
     /// a lost send, within that send's TTL (while what it may have taken
     /// still stands, a resend's "granted" means that).
     fn reusable(&self, ttl_ms: u64) -> bool {
-        let config = self.client.config();
+        let config = self.on.config();
         let outcome = self.outcome.lock().unwrap_or_else(|p| p.into_inner());
         let window = config.unlock_latch_ttl_ms();
         let limit = match outcome.lost.and_then(Lasts::ms) {
@@ -177,7 +170,7 @@ impl<T: Taken> Request<T> {
     /// what a lost send took. A connection failure leaves it unsettled
     /// (its drop, or the next call, tries again).
     async fn settle_now(&self) -> redis::RedisResult<()> {
-        let mut conn = self.client.conn();
+        let mut conn = self.on.conn();
         let granted = cancel(&mut conn, &self.latch.key, self.latch.ttl).await?;
         let lost = {
             let mut outcome = self.outcome.lock().unwrap_or_else(|p| p.into_inner());
@@ -187,16 +180,16 @@ impl<T: Taken> Request<T> {
             let lost = grant_lasts(lost, granted);
             // The request no longer says it is unsettled: once started, the
             // give-back goes on in the background if this call is dropped.
-            let (client, name) = (self.client.clone(), Arc::clone(&self.name));
+            let on = self.on.clone();
             let taken = Arc::clone(&self.taken);
             let latch = Arc::new(Latch::new(
-                &self.client,
-                &self.name,
+                self.on.client(),
+                self.on.shared_name(),
                 self.latch.key.clone(),
                 self.latch.ttl,
                 self.runtime.clone(),
             ));
-            let give_back = give_back_lost(client, name, taken, lost, latch);
+            let give_back = give_back_lost(on, taken, lost, latch);
             Finish::detached(self.runtime.clone(), give_back).await;
         }
         Ok(())
@@ -229,24 +222,15 @@ impl<T: Taken> Drop for Request<T> {
         // Nobody sends it any more (a send that timed out may still wait
         // in Redis: the settle comes later on the same connection): settle
         // whether one was granted, and give back what it took.
-        let (client, name, taken) = (
-            self.client.clone(),
-            Arc::clone(&self.name),
-            Arc::clone(&self.taken),
-        );
+        let (on, taken) = (self.on.clone(), Arc::clone(&self.taken));
         let (latch, latch_ttl) = (self.latch.key.clone(), self.latch.ttl);
         // Finished even when the runtime shuts down first (see
         // `spawn_to_end`): settling twice is harmless.
         let runtime = self.runtime.clone();
-        let (conn, reconnect) = (self.client.conn(), self.client.reconnect());
+        let (conn, reconnect) = (self.on.conn(), self.on.client().reconnect());
         spawn_to_end(conn, reconnect, &runtime, move |conn| {
-            let (client, name, taken, latch) = (
-                client.clone(),
-                Arc::clone(&name),
-                Arc::clone(&taken),
-                latch.clone(),
-            );
-            settle_lost(client, conn, name, taken, lost, latch, latch_ttl)
+            let (on, taken, latch) = (on.clone(), Arc::clone(&taken), latch.clone());
+            settle_lost(on, conn, taken, lost, latch, latch_ttl)
         });
     }
 }
@@ -364,7 +348,7 @@ where
     T: Taken,
     Fut: Future<Output = redis::RedisResult<R>>,
 {
-    let client = &request.client;
+    let client = request.on.client();
     // A lost reply is sent again within the wait (for a one-attempt call,
     // within one response timeout of it: see `Wait`), so that one dropped
     // connection does not fail it, and a server that does not answer costs
@@ -374,7 +358,7 @@ where
     let reply = resend(
         Resend::awaited(client.config()),
         "acquire",
-        &request.name,
+        request.on.name(),
         go_on,
         move |_| async move {
             // When this send's caller gives up on its reply, by the
@@ -464,7 +448,7 @@ where
     let taken = Arc::clone(&request.taken);
     // This send's own TTL (`lasts`), not the request's first: the attempts
     // of one wait share the request, and a later one may set a longer TTL.
-    let (client, name) = (request.client.clone(), Arc::clone(&request.name));
+    let on = request.on.clone();
     let asked = Arc::clone(&request);
     let send = async move {
         let (build, decode) = (&build, &decode);
@@ -488,12 +472,12 @@ where
         drop(asked);
         if was_granted {
             let granted = match T::WANTS_GRANT_TIME {
-                true => on_server(&client, &latch.key, latch.ttl, granted).await,
+                true => on_server(on.client(), &latch.key, latch.ttl, granted).await,
                 false => granted,
             };
             let why = GiveBack::CallerLeft;
             taken
-                .give_back(&client, &name, lasts, granted, Some(&latch), why)
+                .give_back(&on, lasts, granted, Some(&latch), why)
                 .await;
         }
         drop(latch);

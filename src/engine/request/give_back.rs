@@ -18,8 +18,8 @@ use tokio::time::Instant;
 use super::resend::{resend, Resend};
 use crate::config::Config;
 use crate::engine::finish::Finish;
+use crate::engine::object::Object;
 use crate::engine::watchdog::drift_margin;
-use crate::Client;
 
 use super::latch::Latch;
 
@@ -154,7 +154,7 @@ pub(crate) trait Taken: Send + Sync + 'static {
     /// clock (a lock's hold); permits stand alone.
     const WANTS_GRANT_TIME: bool = false;
 
-    /// Undoes one grant of the request on `name`; `lasts` is how long the
+    /// Undoes one grant of the request on `on`; `lasts` is how long the
     /// longest grant of a send of it lasts (a lock's give-back restores it
     /// as the TTL), and `granted` when it began to (no earlier than the
     /// first send that may have taken it): a lock's hold surely stands
@@ -167,8 +167,7 @@ pub(crate) trait Taken: Send + Sync + 'static {
     /// its own failure, saying `why`.
     fn give_back(
         &self,
-        client: &Client,
-        name: &str,
+        on: &Object,
         lasts: Lasts,
         granted: GrantedIn,
         grant: Option<&Arc<Latch>>,
@@ -183,17 +182,15 @@ pub(crate) trait Taken: Send + Sync + 'static {
 /// semaphores' permits): its give-back says [`Lasts::UntilReleased`], and
 /// a lock's hold, which restores a TTL, does not go through it.
 pub(crate) struct Unclaimed<T: Taken> {
-    client: Client,
-    name: Arc<str>,
+    on: Object,
     taken: Option<T>,
     runtime: Handle,
 }
 
 impl<T: Taken> Unclaimed<T> {
-    pub(crate) fn new(client: &Client, name: &Arc<str>, taken: T, runtime: Handle) -> Self {
+    pub(crate) fn new(on: &Object, taken: T, runtime: Handle) -> Self {
         Unclaimed {
-            client: client.clone(),
-            name: Arc::clone(name),
+            on: on.clone(),
             taken: Some(taken),
             runtime,
         }
@@ -207,41 +204,28 @@ impl<T: Taken> Unclaimed<T> {
     /// Gives it back now, for `why`; cancel safe (once started, the
     /// give-back goes on in the background).
     pub(crate) async fn give_back(mut self, why: GiveBack) {
-        if let Some(taken) = self.taken.take() {
-            let (client, name) = (self.client.clone(), Arc::clone(&self.name));
-            let give_back = async move {
-                taken
-                    .give_back(
-                        &client,
-                        &name,
-                        Lasts::UntilReleased,
-                        GrantedIn::at(Instant::now()),
-                        None,
-                        why,
-                    )
-                    .await
-            };
+        if let Some(give_back) = self.giving_back(why) {
             Finish::detached(self.runtime.clone(), give_back).await;
         }
+    }
+
+    /// The give-back of what it holds still, for `why`.
+    fn giving_back(&mut self, why: GiveBack) -> Option<impl Future<Output = ()> + Send + 'static> {
+        let taken = self.taken.take()?;
+        let on = self.on.clone();
+        Some(async move {
+            let granted = GrantedIn::at(Instant::now());
+            taken
+                .give_back(&on, Lasts::UntilReleased, granted, None, why)
+                .await
+        })
     }
 }
 
 impl<T: Taken> Drop for Unclaimed<T> {
     fn drop(&mut self) {
-        if let Some(taken) = self.taken.take() {
-            let (client, name) = (self.client.clone(), Arc::clone(&self.name));
-            self.runtime.spawn(async move {
-                taken
-                    .give_back(
-                        &client,
-                        &name,
-                        Lasts::UntilReleased,
-                        GrantedIn::at(Instant::now()),
-                        None,
-                        GiveBack::CallerLeft,
-                    )
-                    .await;
-            });
+        if let Some(give_back) = self.giving_back(GiveBack::CallerLeft) {
+            self.runtime.spawn(give_back);
         }
     }
 }

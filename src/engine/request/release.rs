@@ -125,7 +125,7 @@ pub(crate) async fn release(
         stands,
         resend: how,
     } = *release;
-    let (client, name) = (&obj.client, &*obj.name);
+    let (client, name) = (obj.client(), obj.name());
     let config = client.config();
     let latch = keys::unlock_latch(name, request_id);
     let until = Until(Mutex::new(surely_ended(
@@ -134,7 +134,7 @@ pub(crate) async fn release(
         Duration::from_millis(lease_ms),
     )));
     let watched = (how == Resend::UntilExpired)
-        .then(|| HoldKey::new(obj.name.clone(), std::sync::Arc::from(owner)));
+        .then(|| HoldKey::new(obj.shared_name().clone(), std::sync::Arc::from(owner)));
     let policy = match how {
         Resend::Bounded => super::Resend::awaited(config),
         Resend::UntilExpired => super::Resend::until_through(),

@@ -9,6 +9,7 @@ use tokio::runtime::Handle;
 use tokio::time::Instant;
 
 use crate::client::conn::Conn;
+use crate::engine::object::Object;
 use crate::engine::scripts::{ACQUIRE_CANCEL, ACQUIRE_GRANTED};
 use crate::error::is_connection_failure;
 use crate::Client;
@@ -114,25 +115,19 @@ pub(super) fn grant_lasts(
 /// give-back parked for later (see `give_back_hold`) keeps the latch as it
 /// is, and it is closed when that one goes.
 pub(super) async fn give_back_lost<T: Taken>(
-    client: Client,
-    name: Arc<str>,
+    on: Object,
     taken: Arc<T>,
     (lasts, granted): (Lasts, GrantedIn),
     latch: Arc<Latch>,
 ) {
+    let name = on.name();
     tracing::debug!(%name, "an acquire whose reply was lost was granted; giving it back");
+    let why = GiveBack::ReplyLost;
     taken
-        .give_back(
-            &client,
-            &name,
-            lasts,
-            granted,
-            Some(&latch),
-            GiveBack::ReplyLost,
-        )
+        .give_back(&on, lasts, granted, Some(&latch), why)
         .await;
     match Arc::try_unwrap(latch) {
-        Ok(latch) => close(&client, &name, &latch.key, latch.ttl).await,
+        Ok(latch) => close(on.client(), name, &latch.key, latch.ttl).await,
         Err(parked) => parked.retire_when_let_go(true),
     }
 }
@@ -141,14 +136,14 @@ pub(super) async fn give_back_lost<T: Taken>(
 /// nobody sends it any more: [`cancel`], tried on the `SETTLE_LOST`
 /// schedule for as long as the latch lives, and a grant found given back.
 pub(super) async fn settle_lost<T: Taken>(
-    client: Client,
+    on: Object,
     conn: Conn,
-    name: Arc<str>,
     taken: Arc<T>,
     lost: (Lasts, Instant),
     latch: String,
     latch_ttl: u64,
 ) {
+    let name = Arc::clone(on.shared_name());
     let deadline = Instant::now() + Duration::from_millis(latch_ttl);
     let go_on = |_: &redis::RedisError| Instant::now() < deadline;
     let (conn, latch_key) = (&conn, latch.as_str());
@@ -168,13 +163,13 @@ pub(super) async fn settle_lost<T: Taken>(
         Ok(Some(granted)) => {
             let lost = grant_lasts(lost, granted);
             let latch = Arc::new(Latch::new(
-                &client,
-                &name,
+                on.client(),
+                on.shared_name(),
                 latch,
                 latch_ttl,
                 Handle::current(),
             ));
-            give_back_lost(client, name, taken, lost, latch).await;
+            give_back_lost(on, taken, lost, latch).await;
         }
         Err(err) if is_connection_failure(&err) => {
             tracing::warn!(%name, error = %err,

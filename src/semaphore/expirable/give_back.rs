@@ -6,19 +6,19 @@ use super::*;
 /// One call of the script, with the arguments of `op`: `ids` (their raw
 /// bytes, concatenated) and `number` (a lease in ms, or the total).
 pub(super) fn call(
-    client: &Client,
-    name: &str,
+    semaphore: &Object,
     op: &str,
     ids: &[PermitId],
     number: u64,
 ) -> redis::ScriptInvocation<'static> {
+    let name = semaphore.name();
     let mut invocation = EXPIRABLE.prepare_invoke();
     invocation
         .key(name)
         .key(keys::permit_timeouts(name))
         .key(keys::semaphore_channel(name))
         .arg(op)
-        .arg(client.publish())
+        .arg(semaphore.publish())
         .arg(ids.iter().flat_map(|id| id.0).collect::<Vec<u8>>())
         .arg(number)
         .arg(NO_EXPIRY);
@@ -38,14 +38,14 @@ pub(super) async fn give_back(
     ids: &[PermitId],
     until: Option<Instant>,
 ) -> Result<Option<PermitId>> {
-    let (client, name) = (&semaphore.client, &*semaphore.name);
+    let name = semaphore.name();
     let send = |_| {
         let mut conn = semaphore.conn();
-        let release = call(client, name, "release", ids, 0);
+        let release = call(semaphore, "release", ids, 0);
         async move { release.invoke_async::<i64>(&mut conn).await }
     };
     let released = match until {
-        Some(until) => resend_until(client.config(), name, until, send).await,
+        Some(until) => resend_until(semaphore.config(), name, until, send).await,
         None => send(0).await,
     };
     let released = released.map_err(|e| semaphore.error(e))?;
@@ -78,8 +78,7 @@ impl PermitsOut {
 impl Taken for PermitsOut {
     async fn give_back(
         &self,
-        client: &Client,
-        name: &str,
+        semaphore: &Object,
         _lasts: Lasts,
         _granted: GrantedIn,
         // Permits are no holds of an owner: a give-back takes back only
@@ -90,12 +89,12 @@ impl Taken for PermitsOut {
         // The grant came before this: its lease ends by then.
         let now = Instant::now();
         let until = match self.lease_ms {
-            Some(ms) => surely_ended(client.config(), now, Duration::from_millis(ms)),
+            Some(ms) => surely_ended(semaphore.config(), now, Duration::from_millis(ms)),
             None => now + NEVER_EXPIRES,
         };
-        let semaphore = Object::new(client.clone(), name.to_owned(), "semaphore");
+        let name = semaphore.name();
         for &id in &self.ids {
-            if let Err(err) = give_back(&semaphore, &[id], Some(until)).await {
+            if let Err(err) = give_back(semaphore, &[id], Some(until)).await {
                 tracing::warn!(semaphore = %name, permit = %id, error = %err, why = why.why(),
                     "could not give back a permit an acquire took");
             }

@@ -19,7 +19,7 @@ use crate::engine::request::{
     Unclaimed,
 };
 use crate::engine::telemetry;
-use crate::engine::waiting::{wait_on, Channel, Tried, Wait};
+use crate::engine::waiting::{Channel, Tried};
 use crate::engine::{keys, scripts::EXPIRABLE};
 use crate::{Client, Error, Result};
 
@@ -85,7 +85,7 @@ pub struct PermitExpirableSemaphore {
 impl fmt::Debug for PermitExpirableSemaphore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("PermitExpirableSemaphore")
-            .field("name", &self.obj.name)
+            .field("name", self.obj.shared_name())
             .finish_non_exhaustive()
     }
 }
@@ -99,7 +99,7 @@ impl PermitExpirableSemaphore {
 
     /// The semaphore's name, which is also its key.
     pub fn name(&self) -> &str {
-        &self.obj.name
+        self.obj.shared_name()
     }
 
     /// Sets the number of permits, if the semaphore is not set yet; whether
@@ -133,7 +133,7 @@ impl PermitExpirableSemaphore {
     /// The count of available permits alone: the key and channel of a
     /// plain [`Semaphore`](crate::Semaphore) of the same name.
     fn counter(&self) -> crate::Semaphore {
-        crate::Semaphore::new(self.obj.client.clone(), self.obj.name.to_string())
+        crate::Semaphore::new(self.obj.client().clone(), self.obj.name().to_string())
     }
 
     /// Takes one permit without a lease, waiting as long as it takes. The
@@ -526,13 +526,13 @@ impl PermitExpirableSemaphore {
 
     /// Runs `op` to its end, even if the caller leaves.
     async fn run(&self, op: &'static str, ids: &[PermitId], number: u64) -> Result<i64> {
-        let call = call(&self.obj.client, &self.obj.name, op, ids, number);
+        let call = call(&self.obj, op, ids, number);
         self.obj.run(call).await
     }
 
     fn not_out(&self, id: PermitId) -> Error {
         Error::PermitNotOut {
-            name: self.obj.name.to_string(),
+            name: self.obj.name().to_string(),
             permit: id.to_string(),
         }
     }

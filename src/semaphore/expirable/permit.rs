@@ -69,8 +69,8 @@ pub struct Permit {
 }
 
 pub(super) struct PermitHold {
-    pub(super) client: Client,
-    pub(super) name: Arc<str>,
+    /// The semaphore the permit is of.
+    pub(super) semaphore: Object,
     pub(super) runtime: Handle,
     /// When it was granted, for the hold-time figure.
     #[cfg(feature = "metrics")]
@@ -78,22 +78,12 @@ pub(super) struct PermitHold {
 }
 
 impl PermitHold {
-    /// The semaphore the permit is of, its calls on the client's
-    /// connection.
-    fn semaphore(&self) -> Object {
-        Object::named(self.client.clone(), Arc::clone(&self.name), "semaphore")
-    }
-
     /// Reports the hold's time, once it is given back.
     fn released(&self) {
         #[cfg(feature = "metrics")]
         {
-            let object = self.client.config();
             telemetry::released(
-                telemetry::Subject {
-                    kind: EXPIRABLE_KIND,
-                    name: object.metric_lock_names.then_some(&*self.name),
-                },
+                self.semaphore.subject(EXPIRABLE_KIND),
                 self.granted.elapsed(),
             );
         }
@@ -104,7 +94,7 @@ impl fmt::Debug for Permit {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Permit")
             .field("id", &self.id)
-            .field("semaphore", &self.hold.as_ref().map(|h| &h.name))
+            .field("semaphore", &self.hold.as_ref().map(|h| h.semaphore.name()))
             .field("expires", &self.expires)
             .finish()
     }
@@ -119,7 +109,7 @@ impl Permit {
     /// The name of the semaphore it came from (as a guard's
     /// [`name`](crate::LockGuard::name)).
     pub fn name(&self) -> &str {
-        self.hold.as_ref().map_or("", |h| &h.name)
+        self.hold.as_ref().map_or("", |h| h.semaphore.name())
     }
 
     /// How long until its lease ends, by this process's clock: counted
@@ -158,11 +148,10 @@ impl Permit {
             return Ok(());
         };
         let id = self.id;
-        let name = Arc::clone(&hold.name);
+        let semaphore = hold.semaphore.clone();
         let runtime = hold.runtime.clone();
-        let client = hold.client.clone();
         let release = async move {
-            let given = give_back(&hold.semaphore(), &[id], None).await;
+            let given = give_back(&hold.semaphore, &[id], None).await;
             if let Ok(None) = given {
                 hold.released();
             }
@@ -170,13 +159,11 @@ impl Permit {
         };
         match Finish::detached(runtime, release).await? {
             None => {
-                Object::new(client, name.to_string(), "semaphore")
-                    .release_synced()
-                    .await;
+                semaphore.release_synced().await;
                 Ok(())
             }
             Some(_) => Err(Error::PermitNotOut {
-                name: name.to_string(),
+                name: semaphore.name().to_string(),
                 permit: id.to_string(),
             }),
         }
@@ -193,13 +180,13 @@ impl Permit {
             return Ok(());
         };
         let until = self.dropped_until(&hold);
-        match give_back(&hold.semaphore(), &[self.id], Some(until)).await? {
+        match give_back(&hold.semaphore, &[self.id], Some(until)).await? {
             None => {
                 hold.released();
                 Ok(())
             }
             Some(id) => Err(Error::PermitNotOut {
-                name: hold.name.to_string(),
+                name: hold.semaphore.name().to_string(),
                 permit: id.to_string(),
             }),
         }
@@ -210,7 +197,7 @@ impl Permit {
     /// before the server's; a reply in flight and a drift margin more on
     /// the server), or for [`NEVER_EXPIRES`] without a lease.
     fn dropped_until(&self, hold: &PermitHold) -> Instant {
-        let config = &hold.client.config();
+        let config = hold.semaphore.config();
         match self.expires {
             Some(at) => at + config.response_timeout + Duration::from_secs(2),
             None => Instant::now() + NEVER_EXPIRES,
@@ -228,7 +215,7 @@ impl Drop for Permit {
         // Nobody waits on it: resent until it gets through, or until the
         // lease has surely ended.
         let until = self.dropped_until(&hold);
-        let semaphore = hold.semaphore();
+        let semaphore = hold.semaphore.clone();
         let hold = Arc::new(hold);
         // Finished even when the runtime shuts down first (see
         // `Object::spawn_to_end`): a program that returns normally leaves
@@ -238,9 +225,9 @@ impl Drop for Permit {
             async move {
                 match give_back(&semaphore, &[id], Some(until)).await {
                     Ok(None) => hold.released(),
-                    Ok(Some(_)) => tracing::debug!(semaphore = %hold.name, permit = %id,
+                    Ok(Some(_)) => tracing::debug!(semaphore = %hold.semaphore.name(), permit = %id,
                         "dropped permit had expired already"),
-                    Err(err) => tracing::warn!(semaphore = %hold.name, permit = %id, error = %err,
+                    Err(err) => tracing::warn!(semaphore = %hold.semaphore.name(), permit = %id, error = %err,
                         "could not release a dropped permit"),
                 }
             }

@@ -23,7 +23,7 @@ impl PermitExpirableSemaphore {
     ) -> Result<Option<Vec<Permit>>> {
         let subject = self.obj.subject(EXPIRABLE_KIND);
         let take = || self.take_many_in(n, wait, lease);
-        telemetry::acquire(subject, &self.obj.name, take, Option::is_some).await
+        telemetry::acquire(subject, self.obj.shared_name(), take, Option::is_some).await
     }
 
     /// [`PermitExpirableSemaphore::take_many`], inside its span.
@@ -43,17 +43,17 @@ impl PermitExpirableSemaphore {
         let lease_ms = lease
             .map(|lease| args::duration("lease", lease, MAX_DURATION))
             .transpose()?;
-        let limits = Wait::new(&self.obj.client, wait)?;
+        let limits = self.obj.wait_limits(wait)?;
         let runtime = runtime()?;
         // One request (and its permit ids) for the whole wait, renewed when
         // it grows old: a resend after a lost reply takes the permits once.
         let slot = RequestSlot::default();
         let attempt = || self.try_take(n, lease_ms, &slot, limits.resend_until, runtime.clone());
         let channel = Channel {
-            name: keys::semaphore_channel(&self.obj.name),
+            name: keys::semaphore_channel(self.obj.shared_name()),
             broadcast: true,
         };
-        wait_on(&self.obj.client, channel, limits, attempt).await
+        self.obj.wait_on(channel, limits, attempt).await
     }
 
     /// One attempt of the wait's request to take `n` permits under the
@@ -72,25 +72,15 @@ impl PermitExpirableSemaphore {
         let ttl_ms = lease_ms.unwrap_or(0);
         let new = || {
             let out = PermitsOut::new((0..n).map(|_| PermitId::random()).collect(), lease_ms);
-            Request::new(
-                &self.obj.client,
-                &self.obj.name,
-                out,
-                ttl_ms,
-                runtime.clone(),
-            )
+            Request::new(&self.obj, out, ttl_ms, runtime.clone())
         };
         let request = slot.get(ttl_ms, new).await.map_err(|e| self.obj.error(e))?;
         let ids = request.taken().ids.clone();
         let (sent, this) = (Instant::now(), Arc::clone(&request));
-        let (client, name, build_ids) = (
-            self.obj.client.clone(),
-            Arc::clone(&self.obj.name),
-            ids.clone(),
-        );
+        let (semaphore, build_ids) = (self.obj.clone(), ids.clone());
         let build = move |latch: &str, latch_ttl: u64, deadline: u64| {
             let lease = lease_ms.unwrap_or(0);
-            let mut call = call(&client, &name, "acquire", &build_ids, lease);
+            let mut call = call(&semaphore, "acquire", &build_ids, lease);
             call.key(latch).arg(latch_ttl).arg(deadline);
             call
         };
@@ -112,9 +102,8 @@ impl PermitExpirableSemaphore {
             .map_err(|e| self.obj.error(e))?;
         if reply.is_none() {
             // Given back should this attempt be dropped before it returns.
-            let (client, name) = (&self.obj.client, &self.obj.name);
             let out = PermitsOut::new(ids.clone(), lease_ms);
-            let taken = Unclaimed::new(client, name, out, runtime.clone());
+            let taken = Unclaimed::new(&self.obj, out, runtime.clone());
             let give_back = |taken: Unclaimed<PermitsOut>| taken.give_back(GiveBack::Unsynced);
             let latch = slot.latch();
             match self
@@ -135,8 +124,7 @@ impl PermitExpirableSemaphore {
                 ids.iter()
                     .map(|&id| Permit {
                         hold: Some(PermitHold {
-                            client: self.obj.client.clone(),
-                            name: Arc::clone(&self.obj.name),
+                            semaphore: self.obj.clone(),
                             runtime: runtime.clone(),
                             #[cfg(feature = "metrics")]
                             granted: std::time::Instant::now(),
@@ -151,7 +139,7 @@ impl PermitExpirableSemaphore {
             // was lost settles its old request at its next try, which must
             // come while the request's latch lives (see `Request`).
             Some(ms) if ms > 0 => Tried::Again(Some(
-                Duration::from_millis(ms as u64).min(self.obj.client.config().renewal_interval()),
+                Duration::from_millis(ms as u64).min(self.obj.config().renewal_interval()),
             )),
             Some(_) => Tried::Again(None),
         })
