@@ -275,8 +275,11 @@ async fn dropped_acquires_over_a_cutting_network_leave_nothing_behind() {
             .collect::<Vec<_>>()
     };
     // A hold whose awaited unlock failed (every send met a cut), or whose
-    // give-back failed (logged), stays until its lease ends, as
-    // documented; the keys of its lock may stay that long, and no other.
+    // give-back or dropped guard's release failed (logged: every send
+    // until its lease ran out met a cut or timed out), stays until its
+    // lease ends, as documented; the keys of its lock may stay that long
+    // (as long as the longest lease of its owner's other holds on it, the
+    // TTL their releases and re-entries set), and no other.
     let unlock_failed = |k: &String| {
         tally
             .failed_unlocks

@@ -87,10 +87,11 @@ pub(crate) fn init_tracing() {
         .try_init();
 }
 
-/// The names of the locks and semaphores whose give-back of a grant failed
-/// in this process so far (the library's warning "could not give back
-/// ...": what the grant took stays until its lease ends, as documented),
-/// once [`init_tracing`] has run.
+/// The names of the locks and semaphores whose give-back of a grant, or
+/// whose release of a dropped guard, failed in this process so far (the
+/// library's warnings "could not give back ..." and "release of a dropped
+/// guard failed ...": what the grant or the guard held stays until its
+/// lease ends, as documented), once [`init_tracing`] has run.
 #[allow(dead_code)]
 pub(crate) fn failed_give_backs() -> std::collections::BTreeSet<String> {
     FAILED_GIVE_BACKS.lock().unwrap().clone()
@@ -123,10 +124,13 @@ impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for GiveBackFailures {
         }
         let mut fields = Fields::default();
         event.record(&mut fields);
-        if let (true, Some(name)) = (
-            fields.message.starts_with("could not give back"),
-            fields.name,
-        ) {
+        // A give-back, or a dropped guard's release, that never got
+        // through: the hold stays until its lease ends (as documented).
+        let failed = fields.message.starts_with("could not give back")
+            || fields
+                .message
+                .starts_with("release of a dropped guard failed");
+        if let (true, Some(name)) = (failed, fields.name) {
             FAILED_GIVE_BACKS.lock().unwrap().insert(name);
         }
     }
