@@ -151,9 +151,11 @@ impl Job {
     ///
     /// # Errors
     /// As [`crate::Job::run`] (bad settings are refused before anything is
-    /// sent), and [`Error::Blocking`] when the call cannot be run: before
-    /// `work` ran, the lock is then let go; after it, the release goes on
-    /// in the background and what `work` returned is lost.
+    /// sent), and [`Error::Blocking`] when the call cannot be run, or
+    /// [`Error::RuntimeGone`] when the client's runtime shut down under
+    /// it: before `work` ran, the lock is then let go; after it, the
+    /// release goes on in the background and what `work` returned is
+    /// lost.
     pub fn run<T>(&self, work: impl FnOnce(&JobLease) -> T) -> Result<JobRun<T>> {
         let handle = self.rt.handle().ok_or(Error::RuntimeGone)?;
         // The async run goes on the runtime, as a task; its work only hands

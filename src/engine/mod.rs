@@ -28,7 +28,7 @@
 //!   and a million of them renew at the default timeout with about 6% of one
 //!   core (figures in `docs/benchmarks.md`).
 //! - Waiters on one lock name share one subscription per client
-//!   (`Client::subscriptions`). An unlock message `0` wakes one of them, so
+//!   (the `ferrisson_subscriptions` gauge). An unlock message `0` wakes one of them, so
 //!   one release costs about one acquire attempt.
 //! - Each release's unlock latch is deleted afterwards, as Redisson does, but in
 //!   batches: one DEL of up to 512 latches every 5 ms at most, rather than a
