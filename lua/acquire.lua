@@ -13,7 +13,8 @@
 --          none)
 --
 -- Replies nil when the owner now holds the lock: the hold count was raised by
--- one, the key's TTL set to the lease, and the latch written. Otherwise
+-- one, the key's TTL set to the lease (raised to it, on a re-entry), and the
+-- latch written. Otherwise
 -- replies the key's PTTL in milliseconds (-1 when the key has no TTL), and
 -- changes nothing. A resend of a granted request (its latch exists) changes
 -- nothing: it replies nil while the owner still holds the lock, else -2
@@ -90,11 +91,15 @@ end
 if redis.pcall('hexists', KEYS[1], ARGV[2]) ~= 1 then
     return not_a_lock(KEYS[1]) or redis.call('pttl', KEYS[1])
 end
--- The owner holds it: a re-entry.
+-- The owner holds it: a re-entry. It raises the TTL, never lowers it: the
+-- owner's holds share it, and an acquire that reaches Redis late (one its
+-- caller gave up on) must not cut a later hold's longer lease short.
 if ARGV[4] == '0' then
     return -4
 end
 redis.call('hincrby', KEYS[1], ARGV[2], 1)
-redis.call('pexpire', KEYS[1], ARGV[1])
+if redis.call('pttl', KEYS[1]) < tonumber(ARGV[1]) then
+    redis.call('pexpire', KEYS[1], ARGV[1])
+end
 redis.call('set', KEYS[2], 1, 'px', ARGV[3])
 return nil

@@ -140,8 +140,11 @@ if redis.call('exists', KEYS[1]) == 0
     return nil
 end
 if redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
+    -- A re-entry raises the TTL, never lowers it (see acquire.lua).
     redis.call('hincrby', KEYS[1], ARGV[2], 1)
-    redis.call('pexpire', KEYS[1], ARGV[1])
+    if redis.call('pttl', KEYS[1]) < tonumber(ARGV[1]) then
+        redis.call('pexpire', KEYS[1], ARGV[1])
+    end
     redis.call('set', KEYS[4], 1, 'px', ARGV[5])
     return nil
 end

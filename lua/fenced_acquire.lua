@@ -12,8 +12,8 @@
 --          none)
 --
 -- Replies {1, token} when the owner now holds the lock: the hold count was
--- raised by one, the key's TTL set to the lease, the counter raised (re-entry
--- included) and the latch set to the token, the counter's new value. The
+-- raised by one, the key's TTL set to the lease (raised to it, on a
+-- re-entry), the counter raised (re-entry included) and the latch set to the token, the counter's new value. The
 -- token is the counter plus one, or the server's clock in microseconds
 -- (TIME) when that is higher, written back into the counter: so a counter
 -- lost with a restart without persistence, or a failover that lost writes,
@@ -120,7 +120,10 @@ if token < floor then
     token = floor
     redis.call('set', KEYS[2], string.format('%.0f', token))
 end
+-- A re-entry raises the TTL, never lowers it (see acquire.lua).
 redis.call('hincrby', KEYS[1], ARGV[2], 1)
-redis.call('pexpire', KEYS[1], ARGV[1])
+if redis.call('pttl', KEYS[1]) < tonumber(ARGV[1]) then
+    redis.call('pexpire', KEYS[1], ARGV[1])
+end
 redis.call('set', KEYS[3], string.format('%.0f', token), 'px', ARGV[3])
 return {1, token}

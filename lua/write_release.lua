@@ -6,7 +6,8 @@
 -- KEYS[4]  the name's key prefix, `{name}`: the writer's read-hold timeout
 --          keys are `<prefix>:<field>:rwlock_timeout:<n>`
 -- ARGV[1]  the write-unlock message, `1` (wakes every waiter)
--- ARGV[2]  lease in milliseconds, applied when write holds remain
+-- ARGV[2]  lease in milliseconds: the least TTL the key keeps when write
+--          holds remain
 -- ARGV[3]  write owner field, `<client-uuid>:<owner-id>:write`
 -- ARGV[4]  the publish command, `publish` or `spublish`
 -- ARGV[5]  latch TTL in milliseconds
@@ -102,12 +103,17 @@ if held == false then
     return not_a_lock(KEYS[1])
 end
 -- shared: drop one hold (`held`, the owner's count, read before: with holds
--- left, the count is lowered, the lease reset and 0 replied; on the last
--- hold the script goes on, and removes the owner's field or the whole hash.
--- A count of exactly 1, the common case, is not lowered first; any other
+-- left, the count is lowered, the key's TTL raised to the lease and 0
+-- replied; on the last hold the script goes on, and removes the owner's
+-- field or the whole hash. The TTL is never lowered while holds remain: the
+-- owner's holds share it, and a release that reaches Redis after a later
+-- hold of the owner with a longer lease must not cut that lease short. A
+-- count of exactly 1, the common case, is not lowered first; any other
 -- value goes through HINCRBY, which refuses what is not an integer)
 if held ~= '1' and redis.call('hincrby', KEYS[1], ARGV[3], -1) > 0 then
-    redis.call('pexpire', KEYS[1], ARGV[2])
+    if redis.call('pttl', KEYS[1]) < tonumber(ARGV[2]) then
+        redis.call('pexpire', KEYS[1], ARGV[2])
+    end
     redis.call('set', unlock_latch, 0, 'px', ARGV[5])
     return 0
 end

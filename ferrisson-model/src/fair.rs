@@ -252,8 +252,10 @@ impl Server {
         self.unlock_latches.push((req, first));
         self.unlock_latches.sort();
         if let Some(clock) = self.clock.as_mut() {
+            // The TTL rises to the lease, never falls (a later hold of the
+            // owner may have set a longer one).
             if first == 0 {
-                clock.hold_ends = clock.now + clock.lease;
+                clock.hold_ends = clock.hold_ends.max(clock.now + clock.lease);
             }
             clock.unlock_ends.push((req, clock.now + clock.latch_ttl));
             clock.unlock_ends.sort();

@@ -78,6 +78,23 @@ pub enum Mutation {
     /// lease past what that holder's watchdog knows (found only when
     /// requests may arrive late).
     RenewIgnoresOwner,
+    /// A release that leaves holds sets the key's TTL to the lease it
+    /// carries, also when that is shorter than the TTL left: a watchdog
+    /// hold's release that reaches Redis after its owner took a longer
+    /// leased hold cuts that lease short (ferrisson's release before
+    /// 2026-12-02, found once holds of one owner could have different
+    /// leases).
+    ReleaseShortensTtl,
+    /// The renewal sets the key's TTL to the watchdog's lease, also when
+    /// that is shorter than the TTL left: a renewal that reaches Redis
+    /// after its hold was released and the owner took a longer leased hold
+    /// cuts that lease short (the same fix).
+    RenewShortensTtl,
+    /// A re-entry sets the key's TTL to its own lease, also when that is
+    /// shorter than the TTL left: an acquire its caller gave up on (timed
+    /// out, its settle lost) that reaches Redis after the owner took the
+    /// lock again with a longer lease cuts that lease short (the same fix).
+    ReentryShortensTtl,
     /// The release keeps no unlock latch: a resent release whose first
     /// send ran takes a second count off the owner's hold.
     NoUnlockLatch,
@@ -141,6 +158,10 @@ pub struct Bounds {
     /// A hold's lease (the watchdog timeout): the TTL an acquire and a
     /// renewal set.
     pub lease: Time,
+    /// The lease of the first client's acquires after its first, taken
+    /// with a lease of their own (never renewed); 0: every acquire is in
+    /// watchdog mode, with `lease`.
+    pub long_lease: Time,
     /// How long a request may fly before it reaches Redis: after that it
     /// never does (its connection is long closed). The client's resend
     /// window: (response timeout + 1.5 s) x release attempts, 18 s by
@@ -179,6 +200,7 @@ impl Bounds {
             restarts: 0,
             max_time: 1,
             lease: 2,
+            long_lease: 0,
             window: 1,
             latch_ttl: 3,
         }
@@ -201,6 +223,7 @@ impl Bounds {
             restarts: 0,
             max_time: 3,
             lease: 2,
+            long_lease: 0,
             window: 1,
             latch_ttl: 3,
         }
@@ -225,8 +248,26 @@ impl Bounds {
             restarts: 0,
             max_time: 3,
             lease: 2,
+            long_lease: 0,
             window: 1,
             latch_ttl: 3,
+        }
+    }
+
+    /// Holds of one owner with different leases: the first client's
+    /// second acquire takes a lease of its own, twice the watchdog's,
+    /// while the release of its first hold (a drop's, in the background,
+    /// or an unlock's) or that hold's renewal is still on its way; time
+    /// runs until the shorter lease could have ended under the longer.
+    pub fn mixed_leases() -> Bounds {
+        Bounds {
+            long_lease: 4,
+            renewals: 1,
+            max_time: 2,
+            // The client's rule: the longer of the TTL and the window, plus
+            // the window.
+            latch_ttl: 5,
+            ..Bounds::dropped()
         }
     }
 
@@ -274,6 +315,7 @@ impl Bounds {
             restarts: 0,
             max_time: 1,
             lease: 2,
+            long_lease: 0,
             window: 1,
             latch_ttl: 3,
         }
@@ -298,6 +340,7 @@ impl Bounds {
             restarts: 0,
             max_time: 0,
             lease: 2,
+            long_lease: 0,
             window: 1,
             latch_ttl: 3,
         }
@@ -323,6 +366,7 @@ impl Bounds {
             restarts: 0,
             max_time: 2,
             lease: 2,
+            long_lease: 0,
             window: 1,
             latch_ttl: 3,
         }
@@ -421,16 +465,19 @@ impl Server {
 
     /// `lua/acquire.lua`, for a reentrant lock.
     pub fn acquire(&mut self, now: Time, req: ReqId, b: &Bounds, mutation: Mutation) -> Reply {
-        self.acquire_with(now, req, b, mutation, true, false)
+        self.acquire_with(now, req, b.lease, b, mutation, true, false)
     }
 
-    /// `lua/acquire.lua` with its other arguments: a non-reentrant lock
-    /// (`reentrant` false) refuses its holder; a call that runs after its
-    /// deadline (`too_late`) changes nothing.
+    /// `lua/acquire.lua` with its other arguments: the TTL it sets
+    /// (`ttl`), a non-reentrant lock (`reentrant` false) refuses its
+    /// holder; a call that runs after its deadline (`too_late`) changes
+    /// nothing.
+    #[allow(clippy::too_many_arguments)]
     pub fn acquire_with(
         &mut self,
         now: Time,
         req: ReqId,
+        ttl: Time,
         b: &Bounds,
         mutation: Mutation,
         reentrant: bool,
@@ -457,13 +504,16 @@ impl Server {
                 self.hold = Some(Hold {
                     owner,
                     count: 1,
-                    expires: now + b.lease,
+                    expires: now + ttl,
                 })
             }
             Some(h) if h.owner == owner && !reentrant => return Reply::NotReentrant,
             Some(h) if h.owner == owner => {
                 h.count += 1;
-                h.expires = now + b.lease;
+                h.expires = match mutation {
+                    Mutation::ReentryShortensTtl => now + ttl,
+                    _ => h.expires.max(now + ttl),
+                };
             }
             Some(_) => return Reply::Refused,
         }
@@ -486,17 +536,20 @@ impl Server {
             .map_or(0, |(_, t)| *t)
     }
 
-    /// `lua/release.lua`.
+    /// `lua/release.lua`, with the lease `b.lease`.
     pub fn release(&mut self, now: Time, req: ReqId, b: &Bounds, mutation: Mutation) -> Reply {
-        self.release_keeping(now, req, b, mutation, 0)
+        self.release_keeping(now, req, b.lease, b, mutation, 0)
     }
 
-    /// `lua/release.lua` with a keep (a job's "at least for", in ticks; 0
-    /// none): the last hold is kept, its TTL set to the keep.
+    /// `lua/release.lua` with its lease (`ttl`: the TTL a release that
+    /// leaves holds sets, unless the key's is longer) and a keep (a job's
+    /// "at least for", in ticks; 0 none): the last hold is kept, its TTL
+    /// set to the keep.
     pub fn release_keeping(
         &mut self,
         now: Time,
         req: ReqId,
+        ttl: Time,
         b: &Bounds,
         mutation: Mutation,
         keep: Time,
@@ -516,7 +569,10 @@ impl Server {
         };
         let first = if h.count > 1 {
             h.count -= 1;
-            h.expires = now + b.lease;
+            h.expires = match mutation {
+                Mutation::ReleaseShortensTtl => now + ttl,
+                _ => h.expires.max(now + ttl),
+            };
             0
         } else if keep > 0 {
             h.expires = now + keep;
@@ -532,18 +588,22 @@ impl Server {
         Reply::Released(first)
     }
 
-    /// `lua/renew.lua`, for one key.
-    pub fn renew(&mut self, now: Time, owner: ClientId, b: &Bounds, mutation: Mutation) -> Reply {
+    /// `lua/renew.lua`, for one key, with the lease `ttl`: the TTL it sets
+    /// unless the key's is longer.
+    pub fn renew(&mut self, now: Time, owner: ClientId, ttl: Time, mutation: Mutation) -> Reply {
         match &mut self.hold {
             Some(h) if h.owner == owner || mutation == Mutation::RenewIgnoresOwner => {
-                h.expires = now + b.lease;
+                h.expires = match mutation {
+                    Mutation::RenewShortensTtl => now + ttl,
+                    _ => h.expires.max(now + ttl),
+                };
                 Reply::Renewed(true)
             }
             None if mutation == Mutation::RenewRecreates => {
                 self.hold = Some(Hold {
                     owner,
                     count: 1,
-                    expires: now + b.lease,
+                    expires: now + ttl,
                 });
                 Reply::Renewed(true)
             }
@@ -601,13 +661,17 @@ impl Server {
 /// What a client asks of Redis.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Op {
-    Acquire(ReqId),
-    Release(ReqId),
+    /// An acquire, and the TTL it sets.
+    Acquire(ReqId, Time),
+    /// A release, and the lease it carries: the TTL it sets when holds
+    /// remain, fixed when the release was made.
+    Release(ReqId, Time),
     /// The watchdog's renewal, sent at this time.
     Renew(Time),
     Settle(ReqId),
-    /// A dropped guard's release, sent in the background.
-    Dropped(ReqId),
+    /// A dropped guard's release, sent in the background, and its lease
+    /// (as [`Op::Release`]'s).
+    Dropped(ReqId, Time),
     /// A give-back (its own request) of a grant (the acquire's request):
     /// it releases only while the grant's latch shows it granted, so that
     /// a give-back of a grant a failover lost does not take the owner's
@@ -689,6 +753,8 @@ pub struct Background {
     /// old rule's bound).
     pub until: Time,
     pub resends: u8,
+    /// The lease the release carries.
+    pub lease: Time,
 }
 
 /// One client, one owner.
@@ -720,6 +786,9 @@ pub struct Client {
     /// When its current (or last) acquire was first sent: what that
     /// acquire took lasts at least the lease from then.
     pub since: Time,
+    /// The lease of its current (or last) acquire: the watchdog's, renewed,
+    /// or a lease of its own, not renewed.
+    pub lease: Time,
     /// Its hold's fencing token (a fenced lock).
     pub token: u8,
     /// Its hold's place in the order of grants.
@@ -747,6 +816,7 @@ impl Client {
             lost: false,
             background: None,
             since: 0,
+            lease: 0,
             token: 0,
             grant: 0,
             writes: 0,
@@ -967,7 +1037,7 @@ impl LockModel {
         let c = &state.clients[sent.client as usize];
         match sent.op {
             Op::Renew(at) => c.phase == Phase::Holding && c.renewing == Some(at),
-            Op::Dropped(req) => {
+            Op::Dropped(req, _) => {
                 c.phase != Phase::Crashed && c.background.is_some_and(|b| b.req == req)
             }
             _ => c.phase != Phase::Crashed && c.send == sent.send,
@@ -977,15 +1047,19 @@ impl LockModel {
     /// A client reads a reply to its current send.
     fn read(&self, state: &mut State, answer: Answer) {
         let id = answer.to.client;
-        let lease = self.bounds.lease + self.local_lease_slack;
         let c = state.clients[id as usize];
+        // The local lease: the acquire's (its own, or the watchdog's), or a
+        // renewal's.
+        let lease = c.lease + self.local_lease_slack;
         if let Op::Renew(at) = answer.to.op {
             // The watchdog's reply: read while it still renews this hold.
             if c.phase == Phase::Holding && c.renewing == Some(at) {
                 let c = &mut state.clients[id as usize];
                 c.renewing = None;
                 if answer.reply == Reply::Renewed(true) {
-                    c.deadline = c.deadline.max(at + lease);
+                    c.deadline = c
+                        .deadline
+                        .max(at + self.bounds.lease + self.local_lease_slack);
                 } else {
                     c.phase = Phase::Idle;
                     c.count = 0;
@@ -993,7 +1067,7 @@ impl LockModel {
             }
             return;
         }
-        if let Op::Dropped(req) = answer.to.op {
+        if let Op::Dropped(req, _) = answer.to.op {
             if c.background.is_some_and(|b| b.req == req) {
                 state.clients[id as usize].background = None;
             }
@@ -1037,7 +1111,7 @@ impl LockModel {
                 c.count = 0;
             }
             (Phase::Settling(_), Reply::Settled(true))
-                if !self.may_give_back(state.now, c.since + self.bounds.lease) =>
+                if !self.may_give_back(state.now, c.since + c.lease) =>
             {
                 // Its lease has run out: the hold is gone, or ends with its
                 // TTL; the owner may hold anew.
@@ -1217,7 +1291,7 @@ impl LockModel {
                     since,
                     resends: resends + 1,
                 },
-                Some(Op::Acquire(req)),
+                Some(Op::Acquire(req, c.lease)),
             ),
             Phase::Acquiring { req, .. } => (Phase::Settling(req), Some(Op::Settle(req))),
             Phase::Releasing { req, resends } if resends < resends_max => (
@@ -1225,24 +1299,20 @@ impl LockModel {
                     req,
                     resends: resends + 1,
                 },
-                Some(Op::Release(req)),
+                Some(Op::Release(req, c.lease)),
             ),
             Phase::GivingBack {
                 req,
                 grant,
                 resends,
-            } if resends < resends_max
-                && self.may_give_back(state.now, c.since + self.bounds.lease) =>
-            {
-                (
-                    Phase::GivingBack {
-                        req,
-                        grant,
-                        resends: resends + 1,
-                    },
-                    Some(Op::GiveBack(req, grant)),
-                )
-            }
+            } if resends < resends_max && self.may_give_back(state.now, c.since + c.lease) => (
+                Phase::GivingBack {
+                    req,
+                    grant,
+                    resends: resends + 1,
+                },
+                Some(Op::GiveBack(req, grant)),
+            ),
             // Out of resends: what it held or may have taken stands until
             // its TTL ends.
             Phase::Releasing { .. } | Phase::Settling(_) | Phase::GivingBack { .. } => {
@@ -1327,7 +1397,11 @@ impl Model for LockModel {
                     if c.writes < self.bounds.writes {
                         actions.push(Action::Write(id));
                     }
-                    if c.renewing.is_none() && c.renewals < self.bounds.renewals {
+                    // Only a watchdog hold is renewed.
+                    if c.renewing.is_none()
+                        && c.renewals < self.bounds.renewals
+                        && c.lease == self.bounds.lease
+                    {
                         actions.push(Action::Renew(id));
                     }
                 }
@@ -1403,6 +1477,12 @@ impl Model for LockModel {
                 let req = Self::next_req(&mut state, id);
                 let now = state.now;
                 let c = &mut state.clients[id as usize];
+                // The first client's later acquires take a lease of their
+                // own, when the bounds give one.
+                c.lease = match (id, c.acquires, b.long_lease) {
+                    (0, before, long) if before > 0 && long > 0 => long,
+                    _ => b.lease,
+                };
                 c.phase = Phase::Acquiring {
                     req,
                     since: now,
@@ -1411,7 +1491,8 @@ impl Model for LockModel {
                 c.acquires += 1;
                 c.lost = false;
                 c.since = now;
-                Self::send(&mut state, id, Op::Acquire(req));
+                let lease = c.lease;
+                Self::send(&mut state, id, Op::Acquire(req, lease));
             }
             Action::Renew(id) => {
                 let now = state.now;
@@ -1434,7 +1515,8 @@ impl Model for LockModel {
                 c.phase = Phase::Releasing { req, resends: 0 };
                 // The watchdog stops: a renewal in flight is not read.
                 c.renewing = None;
-                Self::send(&mut state, id, Op::Release(req));
+                let lease = c.lease;
+                Self::send(&mut state, id, Op::Release(req, lease));
             }
             Action::LetGo(id) => {
                 let c = &mut state.clients[id as usize];
@@ -1447,11 +1529,13 @@ impl Model for LockModel {
                 let req = Self::next_req(&mut state, id);
                 let now = state.now;
                 let c = &mut state.clients[id as usize];
+                let lease = c.lease;
                 c.background = Some(Background {
                     req,
                     deadline: c.deadline,
-                    until: now + b.lease + 1,
+                    until: now + lease + 1,
                     resends: 0,
+                    lease,
                 });
                 c.phase = Phase::Idle;
                 c.count = 0;
@@ -1461,7 +1545,7 @@ impl Model for LockModel {
                 let sent = Sent {
                     client: id,
                     send: 0,
-                    op: Op::Dropped(req),
+                    op: Op::Dropped(req, lease),
                     at: now,
                 };
                 state.requests.push(sent);
@@ -1475,7 +1559,7 @@ impl Model for LockModel {
                 let sent = Sent {
                     client: id,
                     send: 0,
-                    op: Op::Dropped(bg.req),
+                    op: Op::Dropped(bg.req, bg.lease),
                     at: now,
                 };
                 state.requests.push(sent);
@@ -1570,17 +1654,18 @@ impl Model for LockModel {
                 // With replicas, a script that wrote moves the offset.
                 let before = (!state.replicas.is_empty()).then(|| state.server.clone());
                 let granted_before = match sent.op {
-                    Op::Acquire(req) => state.server.latch(req) == Some(Latch::Granted),
+                    Op::Acquire(req, _) => state.server.latch(req) == Some(Latch::Granted),
                     _ => false,
                 };
                 let now = state.now;
                 let server = &mut state.server;
                 let reply = match sent.op {
-                    Op::Acquire(req) => server.acquire(now, req, b, m),
-                    Op::Release(req) => server.release(now, req, b, m),
-                    Op::Renew(_) => server.renew(now, sent.client, b, m),
+                    Op::Acquire(req, ttl) => server.acquire_with(now, req, ttl, b, m, true, false),
+                    Op::Release(req, ttl) | Op::Dropped(req, ttl) => {
+                        server.release_keeping(now, req, ttl, b, m, 0)
+                    }
+                    Op::Renew(_) => server.renew(now, sent.client, b.lease, m),
                     Op::Settle(req) => server.settle(now, req, b),
-                    Op::Dropped(req) => server.release(now, req, b, m),
                     Op::GiveBack(req, grant) => server.give_back(now, req, grant, b, m),
                     Op::Sync(..) => unreachable!("run above"),
                 };
@@ -1589,9 +1674,10 @@ impl Model for LockModel {
                 }
                 let new_grant = matches!(
                     (sent.op, reply, granted_before),
-                    (Op::Acquire(_), Reply::Granted, false)
+                    (Op::Acquire(..), Reply::Granted, false)
                 );
-                if let (Op::Acquire(req), Reply::Granted, false) = (sent.op, reply, granted_before)
+                if let (Op::Acquire(req, _), Reply::Granted, false) =
+                    (sent.op, reply, granted_before)
                 {
                     // A new grant (not a resend answered from the latch).
                     let place = state.grants.len() as u8 + 1;
@@ -1604,7 +1690,7 @@ impl Model for LockModel {
                 // crashed.
                 if self.awaited(&state, sent) {
                     let (token, grant) = match sent.op {
-                        Op::Acquire(req) if reply == Reply::Granted => (
+                        Op::Acquire(req, _) if reply == Reply::Granted => (
                             state.server.token_of(req),
                             state
                                 .grants
@@ -1660,8 +1746,9 @@ impl Model for LockModel {
                     // again, with no send of it in flight: what it held
                     // stands until its TTL ends.
                     if let Some(bg) = c.background {
-                        let in_flight = state.requests.iter().any(|r| r.op == Op::Dropped(bg.req))
-                            || state.replies.iter().any(|a| a.to.op == Op::Dropped(bg.req));
+                        let dropped = Op::Dropped(bg.req, bg.lease);
+                        let in_flight = state.requests.iter().any(|r| r.op == dropped)
+                            || state.replies.iter().any(|a| a.to.op == dropped);
                         let more = bg.resends < self.bounds.drop_resends
                             && self.may_resend_dropped(now, bg);
                         if !in_flight && !more {

@@ -108,7 +108,8 @@ pub struct Server {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Clock {
     pub now: i32,
-    /// The lease of a grant (and of a write release that leaves holds).
+    /// The lease of a grant (and of a write release that leaves holds,
+    /// the least TTL it leaves).
     pub lease: i32,
     /// The TTL of a latch.
     pub latch_ttl: i32,
@@ -372,8 +373,10 @@ impl Server {
             Side::Write => {
                 if n > 1 {
                     self.writer = Some((owner, n - 1));
+                    // The TTL rises to the lease, never falls (a later hold
+                    // of the owner may have set a longer one).
                     if let Some(clock) = self.clock.as_mut() {
-                        clock.hash_ends = clock.now + clock.lease;
+                        clock.hash_ends = clock.hash_ends.max(clock.now + clock.lease);
                     }
                     return (self.unlatch(req, 0), false);
                 }
@@ -417,8 +420,8 @@ impl Server {
     }
 
     /// `lua/renew_read.lua` for one owner: with a clock, each of its read
-    /// holds' keys that still stands gets a lease from now, and the hash
-    /// at least that; whether the owner has read holds left (else it is
+    /// holds' keys that still stands, and the hash, lasts at least a lease
+    /// from now; whether the owner has read holds left (else it is
     /// named gone).
     pub fn renew_read(&mut self, owner: ClientId) -> bool {
         let count = self.count_of(owner, Side::Read);
@@ -426,10 +429,12 @@ impl Server {
             return false;
         }
         if let Some(clock) = self.clock.as_mut() {
+            // Each hold's key rises to the lease, never falls (a later hold
+            // of the owner may have a longer lease).
             let end = clock.now + clock.lease;
             for (o, n, ends) in clock.holds.iter_mut() {
                 if *o == owner && *n <= count {
-                    *ends = end;
+                    *ends = (*ends).max(end);
                 }
             }
             clock.hash_ends = clock.hash_ends.max(end);

@@ -53,6 +53,12 @@ fn the_protocol_holds_when_requests_arrive_late_while_leases_run_out() {
 
 #[test]
 #[ignore = "over a minute: .ci/run runs it once, with --ignored"]
+fn the_protocol_holds_when_one_owners_holds_have_different_leases() {
+    holds(Bounds::mixed_leases());
+}
+
+#[test]
+#[ignore = "over a minute: .ci/run runs it once, with --ignored"]
 fn the_protocol_holds_when_resent_requests_arrive_late() {
     holds(Bounds::late_resends());
 }
@@ -182,6 +188,34 @@ fn a_release_that_ignores_its_owner_releases_the_next_holders_hold() {
 #[test]
 fn a_renewal_that_ignores_its_owner_keeps_a_holder_that_lost_the_lock() {
     let model = LockModel::new(Bounds::late(), Mutation::RenewIgnoresOwner);
+    found(model, ONE_HOLDER);
+}
+
+/// A watchdog hold's release (a dropped guard's, in the background) made
+/// while it was its owner's only hold carries the watchdog's lease; it
+/// reaches Redis after the owner took the lock again with a longer lease
+/// of its own. Setting the TTL it carries cuts that lease short: the key
+/// expires while its holder still counts on it, and another takes it.
+#[test]
+fn a_release_that_shortens_the_ttl_cuts_a_longer_lease_of_its_owner_short() {
+    let model = LockModel::new(Bounds::mixed_leases(), Mutation::ReleaseShortensTtl);
+    found(model, ONE_HOLDER);
+}
+
+/// The same by a renewal sent before its hold's release and run after
+/// the owner's next, longer, leased hold was granted.
+#[test]
+fn a_renewal_that_shortens_the_ttl_cuts_a_longer_lease_of_its_owner_short() {
+    let model = LockModel::new(Bounds::mixed_leases(), Mutation::RenewShortensTtl);
+    found(model, ONE_HOLDER);
+}
+
+/// The same by an acquire its caller gave up on (timed out, its settle
+/// lost), run after the owner's next, longer, leased hold was granted: a
+/// re-entry.
+#[test]
+fn a_re_entry_that_shortens_the_ttl_cuts_a_longer_lease_of_its_owner_short() {
+    let model = LockModel::new(Bounds::mixed_leases(), Mutation::ReentryShortensTtl);
     found(model, ONE_HOLDER);
 }
 

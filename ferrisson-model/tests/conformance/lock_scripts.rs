@@ -69,6 +69,8 @@ enum Deadline {
 enum Step {
     Acquire {
         req: ReqId,
+        /// The TTL it sets, in ticks (a re-entry: at least).
+        lease: Time,
         /// `false`: a non-reentrant lock's acquire (not for the fenced
         /// lock, which is reentrant).
         reentrant: bool,
@@ -76,6 +78,9 @@ enum Step {
     },
     Release {
         req: ReqId,
+        /// The lease it carries, in ticks: the least TTL it leaves when
+        /// holds remain.
+        lease: Time,
         /// With a job's keep.
         keep: bool,
     },
@@ -88,8 +93,8 @@ enum Step {
     },
     /// A batched renewal: the lock for one owner, and in the same call
     /// for another, of this lock or (`true`) of the other lock, `OTHER`
-    /// (a batch carries many owners and locks).
-    Renew(ClientId, Option<(ClientId, bool)>),
+    /// (a batch carries many owners and locks); and its lease, in ticks.
+    Renew(ClientId, Option<(ClientId, bool)>, Time),
     Settle(ReqId),
     /// `acquire_granted.lua`: whether the request's latch shows a grant.
     Granted(ReqId),
@@ -110,6 +115,7 @@ fn draw(rng: &mut Rng, fenced: bool) -> Step {
     match rng.below(21) {
         0..=7 => Step::Acquire {
             req: acquire,
+            lease: 1 + rng.below(3) as Time,
             reentrant: fenced || rng.below(5) > 0,
             deadline: match rng.below(10) {
                 0..=3 => Deadline::None,
@@ -129,6 +135,7 @@ fn draw(rng: &mut Rng, fenced: bool) -> Step {
                 },
                 _ => Step::Release {
                     req,
+                    lease: 1 + rng.below(3) as Time,
                     keep: rng.below(4) == 0,
                 },
             }
@@ -136,6 +143,7 @@ fn draw(rng: &mut Rng, fenced: bool) -> Step {
         14 | 15 => Step::Renew(
             client,
             (rng.below(2) == 0).then(|| (rng.below(2) as ClientId, rng.below(3) == 0)),
+            1 + rng.below(3) as Time,
         ),
         16 => Step::Settle(acquire),
         17 | 18 => Step::Tick,
@@ -264,14 +272,17 @@ impl Scripts {
         if let (
             true,
             Step::Acquire {
-                req, deadline: d, ..
+                req,
+                lease,
+                deadline: d,
+                ..
             },
         ) = (fenced, step)
         {
             let mut call = self.fenced_acquire.key(NAME);
             call.key(TOKEN_KEY)
                 .key(acquire_latch(req))
-                .arg(ms(bounds().lease))
+                .arg(ms(lease))
                 .arg(field(req.client))
                 .arg(ms(bounds().latch_ttl));
             if d != Deadline::None {
@@ -295,12 +306,13 @@ impl Scripts {
         let reply: Value = match step {
             Step::Acquire {
                 req,
+                lease,
                 reentrant,
                 deadline: d,
             } => {
                 let mut call = self.acquire.key(NAME);
                 call.key(acquire_latch(req))
-                    .arg(ms(bounds().lease))
+                    .arg(ms(lease))
                     .arg(field(req.client))
                     .arg(ms(bounds().latch_ttl))
                     .arg(u8::from(reentrant));
@@ -309,12 +321,12 @@ impl Scripts {
                 }
                 call.invoke(conn).unwrap()
             }
-            Step::Release { req, keep } => {
+            Step::Release { req, lease, keep } => {
                 let mut call = self.release.key(NAME);
                 call.key(CHANNEL)
                     .key(unlock_latch(req))
                     .arg(0)
-                    .arg(ms(bounds().lease))
+                    .arg(ms(lease))
                     .arg(field(req.client))
                     .arg("publish")
                     .arg(ms(bounds().latch_ttl));
@@ -336,12 +348,12 @@ impl Scripts {
                 .arg(ms(bounds().latch_ttl))
                 .invoke(conn)
                 .unwrap(),
-            Step::Renew(first, second) => {
+            Step::Renew(first, second, lease) => {
                 let mut call = self.renew.key(NAME);
                 if let Some((_, other)) = second {
                     call.key(if other { OTHER } else { NAME });
                 }
-                call.arg(ms(bounds().lease)).arg(field(first));
+                call.arg(ms(lease)).arg(field(first));
                 if let Some((second, _)) = second {
                     call.arg(field(second));
                 }
@@ -423,10 +435,12 @@ fn model_run(
     let outcome = match step {
         Step::Acquire {
             req,
+            lease,
             reentrant,
             deadline,
         } => {
-            let reply = server.acquire_with(t, req, b, m, reentrant, deadline == Deadline::Passed);
+            let too_late = deadline == Deadline::Passed;
+            let reply = server.acquire_with(t, req, lease, b, m, reentrant, too_late);
             Outcome {
                 token: match reply {
                     Reply::Granted => server.token_of(req),
@@ -439,21 +453,25 @@ fn model_run(
                 ..Outcome::reply(reply)
             }
         }
-        Step::Release { req, keep } => {
+        Step::Release { req, lease, keep } => {
             let keep = if keep { KEEP } else { 0 };
-            Outcome::reply(server.release_keeping(t, req, b, m, keep))
+            Outcome::reply(server.release_keeping(t, req, lease, b, m, keep))
         }
         Step::GiveBack { req, grant } => Outcome::reply(server.give_back(t, req, grant, b, m)),
-        Step::Renew(first, second) => {
+        Step::Renew(first, second, lease) => {
             let mut gone = Vec::new();
-            if server.renew(t, first, b, m) == Reply::Renewed(false) {
+            if server.renew(t, first, lease, m) == Reply::Renewed(false) {
                 gone.push(1);
             }
             match second {
-                Some((owner, false)) if server.renew(t, owner, b, m) == Reply::Renewed(false) => {
+                Some((owner, false))
+                    if server.renew(t, owner, lease, m) == Reply::Renewed(false) =>
+                {
                     gone.push(2)
                 }
-                Some((1, true)) if other.is_some() => *other = Some(t + b.lease),
+                Some((1, true)) if other.is_some() => {
+                    *other = other.map(|ends| ends.max(t + lease));
+                }
                 Some((_, true)) => gone.push(2),
                 _ => {}
             }
@@ -669,6 +687,9 @@ fn covered(seen: &BTreeMap<String, usize>, fenced: bool) {
         "grant read",
         "given back",
         "give-back refused beside a hold",
+        "re-entry kept a longer TTL",
+        "release kept a longer TTL",
+        "renewal kept a longer TTL",
     ];
     if !fenced {
         expected.push("NotReentrant");
@@ -717,6 +738,8 @@ fn agree_step_by_step(
             steps.push(step);
             let context = format!("seed {seed}, sequence {sequence}, steps {steps:?}");
             let held_before = model.hold.is_some();
+            let ends_before = model.hold.map(|h| h.expires);
+            let count_before = model.hold.map_or(0, |h| h.count);
             let owners_count = match step {
                 Step::GiveBack { req, .. } => model.count_of(req.client),
                 _ => 0,
@@ -745,11 +768,38 @@ fn agree_step_by_step(
                 *seen.entry("published".to_owned()).or_default() += 1;
             }
             match (step, &real) {
-                (Step::Renew(a, Some((b, false))), Some(o)) if a != b && o.gone.len() == 1 => {
+                (Step::Renew(a, Some((b, false)), _), Some(o)) if a != b && o.gone.len() == 1 => {
                     *seen.entry("mixed batch".to_owned()).or_default() += 1;
                 }
-                (Step::Renew(_, Some((1, true))), Some(o)) if !o.gone.contains(&2) => {
+                (Step::Renew(_, Some((1, true)), _), Some(o)) if !o.gone.contains(&2) => {
                     *seen.entry("other lock renewed".to_owned()).or_default() += 1;
+                }
+                // A release that left holds, or a renewal, with a lease
+                // shorter than the TTL left: the TTL stays.
+                (Step::Acquire { lease, .. }, Some(o))
+                    if o.reply == Reply::Granted
+                        && model.hold.is_some_and(|h| h.count > count_before)
+                        && count_before > 0
+                        && ends_before.is_some_and(|ends| ends > now + lease) =>
+                {
+                    *seen
+                        .entry("re-entry kept a longer TTL".to_owned())
+                        .or_default() += 1;
+                }
+                (Step::Release { lease, .. }, Some(o))
+                    if o.reply == Reply::Released(0)
+                        && ends_before.is_some_and(|ends| ends > now + lease) =>
+                {
+                    *seen
+                        .entry("release kept a longer TTL".to_owned())
+                        .or_default() += 1;
+                }
+                (Step::Renew(_, _, lease), Some(o))
+                    if o.gone.is_empty() && ends_before.is_some_and(|ends| ends > now + lease) =>
+                {
+                    *seen
+                        .entry("renewal kept a longer TTL".to_owned())
+                        .or_default() += 1;
                 }
                 (Step::Tick, _) if model.hold.is_some() => {
                     *seen.entry("tick".to_owned()).or_default() += 1;
@@ -923,6 +973,46 @@ const MUTANTS: &[(Mutant, usize)] = &[
             nth: 1,
             to: "",
             what: "a release that leaves holds keeps the old TTL",
+        },
+        1,
+    ),
+    (
+        Mutant {
+            file: "acquire.lua",
+            from: "if redis.call('pttl', KEYS[1]) < tonumber(ARGV[1]) then",
+            nth: 1,
+            to: "if true then",
+            what: "a re-entry cuts a longer TTL short",
+        },
+        1,
+    ),
+    (
+        Mutant {
+            file: "fenced_acquire.lua",
+            from: "if redis.call('pttl', KEYS[1]) < tonumber(ARGV[1]) then",
+            nth: 1,
+            to: "if true then",
+            what: "a fenced re-entry cuts a longer TTL short",
+        },
+        1,
+    ),
+    (
+        Mutant {
+            file: "release.lua",
+            from: "if redis.call('pttl', KEYS[1]) < tonumber(ARGV[2]) then",
+            nth: 1,
+            to: "if true then",
+            what: "a release that leaves holds cuts a longer TTL short",
+        },
+        1,
+    ),
+    (
+        Mutant {
+            file: "renew.lua",
+            from: "if redis.call('pttl', key) < lease then",
+            nth: 1,
+            to: "if true then",
+            what: "a renewal cuts a longer TTL short",
         },
         1,
     ),

@@ -698,6 +698,16 @@ const MUTANTS: &[(Mutant, usize)] = &[
     (
         Mutant {
             file: "write_release.lua",
+            from: "if redis.call('pttl', KEYS[1]) < tonumber(ARGV[2]) then",
+            nth: 1,
+            to: "if true then",
+            what: "a write release that leaves write holds cuts a longer TTL short",
+        },
+        1,
+    ),
+    (
+        Mutant {
+            file: "write_release.lua",
             from: "redis.call(ARGV[4], KEYS[2], ARGV[1])",
             nth: 1,
             to: "",
@@ -712,6 +722,16 @@ const MUTANTS: &[(Mutant, usize)] = &[
             nth: 1,
             to: "for n = 1, 1 do",
             what: "a read renewal renews the first hold's key only",
+        },
+        1,
+    ),
+    (
+        Mutant {
+            file: "renew_read.lua",
+            from: "if redis.call('pttl', hold) < lease then",
+            nth: 1,
+            to: "if true then",
+            what: "a read renewal cuts a longer hold's TTL short",
         },
         1,
     ),
