@@ -141,7 +141,11 @@
 //! immediate, and a failure is only logged. Since nobody waits on it, it is
 //! resent after a failed connection until it gets through or the hold's
 //! lease runs out, or that of another hold of its owner that keeps the
-//! lock's key (see [Time limits](#time-limits)). A dropped [`Permit`] is
+//! lock's key (see [Time limits](#time-limits)). A release that never got
+//! through leaves its count in the key, which lives as long as its owner's
+//! other holds keep it: the owner still holds the lock then, once more than
+//! its guards say, until it releases the rest and the key's TTL (the last
+//! lease or watchdog renewal) runs out. A dropped [`Permit`] is
 //! released the same way, and a fair waiter whose wait was dropped leaves the
 //! queue the same way.
 //!
@@ -272,6 +276,17 @@
 //!   whose watchdog lease is lost (the key expired while renewals could not
 //!   get through), when the owner holds the lock anew before that leased
 //!   hold is released: the release takes the newer hold.
+//! - **A lock's TTL only rises while its owner keeps holds of it**: a
+//!   re-entry, a renewal and a release that leaves holds raise the key's
+//!   TTL to their lease and keep a longer one. Each carries what its
+//!   client knew when it was made, and may reach Redis after a later call
+//!   of the same owner (a dropped guard's release run after the owner's
+//!   next acquire, a resend, a renewal sent before its hold's release, an
+//!   acquire given up on): a longer lease taken meanwhile is never cut
+//!   short, nor by another hold's `extend`.
+//!   The price: when a leased hold's lease ran out under a watchdog hold
+//!   of its owner, the key lives on after the watchdog hold's release for
+//!   what is left of the last renewal (at most a watchdog timeout).
 //!
 //! # Errors
 //!

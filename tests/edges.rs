@@ -123,16 +123,16 @@ async fn the_java_habit_beside_guards_keeps_exclusion() {
 // --- leased and watchdog holds of one owner ---------------------------------
 
 /// A leased outer hold whose lease ran out while a watchdog inner hold kept
-/// the key: the inner release lets the key expire at once, and the outer's
-/// unlock reports the lost lease. Nothing stays held.
+/// the key: the inner release leaves the key what is left of the
+/// watchdog's last renewal (a release that leaves holds never lowers the
+/// TTL: see `a_release_that_reaches_redis_after_a_longer_leased_hold_leaves_its_ttl`),
+/// so the lock is free within a watchdog timeout, and the outer's unlock
+/// reports the lost lease. Nothing stays held.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_leased_hold_that_ran_out_under_a_watchdog_hold_ends_with_it() {
+async fn a_leased_hold_that_ran_out_under_a_watchdog_hold_ends_with_its_last_renewal() {
     let server = RedisServer::start();
-    // A watchdog timeout far longer than the rival's wait: before, the key
-    // stayed for a whole watchdog timeout after the inner release.
-    let watchdog = Duration::from_secs(20);
-    let client = client(&server, watchdog).await;
-    let rival = common::client(&server, watchdog).await;
+    let client = client(&server, WATCHDOG).await;
+    let rival = common::client(&server, WATCHDOG).await;
     let lock = client.lock("edges:mixed");
     let outer = soon(lock.lock_with_lease(Duration::from_millis(300)))
         .await
@@ -142,10 +142,12 @@ async fn a_leased_hold_that_ran_out_under_a_watchdog_hold_ends_with_it() {
     soon(outer.lease_lost()).await;
     assert!(exists(&server, "edges:mixed"));
     soon(inner.unlock()).await.unwrap();
-    let taken = soon(rival.lock("edges:mixed").try_lock_for(watchdog / 10))
+    // At most a watchdog timeout after the last renewal; three, for a
+    // busy machine.
+    let taken = soon(rival.lock("edges:mixed").try_lock_for(WATCHDOG * 3))
         .await
         .unwrap()
-        .expect("the lock is free once the last live hold is gone");
+        .expect("the lock is free once the last renewal ran out");
     assert!(matches!(
         soon(outer.unlock()).await,
         Err(Error::LeaseLost { .. })
@@ -181,6 +183,73 @@ async fn an_inner_hold_never_shortens_the_outer_lease() {
     assert!(!outer.is_lease_lost());
     soon(outer.unlock()).await.unwrap();
     assert!(!exists(&server, "edges:long"));
+    common::settled(&client).await;
+}
+
+/// A watchdog hold's release made while it was its owner's only hold (a
+/// dropped guard's, sent in the background) carries the watchdog's lease.
+/// Here it reaches Redis after the owner took the lock again with a
+/// longer lease of its own, a re-entry: it must leave the key that lease's
+/// TTL. Before (2026-12-02) it cut the TTL to the watchdog timeout, and
+/// another client could take the lock while the leased hold still counted
+/// on it. A current-thread runtime: the dropped guard's release task runs
+/// only once the test's task waits, after the acquire is on the
+/// connection.
+#[tokio::test]
+async fn a_release_that_reaches_redis_after_a_longer_leased_hold_leaves_its_ttl() {
+    let server = RedisServer::start();
+    let client = client(&server, WATCHDOG).await;
+    let lock = client.lock("edges:late-release");
+    let watched = soon(lock.lock()).await.unwrap();
+    let field = watched.field().to_owned();
+    drop(watched);
+    let leased = soon(lock.lock_with_lease(Duration::from_secs(60)))
+        .await
+        .unwrap();
+    // The dropped guard's release has run: the leased hold's count is left.
+    common::eventually(Duration::from_secs(10), || async {
+        count(&server, "edges:late-release", &field) == 1
+    })
+    .await;
+    let pttl = server
+        .cmd(&["PTTL", "edges:late-release"])
+        .as_int()
+        .unwrap();
+    assert!(
+        pttl > 50_000,
+        "the release cut the 60 s lease taken after it to {pttl} ms"
+    );
+    assert!(!leased.is_lease_lost());
+    soon(leased.unlock()).await.unwrap();
+    assert!(!exists(&server, "edges:late-release"));
+    common::settled(&client).await;
+}
+
+/// Two leased holds of one owner: extending one to a shorter lease leaves
+/// the key the other's TTL, which that hold still counts on. Before
+/// (2026-12-02) the key's TTL became the shorter lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn extending_one_hold_leaves_the_longer_lease_of_another() {
+    let server = RedisServer::start();
+    let client = client(&server, WATCHDOG).await;
+    let lock = client.lock("edges:extend");
+    let long = soon(lock.lock_with_lease(Duration::from_secs(60)))
+        .await
+        .unwrap();
+    let mut short = soon(lock.lock_with_lease(Duration::from_secs(60)))
+        .await
+        .unwrap();
+    soon(short.extend(Duration::from_secs(10))).await.unwrap();
+    assert_eq!(short.lease(), Some(Duration::from_secs(10)));
+    let pttl = server.cmd(&["PTTL", "edges:extend"]).as_int().unwrap();
+    assert!(
+        pttl > 50_000,
+        "extending one hold cut the other's 60 s lease to {pttl} ms"
+    );
+    soon(short.unlock()).await.unwrap();
+    assert!(!long.is_lease_lost());
+    soon(long.unlock()).await.unwrap();
+    assert!(!exists(&server, "edges:extend"));
     common::settled(&client).await;
 }
 

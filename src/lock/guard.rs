@@ -249,12 +249,14 @@ impl LockGuard {
         }
     }
 
-    /// Extends a leased hold: its lease becomes `lease` from now, in Redis
-    /// (the key's TTL) and here, if the owner still holds the lock. An
-    /// extension may also shorten the lease. The key's TTL is the owner's
-    /// for all its holds of this lock; when the owner also holds it in
-    /// watchdog mode, the TTL stays at least the one the watchdog renews
-    /// that hold to (the watchdog timeout).
+    /// Extends a leased hold: its lease becomes `lease` from now, here, and
+    /// the key's TTL in Redis becomes at least that, if the owner still
+    /// holds the lock. An extension may also shorten the guard's lease, not
+    /// the key's TTL: it is the owner's for all its holds of this lock, so
+    /// Redis keeps a longer one (another hold's lease, the one the watchdog
+    /// renews a watchdog-mode hold of the owner to, or this hold's own
+    /// before). A hold whose shortened lease ran out before its `unlock`
+    /// leaves the key to that TTL.
     ///
     /// # Errors
     /// - [`Error::InvalidArgument`] for a lease under 1 ms or over
@@ -292,7 +294,7 @@ impl LockGuard {
 
     /// Hands a leased hold to the watchdog: from now on it is renewed
     /// while the guard lives, as if it had been taken in watchdog mode
-    /// (its key's TTL becomes the watchdog timeout at once). A
+    /// (its key's TTL becomes at least the watchdog timeout at once). A
     /// watchdog-mode guard is left as it is.
     ///
     /// # Errors

@@ -11,9 +11,14 @@
 //!   stale guard can therefore never release a hold taken after it, and the
 //!   owner's count in Redis always equals its live holds.
 //! - The owner's holds share one key TTL in Redis. When a release leaves
-//!   only leased holds of the owner, the TTL it sets is the longest lease
-//!   they still have (see [`Guards::lease_left`]), and an acquire never sets
-//!   one shorter than that: no hold expires before its own lease says.
+//!   only leased holds of the owner, the TTL it asks for is the longest
+//!   lease they still have (see [`Guards::lease_left`]), and an acquire
+//!   never sets one shorter than that: no hold expires before its own
+//!   lease says. The scripts only ever raise the TTL while the owner keeps
+//!   holds (a release that leaves some, a renewal): a request that reaches
+//!   Redis after a later one of the owner (a resend, a dropped guard's
+//!   release, a renewal sent before its hold's release) carries what was
+//!   known when it was made, and must not cut a later hold's lease short.
 //! - A release stands by every hold of its owner that shares the key with
 //!   it ([`Standing`]): the owner's holds share one key, so the released
 //!   hold's count lives in it as long as any of them keeps the key alive,

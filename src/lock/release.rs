@@ -183,10 +183,12 @@ impl Release {
     ///
     /// The owner's holds share the key's TTL. While any of its holds is in
     /// watchdog mode, the watchdog keeps the key, and the leased holds with
-    /// it. A release that leaves only leased holds sets the TTL to the
-    /// longest lease they still have: when their leases all ran out
-    /// meanwhile, the key expires at once, so nothing outlives the leases
-    /// that asked for it.
+    /// it. A release that leaves only leased holds raises the TTL to the
+    /// longest lease they still have; it never lowers it (the script keeps
+    /// a longer TTL: a later hold of the owner may have set it after this
+    /// release was made). So a key whose remaining holds' leases all ran
+    /// out under a watchdog hold lives on, after that hold's release, for
+    /// what is left of the watchdog's last renewal.
     ///
     /// # Errors
     /// [`Error::LeaseLost`] when the lease is known lost and no watchdog

@@ -157,12 +157,9 @@ impl Registry {
     /// A hold that joins a lease of the owner keeps that lease's TTL: its
     /// acquire is sent with the longer of the two (see
     /// [`Registry::ttl_of`]), so the key stands at least as long as the
-    /// lease counts. That holds as long as the handles of one owner all
-    /// take one TTL, as the crate's own do (an election's campaign and a
-    /// job's run are owners of their own): two acquires of one owner with
-    /// different TTLs, raced, could leave the key with the shorter while
-    /// the lease counts by the longer. So no public lock handle sets its
-    /// own TTL.
+    /// lease counts; re-entries, renewals, and releases that leave holds
+    /// only ever raise the key's TTL (their scripts keep a longer one), so
+    /// one that reaches Redis late cuts no later hold short.
     pub(crate) fn hold(
         &self,
         key: HoldKey,
