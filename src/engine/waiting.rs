@@ -175,7 +175,7 @@ pub(crate) struct Channel {
 /// # Cancel safety
 /// Cancel safe if each `attempt` is: a dropped wait leaves its
 /// subscription at once.
-pub(crate) async fn wait_on<T, F, Fut>(
+pub(super) async fn wait_on<T, F, Fut>(
     client: &Client,
     channel: Channel,
     wait: Wait,

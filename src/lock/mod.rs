@@ -61,7 +61,7 @@ impl LockCore {
         f.debug_struct(what)
             .field("name", self.obj.shared_name())
             .field("owner", &self.owner)
-            .field("kind", &self.kind)
+            .field("kind", &format_args!("{}", self.kind.label()))
             .field("watchdog_lease", &self.watchdog_lease)
             .field("client", &self.obj.client().id())
             .finish()
