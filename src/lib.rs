@@ -286,7 +286,13 @@
 //!   short, nor by another hold's `extend`.
 //!   The price: when a leased hold's lease ran out under a watchdog hold
 //!   of its owner, the key lives on after the watchdog hold's release for
-//!   what is left of the last renewal (at most a watchdog timeout).
+//!   what is left of the last renewal (at most a watchdog timeout), with
+//!   the count of the leased hold, whose `unlock` sends nothing (its lease
+//!   is lost); the same after `extend` to a shorter lease that ran out. If
+//!   the owner takes the lock again meanwhile, that count rides along
+//!   until the owner holds nothing for a TTL. A read lock's hash is the
+//!   exception: it follows its holds' keys, as Redisson's does (a read
+//!   release deletes the owner's newest key, whichever hold it was).
 //!
 //! # Errors
 //!

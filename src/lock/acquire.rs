@@ -449,7 +449,7 @@ impl Taken for Hold {
         grant: Option<&Arc<Latch>>,
         why: GiveBack,
     ) {
-        // The release resets the key's TTL to what the acquire set (a
+        // The release keeps the key's TTL at least what the acquire set (a
         // leased re-entry inside a watchdog hold keeps the watchdog's TTL);
         // a lock's grant always sets one.
         let name = lock.name();

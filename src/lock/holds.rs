@@ -9,7 +9,9 @@
 //!   still alive, the hold released is that guard's (the newest one): the
 //!   slot is claimed, so the guard's own release later sends nothing. A
 //!   stale guard can therefore never release a hold taken after it, and the
-//!   owner's count in Redis always equals its live holds.
+//!   owner's count in Redis equals its live holds, but for holds whose
+//!   release was never sent or never got through (their lease ran out
+//!   first), whose counts stay as long as the key does.
 //! - The owner's holds share one key TTL in Redis. When a release leaves
 //!   only leased holds of the owner, the TTL it asks for is the longest
 //!   lease they still have (see [`Guards::lease_left`]), and an acquire

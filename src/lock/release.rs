@@ -23,8 +23,8 @@ use crate::{Error, Result};
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Answer {
     /// What the script replied: 0 when holds of the owner remain (the TTL
-    /// reset to the release's lease), 1 when it was the last, 2 when the
-    /// last is kept.
+    /// raised to the release's lease, a longer one kept), 1 when it was the
+    /// last, 2 when the last is kept.
     pub(crate) reply: i64,
     /// With holds remaining, the TTL (ms) the key got when the script says
     /// (a read release: the longest remaining read hold's).
@@ -36,8 +36,8 @@ pub(crate) struct Answer {
 
 /// Sends one release of `owner`'s hold on `lock` with `kind`'s script,
 /// resending it with the same request id when the connection fails, as
-/// `resend` says. `lease_ms`: the TTL the key gets back when holds remain,
-/// and the longest the hold lasts.
+/// `resend` says. `lease_ms`: the least TTL the key keeps when holds
+/// remain, and the longest the hold lasts.
 pub(crate) async fn release_hold(
     lock: &Object,
     kind: Kind,
@@ -449,7 +449,7 @@ async fn give_back_once(lock: &Object, hold: &Parked) -> Result<Answer> {
 /// its hold: and whether it was the owner's last hold.
 fn settled(kind: Kind, lease_ms: u64, answer: &Result<Answer>) -> (After, bool) {
     match answer {
-        // Holds of the owner remain, the key's TTL reset to `lease_ms` by
+        // Holds of the owner remain, the key's TTL at least `lease_ms` from
         // a send that went no earlier than the first (a read hold's hash
         // lives as its longest read hold instead).
         Ok(Answer {

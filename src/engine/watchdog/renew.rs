@@ -53,8 +53,9 @@ pub(crate) struct Renew {
 pub(crate) const RENEW_BATCH: usize = 200;
 
 /// One renewal script call for some holds of one [`Renewal`]:
-/// each key's TTL reset to the given TTL if its owner still holds it; Redis
-/// replies the positions of the holds that are gone, usually none.
+/// each key's TTL raised to the given TTL (a longer one kept) if its owner
+/// still holds it; Redis replies the positions of the holds that are gone,
+/// usually none.
 ///
 /// Built as one EVALSHA command rather than a `ScriptInvocation`, whose
 /// keys and arguments are each a `Vec<u8>` of their own, and sized before
