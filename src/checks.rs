@@ -34,7 +34,7 @@ fn handles() {
     handle::<LeaderElection>();
     handle::<FencedHash>();
     handle::<Job>();
-    handle::<JobLease>();
+    handle::<Lease>();
     held::<Box<dyn DistributedLock>>();
     held::<Error>();
 }

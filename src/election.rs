@@ -273,6 +273,7 @@ impl LeaderElection {
             term,
             label: label.to_owned(),
             election: self.clone(),
+            runtime: tokio::runtime::Handle::current(),
         }
     }
 
@@ -489,6 +490,8 @@ pub struct Leadership {
     term: u64,
     label: String,
     election: LeaderElection,
+    /// The runtime the campaign ran on, where a drop's announcement goes.
+    runtime: tokio::runtime::Handle,
 }
 
 impl std::fmt::Debug for Leadership {
@@ -590,17 +593,28 @@ impl Leadership {
 
 impl Drop for Leadership {
     fn drop(&mut self) {
-        if let Some(guard) = self.guard.take() {
-            let announce = Arc::new(announcement(
-                self.election.client(),
-                self.name(),
-                RESIGNED.into(),
-            ));
-            guard.release_then(Arc::new(move |lock| {
-                let announce = Arc::clone(&announce);
-                Box::pin(async move { announce.send_on(&lock).await })
-            }));
-        }
+        let Some(guard) = self.guard.take() else {
+            return;
+        };
+        // The release goes on in the background, as a dropped guard's,
+        // and the announcement after it got through; both are finished at
+        // a runtime's shutdown (each may then run twice, which is
+        // harmless: observers read again on any message).
+        let released = guard.unlock_in_background();
+        let announce = Arc::new(announcement(
+            self.election.client(),
+            self.name(),
+            RESIGNED.into(),
+        ));
+        let election = announce.election.clone();
+        election.spawn_to_end(&self.runtime, move |on| {
+            let (announce, released) = (Arc::clone(&announce), released.clone());
+            async move {
+                if released.wait().await {
+                    announce.send_on(&on).await;
+                }
+            }
+        });
     }
 }
 

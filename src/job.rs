@@ -11,10 +11,8 @@ use tokio::time::Instant;
 use crate::config::MAX_DURATION;
 use crate::engine::keys::{self, campaign_label, CAMPAIGN_MARK};
 use crate::engine::scripts::JOB_LAST_DONE;
-use crate::engine::takeover::Takeover;
-use crate::engine::watchdog::LeaseState;
 use crate::lock::DoneMark;
-use crate::{Client, Error, Lock, LockGuard, Result};
+use crate::{Client, Error, Lease, Lock, LockGuard, Result};
 
 /// The longest label a runner may give, in bytes.
 pub const MAX_JOB_LABEL_LEN: usize = 256;
@@ -83,7 +81,7 @@ const DEFAULT_LABEL: &str = "job";
 /// - **At most for** ([`at_most_for`](Job::at_most_for)): the lock's lease,
 ///   not renewed. A runner that crashes frees the job at most that long
 ///   after it started; a run that takes longer loses the lock at that
-///   time (its [`JobLease`] says so), and another replica may start.
+///   time (its [`Lease`] says so), and another replica may start.
 ///   Without it, the lock is kept by the watchdog while the run lives, and
 ///   a crashed runner frees it at most the client's watchdog timeout
 ///   later ([`ClientBuilder::watchdog_timeout`](crate::ClientBuilder::watchdog_timeout),
@@ -283,57 +281,6 @@ pub struct JobHolder {
     /// How long the lock lives unless renewed (a run's lease, or the time
     /// left of its "at least for"); `None` without a TTL.
     pub ttl: Option<Duration>,
-}
-
-/// A run's view of its lease, given to the closure of [`Job::run`]: so it
-/// can stop in time.
-#[derive(Debug, Clone)]
-pub struct JobLease {
-    state: Arc<LeaseState>,
-    renewed: bool,
-    /// The listening for the run's hold ended by another.
-    takeover: Option<Arc<Takeover>>,
-}
-
-impl JobLease {
-    /// Whether the lease is known lost, or has run out by this process's
-    /// clock (as [`LockGuard::is_lease_lost`]): another replica may run
-    /// the job now.
-    pub fn is_lost(&self) -> bool {
-        self.state.is_lost()
-    }
-
-    /// Resolves when the lease is lost (as [`LockGuard::lease_lost`]:
-    /// also within a round trip when the run's lock is force-unlocked);
-    /// never while it is safely held.
-    ///
-    /// # Cancel safety
-    /// Cancel safe: it only waits.
-    pub async fn lost(&self) {
-        if let Some(takeover) = &self.takeover {
-            takeover.start();
-        }
-        self.state.wait_lost().await;
-    }
-
-    /// How long the lease runs from now unless renewed: with
-    /// [`Job::at_most_for`], what is left of it; else, until the
-    /// watchdog's next renewal would be too late. Zero once lost.
-    pub fn remaining(&self) -> Duration {
-        match self.state.is_lost() {
-            true => Duration::ZERO,
-            false => self
-                .state
-                .deadline()
-                .saturating_duration_since(Instant::now()),
-        }
-    }
-
-    /// Whether the watchdog renews the lease (the job has no
-    /// [`Job::at_most_for`]).
-    pub fn is_renewed(&self) -> bool {
-        self.renewed
-    }
 }
 
 impl Job {
@@ -554,7 +501,7 @@ impl Job {
     /// [`Job::occurrence`]), that occurrence is not done yet; then releases
     /// the lock, recording the occurrence as done in the same script call,
     /// or with [`Job::at_least_for`] leaves it held until that long after
-    /// the start. `work` gets a [`JobLease`], to stop in time when the
+    /// the start. `work` gets a [`Lease`], to stop in time when the
     /// lease is lost. The occurrence is named when `run` is called, before
     /// any wait.
     ///
@@ -593,7 +540,7 @@ impl Job {
     /// (with the record) goes on in the background.
     pub async fn run<F, Fut, T>(&self, work: F) -> Result<JobRun<T>>
     where
-        F: FnOnce(JobLease) -> Fut,
+        F: FnOnce(Lease) -> Fut,
         Fut: Future<Output = T>,
     {
         self.check()?;
@@ -619,13 +566,13 @@ impl Job {
             });
             return Ok(JobRun::Skipped { holder });
         };
-        let state = guard.lease_state().expect("a new guard holds");
+        let lease = guard.lease_handle();
         // "At least for" counts from the start of the run: with a lease,
         // from the send of the granted acquire, as the lease does (its
         // deadline less the lease); else from now.
         let now = Instant::now();
         let start = match self.at_most {
-            Some(at_most) => state
+            Some(at_most) => lease
                 .deadline()
                 .checked_sub(at_most)
                 .unwrap_or(now)
@@ -655,13 +602,10 @@ impl Job {
             });
         }
         if !self.at_least.is_zero() {
-            guard.keep_until(start + self.at_least);
+            // Checked with the job's settings: the lock's kind keeps, and
+            // "at least for" is at most MAX_DURATION.
+            guard.keep_until(start + self.at_least)?;
         }
-        let lease = JobLease {
-            takeover: guard.takeover(),
-            state,
-            renewed: self.at_most.is_none(),
-        };
         let value = work(lease.clone()).await;
         Ok(self.finish(guard, &lease, value, done).await)
     }
@@ -679,7 +623,7 @@ impl Job {
     async fn finish<T>(
         &self,
         mut guard: LockGuard,
-        lease: &JobLease,
+        lease: &Lease,
         value: T,
         done: Option<DoneMark>,
     ) -> JobRun<T> {

@@ -45,7 +45,7 @@
 //! | one holder, and a token so the resource can refuse a late writer | [`FencedLock`] | [`Client::fenced_lock`] | `RFencedLock` |
 //! | one leader among replicas, with a term that fences and a label the others read; changes followed as a stream | [`LeaderElection`] ([`Leadership`], [`LeaderObserver`]) | [`Client::leader_election`] | none: an `RFencedLock` underneath |
 //! | data in Redis that only the latest holder or leader may write: a late writer's lower token is refused | [`FencedHash`] | [`Client::fenced_hash`] | none |
-//! | a scheduled job on several replicas: one runs each occurrence ([`Job::every`] names it), the others skip it ("at most for", "at least for", as ShedLock) | [`Job`] ([`JobRun`], [`JobLease`]) | [`Client::job`] | none: an `RLock` underneath, and a record of the last occurrence done |
+//! | a scheduled job on several replicas: one runs each occurrence ([`Job::every`] names it), the others skip it ("at most for", "at least for", as ShedLock) | [`Job`] ([`JobRun`], [`Lease`]) | [`Client::job`] | none: an `RLock` underneath, and a record of the last occurrence done |
 //! | one holder, served in arrival order | [`FairLock`] | [`Client::fair_lock`] | `getFairLock` |
 //! | one holder, never re-entered: its holder asking again is refused (see [the hazard](#owners-and-reentrancy)) | [`NonReentrantLock`], [`NonReentrantFairLock`] | [`Client::non_reentrant_lock`], [`Client::non_reentrant_fair_lock`] | `getNonReentrantLock`, `getNonReentrantFairLock` |
 //! | many readers or one writer | [`ReadWriteLock`] ([`ReadLock`], [`WriteLock`]) | [`Client::read_write_lock`] | `RReadWriteLock` |
@@ -468,11 +468,9 @@ pub use election::{
 pub use fenced_hash::{FencedHash, FencedValue, FencedWrite, MAX_FENCE_TOKEN};
 pub use group::multilock::{MultiLock, MultiLockGuard};
 pub use group::redlock::{RedLock, RedLockGuard};
-pub use job::{
-    Job, JobHolder, JobLease, JobRun, DEFAULT_REMEMBER, MAX_JOB_LABEL_LEN, MAX_OCCURRENCE,
-};
+pub use job::{Job, JobHolder, JobRun, DEFAULT_REMEMBER, MAX_JOB_LABEL_LEN, MAX_OCCURRENCE};
 pub use lock::{
-    FairLock, FencedGuard, FencedLock, Lock, LockGuard, LockHolder, LockInfo, LockMode,
+    FairLock, FencedGuard, FencedLock, Lease, Lock, LockGuard, LockHolder, Released, LockInfo, LockMode,
     NonReentrantFairLock, NonReentrantLock, QueuedWaiter, ReadLock, ReadWriteLock, SpinLock,
     WriteLock, DEFAULT_FAIR_WAITER_TIMEOUT,
 };

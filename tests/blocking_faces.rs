@@ -68,7 +68,7 @@ fn the_faces_are_send_and_sync() {
     fn send_sync<T: Send + Sync + 'static>() {}
     fn send<T: Send + 'static>() {}
     send_sync::<blocking::Job>();
-    send_sync::<blocking::JobLease>();
+    send_sync::<blocking::Lease>();
     send_sync::<blocking::LeaderElection>();
     send_sync::<blocking::Leadership>();
     send_sync::<blocking::FencedHash>();

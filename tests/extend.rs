@@ -6,7 +6,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{client, owned_lock_of, settled, soon, RedisServer, LOCK_KINDS};
+use common::{client, eventually, owned_lock_of, settled, soon, within, RedisServer, LOCK_KINDS};
 use ferrisson::Error;
 
 const WATCHDOG: Duration = Duration::from_millis(1200);
@@ -122,4 +122,56 @@ async fn keep_alive_hands_a_leased_hold_to_the_watchdog() {
         assert_eq!(server.cmd(&["EXISTS", &name]).as_int(), Some(0), "{kind}");
     }
     settled(&client).await;
+}
+
+/// A lease handle reads the hold's lease as its guard changes it: after
+/// `extend` it counts the new lease, not running out with the first, and
+/// a force-unlock after the extension is told at once (the listening
+/// started under the first lease marks the new one lost); after
+/// `keep_alive` it is renewed; once the hold is released it is lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_handle_follows_extend_keep_alive_and_the_release() {
+    let server = RedisServer::start();
+    let holder = client(&server, WATCHDOG).await;
+    let operator = client(&server, WATCHDOG).await;
+    let lock = holder.lock("handle");
+    let first = Duration::from_millis(1500);
+    let mut guard = soon(lock.lock_with_lease(first)).await.unwrap();
+    let lease = guard.lease_handle();
+    assert!(!lease.is_lost() && !lease.is_renewed());
+    assert!(lease.remaining() <= first);
+    // Waiting under the first lease when the extension comes.
+    let waiting = tokio::spawn({
+        let lease = lease.clone();
+        async move { lease.lost().await }
+    });
+    eventually(Duration::from_secs(10), || async {
+        holder.subscriptions() == 1
+    })
+    .await;
+    soon(guard.extend(Duration::from_secs(60))).await.unwrap();
+    assert!(lease.remaining() > Duration::from_secs(30));
+    // Time is the subject: past the first lease, the handle still holds.
+    tokio::time::sleep(first * 2).await;
+    assert!(!lease.is_lost());
+    assert!(!waiting.is_finished());
+    // Told at once, not at the 60 s lease's end.
+    assert!(soon(operator.lock("handle").force_unlock()).await.unwrap());
+    within(Duration::from_secs(10), waiting).await.unwrap();
+    assert!(lease.is_lost() && guard.is_lease_lost());
+    assert_eq!(lease.remaining(), Duration::ZERO);
+    assert!(soon(guard.unlock()).await.unwrap_err().is_lease_lost());
+
+    let mut guard = soon(lock.lock_with_lease(first)).await.unwrap();
+    let lease = guard.lease_handle();
+    soon(guard.keep_alive()).await.unwrap();
+    assert!(lease.is_renewed() && !lease.is_lost());
+    let waiting = tokio::spawn({
+        let lease = lease.clone();
+        async move { lease.lost().await }
+    });
+    soon(guard.unlock()).await.unwrap();
+    within(Duration::from_secs(10), waiting).await.unwrap();
+    assert!(lease.is_lost());
+    settled(&holder).await;
 }

@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{
-    client, count_under_lock, eventually, exists, next_message, settled, soon, subscribers, within,
-    RawSubscriber, RedisServer, RespValue,
+    client, count_under_lock, eventually, exists, next_message, owned_lock_of, settled, soon,
+    subscribers, within, RawSubscriber, RedisServer, RespValue,
 };
 use ferrisson::{Error, LockGuard};
 use tokio::time::Instant;
@@ -913,4 +913,71 @@ async fn a_force_unlocked_holder_is_told_at_once() {
         .await;
     }
     assert_eq!(holder.held_locks(), 0);
+}
+
+/// `keep_until` has the owner's last release keep the lock held until
+/// then (ShedLock's "at least for"): the key stays, one hold of the
+/// owner, with the time left as its TTL, nothing renews it, and another
+/// owner cannot take it; a keep already past releases as usual. The
+/// kinds whose release keeps nothing (fair, read, write) refuse it, and
+/// their release is as usual.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keep_until_leaves_the_lock_held_after_the_last_release() {
+    let server = RedisServer::start();
+    let client = client(&server, WATCHDOG).await;
+    let keep = Duration::from_secs(5);
+    for kind in ["reentrant", "spin", "fenced", "non-reentrant"] {
+        let name = format!("kept:{}", kind.replace(' ', "-"));
+        let lock = owned_lock_of(&client, kind, &name, Some("o"));
+        let mut guard = soon(lock.lock()).await.unwrap();
+        guard.keep_until(Instant::now() + keep).unwrap();
+        soon(guard.unlock()).await.unwrap();
+        let ttl = server.cmd(&["PTTL", &name]).as_int().unwrap();
+        assert!(
+            ttl > 0 && ttl <= keep.as_millis() as i64,
+            "{kind}: PTTL {ttl}"
+        );
+        assert_eq!(soon(lock.hold_count()).await.unwrap(), 1, "{kind}");
+        assert_eq!(client.held_locks(), 0, "{kind}: nothing renews it");
+        let other = owned_lock_of(&client, kind, &name, Some("p"));
+        assert!(soon(other.try_lock()).await.unwrap().is_none(), "{kind}");
+        assert!(soon(lock.force_unlock()).await.unwrap(), "{kind}");
+
+        let mut guard = soon(lock.lock()).await.unwrap();
+        guard.keep_until(Instant::now()).unwrap();
+        soon(guard.unlock()).await.unwrap();
+        assert!(!exists(&server, &name), "{kind}");
+    }
+    for kind in ["fair", "non-reentrant fair", "read", "write"] {
+        let name = format!("unkept:{}", kind.replace(' ', "-"));
+        let lock = owned_lock_of(&client, kind, &name, Some("o"));
+        let mut guard = soon(lock.lock()).await.unwrap();
+        let err = guard.keep_until(Instant::now() + keep).unwrap_err();
+        assert!(matches!(err, Error::InvalidArgument(_)), "{kind}: {err}");
+        soon(guard.unlock()).await.unwrap();
+        assert!(!exists(&server, &name), "{kind}");
+    }
+    settled(&client).await;
+}
+
+/// `unlock_in_background` lets the lock go as a drop does, without
+/// waiting, and its `Released` tells when it ended: `true` once Redis
+/// released the hold (the key is gone by then, for every clone), `false`
+/// for a hold another ended (force-unlocked: Redis says it is not held).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_in_the_background_tells_when_it_ended() {
+    let server = RedisServer::start();
+    let client = client(&server, WATCHDOG).await;
+    let lock = client.lock("background");
+    let guard = soon(lock.lock()).await.unwrap();
+    let released = guard.unlock_in_background();
+    let again = released.clone();
+    assert!(soon(released.wait()).await);
+    assert!(!exists(&server, "background"));
+    assert!(soon(again.wait()).await);
+
+    let guard = soon(lock.lock()).await.unwrap();
+    assert!(soon(lock.force_unlock()).await.unwrap());
+    assert!(!soon(guard.unlock_in_background().wait()).await);
+    settled(&client).await;
 }

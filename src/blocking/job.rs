@@ -142,7 +142,7 @@ impl Job {
     /// yet, then releases the lock (recording the occurrence as done in the
     /// same script call), as [`crate::Job::run`]; blocks until then.
     ///
-    /// `work` gets a [`JobLease`], to stop in time when the lease is lost.
+    /// `work` gets a [`Lease`], to stop in time when the lease is lost.
     /// It runs on the calling thread, outside the client's runtime, so it
     /// may make blocking calls of its own (of this client too) and run a
     /// runtime of its own. When `work` panics, the panic goes on from this
@@ -156,7 +156,7 @@ impl Job {
     /// it: before `work` ran, the lock is then let go; after it, the
     /// release goes on in the background and what `work` returned is
     /// lost.
-    pub fn run<T>(&self, work: impl FnOnce(&JobLease) -> T) -> Result<JobRun<T>> {
+    pub fn run<T>(&self, work: impl FnOnce(&Lease) -> T) -> Result<JobRun<T>> {
         let handle = self.rt.handle().ok_or(Error::RuntimeGone)?;
         // The async run goes on the runtime, as a task; its work only hands
         // the lease to this thread and waits for `work`'s end here.
@@ -185,10 +185,7 @@ impl Job {
         })?;
         let lease = match started {
             Ok(ended) => return without_value(ended),
-            Err(lease) => JobLease {
-                inner: lease,
-                rt: Arc::clone(&self.rt),
-            },
+            Err(lease) => Lease::new(lease, Arc::clone(&self.rt)),
         };
         // A panic in `work` drops `task` (aborted: the lock let go, the
         // occurrence not recorded) and `done_tx`.
@@ -266,48 +263,54 @@ fn with_value<T>(
     })
 }
 
-/// A run's view of its lease, given to the closure of [`Job::run`]: the
-/// blocking face of [`crate::JobLease`]. Only a view: nothing is released
-/// when it is dropped (the run releases the lock when the closure
-/// returns).
+/// A handle on one hold's lease: the blocking face of [`crate::Lease`],
+/// from [`LockGuard::lease_handle`](super::LockGuard::lease_handle) and
+/// given to the closure of [`Job::run`]. Only a view: nothing is released
+/// when it is dropped.
 #[derive(Clone)]
-pub struct JobLease {
-    inner: crate::JobLease,
+pub struct Lease {
+    inner: crate::Lease,
     rt: Arc<Runtime>,
 }
 
-impl std::fmt::Debug for JobLease {
+impl std::fmt::Debug for Lease {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("blocking::JobLease")
+        f.debug_struct("blocking::Lease")
             .field("inner", &self.inner)
             .finish()
     }
 }
 
-impl JobLease {
-    /// Whether the lease is known lost, or has run out by this process's
-    /// clock: another replica may run the job now. It does not block:
-    /// check it between steps of the work.
+impl Lease {
+    pub(crate) fn new(inner: crate::Lease, rt: Arc<Runtime>) -> Lease {
+        Lease { inner, rt }
+    }
+
+    /// Whether the lease is known lost, has run out by this process's
+    /// clock, or the hold was released, as [`crate::Lease::is_lost`]
+    /// (for a job's run: another replica may run the job now). It does
+    /// not block: check it between steps of the work.
     pub fn is_lost(&self) -> bool {
         self.inner.is_lost()
     }
 
     /// How long the lease runs from now unless renewed, as
-    /// [`crate::JobLease::remaining`]. Zero once lost.
+    /// [`crate::Lease::remaining`]. Zero once lost.
     pub fn remaining(&self) -> Duration {
         self.inner.remaining()
     }
 
-    /// Whether the watchdog renews the lease (the job has no
+    /// Whether the watchdog renews the lease, as
+    /// [`crate::Lease::is_renewed`] (for a job's run: the job has no
     /// [`Job::at_most_for`]).
     pub fn is_renewed(&self) -> bool {
         self.inner.is_renewed()
     }
 
-    /// Blocks until the lease is lost, as [`crate::JobLease::lost`] (also
-    /// within a round trip when the run's lock is force-unlocked); never
+    /// Blocks until the lease is lost, as [`crate::Lease::lost`] (also
+    /// within a round trip when the lock is force-unlocked); never
     /// returns while it is safely held. From a thread of its own beside the
-    /// work, or use [`JobLease::lost_timeout`].
+    /// work, or use [`Lease::lost_timeout`].
     ///
     /// # Errors
     /// [`Error::Blocking`] when the call cannot be run.
@@ -319,7 +322,7 @@ impl JobLease {
     }
 
     /// Blocks at most `timeout` for the lease to be lost, as
-    /// [`JobLease::lost`]: whether it was.
+    /// [`Lease::lost`]: whether it was.
     ///
     /// # Errors
     /// [`Error::Blocking`] when the call cannot be run.

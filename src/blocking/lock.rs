@@ -374,6 +374,31 @@ impl LockGuard {
         self.inner.as_ref().is_none_or(|g| g.is_lease_lost())
     }
 
+    /// A handle on this hold's lease, as
+    /// [`crate::LockGuard::lease_handle`]: another thread may watch it
+    /// while this one works.
+    pub fn lease_handle(&self) -> super::Lease {
+        let inner = self
+            .inner
+            .as_ref()
+            .map_or_else(crate::Lease::ended, crate::LockGuard::lease_handle);
+        super::Lease::new(inner, Arc::clone(&self.rt))
+    }
+
+    /// Has this hold's release keep the lock held by its owner until
+    /// `until` instead, when it is the owner's last hold, as
+    /// [`crate::LockGuard::keep_until`]. It does not block: nothing is
+    /// sent now.
+    ///
+    /// # Errors
+    /// As [`crate::LockGuard::keep_until`].
+    pub fn keep_until(&mut self, until: std::time::Instant) -> Result<()> {
+        match self.inner.as_mut() {
+            Some(guard) => guard.keep_until(until.into()),
+            None => Ok(()),
+        }
+    }
+
     /// Sets a leased hold's lease to `lease` from now, as
     /// [`crate::LockGuard::extend`].
     ///

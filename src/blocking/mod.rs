@@ -91,7 +91,7 @@
 //! [`crate::FencedHash`], with their guarantees. They are not owned by the
 //! calling thread: every run of a [`Job`] and every campaign is an owner of
 //! its own, as in the async API. [`Job::run`] runs a plain closure on the
-//! calling thread, given a [`JobLease`], while the client's runtime holds
+//! calling thread, given a [`Lease`], while the client's runtime holds
 //! the job's lock. A [`Leadership`] is resigned by
 //! [`Leadership::resign`] or, as a guard is released, by its drop (waiting
 //! at most the response timeout, then going on in the background; see
@@ -132,7 +132,7 @@ mod semaphore;
 pub use election::{LeaderElection, LeaderObserver, Leadership};
 pub use expirable::{Permit, PermitExpirableSemaphore};
 pub use fenced_hash::FencedHash;
-pub use job::{Job, JobLease};
+pub use job::{Job, Lease};
 pub use latch::CountDownLatch;
 pub use lock::{
     FairLock, FencedGuard, FencedLock, Lock, LockGuard, NonReentrantFairLock, NonReentrantLock,

@@ -21,6 +21,15 @@ use tokio::task::AbortHandle;
 use crate::engine::watchdog::{HoldKey, LeaseState};
 use crate::Client;
 
+/// A hold's lease as it stands now: `extend` and `keep_alive` replace a
+/// guard's lease, and a release ends the hold.
+pub(crate) trait HeldLease: Send + Sync + std::fmt::Debug {
+    /// The hold's lease now.
+    fn state(&self) -> Arc<LeaseState>;
+    /// Whether the hold ended (released): nobody listens any more.
+    fn ended(&self) -> bool;
+}
+
 /// The listening for one hold's end by another: started once, by the first
 /// caller that awaits the hold's loss, and stopped when the hold ends.
 #[derive(Debug)]
@@ -41,7 +50,7 @@ struct Watch {
     client: Client,
     channel: String,
     key: HoldKey,
-    lease: Arc<LeaseState>,
+    lease: Arc<dyn HeldLease>,
 }
 
 impl Takeover {
@@ -51,7 +60,7 @@ impl Takeover {
         client: Client,
         channel: String,
         key: HoldKey,
-        lease: Arc<LeaseState>,
+        lease: Arc<dyn HeldLease>,
     ) -> Takeover {
         Takeover {
             state: Mutex::new(State::Idle(Watch {
@@ -120,7 +129,7 @@ async fn listen(watch: Watch) {
         tokio::pin!(changed);
         // Registered before the look: a message in between is not missed.
         changed.as_mut().enable();
-        if lease.is_lost() {
+        if lease.ended() || lease.state().is_lost() {
             return;
         }
         let mut conn = client.conn();
@@ -131,7 +140,9 @@ async fn listen(watch: Watch) {
             .await;
         match held {
             Ok(false) => {
-                client.registry().lose_taken(&lease);
+                // The lease now: an `extend` may have replaced the one
+                // looked at (its renewal then found the hold gone too).
+                client.registry().lose_taken(&lease.state());
                 return;
             }
             Ok(true) => {}

@@ -159,6 +159,19 @@ impl FencedGuard {
         self.guard.lease_lost().await
     }
 
+    /// As [`LockGuard::lease_handle`].
+    pub fn lease_handle(&self) -> super::Lease {
+        self.guard.lease_handle()
+    }
+
+    /// As [`LockGuard::keep_until`].
+    ///
+    /// # Errors
+    /// As [`LockGuard::keep_until`].
+    pub fn keep_until(&mut self, until: tokio::time::Instant) -> Result<()> {
+        self.guard.keep_until(until)
+    }
+
     /// As [`LockGuard::extend`]: the token stays the same.
     ///
     /// # Errors
@@ -197,12 +210,10 @@ impl FencedGuard {
     pub async fn unlock(self) -> Result<()> {
         self.guard.unlock().await
     }
-}
 
-impl FencedGuard {
-    /// As [`LockGuard::release_then`].
-    pub(crate) fn release_then(self, then: super::guard::AfterRelease) {
-        self.guard.release_then(then);
+    /// As [`LockGuard::unlock_in_background`].
+    pub fn unlock_in_background(self) -> super::Released {
+        self.guard.unlock_in_background()
     }
 }
 

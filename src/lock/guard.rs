@@ -7,12 +7,13 @@ use tokio::runtime::Handle;
 use tokio::time::Instant;
 
 use super::holds::{Guards, Slot};
+use super::lease::{Lease, Released, ReleasedTx};
 use super::release::Release;
 use super::{DoneMark, Kind, Resend};
 use crate::engine::finish::Finish;
 use crate::engine::object::{error_about, Object};
 use crate::engine::request::Latch;
-use crate::engine::takeover::Takeover;
+use crate::engine::takeover::{HeldLease, Takeover};
 use crate::engine::telemetry::{self, Subject};
 use crate::engine::watchdog::{HoldKey, LeaseState, Renew, RenewCall};
 use crate::{Error, Result};
@@ -134,19 +135,43 @@ impl LockGuard {
         self.token
     }
 
-    /// Has this hold's release, whether `unlock` or a drop's, keep the lock
-    /// held by its owner until `until` instead, when it is the owner's last
-    /// hold: the key is left with the time then left as its TTL, and
-    /// expires then (a job's "at least for"). For the plain kinds only
-    /// (`release.lua`).
-    pub(crate) fn keep_until(&mut self, until: Instant) {
-        if let Some(hold) = self.hold.as_mut() {
-            debug_assert!(
-                hold.kind == Kind::REENTRANT,
-                "only a reentrant lock's hold is kept"
-            );
-            hold.keep_until = Some(until);
+    /// Has this hold's release, by [`unlock`](LockGuard::unlock) or by a
+    /// drop, keep the lock held by its owner until `until` instead, when it
+    /// is the owner's last hold: the key keeps one hold of the owner with
+    /// the time then left as its TTL, nothing is published, and the lock
+    /// expires then (ShedLock's `lockAtLeastFor`, a [`Job`](crate::Job)'s
+    /// "at least for"). A release at or after `until`, or one that leaves
+    /// other holds of the owner, releases as usual. Nothing is sent now;
+    /// a later call replaces the instant.
+    ///
+    /// The hold so kept is no guard's: nothing renews it, `unlock` of its
+    /// owner releases it at once, and [`Lock::force_unlock`](crate::Lock::force_unlock)
+    /// ends it.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for the guard of a fair, read or write
+    /// lock, whose release scripts (Redisson's layout) keep no hold, and
+    /// for an instant more than [`MAX_DURATION`](crate::config::MAX_DURATION)
+    /// from now; nothing changes then.
+    pub fn keep_until(&mut self, until: Instant) -> Result<()> {
+        let Some(hold) = self.hold.as_mut() else {
+            return Ok(());
+        };
+        if !hold.kind.keeps() {
+            return Err(Error::invalid(format!(
+                "a {} keeps no hold after its release; keep_until is for the lock, spin, fenced and non-reentrant locks",
+                hold.kind.label()
+            )));
         }
+        let left = until.saturating_duration_since(Instant::now());
+        if left > crate::config::MAX_DURATION {
+            return Err(Error::invalid(format!(
+                "keep_until must be at most {:?} from now, got {left:?}",
+                crate::config::MAX_DURATION
+            )));
+        }
+        hold.keep_until = Some(until);
+        Ok(())
     }
 
     /// Has this hold's release, whether `unlock` or a drop's, mark a job's
@@ -155,23 +180,18 @@ impl LockGuard {
     /// (`release.lua`).
     pub(crate) fn mark_done(&mut self, done: DoneMark) {
         if let Some(hold) = self.hold.as_mut() {
-            debug_assert!(
-                hold.kind == Kind::REENTRANT,
-                "only a reentrant lock's release marks an occurrence"
-            );
+            debug_assert!(hold.kind.keeps(), "only release.lua marks an occurrence");
             hold.done = Some(done);
         }
     }
 
-    /// The state of this hold's lease: lost, and until when it runs.
-    pub(crate) fn lease_state(&self) -> Option<Arc<LeaseState>> {
-        self.hold().map(|h| Arc::clone(&h.lease))
-    }
-
-    /// The listening for this hold's end by another (see
-    /// [`Takeover`]), not started yet; the same for every caller.
-    pub(crate) fn takeover(&self) -> Option<Arc<Takeover>> {
-        self.hold().map(Hold::takeover)
+    /// A handle on this hold's lease, which does not borrow the guard:
+    /// to watch the lease from another task (see [`Lease`]).
+    pub fn lease_handle(&self) -> Lease {
+        match self.hold() {
+            Some(hold) => Lease::new(Arc::clone(&hold.slot), Some(hold.takeover())),
+            None => Lease::ended(),
+        }
     }
 
     fn hold(&self) -> Option<&Hold> {
@@ -228,7 +248,8 @@ impl LockGuard {
     /// With a lease: when the lease runs out by this process's clock,
     /// counted from when the acquire was sent.
     ///
-    /// Either way, when another ends the hold (a force-unlock, a leader's
+    /// Either way, when [`Lock::unlock`](crate::Lock::unlock) released
+    /// this guard's hold, and when another ends the hold (a force-unlock, a leader's
     /// deposition, a Redisson client's `forceUnlock`): within a round trip
     /// of the unlock message on the lock's channel. The first call
     /// subscribes to that channel, and every message there makes the
@@ -243,10 +264,7 @@ impl LockGuard {
     /// # Cancel safety
     /// Cancel safe: it only waits.
     pub async fn lease_lost(&self) {
-        if let Some(hold) = self.hold() {
-            hold.takeover().start();
-            hold.lease.wait_lost().await;
-        }
+        self.lease_handle().lost().await;
     }
 
     /// Extends a leased hold: its lease becomes `lease` from now, here, and
@@ -429,7 +447,7 @@ impl Hold {
                 self.lock.client().clone(),
                 self.kind.channel(&self.key.name),
                 self.key.clone(),
-                Arc::clone(&self.lease),
+                Arc::clone(&self.slot) as Arc<dyn HeldLease>,
             ))
         }))
     }
@@ -499,23 +517,28 @@ impl Drop for LockGuard {
     }
 }
 
-/// Work to run after a dropped guard's release got through, given the lock
-/// bound to the release's connection; it may run twice (see
-/// `Object::spawn_to_end`).
-pub(crate) type AfterRelease = Arc<dyn Fn(Object) -> BoxFuture<()> + Send + Sync + 'static>;
-
-type BoxFuture<T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send + 'static>>;
-
 impl LockGuard {
-    /// Gives up the guard as a drop does (its release resent until it gets
-    /// through or the lease runs out, finished at a runtime's shutdown),
-    /// and once Redis has released the hold, runs `then`: an announcement
-    /// that must not come before the release (a leader's resignation).
-    pub(crate) fn release_then(mut self, then: AfterRelease) {
-        self.release_in_background(Some(then));
+    /// Releases the hold as a drop does, without waiting: in the
+    /// background, resent after a failed connection until it gets through
+    /// or the lease runs out (or that of another hold of its owner that
+    /// shares the lock's key), and finished at a runtime's shutdown. The
+    /// [`Released`] it returns tells when it ended, and whether Redis
+    /// released the hold: to act once the lock is let go, as a leader's
+    /// resignation is announced only after its lock is.
+    pub fn unlock_in_background(mut self) -> Released {
+        let (told, released) = Released::channel();
+        self.release_in_background(Some(told));
+        released
     }
 
-    fn release_in_background(&mut self, then: Option<AfterRelease>) {
+    /// Sends the release in the background; `told`, when there is one,
+    /// learns how it ended.
+    fn release_in_background(&mut self, told: Option<ReleasedTx>) {
+        let tell = |got_through: bool| {
+            if let Some(told) = &told {
+                told.send_replace(Some(got_through));
+            }
+        };
         let Some(hold) = self.hold.take() else {
             return;
         };
@@ -523,10 +546,11 @@ impl LockGuard {
         let name = Arc::clone(&hold.key.name);
         let release = match hold.claim() {
             Ok(Some(release)) => Arc::new(release),
-            Ok(None) => return,
+            // Released already, by `Lock::unlock`.
+            Ok(None) => return tell(true),
             Err(err) => {
                 tracing::debug!(lock = %name, error = %err, "dropped guard was no longer held");
-                return;
+                return tell(false);
             }
         };
         // Nobody awaits it: resent until it gets through or its lease runs
@@ -535,14 +559,14 @@ impl LockGuard {
         // leaves no hold.
         release.lock().spawn_to_end(&runtime, move |lock| {
             let release = Arc::clone(&release);
-            let then = then.clone();
+            let told = told.clone();
             async move {
-                match release.send_on(&lock, Resend::UntilExpired).await {
-                    Ok(()) => {
-                        if let Some(then) = then {
-                            then(lock).await;
-                        }
-                    }
+                let answer = release.send_on(&lock, Resend::UntilExpired).await;
+                if let Some(told) = told {
+                    told.send_replace(Some(answer.is_ok()));
+                }
+                match answer {
+                    Ok(()) => {}
                     Err(err @ (Error::LeaseLost { .. } | Error::NotHeld { .. })) => {
                         tracing::debug!(lock = %release.key.name, error = %err,
                             "dropped guard was no longer held");

@@ -32,10 +32,12 @@ use std::sync::{Arc, LazyLock, Mutex, OnceLock};
 use std::time::Duration;
 
 use dashmap::DashMap;
+use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use super::{Kind, Resend};
 use crate::engine::request::{GrantedIn, Latch};
+use crate::engine::takeover::HeldLease;
 use crate::engine::watchdog::{HoldKey, LeaseState, Registry};
 
 /// One live guard's hold, as its owner's other calls see it.
@@ -46,6 +48,9 @@ pub(crate) struct Slot {
     claimed: AtomicBool,
     /// The hold's lease, which `extend` and `keep_alive` change.
     lease: Mutex<SlotLease>,
+    /// Wakes the waiters of a [`Lease`](super::Lease) when the hold's
+    /// lease is replaced or the hold is claimed.
+    changed: Notify,
     /// What keeps the key once its release was answered.
     after: Mutex<After>,
     /// Its release's [`Standing`], once claimed and prepared: the holds
@@ -94,11 +99,20 @@ impl Slot {
         Arc::new(Slot {
             claimed: AtomicBool::new(false),
             lease: Mutex::new(SlotLease { lease_ms, state }),
+            changed: Notify::new(),
             after: Mutex::new(After::Held),
             standing: OnceLock::new(),
             life: Mutex::new(Instant::now()),
             on_server: None,
         })
+    }
+
+    /// The slot of no hold: claimed, its lease run out (what a guard that
+    /// no longer holds answers).
+    pub(crate) fn ended() -> Arc<Slot> {
+        let slot = Slot::new(Some(0), LeaseState::leased(Instant::now()));
+        slot.claimed.store(true, Ordering::Release);
+        slot
     }
 
     /// The slot of a hold no guard owned (an acquire's grant its caller
@@ -114,6 +128,7 @@ impl Slot {
                 lease_ms: Some(lease_ms),
                 state,
             }),
+            changed: Notify::new(),
             after: Mutex::new(After::Held),
             standing: OnceLock::new(),
             life: Mutex::new(granted.by),
@@ -213,7 +228,11 @@ impl Slot {
     /// Takes the right to release this hold; false when it was taken
     /// already.
     pub(crate) fn claim(&self) -> bool {
-        !self.claimed.swap(true, Ordering::AcqRel)
+        let claimed = !self.claimed.swap(true, Ordering::AcqRel);
+        if claimed {
+            self.changed.notify_waiters();
+        }
+        claimed
     }
 
     pub(crate) fn is_claimed(&self) -> bool {
@@ -232,6 +251,23 @@ impl Slot {
             .lease
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner()) = SlotLease { lease_ms, state };
+        self.changed.notify_waiters();
+    }
+
+    /// A change of the hold's lease or its claim, registered before the
+    /// caller looks at them (see [`Notified::enable`](tokio::sync::futures::Notified::enable)).
+    pub(crate) fn changed(&self) -> tokio::sync::futures::Notified<'_> {
+        self.changed.notified()
+    }
+}
+
+impl HeldLease for Slot {
+    fn state(&self) -> Arc<LeaseState> {
+        self.lease().state
+    }
+
+    fn ended(&self) -> bool {
+        self.is_claimed()
     }
 }
 

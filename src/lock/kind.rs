@@ -63,9 +63,10 @@ pub(super) struct ReleaseArgs<'a> {
     pub(super) publish: &'static str,
     /// How long the latch lives, in ms.
     pub(super) latch_ttl: u64,
-    /// When over 0, the last hold is kept this many ms instead of
-    /// released (a job's "at least for"; the plain kinds' script only).
-    pub(super) keep_ms: u64,
+    /// The last hold is kept this many ms (at least 1) instead of
+    /// released ([`LockGuard::keep_until`](super::LockGuard::keep_until);
+    /// the kinds that [`Kind::keeps`] only).
+    pub(super) keep_ms: Option<u64>,
     /// A job's occurrence the last hold's release marks done (the plain
     /// kinds' script only).
     pub(super) done: Option<&'a DoneMark>,
@@ -307,12 +308,13 @@ impl Kind {
             .arg(field)
             .arg(r.publish)
             .arg(r.latch_ttl);
-        if r.keep_ms > 0 || r.done.is_some() {
+        if r.keep_ms.is_some() || r.done.is_some() {
             debug_assert!(
                 std::ptr::eq(script, &*RELEASE),
                 "only release.lua keeps a hold or marks an occurrence"
             );
-            call.arg(r.keep_ms);
+            // The script's 0: release the last hold.
+            call.arg(r.keep_ms.unwrap_or(0));
         }
         if let Some(done) = r.done {
             call.key(&done.key).arg(done.occurrence).arg(done.ttl_ms);
@@ -356,6 +358,16 @@ impl Kind {
         match self {
             Kind::Read | Kind::Write => WAKE_ALL_MESSAGE,
             Kind::Plain(_) | Kind::Spin(_) | Kind::Fenced | Kind::Fair { .. } => UNLOCK_MESSAGE,
+        }
+    }
+
+    /// Whether this kind's release can keep the owner's last hold for a
+    /// while instead (and mark a job's occurrence done): the kinds whose
+    /// release is `release.lua`.
+    pub(super) fn keeps(self) -> bool {
+        match self {
+            Kind::Plain(_) | Kind::Spin(_) | Kind::Fenced => true,
+            Kind::Fair { .. } | Kind::Read | Kind::Write => false,
         }
     }
 

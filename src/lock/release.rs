@@ -103,9 +103,9 @@ pub(crate) async fn release_hold_as(lock: &Object, call: &ReleaseCall<'_>) -> Re
             lease_ms: release.lease_ms,
             publish,
             latch_ttl: sending.latch_ttl,
-            keep_ms: keep_until.map_or(0, |until| {
-                ceil_ms(until.saturating_duration_since(Instant::now()))
-            }),
+            keep_ms: keep_until
+                .map(|until| ceil_ms(until.saturating_duration_since(Instant::now())))
+                .filter(|&ms| ms > 0),
             done,
             grant,
         })
