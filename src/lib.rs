@@ -470,9 +470,9 @@ pub use group::multilock::{MultiLock, MultiLockGuard};
 pub use group::redlock::{RedLock, RedLockGuard};
 pub use job::{Job, JobHolder, JobRun, DEFAULT_REMEMBER, MAX_JOB_LABEL_LEN, MAX_OCCURRENCE};
 pub use lock::{
-    FairLock, FencedGuard, FencedLock, Lease, Lock, LockGuard, LockHolder, Released, LockInfo, LockMode,
-    NonReentrantFairLock, NonReentrantLock, QueuedWaiter, ReadLock, ReadWriteLock, SpinLock,
-    WriteLock, DEFAULT_FAIR_WAITER_TIMEOUT,
+    FairLock, FencedGuard, FencedLock, Lease, Lock, LockGuard, LockHolder, LockInfo, LockMode,
+    NonReentrantFairLock, NonReentrantLock, QueuedWaiter, ReadLock, ReadWriteLock, Released,
+    SpinLock, WriteLock, DEFAULT_FAIR_WAITER_TIMEOUT,
 };
 pub use semaphore::expirable::{Permit, PermitExpirableSemaphore, PermitId};
 pub use semaphore::Semaphore;
