@@ -8,11 +8,11 @@ use std::time::Duration;
 
 use futures_util::stream::{BoxStream, Fuse, FusedStream, Stream, StreamExt};
 
-use crate::engine::keys::{self, campaign_label as label_of, CAMPAIGN_MARK};
+use crate::engine::keys::{self, CAMPAIGN_MARK};
 use crate::engine::object::Object;
 use crate::engine::scripts::PUBLISH;
 use crate::engine::waiting::{Channel, Tried, Watcher};
-use crate::{Client, Error, FencedGuard, FencedLock, Result};
+use crate::{Client, Error, FencedGuard, FencedLock, Holder, Result};
 
 /// The longest label a candidate may give, in bytes.
 pub const MAX_LEADER_LABEL_LEN: usize = 256;
@@ -153,34 +153,14 @@ impl Client {
     }
 }
 
-/// Who leads an election, read by [`LeaderElection::leader`] and reported
-/// by [`LeaderElection::observe`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct Leader {
-    /// The leader's term: the fencing token its campaign drew. For a
-    /// holder that did not campaign, the lock's current token: for a
-    /// Redisson `RFencedLock` or a [`FencedLock`], the one its latest
-    /// acquire drew; a holder of the name as a plain lock (`RLock`) draws
-    /// none, so it shows the last token drawn before it, or `None` when
-    /// none was (or Redis lost the counter since).
-    pub term: Option<u64>,
-    /// The label the leader campaigned with; `None` for a holder that did
-    /// not campaign.
-    pub label: Option<String>,
-    /// The leading client's id ([`Client::id`], or a Redisson client's
-    /// UUID).
-    pub client_id: String,
-    /// The owner within that client: `<label>~<campaign-id>` for a
-    /// campaign, a Redisson client's thread id.
-    pub owner_id: String,
-}
-
 /// A change seen by [`LeaderElection::observe`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LeaderChange {
-    /// This one leads now.
-    Leader(Leader),
+    /// This one leads now: its [`term`](Holder::term) is the fencing
+    /// token its campaign drew (for a holder that did not campaign, see
+    /// [`Holder::term`]), its [`label`](Holder::label) the one it
+    /// campaigned with.
+    Leader(Holder),
     /// Nobody leads.
     NoLeader,
 }
@@ -355,12 +335,12 @@ impl LeaderElection {
     ///
     /// # Cancel safety
     /// Cancel safe: it only reads.
-    pub async fn leader(&self) -> Result<Option<Leader>> {
+    pub async fn leader(&self) -> Result<Option<Holder>> {
         Ok(self.read().await?.0)
     }
 
     /// The leader now, and how long its lock lives unless renewed.
-    async fn read(&self) -> Result<(Option<Leader>, Option<Duration>)> {
+    async fn read(&self) -> Result<(Option<Holder>, Option<Duration>)> {
         let info = self.lock.info().await?;
         let Some(holder) = info.holders.first() else {
             return Ok((None, None));
@@ -372,14 +352,7 @@ impl LeaderElection {
                 expected: ELECTION_DATA,
             });
         }
-        let label = label_of(&holder.owner_id).map(str::to_owned);
-        let leader = Leader {
-            term: info.token,
-            label,
-            client_id: holder.client_id.clone(),
-            owner_id: holder.owner_id.clone(),
-        };
-        Ok((Some(leader), info.ttl))
+        Ok((Some(holder.clone()), info.ttl))
     }
 
     /// Follows the election: the first item is who leads now, then one
@@ -729,6 +702,7 @@ impl Watch {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::keys::campaign_label as label_of;
 
     #[test]
     fn labels_are_read_back_from_campaign_owner_ids() {

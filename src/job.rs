@@ -9,10 +9,10 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::time::Instant;
 
 use crate::config::MAX_DURATION;
-use crate::engine::keys::{self, campaign_label, CAMPAIGN_MARK};
+use crate::engine::keys::{self, CAMPAIGN_MARK};
 use crate::engine::scripts::JOB_LAST_DONE;
 use crate::lock::DoneMark;
-use crate::{Client, Error, Lease, Lock, LockGuard, Result};
+use crate::{Client, Error, Holder, Lease, Lock, LockGuard, Result};
 
 /// The longest label a runner may give, in bytes.
 pub const MAX_JOB_LABEL_LEN: usize = 256;
@@ -196,7 +196,7 @@ pub enum JobRun<T> {
     Skipped {
         /// Who holds it, as read right after the refusal; `None` when it
         /// was let go meanwhile.
-        holder: Option<JobHolder>,
+        holder: Option<Holder>,
     },
     /// The occurrence this run serves ([`Job::every`], [`Job::occurrence`])
     /// was run to its end already, by this replica or another: the
@@ -263,24 +263,6 @@ impl<T> JobRun<T> {
     pub fn ran(&self) -> bool {
         !matches!(self, JobRun::Skipped { .. } | JobRun::AlreadyDone { .. })
     }
-}
-
-/// Who holds a job, in [`JobRun::Skipped`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct JobHolder {
-    /// The label the holder runs it with ([`Job::label`]); `None` for a
-    /// holder that is no job runner (a Redisson `RLock`, a plain
-    /// [`Lock`]).
-    pub label: Option<String>,
-    /// The holding client's id ([`Client::id`], or a Redisson client's
-    /// UUID).
-    pub client_id: String,
-    /// The owner within that client: `<label>~<run-id>` for a run.
-    pub owner_id: String,
-    /// How long the lock lives unless renewed (a run's lease, or the time
-    /// left of its "at least for"); `None` without a TTL.
-    pub ttl: Option<Duration>,
 }
 
 impl Job {
@@ -441,7 +423,7 @@ impl Job {
     }
 
     /// The label runs from this handle show to others (in
-    /// [`JobHolder::label`] and the inspector): a host or pod name, say.
+    /// [`Holder::label`] and the inspector): a host or pod name, say.
     /// Checked by [`Job::run`]: not empty, at most [`MAX_JOB_LABEL_LEN`]
     /// bytes, no control characters. `job` by default.
     pub fn label(mut self, label: impl Into<String>) -> Job {
@@ -651,14 +633,8 @@ impl Job {
     }
 
     /// Who holds the job now.
-    async fn holder(&self) -> Result<Option<JobHolder>> {
-        let info = self.lock.info().await?;
-        Ok(info.holders.first().map(|holder| JobHolder {
-            label: campaign_label(&holder.owner_id).map(str::to_owned),
-            client_id: holder.client_id.clone(),
-            owner_id: holder.owner_id.clone(),
-            ttl: info.ttl,
-        }))
+    async fn holder(&self) -> Result<Option<Holder>> {
+        Ok(self.lock.info().await?.holders.into_iter().next())
     }
 }
 

@@ -463,14 +463,14 @@ mod semaphore;
 pub use count_down_latch::CountDownLatch;
 pub use distributed::DistributedLock;
 pub use election::{
-    Leader, LeaderChange, LeaderElection, LeaderObserver, Leadership, MAX_LEADER_LABEL_LEN,
+    LeaderChange, LeaderElection, LeaderObserver, Leadership, MAX_LEADER_LABEL_LEN,
 };
 pub use fenced_hash::{FencedHash, FencedValue, FencedWrite, MAX_FENCE_TOKEN};
 pub use group::multilock::{MultiLock, MultiLockGuard};
 pub use group::redlock::{RedLock, RedLockGuard};
-pub use job::{Job, JobHolder, JobRun, DEFAULT_REMEMBER, MAX_JOB_LABEL_LEN, MAX_OCCURRENCE};
+pub use job::{Job, JobRun, DEFAULT_REMEMBER, MAX_JOB_LABEL_LEN, MAX_OCCURRENCE};
 pub use lock::{
-    FairLock, FencedGuard, FencedLock, Lease, Lock, LockGuard, LockHolder, LockInfo, LockMode,
+    FairLock, FencedGuard, FencedLock, Holder, Lease, Lock, LockGuard, LockInfo, LockMode,
     NonReentrantFairLock, NonReentrantLock, QueuedWaiter, ReadLock, ReadWriteLock, Released,
     SpinLock, WriteLock, DEFAULT_FAIR_WAITER_TIMEOUT,
 };

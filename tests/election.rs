@@ -13,7 +13,7 @@ use common::{
     RedisServer,
 };
 use ferrisson::{
-    Error, FencedWrite, Leader, LeaderChange, LeaderObserver, MAX_FENCE_TOKEN, MAX_LEADER_LABEL_LEN,
+    Error, FencedWrite, Holder, LeaderChange, LeaderObserver, MAX_FENCE_TOKEN, MAX_LEADER_LABEL_LEN,
 };
 
 const WATCHDOG: Duration = Duration::from_millis(1200);
@@ -44,7 +44,7 @@ async fn only_the_counter_is_left(server: &RedisServer, name: &str) {
     .await;
 }
 
-fn leader(change: LeaderChange) -> Leader {
+fn leader(change: LeaderChange) -> Holder {
     match change {
         LeaderChange::Leader(leader) => leader,
         LeaderChange::NoLeader => panic!("expected a leader, got none"),

@@ -6,7 +6,7 @@ use std::time::Duration;
 use futures_util::stream::FusedStream;
 
 use super::{blocking_calls, blocking_object, Runtime};
-use crate::{Error, Leader, LeaderChange, Result};
+use crate::{Error, Holder, LeaderChange, Result};
 
 blocking_object!(
     /// A leader election, from
@@ -59,7 +59,7 @@ impl LeaderElection {
         fn depose(&self) -> bool;
         /// Who leads now, read in one call without campaigning; `None` when
         /// nobody does.
-        fn leader(&self) -> Option<Leader>;
+        fn leader(&self) -> Option<Holder>;
     }
 
     /// Waits until this candidate leads, then keeps the leadership alive

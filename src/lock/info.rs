@@ -20,7 +20,7 @@ pub struct LockInfo {
     /// Who holds the lock, and how many holds each has; empty when it is
     /// free. A read-write lock lists its readers (and its writer, whose
     /// read holds, if any, come as a second entry).
-    pub holders: Vec<LockHolder>,
+    pub holders: Vec<Holder>,
     /// How long until the lock expires; `None` when it is free.
     pub ttl: Option<Duration>,
     /// A read-write lock's mode; `None` when it is free, and for the other
@@ -34,20 +34,38 @@ pub struct LockInfo {
     pub token: Option<u64>,
 }
 
-/// One holder of a lock, in [`LockInfo::holders`].
+/// Who holds a lock: one of [`LockInfo::holders`], the leader of an
+/// election ([`LeaderElection::leader`](crate::LeaderElection::leader),
+/// [`LeaderChange::Leader`](crate::LeaderChange::Leader)), the runner that
+/// holds a job ([`JobRun::Skipped`](crate::JobRun::Skipped)).
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
-pub struct LockHolder {
+pub struct Holder {
     /// The holding client's id ([`Client::id`](crate::Client::id), or a
     /// Redisson client's UUID).
     pub client_id: String,
     /// The owner within that client: `task-<id>`, `thread-<n>`, the id
-    /// given to `with_owner`, or a Redisson client's thread id.
+    /// given to `with_owner`, `<label>~<id>` for a leader's campaign or a
+    /// job's run, or a Redisson client's thread id.
     pub owner_id: String,
+    /// The label a leader campaigned with ([`LeaderElection::campaign`](crate::LeaderElection::campaign))
+    /// or a job's runner runs with ([`Job::label`](crate::Job::label)),
+    /// read from the owner id; `None` for any other holder (a plain lock's,
+    /// a Redisson client's).
+    pub label: Option<String>,
     /// How many holds it has (re-entries count).
     pub holds: u32,
     /// Whether these are write holds of a read-write lock.
     pub write: bool,
+    /// A fenced lock's current token, the one its latest acquire drew,
+    /// as [`LockInfo::token`]: a leader's term. For a holder of the name
+    /// as a plain lock (a Redisson `RLock`), which draws none, the last
+    /// token drawn before it; `None` for the other kinds, or when none was
+    /// drawn (or Redis lost the counter since).
+    pub term: Option<u64>,
+    /// How long the lock lives unless renewed, as [`LockInfo::ttl`] (a
+    /// read lock's holders share its hash's); `None` without a TTL.
+    pub ttl: Option<Duration>,
 }
 
 /// A read-write lock's mode, in [`LockInfo::mode`].
@@ -166,11 +184,14 @@ impl LockCore {
                 _ => (field.as_str(), false),
             };
             let (client_id, owner_id) = split_field(field);
-            info.holders.push(LockHolder {
+            info.holders.push(Holder {
+                label: keys::campaign_label(&owner_id).map(str::to_owned),
                 client_id,
                 owner_id,
                 holds,
                 write,
+                term: info.token,
+                ttl: info.ttl,
             });
         }
         let deadlines: std::collections::HashMap<&str, f64> = scores

@@ -23,7 +23,7 @@ pub use fenced::{FencedGuard, FencedLock};
 pub use guard::LockGuard;
 use holds::Guards;
 use info::Extra;
-pub use info::{LockHolder, LockInfo, LockMode, QueuedWaiter};
+pub use info::{Holder, LockInfo, LockMode, QueuedWaiter};
 pub(crate) use kind::DoneMark;
 pub use kind::DEFAULT_FAIR_WAITER_TIMEOUT;
 pub(crate) use kind::{Kind, Reentry};
