@@ -12,6 +12,7 @@ mod info;
 mod kind;
 mod lease;
 mod non_reentrant;
+mod parking;
 mod queue;
 mod release;
 mod rwlock;

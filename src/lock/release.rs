@@ -8,7 +8,8 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use super::holds::{After, Guards, Parked, Parking, Slot, Standing};
+use super::holds::{After, Guards, Slot, Standing};
+use super::parking::{Parked, Parking};
 use crate::engine::request::{GrantedIn, Latch};
 use crate::engine::watchdog::{drift_margin, HoldKey, Registry};
 

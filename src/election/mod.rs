@@ -1,17 +1,18 @@
 //! Leader election on a fenced lock: one leader per name, a term that
 //! fences, a label the others read, and a stream of changes.
 
-use std::pin::Pin;
-use std::sync::Arc;
-use std::task::{Context, Poll};
-use std::time::Duration;
+mod leadership;
+mod observe;
 
-use futures_util::stream::{BoxStream, Fuse, FusedStream, Stream, StreamExt};
+pub use leadership::Leadership;
+pub use observe::LeaderObserver;
+
+use std::time::Duration;
 
 use crate::engine::keys::{self, CAMPAIGN_MARK};
 use crate::engine::object::Object;
 use crate::engine::scripts::PUBLISH;
-use crate::engine::waiting::{Channel, Tried, Watcher};
+use crate::engine::waiting::{Channel, Watcher};
 use crate::{Client, Error, FencedGuard, FencedLock, Holder, Result};
 
 /// The longest label a candidate may give, in bytes.
@@ -248,13 +249,7 @@ impl LeaderElection {
         // so it is not awaited: the leader need not wait for it.
         let announce = announcement(self.client(), self.name(), term.to_string());
         tokio::spawn(async move { announce.send().await });
-        Leadership {
-            guard: Some(guard),
-            term,
-            label: label.to_owned(),
-            election: self.clone(),
-            runtime: tokio::runtime::Handle::current(),
-        }
+        Leadership::new(guard, label, self.clone())
     }
 
     /// Waits until this candidate leads, then keeps the leadership alive
@@ -388,20 +383,7 @@ impl LeaderElection {
             name: keys::election_channel(self.name()),
             broadcast: true,
         };
-        let watch = Watch {
-            watcher: Watcher::new(channel, self.look_again()),
-            election: self.clone(),
-            last: None,
-            done: false,
-        };
-        LeaderObserver {
-            changes: futures_util::stream::unfold(watch, |mut watch| async move {
-                let change = watch.next().await?;
-                Some((change, watch))
-            })
-            .boxed()
-            .fuse(),
-        }
+        LeaderObserver::new(self.clone(), Watcher::new(channel, self.look_again()))
     }
 }
 
@@ -447,258 +429,6 @@ impl Announcement {
         }
     }
 }
-
-/// The leadership of one campaign, from [`LeaderElection::campaign`]: held
-/// while it lives, kept by the watchdog.
-///
-/// Dropping it resigns in the background (the lock's release, resent until
-/// it gets through or the lease runs out, then the announcement), as a
-/// dropped [`LockGuard`](crate::LockGuard) releases; a program that returns
-/// normally leaves no leadership behind.
-#[must_use = "the leadership is resigned as soon as it is dropped"]
-#[clippy::has_significant_drop]
-pub struct Leadership {
-    /// `None` once resigned.
-    guard: Option<FencedGuard>,
-    term: u64,
-    label: String,
-    election: LeaderElection,
-    /// The runtime the campaign ran on, where a drop's announcement goes.
-    runtime: tokio::runtime::Handle,
-}
-
-impl std::fmt::Debug for Leadership {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Leadership")
-            .field("name", &self.election.name())
-            .field("term", &self.term)
-            .field("label", &self.label)
-            .field("lost", &self.is_lost())
-            .finish()
-    }
-}
-
-impl Leadership {
-    /// The term: higher than every earlier term and fencing token of this
-    /// name, whoever drew it. Send it with every write made as leader.
-    pub fn term(&self) -> u64 {
-        self.term
-    }
-
-    /// The label this candidate campaigned with.
-    pub fn label(&self) -> &str {
-        &self.label
-    }
-
-    /// The election's name.
-    pub fn name(&self) -> &str {
-        self.election.name()
-    }
-
-    /// Whether the leadership is known to be over, as
-    /// [`LockGuard::is_lease_lost`](crate::LockGuard::is_lease_lost): its
-    /// lock found gone by the watchdog, or its lease run out by this
-    /// process's clock (checked at once after a pause).
-    pub fn is_lost(&self) -> bool {
-        self.guard.as_ref().is_none_or(FencedGuard::is_lease_lost)
-    }
-
-    /// Resolves when the leadership ended without a resignation, as
-    /// [`LockGuard::lease_lost`](crate::LockGuard::lease_lost): the lock
-    /// expired during a stall, was force-unlocked or lost with a Redis
-    /// restart, or renewals could not get through before the lease would
-    /// have run out (the client gives up a little before the server would,
-    /// so that this leader stops before another starts). After a restart
-    /// that lost the lock it resolves about 20 ms and a few round trips
-    /// after Redis answers again, when a rival may be granted too (see
-    /// [`LeaderElection`]). Never resolves while it leads: use it in a
-    /// `tokio::select!` beside the work.
-    ///
-    /// # Cancel safety
-    /// Cancel safe: it only waits.
-    pub async fn lost(&self) {
-        if let Some(guard) = &self.guard {
-            guard.lease_lost().await;
-        }
-    }
-
-    /// Resigns: releases the lock, so that another candidate leads, and
-    /// announces it to the observers.
-    ///
-    /// # Errors
-    /// As [`LockGuard::unlock`](crate::LockGuard::unlock):
-    /// [`Error::LeaseLost`] when the leadership had already ended (nothing
-    /// is sent), [`Error::NotHeld`] when Redis says the lock was gone,
-    /// [`Error::Redis`] when every send failed (the leadership then ends
-    /// with its lease).
-    ///
-    /// # Cancel safety
-    /// Cancel safe: once started, the release runs to its end in the
-    /// background if the future is dropped; the announcement may then be
-    /// missing (observers read again on their own).
-    pub async fn resign(mut self) -> Result<()> {
-        let Some(guard) = self.guard.take() else {
-            return Ok(());
-        };
-        guard.unlock().await?;
-        let announce = announcement(self.election.client(), self.name(), RESIGNED.into());
-        announce.send().await;
-        Ok(())
-    }
-}
-
-impl Leadership {
-    /// Resigns a leadership whose resignation nobody waits on for long
-    /// (the blocking API's drop waits a moment): as its drop does, the
-    /// release is resent until it gets through or the lease runs out, and
-    /// the resignation is announced once it got through.
-    #[cfg(feature = "blocking")]
-    pub(crate) async fn resign_dropped(mut self) -> Result<()> {
-        let Some(guard) = self.guard.take() else {
-            return Ok(());
-        };
-        crate::LockGuard::from(guard).release_dropped().await?;
-        let announce = announcement(self.election.client(), self.name(), RESIGNED.into());
-        announce.send().await;
-        Ok(())
-    }
-}
-
-impl Drop for Leadership {
-    fn drop(&mut self) {
-        let Some(guard) = self.guard.take() else {
-            return;
-        };
-        // The release goes on in the background, as a dropped guard's,
-        // and the announcement after it got through; both are finished at
-        // a runtime's shutdown (each may then run twice, which is
-        // harmless: observers read again on any message).
-        let released = guard.unlock_in_background();
-        let announce = Arc::new(announcement(
-            self.election.client(),
-            self.name(),
-            RESIGNED.into(),
-        ));
-        let election = announce.election.clone();
-        election.spawn_to_end(&self.runtime, move |on| {
-            let (announce, released) = (Arc::clone(&announce), released.clone());
-            async move {
-                if released.wait().await {
-                    announce.send_on(&on).await;
-                }
-            }
-        });
-    }
-}
-
-/// The changes of an election, from [`LeaderElection::observe`]: a
-/// [`Stream`] of [`LeaderChange`]s, or call [`LeaderObserver::next`].
-#[must_use = "an observer reports nothing unless polled"]
-pub struct LeaderObserver {
-    changes: Fuse<BoxStream<'static, Result<LeaderChange>>>,
-}
-
-impl std::fmt::Debug for LeaderObserver {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("LeaderObserver").finish_non_exhaustive()
-    }
-}
-
-impl LeaderObserver {
-    /// The next change; `None` after an error was returned (the stream's
-    /// end).
-    ///
-    /// # Errors
-    /// As [`LeaderElection::leader`]; a lost connection is waited out, not
-    /// returned.
-    ///
-    /// # Cancel safety
-    /// Cancel safe: a dropped call loses no change.
-    pub async fn next(&mut self) -> Option<Result<LeaderChange>> {
-        self.changes.next().await
-    }
-}
-
-impl FusedStream for LeaderObserver {
-    fn is_terminated(&self) -> bool {
-        self.changes.is_terminated()
-    }
-}
-
-impl Stream for LeaderObserver {
-    type Item = Result<LeaderChange>;
-
-    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        self.changes.poll_next_unpin(cx)
-    }
-}
-
-/// An observer's state between two changes.
-struct Watch {
-    election: LeaderElection,
-    /// The watch of the election's channel, subscribed across changes.
-    watcher: Watcher,
-    /// What was reported last (holder and term); `None` before the first.
-    last: Option<Option<(String, Option<u64>)>>,
-    /// After an error: the stream has ended.
-    done: bool,
-}
-
-impl Watch {
-    /// Waits for the next change. Cancel safe: `last` changes only with
-    /// the return.
-    ///
-    /// Each try reads (so that a bad name is refused before anything is
-    /// sent); the watcher subscribes after it (see [`Watcher::watch`]) and
-    /// reads again before it waits: a change between the read and the
-    /// subscription is not missed. A leader's lock is read again when it
-    /// would expire unless renewed (a dead leader is reported then), and
-    /// every look-again in any case.
-    async fn next(&mut self) -> Option<Result<LeaderChange>> {
-        if self.done {
-            return None;
-        }
-        let Watch {
-            election,
-            watcher,
-            last,
-            ..
-        } = self;
-        let look_again = election.look_again();
-        let read = || async {
-            let (leader, ttl) = election.read().await?;
-            let now = leader
-                .as_ref()
-                .map(|l| (format!("{}:{}", l.client_id, l.owner_id), l.term));
-            if last.as_ref() == Some(&now) {
-                let pause = ttl.map_or(look_again, |ttl| {
-                    (ttl + Duration::from_millis(1)).min(look_again)
-                });
-                return Ok(Tried::Again(Some(pause)));
-            }
-            let change = match leader {
-                Some(leader) => LeaderChange::Leader(leader),
-                None => LeaderChange::NoLeader,
-            };
-            Ok(Tried::Done((now, change)))
-        };
-        match election.lock.object().watch(watcher, None, read).await {
-            Ok(Some((now, change))) => {
-                *last = Some(now);
-                Some(Ok(change))
-            }
-            // Without a deadline, a watch ends only with a try.
-            Ok(None) => None,
-            Err(err) => {
-                // The stream ends here, and keeps nothing.
-                self.done = true;
-                self.watcher.stop();
-                Some(Err(err))
-            }
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
