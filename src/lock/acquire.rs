@@ -221,8 +221,8 @@ impl LockCore {
             kind,
             owner: Arc::clone(&owner),
         };
-        let new = || Request::new(&self.obj, hold, ttl_ms, runtime.clone());
-        let request = req.slot.get(ttl_ms, new).await.map_err(|e| self.error(e))?;
+        let new = || Request::new(&self.obj, hold, Lasts::Ms(ttl_ms), runtime.clone());
+        let request = (req.slot.get(Lasts::Ms(ttl_ms), new).await).map_err(|e| self.error(e))?;
         let (build_name, build_owner) = (Arc::clone(&name), Arc::clone(&owner));
         let build = move |latch: &str, latch_ttl: u64, deadline: u64| {
             kind.acquire(&AcquireArgs {

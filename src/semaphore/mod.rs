@@ -421,8 +421,9 @@ impl Semaphore {
         resend_until: Option<Instant>,
         runtime: Handle,
     ) -> Result<Tried<()>> {
-        let new = || Request::new(&self.obj, Permits(permits), 0, runtime.clone());
-        let request = slot.get(0, new).await.map_err(|e| self.obj.error(e))?;
+        let lasts = Lasts::UntilReleased;
+        let new = || Request::new(&self.obj, Permits(permits), lasts, runtime.clone());
+        let request = slot.get(lasts, new).await.map_err(|e| self.obj.error(e))?;
         let name = Arc::clone(self.obj.shared_name());
         let build = move |latch: &str, latch_ttl: u64, deadline: u64| {
             let mut call = SEMAPHORE_ACQUIRE.prepare_invoke();

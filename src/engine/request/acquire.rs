@@ -72,12 +72,12 @@ struct Outcome {
 }
 
 impl<T: Taken> Request<T> {
-    /// A new request on `name` whose sends set at most `ttl_ms` (0 when
-    /// what they take does not expire).
-    pub(crate) fn new(on: &Object, taken: T, ttl_ms: u64, runtime: Handle) -> Self {
+    /// A new request on `name` whose sends take what lasts at most
+    /// `lasts`.
+    pub(crate) fn new(on: &Object, taken: T, lasts: Lasts, runtime: Handle) -> Self {
         let (client, name) = (on.client(), on.shared_name());
         let latch = keys::acquire_latch(name, &client.request_id());
-        let latch_ttl = Self::latch_ttl(client.config(), ttl_ms);
+        let latch_ttl = Self::latch_ttl(client.config(), lasts);
         Request {
             on: on.clone(),
             taken: Arc::new(taken),
@@ -98,7 +98,7 @@ impl<T: Taken> Request<T> {
     /// shorter, a send that arrives after it would count a granted re-entry
     /// twice). A request is reused for one resend window after its birth,
     /// and each attempt's sends fit in one more window; hence the sum.
-    /// What never expires by itself (`ttl_ms` 0: a semaphore's permits) is
+    /// What never expires by itself (a semaphore's permits) is
     /// settled by the wait's next try, up to a look-again (a third of the
     /// watchdog timeout) after the attempt that lost a send, when the
     /// message that would wake it sooner is lost: the latch outlives that
@@ -106,11 +106,14 @@ impl<T: Taken> Request<T> {
     /// watchdog timeout near 100 s with the default timeouts), the settle
     /// would find no grant, and the permits a lost send took would never
     /// come back (found by the protocol model, `ferrisson-model`).
-    fn latch_ttl(config: &crate::config::Config, ttl_ms: u64) -> u64 {
+    fn latch_ttl(config: &crate::config::Config, lasts: Lasts) -> u64 {
         let window = config.unlock_latch_ttl_ms();
-        let settled_by = match ttl_ms {
-            0 => u64::try_from(config.renewal_interval().as_millis()).unwrap_or(u64::MAX),
-            _ => 0,
+        let (ttl_ms, settled_by) = match lasts {
+            Lasts::Ms(ms) => (ms, 0),
+            Lasts::UntilReleased => (
+                0,
+                u64::try_from(config.renewal_interval().as_millis()).unwrap_or(u64::MAX),
+            ),
         };
         ttl_ms
             .max(window)
@@ -118,11 +121,12 @@ impl<T: Taken> Request<T> {
             .saturating_add(settled_by)
     }
 
-    /// Whether a new attempt setting `ttl_ms` may send this request again:
+    /// Whether a new attempt taking what lasts `lasts` may send this
+    /// request again:
     /// not granted (nor spent) yet, within one resend window of its birth, and, after
     /// a lost send, within that send's TTL (while what it may have taken
     /// still stands, a resend's "granted" means that).
-    fn reusable(&self, ttl_ms: u64) -> bool {
+    fn reusable(&self, lasts: Lasts) -> bool {
         let config = self.on.config();
         let outcome = self.outcome.lock().unwrap_or_else(|p| p.into_inner());
         let window = config.unlock_latch_ttl_ms();
@@ -132,7 +136,7 @@ impl<T: Taken> Request<T> {
         };
         !outcome.spent
             && self.born.elapsed() < Duration::from_millis(limit)
-            && self.latch.ttl >= Self::latch_ttl(config, ttl_ms)
+            && self.latch.ttl >= Self::latch_ttl(config, lasts)
     }
 
     /// A send made at `sent` got no reply: perhaps it reached Redis and
@@ -264,20 +268,20 @@ impl<T: Taken> RequestSlot<T> {
     }
 
     /// The request to send next: the current one while reusable by a send
-    /// setting `ttl_ms`, else a new one. An unsettled old request is
+    /// taking what lasts `lasts`, else a new one. An unsettled old request is
     /// settled first, so that what it took is never given back after the
     /// new request took its own (a lock's give-back would take the new
     /// hold's count). Cancel safe: an old request dropped mid-settle
     /// settles in the background.
     pub(crate) async fn get(
         &self,
-        ttl_ms: u64,
+        lasts: Lasts,
         new: impl FnOnce() -> Request<T>,
     ) -> redis::RedisResult<Arc<Request<T>>> {
         let old = {
             let mut slot = self.0.lock().unwrap_or_else(|p| p.into_inner());
             match slot.as_ref() {
-                Some(request) if request.reusable(ttl_ms) => return Ok(Arc::clone(request)),
+                Some(request) if request.reusable(lasts) => return Ok(Arc::clone(request)),
                 _ => slot.take(),
             }
         };

@@ -68,13 +68,13 @@ impl PermitExpirableSemaphore {
         resend_until: Option<Instant>,
         runtime: Handle,
     ) -> Result<Tried<Vec<Permit>>> {
-        // What the sends take lasts the lease (0: until released).
-        let ttl_ms = lease_ms.unwrap_or(0);
+        // What the sends take lasts the lease, or until released.
+        let lasts = lease_ms.map_or(Lasts::UntilReleased, Lasts::Ms);
         let new = || {
             let out = PermitsOut::new((0..n).map(|_| PermitId::random()).collect(), lease_ms);
-            Request::new(&self.obj, out, ttl_ms, runtime.clone())
+            Request::new(&self.obj, out, lasts, runtime.clone())
         };
-        let request = slot.get(ttl_ms, new).await.map_err(|e| self.obj.error(e))?;
+        let request = slot.get(lasts, new).await.map_err(|e| self.obj.error(e))?;
         let ids = request.taken().ids.clone();
         let (sent, this) = (Instant::now(), Arc::clone(&request));
         let (semaphore, build_ids) = (self.obj.clone(), ids.clone());
