@@ -9,8 +9,8 @@
 -- ARGV[3]  owner field, `<client-uuid>:<owner-id>`
 -- ARGV[4]  the publish command, `publish` or `spublish`
 -- ARGV[5]  latch TTL in milliseconds
--- ARGV[6]  optional: keep for this many milliseconds (a job's "at least
---          for"); absent or 0: release
+-- ARGV[6]  optional: keep for this many milliseconds (`keep_until`, a
+--          job's "at least for"); absent or 0: release
 -- KEYS[4]  optional, with ARGV[7] and ARGV[8]: a job's last occurrence
 --          done, `ferrisson_job_done:{name}`
 -- ARGV[7]  the occurrence the run served, a decimal integer below 2^53

@@ -190,7 +190,9 @@
 //! # Ok(()) }
 //! ```
 //!
-//! [`LockGuard::is_lease_lost`] answers the same question without waiting.
+//! [`LockGuard::is_lease_lost`] answers the same question without waiting,
+//! and [`LockGuard::lease_handle`] gives a [`Lease`] that asks it from
+//! another task, while the work owns the guard.
 //!
 //! # Without an async runtime
 //!

@@ -350,6 +350,43 @@ fn holds_of_tasks_still_running_as_the_runtime_ends_are_released() {
     }
 }
 
+/// A leadership dropped on `main`'s last line is resigned before the
+/// runtime's drop returns: its lock released, then its resignation
+/// announced, in one piece of work. Two pieces, the announcement waiting
+/// for the release, could be rerun at the shutdown announcement first,
+/// which then waited for a release that no longer ran (a current-thread
+/// runtime drops its tasks in an order that varies with their ids).
+#[test]
+fn a_leadership_dropped_as_the_runtime_ends_is_resigned_and_announced() {
+    let server = RedisServer::start();
+    let name = "edges:dropped:leader";
+    let channel = "ferrisson_election__channel:{edges:dropped:leader}";
+    for multi_thread in [false, true] {
+        for round in 0..8 {
+            let mut heard = common::RawSubscriber::new(&server, channel);
+            let rt = runtime(multi_thread);
+            rt.block_on(async {
+                let client = client(&server, Duration::from_secs(30)).await;
+                let leadership = soon(client.leader_election(name).campaign("a"))
+                    .await
+                    .unwrap();
+                drop(leadership);
+            });
+            drop(rt);
+            let at = format!("multi_thread: {multi_thread}, round {round}");
+            assert!(
+                !exists(&server, name),
+                "the lock outlived its runtime ({at})"
+            );
+            // The campaign's own announcement may have gone with the
+            // runtime; the resignation may not.
+            let resigned = std::iter::from_fn(|| heard.next_message(Duration::from_secs(10)))
+                .any(|(_, message)| message == "0");
+            assert!(resigned, "the resignation was not announced ({at})");
+        }
+    }
+}
+
 /// A program that returns right after its last unlock leaves nothing
 /// behind, not even the latches of its requests (deleted in batches a
 /// few milliseconds later, and at the runtime's end by its drop).

@@ -135,7 +135,9 @@ async fn a_lease_handle_follows_extend_keep_alive_and_the_release() {
     let holder = client(&server, WATCHDOG).await;
     let operator = client(&server, WATCHDOG).await;
     let lock = holder.lock("handle");
-    let first = Duration::from_millis(1500);
+    // Long enough for the listening to start and `extend` to go through
+    // on a busy machine.
+    let first = Duration::from_secs(4);
     let mut guard = soon(lock.lock_with_lease(first)).await.unwrap();
     let lease = guard.lease_handle();
     assert!(!lease.is_lost() && !lease.is_renewed());
@@ -152,7 +154,7 @@ async fn a_lease_handle_follows_extend_keep_alive_and_the_release() {
     soon(guard.extend(Duration::from_secs(60))).await.unwrap();
     assert!(lease.remaining() > Duration::from_secs(30));
     // Time is the subject: past the first lease, the handle still holds.
-    tokio::time::sleep(first * 2).await;
+    tokio::time::sleep(first + Duration::from_secs(1)).await;
     assert!(!lease.is_lost());
     assert!(!waiting.is_finished());
     // Told at once, not at the 60 s lease's end.

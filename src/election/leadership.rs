@@ -21,8 +21,6 @@ pub struct Leadership {
     term: u64,
     label: String,
     election: LeaderElection,
-    /// The runtime the campaign ran on, where a drop's announcement goes.
-    runtime: tokio::runtime::Handle,
 }
 
 impl std::fmt::Debug for Leadership {
@@ -37,15 +35,13 @@ impl std::fmt::Debug for Leadership {
 }
 
 impl Leadership {
-    /// The leadership `guard` won for `label` in `election`, on the
-    /// current runtime.
+    /// The leadership `guard` won for `label` in `election`.
     pub(super) fn new(guard: FencedGuard, label: &str, election: LeaderElection) -> Leadership {
         Leadership {
             term: guard.token(),
             guard: Some(guard),
             label: label.to_owned(),
             election,
-            runtime: tokio::runtime::Handle::current(),
         }
     }
 
@@ -97,9 +93,9 @@ impl Leadership {
     ///
     /// # Errors
     /// As [`LockGuard::unlock`](crate::LockGuard::unlock):
-    /// [`Error::LeaseLost`] when the leadership had already ended (nothing
-    /// is sent), [`Error::NotHeld`] when Redis says the lock was gone,
-    /// [`Error::Redis`] when every send failed (the leadership then ends
+    /// [`Error::LeaseLost`](crate::Error::LeaseLost) when the leadership had already ended (nothing
+    /// is sent), [`Error::NotHeld`](crate::Error::NotHeld) when Redis says the lock was gone,
+    /// [`Error::Redis`](crate::Error::Redis) when every send failed (the leadership then ends
     /// with its lease).
     ///
     /// # Cancel safety
@@ -140,23 +136,17 @@ impl Drop for Leadership {
             return;
         };
         // The release goes on in the background, as a dropped guard's,
-        // and the announcement after it got through; both are finished at
-        // a runtime's shutdown (each may then run twice, which is
-        // harmless: observers read again on any message).
-        let released = guard.unlock_in_background();
+        // and the announcement after it got through, in the same work:
+        // both are finished at a runtime's shutdown (see
+        // `LockGuard::unlock_in_background_then`).
         let announce = Arc::new(announcement(
             self.election.client(),
             self.name(),
             RESIGNED.into(),
         ));
-        let election = announce.election.clone();
-        election.spawn_to_end(&self.runtime, move |on| {
-            let (announce, released) = (Arc::clone(&announce), released.clone());
-            async move {
-                if released.wait().await {
-                    announce.send_on(&on).await;
-                }
-            }
-        });
+        guard.unlock_in_background_then(Arc::new(move |lock| {
+            let announce = Arc::clone(&announce);
+            Box::pin(async move { announce.send_on(&lock).await })
+        }));
     }
 }

@@ -11,7 +11,7 @@
 //! of the message.
 //!
 //! Nothing is listened to until a holder awaits the loss (a guard's
-//! `lease_lost`, a job's or a leadership's `lost`), so a lock taken and
+//! `lease_lost`, a [`Lease`](crate::Lease)'s or a leadership's `lost`), so a lock taken and
 //! released costs nothing more; the listening ends with the hold.
 
 use std::sync::{Arc, Mutex};

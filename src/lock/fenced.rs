@@ -215,6 +215,11 @@ impl FencedGuard {
     pub fn unlock_in_background(self) -> super::Released {
         self.guard.unlock_in_background()
     }
+
+    /// As `LockGuard::unlock_in_background_then`.
+    pub(crate) fn unlock_in_background_then(self, then: super::guard::AfterRelease) {
+        self.guard.unlock_in_background_then(then);
+    }
 }
 
 impl From<FencedGuard> for LockGuard {

@@ -66,8 +66,8 @@ struct Hold {
     /// [`Lock::unlock`](crate::Lock::unlock) may claim it.
     slot: Arc<Slot>,
     runtime: Handle,
-    /// Until when the release keeps the hold instead (a job's "at least
-    /// for"; see [`LockGuard::keep_until`]).
+    /// Until when the release keeps the hold instead (see
+    /// [`LockGuard::keep_until`]).
     keep_until: Option<Instant>,
     /// The job's occurrence its release marks done (see
     /// [`LockGuard::mark_done`]).
@@ -144,9 +144,14 @@ impl LockGuard {
     /// other holds of the owner, releases as usual. Nothing is sent now;
     /// a later call replaces the instant.
     ///
-    /// The hold so kept is no guard's: nothing renews it, `unlock` of its
-    /// owner releases it at once, and [`Lock::force_unlock`](crate::Lock::force_unlock)
-    /// ends it.
+    /// The hold so kept is no guard's: nothing renews it, and
+    /// [`Lock::force_unlock`](crate::Lock::force_unlock) ends it. It is
+    /// still its owner's: the same owner's `lock` meanwhile re-enters it
+    /// (a non-reentrant lock refuses), and that hold's release leaves the
+    /// kept count in the key to its TTL, which the re-entry may have
+    /// raised; `unlock` of the owner releases it at once. So keep a hold
+    /// under an owner of its own ([`Lock::with_owner`](crate::Lock::with_owner)),
+    /// as a [`Job`](crate::Job)'s runs each are.
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for the guard of a fair, read or write
@@ -513,9 +518,16 @@ impl Hold {
 
 impl Drop for LockGuard {
     fn drop(&mut self) {
-        self.release_in_background(None);
+        self.release_in_background(None, None);
     }
 }
+
+/// Work to run after a background release got through, given the lock
+/// bound to the release's connection; it may run twice (see
+/// `Object::spawn_to_end`).
+pub(crate) type AfterRelease = Arc<dyn Fn(Object) -> BoxFuture<()> + Send + Sync + 'static>;
+
+type BoxFuture<T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send + 'static>>;
 
 impl LockGuard {
     /// Releases the hold as a drop does, without waiting: in the
@@ -527,13 +539,26 @@ impl LockGuard {
     /// resignation is announced only after its lock is.
     pub fn unlock_in_background(mut self) -> Released {
         let (told, released) = Released::channel();
-        self.release_in_background(Some(told));
+        self.release_in_background(Some(told), None);
         released
     }
 
+    /// As [`LockGuard::unlock_in_background`], and once Redis released the
+    /// hold, runs `then` (given the lock bound to the connection the
+    /// release went on) in the same background work: an announcement
+    /// that must not come before the release (a leader's resignation). In
+    /// the same work, not in a task of its own that waits for a
+    /// [`Released`]: at a runtime's shutdown the tasks left are dropped,
+    /// and each rerun, one at a time, so a waiting task rerun before the
+    /// release's would wait for a release that no longer runs.
+    pub(crate) fn unlock_in_background_then(mut self, then: AfterRelease) {
+        self.release_in_background(None, Some(then));
+    }
+
     /// Sends the release in the background; `told`, when there is one,
-    /// learns how it ended.
-    fn release_in_background(&mut self, told: Option<ReleasedTx>) {
+    /// learns how it ended, and `then`, when there is one, runs after it
+    /// got through.
+    fn release_in_background(&mut self, told: Option<ReleasedTx>, then: Option<AfterRelease>) {
         let tell = |got_through: bool| {
             if let Some(told) = &told {
                 told.send_replace(Some(got_through));
@@ -546,7 +571,7 @@ impl LockGuard {
         let name = Arc::clone(&hold.key.name);
         let release = match hold.claim() {
             Ok(Some(release)) => Arc::new(release),
-            // Released already, by `Lock::unlock`.
+            // Claimed already, by `Lock::unlock`, whose own result tells.
             Ok(None) => return tell(true),
             Err(err) => {
                 tracing::debug!(lock = %name, error = %err, "dropped guard was no longer held");
@@ -559,14 +584,18 @@ impl LockGuard {
         // leaves no hold.
         release.lock().spawn_to_end(&runtime, move |lock| {
             let release = Arc::clone(&release);
-            let told = told.clone();
+            let (told, then) = (told.clone(), then.clone());
             async move {
                 let answer = release.send_on(&lock, Resend::UntilExpired).await;
                 if let Some(told) = told {
                     told.send_replace(Some(answer.is_ok()));
                 }
                 match answer {
-                    Ok(()) => {}
+                    Ok(()) => {
+                        if let Some(then) = then {
+                            then(lock).await;
+                        }
+                    }
                     Err(err @ (Error::LeaseLost { .. } | Error::NotHeld { .. })) => {
                         tracing::debug!(lock = %release.key.name, error = %err,
                             "dropped guard was no longer held");

@@ -2,7 +2,8 @@
 //!
 //! Every guard has a [`Slot`] here while it lives, and after its release
 //! (claimed) until the release was answered and its hold no longer keeps
-//! the key alive. Three things need them:
+//! the key alive. Three things need them (and a [`Lease`](super::Lease)
+//! handle reads its hold's lease there):
 //!
 //! - [`Lock::unlock`](crate::Lock::unlock), Redisson's `unlock()`, releases
 //!   one hold of its owner without a guard. When a guard of that owner is

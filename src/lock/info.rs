@@ -38,7 +38,11 @@ pub struct LockInfo {
 /// election ([`LeaderElection::leader`](crate::LeaderElection::leader),
 /// [`LeaderChange::Leader`](crate::LeaderChange::Leader)), the runner that
 /// holds a job ([`JobRun::Skipped`](crate::JobRun::Skipped)).
-#[derive(Debug, Clone, PartialEq, Eq)]
+///
+/// Two are equal when they are the same holder in the same state (ids,
+/// label, holds, write, term): the [`ttl`](Holder::ttl), which runs down
+/// between two reads of one hold, is not compared.
+#[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct Holder {
     /// The holding client's id ([`Client::id`](crate::Client::id), or a
@@ -67,6 +71,31 @@ pub struct Holder {
     /// read lock's holders share its hash's); `None` without a TTL.
     pub ttl: Option<Duration>,
 }
+
+impl PartialEq for Holder {
+    fn eq(&self, other: &Holder) -> bool {
+        let Holder {
+            client_id,
+            owner_id,
+            label,
+            holds,
+            write,
+            term,
+            ttl: _,
+        } = self;
+        (client_id, owner_id, label, holds, write, term)
+            == (
+                &other.client_id,
+                &other.owner_id,
+                &other.label,
+                &other.holds,
+                &other.write,
+                &other.term,
+            )
+    }
+}
+
+impl Eq for Holder {}
 
 /// A read-write lock's mode, in [`LockInfo::mode`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

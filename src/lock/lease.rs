@@ -18,7 +18,9 @@ use crate::engine::takeover::Takeover;
 /// [`LockGuard::extend`] or [`LockGuard::keep_alive`] it reads the new
 /// lease. Once the hold ends, released by its guard or by
 /// [`Lock::unlock`](crate::Lock::unlock), it counts as lost: the lock is
-/// no longer this hold's.
+/// no longer this hold's. A hold [leaked](crate::LockGuard::leak) is no
+/// guard's any more: a handle taken before reads its lease as it was then,
+/// and does not see its end.
 ///
 /// [`LockGuard::lease_handle`]: crate::LockGuard::lease_handle
 /// [`LockGuard::extend`]: crate::LockGuard::extend
@@ -61,11 +63,16 @@ impl Lease {
     /// Resolves when the lock is known to be no longer this hold's, as
     /// [`LockGuard::lease_lost`](crate::LockGuard::lease_lost) (also within
     /// a round trip of a force-unlock), or when the hold is released.
-    /// Never resolves while the lock is safely held.
+    /// Never resolves while the lock is safely held. Once it resolved, the
+    /// lease counts as lost, even if an `extend` on its way meanwhile gets
+    /// through.
     ///
     /// # Cancel safety
     /// Cancel safe: it only waits.
     pub async fn lost(&self) {
+        if self.slot.is_claimed() {
+            return;
+        }
         if let Some(takeover) = &self.takeover {
             takeover.start();
         }
@@ -137,7 +144,8 @@ impl Released {
     }
 
     /// Waits for the release's end: `true` when Redis released the hold
-    /// (or [`Lock::unlock`](crate::Lock::unlock) had released it before);
+    /// (or [`Lock::unlock`](crate::Lock::unlock) had claimed it before,
+    /// whose own result tells);
     /// `false` when it was not sent (the lease was known lost), Redis said
     /// the owner held nothing, or it never got through before the lease
     /// ran out (or before the end of a runtime's shutdown, which waits for

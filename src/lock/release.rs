@@ -71,8 +71,8 @@ pub(crate) struct ReleaseCall<'a> {
     /// The request: whose hold, under which id, standing by what, resent
     /// how.
     pub(crate) release: request::Release<'a>,
-    /// Until when the owner keeps its last hold instead of releasing it (a
-    /// job's "at least for"): each send asks for the time left then,
+    /// Until when the owner keeps its last hold instead of releasing it
+    /// ([`LockGuard::keep_until`](super::LockGuard::keep_until)): each send asks for the time left then,
     /// rounded up; a send at or after it releases.
     pub(crate) keep_until: Option<Instant>,
     /// The occurrence a job's run marks done with its last hold's release.
@@ -298,7 +298,7 @@ impl Release {
         };
         let answer = release_hold_as(lock, &call).instrument(span).await;
         // How the key stands now, for the releases that stand by this hold.
-        let (after, last) = settled(self.kind, self.lease_ms, &answer);
+        let (after, last) = settled(self.kind, self.lease_ms, self.keep_until, &answer);
         Guards::get().finish(&self.key, &self.slot, after, last, self.lock.registry());
         match answer.map(|_| ()) {
             // Redis let the hold go while the release was on its way: by
@@ -441,15 +441,34 @@ async fn give_back_once(lock: &Object, hold: &Parked) -> Result<Answer> {
         grant: grant.as_ref().map(|latch| latch.key.as_str()),
     };
     let answer = release_hold_as(lock, &call).await;
-    let (after, last) = settled(kind, ttl_ms, &answer);
+    let (after, last) = settled(kind, ttl_ms, None, &answer);
     Guards::get().finish(key, &slot, after, last, registry);
     answer
 }
 
 /// How a release's answer leaves the key, for the releases that stand by
-/// its hold: and whether it was the owner's last hold.
-fn settled(kind: Kind, lease_ms: u64, answer: &Result<Answer>) -> (After, bool) {
+/// its hold: and whether it deleted the key (the owner's last hold,
+/// released and not kept).
+fn settled(
+    kind: Kind,
+    lease_ms: u64,
+    keep_until: Option<Instant>,
+    answer: &Result<Answer>,
+) -> (After, bool) {
     match answer {
+        // The last hold kept until `keep_until`: the script set the key's
+        // TTL to the time then left, from a send no earlier than the first.
+        Ok(Answer {
+            reply: 2,
+            first_sent,
+            ..
+        }) => match keep_until {
+            Some(until) if until > *first_sent => (
+                After::Kept(until - drift_margin(until - *first_sent)),
+                false,
+            ),
+            _ => (After::Gone, false),
+        },
         // Holds of the owner remain, the key's TTL at least `lease_ms` from
         // a send that went no earlier than the first (a read hold's hash
         // lives as its longest read hold instead).
