@@ -1,6 +1,12 @@
-//! Settings of a [`Client`](crate::Client) and their defaults.
+//! Settings of a [`Client`](crate::Client) and their defaults, and the
+//! limits and defaults of each synchronizer.
 
 use std::time::Duration;
+
+pub use crate::election::MAX_LEADER_LABEL_LEN;
+pub use crate::fenced_hash::MAX_FENCE_TOKEN;
+pub use crate::job::{DEFAULT_REMEMBER, MAX_JOB_LABEL_LEN, MAX_OCCURRENCE};
+pub use crate::lock::DEFAULT_FAIR_WAITER_TIMEOUT;
 
 /// Default watchdog timeout: the lease of a lock taken without one, renewed
 /// every third of it (Redisson's `lockWatchdogTimeout`).

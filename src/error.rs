@@ -160,7 +160,7 @@ pub enum Error {
     /// synchronizer is made of: it runs without a scripting engine (Valkey
     /// can be built or started without Lua), its configuration hides
     /// `EVAL` (`rename-command`), or the ACL user may not run scripts (see
-    /// [`ACL_RULES`](crate::ACL_RULES)). Found when the client is built,
+    /// [`ACL_RULES`](crate::config::ACL_RULES)). Found when the client is built,
     /// before any call.
     #[error("the server at {addr} does not run Lua scripts, which ferrisson needs: {reason}")]
     ScriptingUnavailable {

@@ -464,17 +464,15 @@ mod semaphore;
 
 pub use count_down_latch::CountDownLatch;
 pub use distributed::DistributedLock;
-pub use election::{
-    LeaderChange, LeaderElection, LeaderObserver, Leadership, MAX_LEADER_LABEL_LEN,
-};
-pub use fenced_hash::{FencedHash, FencedValue, FencedWrite, MAX_FENCE_TOKEN};
+pub use election::{LeaderChange, LeaderElection, LeaderObserver, Leadership};
+pub use fenced_hash::{FencedHash, FencedValue, FencedWrite};
 pub use group::multilock::{MultiLock, MultiLockGuard};
 pub use group::redlock::{RedLock, RedLockGuard};
-pub use job::{Job, JobRun, DEFAULT_REMEMBER, MAX_JOB_LABEL_LEN, MAX_OCCURRENCE};
+pub use job::{Job, JobRun};
 pub use lock::{
     FairLock, FencedGuard, FencedLock, Holder, Lease, Lock, LockGuard, LockInfo, LockMode,
     NonReentrantFairLock, NonReentrantLock, QueuedWaiter, ReadLock, ReadWriteLock, Released,
-    SpinLock, WriteLock, DEFAULT_FAIR_WAITER_TIMEOUT,
+    SpinLock, WriteLock,
 };
 pub use semaphore::expirable::{Permit, PermitExpirableSemaphore, PermitId};
 pub use semaphore::Semaphore;
@@ -494,8 +492,6 @@ pub mod layout;
 
 pub use client::{Client, ClientBuilder};
 pub use config::Config;
-pub use config::ACL_RULES;
-pub use config::MAX_NAME_LEN;
 pub use engine::backoff::Backoff;
 pub use error::{Error, Result};
 

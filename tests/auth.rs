@@ -156,7 +156,7 @@ fn calls(server: &RedisServer, command: &str) -> u64 {
 /// holds renewed by the watchdog.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_user_with_exactly_the_documented_acl_rules_runs_every_kind() {
-    let server = server_with_user(&[], ferrisson::ACL_RULES);
+    let server = server_with_user(&[], ferrisson::config::ACL_RULES);
     let a = locker(&server).await;
     let b = locker(&server).await;
 
@@ -283,7 +283,7 @@ async fn a_user_with_exactly_the_documented_acl_rules_runs_every_kind() {
 /// with an error that says so, not at the first lock.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_user_who_may_not_run_scripts_is_refused_at_connect() {
-    let rules = ferrisson::ACL_RULES.replace("+@scripting", "");
+    let rules = ferrisson::config::ACL_RULES.replace("+@scripting", "");
     let server = server_with_user(&[], &rules);
     let err = soon(ferrisson::Client::connect(url(&server, "s3cret-pw")))
         .await
@@ -304,7 +304,7 @@ async fn a_user_who_may_not_run_scripts_is_refused_at_connect() {
 /// sent whole with EVAL.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refused_script_load_sends_the_script_whole() {
-    let rules = format!("{} -script", ferrisson::ACL_RULES);
+    let rules = format!("{} -script", ferrisson::config::ACL_RULES);
     let server = server_with_user(&[], &rules);
     let a = locker(&server).await;
     let b = locker(&server).await;
@@ -333,7 +333,7 @@ async fn a_refused_script_load_sends_the_script_whole() {
 /// replicas are counted (ROLE) and waited for (WAIT), not turned off.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_user_with_exactly_the_documented_acl_rules_syncs_replicas() {
-    let master = server_with_user(&[], ferrisson::ACL_RULES);
+    let master = server_with_user(&[], ferrisson::config::ACL_RULES);
     let replica = RedisServer::start_with_args(&[
         "--replicaof",
         "127.0.0.1",

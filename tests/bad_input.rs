@@ -11,7 +11,8 @@ use std::time::Duration;
 
 use common::{client, soon, RedisServer};
 use ferrisson::config::MAX_DURATION;
-use ferrisson::{Client, DistributedLock, Error, LockGuard, MAX_NAME_LEN};
+use ferrisson::config::MAX_NAME_LEN;
+use ferrisson::{Client, DistributedLock, Error, LockGuard};
 
 const KINDS: [&str; 8] = common::LOCK_KINDS;
 

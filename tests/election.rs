@@ -12,9 +12,8 @@ use common::{
     client, client_at, eventually, exists, next_message, settled, soon, within, RawSubscriber,
     RedisServer,
 };
-use ferrisson::{
-    Error, FencedWrite, Holder, LeaderChange, LeaderObserver, MAX_FENCE_TOKEN, MAX_LEADER_LABEL_LEN,
-};
+use ferrisson::config::{MAX_FENCE_TOKEN, MAX_LEADER_LABEL_LEN};
+use ferrisson::{Error, FencedWrite, Holder, LeaderChange, LeaderObserver};
 
 const WATCHDOG: Duration = Duration::from_millis(1200);
 
@@ -909,7 +908,7 @@ async fn a_bad_election_name_says_election() {
         err.to_string().contains("election name must not be empty"),
         "{err}"
     );
-    let long = "e".repeat(ferrisson::MAX_NAME_LEN + 1);
+    let long = "e".repeat(ferrisson::config::MAX_NAME_LEN + 1);
     let err = soon(client.leader_election(long).leader())
         .await
         .unwrap_err();

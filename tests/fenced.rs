@@ -193,5 +193,5 @@ async fn tokens_rise_through_redissons_incr_and_a_lost_counter() {
     let lost = draw().await;
     assert!(lost > after, "{lost} after {after}");
     // Tokens are exact as the fence's Lua numbers (below 2^53).
-    assert!(lost <= ferrisson::MAX_FENCE_TOKEN);
+    assert!(lost <= ferrisson::config::MAX_FENCE_TOKEN);
 }

@@ -6,7 +6,8 @@ use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use common::{client, eventually, exists, soon, within, RedisServer};
-use ferrisson::{Error, Job, JobRun, MAX_JOB_LABEL_LEN, MAX_OCCURRENCE};
+use ferrisson::config::{MAX_JOB_LABEL_LEN, MAX_OCCURRENCE};
+use ferrisson::{Error, Job, JobRun};
 use tokio::sync::oneshot;
 
 const WATCHDOG: Duration = Duration::from_millis(1200);
@@ -317,7 +318,7 @@ async fn bad_settings_are_refused_and_write_nothing() {
         a.job("j")
             .watchdog_lease(ferrisson::config::MAX_DURATION * 2),
         a.job("j").watchdog_lease(second).at_most_for(second),
-        a.job("x".repeat(ferrisson::MAX_NAME_LEN + 1)),
+        a.job("x".repeat(ferrisson::config::MAX_NAME_LEN + 1)),
     ];
     for job in jobs {
         let refused = soon(job.run(|_| async { unreachable!() })).await;
@@ -625,7 +626,7 @@ async fn only_a_completed_run_records_its_occurrence() {
     );
     let ttl = pttl(&server, &done_key);
     assert!(
-        ttl > 0 && ttl <= ferrisson::DEFAULT_REMEMBER.as_millis() as i64,
+        ttl > 0 && ttl <= ferrisson::config::DEFAULT_REMEMBER.as_millis() as i64,
         "{ttl}"
     );
     assert_eq!(

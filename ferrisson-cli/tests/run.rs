@@ -881,7 +881,7 @@ fn the_occurrence_done_is_remembered_for_remember_for() {
 #[test]
 fn bad_input_is_refused_and_writes_nothing() {
     let server = RedisServer::start();
-    let long_label = "x".repeat(ferrisson::MAX_JOB_LABEL_LEN + 1);
+    let long_label = "x".repeat(ferrisson::config::MAX_JOB_LABEL_LEN + 1);
     for args in [
         &["job"][..],
         &["job", "--"],

@@ -32,7 +32,7 @@ use crate::Result;
 /// A user and password go in the URL, and every connection the client opens
 /// (commands and subscriptions) authenticates with them. The user needs the
 /// lock keys, the `redisson_*` channels (`&*` or narrower) and the commands
-/// in [`ACL_RULES`](crate::ACL_RULES) (or `+@all`). A user who may not run scripts, like a
+/// in [`ACL_RULES`](crate::config::ACL_RULES) (or `+@all`). A user who may not run scripts, like a
 /// server without them, is refused by `build()` with
 /// [`Error::ScriptingUnavailable`](crate::Error::ScriptingUnavailable). `rediss://` needs the crate's `tls` feature (rustls,
 /// with ring for its cryptography: no system library) or its `native-tls`

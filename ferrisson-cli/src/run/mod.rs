@@ -154,7 +154,7 @@ fn label(text: &str) -> Result<String, String> {
     if text.is_empty() {
         return Err("the label is empty: leave --label out for the host name".to_owned());
     }
-    let max = ferrisson::MAX_JOB_LABEL_LEN;
+    let max = ferrisson::config::MAX_JOB_LABEL_LEN;
     if text.len() > max {
         return Err(format!(
             "the label is {} bytes long, over the limit of {max}",
@@ -192,11 +192,11 @@ impl RunArgs {
         }
         if self
             .occurrence
-            .is_some_and(|id| id > ferrisson::MAX_OCCURRENCE)
+            .is_some_and(|id| id > ferrisson::config::MAX_OCCURRENCE)
         {
             return Err(format!(
                 "--occurrence must be at most {}",
-                ferrisson::MAX_OCCURRENCE
+                ferrisson::config::MAX_OCCURRENCE
             ));
         }
         if let Some(every) = self.every {
