@@ -59,11 +59,9 @@ struct Hold {
     lock: Object,
     kind: Kind,
     key: HoldKey,
-    /// `None`: watchdog mode.
-    lease_ms: Option<u64>,
-    lease: Arc<LeaseState>,
     /// This hold in the client's map of live guards, where
-    /// [`Lock::unlock`](crate::Lock::unlock) may claim it.
+    /// [`Lock::unlock`](crate::Lock::unlock) may claim it; it holds the
+    /// hold's lease, which `extend` and `keep_alive` replace.
     slot: Arc<Slot>,
     runtime: Handle,
     /// Until when the release keeps the hold instead (see
@@ -87,8 +85,8 @@ impl std::fmt::Debug for LockGuard {
         if let Some(hold) = &self.hold {
             d.field("name", &hold.key.name)
                 .field("owner", &hold.key.field)
-                .field("lease_ms", &hold.lease_ms)
-                .field("lease_lost", &hold.lease.is_lost())
+                .field("lease_ms", &hold.slot.lease().lease_ms)
+                .field("lease_lost", &hold.slot.lease().state.is_lost())
                 .field("token", &self.token);
         }
         d.finish()
@@ -111,8 +109,6 @@ impl LockGuard {
                 lock,
                 kind,
                 key,
-                lease_ms,
-                lease,
                 slot,
                 runtime,
                 keep_until: None,
@@ -224,7 +220,7 @@ impl LockGuard {
     /// The lease this hold was taken with; `None` in watchdog mode.
     pub fn lease(&self) -> Option<Duration> {
         self.hold()
-            .and_then(|h| h.lease_ms)
+            .and_then(|h| h.slot.lease().lease_ms)
             .map(Duration::from_millis)
     }
 
@@ -240,7 +236,7 @@ impl LockGuard {
     /// guard's hold.
     pub fn is_lease_lost(&self) -> bool {
         self.hold()
-            .is_none_or(|h| h.lease.is_lost() || h.slot.is_claimed())
+            .is_none_or(|h| h.slot.lease().state.is_lost() || h.slot.is_claimed())
     }
 
     /// Resolves when the lock is known to be no longer this guard's.
@@ -299,7 +295,7 @@ impl LockGuard {
     pub async fn extend(&mut self, lease: Duration) -> Result<()> {
         let lease_ms = crate::args::duration("lease", lease, crate::config::MAX_DURATION)?;
         let hold = self.live_hold()?;
-        if hold.lease_ms.is_none() {
+        if hold.slot.lease().lease_ms.is_none() {
             return Err(Error::invalid(
                 "a watchdog-mode hold is renewed by the watchdog; extend is for leased holds",
             ));
@@ -309,9 +305,8 @@ impl LockGuard {
             None => lease,
         };
         let sent = hold.renew(ttl).await?;
-        hold.lease = LeaseState::leased(sent + lease);
-        hold.lease_ms = Some(lease_ms);
-        hold.slot.set_lease(hold.lease_ms, Arc::clone(&hold.lease));
+        hold.slot
+            .set_lease(Some(lease_ms), LeaseState::leased(sent + lease));
         Ok(())
     }
 
@@ -328,7 +323,7 @@ impl LockGuard {
     /// key's TTL may have been extended in Redis).
     pub async fn keep_alive(&mut self) -> Result<()> {
         let hold = self.live_hold()?;
-        if hold.lease_ms.is_none() {
+        if hold.slot.lease().lease_ms.is_none() {
             return Ok(());
         }
         // The TTL of a watchdog hold of the owner, when there is one: this
@@ -340,16 +335,15 @@ impl LockGuard {
             renewal: hold.kind.renewal(),
             ttl,
         };
-        hold.lease = (hold.lock.registry()).hold(hold.key.clone(), sent, how, hold.kind.label());
-        hold.lease_ms = None;
-        hold.slot.set_lease(None, Arc::clone(&hold.lease));
+        let watched = (hold.lock.registry()).hold(hold.key.clone(), sent, how, hold.kind.label());
+        hold.slot.set_lease(None, watched);
         Ok(())
     }
 
     /// The hold, while its lease is not known lost.
     fn live_hold(&mut self) -> Result<&mut Hold> {
         match self.hold.as_mut() {
-            Some(hold) if !hold.lease.is_lost() && !hold.slot.is_claimed() => Ok(hold),
+            Some(hold) if !hold.slot.lease().state.is_lost() && !hold.slot.is_claimed() => Ok(hold),
             hold => Err(Error::LeaseLost {
                 name: hold.map_or_else(String::new, |h| h.key.name.to_string()),
             }),
@@ -477,10 +471,11 @@ impl Hold {
             .await
             .map_err(|e| error_about(e, &self.key.name, "lock"))?;
         if !gone.is_empty() {
-            if !self.lease.is_lost() {
+            let lease = self.slot.lease().state;
+            if !lease.is_lost() {
                 telemetry::lease_lost(self.subject());
             }
-            self.lease.mark_lost();
+            lease.mark_lost();
             return Err(Error::NotHeld {
                 name: self.key.name.to_string(),
                 owner: self.key.field.to_string(),
