@@ -3,11 +3,6 @@
 
 use std::time::Duration;
 
-pub use crate::election::MAX_LEADER_LABEL_LEN;
-pub use crate::fenced_hash::MAX_FENCE_TOKEN;
-pub use crate::job::{DEFAULT_REMEMBER, MAX_JOB_LABEL_LEN, MAX_OCCURRENCE};
-pub use crate::lock::DEFAULT_FAIR_WAITER_TIMEOUT;
-
 /// Default watchdog timeout: the lease of a lock taken without one, renewed
 /// every third of it (Redisson's `lockWatchdogTimeout`).
 pub const DEFAULT_WATCHDOG_TIMEOUT: Duration = Duration::from_secs(30);
@@ -297,6 +292,34 @@ pub(crate) fn longest_sync_for(response_timeout: Duration) -> Duration {
         .min(response_timeout / 2);
     response_timeout - margin
 }
+
+// The limits and defaults of each synchronizer.
+
+/// The longest label a candidate may give, in bytes.
+pub const MAX_LEADER_LABEL_LEN: usize = 256;
+
+/// The largest token a fenced write takes, 2^53 - 1: the scripts compare
+/// tokens as Lua numbers, doubles, which hold every integer below 2^53
+/// exactly.
+pub const MAX_FENCE_TOKEN: u64 = (1 << 53) - 1;
+
+/// The longest label a runner may give, in bytes.
+pub const MAX_JOB_LABEL_LEN: usize = 256;
+
+/// The highest occurrence id a job takes ([`Job::occurrence`](crate::Job::occurrence)): 2^53 - 1,
+/// the last integer Redis's Lua compares exactly. The instants
+/// [`Job::every`](crate::Job::every) names, in ms since the Unix epoch, stay below it for
+/// some 285 000 years.
+pub const MAX_OCCURRENCE: u64 = (1 << 53) - 1;
+
+/// How long a job remembers its last occurrence done, unless
+/// [`Job::remember_for`](crate::Job::remember_for) says otherwise: a day, or with [`Job::every`](crate::Job::every),
+/// ten periods when that is longer (at most a year).
+pub const DEFAULT_REMEMBER: Duration = Duration::from_secs(24 * 3600);
+
+/// How long a fair lock's queued waiter may stay silent before the others
+/// skip it, by default: 300 s, as Redisson.
+pub const DEFAULT_FAIR_WAITER_TIMEOUT: Duration = Duration::from_secs(300);
 
 #[cfg(test)]
 mod tests {

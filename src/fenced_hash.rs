@@ -1,15 +1,11 @@
 //! Fenced writes for data kept in Redis: a hash whose writes carry a
 //! fencing token, refused when a higher one has written.
 
+use crate::config::MAX_FENCE_TOKEN;
 use crate::engine::keys;
 use crate::engine::object::Object;
 use crate::engine::scripts::{FENCED_GET, FENCED_SET};
 use crate::{Client, Error, Result};
-
-/// The largest token a fenced write takes, 2^53 - 1: the scripts compare
-/// tokens as Lua numbers, doubles, which hold every integer below 2^53
-/// exactly.
-pub const MAX_FENCE_TOKEN: u64 = (1 << 53) - 1;
 
 /// A hash whose writes are fenced, from [`Client::fenced_hash`]: each
 /// write carries the writer's fencing token (a [`Leadership::term`], a

@@ -8,25 +8,11 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tokio::time::Instant;
 
-use crate::config::MAX_DURATION;
+use crate::config::{DEFAULT_REMEMBER, MAX_DURATION, MAX_JOB_LABEL_LEN, MAX_OCCURRENCE};
 use crate::engine::keys::{self, CAMPAIGN_MARK};
 use crate::engine::scripts::JOB_LAST_DONE;
 use crate::lock::DoneMark;
 use crate::{Client, Error, Holder, Lease, Lock, LockGuard, Result};
-
-/// The longest label a runner may give, in bytes.
-pub const MAX_JOB_LABEL_LEN: usize = 256;
-
-/// The highest occurrence id a job takes ([`Job::occurrence`]): 2^53 - 1,
-/// the last integer Redis's Lua compares exactly. The instants
-/// [`Job::every`] names, in ms since the Unix epoch, stay below it for
-/// some 285 000 years.
-pub const MAX_OCCURRENCE: u64 = (1 << 53) - 1;
-
-/// How long a job remembers its last occurrence done, unless
-/// [`Job::remember_for`] says otherwise: a day, or with [`Job::every`],
-/// ten periods when that is longer (at most a year).
-pub const DEFAULT_REMEMBER: Duration = Duration::from_secs(24 * 3600);
 
 /// The label of a runner that gave none.
 const DEFAULT_LABEL: &str = "job";

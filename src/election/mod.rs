@@ -9,14 +9,12 @@ pub use observe::LeaderObserver;
 
 use std::time::Duration;
 
+use crate::config::MAX_LEADER_LABEL_LEN;
 use crate::engine::keys::{self, CAMPAIGN_MARK};
 use crate::engine::object::Object;
 use crate::engine::scripts::PUBLISH;
 use crate::engine::waiting::{Channel, Watcher};
 use crate::{Client, Error, FencedGuard, FencedLock, Holder, Result};
-
-/// The longest label a candidate may give, in bytes.
-pub const MAX_LEADER_LABEL_LEN: usize = 256;
 
 /// What a resignation announces on the election's channel (a new leader
 /// announces its term).

@@ -3,7 +3,8 @@
 use std::time::Duration;
 
 use super::face;
-use super::{Kind, LockCore, Reentry, DEFAULT_FAIR_WAITER_TIMEOUT};
+use super::{Kind, LockCore, Reentry};
+use crate::config::DEFAULT_FAIR_WAITER_TIMEOUT;
 use crate::{Client, LockGuard};
 
 /// A fair lock, from [`Client::fair_lock`]: the reentrant lock, granted

@@ -109,10 +109,6 @@ const REACQUIRE: i64 = -4;
 /// The suffix of a write hold's field.
 const WRITE_SUFFIX: &str = ":write";
 
-/// How long a fair lock's queued waiter may stay silent before the others
-/// skip it, by default: 300 s, as Redisson.
-pub const DEFAULT_FAIR_WAITER_TIMEOUT: Duration = Duration::from_secs(300);
-
 /// Which lock of the family a handle is, with the settings only that kind
 /// has: it picks the scripts, the hash field, the channel, the renewal and
 /// the way waiters wait. Every per-kind difference is a `match` on it, so a

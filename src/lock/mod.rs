@@ -26,7 +26,6 @@ use holds::Guards;
 use info::Extra;
 pub use info::{Holder, LockInfo, LockMode, QueuedWaiter};
 pub(crate) use kind::DoneMark;
-pub use kind::DEFAULT_FAIR_WAITER_TIMEOUT;
 pub(crate) use kind::{Kind, Reentry};
 pub use lease::{Lease, Released};
 pub use non_reentrant::{NonReentrantFairLock, NonReentrantLock};
@@ -209,7 +208,7 @@ impl LockCore {
     pub(crate) fn waiter_timeout(&self) -> Duration {
         self.kind
             .waiter_timeout()
-            .unwrap_or(DEFAULT_FAIR_WAITER_TIMEOUT)
+            .unwrap_or(crate::config::DEFAULT_FAIR_WAITER_TIMEOUT)
     }
 
     /// The lock's name: the Redis key of its hash.
@@ -494,7 +493,7 @@ impl Client {
     ///   an error) leaves the queue at once and the ones behind it move up.
     /// - A waiter whose process died is skipped once it has been silent for
     ///   the waiter timeout (default
-    ///   [`DEFAULT_FAIR_WAITER_TIMEOUT`],
+    ///   [`DEFAULT_FAIR_WAITER_TIMEOUT`](crate::config::DEFAULT_FAIR_WAITER_TIMEOUT),
     ///   300 s; [`FairLock::with_waiter_timeout`]): until then the line waits
     ///   for it, which is the price of fairness.
     /// - `try_lock()` (one attempt) does not join the queue.

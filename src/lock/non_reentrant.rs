@@ -4,7 +4,8 @@
 use std::time::Duration;
 
 use super::face;
-use super::{Kind, LockCore, Reentry, DEFAULT_FAIR_WAITER_TIMEOUT};
+use super::{Kind, LockCore, Reentry};
+use crate::config::DEFAULT_FAIR_WAITER_TIMEOUT;
 use crate::{Client, LockGuard};
 
 /// A non-reentrant lock, from [`Client::non_reentrant_lock`]: the lock of
