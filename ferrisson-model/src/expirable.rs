@@ -5,7 +5,11 @@
 //! making with an acquire latch (so that a resend takes once), a release
 //! names the permit it gives back (so that a resend, or a give-back of a
 //! permit that expired meanwhile, releases nobody else's), and a holder
-//! counts its lease from its take's first send.
+//! counts its lease from its take's first send. A holder whose permit the
+//! watchdog keeps renews it (`lua/renew_permits.lua`): a renewal only
+//! lengthens the lease of a permit still out, never takes one back or
+//! puts one out, and the holder counts the renewed lease from the
+//! renewal's send.
 //!
 //! Checked: at no time do more clients believe they hold a permit with a
 //! lease that has not run out than there are permits; every operation
@@ -29,6 +33,13 @@ pub enum Mutation {
     /// take's first send: the server takes the permit back while the
     /// holder still believes it holds it.
     LeaseFromReply,
+    /// A renewal sets the lease of a permit that is not out (it expired and
+    /// went back): a permit is out that the count did not give.
+    RenewRecreates,
+    /// The holder counts a renewed lease from the renewal's reply, not from
+    /// its send: the server takes the permit back while the holder still
+    /// believes it holds it.
+    RenewFromReply,
 }
 
 impl fmt::Display for Mutation {
@@ -56,6 +67,8 @@ pub struct Bounds {
     /// How long an acquire latch lives: the longer of the lease and the
     /// window, plus the window.
     pub latch_ttl: Time,
+    /// Renewals per hold by the watchdog.
+    pub renewals: u8,
 }
 
 impl Bounds {
@@ -71,6 +84,17 @@ impl Bounds {
             lease: 2,
             window: 1,
             latch_ttl: 3,
+            renewals: 0,
+        }
+    }
+
+    /// Two clients, one permit, a holder whose permit the watchdog renews
+    /// twice, leases that run out, lost replies and one resend per call.
+    pub fn renewals() -> Bounds {
+        Bounds {
+            max_time: 4,
+            renewals: 2,
+            ..Bounds::leases()
         }
     }
 
@@ -106,6 +130,8 @@ pub enum Reply {
     Released(bool),
     /// Settle: whether the request had been granted.
     Settled(bool),
+    /// Renew: whether the permit was still out (its lease lengthened).
+    Renewed(bool),
 }
 
 impl Server {
@@ -170,6 +196,25 @@ impl Server {
         Reply::Released(true)
     }
 
+    /// `lua/renew_permits.lua`, for one permit: a permit still out whose
+    /// lease has not ended gets `ttl` from now, or keeps a longer lease;
+    /// a permit not out (or whose lease ended, before any script took it
+    /// back) is left alone. Whether the permit was renewed.
+    pub fn renew(&mut self, now: Time, permit: ReqId, ttl: Time, mutation: Mutation) -> bool {
+        match self.out.iter_mut().find(|(p, _)| *p == permit) {
+            Some((_, at)) if *at > now => {
+                *at = (*at).max(now + ttl);
+                true
+            }
+            None if mutation == Mutation::RenewRecreates => {
+                self.out.push((permit, now + ttl));
+                self.out.sort();
+                true
+            }
+            _ => false,
+        }
+    }
+
     /// `lua/acquire_cancel.lua`.
     pub fn settle(&mut self, now: Time, req: ReqId, b: &Bounds) -> Reply {
         match self.latch(req) {
@@ -200,6 +245,8 @@ pub enum Op {
     /// A release (or a give-back) of the permit with this id.
     Release(ReqId),
     Settle(ReqId),
+    /// The watchdog's renewal of the permit with this id.
+    Renew(ReqId),
 }
 
 /// A request in flight.
@@ -255,6 +302,10 @@ pub struct Client {
     pub since: Time,
     /// A send of its current take got no reply.
     pub lost: bool,
+    /// Renewals sent for its current hold.
+    pub renewals: u8,
+    /// When its last renewal was sent: a renewed lease counts from then.
+    pub renewed_at: Time,
 }
 
 impl Client {
@@ -283,6 +334,8 @@ pub enum Action {
     Acquire(ClientId),
     /// A holder releases its permit.
     Release(ClientId),
+    /// The watchdog renews a holder's permit.
+    Renew(ClientId),
     /// A holder whose lease ran out lets the permit go (its release would
     /// fail: the server took it back).
     LetGo(ClientId),
@@ -359,6 +412,18 @@ impl ExpirableModel {
                 };
                 c.lost = false;
             }
+            (Phase::Holding { req, deadline }, Reply::Renewed(true)) => {
+                let start = match self.mutation {
+                    Mutation::RenewFromReply => state.now,
+                    _ => c.renewed_at,
+                };
+                state.clients[id as usize].phase = Phase::Holding {
+                    req,
+                    deadline: deadline.max(start + self.bounds.lease),
+                };
+            }
+            // Not out: the lease is lost, the holder lets go.
+            (Phase::Holding { .. }, Reply::Renewed(false)) => Self::idle(state, id),
             (Phase::Trying { req, .. }, Reply::Taken(false)) if c.lost => {
                 // A lost send of it may have taken a permit: settled.
                 state.clients[id as usize].phase = Phase::Settling(req);
@@ -432,6 +497,8 @@ impl Model for ExpirableModel {
             acquires: 0,
             since: 0,
             lost: false,
+            renewals: 0,
+            renewed_at: 0,
         };
         vec![State {
             now: 0,
@@ -451,7 +518,10 @@ impl Model for ExpirableModel {
                 }
                 Phase::Idle => {}
                 Phase::Holding { .. } if c.believes_it_holds(state.now) => {
-                    actions.push(Action::Release(id))
+                    actions.push(Action::Release(id));
+                    if c.renewals < self.bounds.renewals {
+                        actions.push(Action::Renew(id));
+                    }
                 }
                 Phase::Holding { .. } => actions.push(Action::LetGo(id)),
                 _ => actions.push(Action::Timeout(id)),
@@ -483,6 +553,7 @@ impl Model for ExpirableModel {
                 c.acquires += 1;
                 c.lost = false;
                 c.since = now;
+                c.renewals = 0;
                 c.phase = Phase::Trying { req, resends: 0 };
                 Self::send(&mut state, id, Op::Acquire(req));
             }
@@ -492,6 +563,16 @@ impl Model for ExpirableModel {
                 };
                 state.clients[id as usize].phase = Phase::Releasing { req, resends: 0 };
                 Self::send(&mut state, id, Op::Release(req));
+            }
+            Action::Renew(id) => {
+                let Phase::Holding { req, .. } = state.clients[id as usize].phase else {
+                    return None;
+                };
+                let now = state.now;
+                let c = &mut state.clients[id as usize];
+                c.renewals += 1;
+                c.renewed_at = now;
+                Self::send(&mut state, id, Op::Renew(req));
             }
             Action::LetGo(id) => Self::idle(&mut state, id),
             Action::Timeout(id) => self.time_out(&mut state, id),
@@ -503,6 +584,7 @@ impl Model for ExpirableModel {
                     Op::Acquire(req) => server.acquire(now, req, b, m),
                     Op::Release(req) => server.release(req),
                     Op::Settle(req) => server.settle(now, req, b),
+                    Op::Renew(req) => Reply::Renewed(server.renew(now, req, b.lease, m)),
                 };
                 if sent.awaited {
                     state.replies.push(Answer {
@@ -528,7 +610,7 @@ impl Model for ExpirableModel {
     }
 
     fn properties(&self) -> Vec<Property<Self>> {
-        vec![
+        let mut properties = vec![
             Property::always(
                 "permits out never exceed the total",
                 |m: &ExpirableModel, s: &State| {
@@ -562,6 +644,17 @@ impl Model for ExpirableModel {
                         .iter()
                         .any(|c| matches!(c.phase, Phase::Holding { .. }))
             }),
-        ]
+        ];
+        if self.bounds.renewals > 0 {
+            properties.push(Property::sometimes(
+                "a renewal kept a permit past its first lease",
+                |m: &ExpirableModel, s: &State| {
+                    s.clients
+                        .iter()
+                        .any(|c| c.believes_it_holds(s.now) && s.now >= c.since + m.bounds.lease)
+                },
+            ));
+        }
+        properties
     }
 }

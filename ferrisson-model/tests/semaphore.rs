@@ -201,6 +201,27 @@ mod expirable {
     }
 
     #[test]
+    fn the_expirable_semaphore_holds_while_the_watchdog_renews_a_permit() {
+        holds(Bounds::renewals());
+    }
+
+    #[test]
+    fn a_renewal_that_puts_a_permit_back_out_breaks_the_count() {
+        found(
+            ExpirableModel::new(Bounds::renewals(), Mutation::RenewRecreates),
+            ADDS_UP,
+        );
+    }
+
+    #[test]
+    fn a_renewed_lease_counted_from_the_reply_outlives_the_servers() {
+        found(
+            ExpirableModel::new(Bounds::renewals(), Mutation::RenewFromReply),
+            WITHIN_TOTAL,
+        );
+    }
+
+    #[test]
     fn without_the_acquire_latch_a_resent_take_takes_a_permit_no_id_names() {
         // Two permits: with one, the resend finds none left.
         let bounds = Bounds {

@@ -155,6 +155,10 @@ const SCRIPTS: &[(&str, &str)] = &[
         include_str!("../../../lua/semaphore_give_back.lua"),
     ),
     ("expirable.lua", include_str!("../../../lua/expirable.lua")),
+    (
+        "renew_permits.lua",
+        include_str!("../../../lua/renew_permits.lua"),
+    ),
 ];
 
 /// A script file of `lua/`, as it is.
