@@ -499,6 +499,31 @@ fn expirable_permits_across_threads() {
     assert!(short.release().unwrap_err().is_permit_not_out());
 }
 
+/// The blocking face of a permit kept by the watchdog: `keep_alive` keeps
+/// it out past its lease, its lease handle (read on another thread) says
+/// so, and says it lost once another client released it by id.
+#[test]
+fn a_blocking_permit_kept_by_the_watchdog() {
+    let server = RedisServer::start();
+    let watchdog = Duration::from_millis(600);
+    let client = client(&server, watchdog);
+    let seats = client.permit_expirable_semaphore("kept");
+    assert!(seats.try_set_permits(1).unwrap());
+    let mut permit = seats
+        .acquire_with_lease(Duration::from_millis(200))
+        .unwrap();
+    permit.keep_alive().unwrap();
+    let lease = permit.lease_handle();
+    assert!(lease.is_renewed());
+    assert!(seats.try_acquire_for(3 * watchdog).unwrap().is_none());
+    assert!(!permit.is_expired());
+    let watcher = thread::spawn(move || lease.lost_timeout(BOUND).unwrap());
+    seats.release_by_id(permit.id()).unwrap();
+    assert!(watcher.join().unwrap(), "the handle saw the permit lost");
+    assert!(permit.is_expired());
+    assert!(permit.release().unwrap_err().is_permit_not_out());
+}
+
 /// A latch opens a waiting thread at zero and not before.
 #[test]
 fn latch_opens_a_waiting_thread() {

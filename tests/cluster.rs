@@ -675,3 +675,39 @@ async fn a_fenced_hash_whose_key_has_no_hash_tag_keeps_its_fence_in_its_slot() {
         );
     }
 }
+
+/// Permits kept by the watchdog on a cluster: the semaphores sit on
+/// different masters, and their permits are renewed there (one renewal
+/// call per slot) past their own leases until released.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kept_permits_are_renewed_on_every_master() {
+    let nodes = cluster().await;
+    let watchdog = Duration::from_millis(600);
+    let a = client_of(&nodes, |b| b.watchdog_timeout(watchdog)).await;
+    let b = long_client(&nodes).await;
+    let names = ["kept:1", "kept:2", "kept:3", "{kept}:4"];
+    let mut permits = Vec::new();
+    for name in names {
+        let seats = a.permit_expirable_semaphore(name);
+        soon(seats.try_set_permits(1)).await.unwrap();
+        let mut permit = soon(seats.acquire_with_lease(Duration::from_millis(200)))
+            .await
+            .unwrap();
+        soon(permit.keep_alive()).await.unwrap();
+        permits.push(permit);
+    }
+    let waited = soon(
+        b.permit_expirable_semaphore(names[0])
+            .try_acquire_for(3 * watchdog),
+    )
+    .await
+    .unwrap();
+    assert!(waited.is_none(), "a kept permit was taken back");
+    for (name, permit) in names.iter().zip(permits) {
+        assert!(!permit.is_expired(), "{name}");
+        let seats = b.permit_expirable_semaphore(*name);
+        assert_eq!(soon(seats.available_permits()).await.unwrap(), 0, "{name}");
+        soon(permit.release()).await.unwrap();
+        assert_eq!(soon(seats.available_permits()).await.unwrap(), 1, "{name}");
+    }
+}

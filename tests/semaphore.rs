@@ -707,3 +707,104 @@ async fn a_permit_is_expired_by_its_own_clock_once_the_server_took_it_back() {
         );
     }
 }
+
+/// A permit handed to the watchdog (`Permit::keep_alive`) stays out past
+/// its own lease for as long as it lives: another client waiting three
+/// watchdog timeouts gets nothing, the server still counts it out, and its
+/// lease handle says the watchdog renews it. Released, it is back at once,
+/// and its handle counts it lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_permit_kept_by_the_watchdog_outlives_its_lease_until_released() {
+    let server = RedisServer::start();
+    let watchdog = Duration::from_millis(600);
+    let (a, b) = (
+        client(&server, watchdog).await,
+        client(&server, WATCHDOG).await,
+    );
+    let sem = a.permit_expirable_semaphore("kept");
+    assert!(sem.try_set_permits(1).await.unwrap());
+    let mut permit = soon(sem.acquire_with_lease(Duration::from_millis(200)))
+        .await
+        .unwrap();
+    let handle = permit.lease_handle();
+    assert!(!handle.is_renewed());
+    soon(permit.keep_alive()).await.unwrap();
+    assert!(handle.is_renewed(), "the handle follows keep_alive");
+    let other = b.permit_expirable_semaphore("kept");
+    let waited = soon(other.try_acquire_for(3 * watchdog)).await.unwrap();
+    assert!(waited.is_none(), "the kept permit was taken back");
+    assert!(!permit.is_expired());
+    assert!(!handle.is_lost());
+    assert!(permit.remaining_lease().unwrap() <= watchdog);
+    let left = other.lease_of(permit.id()).await.unwrap().unwrap();
+    assert!(left > Duration::ZERO && left <= watchdog, "{left:?}");
+    soon(permit.release()).await.unwrap();
+    assert!(
+        handle.is_lost(),
+        "a released permit's handle counts it lost"
+    );
+    assert_eq!(other.available_permits().await.unwrap(), 1);
+    // Nothing renews it any more: a new holder keeps it by its own lease.
+    let next = soon(other.acquire_with_lease(WATCHDOG)).await.unwrap();
+    next.release().await.unwrap();
+    settled(&a).await;
+    settled(&b).await;
+}
+
+/// A kept permit that another client releases by id is found gone by the
+/// next renewal: `lease_lost` resolves, the permit counts as expired, and
+/// its own release says it was not out. One that was released, dropped or
+/// leaked is no longer renewed: a leaked one comes back a watchdog timeout
+/// after its last renewal, a dropped one at once. `keep_alive` of a permit
+/// whose lease ran out sends nothing and says it is not out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kept_permit_is_lost_leaked_and_dropped_as_a_lock_is() {
+    let server = RedisServer::start();
+    let watchdog = Duration::from_millis(600);
+    let (a, b) = (
+        client(&server, watchdog).await,
+        client(&server, WATCHDOG).await,
+    );
+    let sem = a.permit_expirable_semaphore("kept");
+    let other = b.permit_expirable_semaphore("kept");
+    assert!(sem.try_set_permits(1).await.unwrap());
+
+    // Released by id elsewhere: lost.
+    let mut permit = soon(sem.acquire_with_lease(WATCHDOG)).await.unwrap();
+    soon(permit.keep_alive()).await.unwrap();
+    other.release_by_id(permit.id()).await.unwrap();
+    within(4 * watchdog, permit.lease_lost()).await;
+    assert!(permit.is_expired());
+    assert_eq!(permit.remaining_lease(), Some(Duration::ZERO));
+    let err = permit.release().await.unwrap_err();
+    assert!(err.is_permit_not_out(), "{err}");
+
+    // Leaked: no longer renewed, back within its last renewal's lease.
+    let mut permit = soon(sem.acquire_with_lease(Duration::from_millis(100)))
+        .await
+        .unwrap();
+    soon(permit.keep_alive()).await.unwrap();
+    permit.leak();
+    let next = within(10 * watchdog, other.acquire()).await.unwrap();
+    next.release().await.unwrap();
+
+    // Dropped: given back in the background.
+    let mut permit = soon(sem.acquire_with_lease(WATCHDOG)).await.unwrap();
+    soon(permit.keep_alive()).await.unwrap();
+    drop(permit);
+    let next = within(Duration::from_secs(20), other.acquire())
+        .await
+        .unwrap();
+    next.release().await.unwrap();
+
+    // Its lease already ran out: refused, nothing sent.
+    let mut permit = soon(sem.acquire_with_lease(Duration::from_millis(20)))
+        .await
+        .unwrap();
+    eventually(Duration::from_secs(10), || async { permit.is_expired() }).await;
+    let err = permit.keep_alive().await.unwrap_err();
+    assert!(err.is_permit_not_out(), "{err}");
+    drop(permit);
+    settled(&a).await;
+    settled(&b).await;
+}

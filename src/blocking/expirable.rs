@@ -252,6 +252,30 @@ impl Permit {
         self.inner.as_ref().is_some_and(|p| p.is_expired())
     }
 
+    /// Hands the permit to the watchdog, as [`crate::Permit::keep_alive`]:
+    /// renewed while the permit lives.
+    ///
+    /// # Errors
+    /// As [`crate::Permit::keep_alive`], and
+    /// [`Error::Blocking`](crate::Error::Blocking) when the call cannot be
+    /// run.
+    pub fn keep_alive(&mut self) -> Result<()> {
+        match self.inner.as_mut() {
+            Some(permit) => self.rt.run(permit.keep_alive()),
+            None => Ok(()),
+        }
+    }
+
+    /// A handle on the permit's lease, as [`crate::Permit::lease_handle`]:
+    /// another thread may watch it while this one works.
+    pub fn lease_handle(&self) -> super::Lease {
+        let inner = self
+            .inner
+            .as_ref()
+            .map_or_else(crate::Lease::ended, crate::Permit::lease_handle);
+        super::Lease::new(inner, Arc::clone(&self.rt))
+    }
+
     /// Keeps the permit out: nothing is released, now or on drop.
     pub fn leak(mut self) {
         if let Some(permit) = self.inner.take() {

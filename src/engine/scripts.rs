@@ -85,6 +85,8 @@ scripts! {
     SET_IF_MISSING = "set_if_missing.lua";
     /// `lua/expirable.lua`: every operation of a permit-expirable semaphore.
     EXPIRABLE = "expirable.lua";
+    /// `lua/renew_permits.lua`: lengthen the leases of permits still out.
+    RENEW_PERMITS = "renew_permits.lua";
     /// `lua/latch_count_down.lua`: one count down; zero opens the latch.
     LATCH_COUNT_DOWN = "latch_count_down.lua";
     /// `lua/latch_delete.lua`: delete a latch, opening it.

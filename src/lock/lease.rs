@@ -44,7 +44,7 @@ impl std::fmt::Debug for Lease {
 }
 
 impl Lease {
-    pub(super) fn new(slot: Arc<Slot>, takeover: Option<Arc<Takeover>>) -> Lease {
+    pub(crate) fn new(slot: Arc<Slot>, takeover: Option<Arc<Takeover>>) -> Lease {
         Lease { slot, takeover }
     }
 

@@ -23,6 +23,7 @@ pub use fair::FairLock;
 pub use fenced::{FencedGuard, FencedLock};
 pub use guard::LockGuard;
 use holds::Guards;
+pub(crate) use holds::Slot;
 use info::Extra;
 pub use info::{Holder, LockInfo, LockMode, QueuedWaiter};
 pub(crate) use kind::DoneMark;

@@ -30,7 +30,7 @@ use tokio::time::Instant;
 use crate::client::conn::Conn;
 use crate::client::pubsub::Recheck;
 use crate::engine::keys;
-use crate::engine::scripts::{RENEW, RENEW_READ};
+use crate::engine::scripts::{RENEW, RENEW_PERMITS, RENEW_READ};
 use crate::engine::telemetry;
 #[cfg(feature = "metrics")]
 use crate::engine::telemetry::Subject;

@@ -17,6 +17,10 @@ pub(crate) enum Renewal {
     /// A read hold of a read-write lock: the hash and the hold's timeout
     /// keys, with `renew_read.lua`.
     ReadHold,
+    /// A permit of a permit-expirable semaphore: its score in the
+    /// semaphore's `{name}:timeout`, with `renew_permits.lua`. Its
+    /// [`HoldKey`] is that key's name and the permit id's 32 hex digits.
+    Permit,
 }
 
 impl Renewal {
@@ -24,15 +28,17 @@ impl Renewal {
         match self {
             Renewal::Hash => &RENEW,
             Renewal::ReadHold => &RENEW_READ,
+            Renewal::Permit => &RENEW_PERMITS,
         }
     }
 
     /// Most holds renewed by one call: a read hold sends two keys (its
     /// hash and its timeout keys' prefix) and costs the server about three
-    /// times a plain hold, so its calls take half as many.
+    /// times a plain hold, so its calls take half as many. A permit sends
+    /// one key and costs about what a plain hold does.
     pub(super) fn holds_per_call(self) -> usize {
         match self {
-            Renewal::Hash => RENEW_BATCH,
+            Renewal::Hash | Renewal::Permit => RENEW_BATCH,
             Renewal::ReadHold => RENEW_BATCH / 2,
         }
     }
@@ -74,6 +80,7 @@ impl RenewCall {
     ) -> RenewCall {
         let script = renewal.script();
         let read = renewal == Renewal::ReadHold;
+        let permit = renewal == Renewal::Permit;
         // Lengths only: they sit in the keys' pointers, so sizing the
         // command reads no name or field.
         let (count, bytes) = holds.clone().fold((0, 0), |(count, bytes), hold| {
@@ -83,10 +90,9 @@ impl RenewCall {
             } else {
                 0
             };
-            (
-                count + 1,
-                bytes + hold.name.len() + prefix + hold.field.len(),
-            )
+            // A permit's id goes as its 16 bytes.
+            let field = if permit { 16 } else { hold.field.len() };
+            (count + 1, bytes + hold.name.len() + prefix + field)
         });
         let keys = if read { 2 * count } else { count };
         // EVALSHA, the hash, the key count, the keys, the lease, the fields.
@@ -100,7 +106,10 @@ impl RenewCall {
         }
         cmd.arg(timeout.as_millis() as u64);
         for hold in holds {
-            cmd.arg(&*hold.field);
+            match permit {
+                true => cmd.arg(&permit_bytes(&hold.field)[..]),
+                false => cmd.arg(&*hold.field),
+            };
         }
         RenewCall { holds: count, cmd }
     }
@@ -145,6 +154,20 @@ impl RenewCall {
         }
         Ok(gone)
     }
+}
+
+/// A permit id's 16 bytes from the 32 hex digits of its [`HoldKey`]'s
+/// field (written by the permit's own code, so well formed; anything else
+/// would name no permit, and its renewal would find it gone).
+fn permit_bytes(hex: &str) -> [u8; 16] {
+    let mut bytes = [0u8; 16];
+    for (i, byte) in bytes.iter_mut().enumerate() {
+        *byte = hex
+            .get(2 * i..2 * i + 2)
+            .and_then(|pair| u8::from_str_radix(pair, 16).ok())
+            .unwrap_or(0);
+    }
+    bytes
 }
 
 /// Renews one call's worth (up to [`RENEW_BATCH`] keys) of a batch that

@@ -20,7 +20,9 @@ use crate::engine::request::{
 };
 use crate::engine::telemetry;
 use crate::engine::waiting::{Channel, Tried};
+use crate::engine::watchdog::{HoldKey, LeaseState, Renew, RenewCall, Renewal};
 use crate::engine::{keys, scripts::EXPIRABLE};
+use crate::lock::{Lease, Slot};
 use crate::{Client, Error, Result};
 
 mod give_back;
@@ -28,7 +30,7 @@ mod permit;
 mod take;
 
 use give_back::{call, give_back, PermitsOut};
-use permit::{lease_end, PermitHold};
+use permit::PermitHold;
 pub use permit::{Permit, PermitId};
 
 /// The `kind` label of a permit-expirable semaphore's figures.
@@ -407,7 +409,7 @@ impl PermitExpirableSemaphore {
     pub async fn update_lease(&self, permit: &mut Permit, lease: Option<Duration>) -> Result<()> {
         let sent = Instant::now();
         let lease_ms = self.update(permit.id, lease).await?;
-        permit.expires = lease_ms.map(|ms| lease_end(sent, ms));
+        permit.set_lease(lease_ms, sent);
         Ok(())
     }
 

@@ -52,6 +52,10 @@ impl FromStr for PermitId {
 ///
 /// Release it with [`Permit::release`] (or
 /// [`PermitExpirableSemaphore::release`]), which reports what happened.
+/// A permit taken with a lease can be handed to the watchdog
+/// ([`Permit::keep_alive`]), which then renews it while the permit lives,
+/// as it does a lock taken in watchdog mode; [`Permit::lease_handle`]
+/// watches it from another task.
 /// Dropping it releases it in the background on the runtime it was taken
 /// on, like a [`LockGuard`](crate::LockGuard): never blocking, never
 /// panicking, a failure only logged; that release is resent after a failed
@@ -63,21 +67,44 @@ impl FromStr for PermitId {
 pub struct Permit {
     pub(super) hold: Option<PermitHold>,
     pub(super) id: PermitId,
-    /// When the lease ends by this process's clock (from the send of the
-    /// acquire); `None` without a lease.
-    pub(super) expires: Option<Instant>,
+    /// Its lease as this process counts it (from the send of the acquire,
+    /// or of the watchdog's last renewal), which `keep_alive` and
+    /// `update_lease` replace; what its [`Lease`] handles read. Its lease
+    /// in ms is `None` while the watchdog renews it.
+    slot: Arc<Slot>,
+    /// It has no lease (it never expires): its slot's lease then runs as
+    /// long as the longest lease, and is never lost.
+    endless: bool,
 }
 
 pub(super) struct PermitHold {
     /// The semaphore the permit is of.
     pub(super) semaphore: Object,
     pub(super) runtime: Handle,
+    /// What the watchdog knows the permit by: the semaphore's
+    /// `{name}:timeout`, and the id's 32 hex digits.
+    key: HoldKey,
     /// When it was granted, for the hold-time figure.
     #[cfg(feature = "metrics")]
     pub(super) granted: std::time::Instant,
 }
 
 impl PermitHold {
+    /// The hold of a permit `id` of `semaphore`, granted now.
+    pub(super) fn new(semaphore: Object, runtime: Handle, id: PermitId) -> PermitHold {
+        let key = HoldKey::new(
+            Arc::from(keys::permit_timeouts(semaphore.name())),
+            Arc::from(id.to_string()),
+        );
+        PermitHold {
+            semaphore,
+            runtime,
+            key,
+            #[cfg(feature = "metrics")]
+            granted: std::time::Instant::now(),
+        }
+    }
+
     /// Reports the hold's time, once it is given back.
     fn released(&self) {
         #[cfg(feature = "metrics")]
@@ -95,12 +122,52 @@ impl fmt::Debug for Permit {
         f.debug_struct("Permit")
             .field("id", &self.id)
             .field("semaphore", &self.hold.as_ref().map(|h| h.semaphore.name()))
-            .field("expires", &self.expires)
+            .field("remaining_lease", &self.remaining_lease())
+            .field("renewed", &self.slot.lease().lease_ms.is_none())
             .finish()
     }
 }
 
 impl Permit {
+    /// The permit `id` of `hold`, taken with a lease of `lease_ms` (none:
+    /// it never expires) by a request first sent at `start`.
+    pub(super) fn new(
+        hold: PermitHold,
+        id: PermitId,
+        lease_ms: Option<u64>,
+        start: Instant,
+    ) -> Permit {
+        let slot = Slot::new(Some(0), LeaseState::leased(start));
+        let mut permit = Permit {
+            hold: Some(hold),
+            id,
+            slot,
+            endless: false,
+        };
+        permit.set_lease(lease_ms, start);
+        permit
+    }
+
+    /// Its lease from now on: `lease_ms` from `start` (none: it never
+    /// expires). A permit the watchdog renewed is no longer its.
+    pub(super) fn set_lease(&mut self, lease_ms: Option<u64>, start: Instant) {
+        self.stop_renewal();
+        self.endless = lease_ms.is_none();
+        let (ms, end) = match lease_ms {
+            Some(ms) => (ms, lease_end(start, ms)),
+            None => (0, Instant::now() + MAX_DURATION),
+        };
+        self.slot.set_lease(Some(ms), LeaseState::leased(end));
+    }
+
+    /// Takes the permit off the watchdog's schedule, if it was on it.
+    fn stop_renewal(&self) {
+        let lease = self.slot.lease();
+        if let (None, Some(hold)) = (lease.lease_ms, &self.hold) {
+            hold.semaphore.registry().release(&hold.key, &lease.state);
+        }
+    }
+
     /// The permit's id.
     pub fn id(&self) -> PermitId {
         self.id
@@ -114,26 +181,123 @@ impl Permit {
 
     /// How long until its lease ends, by this process's clock: counted
     /// from the send of the acquire, less a drift margin (a tenth of the
-    /// lease, at most 1 s), so never later than the server's; `None` for
-    /// a permit without a lease.
+    /// lease, at most 1 s), so never later than the server's; kept by the
+    /// watchdog, until its next renewal would be too late. Zero once the
+    /// lease is known lost; `None` for a permit without a lease.
     pub fn remaining_lease(&self) -> Option<Duration> {
-        self.expires
-            .map(|at| at.saturating_duration_since(Instant::now()))
+        (!self.endless).then(|| self.lease_handle().remaining())
     }
 
     /// Whether its lease has ended, by this process's clock (see
-    /// [`remaining_lease`](Self::remaining_lease)): true once the server
-    /// may have taken the permit back.
+    /// [`remaining_lease`](Self::remaining_lease)), or the watchdog found
+    /// the permit no longer out: true once the server may have taken the
+    /// permit back.
     pub fn is_expired(&self) -> bool {
-        self.expires.is_some_and(|at| Instant::now() >= at)
+        !self.endless && self.lease_handle().is_lost()
+    }
+
+    /// Hands the permit to the watchdog: from now on it is renewed while
+    /// the permit lives, to the client's
+    /// [watchdog timeout](crate::ClientBuilder::watchdog_timeout) from each
+    /// renewal (every third of it), as a lock taken in watchdog mode is;
+    /// its lease in Redis becomes at least that at once. A holder that dies
+    /// loses the permit one watchdog timeout after the last renewal. The
+    /// renewals never shorten a longer lease, and never put back a permit
+    /// that is no longer out. A permit without a lease, or one the
+    /// watchdog keeps already, is left as it is.
+    ///
+    /// Releasing, dropping or [leaking](Self::leak) the permit, or
+    /// [`update_lease`](PermitExpirableSemaphore::update_lease), ends the
+    /// renewals. Watch for a lost permit with
+    /// [`lease_lost`](Self::lease_lost) or a [`lease_handle`](Self::lease_handle).
+    ///
+    /// # Errors
+    /// - [`Error::PermitNotOut`] when the permit is no longer out (its
+    ///   lease ran out, or it was released by id); its lease then counts
+    ///   as lost. Nothing is sent when the lease had run out by this
+    ///   process's clock already.
+    /// - [`Error::Redis`] when the call fails; the lease stays as it was.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a dropped future leaves the permit leased as it was
+    /// (its lease in Redis may have been lengthened, which only makes the
+    /// permit's own count the more careful one).
+    pub async fn keep_alive(&mut self) -> Result<()> {
+        if self.endless || self.slot.lease().lease_ms.is_none() {
+            return Ok(());
+        }
+        let Some(hold) = &self.hold else {
+            return Ok(());
+        };
+        if self.is_expired() {
+            return Err(self.not_out(hold));
+        }
+        let semaphore = &hold.semaphore;
+        let ttl = semaphore.config().watchdog_timeout;
+        let call = RenewCall::new(Renewal::Permit, ttl, std::iter::once(&hold.key));
+        let mut conn = semaphore.conn();
+        let sent = Instant::now();
+        let gone = call.send(&mut conn).await.map_err(|e| semaphore.error(e))?;
+        if !gone.is_empty() {
+            self.slot.lease().state.mark_lost();
+            return Err(self.not_out(hold));
+        }
+        let how = Renew {
+            renewal: Renewal::Permit,
+            ttl,
+        };
+        let watched = (semaphore.registry()).hold(hold.key.clone(), sent, how, EXPIRABLE_KIND);
+        self.slot.set_lease(None, watched);
+        Ok(())
+    }
+
+    fn not_out(&self, hold: &PermitHold) -> Error {
+        Error::PermitNotOut {
+            name: hold.semaphore.name().to_string(),
+            permit: self.id.to_string(),
+        }
+    }
+
+    /// A handle on the permit's lease, as a lock guard's
+    /// [`lease_handle`](crate::LockGuard::lease_handle): it follows
+    /// [`keep_alive`](Self::keep_alive) and
+    /// [`update_lease`](PermitExpirableSemaphore::update_lease), and counts
+    /// the permit as lost once it is released or dropped. A permit without
+    /// a lease reads as never lost, its lease as long as the longest
+    /// ([`MAX_DURATION`]).
+    pub fn lease_handle(&self) -> Lease {
+        Lease::new(Arc::clone(&self.slot), None)
+    }
+
+    /// Resolves when the permit's lease is lost: it ran out by this
+    /// process's clock, or the watchdog found the permit no longer out (or
+    /// could not renew it in time). Never resolves while the permit is
+    /// safely out; for a permit without a lease, never.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only waits.
+    pub async fn lease_lost(&self) {
+        self.lease_handle().lost().await;
     }
 
     /// Keeps the permit out: nothing is released, now or on drop.
     /// Release it later with [`PermitExpirableSemaphore::release_by_id`],
     /// or let its lease run out. The verb of
-    /// [`LockGuard::leak`](crate::LockGuard::leak).
+    /// [`LockGuard::leak`](crate::LockGuard::leak). A permit the watchdog
+    /// kept is no longer renewed: it runs out a watchdog timeout after
+    /// its last renewal at most.
     pub fn leak(mut self) {
+        self.stop_renewal();
         self.hold = None;
+    }
+
+    /// Takes the permit's hold for its release: off the watchdog's
+    /// schedule, and its lease handles told it ended.
+    fn claim(&mut self) -> Option<PermitHold> {
+        self.stop_renewal();
+        let hold = self.hold.take()?;
+        self.slot.claim();
+        Some(hold)
     }
 
     /// Gives the permit back and wakes the waiters.
@@ -144,7 +308,7 @@ impl Permit {
     /// # Cancel safety
     /// Cancel safe: once sent, the release completes in the background.
     pub async fn release(mut self) -> Result<()> {
-        let Some(hold) = self.hold.take() else {
+        let Some(hold) = self.claim() else {
             return Ok(());
         };
         let id = self.id;
@@ -176,10 +340,10 @@ impl Permit {
     /// until it gets through or the lease has surely ended.
     #[cfg(feature = "blocking")]
     pub(crate) async fn release_dropped(mut self) -> Result<()> {
-        let Some(hold) = self.hold.take() else {
+        let until = self.dropped_until();
+        let Some(hold) = self.claim() else {
             return Ok(());
         };
-        let until = self.dropped_until(&hold);
         match give_back(&hold.semaphore, &[self.id], Some(until)).await? {
             None => {
                 hold.released();
@@ -195,26 +359,30 @@ impl Permit {
     /// Until when the release of a dropped permit is resent: until its
     /// lease has surely ended (here it ends a drift margin, at most 1 s,
     /// before the server's; a reply in flight and a drift margin more on
-    /// the server), or for [`NEVER_EXPIRES`] without a lease.
-    fn dropped_until(&self, hold: &PermitHold) -> Instant {
-        let config = hold.semaphore.config();
-        match self.expires {
-            Some(at) => at + config.response_timeout + Duration::from_secs(2),
-            None => Instant::now() + NEVER_EXPIRES,
+    /// the server; kept by the watchdog, the lease of its last renewal
+    /// Redis confirmed), or for [`NEVER_EXPIRES`] without a lease.
+    fn dropped_until(&self) -> Instant {
+        match (&self.hold, self.endless) {
+            (Some(hold), false) => {
+                let config = hold.semaphore.config();
+                let at = self.slot.lease().state.deadline();
+                at + config.response_timeout + Duration::from_secs(2)
+            }
+            _ => Instant::now() + NEVER_EXPIRES,
         }
     }
 }
 
 impl Drop for Permit {
     fn drop(&mut self) {
-        let Some(hold) = self.hold.take() else {
+        // Nobody waits on it: resent until it gets through, or until the
+        // lease has surely ended.
+        let until = self.dropped_until();
+        let Some(hold) = self.claim() else {
             return;
         };
         let id = self.id;
         let runtime = hold.runtime.clone();
-        // Nobody waits on it: resent until it gets through, or until the
-        // lease has surely ended.
-        let until = self.dropped_until(&hold);
         let semaphore = hold.semaphore.clone();
         let hold = Arc::new(hold);
         // Finished even when the runtime shuts down first (see

@@ -122,15 +122,9 @@ impl PermitExpirableSemaphore {
         Ok(match reply {
             None => Tried::Done(
                 ids.iter()
-                    .map(|&id| Permit {
-                        hold: Some(PermitHold {
-                            semaphore: self.obj.clone(),
-                            runtime: runtime.clone(),
-                            #[cfg(feature = "metrics")]
-                            granted: std::time::Instant::now(),
-                        }),
-                        id,
-                        expires: lease_ms.map(|ms| lease_end(start, ms)),
+                    .map(|&id| {
+                        let hold = PermitHold::new(self.obj.clone(), runtime.clone(), id);
+                        Permit::new(hold, id, lease_ms, start)
                     })
                     .collect(),
             ),
