@@ -292,11 +292,9 @@ async fn run_locked(target: &Target, args: &RunArgs, signals: &Signals) -> Resul
     let ran = job.run(|lease| {
         started.set(true);
         // With --at-most-for, the command is stopped before the lease
-        // ends, a margin before the server lets the lock go.
-        let stop_by = (!lease.is_renewed()).then(|| {
-            let left = lease.remaining();
-            Instant::now() + left - margin(args.at_most_for.unwrap_or(left))
-        });
+        // ends by this process's clock: the library's drift margin before
+        // the server lets the lock go.
+        let stop_by = (!lease.is_renewed()).then(|| Instant::now() + lease.remaining());
         async move {
             let lost = async move { lease.lost().await };
             supervise(args, lost, stop_by, forwarded).await
@@ -385,12 +383,23 @@ async fn run_with_permit(
         return Ok(ExitCode::from(BUSY));
     };
     let start = Instant::now();
-    let id = permit.id();
-    // Counted from the send of the granted acquire, less the margin.
-    let until = start + permit.remaining_lease().unwrap_or_default();
+    let mut permit = permit;
     let renewed = args.at_most_for.is_none();
-    let stop_by = (!renewed).then_some(until);
-    let lost = permit_lost(&semaphore, id, until, lease, renewed);
+    if renewed {
+        // Renewed by the library's watchdog, to --lease (the client's
+        // watchdog timeout), as the lock of a run without --permits is.
+        if let Err(err) = permit.keep_alive().await {
+            return match err {
+                ferrisson::Error::PermitNotOut { .. } => Ok(exit(name, Ended::Stopped)),
+                err => Err(lib(err)),
+            };
+        }
+    }
+    let lease = permit.lease_handle();
+    // Counted from the send of the granted acquire, less the library's
+    // drift margin.
+    let stop_by = (!renewed).then(|| Instant::now() + lease.remaining());
+    let lost = async move { lease.lost().await };
     let ended = supervise(args, lost, stop_by, forwarded).await?;
     match ended {
         Ended::Exited(_) | Ended::NotStarted(..) => {
@@ -401,8 +410,9 @@ async fn run_with_permit(
             let given = match keep.is_zero() {
                 true => semaphore.release(permit).await,
                 false => {
+                    let kept = semaphore.update_lease(&mut permit, Some(keep)).await;
                     permit.leak();
-                    semaphore.update_lease_by_id(id, Some(keep)).await
+                    kept
                 }
             };
             match given {
@@ -418,52 +428,6 @@ async fn run_with_permit(
             // Its lease ran out, or is about to: it is let go with it.
             permit.leak();
             Ok(exit(name, ended))
-        }
-    }
-}
-
-/// How long before the server the runner counts a lease as ended: a
-/// tenth of it, at most a second, as the library's watchdog does.
-fn margin(lease: Duration) -> Duration {
-    (lease / 10).min(Duration::from_secs(1))
-}
-
-/// Resolves when the permit `id`'s lease is lost: it ran out (with
-/// `renewed` false), or a renewal found the permit gone, or no renewal got
-/// through in time. `until`: the end of its lease by this process's
-/// clock, a margin before the server's.
-fn permit_lost<'a>(
-    semaphore: &'a ferrisson::PermitExpirableSemaphore,
-    id: ferrisson::PermitId,
-    mut until: Instant,
-    lease: Duration,
-    renewed: bool,
-) -> impl Future<Output = ()> + 'a {
-    let margin = margin(lease);
-    async move {
-        if !renewed {
-            tokio::time::sleep_until(until).await;
-            return;
-        }
-        loop {
-            // A third of the lease after the last renewal was sent.
-            tokio::time::sleep_until(until + margin - lease * 2 / 3).await;
-            loop {
-                let sent = Instant::now();
-                if sent >= until {
-                    return;
-                }
-                let renewal = semaphore.update_lease_by_id(id, Some(lease));
-                match tokio::time::timeout_at(until, renewal).await {
-                    Ok(Ok(())) => {
-                        until = sent + lease - margin;
-                        break;
-                    }
-                    Ok(Err(ferrisson::Error::PermitNotOut { .. })) | Err(_) => return,
-                    // A connection that failed: again, while the lease runs.
-                    Ok(Err(_)) => tokio::time::sleep(Duration::from_millis(100)).await,
-                }
-            }
         }
     }
 }
