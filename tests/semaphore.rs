@@ -730,6 +730,7 @@ async fn a_permit_kept_by_the_watchdog_outlives_its_lease_until_released() {
     assert!(!handle.is_renewed());
     soon(permit.keep_alive()).await.unwrap();
     assert!(handle.is_renewed(), "the handle follows keep_alive");
+    assert_eq!(a.held_locks(), 1);
     let other = b.permit_expirable_semaphore("kept");
     let waited = soon(other.try_acquire_for(3 * watchdog)).await.unwrap();
     assert!(waited.is_none(), "the kept permit was taken back");
@@ -743,6 +744,7 @@ async fn a_permit_kept_by_the_watchdog_outlives_its_lease_until_released() {
         handle.is_lost(),
         "a released permit's handle counts it lost"
     );
+    assert_eq!(a.held_locks(), 0, "a released permit is no longer renewed");
     assert_eq!(other.available_permits().await.unwrap(), 1);
     // Nothing renews it any more: a new holder keeps it by its own lease.
     let next = soon(other.acquire_with_lease(WATCHDOG)).await.unwrap();
@@ -784,9 +786,26 @@ async fn a_kept_permit_is_lost_leaked_and_dropped_as_a_lock_is() {
         .await
         .unwrap();
     soon(permit.keep_alive()).await.unwrap();
+    let handle = permit.lease_handle();
     permit.leak();
+    assert_eq!(a.held_locks(), 0, "a leaked permit is no longer renewed");
     let next = within(10 * watchdog, other.acquire()).await.unwrap();
     next.release().await.unwrap();
+    // Its handle waits for the end of the last renewal's lease, no more.
+    within(10 * watchdog, handle.lost()).await;
+
+    // Given a lease of its own: no longer renewed.
+    let mut permit = soon(sem.acquire_with_lease(WATCHDOG)).await.unwrap();
+    soon(permit.keep_alive()).await.unwrap();
+    soon(sem.update_lease(&mut permit, Some(Duration::from_millis(100))))
+        .await
+        .unwrap();
+    assert_eq!(a.held_locks(), 0, "an updated permit is no longer renewed");
+    assert!(!permit.lease_handle().is_renewed());
+    let next = within(10 * watchdog, other.acquire()).await.unwrap();
+    next.release().await.unwrap();
+    assert!(permit.is_expired());
+    drop(permit);
 
     // Dropped: given back in the background.
     let mut permit = soon(sem.acquire_with_lease(WATCHDOG)).await.unwrap();

@@ -247,7 +247,8 @@ impl Permit {
         self.inner.as_ref().and_then(|p| p.remaining_lease())
     }
 
-    /// Whether its lease has ended, by this process's clock.
+    /// Whether its lease has ended, by this process's clock, or the
+    /// watchdog found it no longer out (see [`crate::Permit::is_expired`]).
     pub fn is_expired(&self) -> bool {
         self.inner.as_ref().is_some_and(|p| p.is_expired())
     }

@@ -345,8 +345,9 @@ impl Client {
         &self.inner.config
     }
 
-    /// How many (lock, owner) pairs the watchdog keeps alive right now.
-    /// Zero when no watchdog-mode guard is held.
+    /// How many (lock, owner) pairs the watchdog keeps alive right now,
+    /// and permits it keeps ([`Permit::keep_alive`](crate::Permit::keep_alive)).
+    /// Zero when no watchdog-mode guard or kept permit is held.
     pub fn held_locks(&self) -> usize {
         self.inner.registry.len()
     }

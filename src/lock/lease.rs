@@ -9,7 +9,8 @@ use super::holds::Slot;
 use crate::engine::takeover::Takeover;
 
 /// A handle on the lease of one hold, from [`LockGuard::lease_handle`]
-/// (and given to a [`Job`](crate::Job)'s closure): it tells whether the
+/// or [`Permit::lease_handle`](crate::Permit::lease_handle) (and given to
+/// a [`Job`](crate::Job)'s closure): it tells whether the
 /// hold is still safely held, without borrowing the guard, so a task
 /// spawned beside the work can watch it while the work owns the guard.
 /// Clones watch the same hold.
@@ -111,7 +112,8 @@ impl Lease {
 
     /// Whether the watchdog renews the lease: the hold was taken in
     /// watchdog mode, or handed to it by
-    /// [`LockGuard::keep_alive`](crate::LockGuard::keep_alive).
+    /// [`LockGuard::keep_alive`](crate::LockGuard::keep_alive) or
+    /// [`Permit::keep_alive`](crate::Permit::keep_alive).
     pub fn is_renewed(&self) -> bool {
         self.slot.lease().lease_ms.is_none()
     }

@@ -292,9 +292,13 @@ async fn run_locked(target: &Target, args: &RunArgs, signals: &Signals) -> Resul
     let ran = job.run(|lease| {
         started.set(true);
         // With --at-most-for, the command is stopped before the lease
-        // ends by this process's clock: the library's drift margin before
-        // the server lets the lock go.
-        let stop_by = (!lease.is_renewed()).then(|| Instant::now() + lease.remaining());
+        // ends, a margin before the server lets the lock go (a leased
+        // lock's lease counts from its acquire's send, with no margin of
+        // its own).
+        let stop_by = (!lease.is_renewed()).then(|| {
+            let left = lease.remaining();
+            Instant::now() + left - margin(args.at_most_for.unwrap_or(left))
+        });
         async move {
             let lost = async move { lease.lost().await };
             supervise(args, lost, stop_by, forwarded).await
@@ -388,11 +392,16 @@ async fn run_with_permit(
     if renewed {
         // Renewed by the library's watchdog, to --lease (the client's
         // watchdog timeout), as the lock of a run without --permits is.
-        if let Err(err) = permit.keep_alive().await {
-            return match err {
-                ferrisson::Error::PermitNotOut { .. } => Ok(exit(name, Ended::Stopped)),
-                err => Err(lib(err)),
-            };
+        let kept = signals
+            .unless_started(keep_alive(&mut permit), &never)
+            .await?;
+        match kept {
+            Ok(Ok(())) => {}
+            Ok(Err(err)) => {
+                eprintln!("ferrisson: the permit of `{name}` could not be kept ({err}): the command did not run");
+                return Ok(ExitCode::from(LOST));
+            }
+            Err(code) => return Ok(code),
         }
     }
     let lease = permit.lease_handle();
@@ -430,6 +439,26 @@ async fn run_with_permit(
             Ok(exit(name, ended))
         }
     }
+}
+
+/// Hands `permit` to the watchdog, trying again after a failed call
+/// while its lease lasts.
+async fn keep_alive(permit: &mut ferrisson::Permit) -> Result<(), ferrisson::Error> {
+    loop {
+        match permit.keep_alive().await {
+            Err(ferrisson::Error::Redis(_)) if !permit.is_expired() => {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            kept => return kept,
+        }
+    }
+}
+
+/// How long before the server the runner counts a leased lock's lease
+/// as ended: a tenth of it, at most a second, as the library's watchdog
+/// does. (A permit's lease already counts so.)
+fn margin(lease: Duration) -> Duration {
+    (lease / 10).min(Duration::from_secs(1))
 }
 
 /// The runner's exit status for `ended`: the command's own (128 + the

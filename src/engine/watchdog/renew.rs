@@ -218,7 +218,7 @@ async fn renew(shared: &Shared, batch: Vec<Arc<LeaseState>>, sent: Instant, how:
                 if gone.next_if_eq(&index).is_some() {
                     shared.lose(
                         &lease,
-                        "the lock is no longer held by its owner (expired, deleted or taken)",
+                        "no longer held by its owner (expired, deleted, released or taken)",
                         Lost::Gone,
                     );
                 } else {

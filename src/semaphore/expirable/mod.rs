@@ -396,7 +396,11 @@ impl PermitExpirableSemaphore {
     }
 
     /// Sets a new lease on a permit that is still out, counted from now;
-    /// with `None`, the permit no longer expires.
+    /// with `None`, the permit no longer expires. A permit the watchdog
+    /// kept ([`Permit::keep_alive`]) is no longer renewed, from before the
+    /// update is sent (a renewal already on its way may still lengthen
+    /// the lease in Redis, once); should the update fail, it runs out with
+    /// its last renewal's lease.
     ///
     /// # Errors
     /// [`Error::PermitNotOut`] when its lease had run out already (it is
@@ -407,6 +411,7 @@ impl PermitExpirableSemaphore {
     /// Cancel safe: once sent, the update completes in the background; the
     /// permit's local lease is only changed when it succeeded.
     pub async fn update_lease(&self, permit: &mut Permit, lease: Option<Duration>) -> Result<()> {
+        permit.stop_renewal();
         let sent = Instant::now();
         let lease_ms = self.update(permit.id, lease).await?;
         permit.set_lease(lease_ms, sent);
@@ -415,7 +420,9 @@ impl PermitExpirableSemaphore {
 
     /// As [`update_lease`](Self::update_lease), for the permit `id` taken
     /// by this or any other client (Redisson's `updateLeaseTime`); the
-    /// holder's [`Permit`], if any, keeps its own count of its lease.
+    /// holder's [`Permit`], if any, keeps its own count of its lease. A
+    /// permit the watchdog keeps gets the watchdog's lease again at its
+    /// next renewal, should it be longer.
     ///
     /// # Errors
     /// As [`update_lease`](Self::update_lease).

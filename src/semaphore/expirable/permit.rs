@@ -75,6 +75,10 @@ pub struct Permit {
     /// It has no lease (it never expires): its slot's lease then runs as
     /// long as the longest lease, and is never lost.
     endless: bool,
+    /// Handed to the watchdog: the end its lease had then, by this
+    /// process's clock (Redis keeps the longer of it and the renewals'),
+    /// and the watchdog's TTL.
+    kept: Option<(Instant, Duration)>,
 }
 
 pub(super) struct PermitHold {
@@ -143,6 +147,7 @@ impl Permit {
             id,
             slot,
             endless: false,
+            kept: None,
         };
         permit.set_lease(lease_ms, start);
         permit
@@ -153,6 +158,7 @@ impl Permit {
     pub(super) fn set_lease(&mut self, lease_ms: Option<u64>, start: Instant) {
         self.stop_renewal();
         self.endless = lease_ms.is_none();
+        self.kept = None;
         let (ms, end) = match lease_ms {
             Some(ms) => (ms, lease_end(start, ms)),
             None => (0, Instant::now() + MAX_DURATION),
@@ -160,11 +166,22 @@ impl Permit {
         self.slot.set_lease(Some(ms), LeaseState::leased(end));
     }
 
-    /// Takes the permit off the watchdog's schedule, if it was on it.
-    fn stop_renewal(&self) {
+    /// Takes the permit off the watchdog's schedule, if it was on it: its
+    /// lease then ends with the last renewal's (or is lost, as it was), and
+    /// its handles wait for that end.
+    pub(super) fn stop_renewal(&self) {
         let lease = self.slot.lease();
         if let (None, Some(hold)) = (lease.lease_ms, &self.hold) {
             hold.semaphore.registry().release(&hold.key, &lease.state);
+            let ttl_ms = lease
+                .state
+                .watchdog_ttl()
+                .map_or(0, |t| t.as_millis() as u64);
+            let ended = LeaseState::leased(lease.state.deadline());
+            if lease.state.is_lost() {
+                ended.mark_lost();
+            }
+            self.slot.set_lease(Some(ttl_ms), ended);
         }
     }
 
@@ -201,15 +218,18 @@ impl Permit {
     /// [watchdog timeout](crate::ClientBuilder::watchdog_timeout) from each
     /// renewal (every third of it), as a lock taken in watchdog mode is;
     /// its lease in Redis becomes at least that at once. A holder that dies
-    /// loses the permit one watchdog timeout after the last renewal. The
-    /// renewals never shorten a longer lease, and never put back a permit
-    /// that is no longer out. A permit without a lease, or one the
-    /// watchdog keeps already, is left as it is.
+    /// loses the permit one watchdog timeout after the last renewal, or at
+    /// the end of its own lease when that is later: the renewals never
+    /// shorten a lease, and never put back a permit that is no longer out.
+    /// A permit without a lease, or one the watchdog keeps already, is left
+    /// as it is.
     ///
     /// Releasing, dropping or [leaking](Self::leak) the permit, or
     /// [`update_lease`](PermitExpirableSemaphore::update_lease), ends the
-    /// renewals. Watch for a lost permit with
-    /// [`lease_lost`](Self::lease_lost) or a [`lease_handle`](Self::lease_handle).
+    /// renewals (a renewal already on its way may still lengthen the lease
+    /// in Redis once, never past a watchdog timeout from when it runs).
+    /// Watch for a lost permit with [`lease_lost`](Self::lease_lost) or a
+    /// [`lease_handle`](Self::lease_handle).
     ///
     /// # Errors
     /// - [`Error::PermitNotOut`] when the permit is no longer out (its
@@ -223,14 +243,18 @@ impl Permit {
     /// (its lease in Redis may have been lengthened, which only makes the
     /// permit's own count the more careful one).
     pub async fn keep_alive(&mut self) -> Result<()> {
-        if self.endless || self.slot.lease().lease_ms.is_none() {
-            return Ok(());
-        }
         let Some(hold) = &self.hold else {
             return Ok(());
         };
+        if self.endless {
+            return Ok(());
+        }
         if self.is_expired() {
             return Err(self.not_out(hold));
+        }
+        let before = self.slot.lease();
+        if before.lease_ms.is_none() {
+            return Ok(());
         }
         let semaphore = &hold.semaphore;
         let ttl = semaphore.config().watchdog_timeout;
@@ -239,7 +263,10 @@ impl Permit {
         let sent = Instant::now();
         let gone = call.send(&mut conn).await.map_err(|e| semaphore.error(e))?;
         if !gone.is_empty() {
-            self.slot.lease().state.mark_lost();
+            if !before.state.is_lost() {
+                telemetry::lease_lost(semaphore.subject(EXPIRABLE_KIND));
+            }
+            before.state.mark_lost();
             return Err(self.not_out(hold));
         }
         let how = Renew {
@@ -248,6 +275,7 @@ impl Permit {
         };
         let watched = (semaphore.registry()).hold(hold.key.clone(), sent, how, EXPIRABLE_KIND);
         self.slot.set_lease(None, watched);
+        self.kept = Some((before.state.deadline(), ttl));
         Ok(())
     }
 
@@ -284,8 +312,10 @@ impl Permit {
     /// Release it later with [`PermitExpirableSemaphore::release_by_id`],
     /// or let its lease run out. The verb of
     /// [`LockGuard::leak`](crate::LockGuard::leak). A permit the watchdog
-    /// kept is no longer renewed: it runs out a watchdog timeout after
-    /// its last renewal at most.
+    /// kept is no longer renewed: it runs out a watchdog timeout after its
+    /// last renewal, or at the end of its own lease when that is later.
+    /// A [`lease_handle`](Self::lease_handle) taken before counts it lost
+    /// once the last renewal's lease ends.
     pub fn leak(mut self) {
         self.stop_renewal();
         self.hold = None;
@@ -359,13 +389,18 @@ impl Permit {
     /// Until when the release of a dropped permit is resent: until its
     /// lease has surely ended (here it ends a drift margin, at most 1 s,
     /// before the server's; a reply in flight and a drift margin more on
-    /// the server; kept by the watchdog, the lease of its last renewal
-    /// Redis confirmed), or for [`NEVER_EXPIRES`] without a lease.
+    /// the server), or for [`NEVER_EXPIRES`] without a lease. Kept by the
+    /// watchdog, Redis keeps the longer of its own lease and the
+    /// renewals', and one renewal may still be on its way: until the later
+    /// of that lease's end and two watchdog timeouts from now.
     fn dropped_until(&self) -> Instant {
         match (&self.hold, self.endless) {
             (Some(hold), false) => {
                 let config = hold.semaphore.config();
-                let at = self.slot.lease().state.deadline();
+                let mut at = self.slot.lease().state.deadline();
+                if let Some((before, ttl)) = self.kept {
+                    at = at.max(before).max(Instant::now() + 2 * ttl);
+                }
                 at + config.response_timeout + Duration::from_secs(2)
             }
             _ => Instant::now() + NEVER_EXPIRES,
