@@ -336,12 +336,9 @@ async fn odd_but_valid_inputs_work() {
     }
     soon(theirs.unlock()).await.unwrap();
     // The fenced counter, the only key meant to stay.
-    let left = server.cmd(&["KEYS", "*"]);
-    let left: Vec<String> = left
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|k| k.as_string())
+    let left: Vec<String> = server
+        .keys("*")
+        .into_iter()
         .filter(|k| !k.starts_with("redisson_lock_token:") && !k.contains("_latch:"))
         .collect();
     assert!(left.is_empty(), "{left:?}");

@@ -318,13 +318,7 @@ fn a_program_that_ends_leading_leaves_nothing() {
     }
     assert!(!exists(&server, "faces:exit"), "the leadership outlived it");
     assert!(!exists(&server, "faces:exit:job"));
-    let keys = server.cmd(&["KEYS", "*latch*"]);
-    let keys: Vec<String> = keys
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|k| k.as_string())
-        .collect();
+    let keys = server.keys("*latch*");
     assert!(keys.is_empty(), "left behind: {keys:?}");
 
     let client = client(&server);

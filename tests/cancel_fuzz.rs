@@ -201,11 +201,9 @@ async fn dropped_acquires_leave_nothing_behind() {
 
 /// Every key but the fencing counter (which never expires, by design).
 fn leftovers(server: &RedisServer) -> Vec<String> {
-    let keys = server.cmd(&["KEYS", "*"]);
-    keys.as_array()
-        .unwrap_or(&[])
-        .iter()
-        .filter_map(|k| k.as_string())
+    server
+        .keys("*")
+        .into_iter()
         .filter(|k| k != "redisson_lock_token:{fuzz:fenced}")
         .collect()
 }

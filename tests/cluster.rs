@@ -255,7 +255,7 @@ async fn a_lock_survives_a_master_failover_and_its_release_wakes_the_waiter() {
 
     // Renewals follow the slot: the new master sees one (its TTL of the
     // key rises between two readings) within two watchdog timeouts.
-    let pttl = || nodes[replica].cmd(&["PTTL", name]).as_int().unwrap();
+    let pttl = || nodes[replica].pttl(name);
     let deadline = Instant::now() + watchdog * 2;
     let mut before = pttl();
     loop {

@@ -166,7 +166,7 @@ async fn an_inner_hold_never_shortens_the_outer_lease() {
     let outer = soon(lock.lock_with_lease(Duration::from_secs(60)))
         .await
         .unwrap();
-    let pttl = || server.cmd(&["PTTL", "edges:long"]).as_int().unwrap();
+    let pttl = || server.pttl("edges:long");
     let inner = soon(lock.lock_with_lease(Duration::from_millis(100)))
         .await
         .unwrap();
@@ -409,13 +409,7 @@ fn a_program_that_returns_at_once_leaves_no_latch() {
             assert!(permit);
         });
         drop(rt);
-        let keys = server.cmd(&["KEYS", "*latch*"]);
-        let keys: Vec<String> = keys
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter_map(|k| k.as_string())
-            .collect();
+        let keys = server.keys("*latch*");
         assert!(
             keys.is_empty(),
             "left behind (multi_thread: {multi_thread}): {keys:?}"

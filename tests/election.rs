@@ -31,14 +31,7 @@ async fn next(observer: &mut LeaderObserver) -> LeaderChange {
 async fn only_the_counter_is_left(server: &RedisServer, name: &str) {
     let counter = ferrisson::layout::fencing_token(name);
     eventually(Duration::from_secs(10), || async {
-        let keys = server.cmd(&["KEYS", "*"]);
-        let keys: Vec<String> = keys
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter_map(|k| k.as_string())
-            .collect();
-        keys == [counter.as_str()]
+        server.keys("*") == [counter.as_str()]
     })
     .await;
 }
@@ -322,7 +315,7 @@ async fn an_election_lease_sets_the_failover_time() {
     .await
     .unwrap();
     let plain = soon(cut_off.lock("plain").lock()).await.unwrap();
-    let pttl = |key: &str| server.cmd(&["PTTL", key]).as_int().unwrap();
+    let pttl = |key: &str| server.pttl(key);
     assert!((1..=LEASE.as_millis() as i64).contains(&pttl("leased")));
     assert!(pttl("plain") > LEASE.as_millis() as i64 * 2);
 

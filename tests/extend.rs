@@ -11,10 +11,6 @@ use ferrisson::Error;
 
 const WATCHDOG: Duration = Duration::from_millis(1200);
 
-fn pttl(server: &RedisServer, name: &str) -> i64 {
-    server.cmd(&["PTTL", name]).as_int().unwrap()
-}
-
 /// A leased hold extended while held: the key's TTL and the guard's lease
 /// both become the new lease (from 3 s to 30 s), on every kind.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -28,7 +24,7 @@ async fn a_leased_hold_is_extended_while_held() {
             .await
             .unwrap();
         soon(guard.extend(Duration::from_secs(30))).await.unwrap();
-        let ttl = pttl(&server, &name);
+        let ttl = server.pttl(&name);
         println!("{kind}: extended from 3 s to 30 s: PTTL {ttl} ms");
         assert!(ttl > 10_000, "{kind}: PTTL {ttl}");
         assert_eq!(guard.lease(), Some(Duration::from_secs(30)), "{kind}");

@@ -12,23 +12,6 @@ use tokio::sync::oneshot;
 
 const WATCHDOG: Duration = Duration::from_millis(1200);
 
-/// Every key on the server.
-fn keys(server: &RedisServer) -> Vec<String> {
-    let keys = server.cmd(&["KEYS", "*"]);
-    let mut keys: Vec<String> = keys
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|k| k.as_string())
-        .collect();
-    keys.sort();
-    keys
-}
-
-fn pttl(server: &RedisServer, key: &str) -> i64 {
-    server.cmd(&["PTTL", key]).as_int().unwrap()
-}
-
 /// While one replica runs a job, another skips it and is told who runs
 /// it; once the run ends, the lock is gone and the next run goes ahead.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -106,7 +89,7 @@ async fn at_least_for_keeps_the_lock_after_a_short_run() {
             soon(job.run(|_| async { 1 })).await.unwrap(),
             JobRun::Ran(1)
         );
-        let ttl = pttl(&server, "hourly");
+        let ttl = server.pttl("hourly");
         assert!(
             ttl > 0 && ttl <= at_least.as_millis() as i64,
             "the lock is kept for what is left of {at_least:?}: PTTL {ttl}"
@@ -249,7 +232,7 @@ async fn dropped_runs_leave_nothing_behind() {
     run.abort();
     let _ = run.await;
     eventually(Duration::from_secs(10), || async {
-        keys(&server).is_empty()
+        server.keys("*").is_empty()
     })
     .await;
 
@@ -267,7 +250,7 @@ async fn dropped_runs_leave_nothing_behind() {
     run.abort();
     let _ = run.await;
     eventually(Duration::from_secs(10), || async {
-        keys(&server) == ["dropped"] && pttl(&server, "dropped") <= 10_000
+        server.keys("*") == ["dropped"] && server.pttl("dropped") <= 10_000
     })
     .await;
     assert!(!soon(b.job("dropped").run(|_| async {}))
@@ -275,7 +258,7 @@ async fn dropped_runs_leave_nothing_behind() {
         .unwrap()
         .ran());
     eventually(Duration::from_secs(40), || async {
-        keys(&server).is_empty()
+        server.keys("*").is_empty()
     })
     .await;
 
@@ -292,7 +275,7 @@ async fn dropped_runs_leave_nothing_behind() {
     let _ = waiter.await;
     soon(guard.unlock()).await.unwrap();
     eventually(Duration::from_secs(10), || async {
-        keys(&server).is_empty() && common::subscribers(&server, &channel) == 0
+        server.keys("*").is_empty() && common::subscribers(&server, &channel) == 0
     })
     .await;
 }
@@ -338,7 +321,7 @@ async fn bad_settings_are_refused_and_write_nothing() {
     server.cmd(&["DEL", "j"]);
     // Only the request latches were left, and they go in the background.
     eventually(Duration::from_secs(10), || async {
-        keys(&server).is_empty()
+        server.keys("*").is_empty()
     })
     .await;
     // Data the job did not write is left as it is.
@@ -374,7 +357,7 @@ async fn at_least_for_is_kept_when_redis_is_out_of_memory() {
     assert_eq!(ran, JobRun::Ran(()));
     // Kept for the rest of the 12 s (the run took a moment); the watchdog
     // lease alone (1.2 s) would have ended it by now or soon.
-    let left = pttl(&server, "oom");
+    let left = server.pttl("oom");
     assert!(left > 6_000, "kept for {left} ms only");
     eprintln!("kept out of memory: PTTL {left} ms of the 12 000 asked");
     server.cmd(&["CONFIG", "SET", "maxmemory", "0"]);
@@ -624,7 +607,7 @@ async fn only_a_completed_run_records_its_occurrence() {
         server.cmd(&["GET", &done_key]).as_string().as_deref(),
         Some("17")
     );
-    let ttl = pttl(&server, &done_key);
+    let ttl = server.pttl(&done_key);
     assert!(
         ttl > 0 && ttl <= ferrisson::config::DEFAULT_REMEMBER.as_millis() as i64,
         "{ttl}"
@@ -654,7 +637,7 @@ async fn only_a_completed_run_records_its_occurrence() {
         server.cmd(&["GET", &done_key]).as_string().as_deref(),
         Some("18")
     );
-    assert!(pttl(&server, &done_key) <= 5_000);
+    assert!(server.pttl(&done_key) <= 5_000);
     // Skips took the lock and let it go: nothing held now.
     assert!(!exists(&server, "billing"));
 }
@@ -678,7 +661,7 @@ async fn bad_occurrences_are_refused_and_other_data_left_alone() {
             "{job:?}: {refused:?}"
         );
     }
-    assert!(keys(&server).is_empty());
+    assert!(server.keys("*").is_empty());
     let done_key = ferrisson::layout::job_done("j");
     server.cmd(&["SET", &done_key, "not an occurrence"]);
     let refused = soon(a.job("j").occurrence(1).run(|_| async { unreachable!() })).await;

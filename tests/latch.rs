@@ -168,8 +168,7 @@ async fn bad_input_and_dropped_waits() {
     assert!(matches!(hash.wait().await, Err(Error::WrongType { .. })));
 
     latch.try_set_count(1).await.unwrap();
-    for i in 0..500u64 {
-        let cut = Duration::from_micros((i * 7919) % 900);
+    for cut in common::cut_points(500, Duration::from_micros(900)) {
         let _ = tokio::time::timeout(cut, latch.wait()).await;
     }
     settled(&client).await;

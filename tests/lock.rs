@@ -536,11 +536,7 @@ async fn the_layout_is_redissons() {
 
     // Latch keys are deleted after each release.
     eventually(Duration::from_secs(5), || async {
-        server
-            .cmd(&["KEYS", "redisson_unlock_latch:*"])
-            .as_array()
-            .unwrap()
-            .is_empty()
+        server.keys("redisson_unlock_latch:*").is_empty()
     })
     .await;
 }

@@ -50,11 +50,10 @@ async fn warm_up(client: &Client) {
 /// requests, `x`, stay until their TTL and send nothing more.)
 async fn swept(server: &RedisServer) {
     eventually(Duration::from_secs(10), || async {
-        let keys = server.cmd(&["KEYS", "ferrisson_acquire_latch:*"]);
-        keys.as_array().unwrap().iter().all(|key| {
-            let key = key.as_string().unwrap();
-            server.cmd(&["GET", &key]).as_string().as_deref() == Some("x")
-        })
+        server
+            .keys("ferrisson_acquire_latch:*")
+            .iter()
+            .all(|key| server.cmd(&["GET", key]).as_string().as_deref() == Some("x"))
     })
     .await;
 }
@@ -62,19 +61,8 @@ async fn swept(server: &RedisServer) {
 /// Whether the lock `name` has one acquire latch, closed (`x`: settled,
 /// so that a send of its request still on its way takes nothing).
 fn only_latch_closed(server: &RedisServer, name: &str) -> bool {
-    let keys = server.cmd(&["KEYS", &format!("ferrisson_acquire_latch:{{{name}}}:*")]);
-    let keys = keys.as_array().unwrap();
-    keys.len() == 1
-        && server
-            .cmd(&["GET", &keys[0].as_string().unwrap()])
-            .as_string()
-            .as_deref()
-            == Some("x")
-}
-
-/// The PTTL of `key` in ms (negative when it has none or is gone).
-fn pttl(server: &RedisServer, key: &str) -> i64 {
-    server.cmd(&["PTTL", key]).as_int().unwrap()
+    let keys = server.keys(&format!("ferrisson_acquire_latch:{{{name}}}:*"));
+    keys.len() == 1 && server.cmd(&["GET", &keys[0]]).as_string().as_deref() == Some("x")
 }
 
 fn hold_count(server: &RedisServer, name: &str, field: &str) -> i64 {
@@ -1143,8 +1131,9 @@ async fn a_late_copy_of_a_resent_release_releases_nothing_more() {
     let held = soon(barrier.lock_with_lease(LEASE)).await.unwrap();
     soon(held.unlock()).await.unwrap();
     eventually(Duration::from_secs(10), || async {
-        let keys = server.cmd(&["KEYS", "redisson_unlock_latch:{late:barrier}:*"]);
-        keys.as_array().unwrap().is_empty()
+        server
+            .keys("redisson_unlock_latch:{late:barrier}:*")
+            .is_empty()
     })
     .await;
     let releases = monitor.script_calls(name, "redisson_unlock_latch:");
@@ -1188,9 +1177,8 @@ async fn a_lost_grant_whose_lease_ran_out_is_not_given_back_over_the_owners_next
         1,
         "no send took the lock"
     );
-    let latches = server.cmd(&["KEYS", "ferrisson_acquire_latch:{lost-then-expired}:*"]);
-    let latch = latches.as_array().unwrap()[0].as_string().unwrap();
-    let latch_ttl = pttl(&server, &latch);
+    let latch = server.keys("ferrisson_acquire_latch:{lost-then-expired}:*")[0].clone();
+    let latch_ttl = server.pttl(&latch);
     eventually(Duration::from_secs(10), || async {
         !common::exists(&server, name)
     })
@@ -1200,7 +1188,7 @@ async fn a_lost_grant_whose_lease_ran_out_is_not_given_back_over_the_owners_next
     // The old request is settled: found granted, its give-back parked
     // (its lease ran out), and so its latch kept longer, showing the grant.
     eventually(Duration::from_secs(30), || async {
-        pttl(&server, &latch) > latch_ttl
+        server.pttl(&latch) > latch_ttl
     })
     .await;
     assert_eq!(
@@ -1623,11 +1611,7 @@ async fn two_lost_grants_settled(name: &'static str, short: Duration, slow: Dura
     let field = format!("{}:job", client.id());
     let lock = client.lock(name).with_owner("job");
     swept(&server).await;
-    let latches = || {
-        let keys = server.cmd(&["KEYS", &format!("ferrisson_acquire_latch:{{{name}}}:*")]);
-        let keys = keys.as_array().unwrap().iter();
-        keys.map(|key| key.as_string().unwrap()).collect::<Vec<_>>()
-    };
+    let latches = || server.keys(&format!("ferrisson_acquire_latch:{{{name}}}:*"));
 
     proxy.lose_every_reply_to(name);
     let first = tokio::spawn({
@@ -1641,7 +1625,7 @@ async fn two_lost_grants_settled(name: &'static str, short: Duration, slow: Dura
     let granted = Instant::now();
     let first_latch = latches();
     assert_eq!(first_latch.len(), 1, "{first_latch:?}");
-    let first_ttl = pttl(&server, &first_latch[0]);
+    let first_ttl = server.pttl(&first_latch[0]);
     let second = tokio::spawn({
         let lock = lock.clone();
         async move { lock.try_lock_with_lease(Duration::ZERO, LEASE).await }
@@ -1665,7 +1649,7 @@ async fn two_lost_grants_settled(name: &'static str, short: Duration, slow: Dura
     tokio::time::sleep_until(granted + short + Duration::from_millis(500)).await;
     proxy.lose_every_reply_to(&second_latch);
     eventually(LEASE / 2, || async {
-        pttl(&server, &first_latch[0]) > first_ttl
+        server.pttl(&first_latch[0]) > first_ttl
     })
     .await;
     assert_eq!(

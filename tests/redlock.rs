@@ -248,8 +248,7 @@ async fn dropped_acquires_leave_nothing() {
         })
     };
     let mut kept = 0;
-    for i in 0..600u64 {
-        let cut = Duration::from_micros((i * 7919) % 1500);
+    for cut in common::cut_points(600, Duration::from_micros(1500)) {
         if let Ok(guard) =
             tokio::time::timeout(cut, lock.lock_with_lease(Duration::from_secs(30))).await
         {

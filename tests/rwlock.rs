@@ -16,10 +16,6 @@ const WATCHDOG: Duration = Duration::from_millis(1200);
 /// A watchdog whose TTL is far longer than any hand-off by message.
 const ROOMY: Duration = Duration::from_secs(30);
 
-fn pttl(server: &RedisServer, key: &str) -> i64 {
-    server.cmd(&["PTTL", key]).as_int().unwrap()
-}
-
 fn hash(server: &RedisServer, key: &str) -> Vec<(String, String)> {
     let all = server.cmd(&["HGETALL", key]);
     let flat: Vec<String> = all
@@ -211,11 +207,8 @@ async fn a_crashed_readers_hold_expires_while_others_read_on() {
     // Three watchdog timeouts: the live reader's hold is renewed throughout.
     let until = Instant::now() + WATCHDOG * 3;
     while Instant::now() < until {
-        assert!(
-            pttl(&server, &live_key) > 0,
-            "the live reader's hold expired"
-        );
-        assert!(pttl(&server, "doc") > 0);
+        assert!(server.pttl(&live_key) > 0, "the live reader's hold expired");
+        assert!(server.pttl("doc") > 0);
         assert!(!waiting.is_finished(), "the writer got in beside a reader");
         tokio::time::sleep(WATCHDOG / 4).await;
     }
@@ -253,12 +246,12 @@ async fn the_layout_is_redissons() {
         hash(&server, "doc"),
         vec![(field.clone(), "2".into()), ("mode".into(), "read".into())]
     );
-    let one = pttl(&server, &format!("{{doc}}:{field}:rwlock_timeout:1"));
-    let two = pttl(&server, &format!("{{doc}}:{field}:rwlock_timeout:2"));
+    let one = server.pttl(&format!("{{doc}}:{field}:rwlock_timeout:1"));
+    let two = server.pttl(&format!("{{doc}}:{field}:rwlock_timeout:2"));
     assert!(one > 15_000 && one <= 20_000, "{one}");
     assert!(two > 0 && two <= 5_000, "{two}");
     // The hash lives as long as its longest hold.
-    let whole = pttl(&server, "doc");
+    let whole = server.pttl("doc");
     assert!(whole > 15_000 && whole <= 20_000, "{whole}");
     soon(second.unlock()).await.unwrap();
     assert!(!exists(
@@ -316,11 +309,7 @@ async fn dropped_read_and_write_futures_leave_nothing() {
     }
     settled(&client).await;
     eventually(Duration::from_secs(5), || async {
-        server
-            .cmd(&["KEYS", "*doc*"])
-            .as_array()
-            .unwrap()
-            .is_empty()
+        server.keys("*doc*").is_empty()
     })
     .await;
 }
@@ -348,7 +337,7 @@ async fn a_write_release_leaves_the_hash_no_longer_than_the_writers_read_holds()
         !exists(&server, &timeout_key(1))
     })
     .await;
-    assert!(pttl(&server, "downgrade") > 20_000, "the write's lease");
+    assert!(server.pttl("downgrade") > 20_000, "the write's lease");
     soon(writing.unlock()).await.unwrap();
     assert!(
         !exists(&server, "downgrade"),
@@ -361,7 +350,7 @@ async fn a_write_release_leaves_the_hash_no_longer_than_the_writers_read_holds()
     let lease = Duration::from_secs(5);
     let reading = soon(read.lock_with_lease(lease)).await.unwrap();
     soon(writing.unlock()).await.unwrap();
-    let ttl = pttl(&server, "downgrade");
+    let ttl = server.pttl("downgrade");
     assert!(
         ttl > 0 && ttl <= lease.as_millis() as i64,
         "the hash's TTL after the write went: {ttl} ms"

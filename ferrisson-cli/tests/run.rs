@@ -153,19 +153,6 @@ fn count(dir: &Path, prefix: &str) -> usize {
         .count()
 }
 
-/// Every key on the server.
-fn keys(server: &RedisServer) -> Vec<String> {
-    let keys = server.cmd(&["KEYS", "*"]);
-    let mut keys: Vec<String> = keys
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|k| k.as_string())
-        .collect();
-    keys.sort();
-    keys
-}
-
 /// A command that marks itself in (`in.<pid>`), fails with 99 when more
 /// than `most` are in at once, stays `secs`, and marks itself done.
 fn counted(dir: &Path, most: usize, secs: &str) -> String {
@@ -198,7 +185,7 @@ fn the_runner_exits_with_the_commands_status() {
     assert_eq!(run(&server, &["job", "--", "/nonexistent/command"]), 127);
     // Nothing left, not even a request's latch: the runner returned
     // normally.
-    until(SOON, "nothing left", || keys(&server).is_empty());
+    until(SOON, "nothing left", || server.keys("*").is_empty());
 }
 
 /// One at a time: while a run holds the lock, `--no-wait` exits with 75
@@ -236,7 +223,7 @@ fn one_run_at_a_time_under_contention() {
         assert_eq!(wait(runner, SOON * 2).code(), Some(0));
     }
     assert_eq!(count(&dir, "done."), 6);
-    until(SOON, "nothing left", || keys(&server).is_empty());
+    until(SOON, "nothing left", || server.keys("*").is_empty());
 }
 
 /// `--permits N`: N runs at once and no more, across runners.
@@ -368,7 +355,7 @@ fn signals_to_the_runner_reach_the_command() {
     std::fs::write(dir.join("go"), "").unwrap();
     assert!(wait(&mut holder, SOON).success());
     until(SOON, "nothing left", || {
-        keys(&server).is_empty() && common::subscribers(&server, &channel) == 0
+        server.keys("*").is_empty() && common::subscribers(&server, &channel) == 0
     });
 }
 
@@ -751,7 +738,7 @@ fn a_named_occurrence_runs_once() {
     assert_eq!(run(&server, &[&earlier[..], &[&mark("3")]].concat()), 75);
     assert_eq!(count(&dir, "ran."), 1);
     // A skipped occurrence takes the lock a moment and lets it go.
-    assert!(!keys(&server).contains(&"job".to_owned()));
+    assert!(!server.keys("*").contains(&"job".to_owned()));
 
     let every = ["hourly", "--every", "1h", "--", "sh", "-c"];
     assert_eq!(run(&server, &[&every[..], &[&mark("4")]].concat()), 0);
@@ -927,7 +914,7 @@ fn bad_input_is_refused_and_writes_nothing() {
     ] {
         assert_eq!(run(&server, args), 2, "{args:?}");
     }
-    assert!(keys(&server).is_empty(), "{:?}", keys(&server));
+    assert!(server.keys("*").is_empty(), "{:?}", server.keys("*"));
     // Data ferrisson did not write is refused and left alone.
     server.cmd(&["SET", "job", "not a lock"]);
     assert_eq!(run(&server, &["job", "--", "true"]), 1);

@@ -34,6 +34,15 @@ pub(crate) async fn soon<F: Future>(fut: F) -> F::Output {
     within(Duration::from_secs(20), fut).await
 }
 
+/// `count` timeouts under `bound`, for cutting an operation short at many
+/// points of its course: the i-th is `i * 7919` µs modulo `bound`, so that
+/// successive cuts land far apart and, over the run, all over the range
+/// (7919 is prime). The same points on every run.
+pub(crate) fn cut_points(count: u64, bound: Duration) -> impl Iterator<Item = Duration> {
+    let bound = u64::try_from(bound.as_micros()).expect("a bound in µs that fits a u64");
+    (0..count).map(move |i| Duration::from_micros((i * 7919) % bound))
+}
+
 /// A client with a short watchdog timeout, so tests see several renewals.
 pub(crate) async fn client(server: &RedisServer, watchdog: Duration) -> ferrisson::Client {
     client_at(&server.url(), watchdog).await

@@ -243,6 +243,36 @@ impl RedisServer {
             .and_then(|r| r.first().and_then(|v| v.as_string()))
     }
 
+    /// The keys that match `pattern` (`KEYS`), sorted.
+    ///
+    /// # Panics
+    ///
+    /// Panics when the reply is not an array of names (or as [`RedisServer::cmd`]).
+    pub fn keys(&self, pattern: &str) -> Vec<String> {
+        let reply = self.cmd(&["KEYS", pattern]);
+        let mut keys: Vec<String> = reply
+            .as_array()
+            .unwrap_or_else(|| panic!("KEYS {pattern:?}: {reply:?}"))
+            .iter()
+            .map(|key| key.as_string().expect("KEYS replies with names"))
+            .collect();
+        keys.sort();
+        keys
+    }
+
+    /// The time to live of `key` in ms (`PTTL`): -1 for a key without
+    /// one, -2 for a key that is not there.
+    ///
+    /// # Panics
+    ///
+    /// Panics when the reply is not an integer (or as [`RedisServer::cmd`]).
+    pub fn pttl(&self, key: &str) -> i64 {
+        let reply = self.cmd(&["PTTL", key]);
+        reply
+            .as_int()
+            .unwrap_or_else(|| panic!("PTTL {key:?}: {reply:?}"))
+    }
+
     /// The password given with `--requirepass`, if any.
     fn password(&self) -> Option<&str> {
         self.extra_args
