@@ -1,7 +1,7 @@
 //! ACL users and passwords: every connection a client opens authenticates,
 //! a wrong password is a clear error, and secrets stay out of `Debug`.
 
-mod common;
+use ferrisson_test_support as common;
 
 use std::time::Duration;
 

@@ -2,7 +2,7 @@
 //! plain success it must have), for every lock kind where it applies.
 //! Nothing panics, and a refused call writes nothing.
 
-mod common;
+use ferrisson_test_support as common;
 
 use std::future::Future;
 use std::pin::Pin;

@@ -3,7 +3,7 @@
 //! wait for another thread is bounded, so a deadlock fails instead of
 //! hanging.
 
-mod common;
+use ferrisson_test_support as common;
 
 use std::sync::mpsc::{self, Receiver};
 use std::thread;

@@ -4,7 +4,7 @@
 //! another thread or a change is bounded, so a deadlock fails instead of
 //! hanging.
 
-mod common;
+use ferrisson_test_support as common;
 
 use std::sync::mpsc::{self, Receiver};
 use std::thread;

@@ -8,7 +8,7 @@
 //! The seed is printed; `FERRISSON_SEED=<n>` replays one, and
 //! `FERRISSON_TORTURE=long` runs ten times as many futures.
 
-mod common;
+use ferrisson_test_support as common;
 
 use std::time::Duration;
 

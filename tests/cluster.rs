@@ -3,18 +3,40 @@
 //! cluster` (README's test command uses `--all-features`).
 #![cfg(feature = "cluster")]
 
-mod common;
+use ferrisson_test_support as common;
 
 use std::time::Duration;
 
 use common::cluster::{
-    blocked_clients, client, cluster, cluster_with_password, cluster_with_replicas, default_mode,
-    join_empty_master, keyslot, listeners, master_and_replica, move_slot, owner, serves,
-    wait_calls, WATCHDOG,
+    blocked_clients, cluster, cluster_with_password, cluster_with_replicas, join_empty_master,
+    keyslot, listeners, master_and_replica, move_slot, owner, serves, sharded_pubsub, wait_calls,
+    WATCHDOG,
 };
 use common::{eventually, soon, within, RedisServer};
 use ferrisson::config::PubSubMode;
 use tokio::time::Instant;
+
+/// A client of the cluster `nodes`, with a short watchdog timeout. Here,
+/// not in the test support: `Client::cluster_builder` is there only with
+/// the library's `cluster` feature, which this test requires and the test
+/// support never turns on.
+async fn client(nodes: &[RedisServer]) -> ferrisson::Client {
+    ferrisson::Client::cluster_builder(nodes.iter().map(RedisServer::url))
+        .watchdog_timeout(WATCHDOG)
+        .build()
+        .await
+        .unwrap()
+}
+
+/// The pub/sub mode a cluster client takes by default on the servers under
+/// test.
+fn default_mode() -> PubSubMode {
+    if sharded_pubsub() {
+        PubSubMode::Sharded
+    } else {
+        PubSubMode::Classic
+    }
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn locks_on_every_node_reenter_renew_and_release() {

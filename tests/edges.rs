@@ -2,7 +2,7 @@
 //! built on shut down, Redisson's `unlock()` beside a guard, guards dropped
 //! as a runtime ends, and one owner mixing leased and watchdog holds.
 
-mod common;
+use ferrisson_test_support as common;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;

@@ -1,7 +1,7 @@
 //! The leader election against a real `redis-server`, one private server
 //! per test.
 
-mod common;
+use ferrisson_test_support as common;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};

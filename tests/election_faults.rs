@@ -4,7 +4,7 @@
 //! writes, while it leads, to a fenced hash with its term: the resource
 //! that tells a late leader apart.
 
-mod common;
+use ferrisson_test_support as common;
 
 use std::time::{Duration, Instant};
 

@@ -2,7 +2,7 @@
 //! test: `LockGuard::extend` (owner-checked) and `LockGuard::keep_alive`
 //! (a leased hold handed to the watchdog), on every lock kind.
 
-mod common;
+use ferrisson_test_support as common;
 
 use std::time::Duration;
 

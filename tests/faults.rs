@@ -4,7 +4,7 @@
 //! child processes (this test binary started again in a role); every figure
 //! is printed.
 
-mod common;
+use ferrisson_test_support as common;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;

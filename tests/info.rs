@@ -3,7 +3,7 @@
 //! `current_token`, on locks taken by ferrisson and on Redisson's layout
 //! written by hand (as a Java client leaves it).
 
-mod common;
+use ferrisson_test_support as common;
 
 use std::time::Duration;
 

@@ -1,6 +1,6 @@
 //! Jobs against a real `redis-server`, one private server per test.
 
-mod common;
+use ferrisson_test_support as common;
 
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};

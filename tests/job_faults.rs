@@ -2,7 +2,7 @@
 //! occurrence with skew, and exactly one runs it, also when a runner is
 //! killed in the middle of a run.
 
-mod common;
+use ferrisson_test_support as common;
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};

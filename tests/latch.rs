@@ -1,7 +1,7 @@
 //! The count-down latch against a real `redis-server`, one private server
 //! per test.
 
-mod common;
+use ferrisson_test_support as common;
 
 use std::time::{Duration, Instant};
 

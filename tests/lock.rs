@@ -1,7 +1,7 @@
 //! The reentrant lock against a real `redis-server`, one private server per
 //! test.
 
-mod common;
+use ferrisson_test_support as common;
 
 use std::sync::Arc;
 use std::time::Duration;

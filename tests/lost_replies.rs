@@ -5,7 +5,7 @@
 //! (the acquire latch), and one whose every reply was lost must have its
 //! hold given back.
 
-mod common;
+use ferrisson_test_support as common;
 
 use std::time::Duration;
 

@@ -6,7 +6,7 @@
 //! the whole story is one test that keeps running totals.
 #![cfg(feature = "metrics")]
 
-mod common;
+use ferrisson_test_support as common;
 
 use std::collections::HashMap;
 use std::time::Duration;

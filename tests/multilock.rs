@@ -1,7 +1,7 @@
 //! The multi-lock against real `redis-server`s: locks on two servers, taken
 //! all or nothing.
 
-mod common;
+use ferrisson_test_support as common;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;

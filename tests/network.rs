@@ -4,7 +4,7 @@
 //! lost no later than the server lets the key expire, so it stops before
 //! another can start.
 
-mod common;
+use ferrisson_test_support as common;
 
 use std::time::Duration;
 

@@ -4,7 +4,7 @@
 //! an owner), the refusal, and the layout they share with the reentrant
 //! locks.
 
-mod common;
+use ferrisson_test_support as common;
 
 use std::time::Duration;
 

@@ -1,7 +1,7 @@
 //! RedLock over five spawned `redis-server`s: it holds with two of them
 //! killed, refuses with three killed, and never has two holders at once.
 
-mod common;
+use ferrisson_test_support as common;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;

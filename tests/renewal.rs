@@ -2,7 +2,7 @@
 //! together share script calls, and one bad key does not cost the others
 //! their leases. One private `redis-server` per test.
 
-mod common;
+use ferrisson_test_support as common;
 
 use std::time::Duration;
 

@@ -1,7 +1,7 @@
 //! Replica sync: WAIT after acquires and releases, against a real master
 //! and replica (two `redis-server` processes per test).
 
-mod common;
+use ferrisson_test_support as common;
 
 use std::time::Duration;
 

@@ -1,7 +1,7 @@
 //! The semaphore and the permit-expirable semaphore against a real
 //! `redis-server`, one private server per test.
 
-mod common;
+use ferrisson_test_support as common;
 
 use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
 use std::sync::Arc;

@@ -3,7 +3,7 @@
 //! `--features sentinel` (README's test command uses `--all-features`).
 #![cfg(feature = "sentinel")]
 
-mod common;
+use ferrisson_test_support as common;
 
 use std::time::Duration;
 

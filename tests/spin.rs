@@ -1,7 +1,7 @@
 //! The spin lock and the `DistributedLock` trait against a real
 //! `redis-server`, one private server per test.
 
-mod common;
+use ferrisson_test_support as common;
 
 use std::time::Duration;
 

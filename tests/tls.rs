@@ -5,7 +5,7 @@
 //! native-tls` alone (`-p`: the inspector's crate would turn rustls on).
 #![cfg(any(feature = "tls", feature = "native-tls"))]
 
-mod common;
+use ferrisson_test_support as common;
 
 use std::time::Duration;
 

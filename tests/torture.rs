@@ -14,7 +14,7 @@
 //!
 //! `FERRISSON_TORTURE=long` runs ten times as many acquisitions.
 
-mod common;
+use ferrisson_test_support as common;
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};

@@ -1,9 +1,6 @@
 //! Shared by the examples: where Redis is.
 
-#[path = "../../tests/common/server.rs"]
-mod server;
-
-pub(crate) use server::RedisServer;
+pub(crate) use ferrisson_test_support::RedisServer;
 
 /// `REDIS_URL` when set; otherwise a throwaway `redis-server` from `PATH`,
 /// started for this run and stopped when the returned value is dropped.

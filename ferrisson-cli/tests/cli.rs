@@ -2,9 +2,8 @@
 //! `redis-server` per test: `inspect` of every kind (text, and JSON parsed
 //! back), `list`, `watch`, `force-unlock`, and its errors.
 
-// The library's test support, shared: one way to start servers.
-#[path = "../../tests/common/mod.rs"]
-mod common;
+// The workspace's test support, shared: one way to start servers.
+use ferrisson_test_support as common;
 
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Output, Stdio};
@@ -937,6 +936,18 @@ async fn stdout_of(redis_url: Option<&str>, args: &[String]) -> String {
     stdout
 }
 
+/// A client of the cluster `nodes`, with the cluster tests' watchdog
+/// timeout. Here, not in the test support: `Client::cluster_builder` needs
+/// the library's `cluster` feature, which this crate's turns on.
+#[cfg(feature = "cluster")]
+async fn cluster_client(nodes: &[RedisServer]) -> ferrisson::Client {
+    ferrisson::Client::cluster_builder(nodes.iter().map(RedisServer::url))
+        .watchdog_timeout(common::cluster::WATCHDOG)
+        .build()
+        .await
+        .unwrap()
+}
+
 /// On a Redis Cluster (every master's URL given: `--url` repeated, one
 /// `--url` comma separated, REDIS_URL comma separated; or one node's with
 /// `--cluster`): `list` scans each master, `inspect` reads a lock
@@ -945,7 +956,7 @@ async fn stdout_of(redis_url: Option<&str>, args: &[String]) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cluster_is_listed_and_inspected_across_masters() {
     let nodes = common::cluster::cluster().await;
-    let client = common::cluster::client(&nodes).await;
+    let client = cluster_client(&nodes).await;
     let id = client.id().to_string();
     let names = ["shard:a", "shard:b", "shard:c", "shard:d", "shard:e"];
     let mut guards = Vec::new();
@@ -993,7 +1004,7 @@ async fn a_cluster_is_listed_and_inspected_across_masters() {
     let state: Value = serde_json::from_str(&run(&["--json", "inspect", "shard:c"]).await).unwrap();
     assert_eq!(holders(&state), [(id.clone(), "o".into(), 1, false)]);
     // A waiter's (sharded) subscription is counted on the lock's node.
-    let other = common::cluster::client(&nodes).await;
+    let other = cluster_client(&nodes).await;
     let lock = other.lock("shard:c");
     let waiting = tokio::spawn(async move { lock.lock().await.unwrap() });
     let mut state = Value::Null;

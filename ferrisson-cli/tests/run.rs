@@ -6,9 +6,8 @@
 //! (its command and their children), named occurrences, and bad input.
 #![cfg(unix)]
 
-// The library's test support, shared: one way to start servers.
-#[path = "../../tests/common/mod.rs"]
-mod common;
+// The workspace's test support, shared: one way to start servers.
+use ferrisson_test_support as common;
 
 use std::io::Read;
 use std::path::{Path, PathBuf};

@@ -6,14 +6,8 @@
 //! family of scripts), and each family keeps a list of one-line mutants
 //! of its scripts that its comparison must catch.
 
-#[allow(dead_code, unreachable_pub)]
-#[path = "../../../tests/common/rng.rs"]
-mod rng;
-#[allow(dead_code, unreachable_pub)]
-#[path = "../../../tests/common/server.rs"]
-mod server;
-
 use ferrisson_model::{ClientId, ReqId};
+use ferrisson_test_support::{rng, server};
 use redis::{Commands, Script};
 use rng::announced_seed;
 use server::RedisServer;

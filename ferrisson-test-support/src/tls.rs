@@ -8,7 +8,8 @@ use super::RedisServer;
 
 /// A CA and a server certificate for 127.0.0.1, in a fresh directory,
 /// made here (rcgen) so that the tests need no `openssl` command.
-pub(crate) struct Certificates {
+#[derive(Debug)]
+pub struct Certificates {
     dir: PathBuf,
 }
 
@@ -19,7 +20,9 @@ impl Drop for Certificates {
 }
 
 impl Certificates {
-    pub(crate) fn new() -> Certificates {
+    // No `Default`: each call makes a new CA and writes it to disk.
+    #[allow(clippy::new_without_default)]
+    pub fn new() -> Certificates {
         use rcgen::{BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa};
         let dir = super::server::unique_dir();
         let ca_key = rcgen::KeyPair::generate().unwrap();
@@ -43,11 +46,11 @@ impl Certificates {
         Certificates { dir }
     }
 
-    pub(crate) fn path(&self, file: &str) -> String {
+    pub fn path(&self, file: &str) -> String {
         self.dir.join(file).to_str().unwrap().to_owned()
     }
 
-    pub(crate) fn ca(&self) -> Vec<u8> {
+    pub fn ca(&self) -> Vec<u8> {
         std::fs::read(Path::new(&self.path("ca.crt"))).unwrap()
     }
 }
@@ -73,7 +76,7 @@ fn tls_binary() -> OsString {
 }
 
 /// A server with its plain port (for the harness) and a TLS port.
-pub(crate) fn tls_server(certs: &Certificates) -> (RedisServer, u16) {
+pub fn tls_server(certs: &Certificates) -> (RedisServer, u16) {
     let tls_port = super::server::free_port();
     let server = RedisServer::start_binary(
         tls_binary(),

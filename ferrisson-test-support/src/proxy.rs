@@ -60,14 +60,14 @@ struct State {
 
 /// A proxy listening on a free port of 127.0.0.1, forwarding to a server.
 #[derive(Debug)]
-pub(crate) struct Proxy {
+pub struct Proxy {
     port: u16,
     state: Arc<State>,
 }
 
 impl Proxy {
     /// Starts forwarding connections on a new port to `127.0.0.1:target`.
-    pub(crate) fn start(target: u16) -> Proxy {
+    pub fn start(target: u16) -> Proxy {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind proxy");
         let port = listener.local_addr().unwrap().port();
         let state = Arc::new(State::default());
@@ -96,12 +96,12 @@ impl Proxy {
     }
 
     /// `redis://127.0.0.1:<proxy port>/`.
-    pub(crate) fn url(&self) -> String {
+    pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}/", self.port)
     }
 
     /// Delays every chunk by `latency`, each way.
-    pub(crate) fn set_latency(&self, latency: Duration) {
+    pub fn set_latency(&self, latency: Duration) {
         self.state
             .latency_us
             .store(latency.as_micros() as u64, Ordering::Relaxed);
@@ -110,13 +110,13 @@ impl Proxy {
     /// While on, every byte read either way is thrown away; connections
     /// stay open (and new ones are accepted), so the client sees silence,
     /// not an error.
-    pub(crate) fn black_hole(&self, on: bool) {
+    pub fn black_hole(&self, on: bool) {
         self.state.black_hole.store(on, Ordering::Relaxed);
     }
 
     /// While on, the server is unreachable: every open connection is cut,
     /// and new ones are closed as soon as they are accepted.
-    pub(crate) fn refuse(&self, on: bool) {
+    pub fn refuse(&self, on: bool) {
         self.state.refusing.store(on, Ordering::Relaxed);
         if on {
             self.drop_connections();
@@ -124,7 +124,7 @@ impl Proxy {
     }
 
     /// Cuts every open connection (both sides).
-    pub(crate) fn drop_connections(&self) {
+    pub fn drop_connections(&self) {
         for (a, b) in self.state.open.lock().unwrap().drain(..) {
             let _ = a.shutdown(Shutdown::Both);
             let _ = b.shutdown(Shutdown::Both);
@@ -134,20 +134,20 @@ impl Proxy {
     /// Loses the reply to the next command whose bytes contain `pattern`:
     /// the command reaches the server, its reply is swallowed and the
     /// connection cut.
-    pub(crate) fn lose_next_reply_to(&self, pattern: &str) {
+    pub fn lose_next_reply_to(&self, pattern: &str) {
         *self.state.lose_reply_to.lock().unwrap() = Some(pattern.as_bytes().to_vec());
     }
 
     /// Loses the reply to every command whose bytes contain `pattern`, as
     /// [`Proxy::lose_next_reply_to`] does to one, until
     /// [`Proxy::stop_losing_replies`].
-    pub(crate) fn lose_every_reply_to(&self, pattern: &str) {
+    pub fn lose_every_reply_to(&self, pattern: &str) {
         self.state.lose_every.store(true, Ordering::Relaxed);
         self.lose_next_reply_to(pattern);
     }
 
     /// Ends [`Proxy::lose_every_reply_to`] (and disarms a pending loss).
-    pub(crate) fn stop_losing_replies(&self) {
+    pub fn stop_losing_replies(&self) {
         let mut armed = self.state.lose_reply_to.lock().unwrap();
         self.state.lose_every.store(false, Ordering::Relaxed);
         *armed = None;
@@ -156,7 +156,7 @@ impl Proxy {
     /// As [`Proxy::lose_next_reply_to`], and the server becomes
     /// unreachable at that very moment (as [`Proxy::refuse`]), so that no
     /// other command gets through after the lost one.
-    pub(crate) fn lose_next_reply_to_then_refuse(&self, pattern: &str) {
+    pub fn lose_next_reply_to_then_refuse(&self, pattern: &str) {
         self.state.refuse_after_loss.store(true, Ordering::Relaxed);
         self.lose_next_reply_to(pattern);
     }
@@ -164,7 +164,7 @@ impl Proxy {
     /// As [`Proxy::lose_next_reply_to`], and the proxy black-holes
     /// everything from that very moment (as [`Proxy::black_hole`]), so
     /// that every resend of the command goes unanswered too.
-    pub(crate) fn lose_next_reply_to_then_black_hole(&self, pattern: &str) {
+    pub fn lose_next_reply_to_then_black_hole(&self, pattern: &str) {
         self.state
             .black_hole_after_loss
             .store(true, Ordering::Relaxed);
@@ -175,41 +175,41 @@ impl Proxy {
     /// `pattern`, and makes the server unreachable right after (as
     /// [`Proxy::refuse`]): what the client sends next, in answer to that
     /// reply, finds no way through.
-    pub(crate) fn refuse_after_reply_to(&self, pattern: &str) {
+    pub fn refuse_after_reply_to(&self, pattern: &str) {
         *self.state.refuse_after_reply_to.lock().unwrap() = Some(pattern.as_bytes().to_vec());
     }
 
     /// Delivers the reply to the next command whose bytes contain
     /// `pattern`, and cuts that connection right after; new connections
     /// are accepted as before (a client that reconnects gets through).
-    pub(crate) fn cut_after_reply_to(&self, pattern: &str) {
+    pub fn cut_after_reply_to(&self, pattern: &str) {
         *self.state.cut_after_reply_to.lock().unwrap() = Some(pattern.as_bytes().to_vec());
     }
 
     /// Cuts the connection that carries the next command whose bytes
     /// contain `pattern`, instead of forwarding it: the command never
     /// reaches the server, and its sender learns it by the cut.
-    pub(crate) fn cut_before_next(&self, pattern: &str) {
+    pub fn cut_before_next(&self, pattern: &str) {
         *self.state.cut_before.lock().unwrap() = Some(pattern.as_bytes().to_vec());
     }
 
     /// As [`Proxy::cut_before_next`], and the server becomes unreachable
     /// at that very moment (as [`Proxy::refuse`]): no resend of the command
     /// gets through until the test lets it.
-    pub(crate) fn cut_before_next_then_refuse(&self, pattern: &str) {
+    pub fn cut_before_next_then_refuse(&self, pattern: &str) {
         self.state.refuse_after_cut.store(true, Ordering::Relaxed);
         self.cut_before_next(pattern);
     }
 
     /// How many commands [`Proxy::cut_before_next`] kept from the server.
-    pub(crate) fn cut_commands(&self) -> usize {
+    pub fn cut_commands(&self) -> usize {
         self.state.cut_commands.load(Ordering::Relaxed)
     }
 
     /// Sends new connections to `127.0.0.1:port` from now on (open ones
     /// stay with the server they reached): a failover, as a client behind
     /// one address sees it.
-    pub(crate) fn retarget(&self, port: u16) {
+    pub fn retarget(&self, port: u16) {
         self.state.target.store(port, Ordering::Relaxed);
     }
 
@@ -217,28 +217,28 @@ impl Proxy {
     /// (and what follows it on that connection) until
     /// [`Proxy::release_held`]: the command reaches the server, its caller
     /// waits.
-    pub(crate) fn hold_next_reply_to(&self, pattern: &str) {
+    pub fn hold_next_reply_to(&self, pattern: &str) {
         self.state.released.store(false, Ordering::Relaxed);
         *self.state.hold_reply_to.lock().unwrap() = Some(pattern.as_bytes().to_vec());
     }
 
     /// Lets a reply held by [`Proxy::hold_next_reply_to`] go on.
-    pub(crate) fn release_held(&self) {
+    pub fn release_held(&self) {
         self.state.released.store(true, Ordering::Relaxed);
     }
 
     /// Whether new connections are refused now.
-    pub(crate) fn refusing(&self) -> bool {
+    pub fn refusing(&self) -> bool {
         self.state.refusing.load(Ordering::Relaxed)
     }
 
     /// How many replies were lost so far.
-    pub(crate) fn lost_replies(&self) -> usize {
+    pub fn lost_replies(&self) -> usize {
         self.state.lost_replies.load(Ordering::Relaxed)
     }
 
     /// How many connections were accepted so far.
-    pub(crate) fn accepted(&self) -> usize {
+    pub fn accepted(&self) -> usize {
         self.state.accepted.load(Ordering::Relaxed)
     }
 }

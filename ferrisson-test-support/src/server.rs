@@ -1,8 +1,8 @@
-//! Test support: throwaway private `redis-server` processes and a tiny RESP2 client.
+//! Throwaway private `redis-server` processes and a tiny RESP2 client.
 //!
-//! The module relies on the Rust standard library only, so it can be included from
-//! integration tests (`mod server;` in `tests/common/mod.rs`) as well as from examples
-//! (`#[path = "../tests/common/server.rs"] mod server;`).
+//! The module needs the Rust standard library only: with the crate's `client`
+//! feature off it is what the protocol model's conformance test starts its
+//! servers with, and the examples find or start Redis through it too.
 //!
 //! Every [`RedisServer`] runs in its own temporary directory on its own port, without
 //! persistence, and is killed (and its directory removed) when the value is dropped,
@@ -45,7 +45,6 @@ static DIR_COUNTER: AtomicU64 = AtomicU64::new(0);
 /// A private `redis-server` child process listening on `127.0.0.1`.
 ///
 /// Dropping the value kills the process and removes its temporary directory.
-#[allow(dead_code, unreachable_pub)]
 #[derive(Debug)]
 pub struct RedisServer {
     /// TCP port the server listens on.
@@ -70,7 +69,6 @@ enum Launch {
     TimedOut,
 }
 
-#[allow(dead_code, unreachable_pub)]
 impl RedisServer {
     /// Starts a private `redis-server` on a free `127.0.0.1` port in a fresh temp dir.
     ///
@@ -427,7 +425,6 @@ impl Drop for RedisServer {
 }
 
 /// A parsed RESP2 reply.
-#[allow(dead_code, unreachable_pub)]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RespValue {
     /// Simple string (`+OK`).
@@ -442,7 +439,6 @@ pub enum RespValue {
     Array(Option<Vec<RespValue>>),
 }
 
-#[allow(dead_code, unreachable_pub)]
 impl RespValue {
     /// The value of an integer reply.
     pub fn as_int(&self) -> Option<i64> {
@@ -476,16 +472,12 @@ impl RespValue {
 }
 
 /// A dedicated connection subscribed to one channel with `SUBSCRIBE`.
-#[allow(dead_code, unreachable_pub)]
 #[derive(Debug)]
 pub struct RawSubscriber {
     /// Buffered connection; the buffer keeps partially received pushes.
     reader: BufReader<TcpStream>,
-    /// The subscribed channel.
-    channel: String,
 }
 
-#[allow(dead_code, unreachable_pub)]
 impl RawSubscriber {
     /// Connects to `server`, subscribes to `channel` and waits for the confirmation,
     /// so messages published after this returns are received.
@@ -511,10 +503,7 @@ impl RawSubscriber {
             }
         });
         match result {
-            Ok(reader) => RawSubscriber {
-                reader,
-                channel: channel.to_owned(),
-            },
+            Ok(reader) => RawSubscriber { reader },
             Err(err) => panic!(
                 "subscribing to {channel:?} on redis port {} failed: {err}",
                 server.port
@@ -571,7 +560,6 @@ impl RawSubscriber {
 /// # Panics
 ///
 /// Panics if no local port can be bound.
-#[allow(dead_code, unreachable_pub)]
 pub fn free_port() -> u16 {
     let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
         .unwrap_or_else(|err| panic!("cannot bind 127.0.0.1:0 to find a free port: {err}"));
@@ -585,14 +573,12 @@ pub fn free_port() -> u16 {
 /// its `--version` (`Redis server v=6.2.14 ...`, `Valkey server v=8.1.8
 /// ...`). For what a test asserts that older servers cannot do (sharded
 /// pub/sub before Redis 7): each such test says what it checks instead.
-#[allow(dead_code, unreachable_pub)]
 pub fn server_version() -> (u32, u32) {
     static VERSION: std::sync::OnceLock<(u32, u32)> = std::sync::OnceLock::new();
     *VERSION.get_or_init(|| version_of(&redis_binary()))
 }
 
 /// `(major, minor)` of the server binary `binary`.
-#[allow(dead_code, unreachable_pub)]
 pub fn version_of(binary: &std::ffi::OsStr) -> (u32, u32) {
     let out = Command::new(binary)
         .arg("--version")
@@ -611,22 +597,20 @@ pub fn version_of(binary: &std::ffi::OsStr) -> (u32, u32) {
 }
 
 /// The `redis-server` binary to run: `$FERRISSON_REDIS_SERVER` or `redis-server`.
-#[allow(dead_code, unreachable_pub)]
 pub fn redis_binary() -> OsString {
     std::env::var_os(BINARY_ENV)
         .filter(|value| !value.is_empty())
         .unwrap_or_else(|| OsString::from(DEFAULT_BINARY))
 }
 
-/// Creates a new directory under the system temp dir whose name is unique across
-/// threads and processes (pid + counter + current nanoseconds).
 /// A new empty directory under the system's temp dir, unique within and
 /// across processes (for files a test writes beside its servers).
-#[allow(dead_code, unreachable_pub)]
 pub fn unique_dir() -> PathBuf {
     create_unique_dir()
 }
 
+/// Creates a new directory under the system temp dir whose name is unique across
+/// threads and processes (pid + counter + current nanoseconds).
 fn create_unique_dir() -> PathBuf {
     let base = std::env::temp_dir();
     let mut last_error = None;

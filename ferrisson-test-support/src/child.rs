@@ -14,19 +14,19 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// The variable that names a child's role; unset in the parent.
-pub(crate) const ROLE_ENV: &str = "FERRISSON_CHILD_ROLE";
+pub const ROLE_ENV: &str = "FERRISSON_CHILD_ROLE";
 
 /// The prefix of every line a child means for its parent.
-pub(crate) const TAG: &str = "@child ";
+pub const TAG: &str = "@child ";
 
 /// The role this process was started with, when it is a child.
-pub(crate) fn role() -> Option<String> {
+pub fn role() -> Option<String> {
     std::env::var(ROLE_ENV).ok()
 }
 
 /// In a child started for `role`, runs `main` on a fresh two-thread
 /// runtime; in any other process (the parent, another role), nothing.
-pub(crate) fn run_as<F: std::future::Future<Output = ()>>(role: &str, main: impl FnOnce() -> F) {
+pub fn run_as<F: std::future::Future<Output = ()>>(role: &str, main: impl FnOnce() -> F) {
     if self::role().as_deref() != Some(role) {
         return;
     }
@@ -39,19 +39,19 @@ pub(crate) fn run_as<F: std::future::Future<Output = ()>>(role: &str, main: impl
 }
 
 /// A setting the parent passed to this child.
-pub(crate) fn setting(name: &str) -> String {
+pub fn setting(name: &str) -> String {
     std::env::var(name).unwrap_or_else(|_| panic!("child setting {name} missing"))
 }
 
 /// In a child: one line for the parent.
-pub(crate) fn say(line: &str) {
+pub fn say(line: &str) {
     let mut out = std::io::stdout().lock();
     writeln!(out, "{TAG}{line}").expect("stdout");
     out.flush().expect("stdout");
 }
 
 /// In a child: the next command line from the parent (blocking).
-pub(crate) fn hear() -> String {
+pub fn hear() -> String {
     let mut line = String::new();
     std::io::stdin().read_line(&mut line).expect("stdin");
     line.trim_end().to_owned()
@@ -59,7 +59,7 @@ pub(crate) fn hear() -> String {
 
 /// Nanoseconds since the Unix epoch: the one clock every process on this
 /// machine shares.
-pub(crate) fn now_ns() -> u128 {
+pub fn now_ns() -> u128 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .expect("clock after 1970")
@@ -68,7 +68,7 @@ pub(crate) fn now_ns() -> u128 {
 
 /// A child process running one test of this binary in a role.
 #[derive(Debug)]
-pub(crate) struct ChildProcess {
+pub struct ChildProcess {
     child: Child,
     stdin: Option<ChildStdin>,
     lines: mpsc::Receiver<String>,
@@ -78,7 +78,7 @@ pub(crate) struct ChildProcess {
 impl ChildProcess {
     /// Starts this test binary again, running only the test `test` (which
     /// must call [`role`] first), as `role`, with `env` set.
-    pub(crate) fn spawn(test: &str, role: &str, env: &[(&str, String)]) -> ChildProcess {
+    pub fn spawn(test: &str, role: &str, env: &[(&str, String)]) -> ChildProcess {
         let exe = std::env::current_exe().expect("current test binary");
         let mut command = Command::new(exe);
         command
@@ -114,12 +114,12 @@ impl ChildProcess {
     }
 
     /// The process id.
-    pub(crate) fn pid(&self) -> u32 {
+    pub fn pid(&self) -> u32 {
         self.child.id()
     }
 
     /// The next line the child said, within `limit`; panics otherwise.
-    pub(crate) fn next_line(&self, limit: Duration) -> String {
+    pub fn next_line(&self, limit: Duration) -> String {
         match self.lines.recv_timeout(limit) {
             Ok(line) => line,
             Err(err) => panic!("child `{}` said nothing within {limit:?}: {err}", self.role),
@@ -128,13 +128,13 @@ impl ChildProcess {
 
     /// The next line the child said, within `limit`; `None` when it said
     /// nothing more by then (or has exited).
-    pub(crate) fn try_line(&self, limit: Duration) -> Option<String> {
+    pub fn try_line(&self, limit: Duration) -> Option<String> {
         self.lines.recv_timeout(limit).ok()
     }
 
     /// Waits for the next line starting with `prefix` (skipping others)
     /// and returns the rest of it.
-    pub(crate) fn expect(&self, prefix: &str, limit: Duration) -> String {
+    pub fn expect(&self, prefix: &str, limit: Duration) -> String {
         let deadline = Instant::now() + limit;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
@@ -147,7 +147,7 @@ impl ChildProcess {
 
     /// Every line the child says until it exits (or `limit` runs out, a
     /// panic), and its exit status.
-    pub(crate) fn finish(mut self, limit: Duration) -> (Vec<String>, ExitStatus) {
+    pub fn finish(mut self, limit: Duration) -> (Vec<String>, ExitStatus) {
         let deadline = Instant::now() + limit;
         let mut said = Vec::new();
         loop {
@@ -165,14 +165,14 @@ impl ChildProcess {
     }
 
     /// Sends one command line to the child.
-    pub(crate) fn send(&mut self, line: &str) {
+    pub fn send(&mut self, line: &str) {
         let stdin = self.stdin.as_mut().expect("child stdin");
         writeln!(stdin, "{line}").expect("write to child");
         stdin.flush().expect("write to child");
     }
 
     /// Sends `signal` (`STOP`, `CONT`, `KILL`, ...) with `kill(1)`.
-    pub(crate) fn signal(&self, signal: &str) {
+    pub fn signal(&self, signal: &str) {
         let status = Command::new("kill")
             .arg(format!("-{signal}"))
             .arg(self.pid().to_string())
@@ -182,7 +182,7 @@ impl ChildProcess {
     }
 
     /// SIGKILL, and waits for the process to be gone.
-    pub(crate) fn kill(&mut self) {
+    pub fn kill(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }

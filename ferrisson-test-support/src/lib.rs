@@ -1,28 +1,35 @@
-//! Support for the integration tests: a private `redis-server` per test and
-//! helpers that turn a hang into a failure.
+//! The workspace's test support, for the tests of ferrisson, of its
+//! inspector (ferrisson-cli) and of the protocol model (ferrisson-model),
+//! and for the examples: a private `redis-server` per test (and clusters,
+//! sentinels and TLS servers of them), a fault-injecting proxy, child
+//! processes, a seeded generator, and helpers that turn a hang into a
+//! failure.
+//!
+//! Feature `client` (on by default): the helpers that make or use a
+//! `ferrisson::Client` (builders, `settled`, lock boxes, the cancellation
+//! helpers). The model's tests turn it off, so that they build without the
+//! library. Nothing here depends on one of the library's optional features:
+//! a test that needs one (cluster, sentinel, TLS) turns it on in its own
+//! crate, and no feature of these tests is enabled behind its back.
 
-#![allow(dead_code, unreachable_pub)]
-
-pub(crate) mod cancel;
-pub(crate) mod child;
-#[cfg(feature = "cluster")]
-pub(crate) mod cluster;
-pub(crate) mod proxy;
-pub(crate) mod rng;
-// Shared with the inspector's tests (ferrisson-cli), whose crate has no
-// `sentinel` or `native-tls` feature: these two need none.
-pub(crate) mod sentinel;
-pub(crate) mod server;
-pub(crate) mod tls;
+#[cfg(feature = "client")]
+pub mod cancel;
+pub mod child;
+pub mod cluster;
+pub mod proxy;
+pub mod rng;
+pub mod sentinel;
+pub mod server;
+pub mod tls;
 
 use std::future::Future;
 use std::time::Duration;
 
-pub(crate) use server::{RawSubscriber, RedisServer, RespValue};
+pub use server::{RawSubscriber, RedisServer, RespValue};
 
 /// Every await in a test goes through this: a deadlock fails the test
 /// instead of hanging the suite.
-pub(crate) async fn within<F: Future>(limit: Duration, fut: F) -> F::Output {
+pub async fn within<F: Future>(limit: Duration, fut: F) -> F::Output {
     match tokio::time::timeout(limit, fut).await {
         Ok(out) => out,
         Err(_) => panic!("timed out after {limit:?}"),
@@ -30,7 +37,7 @@ pub(crate) async fn within<F: Future>(limit: Duration, fut: F) -> F::Output {
 }
 
 /// [`within`] with a generous default for one lock operation.
-pub(crate) async fn soon<F: Future>(fut: F) -> F::Output {
+pub async fn soon<F: Future>(fut: F) -> F::Output {
     within(Duration::from_secs(20), fut).await
 }
 
@@ -38,18 +45,20 @@ pub(crate) async fn soon<F: Future>(fut: F) -> F::Output {
 /// points of its course: the i-th is `i * 7919` µs modulo `bound`, so that
 /// successive cuts land far apart and, over the run, all over the range
 /// (7919 is prime). The same points on every run.
-pub(crate) fn cut_points(count: u64, bound: Duration) -> impl Iterator<Item = Duration> {
+pub fn cut_points(count: u64, bound: Duration) -> impl Iterator<Item = Duration> {
     let bound = u64::try_from(bound.as_micros()).expect("a bound in µs that fits a u64");
     (0..count).map(move |i| Duration::from_micros((i * 7919) % bound))
 }
 
 /// A client with a short watchdog timeout, so tests see several renewals.
-pub(crate) async fn client(server: &RedisServer, watchdog: Duration) -> ferrisson::Client {
+#[cfg(feature = "client")]
+pub async fn client(server: &RedisServer, watchdog: Duration) -> ferrisson::Client {
     client_at(&server.url(), watchdog).await
 }
 
 /// [`client`] for a URL (a proxy's, say) rather than a server.
-pub(crate) async fn client_at(url: &str, watchdog: Duration) -> ferrisson::Client {
+#[cfg(feature = "client")]
+pub async fn client_at(url: &str, watchdog: Duration) -> ferrisson::Client {
     soon(
         ferrisson::Client::builder(url)
             .watchdog_timeout(watchdog)
@@ -61,7 +70,7 @@ pub(crate) async fn client_at(url: &str, watchdog: Duration) -> ferrisson::Clien
 
 /// Waits until `cond` holds, checking every 10 ms, for at most `limit`;
 /// for state that changes in the background with no event to wait on.
-pub(crate) async fn eventually<F, Fut>(limit: Duration, mut cond: F)
+pub async fn eventually<F, Fut>(limit: Duration, mut cond: F)
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = bool>,
@@ -76,11 +85,11 @@ where
     }
 }
 
-pub(crate) fn exists(server: &RedisServer, key: &str) -> bool {
+pub fn exists(server: &RedisServer, key: &str) -> bool {
     server.cmd(&["EXISTS", key]).as_int() == Some(1)
 }
 
-pub(crate) fn init_tracing() {
+pub fn init_tracing() {
     use tracing_subscriber::layer::SubscriberExt;
     use tracing_subscriber::util::SubscriberInitExt;
     use tracing_subscriber::Layer;
@@ -101,8 +110,7 @@ pub(crate) fn init_tracing() {
 /// library's warnings "could not give back ..." and "release of a dropped
 /// guard failed ...": what the grant or the guard held stays until its
 /// lease ends, as documented), once [`init_tracing`] has run.
-#[allow(dead_code)]
-pub(crate) fn failed_give_backs() -> std::collections::BTreeSet<String> {
+pub fn failed_give_backs() -> std::collections::BTreeSet<String> {
     FAILED_GIVE_BACKS.lock().unwrap().clone()
 }
 
@@ -147,7 +155,8 @@ impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for GiveBackFailures {
 
 /// Waits until `client` holds nothing and waits on nothing: the registry
 /// and the subscriptions are empty (unsubscribing runs in the background).
-pub(crate) async fn settled(client: &ferrisson::Client) {
+#[cfg(feature = "client")]
+pub async fn settled(client: &ferrisson::Client) {
     eventually(Duration::from_secs(10), || async {
         client.held_locks() == 0 && client.subscriptions() == 0
     })
@@ -155,14 +164,14 @@ pub(crate) async fn settled(client: &ferrisson::Client) {
 }
 
 /// The next message a raw subscriber sees, within 10 s.
-pub(crate) async fn next_message(mut sub: RawSubscriber) -> Option<(String, String)> {
+pub async fn next_message(mut sub: RawSubscriber) -> Option<(String, String)> {
     tokio::task::spawn_blocking(move || sub.next_message(Duration::from_secs(10)))
         .await
         .expect("subscriber thread")
 }
 
 /// How many connections the server counts as subscribed to `channel`.
-pub(crate) fn subscribers(server: &RedisServer, channel: &str) -> i64 {
+pub fn subscribers(server: &RedisServer, channel: &str) -> i64 {
     server
         .cmd(&["PUBSUB", "NUMSUB", channel])
         .as_array()
@@ -173,7 +182,8 @@ pub(crate) fn subscribers(server: &RedisServer, channel: &str) -> i64 {
 /// Runs `rounds` lock-protected read-modify-writes of the counter `key` in
 /// one task per handle (GET, yield, SET: updates are lost unless the lock
 /// excludes), and returns the counter's final value.
-pub(crate) async fn count_under_lock(
+#[cfg(feature = "client")]
+pub async fn count_under_lock(
     server: &RedisServer,
     locks: Vec<impl ferrisson::DistributedLock + 'static>,
     rounds: usize,
@@ -216,8 +226,7 @@ pub(crate) async fn count_under_lock(
 
 /// Whether `master`'s WAIT counts `replicas` replicas yet (within 1 s): a
 /// replica whose link is up may not acknowledge for a moment.
-#[allow(dead_code)]
-pub(crate) fn replicas_acknowledge(master: &RedisServer, replicas: usize) -> bool {
+pub fn replicas_acknowledge(master: &RedisServer, replicas: usize) -> bool {
     master
         .try_cmd(&["WAIT", &replicas.to_string(), "1000"])
         .ok()
@@ -226,7 +235,8 @@ pub(crate) fn replicas_acknowledge(master: &RedisServer, replicas: usize) -> boo
 }
 
 /// The lock types, by the names the tests give them.
-pub(crate) const LOCK_KINDS: [&str; 8] = [
+#[cfg(feature = "client")]
+pub const LOCK_KINDS: [&str; 8] = [
     "reentrant",
     "spin",
     "fenced",
@@ -240,7 +250,8 @@ pub(crate) const LOCK_KINDS: [&str; 8] = [
 /// A handle to the lock `name` of `kind` (one of [`LOCK_KINDS`]; the read
 /// and write sides are those of the read-write lock `name`), as a trait
 /// object so that a test can treat every kind alike.
-pub(crate) fn lock_of(
+#[cfg(feature = "client")]
+pub fn lock_of(
     client: &ferrisson::Client,
     kind: &str,
     name: &str,
@@ -249,7 +260,8 @@ pub(crate) fn lock_of(
 }
 
 /// [`lock_of`], owned by `owner` when one is given.
-pub(crate) fn owned_lock_of(
+#[cfg(feature = "client")]
+pub fn owned_lock_of(
     client: &ferrisson::Client,
     kind: &str,
     name: &str,

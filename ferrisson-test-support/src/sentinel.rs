@@ -7,7 +7,8 @@ use super::RedisServer;
 
 /// A `redis-server --sentinel` process monitoring `master` as `mymaster`;
 /// killed and its directory removed on drop.
-pub(crate) struct Sentinel {
+#[derive(Debug)]
+pub struct Sentinel {
     port: u16,
     child: Child,
     dir: std::path::PathBuf,
@@ -21,7 +22,7 @@ pub(crate) struct Sentinel {
 /// Measured with Redis 6.2: the old master demoted 11.5 s after `SENTINEL
 /// FAILOVER`; 40.5 s after it when the sentinel had been stopped 3 s
 /// before (TILT).
-pub(crate) const SENTINEL_ACTS: Duration = Duration::from_secs(75);
+pub const SENTINEL_ACTS: Duration = Duration::from_secs(75);
 
 impl Drop for Sentinel {
     fn drop(&mut self) {
@@ -42,12 +43,12 @@ impl Drop for Sentinel {
 }
 
 impl Sentinel {
-    pub(crate) fn start(master: &RedisServer) -> Sentinel {
+    pub fn start(master: &RedisServer) -> Sentinel {
         Sentinel::start_with(master, "")
     }
 
     /// With `extra` lines in its configuration (e.g. the master's password).
-    pub(crate) fn start_with(master: &RedisServer, extra: &str) -> Sentinel {
+    pub fn start_with(master: &RedisServer, extra: &str) -> Sentinel {
         let port = super::server::free_port();
         let dir = super::server::unique_dir();
         let conf = dir.join("sentinel.conf");
@@ -83,7 +84,7 @@ impl Sentinel {
         sentinel
     }
 
-    pub(crate) fn cli(&self, args: &[&str]) -> String {
+    pub fn cli(&self, args: &[&str]) -> String {
         let out = Command::new("redis-cli")
             .args(["-p", &self.port.to_string()])
             .args(args)
@@ -93,14 +94,14 @@ impl Sentinel {
     }
 
     /// The port of the master the sentinel names now.
-    pub(crate) fn master_port(&self) -> Option<u16> {
+    pub fn master_port(&self) -> Option<u16> {
         self.cli(&["SENTINEL", "GET-MASTER-ADDR-BY-NAME", "mymaster"])
             .lines()
             .nth(1)
             .and_then(|port| port.trim().parse().ok())
     }
 
-    pub(crate) fn url(&self) -> String {
+    pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}/", self.port)
     }
 }

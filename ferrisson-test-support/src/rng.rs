@@ -3,24 +3,27 @@
 
 /// Xorshift: small, fast, and the same sequence for the same seed.
 #[derive(Debug, Clone)]
-pub(crate) struct Rng(u64);
+pub struct Rng(u64);
 
 impl Rng {
     /// A generator seeded from `FERRISSON_SEED` when set, else at random.
     /// The seed is printed (the test harness shows it when the test fails),
     /// with the line that replays it.
-    pub(crate) fn from_env(test: &str) -> Rng {
+    pub fn from_env(test: &str) -> Rng {
         Rng::new(announced_seed(test))
     }
 
     /// A generator for `seed` (any value; zero is moved off, as xorshift
     /// needs).
-    pub(crate) fn new(seed: u64) -> Rng {
+    pub fn new(seed: u64) -> Rng {
         Rng(seed | 1)
     }
 
     /// The next number.
-    pub(crate) fn next(&mut self) -> u64 {
+    // Not an `Iterator`: the generator never ends, and the tests call
+    // `next` for a number, not an `Option`.
+    #[allow(clippy::should_implement_trait)]
+    pub fn next(&mut self) -> u64 {
         self.0 ^= self.0 >> 12;
         self.0 ^= self.0 << 25;
         self.0 ^= self.0 >> 27;
@@ -28,7 +31,7 @@ impl Rng {
     }
 
     /// A number in `0..n`.
-    pub(crate) fn below(&mut self, n: u64) -> u64 {
+    pub fn below(&mut self, n: u64) -> u64 {
         self.next() % n
     }
 }
@@ -36,7 +39,7 @@ impl Rng {
 /// The seed of `test`: `FERRISSON_SEED` when set (a number), else a random
 /// one; printed with the line that replays it (the harness shows a failed
 /// test's output, so the seed of a failure is never lost).
-pub(crate) fn announced_seed(test: &str) -> u64 {
+pub fn announced_seed(test: &str) -> u64 {
     let seed = seed();
     println!("{test}: seed {seed} (FERRISSON_SEED={seed} replays it)");
     seed

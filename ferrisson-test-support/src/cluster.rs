@@ -1,20 +1,24 @@
-//! A Redis Cluster of private servers, for the cluster tests.
+//! A Redis Cluster of private servers, for the cluster tests: starting,
+//! joining and reading the nodes only. A test's cluster client is its own
+//! (`Client::cluster_builder` is there only with the library's `cluster`
+//! feature, which a test crate turns on for itself).
 
 use std::process::Command;
 use std::time::Duration;
 
 use super::{eventually, RedisServer, RespValue};
 
-pub(crate) const WATCHDOG: Duration = Duration::from_millis(1200);
+/// The watchdog timeout of the cluster tests' clients.
+pub const WATCHDOG: Duration = Duration::from_millis(1200);
 
 /// Three masters, all slots covered; a dead master leaves the others
 /// serving their slots.
-pub(crate) async fn cluster() -> Vec<RedisServer> {
+pub async fn cluster() -> Vec<RedisServer> {
     make_cluster(0, None).await
 }
 
 /// Three masters with a password on every node.
-pub(crate) async fn cluster_with_password(password: &str) -> Vec<RedisServer> {
+pub async fn cluster_with_password(password: &str) -> Vec<RedisServer> {
     make_cluster(0, Some(password)).await
 }
 
@@ -34,7 +38,7 @@ const NODE_ARGS: [&str; 10] = [
 
 /// A new master without slots, met by the cluster of `nodes` (no
 /// password), once every node knows it and it sees the cluster ok.
-pub(crate) async fn join_empty_master(nodes: &[RedisServer]) -> RedisServer {
+pub async fn join_empty_master(nodes: &[RedisServer]) -> RedisServer {
     let newcomer = RedisServer::start_with_args(&NODE_ARGS);
     let port = newcomer.port().to_string();
     nodes[0].cmd(&["CLUSTER", "MEET", "127.0.0.1", &port]);
@@ -59,7 +63,7 @@ pub(crate) async fn join_empty_master(nodes: &[RedisServer]) -> RedisServer {
 
 /// The node (index into `nodes`) that serves `slot` as master, as the
 /// first node sees it.
-pub(crate) fn owner(nodes: &[RedisServer], slot: i64) -> usize {
+pub fn owner(nodes: &[RedisServer], slot: i64) -> usize {
     let table = nodes[0].cmd(&["CLUSTER", "NODES"]).as_string().unwrap();
     (0..nodes.len())
         .find(|&i| {
@@ -75,7 +79,7 @@ pub(crate) fn owner(nodes: &[RedisServer], slot: i64) -> usize {
 /// Three masters, each with `replicas` replicas in sync; with `password`,
 /// every node requires it. A dead master leaves the others serving their
 /// slots.
-pub(crate) async fn make_cluster(replicas: usize, password: Option<&str>) -> Vec<RedisServer> {
+pub async fn make_cluster(replicas: usize, password: Option<&str>) -> Vec<RedisServer> {
     let mut args = NODE_ARGS.to_vec();
     if let Some(password) = password {
         args.extend(["--requirepass", password, "--masterauth", password]);
@@ -124,28 +128,10 @@ pub(crate) async fn make_cluster(replicas: usize, password: Option<&str>) -> Vec
     nodes
 }
 
-pub(crate) async fn client(nodes: &[RedisServer]) -> ferrisson::Client {
-    ferrisson::Client::cluster_builder(nodes.iter().map(RedisServer::url))
-        .watchdog_timeout(WATCHDOG)
-        .build()
-        .await
-        .unwrap()
-}
-
 /// Whether the servers under test have sharded pub/sub (Redis 7 and
 /// later, Valkey), which a cluster client then uses by default.
-pub(crate) fn sharded_pubsub() -> bool {
+pub fn sharded_pubsub() -> bool {
     super::server::server_version() >= (7, 0)
-}
-
-/// The pub/sub mode a cluster client takes by default on the servers under
-/// test.
-pub(crate) fn default_mode() -> ferrisson::config::PubSubMode {
-    if sharded_pubsub() {
-        ferrisson::config::PubSubMode::Sharded
-    } else {
-        ferrisson::config::PubSubMode::Classic
-    }
 }
 
 /// How many clients listen for lock `name`'s releases where a default
@@ -153,7 +139,7 @@ pub(crate) fn default_mode() -> ferrisson::config::PubSubMode {
 /// of the nodes `at` (the slot's master, or its master and replica while
 /// they switch roles); on Redis 6, on the classic channel of any node.
 /// `None` while a node cannot be asked.
-pub(crate) fn listeners(nodes: &[RedisServer], at: &[usize], name: &str) -> Option<i64> {
+pub fn listeners(nodes: &[RedisServer], at: &[usize], name: &str) -> Option<i64> {
     let channel = format!("redisson_lock__channel:{{{name}}}");
     if sharded_pubsub() {
         at.iter()
@@ -176,19 +162,19 @@ pub(crate) fn listeners(nodes: &[RedisServer], at: &[usize], name: &str) -> Opti
     }
 }
 
-pub(crate) fn shard_count(reply: RespValue) -> i64 {
+pub fn shard_count(reply: RespValue) -> i64 {
     reply
         .as_array()
         .and_then(|a| a.get(1).and_then(|n| n.as_int()))
         .unwrap_or(0)
 }
 
-pub(crate) fn keyslot(node: &RedisServer, key: &str) -> i64 {
+pub fn keyslot(node: &RedisServer, key: &str) -> i64 {
     node.cmd(&["CLUSTER", "KEYSLOT", key]).as_int().unwrap()
 }
 
 /// Whether a `CLUSTER NODES` line's slot ranges include `slot`.
-pub(crate) fn serves(line: &str, slot: i64) -> bool {
+pub fn serves(line: &str, slot: i64) -> bool {
     line.split_whitespace().skip(8).any(|range| {
         let mut bounds = range.split('-').map(|b| b.parse::<i64>());
         match (bounds.next(), bounds.next()) {
@@ -200,14 +186,14 @@ pub(crate) fn serves(line: &str, slot: i64) -> bool {
 }
 
 /// Three masters with a replica each.
-pub(crate) async fn cluster_with_replicas() -> Vec<RedisServer> {
+pub async fn cluster_with_replicas() -> Vec<RedisServer> {
     make_cluster(1, None).await
 }
 
 /// The node (index into `nodes`) that serves `slot` as master, and its
 /// replica, once the first node's view of the cluster shows both (a
 /// replica's role spreads by gossip, after the cluster already says ok).
-pub(crate) async fn master_and_replica(nodes: &[RedisServer], slot: i64) -> (usize, usize) {
+pub async fn master_and_replica(nodes: &[RedisServer], slot: i64) -> (usize, usize) {
     let mut found = None;
     eventually(Duration::from_secs(20), || {
         found = find_master_and_replica(nodes, slot);
@@ -218,7 +204,7 @@ pub(crate) async fn master_and_replica(nodes: &[RedisServer], slot: i64) -> (usi
     found.unwrap()
 }
 
-pub(crate) fn find_master_and_replica(nodes: &[RedisServer], slot: i64) -> Option<(usize, usize)> {
+pub fn find_master_and_replica(nodes: &[RedisServer], slot: i64) -> Option<(usize, usize)> {
     let table = nodes[0].cmd(&["CLUSTER", "NODES"]).as_string()?;
     let index_of = |port: &str| {
         nodes
@@ -246,7 +232,7 @@ pub(crate) fn find_master_and_replica(nodes: &[RedisServer], slot: i64) -> Optio
     Some((index_of(&port_of(master)), index_of(&port_of(replica))))
 }
 
-pub(crate) fn wait_calls(node: &RedisServer) -> u64 {
+pub fn wait_calls(node: &RedisServer) -> u64 {
     let info = node.cmd(&["INFO", "commandstats"]).as_string().unwrap();
     info.lines()
         .find_map(|line| line.strip_prefix("cmdstat_wait:calls="))
@@ -255,7 +241,7 @@ pub(crate) fn wait_calls(node: &RedisServer) -> u64 {
 }
 
 /// How many clients `node` has blocked (in WAIT, here).
-pub(crate) fn blocked_clients(node: &RedisServer) -> u64 {
+pub fn blocked_clients(node: &RedisServer) -> u64 {
     let info = node.cmd(&["INFO", "clients"]).as_string().unwrap();
     info.lines()
         .find_map(|line| line.strip_prefix("blocked_clients:"))
@@ -263,7 +249,7 @@ pub(crate) fn blocked_clients(node: &RedisServer) -> u64 {
 }
 
 /// The id of the node at `port`, from `CLUSTER NODES`.
-pub(crate) fn node_id(nodes: &[RedisServer], index: usize) -> String {
+pub fn node_id(nodes: &[RedisServer], index: usize) -> String {
     let table = nodes[0].cmd(&["CLUSTER", "NODES"]).as_string().unwrap();
     let port = format!(":{}@", nodes[index].port());
     table
@@ -275,7 +261,7 @@ pub(crate) fn node_id(nodes: &[RedisServer], index: usize) -> String {
 }
 
 /// Moves `slot`, with its keys, from the master `from` to the master `to`.
-pub(crate) fn move_slot(nodes: &[RedisServer], slot: i64, from: usize, to: usize) {
+pub fn move_slot(nodes: &[RedisServer], slot: i64, from: usize, to: usize) {
     let (from_id, to_id) = (node_id(nodes, from), node_id(nodes, to));
     let slot = slot.to_string();
     nodes[to].cmd(&["CLUSTER", "SETSLOT", &slot, "IMPORTING", &from_id]);
