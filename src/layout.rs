@@ -6,5 +6,5 @@
 pub use crate::engine::keys::{
     campaign_label, election_channel, fair_queue, fair_timeouts, fence, fencing_token, is_count,
     is_lock_hold, job_done, latch_channel, lock_channel, permit_timeouts, rwlock_channel,
-    rwlock_timeout_prefix, semaphore_channel,
+    rwlock_timeout_prefix, semaphore_channel, PERMIT_NO_EXPIRY,
 };

@@ -5,13 +5,8 @@
 pub(crate) use ferrisson::layout::{
     campaign_label, election_channel, fair_queue, fair_timeouts, fencing_token, is_count,
     is_lock_hold, latch_channel, lock_channel, permit_timeouts, rwlock_channel, semaphore_channel,
+    PERMIT_NO_EXPIRY,
 };
-
-/// The score of a permit-expirable semaphore's permit without a lease, as
-/// Redisson and ferrisson write it (`Long.MAX_VALUE / 10000`): a permit
-/// scored this or higher has no lease, rather than one ending in thousands
-/// of years.
-pub(crate) const PERMIT_NO_EXPIRY: i64 = 922_337_203_685_477;
 
 /// One read hold's timeout key: `{name}:<field>:rwlock_timeout:<n>`.
 pub(crate) fn read_hold_key(name: &str, field: &str, n: u32) -> String {

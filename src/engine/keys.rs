@@ -186,6 +186,12 @@ pub fn semaphore_channel(name: &str) -> String {
     prefix_name("redisson_sc", name)
 }
 
+/// The score of a permit-expirable semaphore's permit without a lease, as
+/// Redisson and ferrisson write it (`Long.MAX_VALUE / 10000`): a permit
+/// scored this or higher has no lease, rather than one ending in thousands
+/// of years.
+pub const PERMIT_NO_EXPIRY: i64 = 922_337_203_685_477;
+
 /// The permits a permit-expirable semaphore handed out: `{name}:timeout`.
 pub fn permit_timeouts(name: &str) -> String {
     suffix_name(name, "timeout")

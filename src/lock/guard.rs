@@ -235,8 +235,7 @@ impl LockGuard {
     /// Also true once [`Lock::unlock`](crate::Lock::unlock) released this
     /// guard's hold.
     pub fn is_lease_lost(&self) -> bool {
-        self.hold()
-            .is_none_or(|h| h.slot.lease().state.is_lost() || h.slot.is_claimed())
+        self.hold().is_none_or(|h| h.slot.is_lost())
     }
 
     /// Resolves when the lock is known to be no longer this guard's.
@@ -343,7 +342,7 @@ impl LockGuard {
     /// The hold, while its lease is not known lost.
     fn live_hold(&mut self) -> Result<&mut Hold> {
         match self.hold.as_mut() {
-            Some(hold) if !hold.slot.lease().state.is_lost() && !hold.slot.is_claimed() => Ok(hold),
+            Some(hold) if !hold.slot.is_lost() => Ok(hold),
             hold => Err(Error::LeaseLost {
                 name: hold.map_or_else(String::new, |h| h.key.name.to_string()),
             }),

@@ -239,6 +239,12 @@ impl Slot {
         self.claimed.load(Ordering::Acquire)
     }
 
+    /// Whether the hold is no longer safely held: released (claimed), or
+    /// its lease known lost or run out by this process's clock.
+    pub(crate) fn is_lost(&self) -> bool {
+        self.is_claimed() || self.lease().state.is_lost()
+    }
+
     pub(crate) fn lease(&self) -> SlotLease {
         self.lease
             .lock()

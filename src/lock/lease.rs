@@ -58,7 +58,7 @@ impl Lease {
     /// clock (as [`LockGuard::is_lease_lost`](crate::LockGuard::is_lease_lost)
     /// counts it), or the hold was released.
     pub fn is_lost(&self) -> bool {
-        self.slot.is_claimed() || self.slot.lease().state.is_lost()
+        self.slot.is_lost()
     }
 
     /// Resolves when the lock is known to be no longer this hold's, as

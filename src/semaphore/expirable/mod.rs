@@ -36,9 +36,8 @@ pub use permit::{Permit, PermitId};
 /// The `kind` label of a permit-expirable semaphore's figures.
 const EXPIRABLE_KIND: &str = "permit_expirable_semaphore";
 
-/// The score of a permit without a lease, as Redisson writes it
-/// (`Long.MAX_VALUE / 10000`): far beyond any expiry.
-const NO_EXPIRY: i64 = 922_337_203_685_477;
+/// The score of a permit without a lease (see [`keys::PERMIT_NO_EXPIRY`]).
+const NO_EXPIRY: i64 = keys::PERMIT_NO_EXPIRY;
 
 /// A semaphore whose permits have ids and, optionally, leases, from
 /// [`Client::permit_expirable_semaphore`]: Redisson's
