@@ -120,6 +120,18 @@ fn renewal_ms(long: bool) -> u64 {
     }
 }
 
+/// Ends the lease of `req`'s permit, if it is out: its score set in the
+/// past, for the next script to take it back.
+fn lapse(conn: &mut redis::Connection, req: ReqId) {
+    let _: i64 = redis::cmd("ZADD")
+        .arg(TIMEOUTS)
+        .arg("XX")
+        .arg(1)
+        .arg(permit(req))
+        .query(conn)
+        .unwrap();
+}
+
 fn run(conn: &mut redis::Connection, scripts: &Scripts, step: Step) -> Option<Got> {
     let (script, settle) = (&scripts.expirable, &scripts.settle);
     let reply = match step {
@@ -144,24 +156,12 @@ fn run(conn: &mut redis::Connection, scripts: &Scripts, step: Step) -> Option<Go
             Reply::Settled(left >= 0)
         }
         Step::RunOut(req) => {
-            let _: i64 = redis::cmd("ZADD")
-                .arg(TIMEOUTS)
-                .arg("XX")
-                .arg(1)
-                .arg(permit(req))
-                .query(conn)
-                .unwrap();
+            lapse(conn, req);
             count(conn, script, "available");
             return None;
         }
         Step::Lapse(req) => {
-            let _: i64 = redis::cmd("ZADD")
-                .arg(TIMEOUTS)
-                .arg("XX")
-                .arg(1)
-                .arg(permit(req))
-                .query(conn)
-                .unwrap();
+            lapse(conn, req);
             return None;
         }
         Step::Renew(first, second, long) => {
