@@ -1,0 +1,395 @@
+//! The model's steps: what a client sends, reads and does on a timeout.
+
+use super::*;
+
+/// The reentrant lock's protocol, as a [`Model`].
+#[derive(Clone, Debug)]
+pub struct LockModel {
+    pub bounds: Bounds,
+    pub mutation: Mutation,
+    /// Ticks a client's local lease runs past the server's TTL: 0, as the
+    /// client counts it (from the acquire's first send); more shows what
+    /// the lease is for.
+    pub local_lease_slack: Time,
+    /// A fenced lock (tokens on every grant).
+    pub fenced: bool,
+    /// The resource takes a write only if its token is at least the
+    /// highest it took (fencing); otherwise it takes every write.
+    pub resource_checks_tokens: bool,
+    /// Replicas: `Some(true)` with replica sync (after a grant, the
+    /// client touches its latch and sends `WAIT` on that connection; a
+    /// grant too few replicas acknowledged is given back), `Some(false)`
+    /// with asynchronous replication only.
+    pub replica: Option<bool>,
+    /// How many replicas (with `replica`).
+    pub replicas: u8,
+    /// How many replicas must acknowledge a grant (`Replicas::AtLeast`);
+    /// 0: one of those online, and none when the master has none
+    /// (`Replicas::Online`).
+    pub wanted: u8,
+    /// The first replica starts offline (syncing) and comes online later:
+    /// with `Replicas::Online`, the client counts the online replicas as
+    /// the library does (`ROLE`, a count kept per client through
+    /// failovers) rather than all of them.
+    pub offline: bool,
+}
+
+impl LockModel {
+    pub fn new(bounds: Bounds, mutation: Mutation) -> Self {
+        LockModel {
+            bounds,
+            mutation,
+            local_lease_slack: 0,
+            fenced: false,
+            resource_checks_tokens: false,
+            replica: None,
+            replicas: 1,
+            wanted: 1,
+            offline: false,
+        }
+    }
+
+    /// A lock on a master with a replica that a failover promotes, with
+    /// replica sync or without.
+    pub fn replicated(bounds: Bounds, sync: bool) -> Self {
+        LockModel {
+            replica: Some(sync),
+            ..LockModel::new(bounds, Mutation::None)
+        }
+    }
+
+    /// A fenced lock guarding a resource that checks tokens, or not.
+    pub fn fenced(bounds: Bounds, resource_checks_tokens: bool) -> Self {
+        LockModel {
+            fenced: true,
+            resource_checks_tokens,
+            ..LockModel::new(bounds, Mutation::None)
+        }
+    }
+
+    pub(super) fn send(state: &mut State, client: ClientId, op: Op) {
+        let c = &mut state.clients[client as usize];
+        c.send += 1;
+        let sent = Sent {
+            client,
+            send: c.send,
+            op,
+            at: state.now,
+        };
+        state.requests.push(sent);
+        state.requests.sort();
+    }
+
+    pub(super) fn next_req(state: &mut State, client: ClientId) -> ReqId {
+        let c = &mut state.clients[client as usize];
+        c.requests += 1;
+        ReqId {
+            client,
+            seq: c.requests,
+        }
+    }
+
+    /// Whether `sent`'s client still waits for its reply.
+    pub(super) fn awaited(&self, state: &State, sent: Sent) -> bool {
+        let c = &state.clients[sent.client as usize];
+        match sent.op {
+            Op::Renew(at) => c.phase == Phase::Holding && c.renewing == Some(at),
+            Op::Dropped(req, _) => {
+                c.phase != Phase::Crashed && c.background.is_some_and(|b| b.req == req)
+            }
+            _ => c.phase != Phase::Crashed && c.send == sent.send,
+        }
+    }
+
+    /// A client reads a reply to its current send.
+    pub(super) fn read(&self, state: &mut State, answer: Answer) {
+        let id = answer.to.client;
+        let c = state.clients[id as usize];
+        // The local lease: the acquire's (its own, or the watchdog's), or a
+        // renewal's.
+        let lease = c.lease + self.local_lease_slack;
+        if let Op::Renew(at) = answer.to.op {
+            // The watchdog's reply: read while it still renews this hold.
+            if c.phase == Phase::Holding && c.renewing == Some(at) {
+                let c = &mut state.clients[id as usize];
+                c.renewing = None;
+                if answer.reply == Reply::Renewed(true) {
+                    c.deadline = c
+                        .deadline
+                        .max(at + self.bounds.lease + self.local_lease_slack);
+                } else {
+                    c.phase = Phase::Idle;
+                    c.count = 0;
+                }
+            }
+            return;
+        }
+        if let Op::Dropped(req, _) = answer.to.op {
+            if c.background.is_some_and(|b| b.req == req) {
+                state.clients[id as usize].background = None;
+            }
+            return;
+        }
+        if answer.to.send != c.send {
+            return;
+        }
+        match (c.phase, answer.reply) {
+            (Phase::Acquiring { req, since, .. }, Reply::Granted) => {
+                let c = &mut state.clients[id as usize];
+                c.lost = false;
+                c.token = answer.token;
+                c.grant = answer.grant;
+                if self.replica == Some(true) {
+                    c.phase = Phase::Syncing { req };
+                    let (failovers, offset) = answer.wrote;
+                    Self::send(state, id, Op::Sync(req, failovers, offset));
+                } else {
+                    c.phase = Phase::Holding;
+                    c.count = 1;
+                    c.deadline = since + lease;
+                }
+            }
+            (Phase::Syncing { .. }, Reply::Synced(true)) => {
+                let c = &mut state.clients[id as usize];
+                c.phase = Phase::Holding;
+                c.count = 1;
+                c.deadline = c.since + lease;
+            }
+            (Phase::Syncing { req }, _) => Self::give_back_unsynced(state, id, req),
+            (Phase::Acquiring { req, .. }, Reply::Refused) if c.lost => {
+                // Nobody sends it any more, and a lost send of it may still
+                // take the lock: settled.
+                state.clients[id as usize].phase = Phase::Settling(req);
+                Self::send(state, id, Op::Settle(req));
+            }
+            (Phase::Releasing { .. }, _) => {
+                let c = &mut state.clients[id as usize];
+                c.phase = Phase::Idle;
+                c.count = 0;
+            }
+            (Phase::Settling(_), Reply::Settled(true))
+                if !self.may_give_back(state.now, c.since + c.lease) =>
+            {
+                // Its lease has run out: the hold is gone, or ends with its
+                // TTL; the owner may hold anew.
+                let c = &mut state.clients[id as usize];
+                c.phase = Phase::Idle;
+                c.lost = false;
+                c.abandoned += 1;
+            }
+            (Phase::Settling(grant), Reply::Settled(true)) => {
+                let give_back = Self::next_req(state, id);
+                state.clients[id as usize].phase = Phase::GivingBack {
+                    req: give_back,
+                    grant,
+                    resends: 0,
+                };
+                Self::send(state, id, Op::GiveBack(give_back, grant));
+            }
+            // Refused or spent with nothing to settle, settled, given back.
+            (Phase::Acquiring { .. }, Reply::Refused | Reply::Spent)
+            | (Phase::Settling(_), _)
+            | (Phase::GivingBack { .. }, _) => {
+                let c = &mut state.clients[id as usize];
+                c.phase = Phase::Idle;
+                c.lost = false;
+            }
+            _ => {}
+        }
+    }
+
+    /// Whether a dropped guard's release may be sent again at `now`: while
+    /// the guard's lease runs (the mutation: until the hold has surely
+    /// expired, counted from the drop).
+    pub(super) fn may_resend_dropped(&self, now: Time, bg: Background) -> bool {
+        match self.mutation {
+            Mutation::DroppedReleasePastLease => now < bg.until,
+            _ => now < bg.deadline,
+        }
+    }
+
+    /// Whether the give-back of a grant whose lease runs until `deadline`
+    /// may be sent at `now`: while it runs (the mutation: always).
+    pub(super) fn may_give_back(&self, now: Time, deadline: Time) -> bool {
+        self.mutation == Mutation::GiveBackPastLease || now < deadline
+    }
+
+    /// A grant too few replicas acknowledged (or whose sync failed) is
+    /// given back, under a request of its own.
+    pub(super) fn give_back_unsynced(state: &mut State, id: ClientId, grant: ReqId) {
+        let give_back = Self::next_req(state, id);
+        state.clients[id as usize].phase = Phase::GivingBack {
+            req: give_back,
+            grant,
+            resends: 0,
+        };
+        Self::send(state, id, Op::GiveBack(give_back, grant));
+    }
+
+    /// Replica sync's request runs on the master: the latch's touch (a
+    /// write on this connection, after the grant's), then `WAIT` for the
+    /// offset it reached; a latch gone from this master (a failover lost
+    /// the grant) answers at once that the grant is not synced.
+    pub(super) fn run_sync(&self, state: &mut State, sent: Sent) {
+        let Op::Sync(req, failovers, offset) = sent.op else {
+            return;
+        };
+        if self.wanted == 0 && self.offline {
+            return self.run_online_sync(state, sent, req);
+        }
+        let wait_for = if self.mutation == Mutation::SyncWithoutTouch {
+            // `WAIT` alone counts the writes of its own connection: the
+            // grant's, unless a failover replaced the connection since.
+            Some(if failovers == state.failovers {
+                offset
+            } else {
+                0
+            })
+        } else if state.server.latch(req) == Some(Latch::Granted) {
+            let expires = state.now + self.bounds.latch_ttl;
+            state.server.set_latch(req, Latch::Granted, expires);
+            state.server.offset += 1;
+            Some(state.server.offset)
+        } else {
+            None
+        };
+        match wait_for {
+            // `Replicas::Online` on a master with no replica: nothing to
+            // wait for.
+            Some(_) if self.wanted == 0 && state.replicas.is_empty() => {
+                self.wait_returns(state, sent, Some(0));
+            }
+            Some(offset) => {
+                state.waits.push((sent, offset));
+                state.waits.sort();
+            }
+            // No grant here to wait for: not synced.
+            None => self.wait_returns(state, sent, None),
+        }
+    }
+
+    /// A `WAIT` returns with the replicas that reached its offset: or a
+    /// failover broke its connection, or the latch was not there to touch
+    /// (`acked: None`), which the client reads as not synced.
+    /// `Replicas::Online` sync as the library runs it, with replicas that
+    /// come online: a cached count of online replicas above 0 is used,
+    /// otherwise the latch's touch and `ROLE` count them anew (under
+    /// `TrustsCachedZero` a cached 0 answers at once); no grant on the
+    /// master is a sync that failed; none online, nothing to wait for;
+    /// else `WAIT` for that many, enough when one acknowledges.
+    pub(super) fn run_online_sync(&self, state: &mut State, sent: Sent, req: ReqId) {
+        let id = sent.client as usize;
+        let seen = state.clients[id].online_seen;
+        if seen == Some(0) && self.mutation == Mutation::TrustsCachedZero {
+            return self.answer_sync(state, sent, true);
+        }
+        if state.server.latch(req) != Some(Latch::Granted) {
+            state.clients[id].online_seen = None;
+            return self.answer_sync(state, sent, false);
+        }
+        let expires = state.now + self.bounds.latch_ttl;
+        state.server.set_latch(req, Latch::Granted, expires);
+        state.server.offset += 1;
+        let count = match seen {
+            Some(n) if n > 0 => n,
+            _ => {
+                let n = state.online.iter().filter(|online| **online).count() as u8;
+                state.clients[id].online_seen = Some(n);
+                n
+            }
+        };
+        if count == 0 {
+            return self.answer_sync(state, sent, true);
+        }
+        state.waits.push((sent, state.server.offset));
+        state.waits.sort();
+    }
+
+    pub(super) fn wait_returns(&self, state: &mut State, sent: Sent, acked: Option<u8>) {
+        let enough = acked.is_some_and(|acked| {
+            acked >= self.wanted.max(1) || (self.wanted == 0 && state.replicas.is_empty())
+        });
+        self.answer_sync(state, sent, enough);
+    }
+
+    /// The reply of a replica sync, to its client if it still awaits it.
+    pub(super) fn answer_sync(&self, state: &mut State, sent: Sent, enough: bool) {
+        if !self.awaited(state, sent) {
+            return;
+        }
+        state.replies.push(Answer {
+            to: sent,
+            reply: Reply::Synced(enough),
+            token: 0,
+            grant: 0,
+            wrote: (0, 0),
+        });
+        state.replies.sort();
+    }
+
+    /// A client's call timed out: resend while its budget lasts, else give
+    /// up.
+    pub(super) fn time_out(&self, state: &mut State, id: ClientId) {
+        let resends_max = self.bounds.resends;
+        let c = state.clients[id as usize];
+        if let Phase::Syncing { req } = c.phase {
+            // `WAIT`'s reply lost: the sync failed, and the grant is given
+            // back.
+            return Self::give_back_unsynced(state, id, req);
+        }
+        let (phase, op) = match c.phase {
+            Phase::Acquiring {
+                req,
+                since,
+                resends,
+            } if resends < resends_max => (
+                Phase::Acquiring {
+                    req,
+                    since,
+                    resends: resends + 1,
+                },
+                Some(Op::Acquire(req, c.lease)),
+            ),
+            Phase::Acquiring { req, .. } => (Phase::Settling(req), Some(Op::Settle(req))),
+            Phase::Releasing { req, resends } if resends < resends_max => (
+                Phase::Releasing {
+                    req,
+                    resends: resends + 1,
+                },
+                Some(Op::Release(req, c.lease)),
+            ),
+            Phase::GivingBack {
+                req,
+                grant,
+                resends,
+            } if resends < resends_max && self.may_give_back(state.now, c.since + c.lease) => (
+                Phase::GivingBack {
+                    req,
+                    grant,
+                    resends: resends + 1,
+                },
+                Some(Op::GiveBack(req, grant)),
+            ),
+            // Out of resends: what it held or may have taken stands until
+            // its TTL ends.
+            Phase::Releasing { .. } | Phase::Settling(_) | Phase::GivingBack { .. } => {
+                let c = &mut state.clients[id as usize];
+                c.count = 0;
+                c.abandoned += 1;
+                c.lost = false;
+                (Phase::Idle, None)
+            }
+            _ => return,
+        };
+        let c = &mut state.clients[id as usize];
+        if matches!(c.phase, Phase::Acquiring { .. }) {
+            c.lost = true;
+        }
+        c.phase = phase;
+        match op {
+            Some(op) => Self::send(state, id, op),
+            // No reply of the last send is read any more.
+            None => state.clients[id as usize].send += 1,
+        }
+    }
+}
