@@ -32,6 +32,7 @@ fn holds_for(model: LockModel) {
 }
 
 #[test]
+#[ignore = "over 10 s: .ci/run runs it once, with --ignored"]
 fn the_protocol_holds_through_lost_replies_and_late_sends() {
     holds(Bounds::lost_replies());
 }
@@ -42,11 +43,13 @@ fn the_protocol_holds_through_leases_running_out_renewals_and_a_crash() {
 }
 
 #[test]
+#[ignore = "over 10 s: .ci/run runs it once, with --ignored"]
 fn the_protocol_holds_when_a_dropped_guards_release_meets_the_owners_next_acquire() {
     holds(Bounds::dropped());
 }
 
 #[test]
+#[ignore = "over 10 s: .ci/run runs it once, with --ignored"]
 fn the_protocol_holds_when_requests_arrive_late_while_leases_run_out() {
     holds(Bounds::late());
 }
@@ -316,6 +319,7 @@ fn with_replica_sync_resends_and_a_failover_keep_one_holder() {
 /// Two replicas, both of which must acknowledge (`Replicas::AtLeast(2)`):
 /// the failover promotes either, and the other syncs from it anew.
 #[test]
+#[ignore = "over 10 s: .ci/run runs it once, with --ignored"]
 fn with_replica_sync_of_both_replicas_a_failover_keeps_one_holder() {
     let mut model = LockModel::replicated(Bounds::failover(), true);
     model.replicas = 2;
@@ -330,6 +334,7 @@ fn with_replica_sync_of_both_replicas_a_failover_keeps_one_holder() {
 /// replica with the highest offset, but promote another when that one is
 /// unreachable.
 #[test]
+#[ignore = "over 10 s: .ci/run runs it once, with --ignored"]
 fn a_limit_a_failover_to_a_replica_that_did_not_acknowledge_allows_two_holders() {
     let mut model = LockModel::replicated(Bounds::failover(), true);
     model.replicas = 2;
@@ -392,6 +397,7 @@ fn with_replica_sync_of_the_online_replicas_a_replica_coming_online_keeps_one_ho
 /// hold; the other client takes the lock. The give-back checks the
 /// grant's latch.
 #[test]
+#[ignore = "over 10 s: .ci/run runs it once, with --ignored"]
 fn a_give_back_that_ignores_its_grants_latch_takes_the_owners_next_hold() {
     let mut model = online_model(Mutation::GiveBackIgnoresLatch);
     model.offline = false;
@@ -403,6 +409,7 @@ fn a_give_back_that_ignores_its_grants_latch_takes_the_owners_next_hold() {
 /// that came online meanwhile lacks it, is promoted, and the other client
 /// takes the lock there.
 #[test]
+#[ignore = "over 10 s: .ci/run runs it once, with --ignored"]
 fn trusting_a_kept_count_of_no_online_replica_allows_two_holders() {
     found(online_model(Mutation::TrustsCachedZero), ONE_HOLDER);
 }
@@ -454,6 +461,7 @@ fn a_limit_fencing_tokens_go_back_after_a_failover_without_replica_sync() {
 /// The checks above let a request reach Redis within one tick of its send
 /// (`window: 1`); here within two.
 #[test]
+#[ignore = "over 10 s: .ci/run runs it once, with --ignored"]
 fn a_limit_a_release_delayed_past_its_holds_end_takes_the_owners_next_hold() {
     let bounds = Bounds {
         window: 2,
