@@ -1441,6 +1441,99 @@ async fn a_lost_grant_of_a_late_resend_is_given_back_by_the_grants_own_lease() {
     );
 }
 
+/// A hold taken by a late resend of an acquire whose caller had left (its
+/// first send was cut on its way, and Redis was out of reach for a while;
+/// the request goes on in the background) is given back when its reply
+/// comes, judged by when that grant ran, not by the first send: by then
+/// another hold of the owner, taken after the first send's lease would
+/// have ended, keeps the key for 30 s, and the owner's count goes back to
+/// that hold's at once. (Judged from the first send, the give-back was
+/// skipped as too late, and the count stayed with the key: `cancel_fuzz`
+/// left such a hold behind on a loaded machine.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_grant_whose_caller_left_is_given_back_by_the_grants_own_lease() {
+    common::init_tracing();
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port());
+    let timeout = Duration::from_secs(2);
+    let watchdog = Duration::from_secs(1);
+    let client = soon(
+        Client::builder(proxy.url())
+            .watchdog_timeout(watchdog)
+            .response_timeout(timeout)
+            .connection_timeout(timeout)
+            // Sends enough to outlast the outage below.
+            .release_attempts(12)
+            .build(),
+    )
+    .await
+    .unwrap();
+    warm_up(&client).await;
+    let name = "lost:caller-left-late";
+    let field = format!("{}:job", client.id());
+    let lock = client.lock(name).with_owner("job");
+    swept(&server).await;
+    let monitor = Monitor::start(&server);
+    let acquire = format!("ferrisson_acquire_latch:{{{name}}}");
+
+    // A watchdog acquire: its first send is cut before it reaches Redis,
+    // which is out of reach from then on, and its caller leaves.
+    proxy.cut_before_next_then_refuse(&acquire);
+    let first_sent = Instant::now();
+    let attempt = {
+        let lock = lock.clone();
+        tokio::spawn(async move { lock.lock().await })
+    };
+    eventually(Duration::from_secs(5), || async {
+        proxy.cut_commands() == 1
+    })
+    .await;
+    attempt.abort();
+    assert!(
+        attempt.await.unwrap_err().is_cancelled(),
+        "the lock was taken"
+    );
+
+    // Redis comes back: a resend is granted, its reply held on its way.
+    tokio::time::sleep_until(first_sent + timeout + watchdog / 2).await;
+    proxy.hold_next_reply_to(&acquire);
+    proxy.refuse(false);
+    eventually(Duration::from_secs(10), || async {
+        monitor.acquires_of(name).len() == 1
+    })
+    .await;
+    assert_eq!(hold_count(&server, name, &field), 1);
+
+    // Once the first send's lease would have ended (its watchdog TTL, a
+    // response timeout and a margin), and while the grant's runs, the
+    // owner takes the lock for 30 s (a re-entry, count 2); then the held
+    // replies go on, the grant's to nobody.
+    let first_ended = first_sent + watchdog + timeout + watchdog / 10;
+    tokio::time::sleep_until(first_ended.max(Instant::now())).await;
+    let kept = {
+        let lock = lock.clone();
+        tokio::spawn(async move { lock.lock_with_lease(Duration::from_secs(30)).await })
+    };
+    eventually(Duration::from_secs(10), || async {
+        monitor.acquires_of(name).len() == 2
+    })
+    .await;
+    proxy.release_held();
+    let kept = soon(kept).await.unwrap().unwrap();
+
+    // The grant is given back: the count is the kept hold's again, well
+    // before its 30 s could hide a count left behind.
+    eventually(Duration::from_secs(10), || async {
+        monitor.script_calls(name, "redisson_unlock_latch:").len() == 1
+            && hold_count(&server, name, &field) == 1
+    })
+    .await;
+    let ttl = server.cmd(&["PTTL", name]).as_int().unwrap();
+    assert!(ttl > 20_000, "the kept hold's TTL was cut short: {ttl} ms");
+    soon(kept.unlock()).await.unwrap();
+    assert!(!common::exists(&server, name));
+}
+
 /// A grant whose replies were all lost, settled only after its own lease
 /// ran out, while a hold the owner took meanwhile kept the key: the owner's
 /// count of that grant is still in the key, and its give-back goes out.

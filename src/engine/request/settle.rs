@@ -66,9 +66,14 @@ pub(super) fn granted_in(sent: Instant, answered: Instant, latch_ttl: u64, left:
     )
 }
 
-/// `granted` with the grant's server time, read from its latch
-/// (`acquire_granted.lua`, which changes nothing): a hold given back after
-/// its lease, by this client's clock, may still share its key with another
+/// `granted` narrowed by what the grant's latch tells (`acquire_granted.lua`,
+/// which changes nothing): when the grant ran, by its age, and by the
+/// server's clock. A request whose earlier sends got no reply only knows
+/// that its grant came after the first of them, which may be seconds
+/// before the send granted: taken as the grant's time, it would call the
+/// hold's lease over before its give-back went out and leave the hold in
+/// a key another hold of its owner keeps. And a hold given back after its
+/// lease, by this client's clock, may still share its key with another
 /// hold of its owner, which the two grants' server times tell where a late
 /// reply blurs this client's. As it was when the latch is gone already
 /// (deleted once its request was spent) or cannot be read.
@@ -78,17 +83,22 @@ pub(super) async fn on_server(
     latch_ttl: u64,
     granted: GrantedIn,
 ) -> GrantedIn {
+    let sent = Instant::now();
     let read: redis::RedisResult<(i64, u64)> = ACQUIRE_GRANTED
         .key(latch)
         .arg(latch_ttl)
         .invoke_async(&mut client.conn())
         .await;
+    let answered = Instant::now();
     match read {
         // Not a lengthened latch (see `granted_in`), whose age is unknown.
-        Ok((left, at)) if (0..=latch_ttl as i64).contains(&left) => GrantedIn {
-            on_server: Some(at),
-            ..granted
-        },
+        Ok((left, at)) if (0..=latch_ttl as i64).contains(&left) => {
+            let told = granted_in(sent, answered, latch_ttl, left as u64);
+            GrantedIn {
+                on_server: Some(at),
+                ..GrantedIn::between(granted.from.max(told.from), granted.by.min(told.by))
+            }
+        }
         _ => granted,
     }
 }
