@@ -257,7 +257,12 @@ async fn a_restart_with_holders_and_waiters_recovers() {
     let watchdog = Duration::from_millis(1200);
     let mut server = RedisServer::start();
     let a = client(&server, watchdog).await;
+    // The waiters that wait for ever on `b`, those with a deadline on `d`:
+    // a client's subscriptions then tell that its waiters' first tries are
+    // done (a try_lock_for's first try fails on a connection error, by
+    // design, and must not meet the restart).
     let b = client(&server, watchdog).await;
+    let d = client(&server, watchdog).await;
     let guard = soon(a.lock("restart").lock()).await.unwrap();
     let leased = soon(
         a.lock("restart:leased")
@@ -267,10 +272,11 @@ async fn a_restart_with_holders_and_waiters_recovers() {
     .unwrap();
     let mut waiters = Vec::new();
     for i in 0..4 {
+        let waiter = if i < 2 { &b } else { &d };
         let lock = if i % 2 == 0 {
-            b.lock("restart")
+            waiter.lock("restart")
         } else {
-            b.lock("restart:leased")
+            waiter.lock("restart:leased")
         };
         waiters.push(tokio::spawn(async move {
             let guard = if i < 2 {
@@ -286,7 +292,10 @@ async fn a_restart_with_holders_and_waiters_recovers() {
             got
         }));
     }
-    eventually(Duration::from_secs(10), || async { b.subscriptions() == 2 }).await;
+    eventually(Duration::from_secs(10), || async {
+        b.subscriptions() == 2 && d.subscriptions() == 2
+    })
+    .await;
     let restarted = Instant::now();
     server.restart();
     within(watchdog * 3, guard.lease_lost()).await;
@@ -311,7 +320,7 @@ async fn a_restart_with_holders_and_waiters_recovers() {
         "restart: holder told its lease was lost {told:?} after the restart; \
          4 waiters served within {last:?}"
     );
-    for client in [&a, &b, &c] {
+    for client in [&a, &b, &c, &d] {
         common::settled(client).await;
     }
 }
