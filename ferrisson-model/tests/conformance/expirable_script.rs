@@ -63,6 +63,19 @@ enum Got {
     Gone([bool; 3]),
 }
 
+/// Played first in every run, before the drawn steps: a permit renewed
+/// after its lease ended and before any script took it back. The draws
+/// reach that order only now and then (three seeds once missed it, and a
+/// renewal that lengthens such a permit escaped).
+const PRELUDE: [Step; 3] = {
+    let req = ReqId { client: 0, seq: 1 };
+    [
+        Step::Acquire(req),
+        Step::Lapse(req),
+        Step::Renew(req, req, true),
+    ]
+};
+
 fn draw(rng: &mut Rng) -> Step {
     let req = ReqId {
         client: rng.below(2) as ClientId,
@@ -316,8 +329,11 @@ fn agree_step_by_step(
         let _: () = conn.set(OTHER, "not a sorted set").unwrap();
         let mut model = Server::with(TOTAL);
         let mut steps = Vec::new();
-        for _ in 0..STEPS {
-            let step = draw(&mut rng);
+        for i in 0..STEPS {
+            let step = match (sequence, PRELUDE.get(i)) {
+                (0, Some(&step)) => step,
+                _ => draw(&mut rng),
+            };
             steps.push(step);
             let context = format!("seed {seed}, sequence {sequence}, steps {steps:?}");
             let real = run(&mut conn, &scripts, step);
