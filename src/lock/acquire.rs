@@ -135,6 +135,23 @@ impl LockCore {
     /// check the replicas.
     async fn attempt(&self, req: &AcquireRequest<'_>) -> Result<Tried<LockGuard>> {
         let runtime = runtime()?;
+        // A hold of this owner whose release was never sent (its lease ran
+        // out by this clock) may stand in Redis a moment longer: a grant
+        // now would re-enter it, and keep its count in the key, under this
+        // hold's TTL, with no release to take it out. Its end is waited
+        // for, within the call's time; past it, the lock counts as held.
+        if let Some(until) = Guards::get().lingering(&req.key) {
+            let limit = match (req.limits.deadline, req.limits.resend_until) {
+                (Some(deadline), Some(resend)) => Some(deadline.max(resend)),
+                (deadline, resend) => deadline.or(resend),
+            };
+            if limit.is_some_and(|limit| until > limit) {
+                return Ok(Tried::Again(Some(
+                    until.saturating_duration_since(Instant::now()),
+                )));
+            }
+            tokio::time::sleep_until(until).await;
+        }
         let ttl_ms = self.hold_ttl(req);
         let sent = Instant::now();
         let token = match self.send_latched(req, ttl_ms, &runtime).await? {
@@ -312,7 +329,7 @@ impl LockCore {
                     .registry()
                     .hold(key.clone(), sent, how, self.kind.label())
             }
-            Some(ms) => LeaseState::leased(sent + Duration::from_millis(ms)),
+            Some(ms) => LeaseState::leased_from(sent, Duration::from_millis(ms)),
         };
         LockGuard::new(
             self.obj.clone(),

@@ -305,7 +305,7 @@ impl LockGuard {
         };
         let sent = hold.renew(ttl).await?;
         hold.slot
-            .set_lease(Some(lease_ms), LeaseState::leased(sent + lease));
+            .set_lease(Some(lease_ms), LeaseState::leased_from(sent, lease));
         Ok(())
     }
 

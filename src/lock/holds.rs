@@ -38,7 +38,7 @@ use tokio::time::Instant;
 
 use crate::engine::request::GrantedIn;
 use crate::engine::takeover::HeldLease;
-use crate::engine::watchdog::{HoldKey, LeaseState, Registry};
+use crate::engine::watchdog::{drift_margin, HoldKey, LeaseState, Registry};
 
 /// One live guard's hold, as its owner's other calls see it.
 #[derive(Debug)]
@@ -69,11 +69,37 @@ pub(crate) struct Slot {
     /// For a hold given back whose settle found it: when it was granted by
     /// the server's clock (ms since the Unix epoch), and its TTL (ms).
     on_server: Option<(u64, u64)>,
+    /// How long after its lease's deadline, by this process's clock, Redis
+    /// may still keep the hold (see [`Slot::may_stand_until`]).
+    overrun: Mutex<Duration>,
 }
 
 /// How far a grant's server time, read from its latch, may run after the
 /// TTL its script set (ms).
 const SERVER_SLACK_MS: u64 = 5;
+
+/// How long past its TTL Redis may still answer for a key: it keeps TTLs
+/// in whole ms, and a key is gone only once its ms has passed.
+const EXPIRY_SLACK: Duration = Duration::from_millis(2);
+
+/// How long past `state`'s deadline Redis may keep its hold, for a lease
+/// (`lease_ms`, `None`: the watchdog's) whose call was answered `now`:
+/// the deadline counts from that call's send, and Redis set the TTL when
+/// the call ran, at most the reply's time; a watchdog deadline leaves out
+/// its drift margin too. (A renewal whose reply was lost may have set the
+/// TTL later still: not counted.)
+fn overrun(lease_ms: Option<u64>, state: &LeaseState, now: Instant) -> Duration {
+    let (ttl, margin) = match lease_ms {
+        Some(ms) => (Duration::from_millis(ms), Duration::ZERO),
+        None => {
+            let ttl = state.watchdog_ttl().unwrap_or_default();
+            (ttl, drift_margin(ttl))
+        }
+    };
+    let sent = state.deadline().checked_sub(ttl - margin);
+    let answered_after = sent.map_or(Duration::ZERO, |sent| now.saturating_duration_since(sent));
+    answered_after + margin + EXPIRY_SLACK
+}
 
 /// How a hold keeps its owner's key alive, by this process's clock.
 #[derive(Debug, Clone, Copy)]
@@ -95,15 +121,20 @@ pub(crate) struct SlotLease {
 }
 
 impl Slot {
+    /// The slot of a hold granted by now, `lease_ms` (`None`: the
+    /// watchdog's) counted as `state` says.
     pub(crate) fn new(lease_ms: Option<u64>, state: Arc<LeaseState>) -> Arc<Slot> {
+        let now = Instant::now();
+        let overrun = overrun(lease_ms, &state, now);
         Arc::new(Slot {
             claimed: AtomicBool::new(false),
             lease: Mutex::new(SlotLease { lease_ms, state }),
             changed: Notify::new(),
             after: Mutex::new(After::Held),
             standing: OnceLock::new(),
-            life: Mutex::new(Instant::now()),
+            life: Mutex::new(now),
             on_server: None,
+            overrun: Mutex::new(overrun),
         })
     }
 
@@ -133,7 +164,24 @@ impl Slot {
             standing: OnceLock::new(),
             life: Mutex::new(granted.by),
             on_server: granted.on_server.map(|at| (at, lease_ms)),
+            // Its lease counts from the earliest instant of the grant.
+            overrun: Mutex::new(granted.by.saturating_duration_since(granted.from) + EXPIRY_SLACK),
         })
+    }
+
+    /// The latest instant, by this process's clock, at which Redis may
+    /// still keep this hold by its own lease, whether or not its release
+    /// was sent: `None` when the lease is known lost (Redis said the hold
+    /// is gone). Later than the lease's deadline by the time its call took
+    /// to be answered: the deadline counts from the send, and Redis counts
+    /// the TTL from when the call ran.
+    pub(crate) fn may_stand_until(&self) -> Option<Instant> {
+        let until = self.lease().state.stands_until()?;
+        let overrun = *self
+            .overrun
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        Some(until + overrun)
     }
 
     /// Whether this hold and `other`, both given back with their grants'
@@ -252,7 +300,13 @@ impl Slot {
             .clone()
     }
 
+    /// Replaces the hold's lease with one whose call was just answered.
     pub(crate) fn set_lease(&self, lease_ms: Option<u64>, state: Arc<LeaseState>) {
+        *self
+            .overrun
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()) =
+            overrun(lease_ms, &state, Instant::now());
         *self
             .lease
             .lock()
@@ -330,6 +384,19 @@ impl Standing {
 pub(crate) struct Guards(DashMap<HoldKey, Vec<Arc<Slot>>>);
 
 static GUARDS: LazyLock<Guards> = LazyLock::new(Guards::default);
+
+/// For each (lock, owner): until when a hold of the owner whose release
+/// was never sent (its lease ran out by this process's clock first) or
+/// never got through may still stand in Redis (see
+/// [`Slot::may_stand_until`]). The key ends with it, unless a grant of the
+/// owner joins it meanwhile: a re-entry, which would raise the key's TTL
+/// and keep that hold's count in it, a count no release will ever take
+/// out. So an acquire of the owner that holds nothing else there waits
+/// for the end first ([`Guards::lingering`]).
+static LINGERING: LazyLock<DashMap<HoldKey, Instant>> = LazyLock::new(DashMap::new);
+
+/// How many entries [`LINGERING`] keeps before it forgets the ended ones.
+const LINGERING_PRUNE_AT: usize = 64;
 
 impl Guards {
     /// The process's live guards.
@@ -505,6 +572,41 @@ impl Guards {
             });
             slots.is_empty()
         });
+    }
+
+    /// Records that `slot`'s hold of `key`, whose release is not sent or
+    /// did not get through, may still stand in Redis until its lease's end
+    /// there (see [`Slot::may_stand_until`]).
+    pub(crate) fn lingers(&self, key: &HoldKey, slot: &Slot) {
+        let now = Instant::now();
+        let Some(until) = slot.may_stand_until().filter(|&until| until > now) else {
+            return;
+        };
+        if LINGERING.len() >= LINGERING_PRUNE_AT {
+            LINGERING.retain(|_, until| *until > now);
+        }
+        let mut entry = LINGERING.entry(key.clone()).or_insert(until);
+        *entry = (*entry).max(until);
+    }
+
+    /// Until when a hold of `key`'s owner that no guard owns any more may
+    /// still stand in Redis (see [`LINGERING`]), when the owner has no live
+    /// hold of the lock here: a grant made before then would join that
+    /// hold's key and keep its count. `None` when no such hold may stand
+    /// now, or when a live hold keeps the key anyway (a re-entry joins it
+    /// by right).
+    pub(crate) fn lingering(&self, key: &HoldKey) -> Option<Instant> {
+        let now = Instant::now();
+        let until = *LINGERING.get(key)?;
+        if until <= now {
+            LINGERING.remove_if(key, |_, until| *until <= now);
+            return None;
+        }
+        let live = self
+            .0
+            .get(key)
+            .is_some_and(|slots| slots.iter().any(|slot| !slot.is_lost()));
+        (!live).then_some(until)
     }
 
     /// Forgets `slot`; the entry goes with its last slot.

@@ -214,6 +214,9 @@ impl Release {
         let watched = renewed.is_some();
         let own_lease = watchdog || !watched;
         if own_lease && !lease.state.stands_at(Instant::now()) {
+            // Not sent: Redis may keep the hold a moment longer than this
+            // clock (see `Guards::lingering`).
+            Guards::get().lingers(&key, &slot);
             Guards::get().finish(&key, &slot, After::Gone, false, registry);
             return Err(Error::LeaseLost {
                 name: key.name.to_string(),
@@ -297,6 +300,9 @@ impl Release {
             grant: self.grant.as_ref().map(|latch| latch.key.as_str()),
         };
         let answer = release_hold_as(lock, &call).instrument(span).await;
+        if lingers(&answer) {
+            Guards::get().lingers(&self.key, &self.slot);
+        }
         // How the key stands now, for the releases that stand by this hold.
         let (after, last) = settled(self.kind, self.lease_ms, self.keep_until, &answer);
         Guards::get().finish(&self.key, &self.slot, after, last, self.lock.registry());
@@ -441,9 +447,19 @@ async fn give_back_once(lock: &Object, hold: &Parked) -> Result<Answer> {
         grant: grant.as_ref().map(|latch| latch.key.as_str()),
     };
     let answer = release_hold_as(lock, &call).await;
+    if lingers(&answer) {
+        Guards::get().lingers(key, &slot);
+    }
     let (after, last) = settled(kind, ttl_ms, None, &answer);
     Guards::get().finish(key, &slot, after, last, registry);
     answer
+}
+
+/// Whether a release that answered so may have left its hold standing in
+/// Redis: it was not sent (the lease ran out first) or did not get
+/// through. "Not held" says the hold is gone.
+fn lingers(answer: &Result<Answer>) -> bool {
+    matches!(answer, Err(err) if !matches!(err, Error::NotHeld { .. }))
 }
 
 /// How a release's answer leaves the key, for the releases that stand by

@@ -112,6 +112,16 @@ impl LeaseState {
         LeaseState::new(deadline, None)
     }
 
+    /// The lease of a hold whose call, sent at `sent`, set its key's TTL
+    /// to `lease`: it runs out a millisecond early, as Redis may count it.
+    /// Redis counts a TTL from its clock's last whole millisecond, which
+    /// may lie up to a millisecond before the call ran, so the key may
+    /// go that much before `sent + lease`.
+    pub(crate) fn leased_from(sent: Instant, lease: Duration) -> Arc<Self> {
+        let grain = Duration::from_millis(1).min(lease);
+        LeaseState::leased(sent + (lease - grain))
+    }
+
     /// A watchdog hold's lease of `key`, good until `deadline` unless
     /// renewed.
     pub(super) fn watched(
