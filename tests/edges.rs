@@ -256,46 +256,57 @@ async fn extending_one_hold_leaves_the_longer_lease_of_another() {
 /// A leased hold answered late (Redis was paused while the acquire
 /// waited) runs out by its guard's clock, which counts from the send,
 /// before Redis, which counts from when it ran, lets the key go. The
-/// owner's next acquire, at once, takes a hold of its own: re-entering the
-/// old one would keep that hold's count in the key under the new lease, a
-/// count no release takes out, and the lock would stay held after the new
-/// guard's release. Before (2026-12-02) it did, for the new lease; under
-/// load a 1 ms lease was enough (bad_input's edge cases, once in 14 runs).
+/// owner's next acquire, at once, takes a hold of its own, whether the old
+/// guard is still alive or was released (not sent: its lease ran out):
+/// re-entering the old hold would keep its count in the key under the new
+/// lease, a count no release takes out, and the lock would stay held after
+/// the new guard's release. Before (2026-12-02) it did, for the new lease;
+/// under load a 1 ms lease was enough (bad_input's edge cases, once in 14
+/// runs).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lease_run_out_by_the_clock_is_not_reentered_while_redis_keeps_it() {
     let server = RedisServer::start();
     let client = client(&server, WATCHDOG).await;
-    let other = client_at(&server).await;
+    let other = common::client(&server, WATCHDOG).await;
     let lock = client.lock("edges:late");
     let lease = Duration::from_millis(400);
-    server.freeze();
-    // One task, one owner: the thaw runs beside the acquire, in this task.
-    let (first, ()) = tokio::join!(lock.try_lock_with_lease(Duration::ZERO, lease), async {
-        tokio::time::sleep(lease + Duration::from_millis(200)).await;
-        server.thaw();
-    });
-    let first = first.unwrap().expect("a free lock");
-    assert!(first.is_lease_lost(), "the lease ran out before the reply");
-    assert!(exists(&server, "edges:late"), "Redis keeps it a while");
-    assert!(soon(first.unlock()).await.unwrap_err().is_lease_lost());
-    let second = soon(lock.try_lock_with_lease(Duration::ZERO, Duration::from_secs(60)))
-        .await
-        .unwrap()
-        .expect("the owner's lock, once Redis let the old hold go");
-    assert_eq!(soon(lock.hold_count()).await.unwrap(), 1);
-    soon(second.unlock()).await.unwrap();
-    assert!(!exists(&server, "edges:late"));
-    let theirs = soon(other.lock("edges:late").try_lock()).await.unwrap();
-    assert!(
-        theirs.is_some(),
-        "the lock is free after the owner's release"
-    );
-    soon(theirs.unwrap().unlock()).await.unwrap();
+    for released_first in [false, true] {
+        server.freeze();
+        // One task, one owner: the thaw runs beside the acquire, in this
+        // task.
+        let (first, ()) = tokio::join!(lock.try_lock_with_lease(Duration::ZERO, lease), async {
+            tokio::time::sleep(lease + Duration::from_millis(200)).await;
+            server.thaw();
+        });
+        let first = first.unwrap().expect("a free lock");
+        assert!(first.is_lease_lost(), "the lease ran out before the reply");
+        assert!(exists(&server, "edges:late"), "Redis keeps it a while");
+        let first = match released_first {
+            true => {
+                assert!(soon(first.unlock()).await.unwrap_err().is_lease_lost());
+                None
+            }
+            false => Some(first),
+        };
+        let second = soon(lock.try_lock_with_lease(Duration::ZERO, Duration::from_secs(60)))
+            .await
+            .unwrap()
+            .expect("the owner's lock, once Redis let the old hold go");
+        assert_eq!(
+            soon(lock.hold_count()).await.unwrap(),
+            1,
+            "{released_first}"
+        );
+        if let Some(first) = first {
+            assert!(soon(first.unlock()).await.unwrap_err().is_lease_lost());
+        }
+        soon(second.unlock()).await.unwrap();
+        assert!(!exists(&server, "edges:late"), "{released_first}");
+        let theirs = soon(other.lock("edges:late").try_lock()).await.unwrap();
+        let theirs = theirs.expect("the lock is free after the owner's release");
+        soon(theirs.unlock()).await.unwrap();
+    }
     common::settled(&client).await;
-}
-
-async fn client_at(server: &RedisServer) -> ferrisson::Client {
-    client(server, WATCHDOG).await
 }
 
 // --- guards dropped as a runtime ends ----------------------------------------

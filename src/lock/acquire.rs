@@ -6,6 +6,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::holds::EXPIRY_SLACK;
+use super::info::Extra;
 use super::kind::{AcquireArgs, Granted};
 use super::queue::{leave_queue, FairOwners, Queue, QueueExit};
 use super::release::give_back_hold;
@@ -135,22 +137,8 @@ impl LockCore {
     /// check the replicas.
     async fn attempt(&self, req: &AcquireRequest<'_>) -> Result<Tried<LockGuard>> {
         let runtime = runtime()?;
-        // A hold of this owner whose release was never sent (its lease ran
-        // out by this clock) may stand in Redis a moment longer: a grant
-        // now would re-enter it, and keep its count in the key, under this
-        // hold's TTL, with no release to take it out. Its end is waited
-        // for, within the call's time; past it, the lock counts as held.
-        if let Some(until) = Guards::get().lingering(&req.key) {
-            let limit = match (req.limits.deadline, req.limits.resend_until) {
-                (Some(deadline), Some(resend)) => Some(deadline.max(resend)),
-                (deadline, resend) => deadline.or(resend),
-            };
-            if limit.is_some_and(|limit| until > limit) {
-                return Ok(Tried::Again(Some(
-                    until.saturating_duration_since(Instant::now()),
-                )));
-            }
-            tokio::time::sleep_until(until).await;
+        if let Some(held) = self.wait_out_stale_count(req).await? {
+            return Ok(held);
         }
         let ttl_ms = self.hold_ttl(req);
         let sent = Instant::now();
@@ -189,6 +177,45 @@ impl LockCore {
         };
         let guard = self.hold(req, sent, ttl_ms, token, runtime);
         self.check_replicas(guard, req.slot.latch()).await
+    }
+
+    /// Waits, before a grant, for the end of a key that holds a count of
+    /// this owner no live guard owns (a hold whose release was never sent,
+    /// its lease run out by this clock first, or never got through: see
+    /// `Guards::lingering`): a grant would re-enter it, raise its TTL to
+    /// this hold's and keep that count in the key, where no release takes
+    /// it out. Redis is asked only when such a count may stand, and the
+    /// wait is the key's own TTL, within the call's time: past it, the
+    /// lock counts as held that long (`Some`).
+    async fn wait_out_stale_count(
+        &self,
+        req: &AcquireRequest<'_>,
+    ) -> Result<Option<Tried<LockGuard>>> {
+        if !self.kind.holds_share_ttl() || !Guards::get().lingering(&req.key) {
+            return Ok(None);
+        }
+        let (hash, pttl, ..) = self.read_lock(Extra::Plain).await?;
+        let stale = super::hash_value(&hash, &req.key.field).is_some();
+        let Some(ms) = u64::try_from(pttl).ok().filter(|_| stale) else {
+            Guards::get().forget_lingering(&req.key);
+            return Ok(None);
+        };
+        let left = Duration::from_millis(ms) + EXPIRY_SLACK;
+        let until = Instant::now() + left;
+        // No try starts after a wait's deadline; one try without a wait
+        // keeps half its send's time for the send.
+        let limit = match (req.limits.deadline, req.limits.resend_until) {
+            (Some(deadline), Some(resend)) if resend > deadline => {
+                Some(deadline + (resend - deadline) / 2)
+            }
+            (deadline, _) => deadline,
+        };
+        if limit.is_some_and(|limit| until > limit) {
+            return Ok(Some(Tried::Again(Some(left))));
+        }
+        tokio::time::sleep_until(until).await;
+        Guards::get().forget_lingering(&req.key);
+        Ok(None)
     }
 
     /// The TTL the acquire sets: the lease, or the handle's watchdog TTL

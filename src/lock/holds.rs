@@ -28,7 +28,7 @@
 //!   not only as long as its own lease. A release resent after a failed
 //!   connection goes on while any of them stands.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, LazyLock, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -80,14 +80,13 @@ const SERVER_SLACK_MS: u64 = 5;
 
 /// How long past its TTL Redis may still answer for a key: it keeps TTLs
 /// in whole ms, and a key is gone only once its ms has passed.
-const EXPIRY_SLACK: Duration = Duration::from_millis(2);
+pub(crate) const EXPIRY_SLACK: Duration = Duration::from_millis(2);
 
 /// How long past `state`'s deadline Redis may keep its hold, for a lease
 /// (`lease_ms`, `None`: the watchdog's) whose call was answered `now`:
 /// the deadline counts from that call's send, and Redis set the TTL when
 /// the call ran, at most the reply's time; a watchdog deadline leaves out
-/// its drift margin too. (A renewal whose reply was lost may have set the
-/// TTL later still: not counted.)
+/// its drift margin too.
 fn overrun(lease_ms: Option<u64>, state: &LeaseState, now: Instant) -> Duration {
     let (ttl, margin) = match lease_ms {
         Some(ms) => (Duration::from_millis(ms), Duration::ZERO),
@@ -169,19 +168,22 @@ impl Slot {
         })
     }
 
-    /// The latest instant, by this process's clock, at which Redis may
-    /// still keep this hold by its own lease, whether or not its release
-    /// was sent: `None` when the lease is known lost (Redis said the hold
-    /// is gone). Later than the lease's deadline by the time its call took
-    /// to be answered: the deadline counts from the send, and Redis counts
-    /// the TTL from when the call ran.
-    pub(crate) fn may_stand_until(&self) -> Option<Instant> {
-        let until = self.lease().state.stands_until()?;
+    /// Until when, by this process's clock, Redis may still keep this
+    /// hold, whether or not its release was sent, as far as this client
+    /// can tell: its lease's deadline, plus the time its call took to be
+    /// answered (the deadline counts from the send, Redis counts the TTL
+    /// from when the call ran), and for a watchdog hold a TTL more (a
+    /// renewal whose reply was lost may have set it later). A bound for
+    /// how long an acquire of the owner looks in Redis first (see
+    /// [`LINGERING`]), not a wait: the wait is the key's own TTL.
+    pub(crate) fn may_stand_until(&self) -> Instant {
+        let lease = self.lease();
         let overrun = *self
             .overrun
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
-        Some(until + overrun)
+        let renewed = lease.state.watchdog_ttl().unwrap_or_default();
+        lease.state.deadline() + overrun + renewed
     }
 
     /// Whether this hold and `other`, both given back with their grants'
@@ -387,16 +389,19 @@ static GUARDS: LazyLock<Guards> = LazyLock::new(Guards::default);
 
 /// For each (lock, owner): until when a hold of the owner whose release
 /// was never sent (its lease ran out by this process's clock first) or
-/// never got through may still stand in Redis (see
-/// [`Slot::may_stand_until`]). The key ends with it, unless a grant of the
-/// owner joins it meanwhile: a re-entry, which would raise the key's TTL
-/// and keep that hold's count in it, a count no release will ever take
-/// out. So an acquire of the owner that holds nothing else there waits
-/// for the end first ([`Guards::lingering`]).
+/// never got through, or whose count a release left in the key without a
+/// live guard to own it, may still stand in Redis (see
+/// [`Slot::may_stand_until`]). The key ends with its TTL, unless a grant of
+/// the owner joins it meanwhile: a re-entry, which would raise the TTL to
+/// its own lease and keep that count in the key, a count no release will
+/// ever take out, so that the lock stays held after the new hold's
+/// release. An acquire of the owner that has no live hold there looks in
+/// Redis first, and waits for such a key's end ([`Guards::lingering`]).
 static LINGERING: LazyLock<DashMap<HoldKey, Instant>> = LazyLock::new(DashMap::new);
 
-/// How many entries [`LINGERING`] keeps before it forgets the ended ones.
-const LINGERING_PRUNE_AT: usize = 64;
+/// The size of [`LINGERING`] at which it next forgets its ended entries
+/// (twice its size after the last time, at least 64).
+static LINGERING_PRUNE_AT: AtomicUsize = AtomicUsize::new(64);
 
 impl Guards {
     /// The process's live guards.
@@ -575,38 +580,59 @@ impl Guards {
     }
 
     /// Records that `slot`'s hold of `key`, whose release is not sent or
-    /// did not get through, may still stand in Redis until its lease's end
-    /// there (see [`Slot::may_stand_until`]).
+    /// did not get through, may still stand in Redis (see [`LINGERING`]).
     pub(crate) fn lingers(&self, key: &HoldKey, slot: &Slot) {
+        self.lingers_until(key, slot.may_stand_until());
+    }
+
+    /// Records that a count of `key`'s owner that no live guard owns may
+    /// stand in Redis until `until` (see [`LINGERING`]).
+    pub(crate) fn lingers_until(&self, key: &HoldKey, until: Instant) {
         let now = Instant::now();
-        let Some(until) = slot.may_stand_until().filter(|&until| until > now) else {
+        if until <= now {
             return;
-        };
-        if LINGERING.len() >= LINGERING_PRUNE_AT {
+        }
+        let len = LINGERING.len();
+        if len >= LINGERING_PRUNE_AT.load(Ordering::Relaxed) {
             LINGERING.retain(|_, until| *until > now);
+            LINGERING_PRUNE_AT.store((LINGERING.len() * 2).max(64), Ordering::Relaxed);
         }
         let mut entry = LINGERING.entry(key.clone()).or_insert(until);
         *entry = (*entry).max(until);
     }
 
-    /// Until when a hold of `key`'s owner that no guard owns any more may
-    /// still stand in Redis (see [`LINGERING`]), when the owner has no live
-    /// hold of the lock here: a grant made before then would join that
-    /// hold's key and keep its count. `None` when no such hold may stand
-    /// now, or when a live hold keeps the key anyway (a re-entry joins it
-    /// by right).
-    pub(crate) fn lingering(&self, key: &HoldKey) -> Option<Instant> {
+    /// Forgets what [`Guards::lingers`] recorded of `key`: its owner's
+    /// count is gone from Redis.
+    pub(crate) fn forget_lingering(&self, key: &HoldKey) {
+        LINGERING.remove(key);
+    }
+
+    /// Whether a count of `key`'s owner that no live guard owns may stand
+    /// in Redis now (see [`LINGERING`]), when the owner has no live hold of
+    /// the lock here: a guard still alive whose lease ran out, or a hold
+    /// recorded by [`Guards::lingers`]. False when a live hold keeps the
+    /// key anyway: a re-entry joins it by right.
+    pub(crate) fn lingering(&self, key: &HoldKey) -> bool {
         let now = Instant::now();
-        let until = *LINGERING.get(key)?;
-        if until <= now {
-            LINGERING.remove_if(key, |_, until| *until <= now);
-            return None;
+        let (mut live, mut stale) = (false, false);
+        if let Some(slots) = self.0.get(key) {
+            for slot in slots.iter().filter(|slot| !slot.is_claimed()) {
+                match slot.lease().state.is_lost() {
+                    false => live = true,
+                    true => stale |= now < slot.may_stand_until(),
+                }
+            }
         }
-        let live = self
-            .0
-            .get(key)
-            .is_some_and(|slots| slots.iter().any(|slot| !slot.is_lost()));
-        (!live).then_some(until)
+        if live {
+            return false;
+        }
+        if let Some(until) = LINGERING.get(key).map(|until| *until) {
+            if now < until {
+                return true;
+            }
+            LINGERING.remove_if(key, |_, until| *until <= now);
+        }
+        stale
     }
 
     /// Forgets `slot`; the entry goes with its last slot.

@@ -383,7 +383,7 @@ impl LockCore {
             let lease = lock.registry().release_any(&key);
             let ttl = lease.as_ref().and_then(|lease| lease.watchdog_ttl());
             let watchdog_ms = ttl.unwrap_or(lock.config().watchdog_timeout).as_millis() as u64;
-            release_hold(
+            let released = release_hold(
                 &lock,
                 kind,
                 &key.field,
@@ -391,7 +391,18 @@ impl LockCore {
                 lease.as_deref(),
                 Resend::Bounded,
             )
-            .await
+            .await;
+            if let Err(err) = &released {
+                if !matches!(err, Error::NotHeld { .. }) {
+                    // Not released: it stands in Redis until its TTL ends,
+                    // at most a watchdog TTL after its lease's.
+                    let until =
+                        (lease.as_ref()).map_or_else(tokio::time::Instant::now, |l| l.deadline());
+                    let ttl = Duration::from_millis(watchdog_ms);
+                    Guards::get().lingers_until(&key, until + ttl + holds::EXPIRY_SLACK);
+                }
+            }
+            released
         };
         Finish::detached(runtime()?, release).await
     }

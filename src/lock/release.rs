@@ -300,9 +300,7 @@ impl Release {
             grant: self.grant.as_ref().map(|latch| latch.key.as_str()),
         };
         let answer = release_hold_as(lock, &call).instrument(span).await;
-        if lingers(&answer) {
-            Guards::get().lingers(&self.key, &self.slot);
-        }
+        linger(&self.key, &self.slot, self.lease_ms, &answer);
         // How the key stands now, for the releases that stand by this hold.
         let (after, last) = settled(self.kind, self.lease_ms, self.keep_until, &answer);
         Guards::get().finish(&self.key, &self.slot, after, last, self.lock.registry());
@@ -447,19 +445,29 @@ async fn give_back_once(lock: &Object, hold: &Parked) -> Result<Answer> {
         grant: grant.as_ref().map(|latch| latch.key.as_str()),
     };
     let answer = release_hold_as(lock, &call).await;
-    if lingers(&answer) {
-        Guards::get().lingers(key, &slot);
-    }
+    linger(key, &slot, ttl_ms, &answer);
     let (after, last) = settled(kind, ttl_ms, None, &answer);
     Guards::get().finish(key, &slot, after, last, registry);
     answer
 }
 
-/// Whether a release that answered so may have left its hold standing in
-/// Redis: it was not sent (the lease ran out first) or did not get
-/// through. "Not held" says the hold is gone.
-fn lingers(answer: &Result<Answer>) -> bool {
-    matches!(answer, Err(err) if !matches!(err, Error::NotHeld { .. }))
+/// Records what a release of `slot`'s hold of `key`, with `lease_ms` as
+/// the least TTL it keeps, may have left standing in Redis that no live
+/// guard owns (see `Guards::lingering`): its own hold when it did not get
+/// through ("not held" says that hold is gone), or the counts left when
+/// holds remain (a hold of the owner whose release was never sent may be
+/// among them, kept by the TTL this release set); nothing once the key is
+/// gone.
+pub(crate) fn linger(key: &HoldKey, slot: &Slot, lease_ms: u64, answer: &Result<Answer>) {
+    let guards = Guards::get();
+    match answer {
+        Ok(Answer { reply: 0, .. }) => {
+            guards.lingers_until(key, Instant::now() + Duration::from_millis(lease_ms));
+        }
+        Ok(Answer { reply: 1, .. }) => guards.forget_lingering(key),
+        Ok(_) | Err(Error::NotHeld { .. }) => {}
+        Err(_) => guards.lingers(key, slot),
+    }
 }
 
 /// How a release's answer leaves the key, for the releases that stand by
