@@ -185,8 +185,9 @@ impl LockCore {
     /// `Guards::lingering`): a grant would re-enter it, raise its TTL to
     /// this hold's and keep that count in the key, where no release takes
     /// it out. Redis is asked only when such a count may stand, and the
-    /// wait is the key's own TTL, within the call's time: past it, the
-    /// lock counts as held that long (`Some`).
+    /// wait lasts until the count is gone (given back: Redis is asked again
+    /// every 100 ms) or the key's TTL ends, within the call's time: past
+    /// it, the lock counts as held that long (`Some`).
     async fn wait_out_stale_count(
         &self,
         req: &AcquireRequest<'_>,
@@ -194,14 +195,6 @@ impl LockCore {
         if !self.kind.holds_share_ttl() || !Guards::get().lingering(&req.key) {
             return Ok(None);
         }
-        let (hash, pttl, ..) = self.read_lock(Extra::Plain).await?;
-        let stale = super::hash_value(&hash, &req.key.field).is_some();
-        let Some(ms) = u64::try_from(pttl).ok().filter(|_| stale) else {
-            Guards::get().forget_lingering(&req.key);
-            return Ok(None);
-        };
-        let left = Duration::from_millis(ms) + EXPIRY_SLACK;
-        let until = Instant::now() + left;
         // No try starts after a wait's deadline; one try without a wait
         // keeps half its send's time for the send.
         let limit = match (req.limits.deadline, req.limits.resend_until) {
@@ -210,12 +203,27 @@ impl LockCore {
             }
             (deadline, _) => deadline,
         };
-        if limit.is_some_and(|limit| until > limit) {
-            return Ok(Some(Tried::Again(Some(left))));
+        loop {
+            let (hash, pttl, ..) = self.read_lock(Extra::Plain).await?;
+            let stale = super::hash_value(&hash, &req.key.field).is_some();
+            let Some(ms) = u64::try_from(pttl).ok().filter(|_| stale) else {
+                Guards::get().forget_lingering(&req.key);
+                return Ok(None);
+            };
+            let now = Instant::now();
+            let end = now + Duration::from_millis(ms) + EXPIRY_SLACK;
+            // A give-back on its way may take the count out before the
+            // key's end: looked at again meanwhile.
+            let next = end.min(now + STALE_LOOK_AGAIN);
+            if limit.is_some_and(|limit| end > limit) {
+                return Ok(Some(Tried::Again(Some(end - now))));
+            }
+            tokio::time::sleep_until(next).await;
+            if next == end {
+                Guards::get().forget_lingering(&req.key);
+                return Ok(None);
+            }
         }
-        tokio::time::sleep_until(until).await;
-        Guards::get().forget_lingering(&req.key);
-        Ok(None)
     }
 
     /// The TTL the acquire sets: the lease, or the handle's watchdog TTL
@@ -397,6 +405,10 @@ impl LockCore {
             .await
     }
 }
+
+/// How often an acquire waiting out a stale count of its owner looks
+/// again (see `LockCore::wait_out_stale_count`).
+const STALE_LOOK_AGAIN: Duration = Duration::from_millis(100);
 
 /// What every attempt of one wait asks for.
 struct AcquireRequest<'a> {

@@ -389,8 +389,8 @@ static GUARDS: LazyLock<Guards> = LazyLock::new(Guards::default);
 
 /// For each (lock, owner): until when a hold of the owner whose release
 /// was never sent (its lease ran out by this process's clock first) or
-/// never got through, or whose count a release left in the key without a
-/// live guard to own it, may still stand in Redis (see
+/// never got through, or a count a release left in the key without a live
+/// guard to own it, may still stand in Redis (see
 /// [`Slot::may_stand_until`]). The key ends with its TTL, unless a grant of
 /// the owner joins it meanwhile: a re-entry, which would raise the TTL to
 /// its own lease and keep that count in the key, a count no release will
