@@ -205,6 +205,35 @@ async fn lock_rides_out_a_cut_just_before_it() {
     println!("{ROUNDS} cuts just before lock() (lock and spin lock): every lock() got the lock");
 }
 
+/// A wait with a deadline rides out a cut of its subscription (a restart
+/// while it subscribes): only its first try returns a connection error, so
+/// the waiter subscribes again and gets the lock once it is released.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wait_with_a_deadline_rides_out_a_cut_of_its_subscription() {
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port());
+    let c = client_at(&proxy.url(), WATCHDOG).await;
+    let other = client(&server, WATCHDOG).await;
+    let held = soon(other.lock("sub-cut").lock()).await.unwrap();
+    proxy.cut_before_next("SUBSCRIBE");
+    let waiter = {
+        let lock = c.lock("sub-cut");
+        tokio::spawn(async move { lock.try_lock_for(Duration::from_secs(60)).await })
+    };
+    eventually(Duration::from_secs(10), || async {
+        proxy.cut_commands() == 1 || waiter.is_finished()
+    })
+    .await;
+    assert_eq!(proxy.cut_commands(), 1, "the subscription was not cut");
+    soon(held.unlock()).await.unwrap();
+    let guard = within(Duration::from_secs(20), waiter)
+        .await
+        .unwrap()
+        .unwrap_or_else(|e| panic!("the wait failed on its subscription's cut: {e}"))
+        .expect("the lock, within the wait");
+    soon(guard.unlock()).await.unwrap();
+}
+
 /// A semaphore's `acquire()` and a latch's `wait()` ride out a connection
 /// cut just before them, as `lock()` does: their first try and their
 /// subscription may both meet the dead connections.

@@ -226,12 +226,16 @@ where
         };
         match subscribed {
             Ok(subscription) => break subscription,
-            // Without a deadline, a subscription connection that is down
-            // is waited out like the command connection: pause, try
-            // again, subscribe again.
-            Err(err) if deadline.is_none() && err.may_wait_out() => {
+            // A subscription connection that is down is waited out like
+            // the command connection, with a deadline too (only the first
+            // try returns a connection error): pause, try again,
+            // subscribe again.
+            Err(err) if err.may_wait_out() => {
                 tracing::debug!(channel = %name, error = %err, "cannot subscribe; waiting to try again");
-                tokio::time::sleep(NO_CONNECTION).await;
+                let Some(pause) = cut_to(deadline, NO_CONNECTION) else {
+                    return Ok(None);
+                };
+                tokio::time::sleep(pause).await;
                 match attempt().await {
                     Ok(Tried::Done(done)) => return Ok(Some(done)),
                     Ok(Tried::Again(_)) => {}
