@@ -107,9 +107,10 @@ pub fn init_tracing() {
 
 /// The names of the locks and semaphores whose give-back of a grant, or
 /// whose release of a dropped guard, failed in this process so far (the
-/// library's warnings "could not give back ..." and "release of a dropped
-/// guard failed ...": what the grant or the guard held stays until its
-/// lease ends, as documented), once [`init_tracing`] has run.
+/// library's warnings "could not give back ...", "release of a dropped
+/// guard failed ..." and "could not learn whether a request ... took a
+/// hold": what the grant or the guard held stays until its lease ends, as
+/// documented), once [`init_tracing`] has run.
 pub fn failed_give_backs() -> std::collections::BTreeSet<String> {
     FAILED_GIVE_BACKS.lock().unwrap().clone()
 }
@@ -134,7 +135,7 @@ impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for GiveBackFailures {
             fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
                 match field.name() {
                     "message" => self.message = format!("{value:?}"),
-                    "lock" | "semaphore" => self.name = Some(format!("{value:?}")),
+                    "lock" | "semaphore" | "name" => self.name = Some(format!("{value:?}")),
                     _ => {}
                 }
             }
@@ -142,8 +143,10 @@ impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for GiveBackFailures {
         let mut fields = Fields::default();
         event.record(&mut fields);
         // A give-back, or a dropped guard's release, that never got
-        // through: the hold stays until its lease ends (as documented).
+        // through, or a settling that could not learn what its request
+        // took: the hold stays until its lease ends (as documented).
         let failed = fields.message.starts_with("could not give back")
+            || fields.message.starts_with("could not learn whether")
             || fields
                 .message
                 .starts_with("release of a dropped guard failed");
