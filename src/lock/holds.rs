@@ -574,50 +574,18 @@ impl Guards {
         // The life of a hold released before this one goes on in this
         // one's, which kept the key with it; when this answer's TTL is the
         // one in force, that hold no longer keeps the key by the TTL its
-        // release set. Where the TTLs only rise, one record of the owner's
-        // released holds is enough: the latest end, with the earliest life
-        // (the owner's holds share one key), so that they do not pile up
-        // while the owner keeps re-entering.
+        // release set.
         if let Some(slots) = self.0.get(key) {
-            let mut keeper = match after {
-                After::Kept(until) if !supersedes => Some((Arc::clone(slot), until)),
-                _ => None,
-            };
             for s in slots.iter().filter(|s| !Arc::ptr_eq(s, slot)) {
-                let After::Kept(until) = s.after() else {
-                    continue;
-                };
-                if now >= until {
-                    continue;
-                }
-                slot.lives_since(s.life());
-                if supersedes {
-                    s.released(After::Gone);
-                    continue;
-                }
-                match &keeper {
-                    Some((kept, kept_until)) if *kept_until >= until => {
-                        kept.lives_since(s.life());
+                if let After::Kept(until) = s.after() {
+                    if now < until {
+                        slot.lives_since(s.life());
+                    }
+                    if supersedes {
                         s.released(After::Gone);
                     }
-                    Some((kept, _)) => {
-                        s.lives_since(kept.life());
-                        kept.released(After::Gone);
-                        keeper = Some((Arc::clone(s), until));
-                    }
-                    None => keeper = Some((Arc::clone(s), until)),
                 }
             }
-        }
-        // The release is over: its standing stands by nothing more (and
-        // lets go of this slot, which holds it in turn: neither would be
-        // freed).
-        if let Some(standing) = slot.standing.get() {
-            standing
-                .holds
-                .lock()
-                .unwrap_or_else(|poisoned| poisoned.into_inner())
-                .clear();
         }
         self.0.remove_if_mut(key, |_, slots| {
             let answered = |s: &Arc<Slot>| s.is_claimed() && !matches!(s.after(), After::Held);
