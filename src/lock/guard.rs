@@ -103,13 +103,7 @@ impl LockGuard {
         runtime: Handle,
     ) -> LockGuard {
         let slot = Slot::new(lease_ms, Arc::clone(&lease));
-        Guards::get().add(
-            &key,
-            &slot,
-            lock.registry(),
-            kind == Kind::Read,
-            kind.ttl_only_rises(),
-        );
+        Guards::get().add(&key, &slot, lock.registry(), kind == Kind::Read);
         LockGuard {
             hold: Some(Hold {
                 lock,

@@ -217,8 +217,7 @@ impl Release {
             // Not sent: Redis may keep the hold a moment longer than this
             // clock (see `Guards::lingering`).
             Guards::get().lingers(&key, &slot);
-            let supersedes = !kind.ttl_only_rises();
-            Guards::get().finish(&key, &slot, (After::Gone, false, supersedes), registry);
+            Guards::get().finish(&key, &slot, After::Gone, false, registry);
             return Err(Error::LeaseLost {
                 name: key.name.to_string(),
             });
@@ -303,13 +302,8 @@ impl Release {
         let answer = release_hold_as(lock, &call).instrument(span).await;
         linger(&self.key, &self.slot, self.lease_ms, &answer);
         // How the key stands now, for the releases that stand by this hold.
-        let settled = settled(
-            self.kind,
-            (self.lease_ms, self.slot.lease().state.stands_until()),
-            self.keep_until,
-            &answer,
-        );
-        Guards::get().finish(&self.key, &self.slot, settled, self.lock.registry());
+        let (after, last) = settled(self.kind, self.lease_ms, self.keep_until, &answer);
+        Guards::get().finish(&self.key, &self.slot, after, last, self.lock.registry());
         match answer.map(|_| ()) {
             // Redis let the hold go while the release was on its way: by
             // this guard's clock (never ahead of the server's), the lease
@@ -452,9 +446,8 @@ async fn give_back_once(lock: &Object, hold: &Parked) -> Result<Answer> {
     };
     let answer = release_hold_as(lock, &call).await;
     linger(key, &slot, ttl_ms, &answer);
-    let own = slot.lease().state.stands_until();
-    let settled = settled(kind, (ttl_ms, own), None, &answer);
-    Guards::get().finish(key, &slot, settled, registry);
+    let (after, last) = settled(kind, ttl_ms, None, &answer);
+    Guards::get().finish(key, &slot, after, last, registry);
     answer
 }
 
@@ -478,17 +471,14 @@ pub(crate) fn linger(key: &HoldKey, slot: &Slot, lease_ms: u64, answer: &Result<
 }
 
 /// How a release's answer leaves the key, for the releases that stand by
-/// its hold: whether it deleted the key (the owner's last hold, released
-/// and not kept), and whether the TTL it left is the one in force (see
-/// `Guards::finish`). `lease_ms` is the least TTL the release keeps;
-/// `own`, until when the hold's own lease kept the key by this clock.
+/// its hold: and whether it deleted the key (the owner's last hold,
+/// released and not kept).
 fn settled(
     kind: Kind,
-    (lease_ms, own): (u64, Option<Instant>),
+    lease_ms: u64,
     keep_until: Option<Instant>,
     answer: &Result<Answer>,
-) -> (After, bool, bool) {
-    let rises = kind.ttl_only_rises();
+) -> (After, bool) {
     match answer {
         // The last hold kept until `keep_until`: the script set the key's
         // TTL to the time then left, from a send no earlier than the first.
@@ -500,25 +490,22 @@ fn settled(
             Some(until) if until > *first_sent => (
                 After::Kept(until - drift_margin(until - *first_sent)),
                 false,
-                true,
             ),
-            _ => (After::Gone, false, true),
+            _ => (After::Gone, false),
         },
         // Holds of the owner remain, the key's TTL at least `lease_ms` from
         // a send that went no earlier than the first (a read hold's hash
-        // lives as its longest read hold instead); where TTLs only rise, at
-        // least as long as the hold's own lease kept it too.
+        // lives as its longest read hold instead).
         Ok(Answer {
             reply: 0,
             first_sent,
             ..
         }) if kind.holds_share_ttl() => {
             let lease = Duration::from_millis(lease_ms);
-            let until = *first_sent + lease - drift_margin(lease);
-            match own {
-                Some(own) if rises => (After::Kept(until.max(own)), false, false),
-                _ => (After::Kept(until), false, !rises),
-            }
+            (
+                After::Kept(*first_sent + lease - drift_margin(lease)),
+                false,
+            )
         }
         // A read hold's: the hash lives as long as the script said, counted
         // from the first send, as above.
@@ -528,17 +515,11 @@ fn settled(
             first_sent,
         }) => {
             let kept = Duration::from_millis(*ms);
-            (
-                After::Kept(*first_sent + kept - drift_margin(kept)),
-                false,
-                true,
-            )
+            (After::Kept(*first_sent + kept - drift_margin(kept)), false)
         }
-        Ok(Answer { reply: 0, .. }) => (After::Gone, false, true),
-        Ok(_) => (After::Gone, true, true),
-        // Never sent: the key is as it was.
-        Err(Error::LeaseLost { .. }) => (After::Gone, false, !rises),
-        Err(_) => (After::Gone, false, true),
+        Ok(Answer { reply: 0, .. }) => (After::Gone, false),
+        Ok(_) => (After::Gone, true),
+        Err(_) => (After::Gone, false),
     }
 }
 
