@@ -368,6 +368,16 @@ impl Standing {
             .max()
     }
 
+    /// Forgets the holds: the release this standing served is over (or
+    /// will never be sent). Its own slot is among them, and holds it in
+    /// turn: neither would be freed.
+    pub(crate) fn clear(&self) {
+        self.holds
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clear();
+    }
+
     fn join(&self, key: &HoldKey, slot: &Arc<Slot>) {
         let mut holds = self
             .holds

@@ -178,6 +178,24 @@ pub(crate) struct Release {
     pub(super) grant: Option<Arc<Latch>>,
 }
 
+impl Drop for Release {
+    /// The release is over, sent (and resent) or never to be: its standing
+    /// serves nothing more (see [`Standing::clear`]).
+    fn drop(&mut self) {
+        self.standing.clear();
+    }
+}
+
+/// Clears a give-back's standing when its try ends, however it ends (see
+/// [`Standing::clear`]).
+struct Cleared<'a>(&'a Standing);
+
+impl Drop for Cleared<'_> {
+    fn drop(&mut self) {
+        self.0.clear();
+    }
+}
+
 impl Release {
     /// The release of a hold whose slot the caller claimed: from its
     /// guard, or from `Lock::unlock` for the newest guard of its owner.
@@ -427,6 +445,7 @@ async fn give_back_once(lock: &Object, hold: &Parked) -> Result<Answer> {
     let slot = Slot::given_back(ttl_ms, granted);
     let registry = lock.registry();
     let standing = Guards::get().standing(key, &slot, registry, kind == Kind::Read);
+    let _cleared = Cleared(&standing);
     let request_id = lock.request_id();
     let call = ReleaseCall {
         kind,
