@@ -1593,6 +1593,63 @@ async fn a_lost_grant_settled_after_its_lease_is_given_back_while_the_owner_kept
     assert_eq!(client.held_locks(), 0);
 }
 
+/// The same when the owner's later holds were a leased one inside a
+/// watchdog one, released in that order: the leased hold's release keeps
+/// the key by the watchdog's TTL at least, and the key then lives by its
+/// own 60 s lease (TTLs only rise while the owner holds), which the
+/// watchdog hold's release does not cut. The grant's give-back stands by
+/// it and goes out. (It was judged by the watchdog's TTL alone, then
+/// forgotten with the watchdog hold's release: the give-back was parked
+/// and the grant's count stayed under the 60 s TTL, as `cancel_fuzz` saw
+/// once in 13 runs.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_grant_stands_by_a_leased_reentry_released_inside_a_watchdog_hold() {
+    common::init_tracing();
+    let server = RedisServer::start();
+    let proxy = std::sync::Arc::new(Proxy::start(server.port()));
+    let client = proxied(&proxy, Duration::from_millis(300)).await;
+    warm_up(&client).await;
+    let name = "lost:kept-inside-a-watchdog-hold";
+    let field = format!("{}:job", client.id());
+    let lock = client.lock(name).with_owner("job");
+    swept(&server).await;
+    // Longer than the watchdog's 3 s, so that the watchdog hold's release
+    // keeps the key by less than this lease.
+    let short = Duration::from_secs(5);
+
+    proxy.lose_next_reply_to_then_black_hole(name);
+    let err = soon(lock.try_lock_with_lease(Duration::ZERO, short))
+        .await
+        .unwrap_err();
+    let granted = Instant::now();
+    assert!(err.is_connection_error(), "{err}");
+    assert_eq!(hold_count(&server, name, &field), 1);
+    let cancel = redis::Script::new(include_str!("../lua/acquire_cancel.lua"));
+    proxy.lose_every_reply_to(cancel.get_hash());
+    heal(&proxy);
+
+    let watched = soon(lock.lock()).await.unwrap();
+    let leased = soon(lock.lock_with_lease(LEASE)).await.unwrap();
+    assert_eq!(hold_count(&server, name, &field), 3);
+    soon(leased.unlock()).await.unwrap();
+    soon(watched.unlock()).await.unwrap();
+    assert_eq!(hold_count(&server, name, &field), 1);
+    assert!(
+        granted.elapsed() < Duration::from_secs(2),
+        "the re-entries took longer than the test allows for"
+    );
+
+    tokio::time::sleep_until(granted + short + Duration::from_millis(500)).await;
+    let ttl = server.cmd(&["PTTL", name]).as_int().unwrap();
+    assert!(
+        ttl > 40_000,
+        "the leased hold's TTL was cut short: {ttl} ms"
+    );
+    proxy.stop_losing_replies();
+    eventually(LEASE / 4, || async { !common::exists(&server, name) }).await;
+    assert_eq!(client.held_locks(), 0);
+}
+
 /// The same for a read hold, whose count the owner's later release leaves
 /// under another hold's timeout key (a read release drops the owner's
 /// newest timeout key, not its own): the grant's count lives as long as

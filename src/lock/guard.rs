@@ -103,7 +103,13 @@ impl LockGuard {
         runtime: Handle,
     ) -> LockGuard {
         let slot = Slot::new(lease_ms, Arc::clone(&lease));
-        Guards::get().add(&key, &slot, lock.registry(), kind == Kind::Read);
+        Guards::get().add(
+            &key,
+            &slot,
+            lock.registry(),
+            kind == Kind::Read,
+            kind.ttl_only_rises(),
+        );
         LockGuard {
             hold: Some(Hold {
                 lock,

@@ -442,8 +442,16 @@ impl Guards {
 
     /// A new guard's hold, granted by now: it joins the releases of its
     /// owner that still stand (see [`Standing`]), and when `shared` (a read
-    /// hold), those of the other owners' read holds of the lock.
-    pub(crate) fn add(&self, key: &HoldKey, slot: &Arc<Slot>, registry: &Registry, shared: bool) {
+    /// hold), those of the other owners' read holds of the lock. `rises`:
+    /// the grant only raised the key's TTL (see `Kind::ttl_only_rises`).
+    pub(crate) fn add(
+        &self,
+        key: &HoldKey,
+        slot: &Arc<Slot>,
+        registry: &Registry,
+        shared: bool,
+        rises: bool,
+    ) {
         let now = Instant::now();
         for (_, other) in self.neighbours(key, shared) {
             if let Some(standing) = other.standing.get() {
@@ -474,11 +482,16 @@ impl Guards {
         for other in sharing {
             other.lives_since(life);
         }
-        // The grant set the key's TTL anew: a released hold no longer keeps
-        // it by the TTL its release set (this one carries their life on).
-        for other in slots.iter() {
-            if matches!(other.after(), After::Kept(_)) {
-                other.released(After::Gone);
+        // A grant that may have set the key's TTL anew (a read-write
+        // lock's): a released hold no longer keeps it by the TTL its
+        // release set (this one carries their life on). Where TTLs only
+        // rise, that TTL still stands: a give-back of a grant that shared
+        // the key with the released hold stands by it.
+        if !rises {
+            for other in slots.iter() {
+                if matches!(other.after(), After::Kept(_)) {
+                    other.released(After::Gone);
+                }
             }
         }
         slots.push(Arc::clone(slot));
@@ -554,28 +567,33 @@ impl Guards {
     /// release left holds of the owner (some perhaps unknown here: a grant
     /// whose reply was lost, not yet settled) stays while the TTL that
     /// release set keeps the key: a give-back of such a grant, sent later,
-    /// stands by it.
+    /// stands by it. `supersedes`: the answer may have lowered or ended the
+    /// key's TTL (a keep, a send that failed, a TTL set anew), so that the
+    /// TTLs earlier releases set no longer count; not a release never sent,
+    /// nor one that left holds where TTLs only rise.
     pub(crate) fn finish(
         &self,
         key: &HoldKey,
         slot: &Arc<Slot>,
-        after: After,
-        last: bool,
+        (after, last, supersedes): (After, bool, bool),
         registry: &Registry,
     ) {
         let now = Instant::now();
         let watched = registry.lease_of(key);
         slot.released(after);
-        // The TTL this answer set is the one in force: a hold released
-        // before it no longer keeps the key by the TTL its release set. Its
-        // life goes on in this one's, which kept the key with it.
+        // The life of a hold released before this one goes on in this
+        // one's, which kept the key with it; when this answer's TTL is the
+        // one in force, that hold no longer keeps the key by the TTL its
+        // release set.
         if let Some(slots) = self.0.get(key) {
             for s in slots.iter().filter(|s| !Arc::ptr_eq(s, slot)) {
                 if let After::Kept(until) = s.after() {
                     if now < until {
                         slot.lives_since(s.life());
                     }
-                    s.released(After::Gone);
+                    if supersedes {
+                        s.released(After::Gone);
+                    }
                 }
             }
         }

@@ -420,6 +420,18 @@ impl Kind {
         self.renewal() == Renewal::Hash
     }
 
+    /// Whether no script lowers the hash's TTL while the owner keeps holds
+    /// there: a re-entry, a renewal and a release that leaves holds only
+    /// raise it (only a keep, the last release or a force-unlock lower or
+    /// end it). Not the read-write lock's hash: a write release that leaves
+    /// only read holds sets it to the longest of those.
+    pub(super) fn ttl_only_rises(self) -> bool {
+        matches!(
+            self,
+            Kind::Plain(_) | Kind::Spin(_) | Kind::Fenced | Kind::Fair { .. }
+        )
+    }
+
     /// What a read of this kind asks beside the hash: the fair lock's
     /// queue, the fenced lock's token.
     pub(super) fn extra(self) -> Extra {

@@ -235,7 +235,8 @@ impl Release {
             // Not sent: Redis may keep the hold a moment longer than this
             // clock (see `Guards::lingering`).
             Guards::get().lingers(&key, &slot);
-            Guards::get().finish(&key, &slot, After::Gone, false, registry);
+            let supersedes = !kind.ttl_only_rises();
+            Guards::get().finish(&key, &slot, (After::Gone, false, supersedes), registry);
             return Err(Error::LeaseLost {
                 name: key.name.to_string(),
             });
@@ -320,8 +321,13 @@ impl Release {
         let answer = release_hold_as(lock, &call).instrument(span).await;
         linger(&self.key, &self.slot, self.lease_ms, &answer);
         // How the key stands now, for the releases that stand by this hold.
-        let (after, last) = settled(self.kind, self.lease_ms, self.keep_until, &answer);
-        Guards::get().finish(&self.key, &self.slot, after, last, self.lock.registry());
+        let settled = settled(
+            self.kind,
+            (self.lease_ms, self.slot.lease().state.stands_until()),
+            self.keep_until,
+            &answer,
+        );
+        Guards::get().finish(&self.key, &self.slot, settled, self.lock.registry());
         match answer.map(|_| ()) {
             // Redis let the hold go while the release was on its way: by
             // this guard's clock (never ahead of the server's), the lease
@@ -465,8 +471,9 @@ async fn give_back_once(lock: &Object, hold: &Parked) -> Result<Answer> {
     };
     let answer = release_hold_as(lock, &call).await;
     linger(key, &slot, ttl_ms, &answer);
-    let (after, last) = settled(kind, ttl_ms, None, &answer);
-    Guards::get().finish(key, &slot, after, last, registry);
+    let own = slot.lease().state.stands_until();
+    let settled = settled(kind, (ttl_ms, own), None, &answer);
+    Guards::get().finish(key, &slot, settled, registry);
     answer
 }
 
@@ -490,14 +497,17 @@ pub(crate) fn linger(key: &HoldKey, slot: &Slot, lease_ms: u64, answer: &Result<
 }
 
 /// How a release's answer leaves the key, for the releases that stand by
-/// its hold: and whether it deleted the key (the owner's last hold,
-/// released and not kept).
+/// its hold: whether it deleted the key (the owner's last hold, released
+/// and not kept), and whether the TTL it left is the one in force (see
+/// `Guards::finish`). `lease_ms` is the least TTL the release keeps;
+/// `own`, until when the hold's own lease kept the key by this clock.
 fn settled(
     kind: Kind,
-    lease_ms: u64,
+    (lease_ms, own): (u64, Option<Instant>),
     keep_until: Option<Instant>,
     answer: &Result<Answer>,
-) -> (After, bool) {
+) -> (After, bool, bool) {
+    let rises = kind.ttl_only_rises();
     match answer {
         // The last hold kept until `keep_until`: the script set the key's
         // TTL to the time then left, from a send no earlier than the first.
@@ -509,22 +519,25 @@ fn settled(
             Some(until) if until > *first_sent => (
                 After::Kept(until - drift_margin(until - *first_sent)),
                 false,
+                true,
             ),
-            _ => (After::Gone, false),
+            _ => (After::Gone, false, true),
         },
         // Holds of the owner remain, the key's TTL at least `lease_ms` from
         // a send that went no earlier than the first (a read hold's hash
-        // lives as its longest read hold instead).
+        // lives as its longest read hold instead); where TTLs only rise, at
+        // least as long as the hold's own lease kept it too.
         Ok(Answer {
             reply: 0,
             first_sent,
             ..
         }) if kind.holds_share_ttl() => {
             let lease = Duration::from_millis(lease_ms);
-            (
-                After::Kept(*first_sent + lease - drift_margin(lease)),
-                false,
-            )
+            let until = *first_sent + lease - drift_margin(lease);
+            match own {
+                Some(own) if rises => (After::Kept(until.max(own)), false, false),
+                _ => (After::Kept(until), false, !rises),
+            }
         }
         // A read hold's: the hash lives as long as the script said, counted
         // from the first send, as above.
@@ -534,11 +547,17 @@ fn settled(
             first_sent,
         }) => {
             let kept = Duration::from_millis(*ms);
-            (After::Kept(*first_sent + kept - drift_margin(kept)), false)
+            (
+                After::Kept(*first_sent + kept - drift_margin(kept)),
+                false,
+                true,
+            )
         }
-        Ok(Answer { reply: 0, .. }) => (After::Gone, false),
-        Ok(_) => (After::Gone, true),
-        Err(_) => (After::Gone, false),
+        Ok(Answer { reply: 0, .. }) => (After::Gone, false, true),
+        Ok(_) => (After::Gone, true, true),
+        // Never sent: the key is as it was.
+        Err(Error::LeaseLost { .. }) => (After::Gone, false, !rises),
+        Err(_) => (After::Gone, false, true),
     }
 }
 
