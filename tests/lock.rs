@@ -977,3 +977,28 @@ async fn a_release_in_the_background_tells_when_it_ended() {
     assert!(!soon(guard.unlock_in_background().wait()).await);
     settled(&client).await;
 }
+
+/// Each re-entry released inside a long hold leaves a record of how long
+/// its release kept the owner's key; the next one outlasts it, so the
+/// records do not pile up with the re-entries, and none stays once the
+/// owner's last hold is released.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reentries_inside_a_long_hold_leave_no_pile_of_records() {
+    let server = RedisServer::start();
+    let client = client(&server, WATCHDOG).await;
+    let lock = client.lock("reentries:records");
+    let outer = soon(lock.lock()).await.unwrap();
+    for _ in 0..200 {
+        let leased = soon(lock.lock_with_lease(Duration::from_secs(60)))
+            .await
+            .unwrap();
+        soon(leased.unlock()).await.unwrap();
+        let watched = soon(lock.lock()).await.unwrap();
+        soon(watched.unlock()).await.unwrap();
+    }
+    let records = client.hold_records();
+    assert!(records <= 3, "{records} records of one live hold");
+    soon(outer.unlock()).await.unwrap();
+    assert_eq!(client.hold_records(), 0);
+    assert!(!exists(&server, "reentries:records"));
+}

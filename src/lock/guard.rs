@@ -363,8 +363,11 @@ impl LockGuard {
         if let Some(hold) = self.hold.take() {
             hold.stop_listening();
             // No longer a guard's: `Lock::unlock` releases it as a hold
-            // without one.
-            Guards::get().remove(&hold.key, &hold.slot);
+            // without one. Unless it already did: the slot then records
+            // how that release left the key.
+            if !hold.slot.is_claimed() {
+                Guards::get().remove(&hold.key, &hold.slot);
+            }
         }
     }
 

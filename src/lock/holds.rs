@@ -29,7 +29,7 @@
 //!   connection goes on while any of them stands.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, LazyLock, Mutex, OnceLock};
+use std::sync::{Arc, LazyLock, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
 use dashmap::DashMap;
@@ -72,6 +72,10 @@ pub(crate) struct Slot {
     /// How long after its lease's deadline, by this process's clock, Redis
     /// may still keep the hold (see [`Slot::may_stand_until`]).
     overrun: Mutex<Duration>,
+    /// The records of released holds this one's record outlasted and
+    /// replaced among the guards (see [`Guards::finish`]): releases in
+    /// flight may still stand by them, and they end with this one's.
+    replaced: Mutex<Vec<Weak<Slot>>>,
 }
 
 /// How far a grant's server time, read from its latch, may run after the
@@ -134,6 +138,7 @@ impl Slot {
             life: Mutex::new(now),
             on_server: None,
             overrun: Mutex::new(overrun),
+            replaced: Mutex::default(),
         })
     }
 
@@ -165,6 +170,7 @@ impl Slot {
             on_server: granted.on_server.map(|at| (at, lease_ms)),
             // Its lease counts from the earliest instant of the grant.
             overrun: Mutex::new(granted.by.saturating_duration_since(granted.from) + EXPIRY_SLACK),
+            replaced: Mutex::default(),
         })
     }
 
@@ -210,6 +216,41 @@ impl Slot {
             .after
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner()) = after;
+    }
+
+    /// This released hold no longer keeps the key by the TTL its release
+    /// set (a later answer's TTL is the one in force), nor do the records
+    /// it replaced.
+    fn superseded(&self) {
+        self.released(After::Gone);
+        let replaced = std::mem::take(
+            &mut *self
+                .replaced
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner()),
+        );
+        for old in replaced.iter().filter_map(Weak::upgrade) {
+            old.released(After::Gone);
+        }
+    }
+
+    /// This hold's record now stands for `old`'s too (see
+    /// [`Guards::finish`]): it takes over the records `old` replaced, and
+    /// `old` itself, forgetting those no release stands by any more.
+    fn replaces(&self, old: &Arc<Slot>) {
+        let theirs = std::mem::take(
+            &mut *old
+                .replaced
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner()),
+        );
+        let mut mine = self
+            .replaced
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        mine.extend(theirs);
+        mine.retain(|w| w.strong_count() > 0);
+        mine.push(Arc::downgrade(old));
     }
 
     /// Since when the key has surely stood, by this hold's chain (see
@@ -490,7 +531,7 @@ impl Guards {
         if !rises {
             for other in slots.iter() {
                 if matches!(other.after(), After::Kept(_)) {
-                    other.released(After::Gone);
+                    other.superseded();
                 }
             }
         }
@@ -592,19 +633,51 @@ impl Guards {
                         slot.lives_since(s.life());
                     }
                     if supersedes {
-                        s.released(After::Gone);
+                        s.superseded();
                     }
                 }
             }
         }
+        // A record this one outlasts says nothing more (its life goes on in
+        // this one's, and the key stands at least as long by this one): this
+        // one replaces it among the guards, so that records do not pile up
+        // while the owner re-enters inside a long hold. Not one given back
+        // with its grant's server time, which says more. The releases in
+        // flight that stand by it still read it, until this one's record
+        // is superseded too.
+        let outlasted = |s: &Arc<Slot>| match (slot.after(), s.after()) {
+            (After::Kept(mine), After::Kept(theirs)) => {
+                !supersedes
+                    && !Arc::ptr_eq(s, slot)
+                    && s.on_server.is_none()
+                    && theirs <= mine
+                    && slot.life() <= s.life()
+            }
+            _ => false,
+        };
         self.0.remove_if_mut(key, |_, slots| {
             let answered = |s: &Arc<Slot>| s.is_claimed() && !matches!(s.after(), After::Held);
             slots.retain(|s| {
-                let gone = last && answered(s);
-                !gone && s.wanted(registry, watched.as_deref(), now)
+                if outlasted(s) {
+                    slot.replaces(s);
+                    return false;
+                }
+                !(last && answered(s)) && s.wanted(registry, watched.as_deref(), now)
             });
             slots.is_empty()
         });
+    }
+
+    /// How many slots the guards of `client`'s owners have here (their
+    /// field opens with its id): live guards and released holds still
+    /// recorded.
+    #[cfg(feature = "test-counters")]
+    pub(crate) fn slots_of(&self, client: &str) -> usize {
+        self.0
+            .iter()
+            .filter(|e| e.key().field.starts_with(client))
+            .map(|e| e.value().len())
+            .sum()
     }
 
     /// Records that `slot`'s hold of `key`, whose release is not sent or

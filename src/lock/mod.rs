@@ -521,3 +521,9 @@ impl Client {
         ReadWriteLock::new(self.clone(), name.into())
     }
 }
+
+/// How many holds the guards of `client` (its id) keep a record of.
+#[cfg(feature = "test-counters")]
+pub(crate) fn hold_records(client: &str) -> usize {
+    Guards::get().slots_of(client)
+}
