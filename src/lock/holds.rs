@@ -223,6 +223,12 @@ impl Slot {
     /// it replaced.
     fn superseded(&self) {
         self.released(After::Gone);
+        self.end_replaced();
+    }
+
+    /// The records this one replaced no longer keep the key by the TTLs
+    /// their releases set.
+    fn end_replaced(&self) {
         let replaced = std::mem::take(
             &mut *self
                 .replaced
@@ -230,7 +236,7 @@ impl Slot {
                 .unwrap_or_else(|poisoned| poisoned.into_inner()),
         );
         for old in replaced.iter().filter_map(Weak::upgrade) {
-            old.released(After::Gone);
+            old.superseded();
         }
     }
 
@@ -622,6 +628,11 @@ impl Guards {
         let now = Instant::now();
         let watched = registry.lease_of(key);
         slot.released(after);
+        if supersedes {
+            // Its own record, if a rerun of its release had answered
+            // before, and those that record replaced, are over too.
+            slot.end_replaced();
+        }
         // The life of a hold released before this one goes on in this
         // one's, which kept the key with it; when this answer's TTL is the
         // one in force, that hold no longer keeps the key by the TTL its
@@ -657,8 +668,12 @@ impl Guards {
         };
         self.0.remove_if_mut(key, |_, slots| {
             let answered = |s: &Arc<Slot>| s.is_claimed() && !matches!(s.after(), After::Held);
+            // Only a record among the guards replaces others: one that left
+            // them meanwhile (outlasted by a later one) would take them
+            // where no later answer ends them.
+            let present = slots.iter().any(|s| Arc::ptr_eq(s, slot));
             slots.retain(|s| {
-                if outlasted(s) {
+                if present && outlasted(s) {
                     slot.replaces(s);
                     return false;
                 }
