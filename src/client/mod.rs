@@ -354,9 +354,8 @@ impl Client {
 }
 
 /// Counters the suite and the bench read to show that waiters share one
-/// subscription and that released holds leave no records behind: not part
-/// of the API (feature `test-counters`, which the crate's own tests and
-/// examples turn on; hidden from the docs).
+/// subscription: not part of the API (feature `test-counters`, which the
+/// crate's own tests and examples turn on; hidden from the docs).
 #[cfg(feature = "test-counters")]
 impl Client {
     /// How many lock channels this client is subscribed to (or still
@@ -370,14 +369,6 @@ impl Client {
     #[doc(hidden)]
     pub fn subscribes_sent(&self) -> u64 {
         self.inner.pubsub.subscribes_sent()
-    }
-
-    /// How many holds this client's guards keep a record of right now:
-    /// live guards, and released holds whose record still tells how long
-    /// the owner's key stands.
-    #[doc(hidden)]
-    pub fn hold_records(&self) -> usize {
-        crate::lock::hold_records(&self.inner.id.to_string())
     }
 }
 
