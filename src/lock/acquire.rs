@@ -6,11 +6,11 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::holds::EXPIRY_SLACK;
 use super::info::Extra;
 use super::kind::{AcquireArgs, Granted};
 use super::queue::{leave_queue, FairOwners, Queue, QueueExit};
 use super::release::give_back_hold;
+use super::slot::EXPIRY_SLACK;
 use super::{Guards, Kind, LockCore};
 use super::{LockGuard, Resend};
 use crate::args;

@@ -6,9 +6,10 @@ use std::time::Duration;
 use tokio::runtime::Handle;
 use tokio::time::Instant;
 
-use super::holds::{Guards, Slot};
+use super::holds::Guards;
 use super::lease::{Lease, Released, ReleasedTx};
 use super::release::Release;
+use super::slot::Slot;
 use super::{DoneMark, Kind, Resend};
 use crate::engine::finish::Finish;
 use crate::engine::object::{error_about, Object};

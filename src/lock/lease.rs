@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::holds::Slot;
+use super::slot::Slot;
 use crate::engine::takeover::Takeover;
 
 /// A handle on the lease of one hold, from [`LockGuard::lease_handle`]

@@ -16,6 +16,7 @@ mod parking;
 mod queue;
 mod release;
 mod rwlock;
+mod slot;
 mod spin;
 
 pub(crate) use crate::engine::request::release::Resend;
@@ -23,7 +24,6 @@ pub use fair::FairLock;
 pub use fenced::{FencedGuard, FencedLock};
 pub use guard::LockGuard;
 use holds::Guards;
-pub(crate) use holds::Slot;
 use info::Extra;
 pub use info::{Holder, LockInfo, LockMode, QueuedWaiter};
 pub(crate) use kind::DoneMark;
@@ -32,6 +32,7 @@ pub use lease::{Lease, Released};
 pub use non_reentrant::{NonReentrantFairLock, NonReentrantLock};
 pub(crate) use release::release_hold;
 pub use rwlock::{ReadLock, ReadWriteLock, WriteLock};
+pub(crate) use slot::Slot;
 pub use spin::SpinLock;
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -399,7 +400,7 @@ impl LockCore {
                     let until =
                         (lease.as_ref()).map_or_else(tokio::time::Instant::now, |l| l.deadline());
                     let ttl = Duration::from_millis(watchdog_ms);
-                    Guards::get().lingers_until(&key, until + ttl + holds::EXPIRY_SLACK);
+                    Guards::get().lingers_until(&key, until + ttl + slot::EXPIRY_SLACK);
                 }
             }
             released

@@ -8,8 +8,9 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use super::holds::{After, Guards, Slot, Standing};
+use super::holds::{Guards, Standing};
 use super::parking::{Parked, Parking};
+use super::slot::{After, Slot};
 use crate::engine::request::{GrantedIn, Latch};
 use crate::engine::watchdog::{drift_margin, HoldKey, Registry};
 
