@@ -17,6 +17,7 @@ pub mod cancel;
 pub mod child;
 pub mod cluster;
 pub mod proxy;
+mod resp;
 pub mod rng;
 pub mod sentinel;
 pub mod server;
