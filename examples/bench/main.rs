@@ -20,6 +20,7 @@
 mod support;
 
 mod deployments;
+mod holding;
 mod measure;
 mod scenarios;
 
@@ -247,10 +248,10 @@ async fn main() {
         report.insert("handoff".into(), scenarios::handoff(&mut bench).await);
     }
     if options.runs(6) {
-        report.insert("watchdog".into(), scenarios::watchdog(&mut bench).await);
+        report.insert("watchdog".into(), holding::watchdog(&mut bench).await);
     }
     if options.runs(7) {
-        report.insert("waiters".into(), scenarios::waiters(&mut bench).await);
+        report.insert("waiters".into(), holding::waiters(&mut bench).await);
     }
     if options.runs(8) {
         report.insert(
