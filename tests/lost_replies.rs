@@ -1534,29 +1534,31 @@ async fn a_late_grant_whose_caller_left_is_given_back_by_the_grants_own_lease() 
     assert!(!common::exists(&server, name));
 }
 
-/// A grant whose replies were all lost, settled only after its own lease
-/// ran out, while a hold the owner took meanwhile kept the key: the owner's
-/// count of that grant is still in the key, and its give-back goes out.
-/// (Judged by the grant's own lease, it was skipped, and the owner's later
-/// release left the count behind until that release's TTL ran out:
-/// `cancel_fuzz` left such holds behind on a loaded machine.)
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_lost_grant_settled_after_its_lease_is_given_back_while_the_owner_kept_the_key() {
-    common::init_tracing();
+/// A plain lock of owner `job` whose grant with `lease` lost every reply:
+/// a hold no guard owns, settled in the background, whose settle's checks
+/// never hear back (until `stop_losing_replies`), though Redis can be
+/// reached again.
+struct LostGrant {
+    server: RedisServer,
+    proxy: std::sync::Arc<Proxy>,
+    client: Client,
+    lock: ferrisson::Lock,
+    /// The owner's field in the lock's hash.
+    field: String,
+    /// When the grant's call failed: it ran before.
+    granted: Instant,
+}
+
+async fn lost_grant(name: &str, lease: Duration) -> LostGrant {
     let server = RedisServer::start();
     let proxy = std::sync::Arc::new(Proxy::start(server.port()));
     let client = proxied(&proxy, Duration::from_millis(300)).await;
     warm_up(&client).await;
-    let name = "lost:kept-by-another";
     let field = format!("{}:job", client.id());
     let lock = client.lock(name).with_owner("job");
     swept(&server).await;
-    let short = Duration::from_secs(4);
-
-    // The grant's replies are all lost: a hold with a short lease that no
-    // guard owns, settled in the background.
     proxy.lose_next_reply_to_then_black_hole(name);
-    let err = soon(lock.try_lock_with_lease(Duration::ZERO, short))
+    let err = soon(lock.try_lock_with_lease(Duration::ZERO, lease))
         .await
         .unwrap_err();
     let granted = Instant::now();
@@ -1566,11 +1568,38 @@ async fn a_lost_grant_settled_after_its_lease_is_given_back_while_the_owner_kept
         1,
         "no send took the lock"
     );
-    // Redis can be reached again, but the settle's checks never hear back
-    // until the grant's own lease is over.
     let cancel = redis::Script::new(include_str!("../lua/acquire_cancel.lua"));
     proxy.lose_every_reply_to(cancel.get_hash());
     heal(&proxy);
+    LostGrant {
+        server,
+        proxy,
+        client,
+        lock,
+        field,
+        granted,
+    }
+}
+
+/// A grant whose replies were all lost, settled only after its own lease
+/// ran out, while a hold the owner took meanwhile kept the key: the owner's
+/// count of that grant is still in the key, and its give-back goes out.
+/// (Judged by the grant's own lease, it was skipped, and the owner's later
+/// release left the count behind until that release's TTL ran out:
+/// `cancel_fuzz` left such holds behind on a loaded machine.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_grant_settled_after_its_lease_is_given_back_while_the_owner_kept_the_key() {
+    common::init_tracing();
+    let name = "lost:kept-by-another";
+    let short = Duration::from_secs(4);
+    let LostGrant {
+        server,
+        proxy,
+        client,
+        lock,
+        field,
+        granted,
+    } = lost_grant(name, short).await;
 
     // Meanwhile the owner takes the lock again (the key lives on with the
     // longer lease) and lets that hold go: the grant's count remains.
@@ -1605,28 +1634,18 @@ async fn a_lost_grant_settled_after_its_lease_is_given_back_while_the_owner_kept
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lost_grant_stands_by_a_leased_reentry_released_inside_a_watchdog_hold() {
     common::init_tracing();
-    let server = RedisServer::start();
-    let proxy = std::sync::Arc::new(Proxy::start(server.port()));
-    let client = proxied(&proxy, Duration::from_millis(300)).await;
-    warm_up(&client).await;
     let name = "lost:kept-inside-a-watchdog-hold";
-    let field = format!("{}:job", client.id());
-    let lock = client.lock(name).with_owner("job");
-    swept(&server).await;
     // Longer than the watchdog's 3 s, so that the watchdog hold's release
     // keeps the key by less than this lease.
     let short = Duration::from_secs(5);
-
-    proxy.lose_next_reply_to_then_black_hole(name);
-    let err = soon(lock.try_lock_with_lease(Duration::ZERO, short))
-        .await
-        .unwrap_err();
-    let granted = Instant::now();
-    assert!(err.is_connection_error(), "{err}");
-    assert_eq!(hold_count(&server, name, &field), 1);
-    let cancel = redis::Script::new(include_str!("../lua/acquire_cancel.lua"));
-    proxy.lose_every_reply_to(cancel.get_hash());
-    heal(&proxy);
+    let LostGrant {
+        server,
+        proxy,
+        client,
+        lock,
+        field,
+        granted,
+    } = lost_grant(name, short).await;
 
     let watched = soon(lock.lock()).await.unwrap();
     let leased = soon(lock.lock_with_lease(LEASE)).await.unwrap();
