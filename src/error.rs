@@ -284,13 +284,27 @@ impl Error {
     }
 }
 
-/// Whether `err` says the connection failed (refused, dropped, timed out)
-/// rather than that Redis refused the command.
+/// Whether `err` says the connection failed (refused, dropped, timed out,
+/// or closed in the middle of a reply) rather than that Redis refused the
+/// command.
 pub(crate) fn is_connection_failure(err: &redis::RedisError) -> bool {
     err.is_io_error()
         || err.is_connection_dropped()
         || err.is_timeout()
         || err.is_connection_refusal()
+        || is_cut_reply(err)
+}
+
+/// A reply cut off by a closed connection before its last byte: the redis
+/// crate's async connections report it as a parse error ("Unexpected end
+/// of input"), where its blocking parser reports an unexpected EOF. The
+/// command may have run, as for any reply lost with its connection; a
+/// reply that arrived whole but did not convert is another error.
+fn is_cut_reply(err: &redis::RedisError) -> bool {
+    err.kind() == redis::ErrorKind::Parse
+        && err
+            .detail()
+            .is_some_and(|detail| detail.contains("Unexpected end of input"))
 }
 
 /// Whether a request that failed with `err` may get through later: the
@@ -300,4 +314,25 @@ pub(crate) fn may_get_through(err: &redis::RedisError) -> bool {
     is_connection_failure(err)
         || err.kind() == redis::ErrorKind::ClusterConnectionNotFound
         || err.code() == Some("READONLY")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_reply_cut_mid_frame_is_a_connection_failure_and_a_bad_conversion_is_not() {
+        // What the async codec says when the connection closes inside an
+        // array reply (seen with a proxy cutting a spin lock's reply).
+        let cut = redis::RedisError::from(redis::ParsingError::from(
+            "Parse error at 2\nUnexpected end of input\nexpected 4 more elements".to_string(),
+        ));
+        assert!(is_connection_failure(&cut));
+        assert!(Error::Redis(cut).is_connection_error());
+        let converted = redis::from_redis_value::<i64>(redis::Value::SimpleString("OK".into()))
+            .map_err(redis::RedisError::from)
+            .unwrap_err();
+        assert_eq!(converted.kind(), redis::ErrorKind::Parse);
+        assert!(!is_connection_failure(&converted));
+    }
 }
