@@ -234,6 +234,33 @@ async fn a_wait_with_a_deadline_rides_out_a_cut_of_its_subscription() {
     soon(guard.unlock()).await.unwrap();
 }
 
+/// A reply cut off inside its frame (the connection closed after a part of
+/// it) is a lost reply: the acquire is resent on a new connection and
+/// takes its hold once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reply_cut_inside_its_frame_is_a_lost_reply() {
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port());
+    let c = client_at(&proxy.url(), WATCHDOG).await;
+    let name = "cut-inside";
+    let lock = c.lock(name);
+    let lease = Duration::from_secs(60);
+    // The scripts loaded: the next acquire is one EVALSHA, its reply the
+    // script's.
+    let guard = soon(lock.lock_with_lease(lease)).await.unwrap();
+    soon(guard.unlock()).await.unwrap();
+    let connections = proxy.accepted();
+    proxy.cut_inside_reply_to(name);
+    let guard = soon(lock.try_lock_with_lease(Duration::ZERO, lease))
+        .await
+        .unwrap_or_else(|e| panic!("the cut reply failed the call: {e}"))
+        .expect("the lock, free");
+    assert!(proxy.accepted() > connections, "no reply was cut");
+    assert_eq!(soon(lock.hold_count()).await.unwrap(), 1);
+    soon(guard.unlock()).await.unwrap();
+    assert!(!common::exists(&server, name));
+}
+
 /// A semaphore's `acquire()` and a latch's `wait()` ride out a connection
 /// cut just before them, as `lock()` does: their first try and their
 /// subscription may both meet the dead connections.

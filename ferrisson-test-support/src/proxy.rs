@@ -40,6 +40,9 @@ struct State {
     /// A pattern of the command after whose reply its connection is cut
     /// (the reply is delivered first; new connections are accepted).
     cut_after_reply_to: Mutex<Option<Vec<u8>>>,
+    /// A pattern of the command whose reply is cut before its last byte,
+    /// and its connection with it.
+    cut_inside_reply_to: Mutex<Option<Vec<u8>>>,
     /// A pattern of the command that is not forwarded: its connection is
     /// cut instead.
     cut_before: Mutex<Option<Vec<u8>>>,
@@ -186,6 +189,14 @@ impl Proxy {
         *self.state.cut_after_reply_to.lock().unwrap() = Some(pattern.as_bytes().to_vec());
     }
 
+    /// Delivers the reply to the next command whose bytes contain
+    /// `pattern` but for its last byte (of the first read of it), then cuts
+    /// that connection: the client sees the connection end inside the
+    /// reply's frame.
+    pub fn cut_inside_reply_to(&self, pattern: &str) {
+        *self.state.cut_inside_reply_to.lock().unwrap() = Some(pattern.as_bytes().to_vec());
+    }
+
     /// Cuts the connection that carries the next command whose bytes
     /// contain `pattern`, instead of forwarding it: the command never
     /// reaches the server, and its sender learns it by the cut.
@@ -271,6 +282,8 @@ fn connect(state: &Arc<State>, client: TcpStream, server: TcpStream) {
     // Set by it when it forwarded the command after whose reply the
     // connection is cut.
     let cut_after = Arc::new(AtomicBool::new(false));
+    // Set by it when it forwarded the command whose reply is cut inside.
+    let cut_inside = Arc::new(AtomicBool::new(false));
     let cut = {
         let (client, server) = (client.try_clone().unwrap(), server.try_clone().unwrap());
         move || {
@@ -289,6 +302,7 @@ fn connect(state: &Arc<State>, client: TcpStream, server: TcpStream) {
             refuse_after: Arc::clone(&refuse_after),
             hold: Arc::clone(&hold),
             cut_after: Arc::clone(&cut_after),
+            cut_inside: Arc::clone(&cut_inside),
         },
         Arc::clone(&cut),
     );
@@ -297,6 +311,7 @@ fn connect(state: &Arc<State>, client: TcpStream, server: TcpStream) {
         refuse_after,
         hold,
         cut_after,
+        cut_inside,
     };
     pump(state, server, client, Direction::ToClient, flags, cut);
 }
@@ -312,6 +327,8 @@ struct Flags {
     hold: Arc<AtomicBool>,
     /// Cut the connection once its reply is delivered.
     cut_after: Arc<AtomicBool>,
+    /// Deliver only the first part of its reply, then cut the connection.
+    cut_inside: Arc<AtomicBool>,
 }
 
 /// What the writer does once a chunk is written.
@@ -365,6 +382,7 @@ fn pump(
         refuse_after,
         hold,
         cut_after,
+        cut_inside,
     } = flags;
     // Each chunk with when to write it, and what to do after it.
     let (tx, rx) = mpsc::channel::<(Instant, Vec<u8>, Then)>();
@@ -385,7 +403,8 @@ fn pump(
             if state.black_hole.load(Ordering::Relaxed) {
                 continue;
             }
-            let chunk = buf[..n].to_vec();
+            let mut chunk = buf[..n].to_vec();
+            let mut cut_here = false;
             match direction {
                 Direction::ToServer => {
                     let seen = std::mem::take(&mut tail);
@@ -424,6 +443,12 @@ fn pump(
                         cut_after.store(true, Ordering::Relaxed);
                     }
                     drop(armed);
+                    let mut armed = state.cut_inside_reply_to.lock().unwrap();
+                    if armed.as_ref().is_some_and(|p| found(p)) {
+                        *armed = None;
+                        cut_inside.store(true, Ordering::Relaxed);
+                    }
+                    drop(armed);
                     let mut both = seen;
                     both.extend_from_slice(&chunk);
                     tail = both.split_off(both.len().saturating_sub(TAIL));
@@ -440,6 +465,12 @@ fn pump(
                         reader_cut();
                         break;
                     }
+                    if cut_inside.swap(false, Ordering::Relaxed) {
+                        // All but its last byte (every reply ends with
+                        // `\r\n`): what came is parsed as far as it goes.
+                        chunk.truncate(n.saturating_sub(1).max(1));
+                        cut_here = true;
+                    }
                     if hold.swap(false, Ordering::Relaxed) {
                         // Read, not forwarded: the reply (and all behind
                         // it on this connection) waits for the release.
@@ -452,7 +483,9 @@ fn pump(
                 }
             }
             let to_client = direction == Direction::ToClient;
-            let then = if to_client && refuse_after.swap(false, Ordering::Relaxed) {
+            let then = if cut_here {
+                Then::Cut
+            } else if to_client && refuse_after.swap(false, Ordering::Relaxed) {
                 Then::Refuse
             } else if to_client && cut_after.swap(false, Ordering::Relaxed) {
                 Then::Cut
