@@ -300,7 +300,7 @@ pub(crate) fn is_connection_failure(err: &redis::RedisError) -> bool {
 /// of input"), where its blocking parser reports an unexpected EOF. The
 /// command may have run, as for any reply lost with its connection; a
 /// reply that arrived whole but did not convert is another error.
-fn is_cut_reply(err: &redis::RedisError) -> bool {
+pub(crate) fn is_cut_reply(err: &redis::RedisError) -> bool {
     err.kind() == redis::ErrorKind::Parse
         && err
             .detail()

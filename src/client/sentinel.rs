@@ -114,6 +114,7 @@ impl Follower {
             || err.is_connection_refusal()
             || err.is_io_error()
             || err.is_connection_dropped()
+            || crate::error::is_cut_reply(err)
     }
 
     /// Asks the sentinels again; moves the connections when they name

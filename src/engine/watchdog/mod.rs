@@ -544,7 +544,10 @@ const RECONNECT_RETRY: Duration = Duration::from_millis(20);
 /// (rather than that Redis is slow to answer, or refused the call).
 fn lost_connection(err: &redis::RedisError) -> bool {
     !err.is_timeout()
-        && (err.is_io_error() || err.is_connection_dropped() || err.is_connection_refusal())
+        && (err.is_io_error()
+            || err.is_connection_dropped()
+            || err.is_connection_refusal()
+            || crate::error::is_cut_reply(err))
 }
 
 /// How far ahead of its time a key may be renewed with an earlier one: a
