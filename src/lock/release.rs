@@ -8,9 +8,9 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use super::holds::{Guards, Standing};
+use super::holds::Guards;
 use super::parking::{Parked, Parking};
-use super::slot::{After, Slot};
+use super::slot::{After, Slot, Standing};
 use crate::engine::request::{GrantedIn, Latch};
 use crate::engine::watchdog::{drift_margin, HoldKey, Registry};
 

@@ -1,6 +1,7 @@
 //! One hold as its owner's other calls see it ([`Slot`]): its lease, its
 //! claim, and once released, how its release left the owner's key
-//! ([`After`]), for the releases that stand by it (see
+//! ([`After`]); and what a release stands by ([`Standing`]): the holds
+//! that share the key with it (the guards keep both, see
 //! [`super::holds`]).
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -10,10 +11,9 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use super::holds::Standing;
 use crate::engine::request::GrantedIn;
 use crate::engine::takeover::HeldLease;
-use crate::engine::watchdog::{drift_margin, LeaseState, Registry};
+use crate::engine::watchdog::{drift_margin, HoldKey, LeaseState, Registry};
 
 /// One live guard's hold, as its owner's other calls see it.
 #[derive(Debug)]
@@ -360,6 +360,62 @@ impl HeldLease for Slot {
 
     fn ended(&self) -> bool {
         self.is_claimed()
+    }
+}
+
+/// What the release of one hold stands by: the holds of its owner that
+/// shared the key with it, its own first. Two holds of an owner that both
+/// surely stand at one instant are in the same key (it never expired
+/// between them), so the released hold's count stays in the key as long as
+/// any of them keeps it alive: the release may be sent (and resent) until
+/// then, and not after (the key may be gone then, and a new hold of the
+/// owner, in a new key, would be taken by it). A hold joins when it stands
+/// together with one that did: the live and unanswered holds of the owner
+/// when the release is prepared, and each later grant of the owner while
+/// the release still stands.
+#[derive(Debug)]
+pub(crate) struct Standing {
+    /// The holds, each with its (lock, owner): its own, and for a read
+    /// hold, other owners' read holds too (a read lock's hash, and every
+    /// owner's count in it, lives as long as any read hold).
+    pub(super) holds: Mutex<Vec<(HoldKey, Arc<Slot>)>>,
+}
+
+impl Standing {
+    /// Whether the key surely stands at `at`, by any of the holds.
+    pub(crate) fn stands_at(&self, registry: &Registry, at: Instant) -> bool {
+        self.deadline(registry).is_some_and(|until| at < until)
+    }
+
+    /// The latest instant the key surely stands until by the holds, as
+    /// known now; `None` when none keeps it.
+    pub(crate) fn deadline(&self, registry: &Registry) -> Option<Instant> {
+        self.holds
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .iter()
+            .filter_map(|(key, slot)| slot.keeps_key_until(registry.lease_of(key).as_deref()))
+            .max()
+    }
+
+    /// Forgets the holds: the release this standing served is over (or
+    /// will never be sent). Its own slot is among them, and holds it in
+    /// turn: neither would be freed.
+    pub(crate) fn clear(&self) {
+        self.holds
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clear();
+    }
+
+    pub(super) fn join(&self, key: &HoldKey, slot: &Arc<Slot>) {
+        let mut holds = self
+            .holds
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if !holds.iter().any(|(_, s)| Arc::ptr_eq(s, slot)) {
+            holds.push((key.clone(), Arc::clone(slot)));
+        }
     }
 }
 
