@@ -299,12 +299,14 @@ pub(crate) fn is_connection_failure(err: &redis::RedisError) -> bool {
 /// crate's async connections report it as a parse error ("Unexpected end
 /// of input"), where its blocking parser reports an unexpected EOF. The
 /// command may have run, as for any reply lost with its connection; a
-/// reply that arrived whole but did not convert is another error.
+/// reply that arrived whole but did not convert is another error (its
+/// text opens with the value or the server's code, never with the
+/// parser's position, even when the value holds the same words).
 pub(crate) fn is_cut_reply(err: &redis::RedisError) -> bool {
     err.kind() == redis::ErrorKind::Parse
-        && err
-            .detail()
-            .is_some_and(|detail| detail.contains("Unexpected end of input"))
+        && err.detail().is_some_and(|detail| {
+            detail.starts_with("Parse error at ") && detail.contains("Unexpected end of input")
+        })
 }
 
 /// Whether a request that failed with `err` may get through later: the
@@ -334,5 +336,13 @@ mod tests {
             .unwrap_err();
         assert_eq!(converted.kind(), redis::ErrorKind::Parse);
         assert!(!is_connection_failure(&converted));
+        // A whole reply that says the same words does not pass for a cut.
+        let worded = redis::from_redis_value::<i64>(redis::Value::SimpleString(
+            "Unexpected end of input".into(),
+        ))
+        .map_err(redis::RedisError::from)
+        .unwrap_err();
+        assert_eq!(worded.kind(), redis::ErrorKind::Parse);
+        assert!(!is_connection_failure(&worded));
     }
 }
