@@ -249,6 +249,17 @@ async fn a_reply_cut_inside_its_frame_is_a_lost_reply() {
     // script's.
     let guard = soon(lock.lock_with_lease(lease)).await.unwrap();
     soon(guard.unlock()).await.unwrap();
+    // The client deletes that pair's latches a few milliseconds later, on
+    // the same connection, with a DEL that names the lock too. Its reply
+    // must be in before the cut is armed: sent beside the acquire, the
+    // two replies may come in one chunk, and the cut then falls inside
+    // the DEL's reply, after the acquire's reply came whole.
+    eventually(Duration::from_secs(10), || async {
+        server.keys(&format!("*latch:{{{name}}}*")).is_empty()
+    })
+    .await;
+    // Replies come in order: this one's follows the DEL's.
+    assert!(!soon(lock.is_locked()).await.unwrap());
     let connections = proxy.accepted();
     proxy.cut_inside_reply_to(name);
     let guard = soon(lock.try_lock_with_lease(Duration::ZERO, lease))
