@@ -84,7 +84,10 @@ async fn a_release_resent_after_a_lost_reply_releases_once() {
     let inner = soon(lock.lock_with_lease(LEASE)).await.unwrap();
     assert_eq!(hold_count(&server, "lost:release", &field), 2);
 
-    proxy.lose_next_reply_to("redisson_unlock_latch");
+    // This lock's unlock latch: only its release names it (the DEL of
+    // earlier latches, sent a few milliseconds after their calls, names
+    // other keys).
+    proxy.lose_next_reply_to("redisson_unlock_latch:{lost:release}");
     soon(inner.unlock()).await.unwrap();
     assert_eq!(proxy.lost_replies(), 1, "no reply was lost");
     let left = hold_count(&server, "lost:release", &field);
@@ -728,7 +731,9 @@ async fn a_resend_later_than_the_holds_ttl_still_counts_once() {
     let outer = soon(lock.lock()).await.unwrap();
 
     swept(&server).await;
-    proxy.lose_next_reply_to_then_refuse("lost:late");
+    // The re-entry's own latch: the outer hold's renewals name the lock
+    // too (every 200 ms), and must not be the call whose reply is lost.
+    proxy.lose_next_reply_to_then_refuse("ferrisson_acquire_latch:{lost:late}");
     let inner = {
         let lock = lock.clone();
         tokio::spawn(async move { lock.try_lock_for(Duration::from_secs(20)).await })
@@ -1683,12 +1688,14 @@ async fn a_lost_read_grant_settled_after_its_lease_is_given_back_while_the_hash_
     let name = "lost:read-kept";
     let field = format!("{}:job", client.id());
     let lock = client.read_write_lock(name).read().with_owner("job");
-    swept(&server).await;
     let short = Duration::from_secs(4);
 
     // A long read hold of the owner, then a grant with a short lease whose
-    // replies are all lost, settled in the background.
+    // replies are all lost, settled in the background. The long hold's
+    // latch is deleted first: its DEL names the lock too, and would
+    // otherwise be the command whose reply is lost.
     let guard = soon(lock.lock_with_lease(LEASE)).await.unwrap();
+    swept(&server).await;
     proxy.lose_next_reply_to_then_black_hole(name);
     let err = soon(lock.try_lock_with_lease(Duration::ZERO, short))
         .await
