@@ -1821,13 +1821,15 @@ async fn two_lost_grants_settled(name: &'static str, short: Duration, slow: Dura
 
     // After the first's lease, its settle hears back; the second's not.
     // The first's give-back, too late to be sent by its own lease, is
-    // parked, its latch kept (showing the grant) as long.
+    // parked, its latch kept (showing the grant) as long: kept though the
+    // first send of that keeping (its `PTTL`) is cut on its way, as one
+    // loss of the second's settles beside it would cut it.
     tokio::time::sleep_until(granted + short + Duration::from_millis(500)).await;
+    let latch = &first_latch[0];
+    proxy.cut_before_next(&format!("PTTL\r\n${}\r\n{latch}", latch.len()));
     proxy.lose_every_reply_to(&second_latch);
-    eventually(LEASE / 2, || async {
-        server.pttl(&first_latch[0]) > first_ttl
-    })
-    .await;
+    eventually(LEASE / 2, || async { server.pttl(latch) > first_ttl }).await;
+    assert_eq!(proxy.cut_commands(), 1, "the keeping's first send was cut");
     assert_eq!(
         hold_count(&server, name, &field),
         2,

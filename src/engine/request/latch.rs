@@ -66,32 +66,44 @@ impl Latch {
     }
 
     /// Makes it live at least until `until` (a give-back parked until then
-    /// names it; the latch's own TTL may end sooner): best effort, as a
-    /// `PTTL` and a `PEXPIRE` that only lengthens it (a shorter TTL would
-    /// let a late send of its request count again). Nothing is written
-    /// when it is gone.
+    /// names it; the latch's own TTL may end sooner): a `PTTL` and a
+    /// `PEXPIRE` that only lengthens it (a shorter TTL would let a late
+    /// send of its request count again), resent after a connection
+    /// failure on the `SETTLE_LOST` schedule while the latch may still
+    /// live (a parked give-back's latch lost to one cut connection would
+    /// leave its hold's count in a key another hold of its owner keeps).
+    /// Nothing is written when it is gone.
     pub(crate) async fn stretch(&self, until: Instant) {
-        let want = until.saturating_duration_since(Instant::now());
-        let want = u64::try_from(want.as_millis()).unwrap_or(u64::MAX).max(1);
-        let mut conn = self.client.conn();
-        let left: redis::RedisResult<i64> = redis::cmd("PTTL")
-            .arg(&self.key)
-            .query_async(&mut conn)
-            .await;
-        let stretched: redis::RedisResult<()> = match left {
-            // Gone (-2), or shorter than wanted: a latch always has a TTL.
-            Ok(left) if left >= 0 && (left as u64) < want => {
-                redis::cmd("PEXPIRE")
+        let ends = Instant::now() + Duration::from_millis(self.ttl);
+        let go_on = |_: &redis::RedisError| Instant::now() < ends;
+        let stretched: redis::RedisResult<()> = resend(
+            Resend::settle(),
+            "keeping a parked give-back's latch",
+            &self.name,
+            go_on,
+            |_| async move {
+                let want = until.saturating_duration_since(Instant::now());
+                let want = u64::try_from(want.as_millis()).unwrap_or(u64::MAX).max(1);
+                let mut conn = self.client.conn();
+                let left: i64 = redis::cmd("PTTL")
                     .arg(&self.key)
-                    .arg(want)
                     .query_async(&mut conn)
-                    .await
-            }
-            Ok(_) => Ok(()),
-            Err(err) => Err(err),
-        };
+                    .await?;
+                // Gone (-2), or shorter than wanted: a latch always has a
+                // TTL.
+                if left >= 0 && (left as u64) < want {
+                    redis::cmd("PEXPIRE")
+                        .arg(&self.key)
+                        .arg(want)
+                        .query_async::<()>(&mut conn)
+                        .await?;
+                }
+                Ok(())
+            },
+        )
+        .await;
         if let Err(err) = stretched {
-            tracing::debug!(name = %self.name, error = %err,
+            tracing::warn!(name = %self.name, error = %err,
                 "could not keep a parked give-back's latch; the give-back finds it gone \
                  once it expires, and its hold then ends with its TTL");
         }
