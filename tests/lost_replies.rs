@@ -818,6 +818,51 @@ async fn a_late_grant_whose_confirm_fails_is_given_back() {
     common::settled(&client).await;
 }
 
+/// A late grant's confirm whose caller leaves while the renewal is in
+/// flight, and whose renewal then fails (its connection cut), has the hold
+/// given back at once, as when the caller stays: not left until its TTL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_grant_left_while_its_confirm_fails_is_given_back() {
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port());
+    let client = soon(
+        Client::builder(proxy.url())
+            .watchdog_timeout(Duration::from_secs(6))
+            .response_timeout(Duration::from_secs(10))
+            .connection_timeout(Duration::from_secs(10))
+            .build(),
+    )
+    .await
+    .unwrap();
+    warm_up(&client).await;
+    let unlocked = common::RawSubscriber::new(&server, "redisson_lock__channel:{lost:left}");
+    // As above, the grant comes late and is confirmed by a renewal; the
+    // renewal's reply is held, so its caller is still waiting for it.
+    proxy.set_latency(Duration::from_millis(1100));
+    let renew = redis::Script::new(include_str!("../lua/renew.lua"));
+    proxy.hold_next_reply_to(renew.get_hash());
+    let lock = client.lock("lost:left").with_owner("job");
+    let caller = tokio::spawn(async move { lock.try_lock().await.map(|_| ()) });
+    eventually(Duration::from_secs(10), || async {
+        proxy.held_replies() == 1
+    })
+    .await;
+    // The caller leaves, then the renewal fails: its connection is cut
+    // before its reply gets through.
+    caller.abort();
+    assert!(caller.await.unwrap_err().is_cancelled());
+    proxy.set_latency(Duration::ZERO);
+    proxy.drop_connections();
+    proxy.release_held();
+    assert_eq!(
+        common::next_message(unlocked).await,
+        Some(("redisson_lock__channel:{lost:left}".into(), "0".into())),
+        "the hold was not given back"
+    );
+    assert!(!common::exists(&server, "lost:left"));
+    common::settled(&client).await;
+}
+
 /// A `lock()` wait keeps one request id across its attempts: an attempt
 /// whose reply was lost is followed by sends of the same request (which
 /// count once, whatever the lost one did), and the request is settled once

@@ -53,6 +53,7 @@ struct State {
     hold_reply_to: Mutex<Option<Vec<u8>>>,
     /// Held replies go on.
     released: AtomicBool,
+    held_replies: AtomicUsize,
     /// Both sockets of every connection, to cut them.
     open: Mutex<Vec<(TcpStream, TcpStream)>>,
     accepted: AtomicUsize,
@@ -231,6 +232,12 @@ impl Proxy {
     pub fn hold_next_reply_to(&self, pattern: &str) {
         self.state.released.store(false, Ordering::Relaxed);
         *self.state.hold_reply_to.lock().unwrap() = Some(pattern.as_bytes().to_vec());
+    }
+
+    /// How many replies [`Proxy::hold_next_reply_to`] held so far (a reply
+    /// counts once it is read and held).
+    pub fn held_replies(&self) -> usize {
+        self.state.held_replies.load(Ordering::Relaxed)
     }
 
     /// Lets a reply held by [`Proxy::hold_next_reply_to`] go on.
@@ -474,6 +481,7 @@ fn pump(
                     if hold.swap(false, Ordering::Relaxed) {
                         // Read, not forwarded: the reply (and all behind
                         // it on this connection) waits for the release.
+                        state.held_replies.fetch_add(1, Ordering::Relaxed);
                         while !state.released.load(Ordering::Relaxed)
                             && !state.closed.load(Ordering::Relaxed)
                         {

@@ -329,7 +329,7 @@ impl LockCore {
         if req.lease_ms.is_some() || Instant::now() < sent + ttl / 3 {
             return Ok(Some(sent));
         }
-        match self.confirm(&req.key, ttl, req.slot.latch()).await {
+        match self.confirm(&req.key, ttl, sent, req.slot.latch()).await {
             Ok((true, confirmed)) => Ok(Some(confirmed)),
             Ok((false, _)) => Ok(None),
             Err(err) => {
@@ -447,12 +447,14 @@ impl LockCore {
 
     /// Renews `key` alone to `ttl`, as the watchdog would: whether its
     /// owner still holds it, and when the renewal was sent. A caller that
-    /// leaves meanwhile has the hold given back in the background, naming
-    /// `grant`, the latch of the request granted.
+    /// leaves meanwhile has the hold given back in the background (also
+    /// when the renewal fails: then as granted after `acquired`, when the
+    /// acquire was sent), naming `grant`, the latch of the request granted.
     async fn confirm(
         &self,
         key: &HoldKey,
         ttl: Duration,
+        acquired: Instant,
         grant: Option<Arc<Latch>>,
     ) -> Result<(bool, Instant)> {
         let call = RenewCall::new(self.kind.renewal(), ttl, std::iter::once(key));
@@ -462,14 +464,20 @@ impl LockCore {
         let lock = self.obj.clone();
         let hold = Hold::of(self.kind, key);
         let give_back = move |reply: redis::RedisResult<Vec<usize>>| async move {
-            if reply.is_ok_and(|gone| gone.is_empty()) {
+            let granted = match reply {
                 // The renewal, sent at `sent` and answered by now, set the
                 // key's TTL.
-                let granted = GrantedIn::between(sent, Instant::now());
-                let lasts = Lasts::Ms(ttl.as_millis() as u64);
-                let (grant, why) = (grant.as_ref(), GiveBack::CallerLeft);
-                hold.give_back(&lock, lasts, granted, grant, why).await;
-            }
+                Ok(gone) if gone.is_empty() => GrantedIn::between(sent, Instant::now()),
+                // The hold is gone already.
+                Ok(_) => return,
+                // Whether the renewal ran is unknown: the hold is given
+                // back as the acquire's grant, made after `acquired` (as
+                // the caller would have, had it stayed).
+                Err(_) => GrantedIn::between(acquired, Instant::now()),
+            };
+            let lasts = Lasts::Ms(ttl.as_millis() as u64);
+            let (grant, why) = (grant.as_ref(), GiveBack::CallerLeft);
+            hold.give_back(&lock, lasts, granted, grant, why).await;
         };
         let reply = Finish::new(runtime()?, request, give_back)
             .await
