@@ -863,6 +863,69 @@ async fn a_late_grant_left_while_its_confirm_fails_is_given_back() {
     common::settled(&client).await;
 }
 
+/// A wait whose first send lost its reply, granted later (past the lease
+/// counted from that first send) and left by its caller while the grant's
+/// reply was on its way: the hold is given back at once, though the read
+/// of when the grant ran (from its latch, by the server's clock) is cut on
+/// its way. (That read is sent again; it decides only where the owner has
+/// other holds the given-back one may share the key with, which this test
+/// does not build: here it passes with the read sent once too.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grant_left_in_flight_is_given_back_by_when_it_ran() {
+    common::init_tracing();
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port());
+    let holder = common::client(&server, Duration::from_secs(3)).await;
+    let held = soon(holder.lock("lost:ran").lock_with_lease(LEASE))
+        .await
+        .unwrap();
+    let waiter = proxied(&proxy, Duration::from_secs(5)).await;
+    warm_up(&waiter).await;
+    swept(&server).await;
+    let acquire = redis::Script::new(include_str!("../lua/acquire.lua"));
+    let lease = Duration::from_secs(2);
+
+    // The wait's first send is refused, its reply lost: its request may
+    // have taken the lock from then on, as far as the waiter knows.
+    proxy.lose_next_reply_to(acquire.get_hash());
+    let lost = Instant::now();
+    let lock = waiter.lock("lost:ran").with_owner("job");
+    let wait = tokio::spawn(async move {
+        lock.try_lock_with_lease(Duration::from_secs(20), lease)
+            .await
+            .map(|_| ())
+    });
+    eventually(Duration::from_secs(10), || async {
+        proxy.lost_replies() == 1
+    })
+    .await;
+
+    // Past that lease, the lock is let go; the waiter's grant comes, its
+    // reply held while the waiter leaves.
+    tokio::time::sleep_until(lost + lease + Duration::from_millis(500)).await;
+    proxy.hold_next_reply_to(acquire.get_hash());
+    soon(held.unlock()).await.unwrap();
+    eventually(Duration::from_secs(10), || async {
+        proxy.held_replies() == 1
+    })
+    .await;
+    let unlocked = common::RawSubscriber::new(&server, "redisson_lock__channel:{lost:ran}");
+    wait.abort();
+    assert!(wait.await.unwrap_err().is_cancelled());
+    let granted = redis::Script::new(include_str!("../lua/acquire_granted.lua"));
+    proxy.cut_before_next(granted.get_hash());
+    proxy.release_held();
+
+    assert_eq!(
+        common::next_message(unlocked).await,
+        Some(("redisson_lock__channel:{lost:ran}".into(), "0".into())),
+        "the hold was not given back"
+    );
+    assert_eq!(proxy.cut_commands(), 1, "the read of when it ran was cut");
+    assert!(!common::exists(&server, "lost:ran"));
+    common::settled(&waiter).await;
+}
+
 /// A `lock()` wait keeps one request id across its attempts: an attempt
 /// whose reply was lost is followed by sends of the same request (which
 /// count once, whatever the lost one did), and the request is settled once

@@ -476,7 +476,7 @@ where
         drop(asked);
         if was_granted {
             let granted = match T::WANTS_GRANT_TIME {
-                true => on_server(on.client(), &latch.key, latch.ttl, granted).await,
+                true => on_server(&on, &latch.key, latch.ttl, granted).await,
                 false => granted,
             };
             let why = GiveBack::CallerLeft;

@@ -12,7 +12,6 @@ use crate::client::conn::Conn;
 use crate::engine::object::Object;
 use crate::engine::scripts::{ACQUIRE_CANCEL, ACQUIRE_GRANTED};
 use crate::error::is_connection_failure;
-use crate::Client;
 
 use super::give_back::{GiveBack, GrantedIn, Lasts, Taken};
 use super::latch::{close, Latch};
@@ -78,21 +77,37 @@ pub(super) fn granted_in(sent: Instant, answered: Instant, latch_ttl: u64, left:
 /// reply blurs this client's. As it was when the latch is gone already
 /// (deleted once its request was spent) or cannot be read.
 pub(super) async fn on_server(
-    client: &Client,
+    on: &Object,
     latch: &str,
     latch_ttl: u64,
     granted: GrantedIn,
 ) -> GrantedIn {
-    let sent = Instant::now();
-    let read: redis::RedisResult<(i64, u64)> = ACQUIRE_GRANTED
-        .key(latch)
-        .arg(latch_ttl)
-        .invoke_async(&mut client.conn())
-        .await;
-    let answered = Instant::now();
+    let client = on.client();
+    // A read that a cut fails is sent again, for one response timeout:
+    // the wide window it falls back to may call the hold's lease over
+    // when it is not, and park a give-back that could go now. Each send
+    // times its own round trip.
+    let until = Instant::now() + client.config().response_timeout;
+    let go_on = |_: &redis::RedisError| Instant::now() < until;
+    let read = resend(
+        Resend::settle(),
+        "reading when a grant ran",
+        on.name(),
+        go_on,
+        |_| async move {
+            let sent = Instant::now();
+            let read: (i64, u64) = ACQUIRE_GRANTED
+                .key(latch)
+                .arg(latch_ttl)
+                .invoke_async(&mut client.conn())
+                .await?;
+            Ok((read, sent, Instant::now()))
+        },
+    )
+    .await;
     match read {
         // Not a lengthened latch (see `granted_in`), whose age is unknown.
-        Ok((left, at)) if (0..=latch_ttl as i64).contains(&left) => {
+        Ok(((left, at), sent, answered)) if (0..=latch_ttl as i64).contains(&left) => {
             let told = granted_in(sent, answered, latch_ttl, left as u64);
             GrantedIn {
                 on_server: Some(at),
