@@ -205,6 +205,40 @@ async fn lock_rides_out_a_cut_just_before_it() {
     println!("{ROUNDS} cuts just before lock() (lock and spin lock): every lock() got the lock");
 }
 
+/// A leased holder awaiting the loss of its hold learns of a force unlock
+/// soon though the look at its hold that the unlock message prompts is
+/// cut on its way: the look is made again after a pause, not left until
+/// the next message (or the lease's end).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_force_unlock_is_noticed_though_the_look_it_prompts_is_cut() {
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port());
+    let c = client_at(&proxy.url(), WATCHDOG).await;
+    let other = client(&server, WATCHDOG).await;
+    let lease = Duration::from_secs(60);
+    let guard = soon(c.lock("look").lock_with_lease(lease)).await.unwrap();
+    let looks = || {
+        let stats = server.cmd(&["INFO", "commandstats"]).as_string().unwrap();
+        stats
+            .lines()
+            .find_map(|line| line.strip_prefix("cmdstat_hexists:calls="))
+            .and_then(|rest| rest.split(',').next()?.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    let lost = guard.lease_lost();
+    tokio::pin!(lost);
+    // The holder listens, and has looked once.
+    tokio::select! {
+        () = &mut lost => panic!("the lease was lost before anyone unlocked"),
+        () = eventually(Duration::from_secs(10), || async { looks() == 1 }) => {}
+    }
+    proxy.cut_before_next("HEXISTS");
+    assert!(soon(other.lock("look").force_unlock()).await.unwrap());
+    within(lease / 3, &mut lost).await;
+    assert_eq!(proxy.cut_commands(), 1, "the look was not cut");
+    assert!(guard.is_lease_lost());
+}
+
 /// A wait with a deadline rides out a cut of its subscription (a restart
 /// while it subscribes): only its first try returns a connection error, so
 /// the waiter subscribes again and gets the lock once it is released.

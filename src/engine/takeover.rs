@@ -8,7 +8,8 @@
 //! to, and every message there (or a lost pub/sub connection) makes the
 //! holder look whether its owner field is still in the lock's hash. When it
 //! is not, the lease is lost, and the holder is told within a round trip
-//! of the message.
+//! of the message. A subscribe or a look that a lost connection fails is
+//! tried again after a pause (a look at once when a message comes).
 //!
 //! Nothing is listened to until a holder awaits the loss (a guard's
 //! `lease_lost`, a [`Lease`](crate::Lease)'s or a leadership's `lost`), so a lock taken and
@@ -18,7 +19,9 @@ use std::sync::{Arc, Mutex};
 
 use tokio::task::AbortHandle;
 
+use crate::engine::backoff::RESEND;
 use crate::engine::watchdog::{HoldKey, LeaseState};
+use crate::error::is_connection_failure;
 use crate::Client;
 
 /// A hold's lease as it stands now: `extend` and `keep_alive` replace a
@@ -116,14 +119,23 @@ async fn listen(watch: Watch) {
         key,
         lease,
     } = watch;
-    let subscription = match client.pubsub().subscribe(channel).await {
-        Ok(subscription) => subscription,
-        Err(err) => {
-            tracing::debug!(lock = %key.name, error = %err,
-                "cannot listen for the hold's end; the watchdog's renewals tell it");
+    // Neither a failed subscribe nor a failed look is left to the watchdog
+    // (a leased hold has none): each is tried again after a pause.
+    let mut failures = 0u32;
+    let subscription = loop {
+        if lease.ended() || lease.state().is_lost() {
             return;
         }
+        match client.pubsub().subscribe(channel.clone()).await {
+            Ok(subscription) => break subscription,
+            Err(err) => {
+                tracing::debug!(lock = %key.name, error = %err,
+                    "cannot listen for the hold's end yet; trying again");
+                tokio::time::sleep(pause(&mut failures)).await;
+            }
+        }
     };
+    failures = 0;
     loop {
         let changed = subscription.changed();
         tokio::pin!(changed);
@@ -145,13 +157,31 @@ async fn listen(watch: Watch) {
                 client.registry().lose_taken(&lease.state());
                 return;
             }
-            Ok(true) => {}
-            // A lost connection or a key of another type: the watchdog's
-            // renewals decide; the next message looks again.
+            Ok(true) => failures = 0,
+            // A lost connection: the hold may have ended meanwhile, with
+            // its message sent while the subscription was reconnecting;
+            // looked at again after a pause, or at the next message.
+            Err(err) if is_connection_failure(&err) => {
+                tracing::debug!(lock = %key.name, error = %err, "could not look at the hold");
+                tokio::select! {
+                    () = &mut changed => {}
+                    () = tokio::time::sleep(pause(&mut failures)) => {}
+                }
+                continue;
+            }
+            // A key of another type: the watchdog's renewals decide; the
+            // next message looks again.
             Err(err) => {
                 tracing::debug!(lock = %key.name, error = %err, "could not look at the hold")
             }
         }
         changed.await;
     }
+}
+
+/// The pause after the `failures`-th failure in a row, counted.
+fn pause(failures: &mut u32) -> std::time::Duration {
+    let pause = RESEND.pause(*failures);
+    *failures = failures.saturating_add(1);
+    pause
 }
