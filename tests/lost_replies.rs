@@ -1516,7 +1516,9 @@ async fn a_lost_grant_of_a_late_resend_is_given_back_by_the_grants_own_lease() {
     // caller gives up then (its future dropped): the request is settled in
     // the background.
     tokio::time::sleep_until(first_sent + lease / 2).await;
-    proxy.lose_next_reply_to_then_refuse(name);
+    // (The acquire's latch names it alone: the wait's unsubscribe, sent
+    // again while the server was out of reach, names the lock too.)
+    proxy.lose_next_reply_to_then_refuse("ferrisson_acquire_latch:{lost:late-resend}");
     proxy.black_hole(false);
     eventually(lease, || async { proxy.lost_replies() == 1 }).await;
     attempt.abort();

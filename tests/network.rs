@@ -239,6 +239,64 @@ async fn a_force_unlock_is_noticed_though_the_look_it_prompts_is_cut() {
     assert!(guard.is_lease_lost());
 }
 
+/// The last waiter on a channel leaves, and the unsubscribe is cut on its
+/// way: it is sent again, and the channel is not subscribed for the
+/// client's life (the connection, which keeps every channel the server has
+/// not confirmed leaving, subscribes it again when it reconnects).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unsubscribe_cut_on_its_way_is_sent_again() {
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port());
+    let c = client_at(&proxy.url(), WATCHDOG).await;
+    let other = client(&server, WATCHDOG).await;
+    let held = soon(
+        other
+            .lock("unsub:a")
+            .lock_with_lease(Duration::from_secs(60)),
+    )
+    .await
+    .unwrap();
+    let (a, b) = (
+        "redisson_lock__channel:{unsub:a}",
+        "redisson_lock__channel:{unsub:b}",
+    );
+    // A waiter subscribes to `a`, then leaves; its unsubscribe is cut.
+    let lock = c.lock("unsub:a");
+    let waiter = tokio::spawn(async move { lock.lock().await.map(|_| ()) });
+    eventually(Duration::from_secs(10), || async {
+        common::subscribers(&server, a) == 1
+    })
+    .await;
+    proxy.cut_before_next("UNSUBSCRIBE");
+    waiter.abort();
+    assert!(waiter.await.unwrap_err().is_cancelled());
+    eventually(Duration::from_secs(10), || async {
+        proxy.cut_commands() == 1
+    })
+    .await;
+    // Another channel's waiter makes sure the connection is up again
+    // (having subscribed again to what it keeps).
+    let _held_b = soon(
+        other
+            .lock("unsub:b")
+            .lock_with_lease(Duration::from_secs(60)),
+    )
+    .await
+    .unwrap();
+    let lock = c.lock("unsub:b");
+    let waiter = tokio::spawn(async move { lock.lock().await.map(|_| ()) });
+    eventually(Duration::from_secs(10), || async {
+        common::subscribers(&server, b) == 1
+    })
+    .await;
+    eventually(Duration::from_secs(10), || async {
+        common::subscribers(&server, a) == 0
+    })
+    .await;
+    waiter.abort();
+    drop(held);
+}
+
 /// A wait with a deadline rides out a cut of its subscription (a restart
 /// while it subscribes): only its first try returns a connection error, so
 /// the waiter subscribes again and gets the lock once it is released.

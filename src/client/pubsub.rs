@@ -16,8 +16,11 @@ use redis::aio::ConnectionManager;
 use redis::{PushInfo, PushKind, Value};
 use tokio::sync::futures::Notified;
 use tokio::sync::{Mutex, Notify};
+use tokio::time::Instant;
 
+use crate::engine::backoff::RESEND;
 use crate::engine::telemetry;
+use crate::error::is_connection_failure;
 use crate::Result;
 
 /// The subscription state of one channel.
@@ -93,6 +96,9 @@ impl SubConn {
         }
     }
 }
+
+/// How long an unsubscribe that lost connections fail is sent again.
+const UNSUBSCRIBE_FOR: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// The client's pub/sub side.
 pub(crate) struct PubSub {
@@ -327,25 +333,45 @@ impl PubSub {
     }
 
     async fn unsubscribe_if_unused(&self, channel: String, state: Arc<ChannelState>) {
-        let mut subscribed = state.subscribed.lock().await;
         let unused = |slot: &Slot| Arc::ptr_eq(&slot.state, &state) && slot.waiters == 0;
-        if !self
-            .channels
-            .get(&channel)
-            .is_some_and(|slot| unused(&slot))
-        {
-            // Someone joined meanwhile: the subscription is theirs now.
+        // The connection keeps a channel until the server confirms its
+        // unsubscribe, and subscribes it again after a reconnect: an
+        // unsubscribe that a lost connection fails is sent again (for a
+        // while, and while nobody joins), or the channel would stay
+        // subscribed, with nobody to hear it, for the client's life.
+        let until = Instant::now() + UNSUBSCRIBE_FOR;
+        let mut failures = 0u32;
+        loop {
+            let mut subscribed = state.subscribed.lock().await;
+            if !self
+                .channels
+                .get(&channel)
+                .is_some_and(|slot| unused(&slot))
+            {
+                // Someone joined meanwhile: the subscription is theirs now.
+                return;
+            }
+            if *subscribed != Subscribed::No {
+                match self.conn().unsubscribe(&channel).await {
+                    Err(err) if is_connection_failure(&err) && Instant::now() < until => {
+                        tracing::debug!(%channel, error = %err,
+                            "unsubscribe failed; sending it again");
+                        // Not held while pausing: a waiter may join.
+                        drop(subscribed);
+                        tokio::time::sleep(RESEND.pause(failures)).await;
+                        failures = failures.saturating_add(1);
+                        continue;
+                    }
+                    Err(err) => tracing::debug!(%channel, error = %err, "unsubscribe failed"),
+                    Ok(()) => {}
+                }
+                *subscribed = Subscribed::No;
+            }
+            // A waiter that joins after this point finds `Subscribed::No`
+            // (it waits on the lock above) or a fresh slot, and subscribes.
+            self.forget(&channel, unused);
             return;
         }
-        if *subscribed != Subscribed::No {
-            if let Err(err) = self.conn().unsubscribe(&channel).await {
-                tracing::debug!(%channel, error = %err, "unsubscribe failed");
-            }
-            *subscribed = Subscribed::No;
-        }
-        // A waiter that joins after this point finds `Subscribed::No`
-        // (it waits on the lock above) or a fresh slot, and subscribes.
-        self.forget(&channel, unused);
     }
 
     /// Removes `channel`'s slot if `drop_it` says so. The subscriptions
