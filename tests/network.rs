@@ -297,6 +297,59 @@ async fn an_unsubscribe_cut_on_its_way_is_sent_again() {
     drop(held);
 }
 
+/// A permit's release whose caller leaves while the send is on its way,
+/// and whose send the connection then fails (it never reaches the server),
+/// is resent in the background: a permit taken without a lease comes back.
+/// The same for a release by id.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_permit_release_left_before_its_send_failed_is_resent() {
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port());
+    let c = client_at(&proxy.url(), WATCHDOG).await;
+    let other = client(&server, WATCHDOG).await;
+    let seats = c.permit_expirable_semaphore("seats");
+    assert!(soon(seats.try_set_permits(2)).await.unwrap());
+    let watch = other.permit_expirable_semaphore("seats");
+    let (first, second) = (
+        soon(seats.acquire()).await.unwrap(),
+        soon(seats.acquire()).await.unwrap(),
+    );
+    let second = second.id();
+    let release = "\r\nrelease\r\n";
+    proxy.hold_next_command(release);
+    let by_permit = tokio::spawn(async move { first.release().await });
+    left_before_its_send_failed(&proxy, by_permit, 1).await;
+    eventually(Duration::from_secs(10), || async {
+        soon(watch.available_permits()).await.unwrap() == 1
+    })
+    .await;
+    proxy.hold_next_command(release);
+    let by_id = tokio::spawn(async move { seats.release_many(&[second]).await });
+    left_before_its_send_failed(&proxy, by_id, 2).await;
+    eventually(Duration::from_secs(10), || async {
+        soon(watch.available_permits()).await.unwrap() == 2
+    })
+    .await;
+}
+
+/// Waits until the proxy holds the `nth` command, then drops `call`, and
+/// cuts the connection before the command goes on: it never reaches the
+/// server.
+async fn left_before_its_send_failed<T: std::fmt::Debug>(
+    proxy: &Proxy,
+    call: tokio::task::JoinHandle<T>,
+    nth: usize,
+) {
+    eventually(Duration::from_secs(10), || async {
+        proxy.held_commands() == nth
+    })
+    .await;
+    call.abort();
+    assert!(call.await.unwrap_err().is_cancelled());
+    proxy.drop_connections();
+    proxy.release_held();
+}
+
 /// A wait with a deadline rides out a cut of its subscription (a restart
 /// while it subscribes): only its first try returns a connection error, so
 /// the waiter subscribes again and gets the lock once it is released.

@@ -51,7 +51,11 @@ struct State {
     cut_commands: AtomicUsize,
     /// A pattern of the command whose reply is held until released.
     hold_reply_to: Mutex<Option<Vec<u8>>>,
-    /// Held replies go on.
+    /// A pattern of the command that is held, not forwarded, until
+    /// released.
+    hold_command: Mutex<Option<Vec<u8>>>,
+    held_commands: AtomicUsize,
+    /// Held replies (and commands) go on.
     released: AtomicBool,
     held_replies: AtomicUsize,
     /// Both sockets of every connection, to cut them.
@@ -240,7 +244,22 @@ impl Proxy {
         self.state.held_replies.load(Ordering::Relaxed)
     }
 
-    /// Lets a reply held by [`Proxy::hold_next_reply_to`] go on.
+    /// Holds the next command whose bytes contain `pattern` (and what
+    /// follows it on that connection) in the proxy, not forwarded, until
+    /// [`Proxy::release_held`]; cut the connections first
+    /// ([`Proxy::drop_connections`]) and it never reaches the server.
+    pub fn hold_next_command(&self, pattern: &str) {
+        self.state.released.store(false, Ordering::Relaxed);
+        *self.state.hold_command.lock().unwrap() = Some(pattern.as_bytes().to_vec());
+    }
+
+    /// How many commands [`Proxy::hold_next_command`] held so far.
+    pub fn held_commands(&self) -> usize {
+        self.state.held_commands.load(Ordering::Relaxed)
+    }
+
+    /// Lets a reply held by [`Proxy::hold_next_reply_to`] (or a command
+    /// held by [`Proxy::hold_next_command`]) go on.
     pub fn release_held(&self) {
         self.state.released.store(true, Ordering::Relaxed);
     }
@@ -426,6 +445,19 @@ fn pump(
                         break;
                     }
                     drop(armed);
+                    let mut armed = state.hold_command.lock().unwrap();
+                    if armed.as_ref().is_some_and(|p| found(p)) {
+                        *armed = None;
+                        drop(armed);
+                        state.held_commands.fetch_add(1, Ordering::Relaxed);
+                        while !state.released.load(Ordering::Relaxed)
+                            && !state.closed.load(Ordering::Relaxed)
+                        {
+                            std::thread::sleep(Duration::from_millis(1));
+                        }
+                    } else {
+                        drop(armed);
+                    }
                     let mut armed = state.lose_reply_to.lock().unwrap();
                     if armed.as_ref().is_some_and(|p| found(p)) {
                         if !state.lose_every.load(Ordering::Relaxed) {

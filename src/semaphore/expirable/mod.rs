@@ -377,15 +377,38 @@ impl PermitExpirableSemaphore {
     /// [`Error::Redis`].
     ///
     /// # Cancel safety
-    /// Cancel safe: once sent, the release completes in the background.
+    /// Cancel safe: once sent, the release completes in the background
+    /// (resent for up to an hour when the connection fails it).
     pub async fn release_many(&self, ids: &[PermitId]) -> Result<()> {
         self.obj.checked()?;
         if ids.is_empty() {
             return Err(Error::invalid("no permit ids to release"));
         }
-        let (semaphore, ids) = (self.obj.clone(), ids.to_vec());
-        let release = async move { give_back(&semaphore, &ids, None).await };
-        match Finish::detached(runtime()?, release).await? {
+        let (semaphore, ids) = (self.obj.clone(), Arc::new(ids.to_vec()));
+        let release = {
+            let (semaphore, ids) = (semaphore.clone(), Arc::clone(&ids));
+            async move { give_back(&semaphore, &ids, None).await }
+        };
+        // Its caller gone, a send that the connection failed is resent as
+        // a dropped permit's release (safe: a second send finds the first
+        // id not out, and gives nothing back), for as long as a permit
+        // without a lease is.
+        let until = Instant::now() + NEVER_EXPIRES;
+        let orphan = move |given: Result<Option<PermitId>>| async move {
+            if matches!(&given, Err(err) if err.is_connection_error()) {
+                let runtime = tokio::runtime::Handle::current();
+                semaphore.spawn_to_end(&runtime, move |semaphore| {
+                    let ids = Arc::clone(&ids);
+                    async move {
+                        if let Err(err) = give_back(&semaphore, &ids, Some(until)).await {
+                            tracing::warn!(semaphore = %semaphore.name(), error = %err,
+                                "could not release permits by id");
+                        }
+                    }
+                });
+            }
+        };
+        match Finish::new(runtime()?, release, orphan).await? {
             None => {
                 self.obj.release_synced().await;
                 Ok(())

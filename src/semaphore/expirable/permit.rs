@@ -336,22 +336,35 @@ impl Permit {
     /// As [`PermitExpirableSemaphore::release`].
     ///
     /// # Cancel safety
-    /// Cancel safe: once sent, the release completes in the background.
+    /// Cancel safe: once sent, the release completes in the background
+    /// (resent, as a dropped permit's, when the connection fails it).
     pub async fn release(mut self) -> Result<()> {
+        let until = self.dropped_until();
         let Some(hold) = self.claim() else {
             return Ok(());
         };
         let id = self.id;
         let semaphore = hold.semaphore.clone();
         let runtime = hold.runtime.clone();
-        let release = async move {
-            let given = give_back(&hold.semaphore, &[id], None).await;
-            if let Ok(None) = given {
-                hold.released();
+        let hold = Arc::new(hold);
+        let release = {
+            let hold = Arc::clone(&hold);
+            async move {
+                let given = give_back(&hold.semaphore, &[id], None).await;
+                if let Ok(None) = given {
+                    hold.released();
+                }
+                given
             }
-            given
         };
-        match Finish::detached(runtime, release).await? {
+        // Its caller gone, a send that the connection failed is resent as
+        // a dropped permit's release: nobody is told to retry it.
+        let orphan = move |given: Result<Option<PermitId>>| async move {
+            if matches!(&given, Err(err) if err.is_connection_error()) {
+                release_in_background(hold, id, until);
+            }
+        };
+        match Finish::new(runtime, release, orphan).await? {
             None => {
                 semaphore.release_synced().await;
                 Ok(())
@@ -416,26 +429,31 @@ impl Drop for Permit {
         let Some(hold) = self.claim() else {
             return;
         };
-        let id = self.id;
-        let runtime = hold.runtime.clone();
-        let semaphore = hold.semaphore.clone();
-        let hold = Arc::new(hold);
-        // Finished even when the runtime shuts down first (see
-        // `Object::spawn_to_end`): a program that returns normally leaves
-        // no permit out.
-        semaphore.spawn_to_end(&runtime, move |semaphore| {
-            let hold = Arc::clone(&hold);
-            async move {
-                match give_back(&semaphore, &[id], Some(until)).await {
-                    Ok(None) => hold.released(),
-                    Ok(Some(_)) => tracing::debug!(semaphore = %hold.semaphore.name(), permit = %id,
-                        "dropped permit had expired already"),
-                    Err(err) => tracing::warn!(semaphore = %hold.semaphore.name(), permit = %id, error = %err,
-                        "could not release a dropped permit"),
+        release_in_background(Arc::new(hold), self.id, until);
+    }
+}
+
+/// Releases the permit `id` of `hold` in the background, resent until it
+/// gets through or `until`. Finished even when the runtime shuts down
+/// first (see `Object::spawn_to_end`): a program that returns normally
+/// leaves no permit out.
+fn release_in_background(hold: Arc<PermitHold>, id: PermitId, until: Instant) {
+    let runtime = hold.runtime.clone();
+    let semaphore = hold.semaphore.clone();
+    semaphore.spawn_to_end(&runtime, move |semaphore| {
+        let hold = Arc::clone(&hold);
+        async move {
+            match give_back(&semaphore, &[id], Some(until)).await {
+                Ok(None) => hold.released(),
+                Ok(Some(_)) => tracing::debug!(semaphore = %hold.semaphore.name(), permit = %id,
+                    "dropped permit had expired already"),
+                Err(err) => {
+                    tracing::warn!(semaphore = %hold.semaphore.name(), permit = %id, error = %err,
+                    "could not release a dropped permit")
                 }
             }
-        });
-    }
+        }
+    });
 }
 
 /// When a lease of `ms` begun by the server after `start` ends by this
