@@ -2,7 +2,7 @@
 //!
 //! `cargo run --release --example bench [-- --quick] [--json PATH] [--only 1,2,..]`
 //!
-//! Starts a throwaway `redis-server` (or uses `REDIS_URL`), then runs nine
+//! Starts a throwaway `redis-server` (or uses `REDIS_URL`), then runs eleven
 //! scenarios (8 and 9 start servers of their own). Each measures ferrisson and, in the same run and over the
 //! same kind of connection (one multiplexed RESP3 `ConnectionManager`), the
 //! raw baseline it is compared with: EVALSHA of a trivial script (and, in
@@ -21,8 +21,10 @@ mod support;
 
 mod deployments;
 mod holding;
+mod idle;
 mod measure;
 mod scenarios;
+mod server_time;
 
 use std::time::Duration;
 
@@ -60,8 +62,8 @@ impl Options {
                     let numbers = list
                         .split(',')
                         .map(|n| match n.trim().parse::<usize>() {
-                            Ok(n @ 1..=9) => Ok(n),
-                            _ => Err(format!("--only: `{n}` is not a scenario number (1 to 9)")),
+                            Ok(n @ 1..=11) => Ok(n),
+                            _ => Err(format!("--only: `{n}` is not a scenario number (1 to 11)")),
                         })
                         .collect::<Result<Vec<_>, _>>()?;
                     options.only = Some(numbers);
@@ -71,7 +73,7 @@ impl Options {
                         "usage: bench [--quick] [--json PATH] [--only 1,2,..]\n\n\
                          --quick      smaller sizes and shorter runs (under 30 s)\n\
                          --json PATH  also write every figure to PATH as JSON\n\
-                         --only LIST  run only these scenarios (1-9); the round trip\n\
+                         --only LIST  run only these scenarios (1-11); the round trip\n\
                          \x20            (scenario 1) is always measured, as the unit"
                     );
                     std::process::exit(0);
@@ -157,7 +159,17 @@ pub(crate) async fn connection(url: &str) -> redis::RedisResult<ConnectionManage
     let config = ConnectionManagerConfig::new()
         .set_response_timeout(Some(ferrisson::config::DEFAULT_RESPONSE_TIMEOUT))
         .set_connection_timeout(Some(ferrisson::config::DEFAULT_CONNECTION_TIMEOUT));
-    redis::Client::open(info.set_redis_settings(resp3))?
+    connection_with(info.set_redis_settings(resp3), config).await
+}
+
+/// [`connection`] with its own settings; as a ferrisson client's, with no
+/// Nagle delay.
+pub(crate) async fn connection_with(
+    info: redis::ConnectionInfo,
+    config: ConnectionManagerConfig,
+) -> redis::RedisResult<ConnectionManager> {
+    let nodelay = redis::io::tcp::TcpSettings::default().set_nodelay(true);
+    redis::Client::open(info.set_tcp_settings(nodelay))?
         .get_connection_manager_with_config(config)
         .await
 }
@@ -263,6 +275,18 @@ async fn main() {
         report.insert(
             "multilock_vs_redisson".into(),
             deployments::multilock_vs_redisson(&mut bench).await,
+        );
+    }
+    if options.runs(10) {
+        report.insert(
+            "server_time".into(),
+            server_time::server_time(&mut bench).await,
+        );
+    }
+    if options.runs(11) {
+        report.insert(
+            "handoff_from_idle".into(),
+            idle::handoff_from_idle(&mut bench).await,
         );
     }
     let elapsed = started.elapsed();

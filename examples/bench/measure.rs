@@ -105,6 +105,9 @@ pub(crate) fn heap_bytes() -> i64 {
 pub(crate) struct ServerStats {
     /// EVALSHA calls served (every ferrisson script call is one).
     pub(crate) evalsha_calls: u64,
+    /// Time the server spent in them, in µs (`INFO commandstats`: each
+    /// script's run, the commands it calls included).
+    pub(crate) evalsha_usec: f64,
     /// All commands served.
     pub(crate) commands: u64,
     /// Server CPU time, user plus system, in seconds.
@@ -126,6 +129,7 @@ impl ServerStats {
         for line in info.lines() {
             if let Some(rest) = line.strip_prefix("cmdstat_evalsha:") {
                 stats.evalsha_calls = field(rest, "calls").unwrap_or(0.0) as u64;
+                stats.evalsha_usec = field(rest, "usec").unwrap_or(0.0);
             } else if let Some(v) = line.strip_prefix("total_commands_processed:") {
                 stats.commands = v.trim().parse().unwrap_or(0);
             } else if let Some(v) = line.strip_prefix("used_cpu_user:") {

@@ -61,7 +61,7 @@ pub(crate) async fn simple_pair(conn: &mut ConnectionManager, key: &str) {
 
 /// The protocol's two scripts called straight from redis-rs: what one lock
 /// and unlock cost the server, with no library code around them.
-async fn scripts_pair(conn: &mut ConnectionManager, key: &str, owner: &str) {
+pub(crate) async fn scripts_pair(conn: &mut ConnectionManager, key: &str, owner: &str) {
     // Unique over the whole run: a latch left by an earlier request with the
     // same id would make this one a resend, which changes nothing.
     static REQUESTS: AtomicU64 = AtomicU64::new(0);
@@ -92,7 +92,7 @@ async fn scripts_pair(conn: &mut ConnectionManager, key: &str, owner: &str) {
     assert_eq!(released, Some(1));
 }
 
-async fn raw_call(conn: &mut ConnectionManager, key: &str) {
+pub(crate) async fn raw_call(conn: &mut ConnectionManager, key: &str) {
     let _: i64 = TRIVIAL
         .key(key)
         .invoke_async(conn)
@@ -357,6 +357,17 @@ async fn pairs_per_second(
     run: Duration,
     pair: impl Fn(usize, u64) -> PairFuture + Send + Sync + 'static,
 ) -> f64 {
+    let (pairs, took) = run_pairs(tasks, run, pair).await;
+    pairs as f64 / took.as_secs_f64()
+}
+
+/// Runs pairs in `tasks` tasks for `run`, each on its own keys: how many
+/// were made, and in how long.
+pub(crate) async fn run_pairs(
+    tasks: usize,
+    run: Duration,
+    pair: impl Fn(usize, u64) -> PairFuture + Send + Sync + 'static,
+) -> (u64, Duration) {
     let pair = Arc::new(pair);
     let done = Arc::new(AtomicU64::new(0));
     let start = Instant::now();
@@ -376,12 +387,10 @@ async fn pairs_per_second(
     for handle in handles {
         handle.await.expect("a throughput task panicked");
     }
-    done.load(Ordering::Relaxed) as f64 / start.elapsed().as_secs_f64()
+    (done.load(Ordering::Relaxed), start.elapsed())
 }
 
-/// One lock + unlock (or one raw pair), boxed so that every kind shares
-/// one driver.
-type PairFuture = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
+pub(crate) type PairFuture = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
 
 /// Independent locks under concurrency, against raw pairs at the same
 /// concurrency over the same kind of connection.

@@ -487,6 +487,14 @@ fn install_crypto_provider() {
 
 /// Connects a client to one server, over TLS with `tls_root` as the CA
 /// when given (feature `tls` or `native-tls`).
+/// Every connection's TCP settings: no Nagle delay. A lock's commands are
+/// small and each waits on the one before (a release, then the waiter's
+/// acquire), so a write held back for the previous one's acknowledgement
+/// is pure latency.
+pub(crate) fn tcp_settings() -> redis::io::tcp::TcpSettings {
+    redis::io::tcp::TcpSettings::default().set_nodelay(true)
+}
+
 async fn connect_single(
     info: ConnectionInfo,
     tls_root: Option<Vec<u8>>,
@@ -500,7 +508,9 @@ async fn connect_single(
         .redis_settings()
         .clone()
         .set_protocol(ProtocolVersion::RESP3);
-    let info = info.set_redis_settings(resp3);
+    let info = info
+        .set_redis_settings(resp3)
+        .set_tcp_settings(tcp_settings());
     let redis_client = match tls_root {
         #[cfg(any(feature = "tls", feature = "native-tls"))]
         Some(pem) => redis::Client::build_with_tls(

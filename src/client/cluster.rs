@@ -21,6 +21,7 @@ pub(crate) async fn connect(
     let builder = || {
         ClusterClientBuilder::new(nodes.clone())
             .use_protocol(ProtocolVersion::RESP3)
+            .tcp_settings(super::builder::tcp_settings())
             .connection_timeout(config.connection_timeout)
             .response_timeout(config.response_timeout)
     };

@@ -49,7 +49,9 @@ async fn current_master(sentinel: &mut SentinelClient) -> RedisResult<(redis::Cl
         .redis_settings()
         .clone()
         .set_protocol(redis::ProtocolVersion::RESP3);
-    let info = info.set_redis_settings(resp3);
+    let info = info
+        .set_redis_settings(resp3)
+        .set_tcp_settings(super::builder::tcp_settings());
     Ok((redis::Client::open(info)?, addr))
 }
 
