@@ -13,7 +13,7 @@ use redis::{IntoConnectionInfo, ProtocolVersion};
 use serde_json::{json, Value};
 
 use crate::measure::{f, Samples, Table};
-use crate::scenarios::{flush, raw_call};
+use crate::scenarios::{flush, raw_call, script_acquire, script_release};
 use crate::Bench;
 
 pub(crate) async fn handoff_from_idle(bench: &mut Bench) -> Value {
@@ -41,6 +41,7 @@ pub(crate) async fn handoff_from_idle(bench: &mut Bench) -> Value {
     // Unlock call → unlock returned; → message here; message → lock returned.
     let (mut releases, mut messaged, mut woken) =
         (Samples::default(), Samples::default(), Samples::default());
+    let (mut raw_acquires, mut raw_releases) = (Samples::default(), Samples::default());
     for _ in 0..rounds {
         let held = holder.lock(name).lock().await.expect("lock");
         let lock = waiter.lock(name);
@@ -65,6 +66,17 @@ pub(crate) async fn handoff_from_idle(bench: &mut Bench) -> Value {
         let start = Instant::now();
         raw_call(&mut conn, "bench:idle:raw").await;
         raws.push(start.elapsed());
+        // ferrisson's own scripts, sent raw after the same idle: what of
+        // the unlock's time is the server's (a cold script), not the
+        // library's.
+        tokio::time::sleep(idle).await;
+        let start = Instant::now();
+        let request = script_acquire(&mut conn, "bench:idle:script").await;
+        raw_acquires.push(start.elapsed());
+        tokio::time::sleep(idle).await;
+        let start = Instant::now();
+        script_release(&mut conn, "bench:idle:script", request).await;
+        raw_releases.push(start.elapsed());
         tokio::time::sleep(idle).await;
         while messages.try_recv().is_ok() {}
         let unlocked = Instant::now();
@@ -112,6 +124,8 @@ pub(crate) async fn handoff_from_idle(bench: &mut Bench) -> Value {
         &["step", "p50 µs", "in raw round trips after idle"],
     );
     let step_rows = [
+        ("ferrisson's acquire script, sent raw", raw_acquires.p50()),
+        ("ferrisson's release script, sent raw", raw_releases.p50()),
         ("unlock call to unlock returned", releases.p50()),
         (
             "unlock call to the message at the bench's subscriber",
@@ -141,6 +155,7 @@ pub(crate) async fn handoff_from_idle(bench: &mut Bench) -> Value {
         "raw_after_idle_p50_us": raw, "handoff_p50_idle_round_trips": per_idle_raw,
         "handoff_p50_round_trips": per_rtt,
         "steps_p50_us": {
+            "raw_acquire_script": raw_acquires.p50(), "raw_release_script": raw_releases.p50(),
             "release": releases.p50(), "message": messaged.p50(), "to_lock": woken.p50(),
         },
     })

@@ -62,6 +62,24 @@ pub(crate) async fn simple_pair(conn: &mut ConnectionManager, key: &str) {
 /// The protocol's two scripts called straight from redis-rs: what one lock
 /// and unlock cost the server, with no library code around them.
 pub(crate) async fn scripts_pair(conn: &mut ConnectionManager, key: &str, owner: &str) {
+    let request = script_acquire_as(conn, key, owner).await;
+    script_release_as(conn, key, owner, request).await;
+}
+
+/// The owner of [`script_acquire`] and [`script_release`].
+const SCRIPT_OWNER: &str = "8d0d4b7e-2a4c-4f7b-9a0e-5a1a1f0e7c11:script";
+
+/// ferrisson's acquire script, sent raw, on a free `key`: its request id.
+pub(crate) async fn script_acquire(conn: &mut ConnectionManager, key: &str) -> u64 {
+    script_acquire_as(conn, key, SCRIPT_OWNER).await
+}
+
+/// ferrisson's release script, sent raw, of [`script_acquire`]'s hold.
+pub(crate) async fn script_release(conn: &mut ConnectionManager, key: &str, request: u64) {
+    script_release_as(conn, key, SCRIPT_OWNER, request).await
+}
+
+async fn script_acquire_as(conn: &mut ConnectionManager, key: &str, owner: &str) -> u64 {
     // Unique over the whole run: a latch left by an earlier request with the
     // same id would make this one a resend, which changes nothing.
     static REQUESTS: AtomicU64 = AtomicU64::new(0);
@@ -77,6 +95,10 @@ pub(crate) async fn scripts_pair(conn: &mut ConnectionManager, key: &str, owner:
         .await
         .expect("acquire script");
     assert_eq!(acquired, None, "{key} is free");
+    request
+}
+
+async fn script_release_as(conn: &mut ConnectionManager, key: &str, owner: &str, request: u64) {
     let released: Option<i64> = RELEASE
         .key(key)
         .key(format!("redisson_lock__channel:{{{key}}}"))
