@@ -217,14 +217,7 @@ async fn a_force_unlock_is_noticed_though_the_look_it_prompts_is_cut() {
     let other = client(&server, WATCHDOG).await;
     let lease = Duration::from_secs(60);
     let guard = soon(c.lock("look").lock_with_lease(lease)).await.unwrap();
-    let looks = || {
-        let stats = server.cmd(&["INFO", "commandstats"]).as_string().unwrap();
-        stats
-            .lines()
-            .find_map(|line| line.strip_prefix("cmdstat_hexists:calls="))
-            .and_then(|rest| rest.split(',').next()?.parse::<u64>().ok())
-            .unwrap_or(0)
-    };
+    let looks = || calls(&server, "hexists");
     let lost = guard.lease_lost();
     tokio::pin!(lost);
     // The holder listens, and has looked once.
@@ -348,6 +341,75 @@ async fn left_before_its_send_failed<T: std::fmt::Debug>(
     assert!(call.await.unwrap_err().is_cancelled());
     proxy.drop_connections();
     proxy.release_held();
+}
+
+/// A waiter that joins a channel while the unsubscribe of its last waiter
+/// is still on its way (its reply timed out; the server runs it later)
+/// subscribes again, and hears the unlock: it does not take the channel
+/// for subscribed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_joining_while_an_unsubscribe_is_on_its_way_is_woken() {
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port());
+    let timeout = Duration::from_millis(500);
+    let c = soon(
+        ferrisson::Client::builder(proxy.url())
+            .watchdog_timeout(WATCHDOG)
+            .response_timeout(timeout)
+            .connection_timeout(timeout)
+            .build(),
+    )
+    .await
+    .unwrap();
+    let other = client(&server, WATCHDOG).await;
+    let lease = Duration::from_secs(60);
+    let held = soon(other.lock("late-unsub").lock_with_lease(lease))
+        .await
+        .unwrap();
+    let channel = "redisson_lock__channel:{late-unsub}";
+    let lock = c.lock("late-unsub");
+    let first = tokio::spawn({
+        let lock = lock.clone();
+        async move { lock.lock().await.map(|_| ()) }
+    });
+    eventually(Duration::from_secs(10), || async {
+        common::subscribers(&server, channel) == 1
+    })
+    .await;
+    // The first leaves; its unsubscribe is held on its way to the server.
+    proxy.hold_next_command("UNSUBSCRIBE");
+    first.abort();
+    assert!(first.await.unwrap_err().is_cancelled());
+    eventually(Duration::from_secs(10), || async {
+        proxy.held_commands() == 1
+    })
+    .await;
+    // A second waiter joins; the unsubscribe's reply times out, and only
+    // then does the command reach the server.
+    let second = tokio::spawn(async move { lock.lock().await.map(|_| ()) });
+    tokio::time::sleep(timeout * 4).await;
+    proxy.release_held();
+    eventually(Duration::from_secs(10), || async {
+        calls(&server, "unsubscribe") >= 1
+    })
+    .await;
+    eventually(Duration::from_secs(10), || async {
+        common::subscribers(&server, channel) == 1
+    })
+    .await;
+    soon(held.unlock()).await.unwrap();
+    within(lease / 6, second).await.unwrap().unwrap();
+}
+
+/// How many calls of `command` (lower case) the server has served.
+fn calls(server: &RedisServer, command: &str) -> u64 {
+    let stats = server.cmd(&["INFO", "commandstats"]).as_string().unwrap();
+    let prefix = format!("cmdstat_{command}:calls=");
+    stats
+        .lines()
+        .find_map(|line| line.strip_prefix(prefix.as_str()))
+        .and_then(|rest| rest.split(',').next()?.parse::<u64>().ok())
+        .unwrap_or(0)
 }
 
 /// A wait with a deadline rides out a cut of its subscription (a restart

@@ -8,7 +8,7 @@
 //! wakes them all too, so that each retries and re-arms.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 use dashmap::mapref::entry::Entry;
 use dashmap::DashMap;
@@ -326,52 +326,48 @@ impl PubSub {
             self.forget(channel, |slot| Arc::ptr_eq(&slot.state, state));
             return;
         };
-        let this = Arc::clone(self);
+        // Not kept alive by this: a client dropped meanwhile takes its
+        // connection, and the channel with it.
+        let this = Arc::downgrade(self);
         let channel = channel.to_owned();
         let state = Arc::clone(state);
-        runtime.spawn(async move { this.unsubscribe_if_unused(channel, state).await });
+        runtime.spawn(async move { unsubscribe_if_unused(this, channel, state).await });
     }
 
-    async fn unsubscribe_if_unused(&self, channel: String, state: Arc<ChannelState>) {
-        let unused = |slot: &Slot| Arc::ptr_eq(&slot.state, &state) && slot.waiters == 0;
-        // The connection keeps a channel until the server confirms its
-        // unsubscribe, and subscribes it again after a reconnect: an
-        // unsubscribe that a lost connection fails is sent again (for a
-        // while, and while nobody joins), or the channel would stay
-        // subscribed, with nobody to hear it, for the client's life.
-        let until = Instant::now() + UNSUBSCRIBE_FOR;
-        let mut failures = 0u32;
-        loop {
-            let mut subscribed = state.subscribed.lock().await;
-            if !self
-                .channels
-                .get(&channel)
-                .is_some_and(|slot| unused(&slot))
-            {
-                // Someone joined meanwhile: the subscription is theirs now.
-                return;
-            }
-            if *subscribed != Subscribed::No {
-                match self.conn().unsubscribe(&channel).await {
-                    Err(err) if is_connection_failure(&err) && Instant::now() < until => {
-                        tracing::debug!(%channel, error = %err,
-                            "unsubscribe failed; sending it again");
-                        // Not held while pausing: a waiter may join.
-                        drop(subscribed);
-                        tokio::time::sleep(RESEND.pause(failures)).await;
-                        failures = failures.saturating_add(1);
-                        continue;
-                    }
-                    Err(err) => tracing::debug!(%channel, error = %err, "unsubscribe failed"),
-                    Ok(()) => {}
-                }
-                *subscribed = Subscribed::No;
-            }
-            // A waiter that joins after this point finds `Subscribed::No`
-            // (it waits on the lock above) or a fresh slot, and subscribes.
-            self.forget(&channel, unused);
-            return;
+    /// One try of [`unsubscribe_if_unused`]: `false` when it is to be sent
+    /// again (after a pause, without the channel's lock, so that a waiter
+    /// may join meanwhile).
+    async fn unsubscribe_once(
+        &self,
+        channel: &str,
+        state: &Arc<ChannelState>,
+        until: Instant,
+    ) -> bool {
+        let unused = |slot: &Slot| Arc::ptr_eq(&slot.state, state) && slot.waiters == 0;
+        let mut subscribed = state.subscribed.lock().await;
+        if !self.channels.get(channel).is_some_and(|slot| unused(&slot)) {
+            // Someone joined meanwhile: the subscription is theirs now.
+            return true;
         }
+        if *subscribed != Subscribed::No {
+            match self.conn().unsubscribe(channel).await {
+                Err(err) if is_connection_failure(&err) && Instant::now() < until => {
+                    tracing::debug!(%channel, error = %err, "unsubscribe failed; sending it again");
+                    // It may still run (a reply that timed out): a waiter
+                    // that joins meanwhile subscribes again (after it, on
+                    // the same connection).
+                    *subscribed = Subscribed::Maybe;
+                    return false;
+                }
+                Err(err) => tracing::debug!(%channel, error = %err, "unsubscribe failed"),
+                Ok(()) => {}
+            }
+            *subscribed = Subscribed::No;
+        }
+        // A waiter that joins after this point finds `Subscribed::No`
+        // (it waits on the lock above) or a fresh slot, and subscribes.
+        self.forget(channel, unused);
+        true
     }
 
     /// Removes `channel`'s slot if `drop_it` says so. The subscriptions
@@ -392,6 +388,28 @@ impl Drop for PubSub {
         // Slots whose removal was left to a task that never ran (the
         // runtime shut down first) leave the gauge with the client.
         telemetry::subscriptions_changed(-(self.channels.len() as f64));
+    }
+}
+
+/// Unsubscribes from `channel` once its last waiter left, unless one joined
+/// meanwhile. The connection keeps a channel until the server confirms
+/// its unsubscribe, and subscribes it again after a reconnect: an
+/// unsubscribe that a lost connection fails is sent again (for a while,
+/// and while nobody joins), or the channel would stay subscribed, with
+/// nobody to hear it, for the client's life. Ends when the client is gone.
+async fn unsubscribe_if_unused(pubsub: Weak<PubSub>, channel: String, state: Arc<ChannelState>) {
+    let until = Instant::now() + UNSUBSCRIBE_FOR;
+    let mut failures = 0u32;
+    loop {
+        let Some(this) = pubsub.upgrade() else {
+            return;
+        };
+        if this.unsubscribe_once(&channel, &state, until).await {
+            return;
+        }
+        drop(this);
+        tokio::time::sleep(RESEND.pause(failures)).await;
+        failures = failures.saturating_add(1);
     }
 }
 
