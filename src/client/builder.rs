@@ -485,16 +485,16 @@ fn install_crypto_provider() {
     }
 }
 
-/// Connects a client to one server, over TLS with `tls_root` as the CA
-/// when given (feature `tls` or `native-tls`).
-/// Every connection's TCP settings: no Nagle delay. A lock's commands are
-/// small and each waits on the one before (a release, then the waiter's
-/// acquire), so a write held back for the previous one's acknowledgement
-/// is pure latency.
+/// The TCP settings of every connection to a Redis server: no Nagle
+/// delay. A lock's commands are small and each waits on the one before (a
+/// release, then the waiter's acquire), so a write held back for the
+/// previous one's acknowledgement is pure latency.
 pub(crate) fn tcp_settings() -> redis::io::tcp::TcpSettings {
     redis::io::tcp::TcpSettings::default().set_nodelay(true)
 }
 
+/// Connects a client to one server, over TLS with `tls_root` as the CA
+/// when given (feature `tls` or `native-tls`).
 async fn connect_single(
     info: ConnectionInfo,
     tls_root: Option<Vec<u8>>,

@@ -8,8 +8,9 @@
 //! to, and every message there (or a lost pub/sub connection) makes the
 //! holder look whether its owner field is still in the lock's hash. When it
 //! is not, the lease is lost, and the holder is told within a round trip
-//! of the message. A subscribe or a look that a lost connection fails is
-//! tried again after a pause (a look at once when a message comes).
+//! of the message. A subscribe or a look that a lost connection (or a
+//! failover) fails is tried again after a pause (a look at once when a
+//! message comes).
 //!
 //! Nothing is listened to until a holder awaits the loss (a guard's
 //! `lease_lost`, a [`Lease`](crate::Lease)'s or a leadership's `lost`), so a lock taken and
@@ -21,7 +22,7 @@ use tokio::task::AbortHandle;
 
 use crate::engine::backoff::RESEND;
 use crate::engine::watchdog::{HoldKey, LeaseState};
-use crate::error::is_connection_failure;
+use crate::error::may_get_through;
 use crate::Client;
 
 /// A hold's lease as it stands now: `extend` and `keep_alive` replace a
@@ -119,8 +120,9 @@ async fn listen(watch: Watch) {
         key,
         lease,
     } = watch;
-    // Neither a failed subscribe nor a failed look is left to the watchdog
-    // (a leased hold has none): each is tried again after a pause.
+    // A subscribe or a look that a lost connection (or a failover) fails
+    // is not left to the watchdog (a leased hold has none): each is tried
+    // again after a pause.
     let mut failures = 0u32;
     let subscription = loop {
         if lease.ended() || lease.state().is_lost() {
@@ -128,10 +130,15 @@ async fn listen(watch: Watch) {
         }
         match client.pubsub().subscribe(channel.clone()).await {
             Ok(subscription) => break subscription,
-            Err(err) => {
+            Err(ref err @ crate::Error::Redis(ref cause)) if may_get_through(cause) => {
                 tracing::debug!(lock = %key.name, error = %err,
                     "cannot listen for the hold's end yet; trying again");
                 tokio::time::sleep(pause(&mut failures)).await;
+            }
+            Err(err) => {
+                tracing::debug!(lock = %key.name, error = %err,
+                    "cannot listen for the hold's end; the watchdog's renewals tell it");
+                return;
             }
         }
     };
@@ -158,10 +165,11 @@ async fn listen(watch: Watch) {
                 return;
             }
             Ok(true) => failures = 0,
-            // A lost connection: the hold may have ended meanwhile, with
-            // its message sent while the subscription was reconnecting;
-            // looked at again after a pause, or at the next message.
-            Err(err) if is_connection_failure(&err) => {
+            // A lost connection (or a failover): the hold may have ended
+            // meanwhile, with its message sent while the subscription was
+            // reconnecting; looked at again after a pause, or at the next
+            // message.
+            Err(err) if may_get_through(&err) => {
                 tracing::debug!(lock = %key.name, error = %err, "could not look at the hold");
                 tokio::select! {
                     () = &mut changed => {}

@@ -400,9 +400,14 @@ impl PermitExpirableSemaphore {
                 semaphore.spawn_to_end(&runtime, move |semaphore| {
                     let ids = Arc::clone(&ids);
                     async move {
-                        if let Err(err) = give_back(&semaphore, &ids, Some(until)).await {
-                            tracing::warn!(semaphore = %semaphore.name(), error = %err,
-                                "could not release permits by id");
+                        match give_back(&semaphore, &ids, Some(until)).await {
+                            Ok(None) => {}
+                            // All or none: the first send went through, or
+                            // one of them ran out meanwhile.
+                            Ok(Some(id)) => tracing::debug!(semaphore = %semaphore.name(),
+                                permit = %id, "permits released by id: one was not out"),
+                            Err(err) => tracing::warn!(semaphore = %semaphore.name(),
+                                error = %err, "could not release permits by id"),
                         }
                     }
                 });

@@ -446,10 +446,10 @@ fn release_in_background(hold: Arc<PermitHold>, id: PermitId, until: Instant) {
             match give_back(&semaphore, &[id], Some(until)).await {
                 Ok(None) => hold.released(),
                 Ok(Some(_)) => tracing::debug!(semaphore = %hold.semaphore.name(), permit = %id,
-                    "dropped permit had expired already"),
+                    "the permit was not out: it had expired, or an earlier send went through"),
                 Err(err) => {
                     tracing::warn!(semaphore = %hold.semaphore.name(), permit = %id, error = %err,
-                    "could not release a dropped permit")
+                    "could not release a permit")
                 }
             }
         }
