@@ -672,3 +672,57 @@ fn a_timed_out_try_lock_takes_nothing_after_its_program_returned() {
         );
     }
 }
+
+/// A server's clock stepped forward (by NTP, an operator; or a failover to
+/// a master whose clock is ahead) past the client's reading of it: the
+/// next acquire's deadline, by that reading, has passed on the server
+/// before it is sent, and the script takes nothing. The client reads the
+/// clock anew and the acquire goes on: every lock kind and both
+/// semaphores are taken within one resend, not refused until the reading
+/// is a minute old (before, each send was late until then).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acquires_go_on_when_the_servers_clock_is_stepped_forward() {
+    if child::role().is_some() {
+        return;
+    }
+    common::init_tracing();
+    let (server, clock) = common::clock::start_with_steppable_clock();
+    let before = server_secs(&server);
+    let response = Duration::from_secs(2);
+    let c = ferrisson::Client::builder(server.url())
+        .response_timeout(response)
+        .build()
+        .await
+        .unwrap();
+    // The reading is taken by the first acquire.
+    let first = common::lock_of(&c, "reentrant", "stepped:first");
+    soon(first.lock()).await.unwrap().unlock().await.unwrap();
+    let step = Duration::from_secs(30);
+    clock.step_ahead(step);
+    let after = server_secs(&server);
+    assert!(
+        after >= before + step.as_secs(),
+        "the server's clock was not stepped ({before} s, then {after} s)"
+    );
+    for kind in common::LOCK_KINDS {
+        let lock = common::lock_of(&c, kind, &format!("stepped:{kind}"));
+        let guard = soon(lock.lock()).await.unwrap();
+        soon(guard.unlock()).await.unwrap();
+    }
+    let sem = c.semaphore("stepped:sem");
+    assert!(soon(sem.try_set_permits(1)).await.unwrap());
+    soon(sem.acquire()).await.unwrap();
+    soon(sem.release()).await.unwrap();
+    let seats = c.permit_expirable_semaphore("stepped:seats");
+    assert!(soon(seats.try_set_permits(1)).await.unwrap());
+    let permit = soon(seats.acquire()).await.unwrap();
+    soon(permit.release()).await.unwrap();
+}
+
+/// The server's clock, in whole seconds.
+fn server_secs(server: &RedisServer) -> u64 {
+    match server.cmd(&["TIME"]) {
+        common::RespValue::Array(Some(parts)) => parts[0].as_string().unwrap().parse().unwrap(),
+        other => panic!("TIME: {other:?}"),
+    }
+}

@@ -246,6 +246,8 @@ async fn assert_given_back(master: &RedisServer, name: &str) {
 /// connection answered 1 at once, and the acquire said synced.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_grant_replayed_on_a_new_connection_is_synced_or_given_back() {
+    // Its warnings (a failed sync, give-back or resend) print should it fail.
+    common::init_tracing();
     let (master, replica) = pair().await;
     warm_up(&master, "replayed").await;
     let proxy = Proxy::start(master.port());

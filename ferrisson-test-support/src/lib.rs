@@ -15,6 +15,7 @@
 #[cfg(feature = "client")]
 pub mod cancel;
 pub mod child;
+pub mod clock;
 pub mod cluster;
 pub mod proxy;
 mod resp;

@@ -60,6 +60,8 @@ pub struct RedisServer {
     binary: OsString,
     /// Extra command-line arguments given to `start_with_args`.
     extra_args: Vec<String>,
+    /// Environment variables the process gets beside the test's.
+    env: Vec<(String, OsString)>,
 }
 
 /// Result of one attempt to bring a server process up.
@@ -105,12 +107,23 @@ impl RedisServer {
     /// Like [`RedisServer::start_with_args`], with the server binary
     /// `binary` rather than the suite's.
     pub fn start_binary(binary: OsString, extra: &[&str]) -> RedisServer {
+        RedisServer::start_with_env(binary, extra, Vec::new())
+    }
+
+    /// Like [`RedisServer::start_binary`], the process (and its restarts)
+    /// given the environment variables `env` too.
+    pub(crate) fn start_with_env(
+        binary: OsString,
+        extra: &[&str],
+        env: Vec<(String, OsString)>,
+    ) -> RedisServer {
         let mut server = RedisServer {
             port: 0,
             child: None,
             dir: create_unique_dir(),
             binary,
             extra_args: extra.iter().map(|arg| (*arg).to_owned()).collect(),
+            env,
         };
         let mut failures = Vec::new();
         for _ in 0..START_ATTEMPTS {
@@ -359,6 +372,7 @@ impl RedisServer {
             .arg(log)
             .args(["--daemonize", "no", "--protected-mode", "no"])
             .args(&self.extra_args)
+            .envs(self.env.iter().map(|(name, value)| (name, value)))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(self.stderr_sink());

@@ -20,8 +20,9 @@ use std::time::{Duration, Instant};
 use super::Client;
 
 /// How long one reading of the server's clock is used: a server whose
-/// clock is stepped, or a failover to a master whose clock differs, is
-/// seen within this.
+/// clock is stepped back, or a failover to a master whose clock is behind,
+/// is seen within this (a clock ahead of the reading is seen at once: the
+/// scripts then reply late, and the reading is dropped).
 pub(crate) const RESAMPLE: Duration = Duration::from_secs(60);
 
 /// One reading of a server's clock.
@@ -49,11 +50,7 @@ impl Client {
     /// reading is kept: a server that does not answer fails it as a
     /// command would, and then nothing is sent.
     pub(crate) async fn send_deadline(&self, key: &str) -> redis::RedisResult<u64> {
-        let slot = if self.inner.conn.is_cluster() {
-            crate::engine::keys::slot(key.as_bytes())
-        } else {
-            0
-        };
+        let slot = self.clock_slot(key);
         let kept = {
             let clocks = self
                 .inner
@@ -86,6 +83,32 @@ impl Client {
             .saturating_add(since)
             .saturating_add(ms(self.inner.config.response_timeout))
             .saturating_sub(reading.error_ms))
+    }
+
+    /// Drops the reading of the clock of the server that serves `key`, so
+    /// that the next deadline reads it anew: an acquire ran after its
+    /// send's deadline, and the reading may be what was wrong (that
+    /// server's clock was stepped forward, or a failover put a master
+    /// whose clock is ahead in its place). Kept, it would make every send
+    /// late until [`RESAMPLE`] had passed; read again, it costs one round
+    /// trip.
+    pub(crate) fn forget_clock(&self, key: &str) {
+        let slot = self.clock_slot(key);
+        self.inner
+            .clocks
+            .0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&slot);
+    }
+
+    /// The slot whose reading serves `key`: its cluster slot, 0 elsewhere.
+    fn clock_slot(&self, key: &str) -> u16 {
+        if self.inner.conn.is_cluster() {
+            crate::engine::keys::slot(key.as_bytes())
+        } else {
+            0
+        }
     }
 
     /// Reads the clock of the server that serves `key`.

@@ -26,11 +26,15 @@ use super::settle::{cancel, give_back_lost, grant_lasts, on_server, settle_lost}
 /// caller waits for, as a timed-out reply would, and it is treated alike
 /// (resent while the wait allows).
 pub(crate) fn late() -> redis::RedisError {
-    std::io::Error::new(
-        std::io::ErrorKind::TimedOut,
-        "the acquire ran after its caller gave up on it, and took nothing",
-    )
-    .into()
+    std::io::Error::new(std::io::ErrorKind::TimedOut, LATE_TEXT).into()
+}
+
+/// What [`late`] says.
+const LATE_TEXT: &str = "the acquire ran after its caller gave up on it, and took nothing";
+
+/// Whether `err` is [`late`]'s.
+fn is_late(err: &redis::RedisError) -> bool {
+    err.is_timeout() && err.to_string().contains(LATE_TEXT)
 }
 
 /// What an acquire script replies when it ran after its send's deadline
@@ -376,6 +380,11 @@ where
                 .unwrap_or_else(|p| p.into_inner())
                 .last_sent = Some(at);
             let reply = send(client.conn(), deadline).await;
+            if matches!(&reply, Err(err) if is_late(err)) {
+                // Late by a reading of the server's clock that may be
+                // behind it: the next send reads the clock anew.
+                client.forget_clock(&request.latch.key);
+            }
             if matches!(&reply, Err(err) if is_connection_failure(err)) {
                 // Perhaps it reached Redis: its outcome is unknown.
                 request.lost(lasts, at);
