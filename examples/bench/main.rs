@@ -188,8 +188,7 @@ fn machine() -> Value {
     json!({ "cpu": cpu, "cores": cores, "os": std::env::consts::OS })
 }
 
-#[tokio::main]
-async fn main() {
+fn main() {
     let options = match Options::parse() {
         Ok(options) => options,
         Err(message) => {
@@ -209,7 +208,20 @@ async fn main() {
     if cfg!(debug_assertions) {
         println!("note: a debug build; figures are only meaningful with --release");
     }
-    let (url, _server) = support::redis_url();
+    // The server outlives the runtime: what the scenarios' clients left
+    // running (a latch's close, say) is finished at the runtime's end,
+    // and needs it.
+    let (url, server) = support::redis_url();
+    let runtime = tokio::runtime::Runtime::new().expect("a tokio runtime");
+    let code = runtime.block_on(run(options, url));
+    drop(runtime);
+    drop(server);
+    std::process::exit(code);
+}
+
+/// Runs the scenarios `options` asks for on the Redis at `url`; the
+/// process's exit code.
+async fn run(options: Options, url: String) -> i32 {
     let raw = connection(&url).await.expect("connect to Redis");
     let mut admin = connection(&url).await.expect("connect to Redis");
     let version: String = redis::cmd("INFO")
@@ -325,11 +337,13 @@ async fn main() {
         let text = serde_json::to_string_pretty(&document).expect("JSON of plain values");
         if let Err(err) = std::fs::write(path, text + "\n") {
             eprintln!("bench: cannot write {path}: {err}");
-            std::process::exit(2);
+            return 2;
         }
         println!("figures written to {path}");
     }
-    if !bench.failures.is_empty() {
-        std::process::exit(1);
+    if bench.failures.is_empty() {
+        0
+    } else {
+        1
     }
 }
