@@ -414,6 +414,27 @@ pub(crate) async fn run_pairs(
 
 pub(crate) type PairFuture = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
 
+/// The lease of a leased pair: longer than any pair takes.
+pub(crate) const PAIR_LEASE: Duration = Duration::from_secs(10);
+
+/// One lock and unlock of the lock `name` by `client`: in watchdog mode,
+/// or with `lease`. What scenarios 4 and 10 run in each task.
+pub(crate) fn lock_pair(
+    client: &ferrisson::Client,
+    name: String,
+    lease: Option<Duration>,
+) -> PairFuture {
+    let lock = client.lock(name);
+    Box::pin(async move {
+        let guard = match lease {
+            None => lock.lock().await,
+            Some(lease) => lock.lock_with_lease(lease).await,
+        }
+        .expect("lock");
+        guard.unlock().await.expect("unlock");
+    })
+}
+
 /// Independent locks under concurrency, against raw pairs at the same
 /// concurrency over the same kind of connection.
 pub(crate) async fn throughput(bench: &mut Bench) -> Value {
@@ -478,27 +499,12 @@ pub(crate) async fn throughput(bench: &mut Bench) -> Value {
         .await;
         let c = client.clone();
         let watchdog = rate(bench, tasks, run, move |task, i| {
-            let lock = c.lock(name(task, i));
-            Box::pin(async move {
-                lock.lock()
-                    .await
-                    .expect("lock")
-                    .unlock()
-                    .await
-                    .expect("unlock");
-            })
+            lock_pair(&c, name(task, i), None)
         })
         .await;
         let c = client.clone();
         let leased = rate(bench, tasks, run, move |task, i| {
-            let lock = c.lock(name(task, i));
-            Box::pin(async move {
-                let guard = lock
-                    .lock_with_lease(Duration::from_secs(10))
-                    .await
-                    .expect("lock");
-                guard.unlock().await.expect("unlock");
-            })
+            lock_pair(&c, name(task, i), Some(PAIR_LEASE))
         })
         .await;
         let per_raw = |r: Rate| r.pairs_per_s / raw.pairs_per_s;

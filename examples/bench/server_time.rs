@@ -11,7 +11,9 @@ use redis::Script;
 use serde_json::{json, Value};
 
 use crate::measure::{f, Table};
-use crate::scenarios::{flush, run_pairs, scripts_pair, simple_pair, stats, PairFuture};
+use crate::scenarios::{
+    flush, lock_pair, run_pairs, scripts_pair, simple_pair, stats, PairFuture, PAIR_LEASE,
+};
 use crate::Bench;
 
 /// Redisson's acquire and release on the same layout, written for the
@@ -157,23 +159,12 @@ pub(crate) async fn server_time(bench: &mut Bench) -> Value {
         .await;
         let c = client.clone();
         let watchdog = cost(bench, TASKS, run, move |task, i| {
-            let lock = c.lock(name(task, i));
-            Box::pin(async move {
-                let guard = lock.lock().await.expect("lock");
-                guard.unlock().await.expect("unlock");
-            })
+            lock_pair(&c, name(task, i), None)
         })
         .await;
         let c = client.clone();
         let leased = cost(bench, TASKS, run, move |task, i| {
-            let lock = c.lock(name(task, i));
-            Box::pin(async move {
-                let guard = lock
-                    .lock_with_lease(Duration::from_secs(10))
-                    .await
-                    .expect("lock");
-                guard.unlock().await.expect("unlock");
-            })
+            lock_pair(&c, name(task, i), Some(PAIR_LEASE))
         })
         .await;
         let conn = bench.raw.clone();
