@@ -18,7 +18,7 @@ use tokio::sync::futures::Notified;
 use tokio::sync::{Mutex, Notify};
 use tokio::time::Instant;
 
-use crate::engine::backoff::RESEND;
+use crate::engine::backoff::{Failures, RESEND};
 use crate::engine::telemetry;
 use crate::error::is_connection_failure;
 use crate::Result;
@@ -399,7 +399,7 @@ impl Drop for PubSub {
 /// nobody to hear it, for the client's life. Ends when the client is gone.
 async fn unsubscribe_if_unused(pubsub: Weak<PubSub>, channel: String, state: Arc<ChannelState>) {
     let until = Instant::now() + UNSUBSCRIBE_FOR;
-    let mut failures = 0u32;
+    let mut failures = Failures::on(RESEND);
     loop {
         let Some(this) = pubsub.upgrade() else {
             return;
@@ -408,8 +408,7 @@ async fn unsubscribe_if_unused(pubsub: Weak<PubSub>, channel: String, state: Arc
             return;
         }
         drop(this);
-        tokio::time::sleep(RESEND.pause(failures)).await;
-        failures = failures.saturating_add(1);
+        tokio::time::sleep(failures.pause()).await;
     }
 }
 

@@ -47,6 +47,37 @@ impl Schedule {
     }
 }
 
+/// A run of failures in a row on `schedule`: each one pauses the next step
+/// of it, and a success starts it over. For a loop that tries again by
+/// itself (a lock's listening for its hold's end, an unsubscribe resent).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Failures {
+    schedule: Schedule,
+    in_a_row: u32,
+}
+
+impl Failures {
+    /// None yet, on `schedule`.
+    pub(crate) fn on(schedule: Schedule) -> Failures {
+        Failures {
+            schedule,
+            in_a_row: 0,
+        }
+    }
+
+    /// One more failure: the pause before trying again.
+    pub(crate) fn pause(&mut self) -> Duration {
+        let pause = self.schedule.pause(self.in_a_row);
+        self.in_a_row = self.in_a_row.saturating_add(1);
+        pause
+    }
+
+    /// A success: the next failure pauses as the first did.
+    pub(crate) fn reset(&mut self) {
+        self.in_a_row = 0;
+    }
+}
+
 /// The resends of an acquire, a release and a give-back after a failed
 /// connection: 100 ms more each time, up to 1 s (so the first ones come
 /// soon, as a release that only met a reconnect wants), jittered. Two
@@ -232,6 +263,18 @@ mod tests {
             .filter(|_| SETTLE_LOST.pause(5) != SETTLE_LOST.pause(5))
             .count();
         assert!(apart >= 19, "{apart} of 20 pairs of pauses differ");
+    }
+
+    #[test]
+    fn failures_in_a_row_pause_longer_and_a_success_starts_over() {
+        let ms = Duration::from_millis;
+        let mut failures = Failures::on(SETTLE_LOST);
+        for ceiling in [ms(100), ms(200), ms(400)] {
+            let pause = failures.pause();
+            assert!(pause <= ceiling && pause >= ceiling / 2, "{pause:?}");
+        }
+        failures.reset();
+        assert!(failures.pause() <= ms(100));
     }
 
     #[test]

@@ -20,7 +20,7 @@ use std::sync::{Arc, Mutex};
 
 use tokio::task::AbortHandle;
 
-use crate::engine::backoff::RESEND;
+use crate::engine::backoff::{Failures, RESEND};
 use crate::engine::watchdog::{HoldKey, LeaseState};
 use crate::error::may_get_through;
 use crate::Client;
@@ -123,7 +123,7 @@ async fn listen(watch: Watch) {
     // A subscribe or a look that a lost connection (or a failover) fails
     // is not left to the watchdog (a leased hold has none): each is tried
     // again after a pause.
-    let mut failures = 0u32;
+    let mut failures = Failures::on(RESEND);
     let subscription = loop {
         if lease.ended() || lease.state().is_lost() {
             return;
@@ -133,7 +133,7 @@ async fn listen(watch: Watch) {
             Err(ref err @ crate::Error::Redis(ref cause)) if may_get_through(cause) => {
                 tracing::debug!(lock = %key.name, error = %err,
                     "cannot listen for the hold's end yet; trying again");
-                tokio::time::sleep(pause(&mut failures)).await;
+                tokio::time::sleep(failures.pause()).await;
             }
             Err(err) => {
                 tracing::debug!(lock = %key.name, error = %err,
@@ -142,7 +142,7 @@ async fn listen(watch: Watch) {
             }
         }
     };
-    failures = 0;
+    failures.reset();
     loop {
         let changed = subscription.changed();
         tokio::pin!(changed);
@@ -164,7 +164,7 @@ async fn listen(watch: Watch) {
                 client.registry().lose_taken(&lease.state());
                 return;
             }
-            Ok(true) => failures = 0,
+            Ok(true) => failures.reset(),
             // A lost connection (or a failover): the hold may have ended
             // meanwhile, with its message sent while the subscription was
             // reconnecting; looked at again after a pause, or at the next
@@ -173,7 +173,7 @@ async fn listen(watch: Watch) {
                 tracing::debug!(lock = %key.name, error = %err, "could not look at the hold");
                 tokio::select! {
                     () = &mut changed => {}
-                    () = tokio::time::sleep(pause(&mut failures)) => {}
+                    () = tokio::time::sleep(failures.pause()) => {}
                 }
                 continue;
             }
@@ -185,11 +185,4 @@ async fn listen(watch: Watch) {
         }
         changed.await;
     }
-}
-
-/// The pause after the `failures`-th failure in a row, counted.
-fn pause(failures: &mut u32) -> std::time::Duration {
-    let pause = RESEND.pause(*failures);
-    *failures = failures.saturating_add(1);
-    pause
 }

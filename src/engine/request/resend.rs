@@ -7,7 +7,7 @@
 use std::future::Future;
 
 use crate::config::Config;
-use crate::engine::backoff::{Schedule, LEAVE_QUEUE, RESEND, SETTLE_LOST};
+use crate::engine::backoff::{Failures, Schedule, LEAVE_QUEUE, RESEND, SETTLE_LOST};
 use crate::error::{is_connection_failure, may_get_through};
 
 /// When a request is sent again, and how far apart.
@@ -100,12 +100,8 @@ pub(crate) async fn resend<T, Fut>(
 where
     Fut: Future<Output = redis::RedisResult<T>>,
 {
-    let mut pauses = 0u32;
-    let mut pause = || {
-        let pause = policy.schedule.pause(pauses);
-        pauses = pauses.saturating_add(1);
-        pause
-    };
+    let mut failures = Failures::on(policy.schedule);
+    let mut pause = || failures.pause();
     if policy.pause_first {
         tokio::time::sleep(pause()).await;
     }
