@@ -17,15 +17,7 @@ use tokio::time::Instant;
 const LEASE: Duration = Duration::from_secs(60);
 
 async fn proxied(proxy: &Proxy, timeouts: Duration) -> Client {
-    soon(
-        Client::builder(proxy.url())
-            .watchdog_timeout(Duration::from_secs(3))
-            .response_timeout(timeouts)
-            .connection_timeout(timeouts)
-            .build(),
-    )
-    .await
-    .unwrap()
+    common::client_with_timeouts(&proxy.url(), Duration::from_secs(3), timeouts).await
 }
 
 /// Loads the scripts, so that the next command of a lock is its script.
@@ -580,15 +572,8 @@ async fn a_lost_leased_reentry_is_given_back_without_shortening_the_ttl() {
     let server = RedisServer::start();
     let proxy = std::sync::Arc::new(Proxy::start(server.port()));
     let timeouts = Duration::from_millis(300);
-    let client = soon(
-        Client::builder(proxy.url())
-            .watchdog_timeout(Duration::from_secs(10))
-            .response_timeout(timeouts)
-            .connection_timeout(timeouts)
-            .build(),
-    )
-    .await
-    .unwrap();
+    let client =
+        common::client_with_timeouts(&proxy.url(), Duration::from_secs(10), timeouts).await;
     warm_up(&client).await;
     let field = format!("{}:job", client.id());
     let lock = client.lock("lost:reentry").with_owner("job");
@@ -782,15 +767,8 @@ async fn a_late_grant_whose_confirm_fails_is_given_back() {
     let server = RedisServer::start();
     let proxy = Proxy::start(server.port());
     let watchdog = Duration::from_secs(6);
-    let client = soon(
-        Client::builder(proxy.url())
-            .watchdog_timeout(watchdog)
-            .response_timeout(Duration::from_secs(10))
-            .connection_timeout(Duration::from_secs(10))
-            .build(),
-    )
-    .await
-    .unwrap();
+    let client =
+        common::client_with_timeouts(&proxy.url(), watchdog, Duration::from_secs(10)).await;
     warm_up(&client).await;
     // The grant's round trip (2.2 s) outlasts a third of the watchdog
     // timeout (2 s): the acquire confirms it with a renewal, whose reply is
@@ -825,15 +803,12 @@ async fn a_late_grant_whose_confirm_fails_is_given_back() {
 async fn a_late_grant_left_while_its_confirm_fails_is_given_back() {
     let server = RedisServer::start();
     let proxy = Proxy::start(server.port());
-    let client = soon(
-        Client::builder(proxy.url())
-            .watchdog_timeout(Duration::from_secs(6))
-            .response_timeout(Duration::from_secs(10))
-            .connection_timeout(Duration::from_secs(10))
-            .build(),
+    let client = common::client_with_timeouts(
+        &proxy.url(),
+        Duration::from_secs(6),
+        Duration::from_secs(10),
     )
-    .await
-    .unwrap();
+    .await;
     warm_up(&client).await;
     let unlocked = common::RawSubscriber::new(&server, "redisson_lock__channel:{lost:left}");
     // As above, the grant comes late and is confirmed by a renewal; the

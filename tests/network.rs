@@ -352,15 +352,7 @@ async fn a_waiter_joining_while_an_unsubscribe_is_on_its_way_is_woken() {
     let server = RedisServer::start();
     let proxy = Proxy::start(server.port());
     let timeout = Duration::from_millis(500);
-    let c = soon(
-        ferrisson::Client::builder(proxy.url())
-            .watchdog_timeout(WATCHDOG)
-            .response_timeout(timeout)
-            .connection_timeout(timeout)
-            .build(),
-    )
-    .await
-    .unwrap();
+    let c = common::client_with_timeouts(&proxy.url(), WATCHDOG, timeout).await;
     let other = client(&server, WATCHDOG).await;
     let lease = Duration::from_secs(60);
     let held = soon(other.lock("late-unsub").lock_with_lease(lease))

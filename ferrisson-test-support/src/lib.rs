@@ -58,6 +58,25 @@ pub async fn client(server: &RedisServer, watchdog: Duration) -> ferrisson::Clie
     client_at(&server.url(), watchdog).await
 }
 
+/// [`client_at`] with a response and a connection timeout of `timeouts`
+/// each (a proxy's link made slow or cut needs its own).
+#[cfg(feature = "client")]
+pub async fn client_with_timeouts(
+    url: &str,
+    watchdog: Duration,
+    timeouts: Duration,
+) -> ferrisson::Client {
+    soon(
+        ferrisson::Client::builder(url)
+            .watchdog_timeout(watchdog)
+            .response_timeout(timeouts)
+            .connection_timeout(timeouts)
+            .build(),
+    )
+    .await
+    .unwrap()
+}
+
 /// [`client`] for a URL (a proxy's, say) rather than a server.
 #[cfg(feature = "client")]
 pub async fn client_at(url: &str, watchdog: Duration) -> ferrisson::Client {
