@@ -17,6 +17,7 @@ pub mod cancel;
 pub mod child;
 pub mod clock;
 pub mod cluster;
+mod frames;
 pub mod proxy;
 mod resp;
 pub mod rng;

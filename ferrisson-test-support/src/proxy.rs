@@ -9,14 +9,22 @@
 //! cut one connection instead of forwarding a command, or send new
 //! connections to another server.
 //!
+//! An act on "the reply to" a command waits for that command's reply, not
+//! for the next bytes back, which may answer an earlier command still in
+//! flight: both directions are framed and counted (see [`crate::frames`]),
+//! and a connection answers its commands in order.
+//!
 //! Threads and blocking sockets only; each connection has a reader and a
 //! writer thread per direction, so a delay keeps the order of the bytes.
 
+use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
+
+use crate::frames::{Counting, Framer, Span};
 
 #[derive(Debug, Default)]
 struct State {
@@ -195,7 +203,7 @@ impl Proxy {
     }
 
     /// Delivers the reply to the next command whose bytes contain
-    /// `pattern` but for its last byte (of the first read of it), then cuts
+    /// `pattern` but for its last byte, then cuts
     /// that connection: the client sees the connection end inside the
     /// reply's frame.
     pub fn cut_inside_reply_to(&self, pattern: &str) {
@@ -297,19 +305,9 @@ fn connect(state: &Arc<State>, client: TcpStream, server: TcpStream) {
         .lock()
         .unwrap()
         .push((client.try_clone().unwrap(), server.try_clone().unwrap()));
-    // Set by the client-to-server pump when it forwarded the command whose
-    // reply is to be lost.
-    let swallow = Arc::new(AtomicBool::new(false));
-    // Set by it when it forwarded the command after whose reply the proxy
-    // refuses.
-    let refuse_after = Arc::new(AtomicBool::new(false));
-    // Set by it when it forwarded the command whose reply is held.
-    let hold = Arc::new(AtomicBool::new(false));
-    // Set by it when it forwarded the command after whose reply the
-    // connection is cut.
-    let cut_after = Arc::new(AtomicBool::new(false));
-    // Set by it when it forwarded the command whose reply is cut inside.
-    let cut_inside = Arc::new(AtomicBool::new(false));
+    // What the client-to-server pump armed for the replies to the commands
+    // it forwarded, by their numbers on this connection.
+    let acts: Acts = Arc::default();
     let cut = {
         let (client, server) = (client.try_clone().unwrap(), server.try_clone().unwrap());
         move || {
@@ -323,39 +321,30 @@ fn connect(state: &Arc<State>, client: TcpStream, server: TcpStream) {
         client.try_clone().unwrap(),
         server.try_clone().unwrap(),
         Direction::ToServer,
-        Flags {
-            swallow: Arc::clone(&swallow),
-            refuse_after: Arc::clone(&refuse_after),
-            hold: Arc::clone(&hold),
-            cut_after: Arc::clone(&cut_after),
-            cut_inside: Arc::clone(&cut_inside),
-        },
+        Arc::clone(&acts),
         Arc::clone(&cut),
     );
-    let flags = Flags {
-        swallow,
-        refuse_after,
-        hold,
-        cut_after,
-        cut_inside,
-    };
-    pump(state, server, client, Direction::ToClient, flags, cut);
+    pump(state, server, client, Direction::ToClient, acts, cut);
 }
 
-/// What the client-to-server pump tells the other about the command it
-/// forwarded.
-struct Flags {
-    /// Lose its reply.
-    swallow: Arc<AtomicBool>,
-    /// Refuse once its reply is delivered.
-    refuse_after: Arc<AtomicBool>,
-    /// Hold its reply until released.
-    hold: Arc<AtomicBool>,
-    /// Cut the connection once its reply is delivered.
-    cut_after: Arc<AtomicBool>,
-    /// Deliver only the first part of its reply, then cut the connection.
-    cut_inside: Arc<AtomicBool>,
+/// What is to happen to the reply to one command.
+#[derive(Debug, Default, Clone, Copy)]
+struct Act {
+    /// Lose it (and cut the connection).
+    swallow: bool,
+    /// Hold it (and all behind it) until released.
+    hold: bool,
+    /// Deliver all of it but its last byte, then cut the connection.
+    cut_inside: bool,
+    /// Deliver it, then make the server unreachable.
+    refuse_after: bool,
+    /// Deliver it, then cut the connection.
+    cut_after: bool,
 }
+
+/// The acts armed on one connection, by the number of the command (and
+/// so of its reply: a connection answers in order).
+type Acts = Arc<Mutex<HashMap<u64, Act>>>;
 
 /// What the writer does once a chunk is written.
 #[derive(Clone, Copy, PartialEq)]
@@ -383,10 +372,19 @@ const TAIL: usize = 512;
 /// Whether `pattern` occurs in `seen` followed by `chunk`, ending within
 /// `chunk` (a match wholly in `seen` was looked at before).
 fn ends_in(seen: &[u8], chunk: &[u8], pattern: &[u8]) -> bool {
+    !match_ends(seen, chunk, pattern).is_empty()
+}
+
+/// Where in `chunk` each match of `pattern` in `seen` followed by `chunk`
+/// ends (exclusive), for the matches that end within `chunk`.
+fn match_ends(seen: &[u8], chunk: &[u8], pattern: &[u8]) -> Vec<usize> {
     let both = [seen, chunk].concat();
     both.windows(pattern.len())
         .enumerate()
-        .any(|(at, w)| w == pattern && at + pattern.len() > seen.len())
+        .map(|(at, w)| (at + pattern.len(), w))
+        .filter(|&(end, w)| w == pattern && end > seen.len())
+        .map(|(end, _)| end - seen.len())
+        .collect()
 }
 
 #[derive(Clone, Copy, PartialEq)]
@@ -400,16 +398,9 @@ fn pump(
     mut from: TcpStream,
     mut to: TcpStream,
     direction: Direction,
-    flags: Flags,
+    acts: Acts,
     cut: Arc<dyn Fn() + Send + Sync>,
 ) {
-    let Flags {
-        swallow,
-        refuse_after,
-        hold,
-        cut_after,
-        cut_inside,
-    } = flags;
     // Each chunk with when to write it, and what to do after it.
     let (tx, rx) = mpsc::channel::<(Instant, Vec<u8>, Then)>();
     let writer_state = Arc::clone(state);
@@ -421,120 +412,53 @@ fn pump(
         // The end of what came before, so that a pattern split between two
         // reads (a command written in pieces) is still found.
         let mut tail: Vec<u8> = Vec::new();
+        let mut framer = Framer::new(match direction {
+            Direction::ToServer => Counting::Commands,
+            Direction::ToClient => Counting::Replies,
+        });
+        let send = |chunk: &[u8], then: Then| {
+            let at =
+                Instant::now() + Duration::from_micros(state.latency_us.load(Ordering::Relaxed));
+            tx.send((at, chunk.to_vec(), then)).is_ok()
+        };
         loop {
             let n = match from.read(&mut buf) {
                 Ok(0) | Err(_) => break,
                 Ok(n) => n,
             };
+            let chunk = &buf[..n];
             if state.black_hole.load(Ordering::Relaxed) {
+                // Framed all the same, so that the numbers of what follows
+                // still pair commands with their replies.
+                match direction {
+                    Direction::ToServer => framer.feed_lost(chunk),
+                    Direction::ToClient => framer.feed(chunk),
+                };
                 continue;
             }
-            let mut chunk = buf[..n].to_vec();
-            let mut cut_here = false;
-            match direction {
+            let spans = framer.feed(chunk);
+            let sent = match direction {
                 Direction::ToServer => {
                     let seen = std::mem::take(&mut tail);
-                    let found = |p: &[u8]| ends_in(&seen, &chunk, p);
-                    let mut armed = state.cut_before.lock().unwrap();
-                    if armed.as_ref().is_some_and(|p| found(p)) {
-                        *armed = None;
-                        if state.refuse_after_cut.swap(false, Ordering::Relaxed) {
-                            refuse_now(&state);
-                        }
-                        state.cut_commands.fetch_add(1, Ordering::Relaxed);
+                    if on_commands(&state, &acts, &seen, chunk, &spans).is_none() {
                         break;
                     }
-                    drop(armed);
-                    let mut armed = state.hold_command.lock().unwrap();
-                    if armed.as_ref().is_some_and(|p| found(p)) {
-                        *armed = None;
-                        drop(armed);
-                        state.held_commands.fetch_add(1, Ordering::Relaxed);
-                        while !state.released.load(Ordering::Relaxed)
-                            && !state.closed.load(Ordering::Relaxed)
-                        {
-                            std::thread::sleep(Duration::from_millis(1));
-                        }
-                    } else {
-                        drop(armed);
-                    }
-                    let mut armed = state.lose_reply_to.lock().unwrap();
-                    if armed.as_ref().is_some_and(|p| found(p)) {
-                        if !state.lose_every.load(Ordering::Relaxed) {
-                            *armed = None;
-                        }
-                        swallow.store(true, Ordering::Relaxed);
-                    }
-                    let mut armed = state.refuse_after_reply_to.lock().unwrap();
-                    if armed.as_ref().is_some_and(|p| found(p)) {
-                        *armed = None;
-                        refuse_after.store(true, Ordering::Relaxed);
-                    }
-                    let mut armed = state.hold_reply_to.lock().unwrap();
-                    if armed.as_ref().is_some_and(|p| found(p)) {
-                        *armed = None;
-                        hold.store(true, Ordering::Relaxed);
-                    }
-                    drop(armed);
-                    let mut armed = state.cut_after_reply_to.lock().unwrap();
-                    if armed.as_ref().is_some_and(|p| found(p)) {
-                        *armed = None;
-                        cut_after.store(true, Ordering::Relaxed);
-                    }
-                    drop(armed);
-                    let mut armed = state.cut_inside_reply_to.lock().unwrap();
-                    if armed.as_ref().is_some_and(|p| found(p)) {
-                        *armed = None;
-                        cut_inside.store(true, Ordering::Relaxed);
-                    }
-                    drop(armed);
                     let mut both = seen;
-                    both.extend_from_slice(&chunk);
+                    both.extend_from_slice(chunk);
                     tail = both.split_off(both.len().saturating_sub(TAIL));
+                    send(chunk, Then::Go)
                 }
                 Direction::ToClient => {
-                    if swallow.swap(false, Ordering::Relaxed) {
-                        if state.black_hole_after_loss.swap(false, Ordering::Relaxed) {
-                            state.black_hole.store(true, Ordering::Relaxed);
-                        }
-                        if state.refuse_after_loss.swap(false, Ordering::Relaxed) {
-                            refuse_now(&state);
-                        }
-                        state.lost_replies.fetch_add(1, Ordering::Relaxed);
-                        reader_cut();
-                        break;
+                    if on_replies(&state, &acts, chunk, &spans, &send) == Ended::Yes {
+                        // The writer forwards what was queued, then cuts
+                        // (at the piece that ends the connection, or when
+                        // this end of the queue is gone).
+                        return;
                     }
-                    if cut_inside.swap(false, Ordering::Relaxed) {
-                        // All but its last byte (every reply ends with
-                        // `\r\n`): what came is parsed as far as it goes.
-                        chunk.truncate(n.saturating_sub(1).max(1));
-                        cut_here = true;
-                    }
-                    if hold.swap(false, Ordering::Relaxed) {
-                        // Read, not forwarded: the reply (and all behind
-                        // it on this connection) waits for the release.
-                        state.held_replies.fetch_add(1, Ordering::Relaxed);
-                        while !state.released.load(Ordering::Relaxed)
-                            && !state.closed.load(Ordering::Relaxed)
-                        {
-                            std::thread::sleep(Duration::from_millis(1));
-                        }
-                    }
+                    true
                 }
-            }
-            let to_client = direction == Direction::ToClient;
-            let then = if cut_here {
-                Then::Cut
-            } else if to_client && refuse_after.swap(false, Ordering::Relaxed) {
-                Then::Refuse
-            } else if to_client && cut_after.swap(false, Ordering::Relaxed) {
-                Then::Cut
-            } else {
-                Then::Go
             };
-            let at =
-                Instant::now() + Duration::from_micros(state.latency_us.load(Ordering::Relaxed));
-            if tx.send((at, chunk, then)).is_err() {
+            if !sent {
                 break;
             }
         }
@@ -563,4 +487,154 @@ fn pump(
         }
         cut();
     });
+}
+
+/// Looks at a chunk of commands before it is forwarded: cuts or holds a
+/// command as armed, and arms the acts on the replies to the commands
+/// the patterns match. `None` when the connection is cut instead.
+fn on_commands(
+    state: &State,
+    acts: &Acts,
+    seen: &[u8],
+    chunk: &[u8],
+    spans: &[Span],
+) -> Option<()> {
+    let found = |p: &[u8]| ends_in(seen, chunk, p);
+    let mut armed = state.cut_before.lock().unwrap();
+    if armed.as_ref().is_some_and(|p| found(p)) {
+        *armed = None;
+        if state.refuse_after_cut.swap(false, Ordering::Relaxed) {
+            refuse_now(state);
+        }
+        state.cut_commands.fetch_add(1, Ordering::Relaxed);
+        return None;
+    }
+    drop(armed);
+    let mut armed = state.hold_command.lock().unwrap();
+    if armed.as_ref().is_some_and(|p| found(p)) {
+        *armed = None;
+        drop(armed);
+        state.held_commands.fetch_add(1, Ordering::Relaxed);
+        while !state.released.load(Ordering::Relaxed) && !state.closed.load(Ordering::Relaxed) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    } else {
+        drop(armed);
+    }
+    // Arms `set` on the reply to each command `slot`'s pattern matches
+    // (the first only, unless `every`): the command numbered as the span
+    // the match ends in.
+    let arm = |slot: &Mutex<Option<Vec<u8>>>, every: bool, set: fn(&mut Act)| {
+        let mut armed = slot.lock().unwrap();
+        let Some(pattern) = armed.clone() else { return };
+        for end in match_ends(seen, chunk, &pattern) {
+            let command = spans
+                .iter()
+                .find(|s| s.holds(end - 1))
+                .and_then(|s| s.index);
+            if let Some(command) = command {
+                set(acts.lock().unwrap().entry(command).or_default());
+                if !every {
+                    *armed = None;
+                    return;
+                }
+            }
+        }
+    };
+    let every = state.lose_every.load(Ordering::Relaxed);
+    arm(&state.lose_reply_to, every, |a| a.swallow = true);
+    arm(&state.refuse_after_reply_to, false, |a| {
+        a.refuse_after = true
+    });
+    arm(&state.hold_reply_to, false, |a| a.hold = true);
+    arm(&state.cut_after_reply_to, false, |a| a.cut_after = true);
+    arm(&state.cut_inside_reply_to, false, |a| a.cut_inside = true);
+    Some(())
+}
+
+/// Whether a connection ended with a chunk: what comes after is not
+/// forwarded.
+#[derive(Clone, Copy, PartialEq)]
+enum Ended {
+    Yes,
+    No,
+}
+
+/// Forwards a chunk of replies with `send`, doing what is armed for each
+/// as it comes.
+fn on_replies(
+    state: &State,
+    acts: &Acts,
+    chunk: &[u8],
+    spans: &[Span],
+    send: &dyn Fn(&[u8], Then) -> bool,
+) -> Ended {
+    // How much of the chunk went to the writer.
+    let mut sent = 0;
+    for span in spans {
+        let Some(reply) = span.index else { continue };
+        let mut armed = acts.lock().unwrap();
+        let Some(act) = armed.get_mut(&reply) else {
+            continue;
+        };
+        // At the reply's first byte in this chunk (the first part of it
+        // seen, or the rest of it): lose or hold it.
+        if std::mem::take(&mut act.swallow) {
+            armed.remove(&reply);
+            drop(armed);
+            if state.black_hole_after_loss.swap(false, Ordering::Relaxed) {
+                state.black_hole.store(true, Ordering::Relaxed);
+            }
+            state.lost_replies.fetch_add(1, Ordering::Relaxed);
+            if state.refuse_after_loss.swap(false, Ordering::Relaxed) {
+                // At once: nothing more gets through, the replies before
+                // it in this chunk neither.
+                refuse_now(state);
+                return Ended::Yes;
+            }
+            // The replies before it go through, then the connection ends.
+            send(&chunk[sent..span.start], Then::Cut);
+            return Ended::Yes;
+        }
+        if std::mem::take(&mut act.hold) {
+            drop(armed);
+            // Read, not forwarded: the reply (and all behind it on this
+            // connection) waits for the release.
+            if !send(&chunk[sent..span.start], Then::Go) {
+                return Ended::Yes;
+            }
+            sent = span.start;
+            state.held_replies.fetch_add(1, Ordering::Relaxed);
+            while !state.released.load(Ordering::Relaxed) && !state.closed.load(Ordering::Relaxed) {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            armed = acts.lock().unwrap();
+        }
+        // At its end: cut inside it or after it, or refuse after it.
+        let Some(end) = span.end else { continue };
+        let Some(act) = armed.remove(&reply) else {
+            continue;
+        };
+        drop(armed);
+        let (upto, then) = if act.cut_inside {
+            // All but its last byte (every reply ends with `\r\n`): what
+            // came is parsed as far as it goes.
+            ((end - 1).max(sent), Then::Cut)
+        } else if act.refuse_after {
+            (end, Then::Refuse)
+        } else if act.cut_after {
+            (end, Then::Cut)
+        } else {
+            continue;
+        };
+        // What follows it in the chunk is not forwarded: the connection
+        // ends here.
+        send(&chunk[sent..upto], then);
+        return Ended::Yes;
+    }
+    if send(&chunk[sent..], Then::Go) {
+        Ended::No
+    } else {
+        Ended::Yes
+    }
 }
