@@ -474,20 +474,9 @@ async fn acquires_end_within_their_wait_on_a_frozen_server() {
     let wait = Duration::from_secs(1);
     let lease = Duration::from_secs(60);
     // Scripts loaded and objects set before the freeze.
-    for kind in common::LOCK_KINDS {
-        let lock = common::lock_of(&c, kind, &format!("frozen:{kind}"));
-        let guard = soon(lock.lock()).await.unwrap();
-        soon(guard.unlock()).await.unwrap();
-    }
+    common::take_and_give_back_each(&c, "frozen", true, 3).await;
     let sem = c.semaphore("frozen:sem");
-    assert!(soon(sem.try_set_permits(3)).await.unwrap());
-    assert!(soon(sem.try_acquire()).await.unwrap());
-    soon(sem.release()).await.unwrap();
     let seats = c.permit_expirable_semaphore("frozen:seats");
-    assert!(soon(seats.try_set_permits(3)).await.unwrap());
-    soon(soon(seats.acquire()).await.unwrap().release())
-        .await
-        .unwrap();
     assert!(soon(c.count_down_latch("frozen:latch").try_set_count(1))
         .await
         .unwrap());
@@ -704,19 +693,7 @@ async fn acquires_go_on_when_the_servers_clock_is_stepped_forward() {
         after >= before + step.as_secs(),
         "the server's clock was not stepped ({before} s, then {after} s)"
     );
-    for kind in common::LOCK_KINDS {
-        let lock = common::lock_of(&c, kind, &format!("stepped:{kind}"));
-        let guard = soon(lock.lock()).await.unwrap();
-        soon(guard.unlock()).await.unwrap();
-    }
-    let sem = c.semaphore("stepped:sem");
-    assert!(soon(sem.try_set_permits(1)).await.unwrap());
-    soon(sem.acquire()).await.unwrap();
-    soon(sem.release()).await.unwrap();
-    let seats = c.permit_expirable_semaphore("stepped:seats");
-    assert!(soon(seats.try_set_permits(1)).await.unwrap());
-    let permit = soon(seats.acquire()).await.unwrap();
-    soon(permit.release()).await.unwrap();
+    common::take_and_give_back_each(&c, "stepped", true, 1).await;
 }
 
 /// The server's clock, in whole seconds.

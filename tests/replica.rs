@@ -201,17 +201,7 @@ async fn proxied_synced_client(proxy: &Proxy, sync: ReplicaSync) -> ferrisson::C
 /// semaphores set before a freeze.
 async fn warm_up(master: &RedisServer, name: &str) {
     let warming = synced_client(master, Unsynced::Fail, GENEROUS).await;
-    let warm = soon(warming.lock(name).lock()).await.unwrap();
-    soon(warm.unlock()).await.unwrap();
-    let sem = warming.semaphore(format!("{name}:sem"));
-    assert!(soon(sem.try_set_permits(2)).await.unwrap());
-    soon(sem.acquire()).await.unwrap();
-    soon(sem.release()).await.unwrap();
-    let seats = warming.permit_expirable_semaphore(format!("{name}:seats"));
-    assert!(soon(seats.try_set_permits(2)).await.unwrap());
-    soon(soon(seats.acquire()).await.unwrap().release())
-        .await
-        .unwrap();
+    common::take_and_give_back_each(&warming, name, false, 2).await;
 }
 
 /// Asserts `what` failed as unacknowledged by the replica.

@@ -315,3 +315,38 @@ pub fn owned_lock_of(
         other => panic!("no lock kind {other:?}"),
     }
 }
+
+/// Takes and gives back, once each: every kind of lock (`<prefix>:<kind>`,
+/// see [`LOCK_KINDS`]) when `each_lock` is set, else the reentrant lock
+/// `prefix`; one permit of the semaphore `<prefix>:sem` and one of the
+/// permit-expirable semaphore `<prefix>:seats`, each set to `permits`
+/// first. The scripts are loaded then, and the objects exist.
+#[cfg(feature = "client")]
+pub async fn take_and_give_back_each(
+    client: &ferrisson::Client,
+    prefix: &str,
+    each_lock: bool,
+    permits: u32,
+) {
+    let locks: Vec<Box<dyn ferrisson::DistributedLock>> = if each_lock {
+        LOCK_KINDS
+            .iter()
+            .map(|kind| lock_of(client, kind, &format!("{prefix}:{kind}")))
+            .collect()
+    } else {
+        vec![Box::new(client.lock(prefix))]
+    };
+    for lock in locks {
+        let guard = soon(lock.lock()).await.unwrap();
+        soon(guard.unlock()).await.unwrap();
+    }
+    let sem = client.semaphore(format!("{prefix}:sem"));
+    assert!(soon(sem.try_set_permits(permits)).await.unwrap());
+    soon(sem.acquire()).await.unwrap();
+    soon(sem.release()).await.unwrap();
+    let seats = client.permit_expirable_semaphore(format!("{prefix}:seats"));
+    assert!(soon(seats.try_set_permits(permits)).await.unwrap());
+    soon(soon(seats.acquire()).await.unwrap().release())
+        .await
+        .unwrap();
+}
