@@ -12,6 +12,7 @@ use redis::{AsyncCommands, Script};
 use serde_json::{json, Value};
 
 use crate::measure::{f, micros, process_cpu, Samples, ServerStats, Table};
+use crate::server_time::{baseline_lock_unlock, delete_latch, Latch};
 use crate::Bench;
 
 /// The raw baseline: one EVALSHA of a script that does nothing, on a key.
@@ -193,6 +194,11 @@ pub(crate) async fn uncontended(bench: &mut Bench) -> Value {
             "p50 / 2 round trips",
             "simple lock p50 µs",
             "p50 / simple lock",
+            "Redisson's scripts p50 µs",
+            "theirs / raw pair",
+            "p50 / theirs",
+            "our scripts p50 µs",
+            "ours / theirs",
         ],
     );
     let mut rows = Vec::new();
@@ -205,6 +211,8 @@ pub(crate) async fn uncontended(bench: &mut Bench) -> Value {
             let mut pairs = Samples::with_capacity(n);
             let mut raws = Samples::with_capacity(n);
             let mut simples = Samples::with_capacity(n);
+            let mut theirs = Samples::with_capacity(n);
+            let mut ours = Samples::with_capacity(n);
             let hot_lock = client.lock("bench:u:hot");
             for i in 0..(n + 200) {
                 let lock = if hot {
@@ -227,11 +235,31 @@ pub(crate) async fn uncontended(bench: &mut Bench) -> Value {
                 let start = Instant::now();
                 simple_pair(&mut conn, &simple_key).await;
                 let simple = start.elapsed();
+                // Redisson's acquire and release, sent raw: the two calls
+                // its caller waits for (its client deletes the unlock
+                // latch after the release returned).
+                let their_key = format!("{}:redisson", lock.name());
+                let start = Instant::now();
+                let latch =
+                    baseline_lock_unlock(&mut conn, &their_key, SCRIPT_OWNER, Latch::Redisson)
+                        .await;
+                let their = start.elapsed();
+                if let Some(latch) = latch {
+                    delete_latch(&mut conn, latch).await;
+                }
+                // ferrisson's scripts, sent raw: what the library adds to
+                // them is the rest of the pair's time.
+                let our_key = format!("{}:scripts", lock.name());
+                let start = Instant::now();
+                scripts_pair(&mut conn, &our_key, SCRIPT_OWNER).await;
+                let our = start.elapsed();
                 // The first 200 warm the connection and the scripts up.
                 if i >= 200 {
                     pairs.push(pair);
                     raws.push(raw);
                     simples.push(simple);
+                    theirs.push(their);
+                    ours.push(our);
                 }
             }
             let (p50, p99, raw_p50) = (pairs.p50(), pairs.p99(), raws.p50());
@@ -239,6 +267,9 @@ pub(crate) async fn uncontended(bench: &mut Bench) -> Value {
             let vs_pair = p50 / raw_p50;
             let vs_unit = p50 / (2.0 * bench.rtt_us);
             let vs_simple = p50 / simple_p50;
+            let their_p50 = theirs.p50();
+            let (theirs_vs_raw, vs_theirs) = (their_p50 / raw_p50, p50 / their_p50);
+            let our_p50 = ours.p50();
             table.row(vec![
                 mode.into(),
                 keys.into(),
@@ -250,6 +281,11 @@ pub(crate) async fn uncontended(bench: &mut Bench) -> Value {
                 format!("{vs_unit:.2}x"),
                 f(simple_p50, 1),
                 format!("{vs_simple:.2}x"),
+                f(their_p50, 1),
+                format!("{theirs_vs_raw:.2}x"),
+                format!("{vs_theirs:.2}x"),
+                f(our_p50, 1),
+                format!("{:.2}x", our_p50 / their_p50),
             ]);
             bench.check(
                 "uncontended lock + unlock p50 within 1.25 x two raw round trips",
@@ -264,14 +300,20 @@ pub(crate) async fn uncontended(bench: &mut Bench) -> Value {
                 "p50_us": p50, "p99_us": p99, "raw_pair_p50_us": raw_p50,
                 "p50_per_raw_pair": vs_pair, "p50_per_two_round_trips": vs_unit,
                 "simple_lock_p50_us": simple_p50, "p50_per_simple_lock": vs_simple,
+                "redisson_scripts_p50_us": their_p50, "redisson_scripts_per_raw_pair": theirs_vs_raw,
+                "p50_per_redisson_scripts": vs_theirs, "our_scripts_p50_us": our_p50,
             }));
         }
     }
     table.print();
     println!(
         "(raw pair: two EVALSHA of `return 1`; simple lock: `SET NX PX`, then a \
-         compare-and-delete script; both timed between every two lock pairs, so that all \
-         three see the same moments of the machine; the target is checked against the raw pair)"
+         compare-and-delete script; Redisson's scripts: the bench's baseline of scenario 10 \
+         (Redisson's acquire, then its release with its unlock latch; the latch's DEL \
+         untimed), sent raw: the least any client on this layout can take; our scripts: \
+         ferrisson's acquire and release, sent raw; each timed between \
+         every two lock pairs, so that all see the same moments of the machine; the target is \
+         checked against the raw pair)"
     );
     Value::Array(rows)
 }

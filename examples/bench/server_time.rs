@@ -30,7 +30,7 @@ const NO_LATCH: &str = "server time per pair at most 1.10x Redisson's scripts wi
 
 /// How the unlock latch of the baseline is kept.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Latch {
+pub(crate) enum Latch {
     /// None at all.
     None,
     /// Written by the release, then deleted by a `DEL` of its own, as
@@ -40,6 +40,20 @@ enum Latch {
 
 /// One lock and unlock of the baseline on `key`.
 async fn baseline_pair(conn: &mut ConnectionManager, key: &str, owner: &str, latch: Latch) {
+    let latch_key = baseline_lock_unlock(conn, key, owner, latch).await;
+    if let Some(latch_key) = latch_key {
+        delete_latch(conn, latch_key).await;
+    }
+}
+
+/// The baseline's acquire and release on `key`, the two calls a caller
+/// waits for: the unlock latch the release wrote, to delete after.
+pub(crate) async fn baseline_lock_unlock(
+    conn: &mut ConnectionManager,
+    key: &str,
+    owner: &str,
+    latch: Latch,
+) -> Option<String> {
     static REQUESTS: AtomicU64 = AtomicU64::new(0);
     let acquired: Option<i64> = ACQUIRE
         .key(key)
@@ -61,13 +75,16 @@ async fn baseline_pair(conn: &mut ConnectionManager, key: &str, owner: &str, lat
     release.arg(0).arg(30_000).arg(owner).arg(18_000);
     let released: Option<i64> = release.invoke_async(conn).await.expect("baseline release");
     assert_eq!(released, Some(1));
-    if let Some(latch_key) = latch_key {
-        let _: i64 = redis::cmd("DEL")
-            .arg(latch_key)
-            .query_async(conn)
-            .await
-            .expect("DEL of the unlock latch");
-    }
+    latch_key
+}
+
+/// The `DEL` Redisson's client sends for an unlock latch.
+pub(crate) async fn delete_latch(conn: &mut ConnectionManager, latch_key: String) {
+    let _: i64 = redis::cmd("DEL")
+        .arg(latch_key)
+        .query_async(conn)
+        .await
+        .expect("DEL of the unlock latch");
 }
 
 /// What one variant cost the server.
