@@ -11,7 +11,7 @@
 //!
 //! An act on "the reply to" a command waits for that command's reply, not
 //! for the next bytes back, which may answer an earlier command still in
-//! flight: both directions are framed and counted (see [`crate::frames`]),
+//! flight: both directions are framed and counted (the `frames` module),
 //! and a connection answers its commands in order.
 //!
 //! Threads and blocking sockets only; each connection has a reader and a
