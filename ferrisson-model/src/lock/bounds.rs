@@ -83,6 +83,30 @@ pub enum Mutation {
     /// master (a resend, or a command the cluster client sends on after
     /// `MOVED`) releases the owner's next hold there.
     GiveBackIgnoresLatch,
+    /// The lean acquire counts (`HINCRBY`) where it should find: two
+    /// copies of one lost send (a client that sends the same bytes again
+    /// on a new connection) take two counts, and the settle finds one
+    /// hold for the owner's two.
+    LeanCounts,
+    /// A lost lean acquire is settled at once, not after its deadline (the
+    /// client does not wait, and the settle script does not check the
+    /// server's clock): a copy of it that runs after the settle found
+    /// nothing takes a hold nobody owns.
+    LeanSettleEarly,
+    /// Lean requests go whatever else the owner has on its way or left
+    /// standing (a dropped guard's release, a hold let go of unreleased):
+    /// a lean acquire finds that hold and answers it as granted, and the
+    /// release on its way then takes it from under the new holder.
+    NoLeanGate,
+    /// A lean send whose reply was read may still have a copy on its way
+    /// (a client that sends the same bytes again on a new connection,
+    /// as redis-rs's cluster connection does after a broken one): a copy
+    /// of a granted lean acquire that runs after the hold's release takes
+    /// a hold nobody owns. The lean protocol needs its sends sent once.
+    HiddenResend,
+    /// Lean scripts with no deadline: a lost lean acquire may run after
+    /// the settle that waited for its deadline.
+    LeanNoDeadline,
 }
 
 /// The bounds of one check.

@@ -21,6 +21,14 @@ pub enum Op {
     /// a give-back of a grant a failover lost does not take the owner's
     /// next hold.
     GiveBack(ReqId, ReqId),
+    /// A lean acquire (no latch), and the TTL it sets.
+    LeanAcquire(ReqId, Time),
+    /// A lean release (no latch).
+    LeanRelease(ReqId),
+    /// The settle of a lean acquire whose reply was lost, and that
+    /// acquire's deadline (sent after it; the script checks it by the
+    /// server's clock).
+    LeanSettle(ReqId, Time),
     /// Replica sync after a grant: the latch's touch, then `WAIT`, on one
     /// connection. It carries what the mutation's `WAIT` alone would
     /// count: the grant's offset, when a write on the connection (the
@@ -82,6 +90,39 @@ pub enum Phase {
     GivingBack {
         req: ReqId,
         grant: ReqId,
+        resends: u8,
+    },
+    /// A lean acquire sent; no copy of it runs from `until` on (its
+    /// deadline by the server's clock).
+    LeanAcquiring {
+        req: ReqId,
+        until: Time,
+    },
+    /// A lean acquire whose reply was lost: the client sends nothing until
+    /// `until`, when no copy of it can run any more, then settles it.
+    LeanLost {
+        req: ReqId,
+        until: Time,
+    },
+    /// Settling a lost lean acquire, whose deadline was `until`;
+    /// `resends` so far.
+    LeanSettling {
+        req: ReqId,
+        until: Time,
+        resends: u8,
+    },
+    /// A lean release sent (a resend once `resends` is over 0); no copy
+    /// of it runs from `until` on.
+    LeanReleasing {
+        req: ReqId,
+        until: Time,
+        resends: u8,
+    },
+    /// A lean release whose reply was lost: the client sends nothing until
+    /// `until`, then sends it again.
+    LeanReleaseLost {
+        req: ReqId,
+        until: Time,
         resends: u8,
     },
     Crashed,

@@ -76,7 +76,16 @@ impl Model for LockModel {
                 | Phase::Releasing { .. }
                 | Phase::Settling(_)
                 | Phase::Syncing { .. }
-                | Phase::GivingBack { .. } => actions.push(Action::Timeout(id)),
+                | Phase::GivingBack { .. }
+                | Phase::LeanAcquiring { .. }
+                | Phase::LeanSettling { .. }
+                | Phase::LeanReleasing { .. } => actions.push(Action::Timeout(id)),
+                // A lost lean send's wait: over at its deadline.
+                Phase::LeanLost { until, .. } | Phase::LeanReleaseLost { until, .. }
+                    if self.lean_wait_over(state.now, until) =>
+                {
+                    actions.push(Action::Timeout(id))
+                }
                 _ => {}
             }
             if c.phase != Phase::Crashed && state.crashes_left > 0 {
@@ -96,7 +105,7 @@ impl Model for LockModel {
                 continue;
             }
             actions.push(Action::Run(i));
-            if state.duplicates_left > 0 {
+            if state.duplicates_left > 0 && self.may_copy(state, state.requests[i]) {
                 actions.push(Action::Duplicate(i));
             }
         }
@@ -142,6 +151,7 @@ impl Model for LockModel {
             Action::Acquire(id) => {
                 let req = Self::next_req(&mut state, id);
                 let now = state.now;
+                let lean = self.lean_gate_open(&state, id);
                 let c = &mut state.clients[id as usize];
                 // The first client's later acquires take a lease of their
                 // own, when the bounds give one.
@@ -149,16 +159,26 @@ impl Model for LockModel {
                     (0, before, long) if before > 0 && long > 0 => long,
                     _ => b.lease,
                 };
-                c.phase = Phase::Acquiring {
-                    req,
-                    since: now,
-                    resends: 0,
+                c.phase = match lean {
+                    true => Phase::LeanAcquiring {
+                        req,
+                        until: now + b.window,
+                    },
+                    false => Phase::Acquiring {
+                        req,
+                        since: now,
+                        resends: 0,
+                    },
                 };
                 c.acquires += 1;
                 c.lost = false;
                 c.since = now;
                 let lease = c.lease;
-                Self::send(&mut state, id, Op::Acquire(req, lease));
+                let op = match lean {
+                    true => Op::LeanAcquire(req, lease),
+                    false => Op::Acquire(req, lease),
+                };
+                Self::send(&mut state, id, op);
             }
             Action::Renew(id) => {
                 let now = state.now;
@@ -177,12 +197,25 @@ impl Model for LockModel {
             }
             Action::Release(id) => {
                 let req = Self::next_req(&mut state, id);
+                let lean = self.lean_gate_open(&state, id);
+                let now = state.now;
                 let c = &mut state.clients[id as usize];
-                c.phase = Phase::Releasing { req, resends: 0 };
+                c.phase = match lean {
+                    true => Phase::LeanReleasing {
+                        req,
+                        until: now + b.window,
+                        resends: 0,
+                    },
+                    false => Phase::Releasing { req, resends: 0 },
+                };
                 // The watchdog stops: a renewal in flight is not read.
                 c.renewing = None;
                 let lease = c.lease;
-                Self::send(&mut state, id, Op::Release(req, lease));
+                let op = match lean {
+                    true => Op::LeanRelease(req),
+                    false => Op::Release(req, lease),
+                };
+                Self::send(&mut state, id, op);
             }
             Action::LetGo(id) => {
                 let c = &mut state.clients[id as usize];
@@ -323,6 +356,7 @@ impl Model for LockModel {
                     Op::Acquire(req, _) => state.server.latch(req) == Some(Latch::Granted),
                     _ => false,
                 };
+                let held_before = state.server.held_by(sent.client);
                 let now = state.now;
                 let server = &mut state.server;
                 let reply = match sent.op {
@@ -333,17 +367,30 @@ impl Model for LockModel {
                     Op::Renew(_) => server.renew(now, sent.client, b.lease, m),
                     Op::Settle(req) => server.settle(now, req, b),
                     Op::GiveBack(req, grant) => server.give_back(now, req, grant, b, m),
+                    Op::LeanAcquire(_, ttl) => server.lean_acquire(now, sent.client, ttl, m),
+                    Op::LeanRelease(_) => server.lean_release(sent.client),
+                    // The script's check of the deadline (the mutation:
+                    // none).
+                    Op::LeanSettle(_, until) => {
+                        let early = m != Mutation::LeanSettleEarly && now < until;
+                        server.lean_settle(sent.client, early)
+                    }
                     Op::Sync(..) => unreachable!("run above"),
                 };
                 if before.is_some_and(|before| before != state.server) {
                     state.server.offset += 1;
                 }
-                let new_grant = matches!(
-                    (sent.op, reply, granted_before),
-                    (Op::Acquire(..), Reply::Granted, false)
-                );
-                if let (Op::Acquire(req, _), Reply::Granted, false) =
-                    (sent.op, reply, granted_before)
+                // A lean acquire's grant is new when the owner held nothing
+                // before it.
+                let lean_new = matches!(sent.op, Op::LeanAcquire(..))
+                    && reply == Reply::Granted
+                    && !held_before;
+                let new_grant = lean_new
+                    || matches!(
+                        (sent.op, reply, granted_before),
+                        (Op::Acquire(..), Reply::Granted, false)
+                    );
+                if let (Op::Acquire(req, _) | Op::LeanAcquire(req, _), true) = (sent.op, new_grant)
                 {
                     // A new grant (not a resend answered from the latch).
                     let place = state.grants.len() as u8 + 1;
@@ -356,14 +403,18 @@ impl Model for LockModel {
                 // crashed.
                 if self.awaited(&state, sent) {
                     let (token, grant) = match sent.op {
-                        Op::Acquire(req, _) if reply == Reply::Granted => (
-                            state.server.token_of(req),
-                            state
-                                .grants
-                                .iter()
-                                .find(|(r, _)| *r == req)
-                                .map_or(0, |(_, g)| *g),
-                        ),
+                        Op::Acquire(req, _) | Op::LeanAcquire(req, _)
+                            if reply == Reply::Granted =>
+                        {
+                            (
+                                state.server.token_of(req),
+                                state
+                                    .grants
+                                    .iter()
+                                    .find(|(r, _)| *r == req)
+                                    .map_or(0, |(_, g)| *g),
+                            )
+                        }
                         _ => (0, 0),
                     };
                     let answer = Answer {
@@ -405,7 +456,11 @@ impl Model for LockModel {
                 }
                 // What did not reach Redis within the window never will.
                 let window = self.bounds.window;
-                state.requests.retain(|r| r.at + window > now);
+                // (Without a deadline, a lean request may run at any time.)
+                let no_deadline = m == Mutation::LeanNoDeadline;
+                state
+                    .requests
+                    .retain(|r| r.at + window > now || (no_deadline && Self::is_lean(r.op)));
                 for (i, c) in state.clients.iter_mut().enumerate() {
                     let id = i as ClientId;
                     // A dropped guard's release that will not be sent
@@ -477,17 +532,22 @@ impl Model for LockModel {
             Property::sometimes("a client holds", |_, s: &State| {
                 s.clients.iter().any(|c| c.believes_it_holds(s.now))
             }),
-            Property::sometimes("both clients released a hold", |_, s: &State| {
-                s.server.unlock_latches.len() >= 2
-                    && s.server
-                        .unlock_latches
-                        .iter()
-                        .any(|(r, _, _)| r.client == 0)
-                    && s.server
-                        .unlock_latches
-                        .iter()
-                        .any(|(r, _, _)| r.client == 1)
-            }),
+            // (Lean releases keep no latch to count them by.)
+            Property::sometimes(
+                "both clients released a hold",
+                |m: &LockModel, s: &State| {
+                    m.lean
+                        || s.server.unlock_latches.len() >= 2
+                            && s.server
+                                .unlock_latches
+                                .iter()
+                                .any(|(r, _, _)| r.client == 0)
+                            && s.server
+                                .unlock_latches
+                                .iter()
+                                .any(|(r, _, _)| r.client == 1)
+                },
+            ),
         ]
     }
 }

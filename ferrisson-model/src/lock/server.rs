@@ -53,6 +53,9 @@ pub enum Reply {
     NotHeld,
     /// Renewal: whether the owner still held it.
     Renewed(bool),
+    /// A lean settle sent before its acquire's deadline by the server's
+    /// clock (-6): nothing is read.
+    NotYet,
     /// Settle: whether the request had been granted.
     Settled(bool),
     /// Replica sync: whether enough replicas acknowledged the grant (false
@@ -264,6 +267,58 @@ impl Server {
             }
             Some(Latch::Cancelled) => Reply::Settled(false),
             Some(Latch::Granted) => Reply::Settled(true),
+        }
+    }
+
+    /// The lean acquire (`lua/lean_acquire.lua`): no latch. A free lock is
+    /// taken with a count of 1; a hold of the owner's is found, not
+    /// counted again (its TTL raised to `ttl`, never lowered), and
+    /// answered as granted: the client's gate sends it only while the
+    /// owner holds nothing else, so a hold of the owner is this request's
+    /// own, taken by another copy of it. Held by another: refused.
+    pub fn lean_acquire(&mut self, now: Time, owner: ClientId, ttl: Time, m: Mutation) -> Reply {
+        match &mut self.hold {
+            None => {
+                self.hold = Some(Hold {
+                    owner,
+                    count: 1,
+                    expires: now + ttl,
+                });
+                Reply::Granted
+            }
+            Some(h) if h.owner == owner => {
+                if m == Mutation::LeanCounts {
+                    h.count += 1;
+                }
+                h.expires = h.expires.max(now + ttl);
+                Reply::Granted
+            }
+            Some(_) => Reply::Refused,
+        }
+    }
+
+    /// The lean release (`lua/lean_release.lua`): no latch. The owner's
+    /// hold is deleted, whatever its count (the gate sends it only for an
+    /// owner's one hold), and `Released(1)` replied; no hold of the
+    /// owner's: `NotHeld`, nothing changes.
+    pub fn lean_release(&mut self, owner: ClientId) -> Reply {
+        if self.held_by(owner) {
+            self.hold = None;
+            Reply::Released(1)
+        } else {
+            Reply::NotHeld
+        }
+    }
+
+    /// The lean settle (`lua/lean_settle.lua`): `early`, before its
+    /// acquire's deadline by the server's clock, `NotYet`; after it, when
+    /// no copy of that acquire can run any more, whether the owner holds
+    /// the lock, which only that acquire can have taken. It writes
+    /// nothing.
+    pub fn lean_settle(&self, owner: ClientId, early: bool) -> Reply {
+        match early {
+            true => Reply::NotYet,
+            false => Reply::Settled(self.held_by(owner)),
         }
     }
 

@@ -32,6 +32,13 @@ pub struct LockModel {
     /// the library does (`ROLE`, a count kept per client through
     /// failovers) rather than all of them.
     pub offline: bool,
+    /// The lean protocol: an acquire and a release go without latches,
+    /// presence-based and bounded by their deadlines, when the owner's
+    /// gate is open (it holds nothing else, has no dropped guard's release
+    /// on its way, and left no hold standing), else latched as before. On
+    /// one server only (not with replicas, nor for the fenced lock, whose
+    /// token the latch keeps).
+    pub lean: bool,
 }
 
 impl LockModel {
@@ -46,7 +53,53 @@ impl LockModel {
             replicas: 1,
             wanted: 1,
             offline: false,
+            lean: false,
         }
+    }
+
+    /// The lean protocol within `bounds`, with `mutation`.
+    pub fn lean(bounds: Bounds, mutation: Mutation) -> Self {
+        LockModel {
+            lean: true,
+            ..LockModel::new(bounds, mutation)
+        }
+    }
+
+    /// Whether `id`'s next acquire or release goes lean: the lean protocol
+    /// on one server, for a lock with no token, and the owner's gate open
+    /// (nothing else of its own on its way or left standing; the
+    /// mutation: always).
+    pub(super) fn lean_gate_open(&self, state: &State, id: ClientId) -> bool {
+        let c = &state.clients[id as usize];
+        self.lean
+            && self.replica.is_none()
+            && !self.fenced
+            && (self.mutation == Mutation::NoLeanGate
+                || (c.background.is_none() && c.abandoned == 0))
+    }
+
+    /// Whether `op` is a lean request.
+    pub(super) fn is_lean(op: Op) -> bool {
+        matches!(
+            op,
+            Op::LeanAcquire(..) | Op::LeanRelease(_) | Op::LeanSettle(..)
+        )
+    }
+
+    /// Whether the network may copy `sent`: a latched request at any time;
+    /// a lean one only once its client no longer reads its reply (the
+    /// same bytes sent again on a new connection after the old one broke;
+    /// the mutation: at any time, a hidden resend whose reply is read).
+    pub(super) fn may_copy(&self, state: &State, sent: Sent) -> bool {
+        !Self::is_lean(sent.op)
+            || self.mutation == Mutation::HiddenResend
+            || !self.awaited(state, sent)
+    }
+
+    /// Whether a lost lean send's wait has ended at `now`: no copy of it
+    /// runs any more (the mutation: at once).
+    pub(super) fn lean_wait_over(&self, now: Time, until: Time) -> bool {
+        self.mutation == Mutation::LeanSettleEarly || now >= until
     }
 
     /// A lock on a master with a replica that a failover promotes, with
@@ -185,6 +238,30 @@ impl LockModel {
                     resends: 0,
                 };
                 Self::send(state, id, Op::GiveBack(give_back, grant));
+            }
+            (Phase::LeanAcquiring { .. }, Reply::Granted)
+            | (Phase::LeanSettling { .. }, Reply::Settled(true)) => {
+                // Its lease counts from the acquire's send, as a latched
+                // one's: a settled grant whose lease ran out meanwhile is
+                // let go of (`LetGo`).
+                let c = &mut state.clients[id as usize];
+                c.phase = Phase::Holding;
+                c.count = 1;
+                c.deadline = c.since + lease;
+                c.token = answer.token;
+                c.grant = answer.grant;
+            }
+            // Settled too soon (by a clock ahead of the server's): wait on.
+            (Phase::LeanSettling { req, until, .. }, Reply::NotYet) => {
+                state.clients[id as usize].phase = Phase::LeanLost { req, until };
+            }
+            (Phase::LeanAcquiring { .. } | Phase::LeanSettling { .. }, _) => {
+                state.clients[id as usize].phase = Phase::Idle;
+            }
+            (Phase::LeanReleasing { .. }, _) => {
+                let c = &mut state.clients[id as usize];
+                c.phase = Phase::Idle;
+                c.count = 0;
             }
             // Refused or spent with nothing to settle, settled, given back.
             (Phase::Acquiring { .. }, Reply::Refused | Reply::Spent)
@@ -337,7 +414,58 @@ impl LockModel {
             // back.
             return Self::give_back_unsynced(state, id, req);
         }
+        let window = self.bounds.window;
         let (phase, op) = match c.phase {
+            // A lost lean send: nothing more goes until its deadline.
+            Phase::LeanAcquiring { req, until } => (Phase::LeanLost { req, until }, None),
+            Phase::LeanReleasing {
+                req,
+                until,
+                resends,
+            } => (
+                Phase::LeanReleaseLost {
+                    req,
+                    until,
+                    resends,
+                },
+                None,
+            ),
+            Phase::LeanLost { req, until } => (
+                Phase::LeanSettling {
+                    req,
+                    until,
+                    resends: 0,
+                },
+                Some(Op::LeanSettle(req, until)),
+            ),
+            Phase::LeanSettling {
+                req,
+                until,
+                resends,
+            } if resends < resends_max => (
+                Phase::LeanSettling {
+                    req,
+                    until,
+                    resends: resends + 1,
+                },
+                Some(Op::LeanSettle(req, until)),
+            ),
+            Phase::LeanReleaseLost { req, resends, .. } if resends < resends_max => (
+                Phase::LeanReleasing {
+                    req,
+                    until: state.now + window,
+                    resends: resends + 1,
+                },
+                Some(Op::LeanRelease(req)),
+            ),
+            // Out of resends: what it holds or may have taken stands
+            // until its TTL ends.
+            Phase::LeanSettling { .. } | Phase::LeanReleaseLost { .. } => {
+                let c = &mut state.clients[id as usize];
+                c.count = 0;
+                c.abandoned += 1;
+                (Phase::Idle, None)
+            }
             Phase::Acquiring {
                 req,
                 since,

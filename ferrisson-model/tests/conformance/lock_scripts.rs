@@ -1,6 +1,8 @@
 //! The reentrant lock's scripts (`acquire.lua`, `fenced_acquire.lua`,
 //! `release.lua`, `renew.lua`, `acquire_cancel.lua`, `acquire_granted.lua`,
-//! `force_unlock.lua`, `lock_info.lua`) and the lock's model ([`Server`]):
+//! `force_unlock.lua`, `lock_info.lua`, and the lean protocol's
+//! `lean_acquire.lua`, `lean_release.lua`, `lean_settle.lua`) and the
+//! lock's model ([`Server`]):
 //! acquires (resends and late copies of them, non-reentrant ones, some
 //! with a deadline), releases (some with a job's keep), batched renewals
 //! of mixed owners and locks, settles, grant reads, ticks, the hold run
@@ -104,6 +106,14 @@ enum Step {
     RunOut,
     /// `force_unlock.lua`: the lock opened whoever holds it.
     ForceUnlock,
+    /// `lean_acquire.lua`: an owner's lean acquire, the TTL it sets (in
+    /// ticks) and its deadline.
+    LeanAcquire(ClientId, Time, Deadline),
+    /// `lean_release.lua`: an owner's lean release, and its deadline.
+    LeanRelease(ClientId, Deadline),
+    /// `lean_settle.lua`: an owner's settle of a lean acquire with this
+    /// deadline (settled once it has passed).
+    LeanSettle(ClientId, Deadline),
 }
 
 fn draw(rng: &mut Rng, fenced: bool) -> Step {
@@ -112,6 +122,24 @@ fn draw(rng: &mut Rng, fenced: bool) -> Step {
         client,
         seq: 1 + rng.below(ACQUIRES as u64) as u8,
     };
+    // The lean scripts (plain lock only): one step in five.
+    if !fenced && rng.below(5) == 0 {
+        let deadline = match rng.below(4) {
+            0 => Deadline::Passed,
+            _ => Deadline::Ahead,
+        };
+        return match rng.below(7) {
+            0..=2 => Step::LeanAcquire(client, 1 + rng.below(3) as Time, deadline),
+            3 | 4 => Step::LeanRelease(client, deadline),
+            _ => Step::LeanSettle(
+                client,
+                match rng.below(3) {
+                    0 => Deadline::Ahead,
+                    _ => Deadline::Passed,
+                },
+            ),
+        };
+    }
     match rng.below(21) {
         0..=7 => Step::Acquire {
             req: acquire,
@@ -231,6 +259,9 @@ struct Scripts {
     granted: Script,
     force_unlock: Script,
     lock_info: Script,
+    lean_acquire: Script,
+    lean_release: Script,
+    lean_settle: Script,
 }
 
 impl Scripts {
@@ -245,6 +276,9 @@ impl Scripts {
             granted: script("acquire_granted.lua"),
             force_unlock: script("force_unlock.lua"),
             lock_info: script("lock_info.lua"),
+            lean_acquire: script("lean_acquire.lua"),
+            lean_release: script("lean_release.lua"),
+            lean_settle: script("lean_settle.lua"),
         }
     }
 
@@ -387,6 +421,57 @@ impl Scripts {
                 let _: i64 = conn.del(NAME).unwrap();
                 return None;
             }
+            Step::LeanAcquire(client, lease, d) => {
+                let reply: Value = self
+                    .lean_acquire
+                    .key(NAME)
+                    .arg(ms(lease))
+                    .arg(field(client))
+                    .arg(deadline(d))
+                    .invoke(conn)
+                    .unwrap();
+                return Some(match reply {
+                    Value::Nil => Outcome::reply(Reply::Granted),
+                    Value::Int(-5) => Outcome::reply(Reply::TooLate),
+                    Value::Int(pttl) => Outcome {
+                        left: left(pttl),
+                        ..Outcome::reply(Reply::Refused)
+                    },
+                    reply => panic!("{step:?}: a reply the model has no word for: {reply:?}"),
+                });
+            }
+            Step::LeanRelease(client, d) => {
+                let reply: Value = self
+                    .lean_release
+                    .key(NAME)
+                    .key(CHANNEL)
+                    .arg(0)
+                    .arg(field(client))
+                    .arg("publish")
+                    .arg(deadline(d))
+                    .invoke(conn)
+                    .unwrap();
+                return Some(Outcome::reply(match reply {
+                    Value::Int(1) => Reply::Released(1),
+                    Value::Int(-5) => Reply::TooLate,
+                    Value::Nil => Reply::NotHeld,
+                    reply => panic!("{step:?}: a reply the model has no word for: {reply:?}"),
+                }));
+            }
+            Step::LeanSettle(client, d) => {
+                let reply: Value = self
+                    .lean_settle
+                    .key(NAME)
+                    .arg(field(client))
+                    .arg(deadline(d))
+                    .invoke(conn)
+                    .unwrap();
+                return Some(Outcome::reply(match reply {
+                    Value::Int(-6) => Reply::NotYet,
+                    Value::Int(held) => Reply::Settled(held == 1),
+                    reply => panic!("{step:?}: a reply the model has no word for: {reply:?}"),
+                }));
+            }
         };
         let outcome = match (step, reply) {
             (Step::Acquire { .. }, Value::Nil) => Outcome::reply(Reply::Granted),
@@ -498,6 +583,23 @@ fn model_run(
         Step::RunOut => {
             server.hold = None;
             return None;
+        }
+        Step::LeanAcquire(_, _, Deadline::Passed) | Step::LeanRelease(_, Deadline::Passed) => {
+            Outcome::reply(Reply::TooLate)
+        }
+        Step::LeanAcquire(client, lease, _) => {
+            let reply = server.lean_acquire(t, client, lease, m);
+            Outcome {
+                left: match reply {
+                    Reply::Refused => server.hold.map(|h| u64::from(h.expires - t)),
+                    _ => None,
+                },
+                ..Outcome::reply(reply)
+            }
+        }
+        Step::LeanRelease(client, _) => Outcome::reply(server.lean_release(client)),
+        Step::LeanSettle(client, d) => {
+            Outcome::reply(server.lean_settle(client, d != Deadline::Passed))
         }
     };
     Some(outcome)
@@ -692,7 +794,16 @@ fn covered(seen: &BTreeMap<String, usize>, fenced: bool) {
         "renewal kept a longer TTL",
     ];
     if !fenced {
-        expected.push("NotReentrant");
+        expected.extend([
+            "NotReentrant",
+            "NotYet",
+            "lean grant",
+            "lean acquire found its hold",
+            "lean acquire found its hold, kept a longer TTL",
+            "lean release",
+            "lean release too late",
+            "lean settle found a hold",
+        ]);
     }
     for what in expected {
         assert!(seen.contains_key(what), "no step met {what}: {seen:?}");
@@ -751,9 +862,13 @@ fn agree_step_by_step(
             // The last hold's release (not a replay, not a keep) tells
             // the waiters, and so does a lock forced open.
             let expected: Vec<String> = match (step, &modelled) {
-                (Step::Release { .. } | Step::GiveBack { .. } | Step::ForceUnlock, Some(o))
-                    if o.reply == Reply::Released(1) && held_before && model.hold.is_none() =>
-                {
+                (
+                    Step::Release { .. }
+                    | Step::GiveBack { .. }
+                    | Step::ForceUnlock
+                    | Step::LeanRelease(..),
+                    Some(o),
+                ) if o.reply == Reply::Released(1) && held_before && model.hold.is_none() => {
                     vec!["0".to_owned()]
                 }
                 _ => Vec::new(),
@@ -799,6 +914,30 @@ fn agree_step_by_step(
                 {
                     *seen
                         .entry("renewal kept a longer TTL".to_owned())
+                        .or_default() += 1;
+                }
+                (Step::LeanAcquire(client, lease, _), Some(o))
+                    if o.reply == Reply::Granted && held_before =>
+                {
+                    let what = match ends_before.is_some_and(|ends| ends > now + lease) {
+                        true => "lean acquire found its hold, kept a longer TTL",
+                        false => "lean acquire found its hold",
+                    };
+                    assert_eq!(model.count_of(client), count_before, "{context}");
+                    *seen.entry(what.to_owned()).or_default() += 1;
+                }
+                (Step::LeanAcquire(..), Some(o)) if o.reply == Reply::Granted => {
+                    *seen.entry("lean grant".to_owned()).or_default() += 1;
+                }
+                (Step::LeanRelease(..), Some(o)) if o.reply == Reply::Released(1) => {
+                    *seen.entry("lean release".to_owned()).or_default() += 1;
+                }
+                (Step::LeanRelease(..), Some(o)) if o.reply == Reply::TooLate => {
+                    *seen.entry("lean release too late".to_owned()).or_default() += 1;
+                }
+                (Step::LeanSettle(..), Some(o)) if o.reply == Reply::Settled(true) => {
+                    *seen
+                        .entry("lean settle found a hold".to_owned())
                         .or_default() += 1;
                 }
                 (Step::Tick, _) if model.hold.is_some() => {
@@ -1133,6 +1272,86 @@ const MUTANTS: &[(Mutant, usize)] = &[
             nth: 1,
             to: "return latch ~= false",
             what: "a give-back of a request given up takes the owner's hold",
+        },
+        1,
+    ),
+    (
+        Mutant {
+            file: "lean_acquire.lua",
+            from: "if too_late(ARGV[3]) then",
+            nth: 1,
+            to: "if false then",
+            what: "a lean acquire past its deadline takes the lock",
+        },
+        1,
+    ),
+    (
+        Mutant {
+            file: "lean_acquire.lua",
+            from: "if redis.call('pttl', KEYS[1]) < tonumber(ARGV[1]) then",
+            nth: 1,
+            to: "redis.call('hincrby', KEYS[1], ARGV[2], 1) if true then",
+            what: "a lean acquire that finds the owner's hold counts it again",
+        },
+        1,
+    ),
+    (
+        Mutant {
+            file: "lean_acquire.lua",
+            from: "if redis.call('pttl', KEYS[1]) < tonumber(ARGV[1]) then",
+            nth: 1,
+            to: "if true then",
+            what: "a lean acquire that finds the owner's hold cuts a longer TTL short",
+        },
+        1,
+    ),
+    (
+        Mutant {
+            file: "lean_release.lua",
+            from: "if too_late(ARGV[4]) then",
+            nth: 1,
+            to: "if false then",
+            what: "a lean release past its deadline releases",
+        },
+        1,
+    ),
+    (
+        Mutant {
+            file: "lean_release.lua",
+            from: "redis.call(ARGV[3], KEYS[2], ARGV[1])",
+            nth: 1,
+            to: "",
+            what: "a lean release publishes nothing",
+        },
+        1,
+    ),
+    (
+        Mutant {
+            file: "lean_release.lua",
+            from: "if redis.pcall('hexists', KEYS[1], ARGV[2]) ~= 1 then",
+            nth: 1,
+            to: "if redis.call('exists', KEYS[1]) ~= 1 then",
+            what: "a lean release deletes another owner's hold",
+        },
+        1,
+    ),
+    (
+        Mutant {
+            file: "lean_settle.lua",
+            from: "if not too_late(ARGV[2]) then",
+            nth: 1,
+            to: "if false then",
+            what: "a lean settle answers before its acquire's deadline",
+        },
+        1,
+    ),
+    (
+        Mutant {
+            file: "lean_settle.lua",
+            from: "if redis.pcall('hexists', KEYS[1], ARGV[1]) == 1 then",
+            nth: 1,
+            to: "if redis.call('exists', KEYS[1]) == 1 then",
+            what: "a lean settle takes another owner's hold for the acquire's",
         },
         1,
     ),

@@ -116,6 +116,18 @@ const SCRIPTS: &[(&str, &str)] = &[
     ),
     ("publish.lua", include_str!("../../../lua/publish.lua")),
     (
+        "lean_acquire.lua",
+        include_str!("../../../lua/lean_acquire.lua"),
+    ),
+    (
+        "lean_release.lua",
+        include_str!("../../../lua/lean_release.lua"),
+    ),
+    (
+        "lean_settle.lua",
+        include_str!("../../../lua/lean_settle.lua"),
+    ),
+    (
         "fenced_get.lua",
         include_str!("../../../lua/fenced_get.lua"),
     ),
