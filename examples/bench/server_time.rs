@@ -23,10 +23,54 @@ static ACQUIRE: LazyLock<Script> =
 static RELEASE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("redisson_release.lua")));
 
+/// The lean protocol's acquire and release (issue 53; modelled, not yet
+/// sent by the library), for what they would cost the server.
+static LEAN_ACQUIRE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../../lua/lean_acquire.lua")));
+static LEAN_RELEASE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../../lua/lean_release.lua")));
+
+/// A deadline an hour from now, in epoch ms (by this machine's clock, which
+/// is the bench server's): the lean scripts read the server's clock for it
+/// in every call, as the library's would.
+fn an_hour_from_now() -> u64 {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("a clock after 1970");
+    u64::try_from(now.as_millis()).unwrap_or(u64::MAX) + 3_600_000
+}
+
+/// One lock and unlock by the lean scripts on a free `key`, sent raw.
+async fn lean_pair(conn: &mut ConnectionManager, key: &str, owner: &str) {
+    let acquired: Option<i64> = LEAN_ACQUIRE
+        .key(key)
+        .arg(30_000)
+        .arg(owner)
+        .arg(an_hour_from_now())
+        .invoke_async(conn)
+        .await
+        .expect("lean acquire");
+    assert_eq!(acquired, None, "{key} is free");
+    let released: Option<i64> = LEAN_RELEASE
+        .key(key)
+        .key(format!("redisson_lock__channel:{{{key}}}"))
+        .arg(0)
+        .arg(owner)
+        .arg("publish")
+        .arg(an_hour_from_now())
+        .invoke_async(conn)
+        .await
+        .expect("lean release");
+    assert_eq!(released, Some(1));
+}
+
 /// The targets, by the baseline they count from.
 const REDISSON: &str =
     "server time per pair at most 1.10x Redisson's own (its unlock latch, then its DEL)";
 const NO_LATCH: &str = "server time per pair at most 1.10x Redisson's scripts with no latch at all";
+/// What the lean scripts would give, before the library sends them.
+const LEAN: &str =
+    "the lean scripts' server time per pair at most 1.10x Redisson's own (not yet sent by the library)";
 
 /// How the unlock latch of the baseline is kept.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -174,6 +218,13 @@ pub(crate) async fn server_time(bench: &mut Bench) -> Value {
             Box::pin(async move { scripts_pair(&mut conn, &key, &owner).await })
         })
         .await;
+        let conn = bench.raw.clone();
+        let lean = cost(bench, TASKS, run, move |task, i| {
+            let mut conn = conn.clone();
+            let (key, owner) = (name(task, i), owner(task));
+            Box::pin(async move { lean_pair(&mut conn, &key, &owner).await })
+        })
+        .await;
         let c = client.clone();
         let watchdog = cost(bench, TASKS, run, move |task, i| {
             lock_pair(&c, name(task, i), None)
@@ -206,6 +257,11 @@ pub(crate) async fn server_time(bench: &mut Bench) -> Value {
                 "ferrisson's scripts alone (latches left to expire)",
                 "scripts_only",
                 scripts,
+            ),
+            (
+                "the lean scripts (issue 53; not yet sent by the library)",
+                "lean_scripts",
+                lean,
             ),
             ("ferrisson, watchdog", "watchdog", watchdog),
             ("ferrisson, lease 10 s", "lease", leased),
@@ -244,12 +300,19 @@ pub(crate) async fn server_time(bench: &mut Bench) -> Value {
                 ratios.push((mode, baseline, ratio.0, ratio.1));
             }
         }
+        ratios.push((
+            "lean scripts",
+            LEAN,
+            lean.cpu_us / redisson.cpu_us,
+            lean.scripts_us / redisson.scripts_us,
+        ));
     }
     for (mode, baseline) in [
         ("watchdog", REDISSON),
         ("lease", REDISSON),
         ("watchdog", NO_LATCH),
         ("lease", NO_LATCH),
+        ("lean scripts", LEAN),
     ] {
         let median = |pick: fn(&(&str, &str, f64, f64)) -> f64| {
             let mut all: Vec<f64> = ratios
