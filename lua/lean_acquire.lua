@@ -8,7 +8,9 @@
 -- KEYS[1]  the lock hash, at the plain lock name
 -- ARGV[1]  lease in milliseconds
 -- ARGV[2]  owner field, `<client-uuid>:<owner-id>`
--- ARGV[3]  the call's deadline, epoch ms by the server's clock
+-- ARGV[3]  the call's deadline, epoch ms by the server's clock (required:
+--          without one the call fails with `ERR a lean call needs its
+--          deadline` and changes nothing)
 --
 -- Replies nil when the owner now holds the lock: a free lock is taken with
 -- a hold count of 1 and the lease as its TTL; a hold of the owner's found
@@ -54,6 +56,9 @@ local function too_late(deadline)
     return tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000) > deadline
 end
 -- end shared
+if (tonumber(ARGV[3]) or 0) <= 0 then
+    return redis.error_reply('ERR a lean call needs its deadline')
+end
 if too_late(ARGV[3]) then
     return -5
 end

@@ -9,7 +9,9 @@
 -- ARGV[1]  the unlock message, `0`
 -- ARGV[2]  owner field, `<client-uuid>:<owner-id>`
 -- ARGV[3]  the publish command, `publish` or `spublish`
--- ARGV[4]  the call's deadline, epoch ms by the server's clock
+-- ARGV[4]  the call's deadline, epoch ms by the server's clock (required:
+--          without one the call fails with `ERR a lean call needs its
+--          deadline` and changes nothing)
 --
 -- Replies 1 when the owner held the lock: the key is deleted, whatever the
 -- owner's count, and the message published. Replies nil when the owner
@@ -53,6 +55,9 @@ local function too_late(deadline)
     return tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000) > deadline
 end
 -- end shared
+if (tonumber(ARGV[4]) or 0) <= 0 then
+    return redis.error_reply('ERR a lean call needs its deadline')
+end
 if too_late(ARGV[4]) then
     return -5
 end

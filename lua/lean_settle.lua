@@ -1,16 +1,30 @@
--- Settle a lean acquire (lean_acquire.lua) whose reply was lost: whether
--- it took the lock. Past the acquire's deadline no copy of it can run any
--- more, and the owner's gate kept anything else of the owner's off the
--- lock meanwhile: a hold of the owner's is that acquire's.
+-- Settle the owner's lean sends (lean_acquire.lua, lean_release.lua, or
+-- this script to release) whose replies were lost, once none of them can
+-- run any more: past the latest of their deadlines by the server's clock.
+-- The client's own clock is not trusted to tell when that is. The owner's
+-- gate kept anything else of the owner's off the lock meanwhile, so a hold
+-- of the owner's is the lost acquire's, or the one the lost release was
+-- to delete.
 --
 -- KEYS[1]  the lock hash
+-- KEYS[2]  the unlock channel, `redisson_lock__channel:{name}`
 -- ARGV[1]  owner field, `<client-uuid>:<owner-id>`
--- ARGV[2]  the lean acquire's deadline, epoch ms by the server's clock
+-- ARGV[2]  the latest deadline of the lost sends, epoch ms by the server's
+--          clock
+-- ARGV[3]  `take` (a lost acquire: read whether it took the lock) or
+--          `release` (a lost release: release now)
+-- ARGV[4]  the unlock message, `0`
+-- ARGV[5]  the publish command, `publish` or `spublish`
+-- ARGV[6]  this call's own deadline, epoch ms by the server's clock
+--          (ARGV[2] and ARGV[6] are required: without them the call fails
+--          with `ERR a lean call needs its deadline` and changes nothing)
 --
--- Replies -6 while the server's clock is not past the deadline (a copy of
--- the acquire may still run; nothing is read), else 1 when the owner holds
--- the lock and 0 when it does not. It writes nothing. A key that is no
--- lock hash fails with `WRONGTYPE holds a <type>: <key>`.
+-- Replies -5 after this call's own deadline and -6 while the server's
+-- clock is not past ARGV[2]: nothing is read or changed. Then, to take:
+-- 1 when the owner holds the lock, 0 when it does not, writing nothing; to
+-- release: 1 when the owner held the lock (the key deleted and the message
+-- published), nil when it did not (nothing changes). A key that is no lock
+-- hash fails with `WRONGTYPE holds a <type>: <key>` and is left alone.
 -- shared: refuse what is no lock (nil when `key` is missing or holds a lock
 -- hash; else the error reply `WRONGTYPE holds a <type>: <key>`. A lock
 -- hash's fields are `mode` and owner fields, `<client>:<owner>`, whose
@@ -47,10 +61,28 @@ local function too_late(deadline)
     return tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000) > deadline
 end
 -- end shared
+if (tonumber(ARGV[2]) or 0) <= 0 or (tonumber(ARGV[6]) or 0) <= 0 then
+    return redis.error_reply('ERR a lean call needs its deadline')
+end
+if too_late(ARGV[6]) then
+    return -5
+end
 if not too_late(ARGV[2]) then
     return -6
 end
-if redis.pcall('hexists', KEYS[1], ARGV[1]) == 1 then
+if redis.pcall('hexists', KEYS[1], ARGV[1]) ~= 1 then
+    local refused = not_a_lock(KEYS[1])
+    if refused then
+        return refused
+    end
+    if ARGV[3] == 'take' then
+        return 0
+    end
+    return nil
+end
+if ARGV[3] == 'take' then
     return 1
 end
-return not_a_lock(KEYS[1]) or 0
+redis.call('del', KEYS[1])
+redis.call(ARGV[5], KEYS[2], ARGV[4])
+return 1

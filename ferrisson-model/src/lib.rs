@@ -10,7 +10,8 @@
 //! the settle of an acquire whose replies were all lost, the watchdog's
 //! renewals, the local lease deadline counted from the acquire's send, and
 //! a dropped guard's release going on in the background while its owner
-//! acquires again.
+//! acquires again; and the lean protocol, which drops the latches where
+//! the owner's gate is open ([`LockModel::lean`]).
 //! `docs/model.md` says what is checked, within which bounds, and what is
 //! not modelled.
 //!

@@ -88,16 +88,26 @@ pub enum Mutation {
     /// on a new connection) take two counts, and the settle finds one
     /// hold for the owner's two.
     LeanCounts,
-    /// A lost lean acquire is settled at once, not after its deadline (the
-    /// client does not wait, and the settle script does not check the
-    /// server's clock): a copy of it that runs after the settle found
-    /// nothing takes a hold nobody owns.
-    LeanSettleEarly,
-    /// Lean requests go whatever else the owner has on its way or left
-    /// standing (a dropped guard's release, a hold let go of unreleased):
-    /// a lean acquire finds that hold and answers it as granted, and the
-    /// release on its way then takes it from under the new holder.
+    /// The lean settle acts whatever the server's clock says (the client's
+    /// own clock is not trusted to have waited for the lost sends'
+    /// deadline): a lost lean acquire that runs after the settle found
+    /// nothing takes a hold nobody owns, and a lost lean release that runs
+    /// after its settle was answered deletes the owner's next hold.
+    LeanSettleNoClockCheck,
+    /// Lean requests go whatever else the owner has on its way (a dropped
+    /// guard's release): a lean acquire finds that hold and answers it as
+    /// granted, and the release on its way then takes it from under the
+    /// new holder.
     NoLeanGate,
+    /// The lean gate waits for a dropped guard's release, but not for the
+    /// deadlines of sends whose replies were lost: a lost latched release
+    /// that runs after a lean acquire found its hold takes it away.
+    LeanGateIgnoresLostSends,
+    /// After a lean send whose reply was lost and never settled (out of
+    /// resends, or its caller left), the owner's next acquire goes at once:
+    /// that send, still on its way, changes the new hold (a lean release
+    /// deletes it).
+    NoWaitAfterLostLean,
     /// A lean send whose reply was read may still have a copy on its way
     /// (a client that sends the same bytes again on a new connection,
     /// as redis-rs's cluster connection does after a broken one): a copy
@@ -131,6 +141,8 @@ pub struct Bounds {
     pub drops: u8,
     /// Resends of a dropped guard's release.
     pub drop_resends: u8,
+    /// Lean acquires whose caller may leave (the future dropped), in all.
+    pub cancels: u8,
     /// Writes each holder may send to the resource the lock guards.
     pub writes: u8,
     /// Failovers to the replica, in all (with a replica).
@@ -180,6 +192,7 @@ impl Bounds {
             crashes: 0,
             drops: 0,
             drop_resends: 0,
+            cancels: 0,
             writes: 0,
             failovers: 0,
             restarts: 0,
@@ -203,6 +216,7 @@ impl Bounds {
             crashes: 1,
             drops: 0,
             drop_resends: 0,
+            cancels: 0,
             writes: 0,
             failovers: 0,
             restarts: 0,
@@ -228,6 +242,7 @@ impl Bounds {
             crashes: 0,
             drops: 0,
             drop_resends: 0,
+            cancels: 0,
             writes: 1,
             failovers: 0,
             restarts: 0,
@@ -295,6 +310,7 @@ impl Bounds {
             crashes: 0,
             drops: 0,
             drop_resends: 0,
+            cancels: 0,
             writes: 0,
             failovers: 1,
             restarts: 0,
@@ -320,6 +336,7 @@ impl Bounds {
             crashes: 0,
             drops: 0,
             drop_resends: 0,
+            cancels: 0,
             writes: 0,
             failovers: 1,
             restarts: 0,
@@ -346,6 +363,7 @@ impl Bounds {
             crashes: 0,
             drops: 1,
             drop_resends: 1,
+            cancels: 0,
             writes: 0,
             failovers: 0,
             restarts: 0,

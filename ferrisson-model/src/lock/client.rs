@@ -25,15 +25,26 @@ pub enum Op {
     LeanAcquire(ReqId, Time),
     /// A lean release (no latch).
     LeanRelease(ReqId),
-    /// The settle of a lean acquire whose reply was lost, and that
-    /// acquire's deadline (sent after it; the script checks it by the
-    /// server's clock).
-    LeanSettle(ReqId, Time),
+    /// The settle of the owner's lean sends whose replies were lost: the
+    /// latest of their deadlines (the script acts only once the server's
+    /// clock is past it), and what it does then.
+    LeanSettle(ReqId, Time, Intent),
     /// Replica sync after a grant: the latch's touch, then `WAIT`, on one
     /// connection. It carries what the mutation's `WAIT` alone would
     /// count: the grant's offset, when a write on the connection (the
     /// failovers so far, and the offset; 0: none).
     Sync(ReqId, u8, u8),
+}
+
+/// What a lean settle does once no lost lean send of its owner can run
+/// any more.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Intent {
+    /// Reads whether the owner holds the lock (a lost lean acquire's).
+    Take,
+    /// Releases the owner's hold (a lost lean release's), as the lean
+    /// release does.
+    Release,
 }
 
 /// A request in flight: its client's send number (a reply to an older
@@ -92,37 +103,32 @@ pub enum Phase {
         grant: ReqId,
         resends: u8,
     },
-    /// A lean acquire sent; no copy of it runs from `until` on (its
-    /// deadline by the server's clock).
+    /// A lean acquire sent.
     LeanAcquiring {
         req: ReqId,
-        until: Time,
     },
-    /// A lean acquire whose reply was lost: the client sends nothing until
-    /// `until`, when no copy of it can run any more, then settles it.
+    /// A lean acquire whose reply was lost (or a settle of it answered
+    /// `NotYet`), to be settled; `resends` of the settle so far. The
+    /// client's clock is not trusted to tell when the acquire's deadline
+    /// has passed: it may settle at any time, and the script checks.
     LeanLost {
         req: ReqId,
-        until: Time,
+        resends: u8,
     },
-    /// Settling a lost lean acquire, whose deadline was `until`;
-    /// `resends` so far.
+    /// Settling a lost lean acquire; `resends` so far.
     LeanSettling {
         req: ReqId,
-        until: Time,
         resends: u8,
     },
-    /// A lean release sent (a resend once `resends` is over 0); no copy
-    /// of it runs from `until` on.
+    /// A lean release sent, or (`resends` over 0) its settle.
     LeanReleasing {
         req: ReqId,
-        until: Time,
         resends: u8,
     },
-    /// A lean release whose reply was lost: the client sends nothing until
-    /// `until`, then sends it again.
+    /// A lean release (or its settle) whose reply was lost, or a settle
+    /// answered `NotYet`: settled next, at any time.
     LeanReleaseLost {
         req: ReqId,
-        until: Time,
         resends: u8,
     },
     Crashed,
@@ -184,6 +190,17 @@ pub struct Client {
     /// models where replicas come online), kept through a failover as the
     /// library's cache is.
     pub online_seen: Option<u8>,
+    /// When its last send on its own connection was made (kept in the lean
+    /// protocol only).
+    pub sent_at: Time,
+    /// The latest deadline of its sends whose replies it never read, of
+    /// every kind (the lean protocol): until then, one of them may still
+    /// run, and no lean request goes.
+    pub quiet_until: Time,
+    /// The latest deadline of its lean sends that change the lock and
+    /// whose replies it never read (the lean protocol): until then no
+    /// request of this owner goes at all, and a settle acts only after it.
+    pub lean_until: Time,
 }
 
 impl Client {
@@ -206,6 +223,9 @@ impl Client {
             grant: 0,
             writes: 0,
             online_seen: None,
+            sent_at: 0,
+            quiet_until: 0,
+            lean_until: 0,
         }
     }
 
@@ -228,6 +248,7 @@ pub struct State {
     pub duplicates_left: u8,
     pub crashes_left: u8,
     pub drops_left: u8,
+    pub cancels_left: u8,
     /// Writes on their way to the resource: writer, token, and the
     /// writer's grant (its place in the order of grants). Sorted.
     pub writes: Vec<(ClientId, u8, u8)>,
@@ -298,6 +319,11 @@ pub enum Action {
     /// A holder drops its guard: the release goes on in the background,
     /// and the client is free to acquire again.
     Drop(ClientId),
+    /// The caller of a lean acquire leaves (drops its future): the client
+    /// is idle again, and what the acquire may take stands until its TTL
+    /// ends (the library settles it in the background; the model keeps
+    /// the weaker promise).
+    Cancel(ClientId),
     /// A dropped guard's release timed out: it is sent again.
     ResendDropped(ClientId),
     /// A holder writes to the resource with its token.

@@ -20,6 +20,7 @@ impl Model for LockModel {
             duplicates_left: self.bounds.duplicates,
             crashes_left: self.bounds.crashes,
             drops_left: self.bounds.drops,
+            cancels_left: self.bounds.cancels,
             writes: Vec::new(),
             grants: Vec::new(),
             resource: Resource::default(),
@@ -52,7 +53,9 @@ impl Model for LockModel {
         for (i, c) in state.clients.iter().enumerate() {
             let id = i as ClientId;
             match c.phase {
-                Phase::Idle if c.acquires < self.bounds.acquires_of(id) => {
+                Phase::Idle
+                    if c.acquires < self.bounds.acquires_of(id) && self.may_start(state, id) =>
+                {
                     actions.push(Action::Acquire(id))
                 }
                 Phase::Holding if c.believes_it_holds(state.now) => {
@@ -79,14 +82,17 @@ impl Model for LockModel {
                 | Phase::GivingBack { .. }
                 | Phase::LeanAcquiring { .. }
                 | Phase::LeanSettling { .. }
-                | Phase::LeanReleasing { .. } => actions.push(Action::Timeout(id)),
-                // A lost lean send's wait: over at its deadline.
-                Phase::LeanLost { until, .. } | Phase::LeanReleaseLost { until, .. }
-                    if self.lean_wait_over(state.now, until) =>
-                {
-                    actions.push(Action::Timeout(id))
-                }
+                | Phase::LeanReleasing { .. }
+                | Phase::LeanLost { .. }
+                | Phase::LeanReleaseLost { .. } => actions.push(Action::Timeout(id)),
                 _ => {}
+            }
+            if matches!(
+                c.phase,
+                Phase::LeanAcquiring { .. } | Phase::LeanLost { .. } | Phase::LeanSettling { .. }
+            ) && state.cancels_left > 0
+            {
+                actions.push(Action::Cancel(id));
             }
             if c.phase != Phase::Crashed && state.crashes_left > 0 {
                 actions.push(Action::Crash(id));
@@ -160,10 +166,7 @@ impl Model for LockModel {
                     _ => b.lease,
                 };
                 c.phase = match lean {
-                    true => Phase::LeanAcquiring {
-                        req,
-                        until: now + b.window,
-                    },
+                    true => Phase::LeanAcquiring { req },
                     false => Phase::Acquiring {
                         req,
                         since: now,
@@ -178,7 +181,7 @@ impl Model for LockModel {
                     true => Op::LeanAcquire(req, lease),
                     false => Op::Acquire(req, lease),
                 };
-                Self::send(&mut state, id, op);
+                self.send(&mut state, id, op);
             }
             Action::Renew(id) => {
                 let now = state.now;
@@ -198,14 +201,9 @@ impl Model for LockModel {
             Action::Release(id) => {
                 let req = Self::next_req(&mut state, id);
                 let lean = self.lean_gate_open(&state, id);
-                let now = state.now;
                 let c = &mut state.clients[id as usize];
                 c.phase = match lean {
-                    true => Phase::LeanReleasing {
-                        req,
-                        until: now + b.window,
-                        resends: 0,
-                    },
+                    true => Phase::LeanReleasing { req, resends: 0 },
                     false => Phase::Releasing { req, resends: 0 },
                 };
                 // The watchdog stops: a renewal in flight is not read.
@@ -215,7 +213,7 @@ impl Model for LockModel {
                     true => Op::LeanRelease(req),
                     false => Op::Release(req, lease),
                 };
-                Self::send(&mut state, id, op);
+                self.send(&mut state, id, op);
             }
             Action::LetGo(id) => {
                 let c = &mut state.clients[id as usize];
@@ -337,6 +335,23 @@ impl Model for LockModel {
                 self.wait_returns(&mut state, sent, Some(acked as u8));
             }
             Action::Timeout(id) => self.time_out(&mut state, id),
+            Action::Cancel(id) => {
+                let acquiring = matches!(
+                    state.clients[id as usize].phase,
+                    Phase::LeanAcquiring { .. }
+                );
+                if acquiring
+                    || matches!(state.clients[id as usize].phase, Phase::LeanSettling { .. })
+                {
+                    self.lost_send(&mut state, id, acquiring);
+                }
+                let c = &mut state.clients[id as usize];
+                c.phase = Phase::Idle;
+                c.abandoned += 1;
+                // No reply of its last send is read any more.
+                c.send += 1;
+                state.cancels_left -= 1;
+            }
             Action::Crash(id) => {
                 let c = &mut state.clients[id as usize];
                 c.phase = Phase::Crashed;
@@ -371,9 +386,9 @@ impl Model for LockModel {
                     Op::LeanRelease(_) => server.lean_release(sent.client),
                     // The script's check of the deadline (the mutation:
                     // none).
-                    Op::LeanSettle(_, until) => {
-                        let early = m != Mutation::LeanSettleEarly && now < until;
-                        server.lean_settle(sent.client, early)
+                    Op::LeanSettle(_, until, intent) => {
+                        let early = m != Mutation::LeanSettleNoClockCheck && now < until;
+                        server.lean_settle(sent.client, early, intent)
                     }
                     Op::Sync(..) => unreachable!("run above"),
                 };

@@ -310,15 +310,17 @@ impl Server {
         }
     }
 
-    /// The lean settle (`lua/lean_settle.lua`): `early`, before its
-    /// acquire's deadline by the server's clock, `NotYet`; after it, when
-    /// no copy of that acquire can run any more, whether the owner holds
-    /// the lock, which only that acquire can have taken. It writes
-    /// nothing.
-    pub fn lean_settle(&self, owner: ClientId, early: bool) -> Reply {
-        match early {
-            true => Reply::NotYet,
-            false => Reply::Settled(self.held_by(owner)),
+    /// The lean settle (`lua/lean_settle.lua`): `early`, while the
+    /// server's clock is not past the latest deadline of the owner's lost
+    /// lean sends, `NotYet`, and nothing changes. After it, when none of
+    /// them can run any more: to take, whether the owner holds the lock
+    /// (which only its lost lean acquire can have taken), writing nothing;
+    /// to release, the lean release.
+    pub fn lean_settle(&mut self, owner: ClientId, early: bool, intent: Intent) -> Reply {
+        match (early, intent) {
+            (true, _) => Reply::NotYet,
+            (false, Intent::Take) => Reply::Settled(self.held_by(owner)),
+            (false, Intent::Release) => self.lean_release(owner),
         }
     }
 

@@ -66,16 +66,43 @@ impl LockModel {
     }
 
     /// Whether `id`'s next acquire or release goes lean: the lean protocol
-    /// on one server, for a lock with no token, and the owner's gate open
-    /// (nothing else of its own on its way or left standing; the
-    /// mutation: always).
+    /// on one server, for a lock with no token, and the owner's gate open:
+    /// no dropped guard's release of its own on its way, and every send
+    /// whose reply it never read past its deadline, by what the client
+    /// knows (the mutations: always; not the deadlines).
     pub(super) fn lean_gate_open(&self, state: &State, id: ClientId) -> bool {
         let c = &state.clients[id as usize];
         self.lean
             && self.replica.is_none()
             && !self.fenced
-            && (self.mutation == Mutation::NoLeanGate
-                || (c.background.is_none() && c.abandoned == 0))
+            && match self.mutation {
+                Mutation::NoLeanGate => true,
+                Mutation::LeanGateIgnoresLostSends => c.background.is_none(),
+                _ => c.background.is_none() && state.now >= c.quiet_until,
+            }
+    }
+
+    /// Whether `id` may start an acquire at all: not while a lean send of
+    /// its own that changes the lock, its reply never read and never
+    /// settled, may still run (the mutation: always).
+    pub(super) fn may_start(&self, state: &State, id: ClientId) -> bool {
+        let c = &state.clients[id as usize];
+        self.mutation == Mutation::NoWaitAfterLostLean || state.now >= c.lean_until
+    }
+
+    /// `id`'s send in flight gets no reply it will read: until its
+    /// deadline it may still run. A lean one that changes the lock keeps
+    /// the owner's next request back until then.
+    pub(super) fn lost_send(&self, state: &mut State, id: ClientId, changes_lock: bool) {
+        if !self.lean {
+            return;
+        }
+        let c = &mut state.clients[id as usize];
+        let until = c.sent_at + self.bounds.window;
+        c.quiet_until = c.quiet_until.max(until);
+        if changes_lock {
+            c.lean_until = c.lean_until.max(until);
+        }
     }
 
     /// Whether `op` is a lean request.
@@ -96,12 +123,6 @@ impl LockModel {
             || !self.awaited(state, sent)
     }
 
-    /// Whether a lost lean send's wait has ended at `now`: no copy of it
-    /// runs any more (the mutation: at once).
-    pub(super) fn lean_wait_over(&self, now: Time, until: Time) -> bool {
-        self.mutation == Mutation::LeanSettleEarly || now >= until
-    }
-
     /// A lock on a master with a replica that a failover promotes, with
     /// replica sync or without.
     pub fn replicated(bounds: Bounds, sync: bool) -> Self {
@@ -120,9 +141,15 @@ impl LockModel {
         }
     }
 
-    pub(super) fn send(state: &mut State, client: ClientId, op: Op) {
+    pub(super) fn send(&self, state: &mut State, client: ClientId, op: Op) {
+        let now = state.now;
         let c = &mut state.clients[client as usize];
         c.send += 1;
+        // Kept in the lean protocol only, which needs it (its gate):
+        // elsewhere it would split states the same to the protocol.
+        if self.lean {
+            c.sent_at = now;
+        }
         let sent = Sent {
             client,
             send: c.send,
@@ -195,7 +222,7 @@ impl LockModel {
                 if self.replica == Some(true) {
                     c.phase = Phase::Syncing { req };
                     let (failovers, offset) = answer.wrote;
-                    Self::send(state, id, Op::Sync(req, failovers, offset));
+                    self.send(state, id, Op::Sync(req, failovers, offset));
                 } else {
                     c.phase = Phase::Holding;
                     c.count = 1;
@@ -208,12 +235,12 @@ impl LockModel {
                 c.count = 1;
                 c.deadline = c.since + lease;
             }
-            (Phase::Syncing { req }, _) => Self::give_back_unsynced(state, id, req),
+            (Phase::Syncing { req }, _) => self.give_back_unsynced(state, id, req),
             (Phase::Acquiring { req, .. }, Reply::Refused) if c.lost => {
                 // Nobody sends it any more, and a lost send of it may still
                 // take the lock: settled.
                 state.clients[id as usize].phase = Phase::Settling(req);
-                Self::send(state, id, Op::Settle(req));
+                self.send(state, id, Op::Settle(req));
             }
             (Phase::Releasing { .. }, _) => {
                 let c = &mut state.clients[id as usize];
@@ -237,31 +264,49 @@ impl LockModel {
                     grant,
                     resends: 0,
                 };
-                Self::send(state, id, Op::GiveBack(give_back, grant));
+                self.send(state, id, Op::GiveBack(give_back, grant));
             }
             (Phase::LeanAcquiring { .. }, Reply::Granted)
             | (Phase::LeanSettling { .. }, Reply::Settled(true)) => {
                 // Its lease counts from the acquire's send, as a latched
                 // one's: a settled grant whose lease ran out meanwhile is
-                // let go of (`LetGo`).
+                // let go of (`LetGo`). A settle's answer: the lost sends
+                // are past their deadlines.
                 let c = &mut state.clients[id as usize];
                 c.phase = Phase::Holding;
                 c.count = 1;
                 c.deadline = c.since + lease;
                 c.token = answer.token;
                 c.grant = answer.grant;
+                c.lean_until = 0;
             }
-            // Settled too soon (by a clock ahead of the server's): wait on.
-            (Phase::LeanSettling { req, until, .. }, Reply::NotYet) => {
-                state.clients[id as usize].phase = Phase::LeanLost { req, until };
+            // Settled too soon (by a client clock ahead of the server's):
+            // settled again later, as a resend.
+            (Phase::LeanSettling { req, resends }, Reply::NotYet) => {
+                let c = &mut state.clients[id as usize];
+                if resends < self.bounds.resends {
+                    c.phase = Phase::LeanLost {
+                        req,
+                        resends: resends + 1,
+                    };
+                } else {
+                    c.phase = Phase::Idle;
+                    c.abandoned += 1;
+                }
+            }
+            (Phase::LeanReleasing { req, resends }, Reply::NotYet) => {
+                state.clients[id as usize].phase = Phase::LeanReleaseLost { req, resends };
             }
             (Phase::LeanAcquiring { .. } | Phase::LeanSettling { .. }, _) => {
-                state.clients[id as usize].phase = Phase::Idle;
+                let c = &mut state.clients[id as usize];
+                c.phase = Phase::Idle;
+                c.lean_until = 0;
             }
             (Phase::LeanReleasing { .. }, _) => {
                 let c = &mut state.clients[id as usize];
                 c.phase = Phase::Idle;
                 c.count = 0;
+                c.lean_until = 0;
             }
             // Refused or spent with nothing to settle, settled, given back.
             (Phase::Acquiring { .. }, Reply::Refused | Reply::Spent)
@@ -293,14 +338,14 @@ impl LockModel {
 
     /// A grant too few replicas acknowledged (or whose sync failed) is
     /// given back, under a request of its own.
-    pub(super) fn give_back_unsynced(state: &mut State, id: ClientId, grant: ReqId) {
+    pub(super) fn give_back_unsynced(&self, state: &mut State, id: ClientId, grant: ReqId) {
         let give_back = Self::next_req(state, id);
         state.clients[id as usize].phase = Phase::GivingBack {
             req: give_back,
             grant,
             resends: 0,
         };
-        Self::send(state, id, Op::GiveBack(give_back, grant));
+        self.send(state, id, Op::GiveBack(give_back, grant));
     }
 
     /// Replica sync's request runs on the master: the latch's touch (a
@@ -412,51 +457,43 @@ impl LockModel {
         if let Phase::Syncing { req } = c.phase {
             // `WAIT`'s reply lost: the sync failed, and the grant is given
             // back.
-            return Self::give_back_unsynced(state, id, req);
+            self.lost_send(state, id, false);
+            return self.give_back_unsynced(state, id, req);
         }
-        let window = self.bounds.window;
+        // The send in flight, if any, is lost: until its deadline it may
+        // still run.
+        match c.phase {
+            Phase::LeanAcquiring { .. } | Phase::LeanReleasing { .. } => {
+                self.lost_send(state, id, true)
+            }
+            Phase::LeanLost { .. } | Phase::LeanReleaseLost { .. } => {}
+            _ => self.lost_send(state, id, false),
+        }
+        let lean_until = state.clients[id as usize].lean_until;
         let (phase, op) = match c.phase {
-            // A lost lean send: nothing more goes until its deadline.
-            Phase::LeanAcquiring { req, until } => (Phase::LeanLost { req, until }, None),
-            Phase::LeanReleasing {
-                req,
-                until,
-                resends,
-            } => (
-                Phase::LeanReleaseLost {
-                    req,
-                    until,
-                    resends,
-                },
-                None,
+            Phase::LeanAcquiring { req } => (Phase::LeanLost { req, resends: 0 }, None),
+            Phase::LeanReleasing { req, resends } => {
+                (Phase::LeanReleaseLost { req, resends }, None)
+            }
+            // Settled after the lost sends' deadline, by the server's
+            // clock: the client's is not trusted to have waited.
+            Phase::LeanLost { req, resends } => (
+                Phase::LeanSettling { req, resends },
+                Some(Op::LeanSettle(req, lean_until, Intent::Take)),
             ),
-            Phase::LeanLost { req, until } => (
+            Phase::LeanSettling { req, resends } if resends < resends_max => (
                 Phase::LeanSettling {
                     req,
-                    until,
-                    resends: 0,
-                },
-                Some(Op::LeanSettle(req, until)),
-            ),
-            Phase::LeanSettling {
-                req,
-                until,
-                resends,
-            } if resends < resends_max => (
-                Phase::LeanSettling {
-                    req,
-                    until,
                     resends: resends + 1,
                 },
-                Some(Op::LeanSettle(req, until)),
+                Some(Op::LeanSettle(req, lean_until, Intent::Take)),
             ),
-            Phase::LeanReleaseLost { req, resends, .. } if resends < resends_max => (
+            Phase::LeanReleaseLost { req, resends } if resends < resends_max => (
                 Phase::LeanReleasing {
                     req,
-                    until: state.now + window,
                     resends: resends + 1,
                 },
-                Some(Op::LeanRelease(req)),
+                Some(Op::LeanSettle(req, lean_until, Intent::Release)),
             ),
             // Out of resends: what it holds or may have taken stands
             // until its TTL ends.
@@ -515,7 +552,7 @@ impl LockModel {
         }
         c.phase = phase;
         match op {
-            Some(op) => Self::send(state, id, op),
+            Some(op) => self.send(state, id, op),
             // No reply of the last send is read any more.
             None => state.clients[id as usize].send += 1,
         }

@@ -17,7 +17,7 @@ use super::{
     connections, every_mutant_is_caught, field, id, load, published, tick, values_and_pttls,
     LockInfo, Mutant, SEQUENCES, STEPS, TICK_MS, TTL_SLACK_MS,
 };
-use ferrisson_model::{Bounds, ClientId, Latch, Mutation, Reply, ReqId, Server, Time};
+use ferrisson_model::{Bounds, ClientId, Intent, Latch, Mutation, Reply, ReqId, Server, Time};
 use redis::{Commands, Script, Value};
 
 const NAME: &str = "model";
@@ -111,9 +111,10 @@ enum Step {
     LeanAcquire(ClientId, Time, Deadline),
     /// `lean_release.lua`: an owner's lean release, and its deadline.
     LeanRelease(ClientId, Deadline),
-    /// `lean_settle.lua`: an owner's settle of a lean acquire with this
-    /// deadline (settled once it has passed).
-    LeanSettle(ClientId, Deadline),
+    /// `lean_settle.lua`: an owner's settle of its lost lean sends, whose
+    /// latest deadline this is (settled once it has passed), to take or to
+    /// release, with its own deadline.
+    LeanSettle(ClientId, Deadline, Intent, Deadline),
 }
 
 fn draw(rng: &mut Rng, fenced: bool) -> Step {
@@ -136,6 +137,14 @@ fn draw(rng: &mut Rng, fenced: bool) -> Step {
                 match rng.below(3) {
                     0 => Deadline::Ahead,
                     _ => Deadline::Passed,
+                },
+                match rng.below(2) {
+                    0 => Intent::Take,
+                    _ => Intent::Release,
+                },
+                match rng.below(6) {
+                    0 => Deadline::Passed,
+                    _ => Deadline::Ahead,
                 },
             ),
         };
@@ -458,18 +467,31 @@ impl Scripts {
                     reply => panic!("{step:?}: a reply the model has no word for: {reply:?}"),
                 }));
             }
-            Step::LeanSettle(client, d) => {
+            Step::LeanSettle(client, after, intent, own) => {
                 let reply: Value = self
                     .lean_settle
                     .key(NAME)
+                    .key(CHANNEL)
                     .arg(field(client))
-                    .arg(deadline(d))
+                    .arg(deadline(after))
+                    .arg(match intent {
+                        Intent::Take => "take",
+                        Intent::Release => "release",
+                    })
+                    .arg(0)
+                    .arg("publish")
+                    .arg(deadline(own))
                     .invoke(conn)
                     .unwrap();
-                return Some(Outcome::reply(match reply {
-                    Value::Int(-6) => Reply::NotYet,
-                    Value::Int(held) => Reply::Settled(held == 1),
-                    reply => panic!("{step:?}: a reply the model has no word for: {reply:?}"),
+                return Some(Outcome::reply(match (intent, reply) {
+                    (_, Value::Int(-5)) => Reply::TooLate,
+                    (_, Value::Int(-6)) => Reply::NotYet,
+                    (Intent::Take, Value::Int(held)) => Reply::Settled(held == 1),
+                    (Intent::Release, Value::Int(1)) => Reply::Released(1),
+                    (Intent::Release, Value::Nil) => Reply::NotHeld,
+                    (_, reply) => {
+                        panic!("{step:?}: a reply the model has no word for: {reply:?}")
+                    }
                 }));
             }
         };
@@ -598,8 +620,9 @@ fn model_run(
             }
         }
         Step::LeanRelease(client, _) => Outcome::reply(server.lean_release(client)),
-        Step::LeanSettle(client, d) => {
-            Outcome::reply(server.lean_settle(client, d != Deadline::Passed))
+        Step::LeanSettle(_, _, _, Deadline::Passed) => Outcome::reply(Reply::TooLate),
+        Step::LeanSettle(client, after, intent, _) => {
+            Outcome::reply(server.lean_settle(client, after != Deadline::Passed, intent))
         }
     };
     Some(outcome)
@@ -802,7 +825,13 @@ fn covered(seen: &BTreeMap<String, usize>, fenced: bool) {
             "lean acquire found its hold, kept a longer TTL",
             "lean release",
             "lean release too late",
+            "lean release not held",
+            "lean acquire refused",
+            "lean acquire too late",
             "lean settle found a hold",
+            "lean settle found none",
+            "lean settle released",
+            "lean settle found nothing to release",
         ]);
     }
     for what in expected {
@@ -866,7 +895,8 @@ fn agree_step_by_step(
                     Step::Release { .. }
                     | Step::GiveBack { .. }
                     | Step::ForceUnlock
-                    | Step::LeanRelease(..),
+                    | Step::LeanRelease(..)
+                    | Step::LeanSettle(..),
                     Some(o),
                 ) if o.reply == Reply::Released(1) && held_before && model.hold.is_none() => {
                     vec!["0".to_owned()]
@@ -939,6 +969,26 @@ fn agree_step_by_step(
                     *seen
                         .entry("lean settle found a hold".to_owned())
                         .or_default() += 1;
+                }
+                (Step::LeanSettle(..), Some(o)) if o.reply == Reply::Settled(false) => {
+                    *seen.entry("lean settle found none".to_owned()).or_default() += 1;
+                }
+                (Step::LeanSettle(..), Some(o)) if o.reply == Reply::Released(1) => {
+                    *seen.entry("lean settle released".to_owned()).or_default() += 1;
+                }
+                (Step::LeanSettle(..), Some(o)) if o.reply == Reply::NotHeld => {
+                    *seen
+                        .entry("lean settle found nothing to release".to_owned())
+                        .or_default() += 1;
+                }
+                (Step::LeanAcquire(..), Some(o)) if o.reply == Reply::Refused => {
+                    *seen.entry("lean acquire refused".to_owned()).or_default() += 1;
+                }
+                (Step::LeanAcquire(..), Some(o)) if o.reply == Reply::TooLate => {
+                    *seen.entry("lean acquire too late".to_owned()).or_default() += 1;
+                }
+                (Step::LeanRelease(..), Some(o)) if o.reply == Reply::NotHeld => {
+                    *seen.entry("lean release not held".to_owned()).or_default() += 1;
                 }
                 (Step::Tick, _) if model.hold.is_some() => {
                     *seen.entry("tick".to_owned()).or_default() += 1;
@@ -1341,17 +1391,47 @@ const MUTANTS: &[(Mutant, usize)] = &[
             from: "if not too_late(ARGV[2]) then",
             nth: 1,
             to: "if false then",
-            what: "a lean settle answers before its acquire's deadline",
+            what: "a lean settle acts before its lost sends' deadline",
         },
         1,
     ),
     (
         Mutant {
             file: "lean_settle.lua",
-            from: "if redis.pcall('hexists', KEYS[1], ARGV[1]) == 1 then",
+            from: "if too_late(ARGV[6]) then",
             nth: 1,
-            to: "if redis.call('exists', KEYS[1]) == 1 then",
-            what: "a lean settle takes another owner's hold for the acquire's",
+            to: "if false then",
+            what: "a lean settle past its own deadline acts",
+        },
+        1,
+    ),
+    (
+        Mutant {
+            file: "lean_settle.lua",
+            from: "if redis.pcall('hexists', KEYS[1], ARGV[1]) ~= 1 then",
+            nth: 1,
+            to: "if redis.call('exists', KEYS[1]) ~= 1 then",
+            what: "a lean settle takes another owner's hold for its own",
+        },
+        1,
+    ),
+    (
+        Mutant {
+            file: "lean_settle.lua",
+            from: "if ARGV[3] == 'take' then",
+            nth: 2,
+            to: "if ARGV[3] ~= 'take' then",
+            what: "a lean settle to release only reads, and one to take releases",
+        },
+        2,
+    ),
+    (
+        Mutant {
+            file: "lean_settle.lua",
+            from: "redis.call(ARGV[5], KEYS[2], ARGV[4])",
+            nth: 1,
+            to: "",
+            what: "a lean settle that releases publishes nothing",
         },
         1,
     ),
