@@ -16,12 +16,16 @@
 -- ARGV[4]  the unlock message, `0`
 -- ARGV[5]  the publish command, `publish` or `spublish`
 -- ARGV[6]  this call's own deadline, epoch ms by the server's clock
+-- ARGV[7]  to take: the lease in milliseconds, the least TTL a hold found
+--          keeps (it may be an older hold of the owner's, left standing,
+--          which the settle adopts)
 --          (ARGV[2] and ARGV[6] are required: without them the call fails
 --          with `ERR a lean call needs its deadline` and changes nothing)
 --
 -- Replies -5 after this call's own deadline and -6 while the server's
 -- clock is not past ARGV[2]: nothing is read or changed. Then, to take:
--- 1 when the owner holds the lock, 0 when it does not, writing nothing; to
+-- 1 when the owner holds the lock (its TTL raised to ARGV[7] if it was
+-- shorter, never lowered), 0 when it does not, writing nothing; to
 -- release: 1 when the owner held the lock (the key deleted and the message
 -- published), nil when it did not (nothing changes). A key that is no lock
 -- hash fails with `WRONGTYPE holds a <type>: <key>` and is left alone.
@@ -81,6 +85,13 @@ if redis.pcall('hexists', KEYS[1], ARGV[1]) ~= 1 then
     return nil
 end
 if ARGV[3] == 'take' then
+    local lease = tonumber(ARGV[7])
+    if lease == nil or lease <= 0 then
+        return redis.error_reply('ERR a lean settle to take needs the lease')
+    end
+    if redis.call('pttl', KEYS[1]) < lease then
+        redis.call('pexpire', KEYS[1], lease)
+    end
     return 1
 end
 redis.call('del', KEYS[1])

@@ -75,6 +75,50 @@ fn cancelled() -> Bounds {
     }
 }
 
+/// A caller that leaves its lean acquire, and the owner's next acquire,
+/// with a lease over twice the window and time for it to run out: the
+/// next acquire's settle may find the hold the first left standing.
+fn stale() -> Bounds {
+    Bounds {
+        clients: 2,
+        acquires: 1,
+        first_acquires: 2,
+        resends: 0,
+        renewals: 0,
+        duplicates: 0,
+        crashes: 0,
+        drops: 0,
+        drop_resends: 0,
+        cancels: 1,
+        writes: 0,
+        failovers: 0,
+        restarts: 0,
+        max_time: 3,
+        lease: 3,
+        long_lease: 0,
+        window: 1,
+        // The client's rule: the longer of the lease and the window, plus
+        // the window.
+        latch_ttl: 4,
+    }
+}
+
+#[test]
+#[ignore = "about 20 s: .ci/run runs it once, with --ignored"]
+fn the_lean_protocol_holds_when_a_settle_finds_a_hold_left_standing() {
+    holds(LockModel::lean(stale(), Mutation::None));
+}
+
+/// The settle adopts the hold without raising its TTL: it expires while
+/// the client still counts on it, and the other client takes the lock.
+#[test]
+fn a_lean_settle_that_keeps_the_ttl_of_a_hold_left_standing_allows_two_holders() {
+    found(
+        LockModel::lean(stale(), Mutation::LeanSettleKeepsTtl),
+        ONE_HOLDER,
+    );
+}
+
 #[test]
 fn the_lean_protocol_holds_through_leases_running_out_renewals_and_a_crash() {
     holds(LockModel::lean(Bounds::time(), Mutation::None));

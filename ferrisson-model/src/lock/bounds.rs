@@ -99,6 +99,11 @@ pub enum Mutation {
     /// granted, and the release on its way then takes it from under the
     /// new holder.
     NoLeanGate,
+    /// The lean settle that finds the owner's hold leaves its TTL as it
+    /// is: a hold left standing by an acquire whose caller left, adopted by
+    /// the settle of the owner's next lean acquire, expires before the
+    /// lease that the client counts from that acquire's send.
+    LeanSettleKeepsTtl,
     /// The lean gate waits for a dropped guard's release, but not for the
     /// deadlines of sends whose replies were lost: a lost latched release
     /// that runs after a lean acquire found its hold takes it away.

@@ -40,8 +40,11 @@ pub enum Op {
 /// any more.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Intent {
-    /// Reads whether the owner holds the lock (a lost lean acquire's).
-    Take,
+    /// Reads whether the owner holds the lock (a lost lean acquire's), and
+    /// raises that hold's TTL to the lease carried (never lowers it): the
+    /// hold found may be an older one of the owner's, left standing, whose
+    /// TTL ends before the lease the client counts from its acquire's send.
+    Take(Time),
     /// Releases the owner's hold (a lost lean release's), as the lean
     /// release does.
     Release,

@@ -388,7 +388,7 @@ impl Model for LockModel {
                     // none).
                     Op::LeanSettle(_, until, intent) => {
                         let early = m != Mutation::LeanSettleNoClockCheck && now < until;
-                        server.lean_settle(sent.client, early, intent)
+                        server.lean_settle(now, sent.client, early, intent, m)
                     }
                     Op::Sync(..) => unreachable!("run above"),
                 };

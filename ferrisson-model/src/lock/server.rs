@@ -314,12 +314,28 @@ impl Server {
     /// server's clock is not past the latest deadline of the owner's lost
     /// lean sends, `NotYet`, and nothing changes. After it, when none of
     /// them can run any more: to take, whether the owner holds the lock
-    /// (which only its lost lean acquire can have taken), writing nothing;
-    /// to release, the lean release.
-    pub fn lean_settle(&mut self, owner: ClientId, early: bool, intent: Intent) -> Reply {
+    /// (its lost lean acquire's hold, or an older one left standing, which
+    /// it adopts), that hold's TTL raised to the lease carried; to
+    /// release, the lean release.
+    pub fn lean_settle(
+        &mut self,
+        now: Time,
+        owner: ClientId,
+        early: bool,
+        intent: Intent,
+        m: Mutation,
+    ) -> Reply {
         match (early, intent) {
             (true, _) => Reply::NotYet,
-            (false, Intent::Take) => Reply::Settled(self.held_by(owner)),
+            (false, Intent::Take(ttl)) => match &mut self.hold {
+                Some(h) if h.owner == owner => {
+                    if m != Mutation::LeanSettleKeepsTtl {
+                        h.expires = h.expires.max(now + ttl);
+                    }
+                    Reply::Settled(true)
+                }
+                _ => Reply::Settled(false),
+            },
             (false, Intent::Release) => self.lean_release(owner),
         }
     }

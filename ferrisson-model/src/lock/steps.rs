@@ -479,14 +479,14 @@ impl LockModel {
             // clock: the client's is not trusted to have waited.
             Phase::LeanLost { req, resends } => (
                 Phase::LeanSettling { req, resends },
-                Some(Op::LeanSettle(req, lean_until, Intent::Take)),
+                Some(Op::LeanSettle(req, lean_until, Intent::Take(c.lease))),
             ),
             Phase::LeanSettling { req, resends } if resends < resends_max => (
                 Phase::LeanSettling {
                     req,
                     resends: resends + 1,
                 },
-                Some(Op::LeanSettle(req, lean_until, Intent::Take)),
+                Some(Op::LeanSettle(req, lean_until, Intent::Take(c.lease))),
             ),
             Phase::LeanReleaseLost { req, resends } if resends < resends_max => (
                 Phase::LeanReleasing {

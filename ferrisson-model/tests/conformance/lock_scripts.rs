@@ -139,7 +139,7 @@ fn draw(rng: &mut Rng, fenced: bool) -> Step {
                     _ => Deadline::Passed,
                 },
                 match rng.below(2) {
-                    0 => Intent::Take,
+                    0 => Intent::Take(1 + rng.below(3) as Time),
                     _ => Intent::Release,
                 },
                 match rng.below(6) {
@@ -475,18 +475,22 @@ impl Scripts {
                     .arg(field(client))
                     .arg(deadline(after))
                     .arg(match intent {
-                        Intent::Take => "take",
+                        Intent::Take(_) => "take",
                         Intent::Release => "release",
                     })
                     .arg(0)
                     .arg("publish")
                     .arg(deadline(own))
+                    .arg(match intent {
+                        Intent::Take(lease) => ms(lease),
+                        Intent::Release => 0,
+                    })
                     .invoke(conn)
                     .unwrap();
                 return Some(Outcome::reply(match (intent, reply) {
                     (_, Value::Int(-5)) => Reply::TooLate,
                     (_, Value::Int(-6)) => Reply::NotYet,
-                    (Intent::Take, Value::Int(held)) => Reply::Settled(held == 1),
+                    (Intent::Take(_), Value::Int(held)) => Reply::Settled(held == 1),
                     (Intent::Release, Value::Int(1)) => Reply::Released(1),
                     (Intent::Release, Value::Nil) => Reply::NotHeld,
                     (_, reply) => {
@@ -622,7 +626,8 @@ fn model_run(
         Step::LeanRelease(client, _) => Outcome::reply(server.lean_release(client)),
         Step::LeanSettle(_, _, _, Deadline::Passed) => Outcome::reply(Reply::TooLate),
         Step::LeanSettle(client, after, intent, _) => {
-            Outcome::reply(server.lean_settle(client, after != Deadline::Passed, intent))
+            let early = after != Deadline::Passed;
+            Outcome::reply(server.lean_settle(t, client, early, intent, m))
         }
     };
     Some(outcome)
@@ -1424,6 +1429,26 @@ const MUTANTS: &[(Mutant, usize)] = &[
             what: "a lean settle to release only reads, and one to take releases",
         },
         2,
+    ),
+    (
+        Mutant {
+            file: "lean_settle.lua",
+            from: "if redis.call('pttl', KEYS[1]) < lease then",
+            nth: 1,
+            to: "if false then",
+            what: "a lean settle that finds the owner's hold leaves its TTL as it is",
+        },
+        1,
+    ),
+    (
+        Mutant {
+            file: "lean_settle.lua",
+            from: "if redis.call('pttl', KEYS[1]) < lease then",
+            nth: 1,
+            to: "if true then",
+            what: "a lean settle that finds the owner's hold cuts a longer TTL short",
+        },
+        1,
     ),
     (
         Mutant {
