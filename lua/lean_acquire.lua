@@ -11,6 +11,9 @@
 -- ARGV[3]  the call's deadline, epoch ms by the server's clock (required:
 --          without one the call fails with `ERR a lean call needs its
 --          deadline` and changes nothing)
+-- ARGV[4]  not-before, epoch ms by the server's clock: the latest deadline
+--          of the owner's calls whose replies the client never read, which
+--          may still run until then (0 or absent: none)
 --
 -- Replies nil when the owner now holds the lock: a free lock is taken with
 -- a hold count of 1 and the lease as its TTL; a hold of the owner's found
@@ -19,7 +22,9 @@
 -- in milliseconds (-1 when the key has no TTL), and changes nothing.
 -- A key that is no lock hash (another type, or a hash with other fields)
 -- fails with `WRONGTYPE holds a <type>: <key>` and changes nothing.
--- A call that runs after its deadline changes nothing and replies -5.
+-- A call that runs after its deadline changes nothing and replies -5; one
+-- that runs while the server's clock is not past its not-before changes
+-- nothing and replies -6 (the client then sends the latched acquire).
 -- shared: refuse what is no lock (nil when `key` is missing or holds a lock
 -- hash; else the error reply `WRONGTYPE holds a <type>: <key>`. A lock
 -- hash's fields are `mode` and owner fields, `<client>:<owner>`, whose
@@ -61,6 +66,9 @@ if (tonumber(ARGV[3]) or 0) <= 0 then
 end
 if too_late(ARGV[3]) then
     return -5
+end
+if (tonumber(ARGV[4]) or 0) > 0 and not too_late(ARGV[4]) then
+    return -6
 end
 if redis.call('exists', KEYS[1]) == 0 then
     redis.call('hset', KEYS[1], ARGV[2], 1)

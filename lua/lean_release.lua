@@ -12,13 +12,18 @@
 -- ARGV[4]  the call's deadline, epoch ms by the server's clock (required:
 --          without one the call fails with `ERR a lean call needs its
 --          deadline` and changes nothing)
+-- ARGV[5]  not-before, epoch ms by the server's clock: the latest deadline
+--          of the owner's calls whose replies the client never read, which
+--          may still run until then (0 or absent: none)
 --
 -- Replies 1 when the owner held the lock: the key is deleted, whatever the
 -- owner's count, and the message published. Replies nil when the owner
 -- holds nothing, and changes nothing. A key that is no lock hash (another
 -- type, or a hash with other fields) is left alone and fails with
 -- `WRONGTYPE holds a <type>: <key>`. A call that runs after its deadline
--- changes nothing and replies -5.
+-- changes nothing and replies -5; one that runs while the server's clock
+-- is not past its not-before changes nothing and replies -6 (the client
+-- then sends the latched release).
 -- shared: refuse what is no lock (nil when `key` is missing or holds a lock
 -- hash; else the error reply `WRONGTYPE holds a <type>: <key>`. A lock
 -- hash's fields are `mode` and owner fields, `<client>:<owner>`, whose
@@ -60,6 +65,9 @@ if (tonumber(ARGV[4]) or 0) <= 0 then
 end
 if too_late(ARGV[4]) then
     return -5
+end
+if (tonumber(ARGV[5]) or 0) > 0 and not too_late(ARGV[5]) then
+    return -6
 end
 -- HEXISTS fails on another type: that, like a field not found, is looked
 -- at here (nil: not held).

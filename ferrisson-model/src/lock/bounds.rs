@@ -94,22 +94,33 @@ pub enum Mutation {
     /// nothing takes a hold nobody owns, and a lost lean release that runs
     /// after its settle was answered deletes the owner's next hold.
     LeanSettleNoClockCheck,
+    /// The lean settle to release acts whatever the server's clock says
+    /// (the settle to take still checks it): a lost lean release that runs
+    /// after its settle was answered deletes the owner's next hold.
+    LeanReleaseSettleNoClockCheck,
     /// Lean requests go whatever else the owner has on its way (a dropped
-    /// guard's release): a lean acquire finds that hold and answers it as
-    /// granted, and the release on its way then takes it from under the
-    /// new holder.
+    /// guard's release, or sends whose replies were lost): a lean acquire
+    /// finds that hold and answers it as granted, and the release on its
+    /// way then takes it from under the new holder. Both guards of the
+    /// gate removed: the client's check of its background and the
+    /// scripts' not-before.
     NoLeanGate,
+    /// The gate ignores a dropped guard's release on its way (the scripts
+    /// still check their not-before): as [`Mutation::NoLeanGate`], by the
+    /// background release alone.
+    LeanGateIgnoresBackground,
     /// The lean settle that finds the owner's hold leaves its TTL as it
     /// is: a hold left standing by an acquire whose caller left, adopted by
     /// the settle of the owner's next lean acquire, expires before the
     /// lease that the client counts from that acquire's send.
     LeanSettleKeepsTtl,
-    /// The lean gate waits for a dropped guard's release, but not for the
-    /// deadlines of sends whose replies were lost: a lost latched release
-    /// that runs after a lean acquire found its hold takes it away.
+    /// The lean scripts ignore their not-before (the client still waits
+    /// for a dropped guard's release): a lost latched release that runs
+    /// after a lean acquire found its hold takes it away.
     LeanGateIgnoresLostSends,
     /// After a lean send whose reply was lost and never settled (out of
-    /// resends, or its caller left), the owner's next acquire goes at once:
+    /// resends), the owner's next acquire goes without waiting for a
+    /// settle's answer:
     /// that send, still on its way, changes the new hold (a lean release
     /// deletes it).
     NoWaitAfterLostLean,

@@ -21,10 +21,12 @@ pub enum Op {
     /// a give-back of a grant a failover lost does not take the owner's
     /// next hold.
     GiveBack(ReqId, ReqId),
-    /// A lean acquire (no latch), and the TTL it sets.
-    LeanAcquire(ReqId, Time),
-    /// A lean release (no latch).
-    LeanRelease(ReqId),
+    /// A lean acquire (no latch), the TTL it sets, and its not-before:
+    /// the latest deadline of the owner's sends whose replies it never
+    /// read (the script runs only once the server's clock is past it).
+    LeanAcquire(ReqId, Time, Time),
+    /// A lean release (no latch), and its not-before (as the acquire's).
+    LeanRelease(ReqId, Time),
     /// The settle of the owner's lean sends whose replies were lost: the
     /// latest of their deadlines (the script acts only once the server's
     /// clock is past it), and what it does then.
@@ -111,9 +113,10 @@ pub enum Phase {
         req: ReqId,
     },
     /// A lean acquire whose reply was lost (or a settle of it answered
-    /// `NotYet`), to be settled; `resends` of the settle so far. The
-    /// client's clock is not trusted to tell when the acquire's deadline
-    /// has passed: it may settle at any time, and the script checks.
+    /// `NotYet`, or ran too late), to be settled; `resends` of the settle
+    /// so far. The client's clock is not trusted to tell when the
+    /// acquire's deadline has passed: it may settle at any time, and the
+    /// script checks. Settled also when its caller left (`Client::left`).
     LeanLost {
         req: ReqId,
         resends: u8,
@@ -198,12 +201,18 @@ pub struct Client {
     pub sent_at: Time,
     /// The latest deadline of its sends whose replies it never read, of
     /// every kind (the lean protocol): until then, one of them may still
-    /// run, and no lean request goes.
+    /// run. Its lean requests carry it as their not-before, which the
+    /// scripts check by the server's clock (the client's is not trusted).
     pub quiet_until: Time,
     /// The latest deadline of its lean sends that change the lock and
-    /// whose replies it never read (the lean protocol): until then no
-    /// request of this owner goes at all, and a settle acts only after it.
+    /// whose replies it never read (the lean protocol); 0: none. Until a
+    /// settle of them is answered, no other request of this owner goes (by
+    /// no clock: the settle's script acts only past this deadline by the
+    /// server's).
     pub lean_until: Time,
+    /// The caller of its lean acquire left (the future dropped): the
+    /// acquire is settled all the same, and a hold it took given back.
+    pub left: bool,
 }
 
 impl Client {
@@ -229,6 +238,7 @@ impl Client {
             sent_at: 0,
             quiet_until: 0,
             lean_until: 0,
+            left: false,
         }
     }
 
@@ -322,10 +332,10 @@ pub enum Action {
     /// A holder drops its guard: the release goes on in the background,
     /// and the client is free to acquire again.
     Drop(ClientId),
-    /// The caller of a lean acquire leaves (drops its future): the client
-    /// is idle again, and what the acquire may take stands until its TTL
-    /// ends (the library settles it in the background; the model keeps
-    /// the weaker promise).
+    /// The caller of a lean acquire leaves (drops its future): its send in
+    /// flight is lost, and the acquire is settled all the same (in the
+    /// background, in the library), what it took given back; the owner
+    /// starts nothing else until then.
     Cancel(ClientId),
     /// A dropped guard's release timed out: it is sent again.
     ResendDropped(ClientId),

@@ -90,7 +90,8 @@ impl Model for LockModel {
             if matches!(
                 c.phase,
                 Phase::LeanAcquiring { .. } | Phase::LeanLost { .. } | Phase::LeanSettling { .. }
-            ) && state.cancels_left > 0
+            ) && !c.left
+                && state.cancels_left > 0
             {
                 actions.push(Action::Cancel(id));
             }
@@ -178,7 +179,7 @@ impl Model for LockModel {
                 c.since = now;
                 let lease = c.lease;
                 let op = match lean {
-                    true => Op::LeanAcquire(req, lease),
+                    true => Op::LeanAcquire(req, lease, c.quiet_until),
                     false => Op::Acquire(req, lease),
                 };
                 self.send(&mut state, id, op);
@@ -200,20 +201,9 @@ impl Model for LockModel {
             }
             Action::Release(id) => {
                 let req = Self::next_req(&mut state, id);
-                let lean = self.lean_gate_open(&state, id);
-                let c = &mut state.clients[id as usize];
-                c.phase = match lean {
-                    true => Phase::LeanReleasing { req, resends: 0 },
-                    false => Phase::Releasing { req, resends: 0 },
-                };
                 // The watchdog stops: a renewal in flight is not read.
-                c.renewing = None;
-                let lease = c.lease;
-                let op = match lean {
-                    true => Op::LeanRelease(req),
-                    false => Op::Release(req, lease),
-                };
-                self.send(&mut state, id, op);
+                state.clients[id as usize].renewing = None;
+                self.release(&mut state, id, req);
             }
             Action::LetGo(id) => {
                 let c = &mut state.clients[id as usize];
@@ -336,20 +326,15 @@ impl Model for LockModel {
             }
             Action::Timeout(id) => self.time_out(&mut state, id),
             Action::Cancel(id) => {
-                let acquiring = matches!(
-                    state.clients[id as usize].phase,
-                    Phase::LeanAcquiring { .. }
-                );
-                if acquiring
-                    || matches!(state.clients[id as usize].phase, Phase::LeanSettling { .. })
-                {
-                    self.lost_send(&mut state, id, acquiring);
+                // The acquire in flight is not read any more: lost, and
+                // settled all the same.
+                if let Phase::LeanAcquiring { req } = state.clients[id as usize].phase {
+                    self.lost_send(&mut state, id, true);
+                    let c = &mut state.clients[id as usize];
+                    c.phase = Phase::LeanLost { req, resends: 0 };
+                    c.send += 1;
                 }
-                let c = &mut state.clients[id as usize];
-                c.phase = Phase::Idle;
-                c.abandoned += 1;
-                // No reply of its last send is read any more.
-                c.send += 1;
+                state.clients[id as usize].left = true;
                 state.cancels_left -= 1;
             }
             Action::Crash(id) => {
@@ -382,12 +367,18 @@ impl Model for LockModel {
                     Op::Renew(_) => server.renew(now, sent.client, b.lease, m),
                     Op::Settle(req) => server.settle(now, req, b),
                     Op::GiveBack(req, grant) => server.give_back(now, req, grant, b, m),
-                    Op::LeanAcquire(_, ttl) => server.lean_acquire(now, sent.client, ttl, m),
-                    Op::LeanRelease(_) => server.lean_release(sent.client),
-                    // The script's check of the deadline (the mutation:
-                    // none).
+                    // The scripts' checks of the server's clock (the
+                    // mutations: none).
+                    Op::LeanAcquire(_, ttl, not_before) => {
+                        let early = self.not_yet(now, not_before);
+                        server.lean_acquire(now, sent.client, ttl, early, m)
+                    }
+                    Op::LeanRelease(_, not_before) => match self.not_yet(now, not_before) {
+                        true => Reply::NotYet,
+                        false => server.lean_release(sent.client),
+                    },
                     Op::LeanSettle(_, until, intent) => {
-                        let early = m != Mutation::LeanSettleNoClockCheck && now < until;
+                        let early = self.settle_too_soon(now, until, intent);
                         server.lean_settle(now, sent.client, early, intent, m)
                     }
                     Op::Sync(..) => unreachable!("run above"),
@@ -405,7 +396,7 @@ impl Model for LockModel {
                         (sent.op, reply, granted_before),
                         (Op::Acquire(..), Reply::Granted, false)
                     );
-                if let (Op::Acquire(req, _) | Op::LeanAcquire(req, _), true) = (sent.op, new_grant)
+                if let (Op::Acquire(req, _) | Op::LeanAcquire(req, ..), true) = (sent.op, new_grant)
                 {
                     // A new grant (not a resend answered from the latch).
                     let place = state.grants.len() as u8 + 1;
@@ -418,7 +409,7 @@ impl Model for LockModel {
                 // crashed.
                 if self.awaited(&state, sent) {
                     let (token, grant) = match sent.op {
-                        Op::Acquire(req, _) | Op::LeanAcquire(req, _)
+                        Op::Acquire(req, _) | Op::LeanAcquire(req, ..)
                             if reply == Reply::Granted =>
                         {
                             (

@@ -276,7 +276,20 @@ impl Server {
     /// answered as granted: the client's gate sends it only while the
     /// owner holds nothing else, so a hold of the owner is this request's
     /// own, taken by another copy of it. Held by another: refused.
-    pub fn lean_acquire(&mut self, now: Time, owner: ClientId, ttl: Time, m: Mutation) -> Reply {
+    /// `early`, while the server's clock is not past its not-before (the
+    /// deadline of an owner's send that may still run), `NotYet`, and
+    /// nothing changes.
+    pub fn lean_acquire(
+        &mut self,
+        now: Time,
+        owner: ClientId,
+        ttl: Time,
+        early: bool,
+        m: Mutation,
+    ) -> Reply {
+        if early {
+            return Reply::NotYet;
+        }
         match &mut self.hold {
             None => {
                 self.hold = Some(Hold {

@@ -66,28 +66,66 @@ impl LockModel {
     }
 
     /// Whether `id`'s next acquire or release goes lean: the lean protocol
-    /// on one server, for a lock with no token, and the owner's gate open:
-    /// no dropped guard's release of its own on its way, and every send
-    /// whose reply it never read past its deadline, by what the client
-    /// knows (the mutations: always; not the deadlines).
+    /// on one server, for a lock with no token, and no dropped guard's
+    /// release of the owner's on its way (the mutations: always). The
+    /// owner's other sends whose replies it never read are waited for by
+    /// the server's clock: the lean request carries their latest deadline
+    /// as its not-before ([`Self::not_yet`]).
     pub(super) fn lean_gate_open(&self, state: &State, id: ClientId) -> bool {
         let c = &state.clients[id as usize];
         self.lean
             && self.replica.is_none()
             && !self.fenced
             && match self.mutation {
-                Mutation::NoLeanGate => true,
-                Mutation::LeanGateIgnoresLostSends => c.background.is_none(),
-                _ => c.background.is_none() && state.now >= c.quiet_until,
+                Mutation::NoLeanGate | Mutation::LeanGateIgnoresBackground => true,
+                _ => c.background.is_none(),
             }
     }
 
+    /// Whether a lean acquire or release with this not-before, run at
+    /// `now`, answers `NotYet` and changes nothing: the server's clock is
+    /// not past it (the mutations: never).
+    pub(super) fn not_yet(&self, now: Time, not_before: Time) -> bool {
+        !matches!(
+            self.mutation,
+            Mutation::NoLeanGate | Mutation::LeanGateIgnoresLostSends
+        ) && now < not_before
+    }
+
+    /// Whether a lean settle with this intent, for lost sends whose latest
+    /// deadline is `until`, run at `now`, answers `NotYet`: the server's
+    /// clock is not past it (the mutations: never, or not to release).
+    pub(super) fn settle_too_soon(&self, now: Time, until: Time, intent: Intent) -> bool {
+        let unchecked = matches!(
+            (self.mutation, intent),
+            (Mutation::LeanSettleNoClockCheck, _)
+                | (Mutation::LeanReleaseSettleNoClockCheck, Intent::Release)
+        );
+        !unchecked && now < until
+    }
+
     /// Whether `id` may start an acquire at all: not while a lean send of
-    /// its own that changes the lock, its reply never read and never
-    /// settled, may still run (the mutation: always).
+    /// its own that changes the lock, its reply never read, is not settled
+    /// (the mutation: always). No clock says when: only a settle's answer.
     pub(super) fn may_start(&self, state: &State, id: ClientId) -> bool {
         let c = &state.clients[id as usize];
-        self.mutation == Mutation::NoWaitAfterLostLean || state.now >= c.lean_until
+        self.mutation == Mutation::NoWaitAfterLostLean || c.lean_until == 0
+    }
+
+    /// `id`'s release of its hold (`req`): lean when the gate is open,
+    /// else latched.
+    pub(super) fn release(&self, state: &mut State, id: ClientId, req: ReqId) {
+        let lean = self.lean_gate_open(state, id);
+        let c = &mut state.clients[id as usize];
+        c.phase = match lean {
+            true => Phase::LeanReleasing { req, resends: 0 },
+            false => Phase::Releasing { req, resends: 0 },
+        };
+        let op = match lean {
+            true => Op::LeanRelease(req, c.quiet_until),
+            false => Op::Release(req, c.lease),
+        };
+        self.send(state, id, op);
     }
 
     /// `id`'s send in flight gets no reply it will read: until its
@@ -109,7 +147,7 @@ impl LockModel {
     pub(super) fn is_lean(op: Op) -> bool {
         matches!(
             op,
-            Op::LeanAcquire(..) | Op::LeanRelease(_) | Op::LeanSettle(..)
+            Op::LeanAcquire(..) | Op::LeanRelease(..) | Op::LeanSettle(..)
         )
     }
 
@@ -266,12 +304,50 @@ impl LockModel {
                 };
                 self.send(state, id, Op::GiveBack(give_back, grant));
             }
-            (Phase::LeanAcquiring { .. }, Reply::Granted)
-            | (Phase::LeanSettling { .. }, Reply::Settled(true)) => {
+            // The owner's other sends may still run (the server's clock is
+            // not past their deadline): nothing changed, and the call goes
+            // latched.
+            (Phase::LeanAcquiring { req }, Reply::NotYet) => {
+                let c = &mut state.clients[id as usize];
+                c.phase = Phase::Acquiring {
+                    req,
+                    since: c.since,
+                    resends: 0,
+                };
+                let lease = c.lease;
+                self.send(state, id, Op::Acquire(req, lease));
+            }
+            (Phase::LeanReleasing { req, .. }, Reply::NotYet)
+                if matches!(answer.to.op, Op::LeanRelease(..)) =>
+            {
+                let c = &mut state.clients[id as usize];
+                c.phase = Phase::Releasing { req, resends: 0 };
+                let lease = c.lease;
+                self.send(state, id, Op::Release(req, lease));
+            }
+            (Phase::LeanAcquiring { .. }, Reply::Granted) => {
                 // Its lease counts from the acquire's send, as a latched
-                // one's: a settled grant whose lease ran out meanwhile is
-                // let go of (`LetGo`). A settle's answer: the lost sends
-                // are past their deadlines.
+                // one's.
+                let c = &mut state.clients[id as usize];
+                c.phase = Phase::Holding;
+                c.count = 1;
+                c.deadline = c.since + lease;
+                c.token = answer.token;
+                c.grant = answer.grant;
+            }
+            // A settle's answer: the lost sends are past their deadlines.
+            // Its caller left: what it took is given back.
+            (Phase::LeanSettling { .. }, Reply::Settled(true)) if c.left => {
+                let c = &mut state.clients[id as usize];
+                c.lean_until = 0;
+                c.left = false;
+                c.count = 1;
+                let give_back = Self::next_req(state, id);
+                self.release(state, id, give_back);
+            }
+            (Phase::LeanSettling { .. }, Reply::Settled(true)) => {
+                // As a grant: a settled grant whose lease ran out meanwhile
+                // is let go of (`LetGo`).
                 let c = &mut state.clients[id as usize];
                 c.phase = Phase::Holding;
                 c.count = 1;
@@ -280,9 +356,10 @@ impl LockModel {
                 c.grant = answer.grant;
                 c.lean_until = 0;
             }
-            // Settled too soon (by a client clock ahead of the server's):
-            // settled again later, as a resend.
-            (Phase::LeanSettling { req, resends }, Reply::NotYet) => {
+            // Settled too soon (by a client clock ahead of the server's), or
+            // the settle ran after its own deadline (a lost reply): settled
+            // again later, as a resend.
+            (Phase::LeanSettling { req, resends }, Reply::NotYet | Reply::TooLate) => {
                 let c = &mut state.clients[id as usize];
                 if resends < self.bounds.resends {
                     c.phase = Phase::LeanLost {
@@ -290,16 +367,26 @@ impl LockModel {
                         resends: resends + 1,
                     };
                 } else {
+                    // Given up: nothing of the owner's goes any more (the
+                    // library settles until it is answered).
                     c.phase = Phase::Idle;
+                    c.left = false;
                     c.abandoned += 1;
                 }
             }
-            (Phase::LeanReleasing { req, resends }, Reply::NotYet) => {
+            // A lean release (or its settle) that ran too late changed
+            // nothing: settled, as a lost one.
+            (Phase::LeanReleasing { req, resends }, Reply::NotYet | Reply::TooLate) => {
                 state.clients[id as usize].phase = Phase::LeanReleaseLost { req, resends };
             }
-            (Phase::LeanAcquiring { .. } | Phase::LeanSettling { .. }, _) => {
+            // Refused, or too late (nothing taken).
+            (Phase::LeanAcquiring { .. }, _) => {
+                state.clients[id as usize].phase = Phase::Idle;
+            }
+            (Phase::LeanSettling { .. }, _) => {
                 let c = &mut state.clients[id as usize];
                 c.phase = Phase::Idle;
+                c.left = false;
                 c.lean_until = 0;
             }
             (Phase::LeanReleasing { .. }, _) => {
@@ -500,6 +587,7 @@ impl LockModel {
             Phase::LeanSettling { .. } | Phase::LeanReleaseLost { .. } => {
                 let c = &mut state.clients[id as usize];
                 c.count = 0;
+                c.left = false;
                 c.abandoned += 1;
                 (Phase::Idle, None)
             }

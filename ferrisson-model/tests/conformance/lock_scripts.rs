@@ -107,10 +107,11 @@ enum Step {
     /// `force_unlock.lua`: the lock opened whoever holds it.
     ForceUnlock,
     /// `lean_acquire.lua`: an owner's lean acquire, the TTL it sets (in
-    /// ticks) and its deadline.
-    LeanAcquire(ClientId, Time, Deadline),
-    /// `lean_release.lua`: an owner's lean release, and its deadline.
-    LeanRelease(ClientId, Deadline),
+    /// ticks), its deadline, and its not-before (`Ahead`: not yet).
+    LeanAcquire(ClientId, Time, Deadline, Deadline),
+    /// `lean_release.lua`: an owner's lean release, its deadline and its
+    /// not-before.
+    LeanRelease(ClientId, Deadline, Deadline),
     /// `lean_settle.lua`: an owner's settle of its lost lean sends, whose
     /// latest deadline this is (settled once it has passed), to take or to
     /// release, with its own deadline.
@@ -129,9 +130,14 @@ fn draw(rng: &mut Rng, fenced: bool) -> Step {
             0 => Deadline::Passed,
             _ => Deadline::Ahead,
         };
+        let not_before = match rng.below(6) {
+            0 => Deadline::Ahead,
+            1 => Deadline::Passed,
+            _ => Deadline::None,
+        };
         return match rng.below(7) {
-            0..=2 => Step::LeanAcquire(client, 1 + rng.below(3) as Time, deadline),
-            3 | 4 => Step::LeanRelease(client, deadline),
+            0..=2 => Step::LeanAcquire(client, 1 + rng.below(3) as Time, deadline, not_before),
+            3 | 4 => Step::LeanRelease(client, deadline, not_before),
             _ => Step::LeanSettle(
                 client,
                 match rng.below(3) {
@@ -430,18 +436,20 @@ impl Scripts {
                 let _: i64 = conn.del(NAME).unwrap();
                 return None;
             }
-            Step::LeanAcquire(client, lease, d) => {
+            Step::LeanAcquire(client, lease, d, not_before) => {
                 let reply: Value = self
                     .lean_acquire
                     .key(NAME)
                     .arg(ms(lease))
                     .arg(field(client))
                     .arg(deadline(d))
+                    .arg(deadline(not_before))
                     .invoke(conn)
                     .unwrap();
                 return Some(match reply {
                     Value::Nil => Outcome::reply(Reply::Granted),
                     Value::Int(-5) => Outcome::reply(Reply::TooLate),
+                    Value::Int(-6) => Outcome::reply(Reply::NotYet),
                     Value::Int(pttl) => Outcome {
                         left: left(pttl),
                         ..Outcome::reply(Reply::Refused)
@@ -449,7 +457,7 @@ impl Scripts {
                     reply => panic!("{step:?}: a reply the model has no word for: {reply:?}"),
                 });
             }
-            Step::LeanRelease(client, d) => {
+            Step::LeanRelease(client, d, not_before) => {
                 let reply: Value = self
                     .lean_release
                     .key(NAME)
@@ -458,11 +466,13 @@ impl Scripts {
                     .arg(field(client))
                     .arg("publish")
                     .arg(deadline(d))
+                    .arg(deadline(not_before))
                     .invoke(conn)
                     .unwrap();
                 return Some(Outcome::reply(match reply {
                     Value::Int(1) => Reply::Released(1),
                     Value::Int(-5) => Reply::TooLate,
+                    Value::Int(-6) => Reply::NotYet,
                     Value::Nil => Reply::NotHeld,
                     reply => panic!("{step:?}: a reply the model has no word for: {reply:?}"),
                 }));
@@ -610,11 +620,13 @@ fn model_run(
             server.hold = None;
             return None;
         }
-        Step::LeanAcquire(_, _, Deadline::Passed) | Step::LeanRelease(_, Deadline::Passed) => {
-            Outcome::reply(Reply::TooLate)
+        Step::LeanAcquire(_, _, Deadline::Passed, _)
+        | Step::LeanRelease(_, Deadline::Passed, _) => Outcome::reply(Reply::TooLate),
+        Step::LeanAcquire(_, _, _, Deadline::Ahead) | Step::LeanRelease(_, _, Deadline::Ahead) => {
+            Outcome::reply(Reply::NotYet)
         }
-        Step::LeanAcquire(client, lease, _) => {
-            let reply = server.lean_acquire(t, client, lease, m);
+        Step::LeanAcquire(client, lease, _, _) => {
+            let reply = server.lean_acquire(t, client, lease, false, m);
             Outcome {
                 left: match reply {
                     Reply::Refused => server.hold.map(|h| u64::from(h.expires - t)),
@@ -623,7 +635,7 @@ fn model_run(
                 ..Outcome::reply(reply)
             }
         }
-        Step::LeanRelease(client, _) => Outcome::reply(server.lean_release(client)),
+        Step::LeanRelease(client, _, _) => Outcome::reply(server.lean_release(client)),
         Step::LeanSettle(_, _, _, Deadline::Passed) => Outcome::reply(Reply::TooLate),
         Step::LeanSettle(client, after, intent, _) => {
             let early = after != Deadline::Passed;
@@ -794,6 +806,75 @@ fn the_fenced_model_and_the_scripts_agree_step_by_step() {
     covered(&seen, true);
 }
 
+/// A lean call sent without its deadline (absent, or 0) is refused with
+/// an error and changes nothing: without one, a lost copy of it could run
+/// at any time, after the settle that waited for it.
+#[test]
+fn a_lean_call_without_its_deadline_is_refused_and_changes_nothing() {
+    let redis = RedisServer::start();
+    let (mut conn, _) = connections(&redis);
+    let scripts = Scripts::load(None);
+    let owner = field(0);
+    for held in [false, true] {
+        let _: () = redis::cmd("FLUSHALL").query(&mut conn).unwrap();
+        if held {
+            let _: () = redis::pipe()
+                .hset(NAME, &owner, 1)
+                .ignore()
+                .pexpire(NAME, 60_000)
+                .ignore()
+                .query(&mut conn)
+                .unwrap();
+        }
+        // The hash, and its TTL (which may only run down).
+        let snapshot = |conn: &mut redis::Connection| -> (Vec<(String, String)>, i64) {
+            redis::pipe().hgetall(NAME).pttl(NAME).query(conn).unwrap()
+        };
+        let before = snapshot(&mut conn);
+        for deadline in [None, Some(0)] {
+            let mut calls = vec![
+                ("lean_acquire.lua", {
+                    let mut c = scripts.lean_acquire.prepare_invoke();
+                    c.key(NAME).arg(60_000).arg(&owner);
+                    c
+                }),
+                ("lean_release.lua", {
+                    let mut c = scripts.lean_release.prepare_invoke();
+                    c.key(NAME).key(CHANNEL).arg(0).arg(&owner).arg("publish");
+                    c
+                }),
+            ];
+            for intent in ["take", "release"] {
+                let mut c = scripts.lean_settle.prepare_invoke();
+                c.key(NAME)
+                    .key(CHANNEL)
+                    .arg(&owner)
+                    .arg(1)
+                    .arg(intent)
+                    .arg(0)
+                    .arg("publish");
+                calls.push(("lean_settle.lua", c));
+            }
+            for (file, mut call) in calls {
+                if let Some(d) = deadline {
+                    call.arg(d);
+                }
+                let reply: redis::RedisResult<Value> = call.invoke(&mut conn);
+                let refused = reply
+                    .as_ref()
+                    .is_err_and(|e| e.to_string().contains("a lean call needs its deadline"));
+                assert!(
+                    refused,
+                    "{file}, deadline {deadline:?}, held {held}: {reply:?}"
+                );
+                let after = snapshot(&mut conn);
+                assert_eq!(after.0, before.0, "{file} changed the hash");
+                assert!(after.1 <= before.1, "{file} raised the TTL: {after:?}");
+            }
+        }
+    }
+}
+
 /// Every reply the model knows was met, so that each rule was compared.
 fn covered(seen: &BTreeMap<String, usize>, fenced: bool) {
     let mut expected = vec![
@@ -833,6 +914,10 @@ fn covered(seen: &BTreeMap<String, usize>, fenced: bool) {
             "lean release not held",
             "lean acquire refused",
             "lean acquire too late",
+            "lean acquire not yet",
+            "lean release not yet",
+            "lean acquire past its not-before",
+            "lean release past its not-before",
             "lean settle found a hold",
             "lean settle found none",
             "lean settle released",
@@ -917,6 +1002,24 @@ fn agree_step_by_step(
             if !real_published.is_empty() {
                 *seen.entry("published".to_owned()).or_default() += 1;
             }
+            // A not-before passed lets the lean call act.
+            match (step, &real) {
+                (Step::LeanAcquire(_, _, _, Deadline::Passed), Some(o))
+                    if o.reply == Reply::Granted =>
+                {
+                    *seen
+                        .entry("lean acquire past its not-before".to_owned())
+                        .or_default() += 1;
+                }
+                (Step::LeanRelease(_, _, Deadline::Passed), Some(o))
+                    if o.reply == Reply::Released(1) =>
+                {
+                    *seen
+                        .entry("lean release past its not-before".to_owned())
+                        .or_default() += 1;
+                }
+                _ => {}
+            }
             match (step, &real) {
                 (Step::Renew(a, Some((b, false)), _), Some(o)) if a != b && o.gone.len() == 1 => {
                     *seen.entry("mixed batch".to_owned()).or_default() += 1;
@@ -951,7 +1054,7 @@ fn agree_step_by_step(
                         .entry("renewal kept a longer TTL".to_owned())
                         .or_default() += 1;
                 }
-                (Step::LeanAcquire(client, lease, _), Some(o))
+                (Step::LeanAcquire(client, lease, ..), Some(o))
                     if o.reply == Reply::Granted && held_before =>
                 {
                     let what = match ends_before.is_some_and(|ends| ends > now + lease) {
@@ -991,6 +1094,12 @@ fn agree_step_by_step(
                 }
                 (Step::LeanAcquire(..), Some(o)) if o.reply == Reply::TooLate => {
                     *seen.entry("lean acquire too late".to_owned()).or_default() += 1;
+                }
+                (Step::LeanAcquire(..), Some(o)) if o.reply == Reply::NotYet => {
+                    *seen.entry("lean acquire not yet".to_owned()).or_default() += 1;
+                }
+                (Step::LeanRelease(..), Some(o)) if o.reply == Reply::NotYet => {
+                    *seen.entry("lean release not yet".to_owned()).or_default() += 1;
                 }
                 (Step::LeanRelease(..), Some(o)) if o.reply == Reply::NotHeld => {
                     *seen.entry("lean release not held".to_owned()).or_default() += 1;
@@ -1367,6 +1476,26 @@ const MUTANTS: &[(Mutant, usize)] = &[
             nth: 1,
             to: "if false then",
             what: "a lean release past its deadline releases",
+        },
+        1,
+    ),
+    (
+        Mutant {
+            file: "lean_acquire.lua",
+            from: "if (tonumber(ARGV[4]) or 0) > 0 and not too_late(ARGV[4]) then",
+            nth: 1,
+            to: "if false then",
+            what: "a lean acquire before its not-before takes the lock",
+        },
+        1,
+    ),
+    (
+        Mutant {
+            file: "lean_release.lua",
+            from: "if (tonumber(ARGV[5]) or 0) > 0 and not too_late(ARGV[5]) then",
+            nth: 1,
+            to: "if false then",
+            what: "a lean release before its not-before releases",
         },
         1,
     ),
