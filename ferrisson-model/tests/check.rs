@@ -2,10 +2,10 @@
 //! counterexample found and printed, and the limits the model documents
 //! shown as counterexamples too.
 
-use std::time::Instant;
+mod common;
 
 use ferrisson_model::{Bounds, LockModel, Mutation};
-use stateright::{Checker, Expectation, HasDiscoveries, Model};
+use stateright::{Checker, Expectation, Model};
 
 const ONE_HOLDER: &str = "at most one holder";
 const COUNTS: &str = "the server counts what its owner holds";
@@ -16,19 +16,10 @@ fn holds(bounds: Bounds) {
     holds_for(LockModel::new(bounds, Mutation::None));
 }
 
-/// Checks every state of `model`, and says how many there were.
+/// Checks every state of `model`.
 fn holds_for(model: LockModel) {
-    let started = Instant::now();
-    let bounds = model.bounds;
-    let checker = model.checker().spawn_dfs().join();
-    println!(
-        "{bounds:?}: {} states ({} unique), depth {}, checked in {:.1?}",
-        checker.state_count(),
-        checker.unique_state_count(),
-        checker.max_depth(),
-        started.elapsed()
-    );
-    checker.assert_properties();
+    let what = format!("{:?}", model.bounds);
+    common::holds(model, &what);
 }
 
 #[test]
@@ -69,17 +60,9 @@ fn the_protocol_holds_when_resent_requests_arrive_late() {
 /// Checks every state of `model`, and says how many there were: every
 /// property holds but `except` (a limit the bounds reach, shown apart).
 fn holds_except(model: LockModel, except: &[&str]) {
-    let started = Instant::now();
-    let bounds = model.bounds;
+    let what = format!("{:?} (not checked: {except:?})", model.bounds);
     let properties = model.properties();
-    let checker = model.checker().spawn_dfs().join();
-    println!(
-        "{bounds:?}: {} states ({} unique), depth {}, checked in {:.1?} (not checked: {except:?})",
-        checker.state_count(),
-        checker.unique_state_count(),
-        checker.max_depth(),
-        started.elapsed()
-    );
+    let checker = common::checked_whole(model, &what);
     for property in properties {
         if property.expectation == Expectation::Always && !except.contains(&property.name) {
             assert!(
@@ -93,22 +76,8 @@ fn holds_except(model: LockModel, except: &[&str]) {
 
 /// Checks `model` until `property` fails, and prints how.
 fn found(model: LockModel, property: &'static str) {
-    let started = Instant::now();
     let what = format!("{} within {:?}", model.mutation, model.bounds);
-    let checker = model
-        .checker()
-        .finish_when(HasDiscoveries::AnyOf([property].into()))
-        .spawn_bfs()
-        .join();
-    let actions = checker.assert_any_discovery(property).into_actions();
-    println!(
-        "{what}: \"{property}\" fails after {} steps (found in {:.1?}):",
-        actions.len(),
-        started.elapsed()
-    );
-    for action in actions {
-        println!("  {action:?}");
-    }
+    common::found(model, &what, property);
 }
 
 #[test]

@@ -1,44 +1,22 @@
 //! The fair lock's queue checked exhaustively within its bounds, and each
 //! mutation's counterexample found and printed.
 
-use std::time::Instant;
+mod common;
 
 use ferrisson_model::fair::{Bounds, FairModel, Mutation};
-use stateright::{Checker, HasDiscoveries, Model};
 
+/// Checks `model` until `property` fails, and prints how.
 fn found(model: FairModel, property: &'static str) {
-    let started = Instant::now();
     let what = format!("{} within {:?}", model.mutation, model.bounds);
-    let checker = model
-        .checker()
-        .finish_when(HasDiscoveries::AnyOf([property].into()))
-        .spawn_bfs()
-        .join();
-    let actions = checker.assert_any_discovery(property).into_actions();
-    println!(
-        "{what}: \"{property}\" fails after {} steps (found in {:.1?}):",
-        actions.len(),
-        started.elapsed()
-    );
-    for action in actions {
-        println!("  {action:?}");
-    }
+    common::found(model, &what, property);
 }
 
+/// Checks every state within `bounds`.
 fn holds(bounds: Bounds) {
-    let started = Instant::now();
-    let checker = FairModel::new(bounds, Mutation::None)
-        .checker()
-        .spawn_dfs()
-        .join();
-    println!(
-        "{bounds:?}: {} states ({} unique), depth {}, checked in {:.1?}",
-        checker.state_count(),
-        checker.unique_state_count(),
-        checker.max_depth(),
-        started.elapsed()
+    common::holds(
+        FairModel::new(bounds, Mutation::None),
+        &format!("{bounds:?}"),
     );
-    checker.assert_properties();
 }
 
 #[test]

@@ -2,47 +2,23 @@
 //! within the reentrant lock model's bounds, and each of its guards shown
 //! by the mutation that removes it.
 
-use std::time::Instant;
+mod common;
 
 use ferrisson_model::{Bounds, LockModel, Mutation};
-use stateright::{Checker, HasDiscoveries, Model};
 
 const ONE_HOLDER: &str = "at most one holder";
 const COUNTS: &str = "the server counts what its owner holds";
 
-/// Checks every state of `model`, and says how many there were.
+/// Checks every state of the lean `model`.
 fn holds(model: LockModel) {
-    let started = Instant::now();
-    let bounds = model.bounds;
-    let checker = model.checker().spawn_dfs().join();
-    println!(
-        "lean within {bounds:?}: {} states ({} unique), depth {}, checked in {:.1?}",
-        checker.state_count(),
-        checker.unique_state_count(),
-        checker.max_depth(),
-        started.elapsed()
-    );
-    checker.assert_properties();
+    let what = format!("lean within {:?}", model.bounds);
+    common::holds(model, &what);
 }
 
-/// Checks `model` until `property` fails, and prints how.
+/// Checks the lean `model` until `property` fails, and prints how.
 fn found(model: LockModel, property: &'static str) {
-    let started = Instant::now();
-    let what = format!("{} within {:?}", model.mutation, model.bounds);
-    let checker = model
-        .checker()
-        .finish_when(HasDiscoveries::AnyOf([property].into()))
-        .spawn_bfs()
-        .join();
-    let actions = checker.assert_any_discovery(property).into_actions();
-    println!(
-        "lean, {what}: \"{property}\" fails after {} steps (found in {:.1?}):",
-        actions.len(),
-        started.elapsed()
-    );
-    for action in actions {
-        println!("  {action:?}");
-    }
+    let what = format!("lean, {} within {:?}", model.mutation, model.bounds);
+    common::found(model, &what, property);
 }
 
 /// Lost replies with a copy of a lost send: one tick, so a lost lean
@@ -81,26 +57,14 @@ fn cancelled() -> Bounds {
 /// settle may find the hold the dropped guard left standing.
 fn stale() -> Bounds {
     Bounds {
-        clients: 2,
-        acquires: 1,
-        first_acquires: 2,
-        resends: 0,
-        renewals: 0,
-        duplicates: 0,
-        crashes: 0,
-        drops: 1,
         drop_resends: 0,
         cancels: 1,
-        writes: 0,
-        failovers: 0,
-        restarts: 0,
         max_time: 3,
         lease: 3,
-        long_lease: 0,
-        window: 1,
         // The client's rule: the longer of the lease and the window, plus
         // the window.
         latch_ttl: 4,
+        ..Bounds::dropped()
     }
 }
 

@@ -1,48 +1,26 @@
 //! The read-write lock's model checked exhaustively within its bounds, and
 //! each mutation's counterexample found and printed.
 
-use std::time::Instant;
+mod common;
 
 use ferrisson_model::rwlock::{Bounds, Mutation, RwLockModel};
-use stateright::{Checker, HasDiscoveries, Model};
 
 const EXCLUSIVE: &str = "no writer beside another owner's hold";
 const COUNTS: &str = "the hash counts what each owner holds";
 const ENDS: &str = "every wait ends";
 
+/// Checks every state within `bounds`.
 fn holds(bounds: Bounds) {
-    let started = Instant::now();
-    let checker = RwLockModel::new(bounds, Mutation::None)
-        .checker()
-        .spawn_dfs()
-        .join();
-    println!(
-        "{bounds:?}: {} states ({} unique), depth {}, checked in {:.1?}",
-        checker.state_count(),
-        checker.unique_state_count(),
-        checker.max_depth(),
-        started.elapsed()
+    common::holds(
+        RwLockModel::new(bounds, Mutation::None),
+        &format!("{bounds:?}"),
     );
-    checker.assert_properties();
 }
 
+/// Checks `model` until `property` fails, and prints how.
 fn found(model: RwLockModel, property: &'static str) {
-    let started = Instant::now();
     let what = format!("{} within {:?}", model.mutation, model.bounds);
-    let checker = model
-        .checker()
-        .finish_when(HasDiscoveries::AnyOf([property].into()))
-        .spawn_bfs()
-        .join();
-    let actions = checker.assert_any_discovery(property).into_actions();
-    println!(
-        "{what}: \"{property}\" fails after {} steps (found in {:.1?}):",
-        actions.len(),
-        started.elapsed()
-    );
-    for action in actions {
-        println!("  {action:?}");
-    }
+    common::found(model, &what, property);
 }
 
 #[test]

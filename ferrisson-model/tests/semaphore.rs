@@ -1,48 +1,24 @@
 //! The semaphore's model checked exhaustively within its bounds, and each
 //! mutation's counterexample found and printed.
 
-use std::time::Instant;
+mod common;
 
 use ferrisson_model::semaphore::{Bounds, Mutation, SemaphoreModel};
-use stateright::{Checker, HasDiscoveries, Model};
 
 const WITHIN_TOTAL: &str = "permits out never exceed the total";
 const COUNTS: &str = "the count accounts for every permit";
 const NO_WAITER_STUCK: &str = "no waiter waits forever";
 
-/// Checks every state of `model`, and says how many there were.
+/// Checks every state of `model`.
 fn holds(model: SemaphoreModel) {
-    let started = Instant::now();
-    let (bounds, look_again) = (model.bounds, model.look_again);
-    let checker = model.checker().spawn_dfs().join();
-    println!(
-        "{bounds:?} (look-again: {look_again}): {} states ({} unique), depth {}, checked in {:.1?}",
-        checker.state_count(),
-        checker.unique_state_count(),
-        checker.max_depth(),
-        started.elapsed()
-    );
-    checker.assert_properties();
+    let what = format!("{:?} (look-again: {})", model.bounds, model.look_again);
+    common::holds(model, &what);
 }
 
 /// Checks `model` until `property` fails, and prints how.
 fn found(model: SemaphoreModel, property: &'static str) {
-    let started = Instant::now();
     let what = format!("{} within {:?}", model.mutation, model.bounds);
-    let checker = model
-        .checker()
-        .finish_when(HasDiscoveries::AnyOf([property].into()))
-        .spawn_bfs()
-        .join();
-    let actions = checker.assert_any_discovery(property).into_actions();
-    println!(
-        "{what}: \"{property}\" fails after {} steps (found in {:.1?}):",
-        actions.len(),
-        started.elapsed()
-    );
-    for action in actions {
-        println!("  {action:?}");
-    }
+    common::found(model, &what, property);
 }
 
 #[test]

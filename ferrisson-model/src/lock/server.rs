@@ -77,6 +77,15 @@ impl Server {
         self.acquire_latches.sort();
     }
 
+    /// A free lock taken by `owner`: one hold, until `expires`.
+    fn take(&mut self, owner: ClientId, expires: Time) {
+        self.hold = Some(Hold {
+            owner,
+            count: 1,
+            expires,
+        });
+    }
+
     pub(super) fn held_by(&self, owner: ClientId) -> bool {
         self.hold.is_some_and(|h| h.owner == owner)
     }
@@ -125,13 +134,7 @@ impl Server {
             _ => {}
         }
         match &mut self.hold {
-            None => {
-                self.hold = Some(Hold {
-                    owner,
-                    count: 1,
-                    expires: now + ttl,
-                })
-            }
+            None => self.take(owner, now + ttl),
             Some(h) if h.owner == owner && !reentrant => return Reply::NotReentrant,
             Some(h) if h.owner == owner => {
                 h.count += 1;
@@ -292,11 +295,7 @@ impl Server {
         }
         match &mut self.hold {
             None => {
-                self.hold = Some(Hold {
-                    owner,
-                    count: 1,
-                    expires: now + ttl,
-                });
+                self.take(owner, now + ttl);
                 Reply::Granted
             }
             Some(h) if h.owner == owner => {

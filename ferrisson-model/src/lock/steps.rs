@@ -325,16 +325,6 @@ impl LockModel {
                 let lease = c.lease;
                 self.send(state, id, Op::Release(req, lease));
             }
-            (Phase::LeanAcquiring { .. }, Reply::Granted) => {
-                // Its lease counts from the acquire's send, as a latched
-                // one's.
-                let c = &mut state.clients[id as usize];
-                c.phase = Phase::Holding;
-                c.count = 1;
-                c.deadline = c.since + lease;
-                c.token = answer.token;
-                c.grant = answer.grant;
-            }
             // A settle's answer: the lost sends are past their deadlines.
             // Its caller left: what it took is given back.
             (Phase::LeanSettling { .. }, Reply::Settled(true)) if c.left => {
@@ -345,9 +335,11 @@ impl LockModel {
                 let give_back = Self::next_req(state, id);
                 self.release(state, id, give_back);
             }
-            (Phase::LeanSettling { .. }, Reply::Settled(true)) => {
-                // As a grant: a settled grant whose lease ran out meanwhile
-                // is let go of (`LetGo`).
+            (Phase::LeanAcquiring { .. }, Reply::Granted)
+            | (Phase::LeanSettling { .. }, Reply::Settled(true)) => {
+                // Its lease counts from the acquire's send, as a latched
+                // one's: a settled grant whose lease ran out meanwhile is
+                // let go of (`LetGo`).
                 let c = &mut state.clients[id as usize];
                 c.phase = Phase::Holding;
                 c.count = 1;
