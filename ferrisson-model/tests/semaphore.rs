@@ -125,47 +125,19 @@ fn a_limit_without_the_look_again_a_lost_message_leaves_a_waiter_asleep() {
 
 /// The permit-expirable semaphore.
 mod expirable {
-    use std::time::Instant;
-
     use ferrisson_model::expirable::{Bounds, ExpirableModel, Mutation};
-    use stateright::{Checker, HasDiscoveries, Model};
 
     const WITHIN_TOTAL: &str = "permits out never exceed the total";
     const ADDS_UP: &str = "the count and the permits out add up to the total";
 
     fn found(model: ExpirableModel, property: &'static str) {
-        let started = Instant::now();
         let what = format!("{} within {:?}", model.mutation, model.bounds);
-        let checker = model
-            .checker()
-            .finish_when(HasDiscoveries::AnyOf([property].into()))
-            .spawn_bfs()
-            .join();
-        let actions = checker.assert_any_discovery(property).into_actions();
-        println!(
-            "{what}: \"{property}\" fails after {} steps (found in {:.1?}):",
-            actions.len(),
-            started.elapsed()
-        );
-        for action in actions {
-            println!("  {action:?}");
-        }
+        super::common::found(model, &what, property);
     }
 
     fn holds(bounds: Bounds) {
-        let started = Instant::now();
-        let checker = ExpirableModel::new(bounds, Mutation::None)
-            .checker()
-            .spawn_dfs()
-            .join();
-        println!(
-            "{bounds:?}: {} states ({} unique), depth {}, checked in {:.1?}",
-            checker.state_count(),
-            checker.unique_state_count(),
-            checker.max_depth(),
-            started.elapsed()
-        );
-        checker.assert_properties();
+        let model = ExpirableModel::new(bounds, Mutation::None);
+        super::common::holds(model, &format!("{bounds:?}"));
     }
 
     #[test]

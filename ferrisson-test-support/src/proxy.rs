@@ -358,6 +358,14 @@ enum Then {
 }
 
 /// Makes the server unreachable: cuts every connection, refuses new ones.
+/// Blocks the pump that holds a command or a reply until the test
+/// releases what is held, or the proxy closes.
+fn wait_for_release(state: &State) {
+    while !state.released.load(Ordering::Relaxed) && !state.closed.load(Ordering::Relaxed) {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
 fn refuse_now(state: &State) {
     state.refusing.store(true, Ordering::Relaxed);
     for (a, b) in state.open.lock().unwrap().drain(..) {
@@ -515,9 +523,7 @@ fn on_commands(
         *armed = None;
         drop(armed);
         state.held_commands.fetch_add(1, Ordering::Relaxed);
-        while !state.released.load(Ordering::Relaxed) && !state.closed.load(Ordering::Relaxed) {
-            std::thread::sleep(Duration::from_millis(1));
-        }
+        wait_for_release(state);
     } else {
         drop(armed);
     }
@@ -605,9 +611,7 @@ fn on_replies(
             }
             sent = span.start;
             state.held_replies.fetch_add(1, Ordering::Relaxed);
-            while !state.released.load(Ordering::Relaxed) && !state.closed.load(Ordering::Relaxed) {
-                std::thread::sleep(Duration::from_millis(1));
-            }
+            wait_for_release(state);
             armed = acts.lock().unwrap();
         }
         // At its end: cut inside it or after it, or refuse after it.
