@@ -218,3 +218,25 @@ fn a_gate_that_ignores_a_dropped_guards_release_lets_it_take_a_lean_holders_hold
         ONE_HOLDER,
     );
 }
+
+/// A renewal carries no deadline (`renew.lua` takes none): let one run at
+/// any time after its send, and the lean protocol still holds. A late
+/// renewal raises the TTL of a hold its owner still has, and nothing else.
+#[test]
+fn the_lean_protocol_holds_when_renewals_run_late() {
+    holds(LockModel {
+        late_renewals: true,
+        ..LockModel::lean(Bounds::time(), Mutation::None)
+    });
+}
+
+/// The same where one owner's holds have different leases (the gate's
+/// not-before does not wait for a lost renewal).
+#[test]
+#[ignore = "about a minute and a half: .ci/run runs it once, with --ignored"]
+fn the_lean_protocol_holds_when_renewals_run_late_beside_holds_with_other_leases() {
+    holds(LockModel {
+        late_renewals: true,
+        ..LockModel::lean(Bounds::mixed_leases(), Mutation::None)
+    });
+}

@@ -464,9 +464,12 @@ impl Model for LockModel {
                 let window = self.bounds.window;
                 // (Without a deadline, a lean request may run at any time.)
                 let no_deadline = m == Mutation::LeanNoDeadline;
-                state
-                    .requests
-                    .retain(|r| r.at + window > now || (no_deadline && Self::is_lean(r.op)));
+                let late_renewals = self.late_renewals;
+                state.requests.retain(|r| {
+                    r.at + window > now
+                        || (no_deadline && Self::is_lean(r.op))
+                        || (late_renewals && matches!(r.op, Op::Renew(_)))
+                });
                 for (i, c) in state.clients.iter_mut().enumerate() {
                     let id = i as ClientId;
                     // A dropped guard's release that will not be sent

@@ -39,6 +39,9 @@ pub struct LockModel {
     /// one server only (not with replicas, nor for the fenced lock, whose
     /// token the latch keeps).
     pub lean: bool,
+    /// Renewals carry no deadline (`renew.lua` takes none): one may run at
+    /// any time after its send, not only within the window.
+    pub late_renewals: bool,
 }
 
 impl LockModel {
@@ -54,6 +57,7 @@ impl LockModel {
             wanted: 1,
             offline: false,
             lean: false,
+            late_renewals: false,
         }
     }
 
