@@ -9,29 +9,33 @@
 -- ARGV[3]  owner field, `<client-uuid>:<owner-id>`
 -- ARGV[4]  the publish command, `publish` or `spublish`
 -- ARGV[5]  latch TTL in milliseconds
--- ARGV[6]  optional: keep for this many milliseconds (`keep_until`, a
+-- ARGV[6]  optional: the call's deadline, epoch ms by the server's clock
+--          (the end of the hold's lease: a release that runs later may
+--          meet the owner's next hold); absent or 0: none
+-- ARGV[7]  optional: keep for this many milliseconds (`keep_until`, a
 --          job's "at least for"); absent or 0: release
--- KEYS[4]  optional, with ARGV[7] and ARGV[8]: a job's last occurrence
+-- KEYS[4]  optional, with ARGV[8] and ARGV[9]: a job's last occurrence
 --          done, `ferrisson_job_done:{name}`
--- ARGV[7]  the occurrence the run served, a decimal integer below 2^53
--- ARGV[8]  how long the job remembers it, in milliseconds
--- KEYS[4]  optional, without ARGV[7]: a give-back's grant, the acquire
+-- ARGV[8]  the occurrence the run served, a decimal integer below 2^53
+-- ARGV[9]  how long the job remembers it, in milliseconds
+-- KEYS[4]  optional, without ARGV[8]: a give-back's grant, the acquire
 --          latch of the request whose hold this gives back,
 --          `ferrisson_acquire_latch:{name}:<request-id>`
 --
 -- Replies 1 when this was the last hold (the key is deleted and the message
 -- published), 0 when holds remain (count lowered, TTL raised to the lease
 -- if it was shorter),
--- 2 when this was the last hold and ARGV[6] is over 0 (the owner keeps one
--- hold, the TTL becomes ARGV[6], nothing is published: the lock is still
+-- 2 when this was the last hold and ARGV[7] is over 0 (the owner keeps one
+-- hold, the TTL becomes ARGV[7], nothing is published: the lock is still
 -- held, and expires then), nil when the owner holds nothing, or, for a
 -- give-back, when its grant's latch does not show the grant: nothing is
 -- written then. A retry with the same request id replies
--- what the first call replied, without releasing again. A key that is no
+-- what the first call replied, without releasing again; a first call that
+-- runs past its deadline changes nothing and replies -5. A key that is no
 -- lock hash (another type, or a hash with other fields) is left alone and
 -- fails with `WRONGTYPE holds a <type>: <key>`.
 -- With KEYS[4], the last hold's release (or keep) also raises the job's
--- last occurrence done to ARGV[7], with ARGV[8] as its TTL, in the same
+-- last occurrence done to ARGV[8], with ARGV[9] as its TTL, in the same
 -- call; a higher occurrence already there is left as it is. Nothing is
 -- marked when the owner holds nothing (its lease ran out: the run is no
 -- longer its own) or when holds remain. A KEYS[4] that holds anything
@@ -78,6 +82,18 @@ local function count_of(key)
     return redis.error_reply('WRONGTYPE holds a ' .. kind .. ': ' .. key)
 end
 -- end shared
+-- shared: too late (whether the server's clock is past `deadline`, the
+-- epoch ms by the server's clock at which the client that sent this call
+-- gives up on its reply; never when `deadline` is absent or 0)
+local function too_late(deadline)
+    deadline = tonumber(deadline)
+    if deadline == nil or deadline <= 0 then
+        return false
+    end
+    local clock = redis.call('time')
+    return tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000) > deadline
+end
+-- end shared
 local unlock_latch = KEYS[3]
 -- shared: replay a finished release
 local done = redis.call('get', unlock_latch)
@@ -99,7 +115,10 @@ local function grant_shown(grant)
     return latch ~= false and latch ~= 'x'
 end
 -- end shared
-if ARGV[7] == nil and not grant_shown(KEYS[4]) then
+if too_late(ARGV[6]) then
+    return -5
+end
+if ARGV[8] == nil and not grant_shown(KEYS[4]) then
     return nil
 end
 -- HGET fails on another type: that, like a field not found, is looked at
@@ -111,7 +130,7 @@ end
 -- A job's occurrence: its marker is read (and refused when it is no
 -- integer) before any write, and raised after the first write, which
 -- grows no memory (a Redis out of memory still runs the script then).
-local done_key, occurrence = KEYS[4], tonumber(ARGV[7] or '')
+local done_key, occurrence = KEYS[4], tonumber(ARGV[8] or '')
 local done_before = false
 if done_key ~= nil and occurrence ~= nil then
     done_before = count_of(done_key)
@@ -122,7 +141,7 @@ end
 local function mark_done()
     if done_key ~= nil and occurrence ~= nil
         and (done_before == false or done_before < occurrence) then
-        redis.call('set', done_key, ARGV[7], 'px', ARGV[8])
+        redis.call('set', done_key, ARGV[8], 'px', ARGV[9])
     end
 end
 -- shared: drop one hold (`held`, the owner's count, read before: with holds
@@ -141,7 +160,7 @@ if held ~= '1' and redis.call('hincrby', KEYS[1], ARGV[3], -1) > 0 then
     return 0
 end
 -- end shared
-local keep = tonumber(ARGV[6] or '0') or 0
+local keep = tonumber(ARGV[7] or '0') or 0
 if keep > 0 then
     -- PEXPIRE first: it grows nothing, so Redis runs it when it is out of
     -- memory, and a script that has written may write on (the latch's SET),

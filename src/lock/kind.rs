@@ -309,15 +309,16 @@ impl Kind {
                 std::ptr::eq(script, &*RELEASE),
                 "only release.lua keeps a hold or marks an occurrence"
             );
-            // The script's 0: release the last hold.
-            call.arg(r.keep_ms.unwrap_or(0));
+            // No deadline (0), and the script's 0 for the keep: release the
+            // last hold.
+            call.arg(0).arg(r.keep_ms.unwrap_or(0));
         }
         if let Some(done) = r.done {
             call.key(&done.key).arg(done.occurrence).arg(done.ttl_ms);
         }
         if let Some(grant) = r.grant {
             // The last key of every release script; `release.lua` tells it
-            // from a job's occurrence by the missing ARGV[7].
+            // from a job's occurrence by the missing ARGV[8].
             debug_assert!(
                 r.done.is_none(),
                 "a give-back marks no job's occurrence done"

@@ -61,6 +61,10 @@ pub struct Sent {
     pub op: Op,
     /// When it was sent.
     pub at: Time,
+    /// The deadline by the server's clock that its script checks (0: none;
+    /// a release's under `LockModel::release_deadlines`): run at or past
+    /// it, it changes nothing and answers `TooLate`.
+    pub until: Time,
 }
 
 /// A reply in flight, to the send that asked.

@@ -195,6 +195,7 @@ impl Model for LockModel {
                     send: 0,
                     op: Op::Renew(now),
                     at: now,
+                    until: 0,
                 };
                 state.requests.push(sent);
                 state.requests.sort();
@@ -234,6 +235,7 @@ impl Model for LockModel {
                     send: 0,
                     op: Op::Dropped(req, lease),
                     at: now,
+                    until: self.release_until(c.deadline),
                 };
                 state.requests.push(sent);
                 state.requests.sort();
@@ -243,11 +245,13 @@ impl Model for LockModel {
                 let c = &mut state.clients[id as usize];
                 let bg = c.background.as_mut()?;
                 bg.resends += 1;
+                let until = self.release_until(bg.deadline);
                 let sent = Sent {
                     client: id,
                     send: 0,
                     op: Op::Dropped(bg.req, bg.lease),
                     at: now,
+                    until,
                 };
                 state.requests.push(sent);
                 state.requests.sort();
@@ -361,11 +365,23 @@ impl Model for LockModel {
                 let server = &mut state.server;
                 let reply = match sent.op {
                     Op::Acquire(req, ttl) => server.acquire_with(now, req, ttl, b, m, true, false),
+                    // Past the end of its hold's lease, and not answered
+                    // from its latch: nothing changes.
+                    Op::Release(req, _) | Op::Dropped(req, _)
+                        if sent.until > 0 && now >= sent.until && !server.unlock_latched(req) =>
+                    {
+                        Reply::TooLate
+                    }
                     Op::Release(req, ttl) | Op::Dropped(req, ttl) => {
                         server.release_keeping(now, req, ttl, b, m, 0)
                     }
                     Op::Renew(_) => server.renew(now, sent.client, b.lease, m),
                     Op::Settle(req) => server.settle(now, req, b),
+                    Op::GiveBack(req, _)
+                        if sent.until > 0 && now >= sent.until && !server.unlock_latched(req) =>
+                    {
+                        Reply::TooLate
+                    }
                     Op::GiveBack(req, grant) => server.give_back(now, req, grant, b, m),
                     // The scripts' checks of the server's clock (the
                     // mutations: none).

@@ -169,6 +169,12 @@ impl Server {
         self.release_keeping(now, req, b.lease, b, mutation, 0)
     }
 
+    /// Whether the release `req` left its unlock latch (a resend is
+    /// answered from it).
+    pub fn unlock_latched(&self, req: ReqId) -> bool {
+        self.unlock_latches.iter().any(|(r, _, _)| *r == req)
+    }
+
     /// `lua/release.lua` with its lease (`ttl`: the TTL a release that
     /// leaves holds sets, unless the key's is longer) and a keep (a job's
     /// "at least for", in ticks; 0 none): the last hold is kept, its TTL

@@ -42,6 +42,10 @@ pub struct LockModel {
     /// Renewals carry no deadline (`renew.lua` takes none): one may run at
     /// any time after its send, not only within the window.
     pub late_renewals: bool,
+    /// A release carries the end of its hold's lease as its deadline, which
+    /// the script checks by the server's clock: one that reaches Redis
+    /// later changes nothing (the owner's next hold may be there).
+    pub release_deadlines: bool,
 }
 
 impl LockModel {
@@ -58,6 +62,7 @@ impl LockModel {
             offline: false,
             lean: false,
             late_renewals: false,
+            release_deadlines: false,
         }
     }
 
@@ -192,14 +197,30 @@ impl LockModel {
         if self.lean {
             c.sent_at = now;
         }
+        let until = match op {
+            Op::Release(..) => self.release_until(c.deadline),
+            // A grant's lease ends as its acquire's would have.
+            Op::GiveBack(..) => self.release_until(c.since + c.lease),
+            _ => 0,
+        };
         let sent = Sent {
             client,
             send: c.send,
             op,
             at: state.now,
+            until,
         };
         state.requests.push(sent);
         state.requests.sort();
+    }
+
+    /// The deadline a release of a hold whose lease ends at `lease_end`
+    /// carries (0: none, without `release_deadlines`).
+    pub(super) fn release_until(&self, lease_end: Time) -> Time {
+        match self.release_deadlines {
+            true => lease_end,
+            false => 0,
+        }
     }
 
     pub(super) fn next_req(state: &mut State, client: ClientId) -> ReqId {
@@ -248,7 +269,12 @@ impl LockModel {
         }
         if let Op::Dropped(req, _) = answer.to.op {
             if c.background.is_some_and(|b| b.req == req) {
-                state.clients[id as usize].background = None;
+                let c = &mut state.clients[id as usize];
+                c.background = None;
+                // Past its lease's end: the hold stands until its TTL ends.
+                if answer.reply == Reply::TooLate {
+                    c.abandoned += 1;
+                }
             }
             return;
         }
@@ -283,6 +309,13 @@ impl LockModel {
                 // take the lock: settled.
                 state.clients[id as usize].phase = Phase::Settling(req);
                 self.send(state, id, Op::Settle(req));
+            }
+            // Past its lease's end: the hold stands until its TTL ends.
+            (Phase::Releasing { .. }, Reply::TooLate) => {
+                let c = &mut state.clients[id as usize];
+                c.phase = Phase::Idle;
+                c.count = 0;
+                c.abandoned += 1;
             }
             (Phase::Releasing { .. }, _) => {
                 let c = &mut state.clients[id as usize];
@@ -390,6 +423,14 @@ impl LockModel {
                 c.phase = Phase::Idle;
                 c.count = 0;
                 c.lean_until = 0;
+            }
+            // A give-back past its grant's lease end: what the grant took
+            // stands until its TTL ends.
+            (Phase::GivingBack { .. }, Reply::TooLate) => {
+                let c = &mut state.clients[id as usize];
+                c.phase = Phase::Idle;
+                c.lost = false;
+                c.abandoned += 1;
             }
             // Refused or spent with nothing to settle, settled, given back.
             (Phase::Acquiring { .. }, Reply::Refused | Reply::Spent)

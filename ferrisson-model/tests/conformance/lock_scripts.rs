@@ -85,6 +85,8 @@ enum Step {
         lease: Time,
         /// With a job's keep.
         keep: bool,
+        /// Its deadline (the end of its hold's lease).
+        deadline: Deadline,
     },
     /// A give-back (`release.lua` under its own request) of the hold that
     /// the acquire `grant` took: it releases only while that grant's latch
@@ -180,6 +182,11 @@ fn draw(rng: &mut Rng, fenced: bool) -> Step {
                     req,
                     lease: 1 + rng.below(3) as Time,
                     keep: rng.below(4) == 0,
+                    deadline: match rng.below(8) {
+                        0..=3 => Deadline::None,
+                        4..=6 => Deadline::Ahead,
+                        _ => Deadline::Passed,
+                    },
                 },
             }
         }
@@ -370,7 +377,12 @@ impl Scripts {
                 }
                 call.invoke(conn).unwrap()
             }
-            Step::Release { req, lease, keep } => {
+            Step::Release {
+                req,
+                lease,
+                keep,
+                deadline: d,
+            } => {
                 let mut call = self.release.key(NAME);
                 call.key(CHANNEL)
                     .key(unlock_latch(req))
@@ -379,6 +391,9 @@ impl Scripts {
                     .arg(field(req.client))
                     .arg("publish")
                     .arg(ms(bounds().latch_ttl));
+                if keep || d != Deadline::None {
+                    call.arg(deadline(d));
+                }
                 if keep {
                     call.arg(ms(KEEP));
                 }
@@ -518,6 +533,7 @@ impl Scripts {
                 left: left(pttl),
                 ..Outcome::reply(Reply::Refused)
             },
+            (Step::Release { .. }, Value::Int(-5)) => Outcome::reply(Reply::TooLate),
             (Step::Release { .. } | Step::GiveBack { .. }, Value::Int(n)) => {
                 Outcome::reply(Reply::Released(n as u8))
             }
@@ -574,7 +590,15 @@ fn model_run(
                 ..Outcome::reply(reply)
             }
         }
-        Step::Release { req, lease, keep } => {
+        // Past its deadline, a first call changes nothing.
+        Step::Release {
+            req,
+            deadline: Deadline::Passed,
+            ..
+        } if !server.unlock_latched(req) => Outcome::reply(Reply::TooLate),
+        Step::Release {
+            req, lease, keep, ..
+        } => {
             let keep = if keep { KEEP } else { 0 };
             Outcome::reply(server.release_keeping(t, req, lease, b, m, keep))
         }
@@ -901,6 +925,7 @@ fn covered(seen: &BTreeMap<String, usize>, fenced: bool) {
         "re-entry kept a longer TTL",
         "release kept a longer TTL",
         "renewal kept a longer TTL",
+        "release too late",
     ];
     if !fenced {
         expected.extend([
@@ -1092,6 +1117,9 @@ fn agree_step_by_step(
                 (Step::LeanAcquire(..), Some(o)) if o.reply == Reply::Refused => {
                     *seen.entry("lean acquire refused".to_owned()).or_default() += 1;
                 }
+                (Step::Release { .. }, Some(o)) if o.reply == Reply::TooLate => {
+                    *seen.entry("release too late".to_owned()).or_default() += 1;
+                }
                 (Step::LeanAcquire(..), Some(o)) if o.reply == Reply::TooLate => {
                     *seen.entry("lean acquire too late".to_owned()).or_default() += 1;
                 }
@@ -1242,7 +1270,7 @@ const MUTANTS: &[(Mutant, usize)] = &[
     (
         Mutant {
             file: "release.lua",
-            from: "local keep = tonumber(ARGV[6] or '0') or 0",
+            from: "local keep = tonumber(ARGV[7] or '0') or 0",
             nth: 1,
             to: "local keep = 0",
             what: "a release ignores its keep",
@@ -1422,7 +1450,7 @@ const MUTANTS: &[(Mutant, usize)] = &[
     (
         Mutant {
             file: "release.lua",
-            from: "if ARGV[7] == nil and not grant_shown(KEYS[4]) then",
+            from: "if ARGV[8] == nil and not grant_shown(KEYS[4]) then",
             nth: 1,
             to: "if false then",
             what: "a give-back takes the owner's hold whatever its grant's latch shows",
@@ -1436,6 +1464,16 @@ const MUTANTS: &[(Mutant, usize)] = &[
             nth: 1,
             to: "return latch ~= false",
             what: "a give-back of a request given up takes the owner's hold",
+        },
+        1,
+    ),
+    (
+        Mutant {
+            file: "release.lua",
+            from: "if too_late(ARGV[6]) then",
+            nth: 1,
+            to: "if false then",
+            what: "a release past its deadline releases",
         },
         1,
     ),
