@@ -336,10 +336,10 @@ pub enum Action {
     /// A holder drops its guard: the release goes on in the background,
     /// and the client is free to acquire again.
     Drop(ClientId),
-    /// The caller of a lean acquire leaves (drops its future): its send in
-    /// flight is lost, and the acquire is settled all the same (in the
-    /// background, in the library), what it took given back; the owner
-    /// starts nothing else until then.
+    /// The caller of a lean acquire or release leaves (drops its future):
+    /// its send in flight is lost, and the call is settled all the same (in
+    /// the background, in the library), what an acquire took given back;
+    /// the owner starts nothing else until then.
     Cancel(ClientId),
     /// A dropped guard's release timed out: it is sent again.
     ResendDropped(ClientId),

@@ -87,12 +87,15 @@ impl Model for LockModel {
                 | Phase::LeanReleaseLost { .. } => actions.push(Action::Timeout(id)),
                 _ => {}
             }
-            if matches!(
-                c.phase,
-                Phase::LeanAcquiring { .. } | Phase::LeanLost { .. } | Phase::LeanSettling { .. }
-            ) && !c.left
-                && state.cancels_left > 0
-            {
+            let leaves = match c.phase {
+                Phase::LeanAcquiring { .. }
+                | Phase::LeanLost { .. }
+                | Phase::LeanSettling { .. } => !c.left,
+                // A lean release itself, not its settle.
+                Phase::LeanReleasing { resends, .. } => resends == 0,
+                _ => false,
+            };
+            if leaves && state.cancels_left > 0 {
                 actions.push(Action::Cancel(id));
             }
             if c.phase != Phase::Crashed && state.crashes_left > 0 {
@@ -330,15 +333,24 @@ impl Model for LockModel {
             }
             Action::Timeout(id) => self.time_out(&mut state, id),
             Action::Cancel(id) => {
-                // The acquire in flight is not read any more: lost, and
+                // The call in flight is not read any more: lost, and
                 // settled all the same.
-                if let Phase::LeanAcquiring { req } = state.clients[id as usize].phase {
-                    self.lost_send(&mut state, id, true);
-                    let c = &mut state.clients[id as usize];
-                    c.phase = Phase::LeanLost { req, resends: 0 };
-                    c.send += 1;
+                match state.clients[id as usize].phase {
+                    Phase::LeanAcquiring { req } => {
+                        self.lost_send(&mut state, id, true);
+                        let c = &mut state.clients[id as usize];
+                        c.phase = Phase::LeanLost { req, resends: 0 };
+                        c.send += 1;
+                        c.left = true;
+                    }
+                    Phase::LeanReleasing { req, resends: 0 } => {
+                        self.lost_send(&mut state, id, true);
+                        let c = &mut state.clients[id as usize];
+                        c.phase = Phase::LeanReleaseLost { req, resends: 0 };
+                        c.send += 1;
+                    }
+                    _ => state.clients[id as usize].left = true,
                 }
-                state.clients[id as usize].left = true;
                 state.cancels_left -= 1;
             }
             Action::Crash(id) => {
