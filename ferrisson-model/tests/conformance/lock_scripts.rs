@@ -1470,7 +1470,7 @@ const MUTANTS: &[(Mutant, usize)] = &[
     (
         Mutant {
             file: "release.lua",
-            from: "if too_late(ARGV[6]) then",
+            from: "if deadline ~= nil and deadline ~= '0' then",
             nth: 1,
             to: "if false then",
             what: "a release past its deadline releases",
@@ -1570,7 +1570,7 @@ const MUTANTS: &[(Mutant, usize)] = &[
     (
         Mutant {
             file: "lean_settle.lua",
-            from: "if too_late(ARGV[6]) then",
+            from: "if deadline ~= nil and deadline ~= '0' then",
             nth: 1,
             to: "if false then",
             what: "a lean settle past its own deadline acts",
