@@ -1570,7 +1570,7 @@ const MUTANTS: &[(Mutant, usize)] = &[
     (
         Mutant {
             file: "lean_settle.lua",
-            from: "if deadline ~= nil and deadline ~= '0' then",
+            from: "if too_late(ARGV[6]) then",
             nth: 1,
             to: "if false then",
             what: "a lean settle past its own deadline acts",
