@@ -424,6 +424,18 @@ fn a_limit_fencing_tokens_go_back_after_a_failover_without_replica_sync() {
     found(model, IN_ORDER);
 }
 
+/// The dropped-guard set with requests that reach Redis up to two ticks
+/// after their send, and the dropped guard's release not resent.
+fn delayed_release() -> Bounds {
+    Bounds {
+        window: 2,
+        latch_ttl: 4,
+        max_time: 3,
+        drop_resends: 0,
+        ..Bounds::dropped()
+    }
+}
+
 /// A limit of the rule that a release is sent only while its hold's lease
 /// runs: one sent in time but delayed on its way (a network that holds it,
 /// a Redis paused) past the hold's end still takes the owner's next hold.
@@ -432,13 +444,7 @@ fn a_limit_fencing_tokens_go_back_after_a_failover_without_replica_sync() {
 #[test]
 #[ignore = "over 10 s: .ci/run runs it once, with --ignored"]
 fn a_limit_a_release_delayed_past_its_holds_end_takes_the_owners_next_hold() {
-    let bounds = Bounds {
-        window: 2,
-        latch_ttl: 4,
-        max_time: 3,
-        drop_resends: 0,
-        ..Bounds::dropped()
-    };
+    let bounds = delayed_release();
     found(LockModel::new(bounds, Mutation::None), ONE_HOLDER);
 }
 
@@ -472,13 +478,7 @@ fn a_limit_a_local_lease_longer_than_the_servers_allows_two_holders() {
 #[test]
 #[ignore = "over 10 s: .ci/run runs it once, with --ignored"]
 fn a_release_that_checks_its_leases_end_never_takes_the_owners_next_hold() {
-    let bounds = Bounds {
-        window: 2,
-        latch_ttl: 4,
-        max_time: 3,
-        drop_resends: 0,
-        ..Bounds::dropped()
-    };
+    let bounds = delayed_release();
     holds_for(LockModel {
         release_deadlines: true,
         ..LockModel::new(bounds, Mutation::None)
