@@ -11,7 +11,8 @@
 -- ARGV[5]  latch TTL in milliseconds
 -- ARGV[6]  optional: the call's deadline, epoch ms by the server's clock
 --          (the end of the hold's lease: a release that runs later may
---          meet the owner's next hold); absent or 0: none
+--          meet the owner's next hold); absent, 0 or no positive number:
+--          none
 -- ARGV[7]  optional: keep for this many milliseconds (`keep_until`, a
 --          job's "at least for"); absent or 0: release
 -- KEYS[4]  optional, with ARGV[8] and ARGV[9]: a job's last occurrence
@@ -106,10 +107,11 @@ end
 -- Past its deadline (by the server's clock), a first call changes nothing.
 -- Written inline, not as the other scripts' `too_late`: every release runs
 -- this, and without a deadline it costs one lookup.
-local deadline = ARGV[6]
-if deadline ~= nil and deadline ~= '0' then
+-- A deadline that is no positive number is none.
+local deadline = tonumber(ARGV[6] or '')
+if deadline ~= nil and deadline > 0 then
     local clock = redis.call('time')
-    if tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000) > tonumber(deadline) then
+    if tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000) > deadline then
         return -5
     end
 end

@@ -64,6 +64,8 @@ enum Deadline {
     Ahead,
     /// Long past: the call is too late.
     Passed,
+    /// A negative number (`-1`): no deadline, as none sent (a release's).
+    Negative,
 }
 
 /// A step of a sequence.
@@ -94,6 +96,8 @@ enum Step {
     GiveBack {
         req: ReqId,
         grant: ReqId,
+        /// Its deadline (the end of the grant's lease).
+        deadline: Deadline,
     },
     /// A batched renewal: the lock for one owner, and in the same call
     /// for another, of this lock or (`true`) of the other lock, `OTHER`
@@ -177,14 +181,21 @@ fn draw(rng: &mut Rng, fenced: bool) -> Step {
                 0 => Step::GiveBack {
                     req,
                     grant: acquire,
+                    deadline: match rng.below(8) {
+                        0..=2 => Deadline::None,
+                        3..=5 => Deadline::Ahead,
+                        6 => Deadline::Negative,
+                        _ => Deadline::Passed,
+                    },
                 },
                 _ => Step::Release {
                     req,
                     lease: 1 + rng.below(3) as Time,
                     keep: rng.below(4) == 0,
                     deadline: match rng.below(8) {
-                        0..=3 => Deadline::None,
-                        4..=6 => Deadline::Ahead,
+                        0..=2 => Deadline::None,
+                        3..=5 => Deadline::Ahead,
+                        6 => Deadline::Negative,
                         _ => Deadline::Passed,
                     },
                 },
@@ -322,6 +333,7 @@ impl Scripts {
                 Deadline::None => 0,
                 Deadline::Ahead => now + 3_600_000,
                 Deadline::Passed => 1,
+                Deadline::Negative => -1,
             }
         };
         let left = |pttl: i64| Some(pttl.max(0).unsigned_abs().div_ceil(TICK_MS));
@@ -399,19 +411,25 @@ impl Scripts {
                 }
                 call.invoke(conn).unwrap()
             }
-            Step::GiveBack { req, grant } => self
-                .release
-                .key(NAME)
-                .key(CHANNEL)
-                .key(unlock_latch(req))
-                .key(acquire_latch(grant))
-                .arg(0)
-                .arg(ms(bounds().lease))
-                .arg(field(req.client))
-                .arg("publish")
-                .arg(ms(bounds().latch_ttl))
-                .invoke(conn)
-                .unwrap(),
+            Step::GiveBack {
+                req,
+                grant,
+                deadline: d,
+            } => {
+                let mut call = self.release.key(NAME);
+                call.key(CHANNEL)
+                    .key(unlock_latch(req))
+                    .key(acquire_latch(grant))
+                    .arg(0)
+                    .arg(ms(bounds().lease))
+                    .arg(field(req.client))
+                    .arg("publish")
+                    .arg(ms(bounds().latch_ttl));
+                if d != Deadline::None {
+                    call.arg(deadline(d));
+                }
+                call.invoke(conn).unwrap()
+            }
             Step::Renew(first, second, lease) => {
                 let mut call = self.renew.key(NAME);
                 if let Some((_, other)) = second {
@@ -533,7 +551,9 @@ impl Scripts {
                 left: left(pttl),
                 ..Outcome::reply(Reply::Refused)
             },
-            (Step::Release { .. }, Value::Int(-5)) => Outcome::reply(Reply::TooLate),
+            (Step::Release { .. } | Step::GiveBack { .. }, Value::Int(-5)) => {
+                Outcome::reply(Reply::TooLate)
+            }
             (Step::Release { .. } | Step::GiveBack { .. }, Value::Int(n)) => {
                 Outcome::reply(Reply::Released(n as u8))
             }
@@ -595,6 +615,11 @@ fn model_run(
             req,
             deadline: Deadline::Passed,
             ..
+        }
+        | Step::GiveBack {
+            req,
+            deadline: Deadline::Passed,
+            ..
         } if !server.unlock_latched(req) => Outcome::reply(Reply::TooLate),
         Step::Release {
             req, lease, keep, ..
@@ -602,7 +627,7 @@ fn model_run(
             let keep = if keep { KEEP } else { 0 };
             Outcome::reply(server.release_keeping(t, req, lease, b, m, keep))
         }
-        Step::GiveBack { req, grant } => Outcome::reply(server.give_back(t, req, grant, b, m)),
+        Step::GiveBack { req, grant, .. } => Outcome::reply(server.give_back(t, req, grant, b, m)),
         Step::Renew(first, second, lease) => {
             let mut gone = Vec::new();
             if server.renew(t, first, lease, m) == Reply::Renewed(false) {
@@ -926,6 +951,7 @@ fn covered(seen: &BTreeMap<String, usize>, fenced: bool) {
         "release kept a longer TTL",
         "renewal kept a longer TTL",
         "release too late",
+        "give-back too late",
     ];
     if !fenced {
         expected.extend([
@@ -1119,6 +1145,9 @@ fn agree_step_by_step(
                 }
                 (Step::Release { .. }, Some(o)) if o.reply == Reply::TooLate => {
                     *seen.entry("release too late".to_owned()).or_default() += 1;
+                }
+                (Step::GiveBack { .. }, Some(o)) if o.reply == Reply::TooLate => {
+                    *seen.entry("give-back too late".to_owned()).or_default() += 1;
                 }
                 (Step::LeanAcquire(..), Some(o)) if o.reply == Reply::TooLate => {
                     *seen.entry("lean acquire too late".to_owned()).or_default() += 1;
@@ -1470,10 +1499,20 @@ const MUTANTS: &[(Mutant, usize)] = &[
     (
         Mutant {
             file: "release.lua",
-            from: "if deadline ~= nil and deadline ~= '0' then",
+            from: "if deadline ~= nil and deadline > 0 then",
             nth: 1,
             to: "if false then",
             what: "a release past its deadline releases",
+        },
+        1,
+    ),
+    (
+        Mutant {
+            file: "release.lua",
+            from: "if deadline ~= nil and deadline > 0 then",
+            nth: 1,
+            to: "if deadline ~= nil then",
+            what: "a release with a negative deadline (none) is refused as too late",
         },
         1,
     ),
