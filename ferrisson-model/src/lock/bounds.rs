@@ -114,6 +114,10 @@ pub enum Mutation {
     /// the settle of the owner's next lean acquire, expires before the
     /// lease that the client counts from that acquire's send.
     LeanSettleKeepsTtl,
+    /// A lean release that ran past its deadline (`TooLate`: it changed
+    /// nothing) is read as released: the hold stands while its owner
+    /// counts none.
+    LeanTooLateReleased,
     /// The lean scripts ignore their not-before (the client still waits
     /// for a dropped guard's release): a lost latched release that runs
     /// after a lean acquire found its hold takes it away.

@@ -375,41 +375,44 @@ impl Model for LockModel {
                 let held_before = state.server.held_by(sent.client);
                 let now = state.now;
                 let server = &mut state.server;
-                let reply = match sent.op {
-                    Op::Acquire(req, ttl) => server.acquire_with(now, req, ttl, b, m, true, false),
-                    // Past the end of its hold's lease, and not answered
-                    // from its latch: nothing changes.
-                    Op::Release(req, _) | Op::Dropped(req, _)
-                        if sent.until > 0 && now >= sent.until && !server.unlock_latched(req) =>
-                    {
-                        Reply::TooLate
-                    }
-                    Op::Release(req, ttl) | Op::Dropped(req, ttl) => {
-                        server.release_keeping(now, req, ttl, b, m, 0)
-                    }
-                    Op::Renew(_) => server.renew(now, sent.client, b.lease, m),
-                    Op::Settle(req) => server.settle(now, req, b),
-                    Op::GiveBack(req, _)
-                        if sent.until > 0 && now >= sent.until && !server.unlock_latched(req) =>
-                    {
-                        Reply::TooLate
-                    }
-                    Op::GiveBack(req, grant) => server.give_back(now, req, grant, b, m),
-                    // The scripts' checks of the server's clock (the
-                    // mutations: none).
-                    Op::LeanAcquire(_, ttl, not_before) => {
-                        let early = self.not_yet(now, not_before);
-                        server.lean_acquire(now, sent.client, ttl, early, m)
-                    }
-                    Op::LeanRelease(_, not_before) => match self.not_yet(now, not_before) {
-                        true => Reply::NotYet,
-                        false => server.lean_release(sent.client),
+                // The lean scripts' checks of the server's clock, in the
+                // scripts' order: the call's own deadline, then its
+                // not-before.
+                let reply = match self.lean_refusal(now, sent) {
+                    Some(refusal) => refusal,
+                    None => match sent.op {
+                        Op::Acquire(req, ttl) => {
+                            server.acquire_with(now, req, ttl, b, m, true, false)
+                        }
+                        // Past the end of its hold's lease, and not answered
+                        // from its latch: nothing changes.
+                        Op::Release(req, _) | Op::Dropped(req, _)
+                            if sent.until > 0
+                                && now >= sent.until
+                                && !server.unlock_latched(req) =>
+                        {
+                            Reply::TooLate
+                        }
+                        Op::Release(req, ttl) | Op::Dropped(req, ttl) => {
+                            server.release_keeping(now, req, ttl, b, m, 0)
+                        }
+                        Op::Renew(_) => server.renew(now, sent.client, b.lease, m),
+                        Op::Settle(req) => server.settle(now, req, b),
+                        Op::GiveBack(req, _)
+                            if sent.until > 0
+                                && now >= sent.until
+                                && !server.unlock_latched(req) =>
+                        {
+                            Reply::TooLate
+                        }
+                        Op::GiveBack(req, grant) => server.give_back(now, req, grant, b, m),
+                        Op::LeanAcquire(_, ttl, _) => server.lean_acquire(now, sent.client, ttl, m),
+                        Op::LeanRelease(..) => server.lean_release(sent.client),
+                        Op::LeanSettle(_, _, intent) => {
+                            server.lean_settle(now, sent.client, intent, m)
+                        }
+                        Op::Sync(..) => unreachable!("run above"),
                     },
-                    Op::LeanSettle(_, until, intent) => {
-                        let early = self.settle_too_soon(now, until, intent);
-                        server.lean_settle(now, sent.client, early, intent, m)
-                    }
-                    Op::Sync(..) => unreachable!("run above"),
                 };
                 if before.is_some_and(|before| before != state.server) {
                     state.server.offset += 1;
@@ -493,10 +496,28 @@ impl Model for LockModel {
                 // (Without a deadline, a lean request may run at any time.)
                 let no_deadline = m == Mutation::LeanNoDeadline;
                 let late_renewals = self.late_renewals;
-                state.requests.retain(|r| {
-                    r.at + window > now
-                        || (no_deadline && Self::is_lean(r.op))
-                        || (late_renewals && matches!(r.op, Op::Renew(_)))
+                // A lean request past its deadline may still reach Redis,
+                // which answers `TooLate` and changes nothing: its reply is
+                // on its way now (read if its client still waits for it).
+                let late: Vec<Sent> = (state.requests.iter())
+                    .filter(|r| self.late_lean && Self::is_lean(r.op))
+                    .filter(|r| r.until > 0 && now >= r.until)
+                    .filter(|r| self.awaited(&state, **r))
+                    .copied()
+                    .collect();
+                for to in late {
+                    state.replies.push(Answer {
+                        to,
+                        reply: Reply::TooLate,
+                        token: 0,
+                        grant: 0,
+                        wrote: (0, 0),
+                    });
+                }
+                state.replies.sort();
+                state.requests.retain(|r| match Self::is_lean(r.op) {
+                    true => no_deadline || now < r.until,
+                    false => r.at + window > now || (late_renewals && matches!(r.op, Op::Renew(_))),
                 });
                 for (i, c) in state.clients.iter_mut().enumerate() {
                     let id = i as ClientId;

@@ -284,21 +284,9 @@ impl Server {
     /// counted again (its TTL raised to `ttl`, never lowered), and
     /// answered as granted: the client's gate sends it only while the
     /// owner holds nothing else, so a hold of the owner is this request's
-    /// own, taken by another copy of it. Held by another: refused.
-    /// `early`, while the server's clock is not past its not-before (the
-    /// deadline of an owner's send that may still run), `NotYet`, and
-    /// nothing changes.
-    pub fn lean_acquire(
-        &mut self,
-        now: Time,
-        owner: ClientId,
-        ttl: Time,
-        early: bool,
-        m: Mutation,
-    ) -> Reply {
-        if early {
-            return Reply::NotYet;
-        }
+    /// own, taken by another copy of it. Held by another: refused. (Its
+    /// deadline and not-before are checked before: `LockModel::lean_refusal`.)
+    pub fn lean_acquire(&mut self, now: Time, owner: ClientId, ttl: Time, m: Mutation) -> Reply {
         match &mut self.hold {
             None => {
                 self.take(owner, now + ttl);
@@ -328,24 +316,21 @@ impl Server {
         }
     }
 
-    /// The lean settle (`lua/lean_settle.lua`): `early`, while the
-    /// server's clock is not past the latest deadline of the owner's lost
-    /// lean sends, `NotYet`, and nothing changes. After it, when none of
-    /// them can run any more: to take, whether the owner holds the lock
-    /// (its lost lean acquire's hold, or an older one left standing, which
-    /// it adopts), that hold's TTL raised to the lease carried; to
+    /// The lean settle (`lua/lean_settle.lua`), once none of the owner's
+    /// lost lean sends can run any more (its clock checks are before:
+    /// `LockModel::lean_refusal`): to take, whether the owner holds the
+    /// lock (its lost lean acquire's hold, or an older one left standing,
+    /// which it adopts), that hold's TTL raised to the lease carried; to
     /// release, the lean release.
     pub fn lean_settle(
         &mut self,
         now: Time,
         owner: ClientId,
-        early: bool,
         intent: Intent,
         m: Mutation,
     ) -> Reply {
-        match (early, intent) {
-            (true, _) => Reply::NotYet,
-            (false, Intent::Take(ttl)) => match &mut self.hold {
+        match intent {
+            Intent::Take(ttl) => match &mut self.hold {
                 Some(h) if h.owner == owner => {
                     if m != Mutation::LeanSettleKeepsTtl {
                         h.expires = h.expires.max(now + ttl);
@@ -354,7 +339,7 @@ impl Server {
                 }
                 _ => Reply::Settled(false),
             },
-            (false, Intent::Release) => self.lean_release(owner),
+            Intent::Release => self.lean_release(owner),
         }
     }
 

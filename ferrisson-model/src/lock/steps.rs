@@ -42,6 +42,16 @@ pub struct LockModel {
     /// Renewals carry no deadline (`renew.lua` takes none): one may run at
     /// any time after its send, not only within the window.
     pub late_renewals: bool,
+    /// A lean call whose reply its client still awaits may reach Redis
+    /// past its deadline: the script answers `TooLate` and changes nothing
+    /// (otherwise it never runs after its deadline, as every request).
+    pub late_lean: bool,
+    /// A lost lean release gets its first settle whatever the resend
+    /// budget, as a lost lean acquire does (the library settles until it
+    /// is answered). Off, only within the budget: a client out of it gives
+    /// up and starts nothing more, which keeps the bound sets small where
+    /// this is not what they check.
+    pub settle_lost_releases: bool,
     /// A release carries the end of its hold's lease as its deadline, which
     /// the script checks by the server's clock: one that reaches Redis
     /// later changes nothing (the owner's next hold may be there).
@@ -62,14 +72,23 @@ impl LockModel {
             offline: false,
             lean: false,
             late_renewals: false,
+            late_lean: false,
+            settle_lost_releases: false,
             release_deadlines: false,
         }
     }
 
-    /// The lean protocol within `bounds`, with `mutation`.
+    /// The lean protocol within `bounds`, with `mutation`. Its releases
+    /// carry their hold's lease's end as their deadline
+    /// (`release_deadlines`), lean or latched: a lean call answered
+    /// `NotYet` or `TooLate` goes latched, and a latched release whose
+    /// replies were lost, running after its hold's lease ran out, would
+    /// otherwise take the owner's next hold (the latched protocol's
+    /// delayed-release limit).
     pub fn lean(bounds: Bounds, mutation: Mutation) -> Self {
         LockModel {
             lean: true,
+            release_deadlines: true,
             ..LockModel::new(bounds, mutation)
         }
     }
@@ -99,6 +118,27 @@ impl LockModel {
             self.mutation,
             Mutation::NoLeanGate | Mutation::LeanGateIgnoresLostSends
         ) && now < not_before
+    }
+
+    /// What a lean request run at `now` answers before it looks at the
+    /// lock, changing nothing (`None`: it goes on): `TooLate` at or past
+    /// its own deadline, else `NotYet` while the server's clock is not past
+    /// its not-before (an acquire's or a release's: `Self::not_yet`; a
+    /// settle's, the latest deadline of the lost sends it settles:
+    /// `Self::settle_too_soon`). Not a lean request: `None`.
+    pub(super) fn lean_refusal(&self, now: Time, sent: Sent) -> Option<Reply> {
+        let early = match sent.op {
+            Op::LeanAcquire(_, _, not_before) | Op::LeanRelease(_, not_before) => {
+                self.not_yet(now, not_before)
+            }
+            Op::LeanSettle(_, until, intent) => self.settle_too_soon(now, until, intent),
+            _ => return None,
+        };
+        if sent.until > 0 && now >= sent.until {
+            Some(Reply::TooLate)
+        } else {
+            early.then_some(Reply::NotYet)
+        }
     }
 
     /// Whether a lean settle with this intent, for lost sends whose latest
@@ -197,10 +237,20 @@ impl LockModel {
         if self.lean {
             c.sent_at = now;
         }
+        let window_end = now + self.bounds.window;
         let until = match op {
             Op::Release(..) => self.release_until(c.deadline),
             // A grant's lease ends as its acquire's would have.
             Op::GiveBack(..) => self.release_until(c.since + c.lease),
+            // (The mutation: none.)
+            _ if Self::is_lean(op) && self.mutation == Mutation::LeanNoDeadline => 0,
+            // A lean release: the earlier of its send's deadline and its
+            // hold's lease's end.
+            Op::LeanRelease(..) => match self.release_until(c.deadline) {
+                0 => window_end,
+                lease_end => lease_end.min(window_end),
+            },
+            Op::LeanAcquire(..) | Op::LeanSettle(..) => window_end,
             _ => 0,
         };
         let sent = Sent {
@@ -354,7 +404,29 @@ impl LockModel {
                 let lease = c.lease;
                 self.send(state, id, Op::Acquire(req, lease));
             }
-            (Phase::LeanReleasing { req, .. }, Reply::NotYet)
+            // (The mutation: past its deadline, read as released.)
+            (Phase::LeanReleasing { .. }, Reply::TooLate)
+                if self.mutation == Mutation::LeanTooLateReleased
+                    && matches!(answer.to.op, Op::LeanRelease(..)) =>
+            {
+                let c = &mut state.clients[id as usize];
+                c.phase = Phase::Idle;
+                c.count = 0;
+            }
+            // Not yet, or past its deadline (it ran late, and changed
+            // nothing; no copy of it is left to run): the release goes
+            // latched, while the hold's lease runs (the library's rule for
+            // every release's send); past it, the hold stands until its
+            // TTL ends.
+            (Phase::LeanReleasing { .. }, Reply::NotYet | Reply::TooLate)
+                if matches!(answer.to.op, Op::LeanRelease(..)) && state.now >= c.deadline =>
+            {
+                let c = &mut state.clients[id as usize];
+                c.phase = Phase::Idle;
+                c.count = 0;
+                c.abandoned += 1;
+            }
+            (Phase::LeanReleasing { req, .. }, Reply::NotYet | Reply::TooLate)
                 if matches!(answer.to.op, Op::LeanRelease(..)) =>
             {
                 let c = &mut state.clients[id as usize];
@@ -369,6 +441,9 @@ impl LockModel {
                 c.lean_until = 0;
                 c.left = false;
                 c.count = 1;
+                // The grant's lease, counted from its acquire's send: the
+                // give-back's deadline.
+                c.deadline = c.since + c.lease;
                 let give_back = Self::next_req(state, id);
                 self.release(state, id, give_back);
             }
@@ -403,8 +478,8 @@ impl LockModel {
                     c.abandoned += 1;
                 }
             }
-            // A lean release (or its settle) that ran too late changed
-            // nothing: settled, as a lost one.
+            // A lean release's settle that ran too soon or too late changed
+            // nothing: settled again, as a lost one.
             (Phase::LeanReleasing { req, resends }, Reply::NotYet | Reply::TooLate) => {
                 state.clients[id as usize].phase = Phase::LeanReleaseLost { req, resends };
             }
@@ -612,13 +687,21 @@ impl LockModel {
                 },
                 Some(Op::LeanSettle(req, lean_until, Intent::Take(c.lease))),
             ),
-            Phase::LeanReleaseLost { req, resends } if resends < resends_max => (
-                Phase::LeanReleasing {
-                    req,
-                    resends: resends + 1,
-                },
-                Some(Op::LeanSettle(req, lean_until, Intent::Release)),
-            ),
+            // The first settle of a lost release goes whatever the budget
+            // (as a lost acquire's does; `settle_lost_releases`); the
+            // budget counts its resends.
+            Phase::LeanReleaseLost { req, resends }
+                if resends < resends_max
+                    || (self.settle_lost_releases && resends == resends_max) =>
+            {
+                (
+                    Phase::LeanReleasing {
+                        req,
+                        resends: resends + 1,
+                    },
+                    Some(Op::LeanSettle(req, lean_until, Intent::Release)),
+                )
+            }
             // Out of resends: what it holds or may have taken stands
             // until its TTL ends.
             Phase::LeanSettling { .. } | Phase::LeanReleaseLost { .. } => {

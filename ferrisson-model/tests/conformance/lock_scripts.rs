@@ -675,7 +675,7 @@ fn model_run(
             Outcome::reply(Reply::NotYet)
         }
         Step::LeanAcquire(client, lease, _, _) => {
-            let reply = server.lean_acquire(t, client, lease, false, m);
+            let reply = server.lean_acquire(t, client, lease, m);
             Outcome {
                 left: match reply {
                     Reply::Refused => server.hold.map(|h| u64::from(h.expires - t)),
@@ -686,9 +686,11 @@ fn model_run(
         }
         Step::LeanRelease(client, _, _) => Outcome::reply(server.lean_release(client)),
         Step::LeanSettle(_, _, _, Deadline::Passed) => Outcome::reply(Reply::TooLate),
-        Step::LeanSettle(client, after, intent, _) => {
-            let early = after != Deadline::Passed;
-            Outcome::reply(server.lean_settle(t, client, early, intent, m))
+        Step::LeanSettle(_, after, _, _) if after != Deadline::Passed => {
+            Outcome::reply(Reply::NotYet)
+        }
+        Step::LeanSettle(client, _, intent, _) => {
+            Outcome::reply(server.lean_settle(t, client, intent, m))
         }
     };
     Some(outcome)
