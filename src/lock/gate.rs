@@ -1,0 +1,340 @@
+//! The lean protocol's gate: one per (lock, owner) of this process, which
+//! every call of the owner that sends to the lock passes (see
+//! `docs/model.md`, "The lean protocol").
+//!
+//! A call goes lean (no latch: a presence-based script bounded by its
+//! deadline) only while nothing else of the owner's may change the lock:
+//! no other call of it in flight, no work of it in the background (a
+//! dropped guard's release, a give-back, a settle), no hold of it that a
+//! guard owns, and no lean send of it whose reply was lost and is not
+//! settled yet. Its other sends whose replies it never read may still run
+//! until their deadlines: the lean call carries the latest of them as its
+//! not-before, which the script checks by the server's clock.
+//!
+//! Only one call holds the gate's lean claim at a time, and a lost lean
+//! send closes the gate to every call of the owner (lean or latched) until
+//! a settle of it is answered: no clock says when it may open.
+
+use std::sync::{Arc, LazyLock};
+
+use dashmap::DashMap;
+use tokio::sync::Notify;
+
+use crate::engine::watchdog::HoldKey;
+
+/// One owner's gate on one lock.
+#[derive(Debug, Default)]
+struct Gate {
+    /// Calls of the owner in flight, each with its [`Ticket`].
+    calls: u32,
+    /// One of them is a lean send whose reply is awaited.
+    lean: bool,
+    /// Work of the owner going on in the background, each with its
+    /// [`Busy`].
+    background: u32,
+    /// The latest deadline, in epoch ms by the server's clock, of the
+    /// owner's sends whose replies were never read (0: none): until then
+    /// one of them may still run.
+    quiet_until: u64,
+    /// The latest deadline of the owner's lean sends that change the lock
+    /// whose replies were never read, not settled yet (0: none).
+    lean_until: u64,
+    /// Told when the gate may open.
+    changed: Arc<Notify>,
+}
+
+impl Gate {
+    /// Whether nothing of the owner's is in the gate, so that its entry
+    /// may go (a `quiet_until` left is kept: see [`Gates::lost`]).
+    fn idle(&self) -> bool {
+        self.calls == 0 && self.background == 0 && self.lean_until == 0 && self.quiet_until == 0
+    }
+}
+
+/// The gates of every (lock, owner) of this process. An owner's field
+/// names its client's id, so the clients of a process share the map
+/// without meeting in it.
+#[derive(Debug, Default)]
+pub(crate) struct Gates(DashMap<HoldKey, Gate>);
+
+static GATES: LazyLock<Gates> = LazyLock::new(Gates::default);
+
+/// What a call got at the gate.
+#[derive(Debug)]
+pub(crate) enum Claim {
+    /// It goes lean, with this not-before (epoch ms by the server's clock;
+    /// 0: none).
+    Lean { ticket: Ticket, not_before: u64 },
+    /// It goes latched.
+    Latched(Ticket),
+}
+
+impl Claim {
+    /// The call's ticket, whichever way it goes.
+    pub(crate) fn ticket(&self) -> &Ticket {
+        match self {
+            Claim::Lean { ticket, .. } | Claim::Latched(ticket) => ticket,
+        }
+    }
+}
+
+/// A call of the owner in flight. Dropped, it leaves the gate (and gives
+/// up its lean claim, if any).
+#[derive(Debug)]
+pub(crate) struct Ticket {
+    gates: &'static Gates,
+    key: HoldKey,
+    lean: bool,
+}
+
+impl Ticket {
+    /// Whether the call holds the gate's lean claim.
+    pub(crate) fn is_lean(&self) -> bool {
+        self.lean
+    }
+
+    /// The owner's lock this ticket is for.
+    pub(crate) fn key(&self) -> &HoldKey {
+        &self.key
+    }
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        self.gates.leave(&self.key, |gate| {
+            gate.calls = gate.calls.saturating_sub(1);
+            if self.lean {
+                gate.lean = false;
+            }
+        });
+    }
+}
+
+/// Work of the owner in the background: while it lives, no call of the
+/// owner goes lean.
+#[derive(Debug)]
+pub(crate) struct Busy {
+    gates: &'static Gates,
+    key: HoldKey,
+}
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        self.gates.leave(&self.key, |gate| {
+            gate.background = gate.background.saturating_sub(1);
+        });
+    }
+}
+
+impl Gates {
+    /// The process's gates.
+    pub(crate) fn get() -> &'static Gates {
+        &GATES
+    }
+
+    /// Passes the gate of `key`: waits while a lean send of the owner is
+    /// unanswered or a lost one is not settled, then claims it. The claim
+    /// is lean when `lean` asks for it (the call may go lean: the kind,
+    /// the server and the call allow it), no other call or background work
+    /// of the owner is on, and `holds_nothing` says the owner holds nothing
+    /// of the lock here (read under the gate's lock); latched otherwise.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a future dropped while it waits has claimed nothing.
+    pub(crate) async fn claim(
+        &'static self,
+        key: &HoldKey,
+        lean: bool,
+        holds_nothing: impl Fn() -> bool,
+    ) -> Claim {
+        loop {
+            let changed = {
+                let mut gate = self.0.entry(key.clone()).or_default();
+                if !gate.lean && gate.lean_until == 0 {
+                    let lean = lean && gate.calls == 0 && gate.background == 0 && holds_nothing();
+                    gate.calls += 1;
+                    gate.lean = lean;
+                    let not_before = gate.quiet_until;
+                    let ticket = Ticket {
+                        gates: self,
+                        key: key.clone(),
+                        lean,
+                    };
+                    return match lean {
+                        true => Claim::Lean { ticket, not_before },
+                        false => Claim::Latched(ticket),
+                    };
+                }
+                // Enabled before the entry's lock goes: a change made
+                // between the look and the wait is not missed.
+                let mut changed = Box::pin(Arc::clone(&gate.changed).notified_owned());
+                changed.as_mut().enable();
+                changed
+            };
+            changed.await;
+        }
+    }
+
+    /// Background work of the owner starts: no call of it goes lean until
+    /// the [`Busy`] is dropped.
+    pub(crate) fn busy(&'static self, key: &HoldKey) -> Busy {
+        self.0.entry(key.clone()).or_default().background += 1;
+        Busy {
+            gates: self,
+            key: key.clone(),
+        }
+    }
+
+    /// A send of the owner whose reply will never be read, with this
+    /// deadline (epoch ms by the server's clock): it may run until then.
+    /// `changes_lock`: a lean send that may change the lock (a lean acquire
+    /// or release, a settle to release), which closes the gate until a
+    /// settle of it is answered ([`Gates::settled`]).
+    pub(crate) fn lost(&self, key: &HoldKey, deadline: u64, changes_lock: bool) {
+        let mut gate = self.0.entry(key.clone()).or_default();
+        gate.quiet_until = gate.quiet_until.max(deadline);
+        if changes_lock {
+            gate.lean_until = gate.lean_until.max(deadline);
+        }
+    }
+
+    /// The latest deadline of the owner's lost lean sends not settled yet
+    /// (0: none): what a settle carries.
+    pub(crate) fn lean_until(&self, key: &HoldKey) -> u64 {
+        self.0.get(key).map_or(0, |gate| gate.lean_until)
+    }
+
+    /// A settle of the owner's lost lean sends up to `until` was answered:
+    /// none of them can run any more, and the gate opens (unless a later
+    /// one was lost meanwhile).
+    pub(crate) fn settled(&self, key: &HoldKey, until: u64) {
+        self.leave(key, |gate| {
+            if gate.lean_until <= until {
+                gate.lean_until = 0;
+            }
+        });
+    }
+
+    /// A lean call carrying `not_before` got past its check: the server's
+    /// clock is past it, and no send it covered can run any more. The
+    /// owner's not-before is cleared, unless a later loss raised it.
+    pub(crate) fn answered(&self, key: &HoldKey, not_before: u64) {
+        self.leave(key, |gate| {
+            if gate.quiet_until <= not_before {
+                gate.quiet_until = 0;
+            }
+        });
+    }
+
+    /// Changes `key`'s gate by `change`, tells its waiters, and removes it
+    /// once idle.
+    fn leave(&self, key: &HoldKey, change: impl FnOnce(&mut Gate)) {
+        let removed = self.0.remove_if_mut(key, |_, gate| {
+            change(gate);
+            gate.changed.notify_waiters();
+            gate.idle()
+        });
+        drop(removed);
+    }
+
+    /// How many gates are kept (tests).
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn gates() -> &'static Gates {
+        Box::leak(Box::default())
+    }
+
+    fn key(owner: &str) -> HoldKey {
+        HoldKey::new(Arc::from("gate-test"), Arc::from(owner))
+    }
+
+    #[tokio::test]
+    async fn one_call_at_a_time_goes_lean() {
+        let gates = gates();
+        let k = key("a");
+        let first = gates.claim(&k, true, || true).await;
+        assert!(first.ticket().is_lean());
+        // A second call of the owner while the first is in flight: latched.
+        // (It waits while the lean send is unanswered.)
+        let second = tokio::spawn(async move { gates.claim(&key("a"), true, || true).await });
+        tokio::task::yield_now().await;
+        assert!(!second.is_finished());
+        drop(first);
+        let second = second.await.unwrap();
+        assert!(second.ticket().is_lean(), "the gate is free again");
+        drop(second);
+        assert_eq!(gates.len(), 0, "an idle gate goes");
+    }
+
+    #[tokio::test]
+    async fn a_call_beside_another_or_background_work_goes_latched() {
+        let gates = gates();
+        let k = key("b");
+        let latched = gates.claim(&k, false, || true).await;
+        assert!(!latched.ticket().is_lean());
+        assert!(!gates.claim(&k, true, || true).await.ticket().is_lean());
+        drop(latched);
+        let busy = gates.busy(&k);
+        assert!(!gates.claim(&k, true, || true).await.ticket().is_lean());
+        drop(busy);
+        assert!(!gates.claim(&k, true, || false).await.ticket().is_lean());
+        assert!(gates.claim(&k, true, || true).await.ticket().is_lean());
+    }
+
+    #[tokio::test]
+    async fn a_lost_lean_send_closes_the_gate_until_settled() {
+        let gates = gates();
+        let k = key("c");
+        let claim = gates.claim(&k, true, || true).await;
+        gates.lost(&k, 1_000, true);
+        drop(claim);
+        let next = tokio::spawn(async move { gates.claim(&key("c"), true, || true).await });
+        tokio::task::yield_now().await;
+        assert!(!next.is_finished(), "no call goes while it is unsettled");
+        assert_eq!(gates.lean_until(&k), 1_000);
+        gates.settled(&k, 1_000);
+        match next.await.unwrap() {
+            Claim::Lean { not_before, .. } => assert_eq!(not_before, 1_000),
+            Claim::Latched(_) => panic!("the gate opened latched"),
+        }
+        gates.answered(&k, 1_000);
+        match gates.claim(&k, true, || true).await {
+            Claim::Lean { not_before, .. } => assert_eq!(not_before, 0),
+            Claim::Latched(_) => panic!("latched"),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_later_loss_is_not_cleared_by_an_earlier_answer() {
+        let gates = gates();
+        let k = key("d");
+        gates.lost(&k, 1_000, false);
+        gates.lost(&k, 2_000, false);
+        gates.answered(&k, 1_000);
+        match gates.claim(&k, true, || true).await {
+            Claim::Lean { not_before, .. } => assert_eq!(not_before, 2_000),
+            Claim::Latched(_) => panic!("latched"),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_dropped_wait_claims_nothing() {
+        let gates = gates();
+        let k = key("e");
+        let first = gates.claim(&k, true, || true).await;
+        let waiting = tokio::spawn(async move { gates.claim(&key("e"), true, || true).await });
+        tokio::task::yield_now().await;
+        waiting.abort();
+        assert!(waiting.await.unwrap_err().is_cancelled());
+        drop(first);
+        assert_eq!(gates.len(), 0);
+    }
+}
