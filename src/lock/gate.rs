@@ -148,6 +148,7 @@ impl Gates {
         holds_nothing: impl Fn() -> bool,
     ) -> Claim {
         loop {
+            let notify: Arc<Notify>;
             let changed = {
                 let mut gate = self.0.entry(key.clone()).or_default();
                 if !gate.lean && gate.lean_until == 0 {
@@ -167,7 +168,8 @@ impl Gates {
                 }
                 // Enabled before the entry's lock goes: a change made
                 // between the look and the wait is not missed.
-                let mut changed = Box::pin(Arc::clone(&gate.changed).notified_owned());
+                notify = Arc::clone(&gate.changed);
+                let mut changed = Box::pin(notify.notified());
                 changed.as_mut().enable();
                 changed
             };
