@@ -258,6 +258,14 @@ mod tests {
         HoldKey::new(Arc::from("gate-test"), Arc::from(owner))
     }
 
+    /// The not-before of a lean claim (panics on a latched one).
+    fn not_before(claim: Claim) -> u64 {
+        match claim {
+            Claim::Lean { not_before, .. } => not_before,
+            Claim::Latched(_) => panic!("the gate opened latched"),
+        }
+    }
+
     #[tokio::test]
     async fn one_call_at_a_time_goes_lean() {
         let gates = gates();
@@ -303,15 +311,9 @@ mod tests {
         assert!(!next.is_finished(), "no call goes while it is unsettled");
         assert_eq!(gates.lean_until(&k), 1_000);
         gates.settled(&k, 1_000);
-        match next.await.unwrap() {
-            Claim::Lean { not_before, .. } => assert_eq!(not_before, 1_000),
-            Claim::Latched(_) => panic!("the gate opened latched"),
-        }
+        assert_eq!(not_before(next.await.unwrap()), 1_000);
         gates.answered(&k, 1_000);
-        match gates.claim(&k, true, || true).await {
-            Claim::Lean { not_before, .. } => assert_eq!(not_before, 0),
-            Claim::Latched(_) => panic!("latched"),
-        }
+        assert_eq!(not_before(gates.claim(&k, true, || true).await), 0);
     }
 
     #[tokio::test]
@@ -321,10 +323,7 @@ mod tests {
         gates.lost(&k, 1_000, false);
         gates.lost(&k, 2_000, false);
         gates.answered(&k, 1_000);
-        match gates.claim(&k, true, || true).await {
-            Claim::Lean { not_before, .. } => assert_eq!(not_before, 2_000),
-            Claim::Latched(_) => panic!("latched"),
-        }
+        assert_eq!(not_before(gates.claim(&k, true, || true).await), 2_000);
     }
 
     #[tokio::test]

@@ -384,9 +384,10 @@ impl Model for LockModel {
                         Op::Acquire(req, ttl) => {
                             server.acquire_with(now, req, ttl, b, m, true, false)
                         }
-                        // Past the end of its hold's lease, and not answered
-                        // from its latch: nothing changes.
-                        Op::Release(req, _) | Op::Dropped(req, _)
+                        // Past the end of its hold's lease (a give-back: its
+                        // grant's), and not answered from its latch: nothing
+                        // changes.
+                        Op::Release(req, _) | Op::Dropped(req, _) | Op::GiveBack(req, _)
                             if sent.until > 0
                                 && now >= sent.until
                                 && !server.unlock_latched(req) =>
@@ -398,13 +399,6 @@ impl Model for LockModel {
                         }
                         Op::Renew(_) => server.renew(now, sent.client, b.lease, m),
                         Op::Settle(req) => server.settle(now, req, b),
-                        Op::GiveBack(req, _)
-                            if sent.until > 0
-                                && now >= sent.until
-                                && !server.unlock_latched(req) =>
-                        {
-                            Reply::TooLate
-                        }
                         Op::GiveBack(req, grant) => server.give_back(now, req, grant, b, m),
                         Op::LeanAcquire(_, ttl, _) => server.lean_acquire(now, sent.client, ttl, m),
                         Op::LeanRelease(..) => server.lean_release(sent.client),

@@ -691,8 +691,7 @@ impl LockModel {
             // (as a lost acquire's does; `settle_lost_releases`); the
             // budget counts its resends.
             Phase::LeanReleaseLost { req, resends }
-                if resends < resends_max
-                    || (self.settle_lost_releases && resends == resends_max) =>
+                if resends < resends_max + u8::from(self.settle_lost_releases) =>
             {
                 (
                     Phase::LeanReleasing {
