@@ -188,6 +188,11 @@ pub struct Config {
     /// lock's name, besides its kind. Default `false`: names can be
     /// unbounded.
     pub metric_lock_names: bool,
+    /// Whether the reentrant and spin locks may send the lean protocol
+    /// (`lua/lean_acquire.lua`, `lua/lean_release.lua`: no latch keys) for
+    /// an owner's one hold; see [`ClientBuilder::lean`](crate::ClientBuilder::lean).
+    /// Default `false`.
+    pub lean: bool,
 }
 
 impl Default for Config {
@@ -200,6 +205,7 @@ impl Default for Config {
             replica_sync: None,
             pubsub_mode: PubSubMode::Auto,
             metric_lock_names: false,
+            lean: false,
         }
     }
 }
@@ -247,6 +253,11 @@ impl Config {
         }
         if self.release_attempts == 0 {
             return Err(Error::invalid("release attempts must be at least 1"));
+        }
+        if self.lean && self.replica_sync.is_some() {
+            return Err(Error::invalid(
+                "the lean protocol is not taken with replica sync, which goes by the acquire latch",
+            ));
         }
         if let Some(sync) = self.replica_sync {
             if sync.replicas == Replicas::AtLeast(0) {

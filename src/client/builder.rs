@@ -356,6 +356,25 @@ impl ClientBuilder {
         self
     }
 
+    /// Lets the reentrant and spin locks send the lean protocol: an owner
+    /// that holds nothing of a lock, with nothing of it on its way, takes
+    /// and releases its one hold with scripts that write no latch key
+    /// (`lua/lean_acquire.lua`, `lua/lean_release.lua`), each send bounded
+    /// by its deadline on the server's clock and never resent; a lost reply
+    /// is settled (`lua/lean_settle.lua`) once that deadline has passed,
+    /// and the owner's next call on that lock waits for the settle. Every
+    /// other call (a re-entry, a release that leaves holds, a job's
+    /// release) sends the latched scripts as before. The layout Redisson
+    /// reads is the same either way. After the first command of a lock
+    /// whose reply was lost, the client sends the latched protocol only.
+    ///
+    /// Off by default. For one server without replica sync: a cluster or
+    /// sentinel builder refuses it in `build`, and so does replica sync.
+    pub fn lean(mut self, on: bool) -> Self {
+        self.config.lean = on;
+        self
+    }
+
     /// Labels the metrics of each lock with its name (label `name`), besides
     /// its kind. Off by default: a service that makes locks per order or
     /// per user would make a time series per lock. Feature `metrics`.
@@ -426,6 +445,12 @@ impl ClientBuilder {
         if self.tls_root.is_some() && !matches!(self.target, Target::Single(_)) {
             return Err(crate::Error::invalid(
                 "a private TLS root certificate is only taken for one server, not a cluster or sentinels",
+            ));
+        }
+        #[cfg(any(feature = "cluster", feature = "sentinel"))]
+        if self.config.lean && !matches!(self.target, Target::Single(_)) {
+            return Err(crate::Error::invalid(
+                "the lean protocol is only taken for one server, not a cluster or sentinels",
             ));
         }
         let manager_config = ConnectionManagerConfig::new()

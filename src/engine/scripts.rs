@@ -91,6 +91,14 @@ scripts! {
     LATCH_COUNT_DOWN = "latch_count_down.lua";
     /// `lua/latch_delete.lua`: delete a latch, opening it.
     LATCH_DELETE = "latch_delete.lua";
+    /// `lua/lean_acquire.lua`: take a free lock without a latch, bounded
+    /// by the send's deadline.
+    LEAN_ACQUIRE = "lean_acquire.lua";
+    /// `lua/lean_release.lua`: release the owner's one hold without a
+    /// latch, bounded by the send's deadline.
+    LEAN_RELEASE = "lean_release.lua";
+    /// `lua/lean_settle.lua`: settle lean sends whose replies were lost.
+    LEAN_SETTLE = "lean_settle.lua";
 }
 
 /// The text of the script whose SHA1 is `sha`, when it is one of ours.

@@ -6,8 +6,10 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::gate::{Busy, Claim, Gates};
 use super::info::Extra;
 use super::kind::{AcquireArgs, Granted};
+use super::lean::{self, Took};
 use super::queue::{leave_queue, FairOwners, Queue, QueueExit};
 use super::release::give_back_hold;
 use super::slot::EXPIRY_SLACK;
@@ -141,8 +143,37 @@ impl LockCore {
             return Ok(held);
         }
         let ttl_ms = self.hold_ttl(req);
+        // The owner's gate, when the client may send the lean protocol:
+        // its ticket is kept until the guard is made.
+        let Some(claim) = self.pass_gate(req).await else {
+            // The call's time ran out at the gate.
+            return Ok(Tried::soon());
+        };
         let sent = Instant::now();
-        let token = match self.send_latched(req, ttl_ms, &runtime).await? {
+        let (granted, lean, _ticket) = match claim {
+            Some(Claim::Lean { ticket, not_before }) => {
+                let ticket = Arc::new(ticket);
+                let claim = (Arc::clone(&ticket), not_before);
+                let took = lean::acquire(&self.obj, &req.key, ttl_ms, claim, &runtime).await;
+                match took.map_err(|e| self.error(e))? {
+                    Took::Granted => (Granted::Yes(None), true, Some(ticket)),
+                    Took::Held(pttl) => return Ok(Tried::after_pttl(pttl)),
+                    // Took nothing; a lost one is settled before the
+                    // owner's next call passes the gate.
+                    Took::TooLate | Took::Lost => return Ok(Tried::soon()),
+                    Took::NotYet => {
+                        let granted = self.send_latched(req, ttl_ms, &runtime).await?;
+                        (granted, false, Some(ticket))
+                    }
+                }
+            }
+            claim => {
+                let ticket = claim.map(|claim| Arc::new(claim.into_ticket()));
+                let granted = self.send_latched(req, ttl_ms, &runtime).await?;
+                (granted, false, ticket)
+            }
+        };
+        let token = match granted {
             Granted::Yes(token) => token,
             // The holder's TTL: the lock is free by then.
             Granted::No(pttl) => return Ok(Tried::after_pttl(pttl)),
@@ -171,12 +202,41 @@ impl LockCore {
         };
         // The grant may have been taken by an earlier send whose reply was
         // lost: its lease counts from there.
-        let sent = req.slot.lease_start(sent);
-        let Some(sent) = self.confirm_if_late(req, sent, ttl_ms, &runtime).await? else {
+        // A lean grant names no latch (a give-back of it releases the
+        // owner's one hold).
+        let (sent, grant) = match lean {
+            true => (sent, None),
+            false => (req.slot.lease_start(sent), req.slot.latch()),
+        };
+        let Some(sent) = self
+            .confirm_if_late(req, sent, ttl_ms, grant.clone(), &runtime)
+            .await?
+        else {
             return Ok(Tried::soon());
         };
         let guard = self.hold(req, sent, ttl_ms, token, runtime);
-        self.check_replicas(guard, req.slot.latch()).await
+        if lean {
+            guard.mark_lean();
+        }
+        self.check_replicas(guard, grant).await
+    }
+
+    /// Passes the owner's gate (see `lock::gate`) when the client was
+    /// asked for the lean protocol and this kind may go lean: `Some(None)`
+    /// when it was not, `None` when the call's time ran out while it
+    /// waited there.
+    async fn pass_gate(&self, req: &AcquireRequest<'_>) -> Option<Option<Claim>> {
+        let client = self.obj.client();
+        if !client.lean_asked() || !lean::capable(self.kind) {
+            return Some(None);
+        }
+        let key = &req.key;
+        let go_lean = client.goes_lean();
+        let claim = Gates::get().claim(key, go_lean, || Guards::get().holds_nothing(key));
+        match req.limits.bound {
+            Some(bound) => tokio::time::timeout_at(bound, claim).await.ok().map(Some),
+            None => Some(Some(claim.await)),
+        }
     }
 
     /// Waits, before a grant, for the end of a key that holds a count of
@@ -300,7 +360,11 @@ impl LockCore {
         };
         let lock = self.obj.clone();
         let key = req.key.clone();
+        // No call of the owner goes lean while this send may still be on
+        // its way, or what it took given back.
+        let busy = self.gate_busy(&key);
         let orphaned = move |granted: bool| async move {
+            let _busy = busy;
             if let (Queue::Joins { waiter_ms }, false) = (queue, granted) {
                 // Perhaps queued by this very attempt: leave the line
                 // (unless a newer wait of the owner is in it).
@@ -323,19 +387,19 @@ impl LockCore {
         req: &AcquireRequest<'_>,
         sent: Instant,
         ttl_ms: u64,
+        grant: Option<Arc<Latch>>,
         runtime: &tokio::runtime::Handle,
     ) -> Result<Option<Instant>> {
         let ttl = Duration::from_millis(ttl_ms);
         if req.lease_ms.is_some() || Instant::now() < sent + ttl / 3 {
             return Ok(Some(sent));
         }
-        match self.confirm(&req.key, ttl, sent, req.slot.latch()).await {
+        match self.confirm(&req.key, ttl, sent, grant.clone()).await {
             Ok((true, confirmed)) => Ok(Some(confirmed)),
             Ok((false, _)) => Ok(None),
             Err(err) => {
                 // The grant was made after `sent`, and before its reply.
                 let granted = GrantedIn::between(sent, Instant::now());
-                let grant = req.slot.latch();
                 self.give_back_in_background(&req.key, (granted, ttl_ms), grant, runtime);
                 Err(err)
             }
@@ -425,6 +489,14 @@ struct AcquireRequest<'a> {
 }
 
 impl LockCore {
+    /// Background work of `key`'s owner on this lock, when the client was
+    /// asked for the lean protocol: no call of the owner goes lean while
+    /// it lives (see `lock::gate`).
+    fn gate_busy(&self, key: &HoldKey) -> Option<Busy> {
+        let lean = self.obj.client().lean_asked() && lean::capable(self.kind);
+        lean.then(|| Gates::get().busy(key))
+    }
+
     /// Releases one hold of `key` that no guard will own, in the
     /// background; `ttl_ms` is what the acquire set as the key's TTL, and
     /// `grant` the latch of the request granted (see `give_back_hold`).
@@ -437,7 +509,9 @@ impl LockCore {
     ) {
         let lock = self.obj.clone();
         let hold = Hold::of(self.kind, key);
+        let busy = self.gate_busy(key);
         runtime.spawn(async move {
+            let _busy = busy;
             let why = GiveBack::Unconfirmed;
             let lasts = Lasts::Ms(ttl_ms);
             let grant = grant.as_ref();
@@ -463,7 +537,9 @@ impl LockCore {
         let request = async move { call.send(&mut conn).await };
         let lock = self.obj.clone();
         let hold = Hold::of(self.kind, key);
+        let busy = self.gate_busy(key);
         let give_back = move |reply: redis::RedisResult<Vec<usize>>| async move {
+            let _busy = busy;
             let granted = match reply {
                 // The renewal, sent at `sent` and answered by now, set the
                 // key's TTL.

@@ -70,7 +70,15 @@ pub(crate) enum Claim {
 }
 
 impl Claim {
+    /// The call's ticket, whichever way it goes, given up with the claim.
+    pub(crate) fn into_ticket(self) -> Ticket {
+        match self {
+            Claim::Lean { ticket, .. } | Claim::Latched(ticket) => ticket,
+        }
+    }
+
     /// The call's ticket, whichever way it goes.
+    #[cfg(test)]
     pub(crate) fn ticket(&self) -> &Ticket {
         match self {
             Claim::Lean { ticket, .. } | Claim::Latched(ticket) => ticket,
@@ -89,13 +97,9 @@ pub(crate) struct Ticket {
 
 impl Ticket {
     /// Whether the call holds the gate's lean claim.
+    #[cfg(test)]
     pub(crate) fn is_lean(&self) -> bool {
         self.lean
-    }
-
-    /// The owner's lock this ticket is for.
-    pub(crate) fn key(&self) -> &HoldKey {
-        &self.key
     }
 }
 
@@ -202,6 +206,7 @@ impl Gates {
 
     /// The latest deadline of the owner's lost lean sends not settled yet
     /// (0: none): what a settle carries.
+    #[cfg(test)]
     pub(crate) fn lean_until(&self, key: &HoldKey) -> u64 {
         self.0.get(key).map_or(0, |gate| gate.lean_until)
     }

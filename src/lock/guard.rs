@@ -128,6 +128,14 @@ impl LockGuard {
         }
     }
 
+    /// Marks the hold as taken with the lean acquire: its release may go
+    /// lean too (see `lock::lean`).
+    pub(crate) fn mark_lean(&self) {
+        if let Some(hold) = &self.hold {
+            hold.slot.mark_lean();
+        }
+    }
+
     pub(crate) fn with_token(mut self, token: Option<u64>) -> LockGuard {
         self.token = token;
         self

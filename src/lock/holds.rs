@@ -353,6 +353,25 @@ impl Guards {
         stale
     }
 
+    /// Whether the owner of `key` holds nothing of the lock here: no guard
+    /// (nor a release on its way), and no count of it left standing (see
+    /// [`Guards::lingering`]).
+    pub(crate) fn holds_nothing(&self, key: &HoldKey) -> bool {
+        !self.0.contains_key(key) && !self.lingering(key)
+    }
+
+    /// Whether `slot`'s hold is its owner's only one of the lock here, no
+    /// other count of it left standing.
+    pub(crate) fn holds_only(&self, key: &HoldKey, slot: &Arc<Slot>) -> bool {
+        let only = self
+            .0
+            .get(key)
+            .is_some_and(|slots| slots.len() == 1 && Arc::ptr_eq(&slots[0], slot));
+        only && LINGERING
+            .get(key)
+            .is_none_or(|until| *until <= Instant::now())
+    }
+
     /// Forgets `slot`; the entry goes with its last slot.
     pub(crate) fn remove(&self, key: &HoldKey, slot: &Arc<Slot>) {
         self.0.remove_if_mut(key, |_, slots| {

@@ -6,12 +6,12 @@ mod acquire;
 mod face;
 mod fair;
 mod fenced;
-#[allow(dead_code)] // Not wired yet: the lean path (issue 53).
 mod gate;
 mod guard;
 mod holds;
 mod info;
 mod kind;
+mod lean;
 mod lease;
 mod non_reentrant;
 mod parking;

@@ -8,7 +8,11 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tracing::Instrument;
 
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use super::gate::{Claim, Gates};
 use super::holds::Guards;
+use super::lean::{self, Let};
 use super::parking::{Parked, Parking};
 use super::slot::{After, Slot, Standing};
 use crate::engine::request::{GrantedIn, Latch};
@@ -177,6 +181,9 @@ pub(crate) struct Release {
     /// A give-back's grant (see [`ReleaseCall::grant`]), kept standing
     /// until the release is answered.
     pub(super) grant: Option<Arc<Latch>>,
+    /// The deadline of its lean send whose reply was lost (0: none): the
+    /// release, run again from its start, settles it instead of sending.
+    lean_lost: AtomicU64,
 }
 
 impl Drop for Release {
@@ -272,6 +279,7 @@ impl Release {
             keep_until: None,
             done: None,
             grant: None,
+            lean_lost: AtomicU64::new(0),
         })
     }
 
@@ -319,7 +327,19 @@ impl Release {
             done: self.done.as_ref(),
             grant: self.grant.as_ref().map(|latch| latch.key.as_str()),
         };
-        let answer = release_hold_as(lock, &call).instrument(span).await;
+        // The owner's gate, when the client was asked for the lean
+        // protocol: its ticket is kept until the release is answered.
+        let claim = self.pass_gate().await;
+        let lean = match &claim {
+            Some(Claim::Lean { not_before, .. }) => self.send_lean(lock, *not_before).await,
+            _ if self.lean_lost.load(Ordering::Acquire) != 0 => self.send_lean(lock, 0).await,
+            _ => None,
+        };
+        let answer = match lean {
+            Some(answer) => answer,
+            None => release_hold_as(lock, &call).instrument(span).await,
+        };
+        drop(claim);
         linger(&self.key, &self.slot, self.lease_ms, &answer);
         // How the key stands now, for the releases that stand by this hold.
         let settled = settled(
@@ -341,6 +361,80 @@ impl Release {
             released => released,
         }
     }
+}
+
+impl Release {
+    /// Passes the owner's gate (see `lock::gate`) when the client was
+    /// asked for the lean protocol and this kind may go lean; lean when
+    /// the hold was taken lean, is its owner's only one here, and the
+    /// release is plain (no keep, no job's mark, no grant). A release
+    /// whose lean send was lost passes no gate: it settles.
+    async fn pass_gate(&self) -> Option<Claim> {
+        let client = self.lock.client();
+        if !client.lean_asked() || !lean::capable(self.kind) {
+            return None;
+        }
+        if self.lean_lost.load(Ordering::Acquire) != 0 {
+            return None;
+        }
+        let plain = self.keep_until.is_none() && self.done.is_none() && self.grant.is_none();
+        let go_lean = plain && self.slot.is_lean() && client.goes_lean();
+        let (key, slot) = (&self.key, &self.slot);
+        let only = || Guards::get().holds_only(key, slot);
+        Some(Gates::get().claim(key, go_lean, only).await)
+    }
+
+    /// The lean release, carrying `not_before` (or, after its send was
+    /// lost, the settle of it): `None` when the latched release is to go
+    /// instead.
+    async fn send_lean(&self, lock: &Object, not_before: u64) -> Option<Result<Answer>> {
+        let first_sent = Instant::now();
+        let lasts = Duration::from_millis(self.lease_ms);
+        let lost_at = self.lean_lost.load(Ordering::Acquire);
+        let let_go = match lost_at {
+            0 => lean::release(lock, &self.key, (not_before, lasts), &self.lean_lost).await,
+            _ => Ok(Let::Settled(
+                lean::settle_lost_release(lock, &self.key, lost_at, lasts).await,
+            )),
+        };
+        let released = Answer {
+            reply: 1,
+            kept_ms: None,
+            first_sent,
+        };
+        let not_held = Error::NotHeld {
+            name: self.key.name.to_string(),
+            owner: self.key.field.to_string(),
+        };
+        Some(match let_go.map_err(|e| lock.error(e)) {
+            Ok(Let::Released) => Ok(released),
+            // Released by the settle, or by the lost send itself (which
+            // ran before its deadline, the lease standing when it went):
+            // the hold is gone, by this release's doing as far as anyone
+            // can tell.
+            Ok(Let::Settled(true)) => Ok(released),
+            // Never answered: what Redis holds is unknown (it ends with
+            // the lease), as after a latched release that never got
+            // through.
+            Ok(Let::Settled(false)) => Err(lock.error(unanswered())),
+            Ok(Let::NotHeld) => Err(not_held),
+            Ok(Let::Latched) => return None,
+            Ok(Let::Unexpected(reply)) => Err(Error::UnexpectedReply {
+                script: "lean_release",
+                reply: reply.to_string(),
+            }),
+            Err(err) => Err(err),
+        })
+    }
+}
+
+/// The error of a lean release whose settle was never answered.
+fn unanswered() -> redis::RedisError {
+    std::io::Error::new(
+        std::io::ErrorKind::TimedOut,
+        "the lean release's reply was lost, and no settle of it was answered",
+    )
+    .into()
 }
 
 /// Gives back one hold of `owner` on `name` that no guard owned (an
@@ -449,6 +543,13 @@ async fn give_back_once(lock: &Object, hold: &Parked) -> Result<Answer> {
         ref grant,
         ..
     } = *hold;
+    // The owner's gate, when the client was asked for the lean protocol:
+    // a give-back goes latched, no lean call of the owner beside it.
+    let client = lock.client();
+    let _claim = match client.lean_asked() && lean::capable(kind) {
+        true => Some(Gates::get().claim(key, false, || false).await),
+        false => None,
+    };
     let slot = Slot::given_back(ttl_ms, granted);
     let registry = lock.registry();
     let standing = Guards::get().standing(key, &slot, registry, kind == Kind::Read);

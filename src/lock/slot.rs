@@ -21,6 +21,9 @@ pub(crate) struct Slot {
     /// Released, by its guard or by `Lock::unlock`: whoever sets it first
     /// sends the release, and only they.
     claimed: AtomicBool,
+    /// Taken with the lean acquire: its release may go lean too (see
+    /// `lock::lean`).
+    lean: AtomicBool,
     /// The hold's lease, which `extend` and `keep_alive` change.
     lease: Mutex<SlotLease>,
     /// Wakes the waiters of a [`Lease`](super::Lease) when the hold's
@@ -107,6 +110,7 @@ impl Slot {
         let overrun = overrun(lease_ms, &state, now);
         Arc::new(Slot {
             claimed: AtomicBool::new(false),
+            lean: AtomicBool::new(false),
             lease: Mutex::new(SlotLease { lease_ms, state }),
             changed: Notify::new(),
             after: Mutex::new(After::Held),
@@ -116,6 +120,16 @@ impl Slot {
             overrun: Mutex::new(overrun),
             replaced: Mutex::default(),
         })
+    }
+
+    /// Marks the hold as taken with the lean acquire.
+    pub(crate) fn mark_lean(&self) {
+        self.lean.store(true, Ordering::Release);
+    }
+
+    /// Whether the hold was taken with the lean acquire.
+    pub(crate) fn is_lean(&self) -> bool {
+        self.lean.load(Ordering::Acquire)
     }
 
     /// The slot of no hold: claimed, its lease run out (what a guard that
@@ -135,6 +149,7 @@ impl Slot {
         let state = LeaseState::leased(granted.from + Duration::from_millis(lease_ms));
         Arc::new(Slot {
             claimed: AtomicBool::new(true),
+            lean: AtomicBool::new(false),
             lease: Mutex::new(SlotLease {
                 lease_ms: Some(lease_ms),
                 state,

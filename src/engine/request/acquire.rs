@@ -386,7 +386,9 @@ where
                 client.forget_clock(&request.latch.key);
             }
             if matches!(&reply, Err(err) if is_connection_failure(err)) {
-                // Perhaps it reached Redis: its outcome is unknown.
+                // Perhaps it reached Redis: its outcome is unknown (and a
+                // lean call of the client could not tell it from its own).
+                client.lean_off();
                 request.lost(lasts, at);
             }
             reply

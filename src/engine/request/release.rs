@@ -177,7 +177,14 @@ pub(crate) async fn release(
         let mut conn = obj.conn();
         let reply = build(Sending { latch, latch_ttl })
             .invoke_async::<Option<i64>>(&mut conn)
-            .await?;
+            .await
+            .inspect_err(|err| {
+                if crate::error::is_connection_failure(err) {
+                    // It may still run, with no deadline: no lean call
+                    // of this client could wait it out.
+                    client.lean_off();
+                }
+            })?;
         Ok(Sent::Replied {
             reply,
             sends: n + 1,

@@ -1,0 +1,236 @@
+//! The lean protocol (`ClientBuilder::lean`): an owner that holds nothing
+//! takes and releases its one hold with scripts that write no latch key,
+//! on Redisson's layout; a lost lean send is settled past its deadline and
+//! the client turns to the latched protocol; a caller that leaves leaves
+//! no hold behind.
+
+use ferrisson_test_support as common;
+
+use std::time::Duration;
+
+use common::proxy::Proxy;
+use common::{eventually, soon, within, RedisServer};
+use ferrisson::{Client, Error};
+
+const WATCHDOG: Duration = Duration::from_secs(3);
+
+async fn lean_client(url: &str, timeouts: Duration) -> Client {
+    soon(
+        Client::builder(url)
+            .watchdog_timeout(WATCHDOG)
+            .response_timeout(timeouts)
+            .connection_timeout(timeouts)
+            .lean(true)
+            .build(),
+    )
+    .await
+    .unwrap()
+}
+
+fn keys(server: &RedisServer) -> Vec<String> {
+    let mut keys: Vec<String> = server
+        .cmd(&["KEYS", "*"])
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|key| key.as_string().unwrap())
+        .collect();
+    keys.sort();
+    keys
+}
+
+fn lean_acquire() -> redis::Script {
+    redis::Script::new(include_str!("../lua/lean_acquire.lua"))
+}
+
+fn lean_release() -> redis::Script {
+    redis::Script::new(include_str!("../lua/lean_release.lua"))
+}
+
+/// Loads the lean scripts, so that the next command of a lock is its
+/// script.
+async fn warm_up(client: &Client) {
+    let guard = soon(client.lock("warm-up").lock()).await.unwrap();
+    soon(guard.unlock()).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lean_hold_is_redissons_hash_and_leaves_no_key_behind() {
+    let server = RedisServer::start();
+    let client = lean_client(&server.url(), Duration::from_secs(3)).await;
+    let lock = client.lock("lean:layout");
+    let guard = soon(lock.lock()).await.unwrap();
+    assert_eq!(
+        keys(&server),
+        ["lean:layout"],
+        "no latch key beside the hash"
+    );
+    let field = guard.field().to_owned();
+    let count = server.cmd(&["HGET", "lean:layout", &field]).as_string();
+    assert_eq!(count.as_deref(), Some("1"));
+    let pttl = server.cmd(&["PTTL", "lean:layout"]).as_int().unwrap();
+    assert!(pttl > 0 && pttl <= WATCHDOG.as_millis() as i64, "{pttl}");
+    let unlocked = common::RawSubscriber::new(&server, "redisson_lock__channel:{lean:layout}");
+    soon(guard.unlock()).await.unwrap();
+    assert_eq!(
+        common::next_message(unlocked).await,
+        Some(("redisson_lock__channel:{lean:layout}".into(), "0".into()))
+    );
+    assert!(keys(&server).is_empty(), "{:?}", keys(&server));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reentered_lean_hold_counts_and_releases_as_redissons() {
+    let server = RedisServer::start();
+    let client = lean_client(&server.url(), Duration::from_secs(3)).await;
+    let lock = client.lock("lean:reentry");
+    let outer = soon(lock.lock()).await.unwrap();
+    let inner = soon(lock.lock()).await.unwrap();
+    let field = outer.field().to_owned();
+    let count = |server: &RedisServer| server.cmd(&["HGET", "lean:reentry", &field]).as_string();
+    assert_eq!(count(&server).as_deref(), Some("2"));
+    soon(inner.unlock()).await.unwrap();
+    assert_eq!(count(&server).as_deref(), Some("1"));
+    soon(outer.unlock()).await.unwrap();
+    assert!(!common::exists(&server, "lean:reentry"));
+    // And the other way round: the outer hold released first.
+    let outer = soon(lock.lock()).await.unwrap();
+    let inner = soon(lock.lock()).await.unwrap();
+    soon(outer.unlock()).await.unwrap();
+    assert_eq!(count(&server).as_deref(), Some("1"));
+    soon(inner.unlock()).await.unwrap();
+    assert!(!common::exists(&server, "lean:reentry"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lean_and_latched_clients_exclude_each_other() {
+    let server = RedisServer::start();
+    let lean = lean_client(&server.url(), Duration::from_secs(3)).await;
+    let latched = common::client(&server, WATCHDOG).await;
+    let locks = vec![
+        lean.lock("lean:mixed"),
+        lean.lock("lean:mixed"),
+        latched.lock("lean:mixed"),
+        latched.lock("lean:mixed"),
+    ];
+    let count = common::count_under_lock(&server, locks, 50, "lean:mixed:count").await;
+    assert_eq!(count, 200);
+    let spins = vec![lean.spin_lock("lean:spin"), latched.spin_lock("lean:spin")];
+    let count = common::count_under_lock(&server, spins, 30, "lean:spin:count").await;
+    assert_eq!(count, 60);
+    assert!(!common::exists(&server, "lean:mixed"));
+    assert!(!common::exists(&server, "lean:spin"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_owners_two_calls_at_once_hold_twice_and_release_once_each() {
+    let server = RedisServer::start();
+    let client = lean_client(&server.url(), Duration::from_secs(3)).await;
+    let lock = client.lock("lean:join").with_owner("one");
+    for _ in 0..20 {
+        let (a, b) = soon(async { tokio::join!(lock.lock(), lock.lock()) }).await;
+        let (a, b) = (a.unwrap(), b.unwrap());
+        let field = a.field().to_owned();
+        let count = server.cmd(&["HGET", "lean:join", &field]).as_string();
+        assert_eq!(count.as_deref(), Some("2"));
+        let (ra, rb) = soon(async { tokio::join!(a.unlock(), b.unlock()) }).await;
+        ra.unwrap();
+        rb.unwrap();
+        assert!(!common::exists(&server, "lean:join"));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_lean_acquire_is_settled_and_the_client_goes_latched() {
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port());
+    let timeouts = Duration::from_secs(1);
+    let client = lean_client(&proxy.url(), timeouts).await;
+    warm_up(&client).await;
+    let unlocked = common::RawSubscriber::new(&server, "redisson_lock__channel:{lean:lost}");
+    proxy.lose_next_reply_to(lean_acquire().get_hash());
+    let lock = client.lock("lean:lost");
+    // The lost send took the lock; the settle, past its deadline, lets it
+    // go (the message says so), and the wait then takes it.
+    let guard = within(Duration::from_secs(20), lock.lock()).await.unwrap();
+    assert_eq!(proxy.lost_replies(), 1);
+    assert_eq!(
+        common::next_message(unlocked).await,
+        Some(("redisson_lock__channel:{lean:lost}".into(), "0".into())),
+        "the settle released what the lost send took"
+    );
+    let field = guard.field().to_owned();
+    let count = server.cmd(&["HGET", "lean:lost", &field]).as_string();
+    assert_eq!(count.as_deref(), Some("1"), "one hold, not two");
+    soon(guard.unlock()).await.unwrap();
+    assert!(!common::exists(&server, "lean:lost"));
+    // Latched from now on: the next hold writes its acquire latch.
+    let guard = soon(lock.lock()).await.unwrap();
+    assert!(
+        keys(&server)
+            .iter()
+            .any(|key| key.starts_with("ferrisson_acquire_latch:")),
+        "{:?}",
+        keys(&server)
+    );
+    soon(guard.unlock()).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_lean_release_is_settled_before_the_unlock_returns() {
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port());
+    let client = lean_client(&proxy.url(), Duration::from_secs(1)).await;
+    warm_up(&client).await;
+    let lock = client.lock("lean:lost-release");
+    let guard = soon(lock.lock()).await.unwrap();
+    proxy.lose_next_reply_to(lean_release().get_hash());
+    within(Duration::from_secs(20), guard.unlock())
+        .await
+        .unwrap();
+    assert_eq!(proxy.lost_replies(), 1);
+    assert!(!common::exists(&server, "lean:lost-release"));
+    let guard = soon(lock.lock()).await.unwrap();
+    soon(guard.unlock()).await.unwrap();
+    assert!(!common::exists(&server, "lean:lost-release"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_caller_that_leaves_its_lean_acquire_leaves_no_hold() {
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port());
+    let client = lean_client(&proxy.url(), Duration::from_secs(3)).await;
+    warm_up(&client).await;
+    let unlocked = common::RawSubscriber::new(&server, "redisson_lock__channel:{lean:left}");
+    proxy.hold_next_reply_to(lean_acquire().get_hash());
+    let lock = client.lock("lean:left").with_owner("left");
+    let wait = tokio::spawn(async move { lock.lock().await.map(|_guard| ()) });
+    eventually(Duration::from_secs(10), || async {
+        proxy.held_replies() == 1
+    })
+    .await;
+    wait.abort();
+    assert!(wait.await.unwrap_err().is_cancelled());
+    proxy.release_held();
+    assert_eq!(
+        common::next_message(unlocked).await,
+        Some(("redisson_lock__channel:{lean:left}".into(), "0".into())),
+        "the hold the caller left was not released"
+    );
+    assert!(!common::exists(&server, "lean:left"));
+    // The owner takes it again.
+    let lock = client.lock("lean:left").with_owner("left");
+    let guard = soon(lock.lock()).await.unwrap();
+    soon(guard.unlock()).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lean_is_refused_with_replica_sync() {
+    let server = RedisServer::start();
+    let built = Client::builder(server.url())
+        .lean(true)
+        .replica_sync_with(Some(ferrisson::config::ReplicaSync::REDISSON))
+        .build()
+        .await;
+    assert!(matches!(built, Err(Error::InvalidArgument(_))), "{built:?}");
+}
