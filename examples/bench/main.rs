@@ -1,6 +1,6 @@
 //! ferrisson against the Redis round-trip limit, in one run.
 //!
-//! `cargo run --release --example bench [-- --quick] [--json PATH] [--only 1,2,..]`
+//! `cargo run --release --example bench [-- --quick] [--lean] [--json PATH] [--only 1,2,..]`
 //!
 //! Starts a throwaway `redis-server` (or uses `REDIS_URL`), then runs eleven
 //! scenarios (8 and 9 start servers of their own). Each measures ferrisson and, in the same run and over the
@@ -37,6 +37,9 @@ use serde_json::{json, Value};
 pub(crate) struct Options {
     /// The smaller, faster run (`--quick`).
     pub(crate) quick: bool,
+    /// The ferrisson clients send the lean protocol (`--lean`, see
+    /// `ClientBuilder::lean`).
+    pub(crate) lean: bool,
     json: Option<String>,
     only: Option<Vec<usize>>,
 }
@@ -45,6 +48,7 @@ impl Options {
     fn parse() -> Result<Options, String> {
         let mut options = Options {
             quick: false,
+            lean: false,
             json: None,
             only: None,
         };
@@ -52,6 +56,7 @@ impl Options {
         while let Some(arg) = args.next() {
             match arg.as_str() {
                 "--quick" => options.quick = true,
+                "--lean" => options.lean = true,
                 "--json" => {
                     options.json = Some(args.next().ok_or("--json needs a file path")?);
                 }
@@ -70,8 +75,9 @@ impl Options {
                 }
                 "-h" | "--help" => {
                     println!(
-                        "usage: bench [--quick] [--json PATH] [--only 1,2,..]\n\n\
+                        "usage: bench [--quick] [--lean] [--json PATH] [--only 1,2,..]\n\n\
                          --quick      smaller sizes and shorter runs (under 30 s)\n\
+                         --lean       ferrisson's clients send the lean protocol\n\
                          --json PATH  also write every figure to PATH as JSON\n\
                          --only LIST  run only these scenarios (1-11); the round trip\n\
                          \x20            (scenario 1) is always measured, as the unit"
@@ -129,6 +135,7 @@ impl Bench {
     pub(crate) async fn client(&self, watchdog: Duration) -> ferrisson::Client {
         ferrisson::Client::builder(self.url.as_str())
             .watchdog_timeout(watchdog)
+            .lean(self.options.lean)
             .build()
             .await
             .expect("connect a ferrisson client")
@@ -238,8 +245,9 @@ async fn run(options: Options, url: String) -> i32 {
         .expect("INFO server");
     let machine = machine();
     println!(
-        "ferrisson bench ({} run): {} cores, {}; redis {version}",
+        "ferrisson bench ({} run{}): {} cores, {}; redis {version}",
         if options.quick { "quick" } else { "full" },
+        if options.lean { ", lean protocol" } else { "" },
         machine["cores"],
         machine["cpu"].as_str().unwrap_or("unknown"),
     );
@@ -326,6 +334,7 @@ async fn run(options: Options, url: String) -> i32 {
             .collect();
         let document = json!({
             "mode": if options.quick { "quick" } else { "full" },
+            "lean": options.lean,
             "machine": machine,
             "redis_version": version,
             "seconds": elapsed.as_secs_f64(),
