@@ -39,6 +39,10 @@ struct Gate {
     /// The latest deadline of the owner's lean sends that change the lock
     /// whose replies were never read, not settled yet (0: none).
     lean_until: u64,
+    /// A hold of the owner was leaked (`LockGuard::leak`): it may stand in
+    /// Redis with no guard here to count it, so no call of the owner goes
+    /// lean any more (the entry is kept for it).
+    leaked: bool,
     /// Told when the gate may open.
     changed: Arc<Notify>,
 }
@@ -47,7 +51,11 @@ impl Gate {
     /// Whether nothing of the owner's is in the gate, so that its entry
     /// may go (a `quiet_until` left is kept: see [`Gates::lost`]).
     fn idle(&self) -> bool {
-        self.calls == 0 && self.background == 0 && self.lean_until == 0 && self.quiet_until == 0
+        self.calls == 0
+            && self.background == 0
+            && self.lean_until == 0
+            && self.quiet_until == 0
+            && !self.leaked
     }
 }
 
@@ -156,7 +164,11 @@ impl Gates {
             let changed = {
                 let mut gate = self.0.entry(key.clone()).or_default();
                 if !gate.lean && gate.lean_until == 0 {
-                    let lean = lean && gate.calls == 0 && gate.background == 0 && holds_nothing();
+                    let lean = lean
+                        && gate.calls == 0
+                        && gate.background == 0
+                        && !gate.leaked
+                        && holds_nothing();
                     gate.calls += 1;
                     gate.lean = lean;
                     let not_before = gate.quiet_until;
@@ -179,6 +191,11 @@ impl Gates {
             };
             changed.await;
         }
+    }
+
+    /// A hold of the owner was leaked: no call of it goes lean any more.
+    pub(crate) fn leaked(&self, key: &HoldKey) {
+        self.0.entry(key.clone()).or_default().leaked = true;
     }
 
     /// Background work of the owner starts: no call of it goes lean until

@@ -377,6 +377,11 @@ impl LockGuard {
             if !hold.slot.is_claimed() {
                 Guards::get().remove(&hold.key, &hold.slot);
             }
+            // Its count stands with no guard to count it: the lean
+            // acquire, which finds the owner's hold as its own, is off.
+            if hold.lock.client().lean_asked() {
+                super::gate::Gates::get().leaked(&hold.key);
+            }
         }
     }
 
