@@ -360,4 +360,14 @@ mod tests {
         drop(first);
         assert_eq!(gates.len(), 0);
     }
+
+    #[tokio::test]
+    async fn a_leaked_hold_keeps_its_owner_latched() {
+        let gates = gates();
+        let k = key("f");
+        gates.leaked(&k);
+        assert!(!gates.claim(&k, true, || true).await.ticket().is_lean());
+        assert_eq!(gates.len(), 1, "kept for the leaked hold");
+        assert!(gates.claim(&key("g"), true, || true).await.ticket().is_lean());
+    }
 }
