@@ -234,3 +234,17 @@ async fn lean_is_refused_with_replica_sync() {
         .await;
     assert!(matches!(built, Err(Error::InvalidArgument(_))), "{built:?}");
 }
+
+#[cfg(feature = "cluster")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lean_is_refused_for_a_cluster_before_it_connects() {
+    // Nothing listens there: the refusal comes first.
+    let built = Client::cluster_builder(["redis://127.0.0.1:1"])
+        .lean(true)
+        .build()
+        .await;
+    assert!(
+        matches!(&built, Err(Error::InvalidArgument(what)) if what.contains("one server")),
+        "{built:?}"
+    );
+}

@@ -415,7 +415,8 @@ impl ClientBuilder {
     /// # Errors
     /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for
     /// impossible settings (a watchdog timeout under 30 ms, a zero timeout,
-    /// a private TLS root certificate for a cluster or sentinels);
+    /// a private TLS root certificate for a cluster or sentinels, the lean
+    /// protocol for a cluster, sentinels or with replica sync);
     /// [`Error::Redis`](crate::Error::Redis) for a malformed URL;
     /// [`Error::Connect`](crate::Error::Connect) for one server that
     /// cannot be reached or refuses the credentials (a cluster or
@@ -430,6 +431,12 @@ impl ClientBuilder {
     pub async fn build(mut self) -> Result<Client> {
         // Its connection, watchdog and listener are tasks on this runtime.
         crate::engine::finish::runtime()?;
+        #[cfg(any(feature = "cluster", feature = "sentinel"))]
+        if self.config.lean && !matches!(self.target, Target::Single(_)) {
+            return Err(crate::Error::invalid(
+                "the lean protocol is only taken for one server, not a cluster or sentinels",
+            ));
+        }
         if self.default_sync {
             self.config.fit_default_sync();
         }
@@ -445,12 +452,6 @@ impl ClientBuilder {
         if self.tls_root.is_some() && !matches!(self.target, Target::Single(_)) {
             return Err(crate::Error::invalid(
                 "a private TLS root certificate is only taken for one server, not a cluster or sentinels",
-            ));
-        }
-        #[cfg(any(feature = "cluster", feature = "sentinel"))]
-        if self.config.lean && !matches!(self.target, Target::Single(_)) {
-            return Err(crate::Error::invalid(
-                "the lean protocol is only taken for one server, not a cluster or sentinels",
             ));
         }
         let manager_config = ConnectionManagerConfig::new()

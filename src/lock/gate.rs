@@ -368,6 +368,10 @@ mod tests {
         gates.leaked(&k);
         assert!(!gates.claim(&k, true, || true).await.ticket().is_lean());
         assert_eq!(gates.len(), 1, "kept for the leaked hold");
-        assert!(gates.claim(&key("g"), true, || true).await.ticket().is_lean());
+        assert!(gates
+            .claim(&key("g"), true, || true)
+            .await
+            .ticket()
+            .is_lean());
     }
 }
