@@ -145,7 +145,7 @@ impl LockCore {
         let ttl_ms = self.hold_ttl(req);
         // The owner's gate, when the client may send the lean protocol:
         // its ticket is kept until the guard is made.
-        let Some(claim) = self.pass_gate(req).await else {
+        let Some(claim) = self.pass_gate(req, true).await else {
             // The call's time ran out at the gate.
             return Ok(Tried::soon());
         };
@@ -158,12 +158,20 @@ impl LockCore {
                 match took.map_err(|e| self.error(e))? {
                     Took::Granted => (Granted::Yes(None), true, Some(ticket)),
                     Took::Held(pttl) => return Ok(Tried::after_pttl(pttl)),
-                    // Took nothing; a lost one is settled before the
-                    // owner's next call passes the gate.
-                    Took::TooLate | Took::Lost => return Ok(Tried::soon()),
-                    Took::NotYet => {
+                    // Took nothing; it is settled before the owner's next
+                    // call passes the gate.
+                    Took::Lost => return Ok(Tried::soon()),
+                    Took::Latched => {
+                        // The latched acquire, as another call of the
+                        // owner: the lean claim goes first (a settle of an
+                        // older request, on the way, passes the gate).
+                        drop(ticket);
+                        let Some(claim) = self.pass_gate(req, false).await else {
+                            return Ok(Tried::soon());
+                        };
+                        let ticket = claim.map(|claim| Arc::new(claim.into_ticket()));
                         let granted = self.send_latched(req, ttl_ms, &runtime).await?;
-                        (granted, false, Some(ticket))
+                        (granted, false, ticket)
                     }
                 }
             }
@@ -222,16 +230,17 @@ impl LockCore {
     }
 
     /// Passes the owner's gate (see `lock::gate`) when the client was
-    /// asked for the lean protocol and this kind may go lean: `Some(None)`
-    /// when it was not, `None` when the call's time ran out while it
-    /// waited there.
-    async fn pass_gate(&self, req: &AcquireRequest<'_>) -> Option<Option<Claim>> {
+    /// asked for the lean protocol and this kind writes the hash a lean
+    /// call reads, lean when `lean` asks and the kind and the client may:
+    /// `Some(None)` when there is no gate to pass, `None` when the call's
+    /// time ran out while it waited there.
+    async fn pass_gate(&self, req: &AcquireRequest<'_>, lean: bool) -> Option<Option<Claim>> {
         let client = self.obj.client();
-        if !client.lean_asked() || !lean::capable(self.kind) {
+        if !client.lean_asked() || !lean::shares_hash(self.kind) {
             return Some(None);
         }
         let key = &req.key;
-        let go_lean = client.goes_lean();
+        let go_lean = lean && lean::capable(self.kind) && client.goes_lean();
         let claim = Gates::get().claim(key, go_lean, || Guards::get().holds_nothing(key));
         match req.limits.bound {
             Some(bound) => tokio::time::timeout_at(bound, claim).await.ok().map(Some),
@@ -493,8 +502,8 @@ impl LockCore {
     /// asked for the lean protocol: no call of the owner goes lean while
     /// it lives (see `lock::gate`).
     fn gate_busy(&self, key: &HoldKey) -> Option<Busy> {
-        let lean = self.obj.client().lean_asked() && lean::capable(self.kind);
-        lean.then(|| Gates::get().busy(key))
+        let gated = self.obj.client().lean_asked() && lean::shares_hash(self.kind);
+        gated.then(|| Gates::get().busy(key))
     }
 
     /// Releases one hold of `key` that no guard will own, in the

@@ -18,7 +18,9 @@
 use std::sync::{Arc, LazyLock};
 
 use dashmap::DashMap;
+use tokio::sync::futures::Notified;
 use tokio::sync::Notify;
+use tokio::time::Instant;
 
 use crate::engine::watchdog::HoldKey;
 
@@ -39,6 +41,10 @@ struct Gate {
     /// The latest deadline of the owner's lean sends that change the lock
     /// whose replies were never read, not settled yet (0: none).
     lean_until: u64,
+    /// When, by this clock, what those sends may have left has surely
+    /// ended: the gate opens then even if no settle was answered (a
+    /// settle cancelled with its runtime, or one that never got through).
+    lean_expires: Option<Instant>,
     /// A hold of the owner was leaked (`LockGuard::leak`): it may stand in
     /// Redis with no guard here to count it, so no call of the owner goes
     /// lean any more (the entry is kept for it).
@@ -161,8 +167,12 @@ impl Gates {
     ) -> Claim {
         loop {
             let notify: Arc<Notify>;
-            let changed = {
+            let changed: (std::pin::Pin<Box<Notified<'_>>>, Option<Instant>) = {
                 let mut gate = self.0.entry(key.clone()).or_default();
+                if gate.lean_expires.is_some_and(|at| Instant::now() >= at) {
+                    gate.lean_until = 0;
+                    gate.lean_expires = None;
+                }
                 if !gate.lean && gate.lean_until == 0 {
                     let lean = lean
                         && gate.calls == 0
@@ -187,9 +197,14 @@ impl Gates {
                 notify = Arc::clone(&gate.changed);
                 let mut changed = Box::pin(notify.notified());
                 changed.as_mut().enable();
-                changed
+                (changed, gate.lean_expires)
             };
-            changed.await;
+            match changed {
+                (changed, Some(at)) => {
+                    let _ = tokio::time::timeout_at(at, changed).await;
+                }
+                (changed, None) => changed.await,
+            }
         }
     }
 
@@ -208,11 +223,25 @@ impl Gates {
         }
     }
 
+    /// A lean send of the owner that may change the lock goes, or went
+    /// and its reply is lost, with this deadline (epoch ms by the
+    /// server's clock): the gate is closed to every call of the owner
+    /// until it is [settled](Gates::settled) (its reply read, or a settle
+    /// of it answered), or, by this clock, until `expires`.
+    pub(crate) fn close(&self, key: &HoldKey, deadline: u64, expires: Instant) {
+        let mut gate = self.0.entry(key.clone()).or_default();
+        gate.lean_until = gate.lean_until.max(deadline);
+        gate.lean_expires = Some(gate.lean_expires.map_or(expires, |at| at.max(expires)));
+    }
+
     /// A send of the owner whose reply will never be read, with this
     /// deadline (epoch ms by the server's clock): it may run until then.
     /// `changes_lock`: a lean send that may change the lock (a lean acquire
     /// or release, a settle to release), which closes the gate until a
     /// settle of it is answered ([`Gates::settled`]).
+    /// (The library does not keep a not-before yet: a client turns to the
+    /// latched protocol after its first lost reply, see `lock::lean`.)
+    #[cfg(test)]
     pub(crate) fn lost(&self, key: &HoldKey, deadline: u64, changes_lock: bool) {
         let mut gate = self.0.entry(key.clone()).or_default();
         gate.quiet_until = gate.quiet_until.max(deadline);
@@ -223,7 +252,6 @@ impl Gates {
 
     /// The latest deadline of the owner's lost lean sends not settled yet
     /// (0: none): what a settle carries.
-    #[cfg(test)]
     pub(crate) fn lean_until(&self, key: &HoldKey) -> u64 {
         self.0.get(key).map_or(0, |gate| gate.lean_until)
     }
@@ -235,6 +263,7 @@ impl Gates {
         self.leave(key, |gate| {
             if gate.lean_until <= until {
                 gate.lean_until = 0;
+                gate.lean_expires = None;
             }
         });
     }

@@ -374,13 +374,15 @@ impl LockGuard {
             // No longer a guard's: `Lock::unlock` releases it as a hold
             // without one. Unless it already did: the slot then records
             // how that release left the key.
-            if !hold.slot.is_claimed() {
-                Guards::get().remove(&hold.key, &hold.slot);
-            }
             // Its count stands with no guard to count it: the lean
-            // acquire, which finds the owner's hold as its own, is off.
+            // acquire, which finds the owner's hold as its own, is off
+            // (before the guard goes, so that no claim between sees
+            // neither).
             if hold.lock.client().lean_asked() {
                 super::gate::Gates::get().leaked(&hold.key);
+            }
+            if !hold.slot.is_claimed() {
+                Guards::get().remove(&hold.key, &hold.slot);
             }
         }
     }

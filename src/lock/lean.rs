@@ -48,6 +48,17 @@ pub(super) fn capable(kind: Kind) -> bool {
     matches!(kind, Kind::Plain(Reentry::Counted) | Kind::Spin(_))
 }
 
+/// Whether `kind`'s calls write the hash a lean call reads (the plain
+/// lock's layout, shared by the fenced and fair locks): they pass the
+/// owner's gate too, latched, so that no lean call of the same owner
+/// runs beside them.
+pub(super) fn shares_hash(kind: Kind) -> bool {
+    matches!(
+        kind,
+        Kind::Plain(_) | Kind::Spin(_) | Kind::Fenced | Kind::Fair { .. }
+    )
+}
+
 /// What a lean acquire's send came to.
 #[derive(Debug)]
 pub(super) enum Took {
@@ -55,14 +66,21 @@ pub(super) enum Took {
     Granted,
     /// Held by another: its TTL (ms, -1 without one).
     Held(i64),
-    /// It ran after its deadline and took nothing.
-    TooLate,
-    /// It ran before the owner's not-before and took nothing: the latched
-    /// acquire goes instead.
-    NotYet,
+    /// It took nothing and the latched acquire is to go instead: it ran
+    /// after its deadline or before the owner's not-before, or it was
+    /// never sent (the server's clock could not be read).
+    Latched,
     /// Its reply was lost: settled in the background, the owner's gate
     /// closed until then.
     Lost,
+}
+
+/// Until when, by this clock, what a lean send made now, whose hold lasts
+/// `lasts`, may stand: it runs within one response timeout, the hold it
+/// takes or keeps lasts `lasts` from then, and a drift margin more.
+fn surely_ended(client: &crate::Client, lasts: Duration) -> Instant {
+    let span = client.config().response_timeout + lasts;
+    Instant::now() + span + drift_margin(span)
 }
 
 /// Sends one lean acquire of `key`'s owner on `lock` with a TTL of
@@ -73,7 +91,9 @@ pub(super) enum Took {
 /// # Cancel safety
 /// Cancel safe: once sent, its reply is read on `runtime` whatever becomes
 /// of the caller, and the owner's gate stays closed until it is dealt
-/// with: a grant whose caller left is released, a lost reply settled.
+/// with: a grant whose caller left is released, a lost reply settled (or,
+/// when the runtime shuts down first, until what it took has surely
+/// ended).
 pub(super) async fn acquire(
     lock: &Object,
     key: &HoldKey,
@@ -83,55 +103,79 @@ pub(super) async fn acquire(
 ) -> redis::RedisResult<Took> {
     let client = lock.client();
     let lasts = Duration::from_millis(ttl_ms);
-    let deadline = client.send_deadline(&key.name).await?;
+    let deadline = match client.send_deadline(&key.name).await {
+        Ok(deadline) => deadline,
+        // Nothing sent: the latched acquire, with its resends, goes.
+        Err(err) if is_connection_failure(&err) => return Ok(Took::Latched),
+        Err(err) => return Err(err),
+    };
     let mut call = LEAN_ACQUIRE.key(&*key.name);
     call.arg(ttl_ms)
         .arg(&*key.field)
         .arg(deadline)
         .arg(not_before);
+    // Closed before it goes, and opened when its reply is read: a send
+    // dropped on its way (its runtime shut down) keeps the gate closed
+    // until what it may have taken has surely ended.
+    Gates::get().close(key, deadline, surely_ended(client, lasts));
     let mut conn = lock.conn();
     let request = async move { call.invoke_async::<Option<i64>>(&mut conn).await };
     let (left_lock, left_key, left_runtime) = (lock.clone(), key.clone(), runtime.clone());
     let orphan = move |reply: redis::RedisResult<Option<i64>>| async move {
         match reply {
-            // Taken for a caller that left: released at once (its reply
-            // was read: no copy of it is left to run).
-            Ok(None) => give_back(&left_lock, &left_key, lasts).await,
             Err(err) if is_connection_failure(&err) => {
                 lost(&left_lock, &left_key, (deadline, lasts), &left_runtime);
             }
-            Ok(_) | Err(_) => {}
+            reply => {
+                Gates::get().settled(&left_key, deadline);
+                // Taken for a caller that left: released at once (its
+                // reply was read: no copy of it is left to run).
+                if matches!(reply, Ok(None)) {
+                    give_back(&left_lock, &left_key, lasts).await;
+                }
+            }
         }
         // The gate opens (or waits for the settle) only now.
         drop(ticket);
     };
     let reply = crate::engine::finish::Finish::new(runtime.clone(), request, orphan).await;
-    let took = match reply {
-        Ok(None) => Took::Granted,
-        Ok(Some(TOO_LATE)) => {
+    if matches!(&reply, Err(err) if is_connection_failure(err)) {
+        lost(lock, key, (deadline, lasts), runtime);
+        return Ok(Took::Lost);
+    }
+    Gates::get().settled(key, deadline);
+    let took = match reply? {
+        None => Took::Granted,
+        Some(TOO_LATE) => {
+            // Its deadline is checked before its not-before: the clock
+            // was not seen past the not-before.
             client.forget_clock(&key.name);
-            Took::TooLate
+            return Ok(Took::Latched);
         }
-        Ok(Some(NOT_YET)) => return Ok(Took::NotYet),
-        Ok(Some(pttl)) => Took::Held(pttl),
-        Err(err) if is_connection_failure(&err) => {
-            lost(lock, key, (deadline, lasts), runtime);
-            return Ok(Took::Lost);
-        }
-        Err(err) => return Err(err),
+        Some(NOT_YET) => return Ok(Took::Latched),
+        Some(pttl) => Took::Held(pttl),
     };
     Gates::get().answered(key, not_before);
     Ok(took)
 }
 
 /// Releases a hold a lean acquire took for a caller that left, with the
-/// lean release (its gate still closed by the acquire's claim).
+/// lean release (its gate still closed by the acquire's claim), sent again
+/// while it runs too late, until the hold has surely ended.
 async fn give_back(lock: &Object, key: &HoldKey, lasts: Duration) {
     let lost_at = AtomicU64::new(0);
+    let ended = surely_ended(lock.client(), lasts);
     loop {
         match release(lock, key, (0, lasts), &lost_at).await {
-            // Too late by a clock reading that was behind: sent again.
-            Ok(Let::Latched) => continue,
+            Ok(Let::Latched) if Instant::now() < ended => {
+                tokio::time::sleep(SETTLE_AGAIN).await;
+            }
+            Ok(Let::Latched) => {
+                tracing::warn!(lock = %key.name, owner = %key.field,
+                    "could not release a hold a lean acquire took for a caller that left; \
+                     it has ended with its lease");
+                return;
+            }
             Ok(_) => return,
             Err(err) => {
                 tracing::warn!(lock = %key.name, owner = %key.field, error = %err,
@@ -150,8 +194,9 @@ pub(super) enum Let {
     Released,
     /// The owner held nothing.
     NotHeld,
-    /// It took nothing (too late, or before the not-before): the latched
-    /// release goes instead.
+    /// It took nothing (too late, before the not-before, or never sent:
+    /// the server's clock could not be read): the latched release goes
+    /// instead.
     Latched,
     /// A reply the script does not give.
     Unexpected(i64),
@@ -163,10 +208,10 @@ pub(super) enum Let {
 
 /// Sends one lean release of `key`'s owner's one hold on `lock`, carrying
 /// `not_before` (the caller holds the gate's lean claim); `lasts`: the
-/// longest the hold may last from now (its TTL); a lost reply is
-/// settled here, and `lost` records its deadline first, so that a release
-/// run again from its start settles instead of sending (see
-/// `Object::spawn_to_end`).
+/// longest the hold may last from now (its TTL). A lost reply is settled
+/// here. `lost_at` holds the send's deadline from before it goes until
+/// its reply is read, so that a release run again from its start (see
+/// `Object::spawn_to_end`) settles instead of sending.
 pub(super) async fn release(
     lock: &Object,
     key: &HoldKey,
@@ -174,7 +219,11 @@ pub(super) async fn release(
     lost_at: &AtomicU64,
 ) -> redis::RedisResult<Let> {
     let client = lock.client();
-    let deadline = client.send_deadline(&key.name).await?;
+    let deadline = match client.send_deadline(&key.name).await {
+        Ok(deadline) => deadline,
+        Err(err) if is_connection_failure(&err) => return Ok(Let::Latched),
+        Err(err) => return Err(err),
+    };
     let mut call = LEAN_RELEASE.key(&*key.name);
     call.key(keys::lock_channel(&key.name))
         .arg(UNLOCK_MESSAGE)
@@ -182,24 +231,25 @@ pub(super) async fn release(
         .arg(lock.publish())
         .arg(deadline)
         .arg(not_before);
+    lost_at.store(deadline, Ordering::Release);
+    Gates::get().close(key, deadline, surely_ended(client, lasts));
     let reply = call.invoke_async::<Option<i64>>(&mut lock.conn()).await;
-    let let_go = match reply {
-        Ok(Some(1)) => Let::Released,
-        Ok(None) => Let::NotHeld,
-        Ok(Some(TOO_LATE)) => {
+    if matches!(&reply, Err(err) if is_connection_failure(err)) {
+        client.lean_off();
+        let answered = settle_until_answered(lock, key, deadline, lasts).await;
+        return Ok(Let::Settled(answered));
+    }
+    lost_at.store(0, Ordering::Release);
+    Gates::get().settled(key, deadline);
+    let let_go = match reply? {
+        Some(1) => Let::Released,
+        None => Let::NotHeld,
+        Some(TOO_LATE) => {
             client.forget_clock(&key.name);
             return Ok(Let::Latched);
         }
-        Ok(Some(NOT_YET)) => return Ok(Let::Latched),
-        Ok(Some(other)) => Let::Unexpected(other),
-        Err(err) if is_connection_failure(&err) => {
-            lost_at.store(deadline, Ordering::Release);
-            client.lean_off();
-            Gates::get().lost(key, deadline, true);
-            let answered = settle_until_answered(lock, key, deadline, lasts).await;
-            return Ok(Let::Settled(answered));
-        }
-        Err(err) => return Err(err),
+        Some(NOT_YET) => return Ok(Let::Latched),
+        Some(other) => Let::Unexpected(other),
     };
     Gates::get().answered(key, not_before);
     Ok(let_go)
@@ -207,7 +257,7 @@ pub(super) async fn release(
 
 /// Settles a lost lean release whose deadline `lost_at` holds (see
 /// [`release`]): what a release run again from its start does instead of
-/// sending.
+/// sending. Whether a settle was answered.
 pub(super) async fn settle_lost_release(
     lock: &Object,
     key: &HoldKey,
@@ -217,12 +267,11 @@ pub(super) async fn settle_lost_release(
     settle_until_answered(lock, key, lost_at, lasts).await
 }
 
-/// A lean acquire's reply was lost: the owner's gate closes until the
+/// A lean acquire's reply was lost: the owner's gate stays closed until the
 /// settle, in the background (to its end, see `Object::spawn_to_end`),
 /// releases what it may have taken.
 fn lost(lock: &Object, key: &HoldKey, (deadline, lasts): (u64, Duration), runtime: &Handle) {
     lock.client().lean_off();
-    Gates::get().lost(key, deadline, true);
     let key = key.clone();
     lock.spawn_to_end(runtime, move |lock| {
         let key = key.clone();
@@ -236,22 +285,25 @@ fn lost(lock: &Object, key: &HoldKey, (deadline, lasts): (u64, Duration), runtim
 }
 
 /// Sends `lua/lean_settle.lua` to release until it is answered (a lost
-/// settle's own deadline joins what the next waits out), then opens the
-/// gate: whether a settle was answered.
+/// settle's own deadline joins what the next waits out, and so does any
+/// later deadline the gate holds: a settle run again from its start goes
+/// on from where the first run was), then opens the gate: whether a
+/// settle was answered.
 ///
-/// A server that does not answer is asked until what the lost sends may
-/// have left has surely ended by this clock: a hold lasts at most `lasts`
-/// from a send that ran before its deadline, one response timeout from now
-/// at the latest (a drift margin more). The gate opens then too.
+/// A server that does not answer, or answers with an error, is asked
+/// until what the lost sends may have left has surely ended by this
+/// clock (one response timeout from the last send that may run, the
+/// hold's `lasts` and a drift margin): the gate opens then too.
 async fn settle_until_answered(
     lock: &Object,
     key: &HoldKey,
-    mut lost_until: u64,
+    lost_until: u64,
     lasts: Duration,
 ) -> bool {
     let client = lock.client();
-    let mut ended = Instant::now() + client.config().response_timeout + lasts;
-    ended += drift_margin(ended - Instant::now());
+    let mut lost_until = lost_until.max(Gates::get().lean_until(key));
+    let mut ended = surely_ended(client, lasts);
+    let mut warned = false;
     let answered = loop {
         if Instant::now() >= ended {
             tracing::warn!(lock = %key.name, owner = %key.field,
@@ -266,31 +318,34 @@ async fn settle_until_answered(
                 continue;
             }
         };
-        match settle_call(lock, key, lost_until, own)
+        let reply = settle_call(lock, key, lost_until, own)
             .invoke_async::<Option<i64>>(&mut lock.conn())
-            .await
-        {
+            .await;
+        match reply {
             Ok(Some(NOT_YET)) => {
                 // The server's clock is not past the lost sends' deadline:
-                // asked again about when it will be, by this clock.
-                let wait = lost_until.saturating_sub(own.saturating_sub(ms(client)));
-                let wait = Duration::from_millis(wait).clamp(SETTLE_AGAIN, ms_dur(client));
-                tokio::time::sleep_until(Instant::now() + wait).await;
+                // asked again about when it will be, by this clock (`own`
+                // is one response timeout ahead of the server's now).
+                let now = own.saturating_sub(ms(client));
+                let wait = Duration::from_millis(lost_until.saturating_sub(now));
+                let wait = wait.clamp(SETTLE_AGAIN, client.config().response_timeout);
+                tokio::time::sleep(wait).await;
             }
             Ok(Some(TOO_LATE)) => client.forget_clock(&key.name),
             Ok(_) => break true,
-            Err(err) if is_connection_failure(&err) => {
-                // It may still run until its own deadline: waited out too.
-                lost_until = lost_until.max(own);
-                Gates::get().lost(key, own, true);
-                ended = ended.max(Instant::now() + client.config().response_timeout + lasts);
-                tokio::time::sleep(SETTLE_AGAIN).await;
-            }
             Err(err) => {
-                tracing::warn!(lock = %key.name, owner = %key.field, error = %err,
-                    "could not settle a lean send whose reply was lost; its hold, if it took \
-                     one, ends with its lease");
-                break false;
+                if is_connection_failure(&err) {
+                    // It may still run until its own deadline: waited out
+                    // too.
+                    lost_until = lost_until.max(own);
+                    ended = ended.max(surely_ended(client, lasts));
+                    Gates::get().close(key, own, ended);
+                } else if !warned {
+                    warned = true;
+                    tracing::warn!(lock = %key.name, owner = %key.field, error = %err,
+                        "a settle of a lean send whose reply was lost failed; asked again");
+                }
+                tokio::time::sleep(SETTLE_AGAIN).await;
             }
         }
     };
@@ -320,9 +375,4 @@ fn settle_call(
 /// The response timeout in ms: how far ahead of the send a deadline is.
 fn ms(client: &crate::Client) -> u64 {
     client.config().response_timeout.as_millis() as u64
-}
-
-/// The response timeout: the longest a settle waits before it asks again.
-fn ms_dur(client: &crate::Client) -> Duration {
-    client.config().response_timeout
 }

@@ -371,14 +371,15 @@ impl Release {
     /// whose lean send was lost passes no gate: it settles.
     async fn pass_gate(&self) -> Option<Claim> {
         let client = self.lock.client();
-        if !client.lean_asked() || !lean::capable(self.kind) {
+        if !client.lean_asked() || !lean::shares_hash(self.kind) {
             return None;
         }
         if self.lean_lost.load(Ordering::Acquire) != 0 {
             return None;
         }
         let plain = self.keep_until.is_none() && self.done.is_none() && self.grant.is_none();
-        let go_lean = plain && self.slot.is_lean() && client.goes_lean();
+        let go_lean =
+            plain && lean::capable(self.kind) && self.slot.is_lean() && client.goes_lean();
         let (key, slot) = (&self.key, &self.slot);
         let only = || Guards::get().holds_only(key, slot);
         Some(Gates::get().claim(key, go_lean, only).await)
@@ -546,7 +547,7 @@ async fn give_back_once(lock: &Object, hold: &Parked) -> Result<Answer> {
     // The owner's gate, when the client was asked for the lean protocol:
     // a give-back goes latched, no lean call of the owner beside it.
     let client = lock.client();
-    let _claim = match client.lean_asked() && lean::capable(kind) {
+    let _claim = match client.lean_asked() && lean::shares_hash(kind) {
         true => Some(Gates::get().claim(key, false, || false).await),
         false => None,
     };
