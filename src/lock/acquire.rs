@@ -158,9 +158,16 @@ impl LockCore {
                 match took.map_err(|e| self.error(e))? {
                     Took::Granted => (Granted::Yes(None), true, Some(ticket)),
                     Took::Held(pttl) => return Ok(Tried::after_pttl(pttl)),
-                    // Took nothing; it is settled before the owner's next
-                    // call passes the gate.
-                    Took::Lost => return Ok(Tried::soon()),
+                    // Settled before the owner's next call passes the
+                    // gate: the wait goes on if it has time left (a call
+                    // of one attempt fails, as a latched one whose sends
+                    // all failed).
+                    Took::Lost(err) => {
+                        return match req.limits.deadline {
+                            Some(deadline) if Instant::now() >= deadline => Err(self.error(err)),
+                            _ => Ok(Tried::soon()),
+                        };
+                    }
                     Took::Latched => {
                         // The latched acquire, as another call of the
                         // owner: the lean claim goes first (a settle of an

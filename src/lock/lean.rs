@@ -70,9 +70,9 @@ pub(super) enum Took {
     /// after its deadline or before the owner's not-before, or it was
     /// never sent (the server's clock could not be read).
     Latched,
-    /// Its reply was lost: settled in the background, the owner's gate
-    /// closed until then.
-    Lost,
+    /// Its reply was lost (this error): settled in the background, the
+    /// owner's gate closed until then.
+    Lost(redis::RedisError),
 }
 
 /// Until when, by this clock, what a lean send made now, whose hold lasts
@@ -139,10 +139,13 @@ pub(super) async fn acquire(
         drop(ticket);
     };
     let reply = crate::engine::finish::Finish::new(runtime.clone(), request, orphan).await;
-    if matches!(&reply, Err(err) if is_connection_failure(err)) {
-        lost(lock, key, (deadline, lasts), runtime);
-        return Ok(Took::Lost);
-    }
+    let reply = match reply {
+        Err(err) if is_connection_failure(&err) => {
+            lost(lock, key, (deadline, lasts), runtime);
+            return Ok(Took::Lost(err));
+        }
+        reply => reply,
+    };
     Gates::get().settled(key, deadline);
     let took = match reply? {
         None => Took::Granted,
@@ -166,7 +169,7 @@ async fn give_back(lock: &Object, key: &HoldKey, lasts: Duration) {
     let lost_at = AtomicU64::new(0);
     let ended = surely_ended(lock.client(), lasts);
     loop {
-        match release(lock, key, (0, lasts), &lost_at).await {
+        match release(lock, key, (0, lasts), &lost_at, None).await {
             Ok(Let::Latched) if Instant::now() < ended => {
                 tokio::time::sleep(SETTLE_AGAIN).await;
             }
@@ -209,7 +212,8 @@ pub(super) enum Let {
 /// Sends one lean release of `key`'s owner's one hold on `lock`, carrying
 /// `not_before` (the caller holds the gate's lean claim); `lasts`: the
 /// longest the hold may last from now (its TTL). A lost reply is settled
-/// here. `lost_at` holds the send's deadline from before it goes until
+/// in the background, awaited for `wait` at most (`None`: until it is
+/// answered or gives up). `lost_at` holds the send's deadline from before it goes until
 /// its reply is read, so that a release run again from its start (see
 /// `Object::spawn_to_end`) settles instead of sending.
 pub(super) async fn release(
@@ -217,6 +221,7 @@ pub(super) async fn release(
     key: &HoldKey,
     (not_before, lasts): (u64, Duration),
     lost_at: &AtomicU64,
+    wait: Option<Duration>,
 ) -> redis::RedisResult<Let> {
     let client = lock.client();
     let deadline = match client.send_deadline(&key.name).await {
@@ -236,8 +241,9 @@ pub(super) async fn release(
     let reply = call.invoke_async::<Option<i64>>(&mut lock.conn()).await;
     if matches!(&reply, Err(err) if is_connection_failure(err)) {
         client.lean_off();
-        let answered = settle_until_answered(lock, key, deadline, lasts).await;
-        return Ok(Let::Settled(answered));
+        return Ok(Let::Settled(
+            settle_awaited(lock, key, (deadline, lasts), wait).await,
+        ));
     }
     lost_at.store(0, Ordering::Release);
     Gates::get().settled(key, deadline);
@@ -253,6 +259,37 @@ pub(super) async fn release(
     };
     Gates::get().answered(key, not_before);
     Ok(let_go)
+}
+
+/// Settles the lost lean release of `key`'s owner sent with `deadline`, in
+/// the background (to its end, see `Object::spawn_to_end`), and waits for
+/// it `wait` at most (`None`: until it ends): whether a settle was
+/// answered by then.
+async fn settle_awaited(
+    lock: &Object,
+    key: &HoldKey,
+    (deadline, lasts): (u64, Duration),
+    wait: Option<Duration>,
+) -> bool {
+    let Ok(runtime) = crate::engine::finish::runtime() else {
+        return settle_until_answered(lock, key, deadline, lasts).await;
+    };
+    let (told, mut answered) = tokio::sync::watch::channel(None);
+    let told = Arc::new(told);
+    let key = key.clone();
+    lock.spawn_to_end(&runtime, move |lock| {
+        let (key, told) = (key.clone(), Arc::clone(&told));
+        async move {
+            let answered = settle_until_answered(&lock, &key, deadline, lasts).await;
+            told.send_replace(Some(answered));
+        }
+    });
+    let settled = answered.wait_for(Option::is_some);
+    let settled = match wait {
+        Some(wait) => tokio::time::timeout(wait, settled).await.ok(),
+        None => Some(settled.await),
+    };
+    settled.and_then(|told| told.ok().and_then(|answered| *answered)) == Some(true)
 }
 
 /// Settles a lost lean release whose deadline `lost_at` holds (see

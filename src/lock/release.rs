@@ -331,8 +331,10 @@ impl Release {
         // protocol: its ticket is kept until the release is answered.
         let claim = self.pass_gate().await;
         let lean = match &claim {
-            Some(Claim::Lean { not_before, .. }) => self.send_lean(lock, *not_before).await,
-            _ if self.lean_lost.load(Ordering::Acquire) != 0 => self.send_lean(lock, 0).await,
+            Some(Claim::Lean { not_before, .. }) => self.send_lean(lock, *not_before, resend).await,
+            _ if self.lean_lost.load(Ordering::Acquire) != 0 => {
+                self.send_lean(lock, 0, resend).await
+            }
             _ => None,
         };
         let answer = match lean {
@@ -388,12 +390,29 @@ impl Release {
     /// The lean release, carrying `not_before` (or, after its send was
     /// lost, the settle of it): `None` when the latched release is to go
     /// instead.
-    async fn send_lean(&self, lock: &Object, not_before: u64) -> Option<Result<Answer>> {
+    ///
+    /// A lost reply is settled in the background; an awaited release
+    /// (`Resend::Bounded`) waits for the settle as long as its latched
+    /// resends could take, one response timeout per send and one more.
+    async fn send_lean(
+        &self,
+        lock: &Object,
+        not_before: u64,
+        resend: Resend,
+    ) -> Option<Result<Answer>> {
         let first_sent = Instant::now();
         let lasts = Duration::from_millis(self.lease_ms);
+        let config = lock.config();
+        let wait = match resend {
+            Resend::Bounded => Some(config.response_timeout * (config.release_attempts + 1)),
+            Resend::UntilExpired => None,
+        };
         let lost_at = self.lean_lost.load(Ordering::Acquire);
         let let_go = match lost_at {
-            0 => lean::release(lock, &self.key, (not_before, lasts), &self.lean_lost).await,
+            0 => {
+                let claim = (not_before, lasts);
+                lean::release(lock, &self.key, claim, &self.lean_lost, wait).await
+            }
             _ => Ok(Let::Settled(
                 lean::settle_lost_release(lock, &self.key, lost_at, lasts).await,
             )),
@@ -433,7 +452,8 @@ impl Release {
 fn unanswered() -> redis::RedisError {
     std::io::Error::new(
         std::io::ErrorKind::TimedOut,
-        "the lean release's reply was lost, and no settle of it was answered",
+        "timed out: the lean release's reply was lost, and no settle of it was answered in \
+         time (it goes on in the background)",
     )
     .into()
 }
