@@ -299,6 +299,12 @@ impl LockCore {
                 Guards::get().forget_lingering(&req.key);
                 return Ok(None);
             }
+            // A call of the owner beside this one took a hold meanwhile
+            // (perhaps the very count looked at): a live hold keeps the
+            // key, and a re-entry joins it by right.
+            if !Guards::get().lingering(&req.key) {
+                return Ok(None);
+            }
         }
     }
 
