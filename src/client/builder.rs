@@ -368,6 +368,13 @@ impl ClientBuilder {
     /// reads is the same either way. After the first command of a lock
     /// whose reply was lost, the client sends the latched protocol only.
     ///
+    /// A lean send is never resent: where the latched protocol resends a
+    /// lost reply within the call's time, a lean call waits for the
+    /// settle instead, past the send's deadline (one response timeout), so
+    /// a call of one attempt (`try_lock()`) whose lean reply is lost fails
+    /// with the connection error, and an awaited `unlock()` waits for the
+    /// settle as long as its resends could have taken.
+    ///
     /// Off by default. For one server without replica sync: a cluster or
     /// sentinel builder refuses it in `build`, and so does replica sync.
     pub fn lean(mut self, on: bool) -> Self {
