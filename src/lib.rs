@@ -228,6 +228,15 @@
 //! released, the permits returned), and it is marked cancelled if it was not,
 //! so that it changes nothing should it still reach Redis.
 //!
+//! A client built with [`ClientBuilder::lean`] sends the reentrant and spin
+//! locks' uncontested holds another way: an owner that holds nothing of
+//! the lock takes and releases its one hold with scripts that keep no
+//! latch key, each send bounded by a deadline on the server's clock and
+//! never resent. A lost reply is settled once that deadline has passed
+//! (what the send took is released), the owner's next call on the lock
+//! waits for it, and the client sends the latched requests above from then
+//! on. Re-entries and every other synchronizer are as above.
+//!
 //! # Time limits
 //!
 //! How long a call may take, whatever the server does (frozen, partitioned,
