@@ -259,11 +259,7 @@ pub(crate) async fn server_time(bench: &mut Bench) -> Value {
                 "scripts_only",
                 scripts,
             ),
-            (
-                "the lean scripts, sent raw",
-                "lean_scripts",
-                lean,
-            ),
+            ("the lean scripts, sent raw", "lean_scripts", lean),
             ("ferrisson, watchdog", "watchdog", watchdog),
             ("ferrisson, lease 10 s", "lease", leased),
             (
