@@ -244,12 +244,11 @@ impl LockModel {
             Op::GiveBack(..) => self.release_until(c.since + c.lease),
             // (The mutation: none.)
             _ if Self::is_lean(op) && self.mutation == Mutation::LeanNoDeadline => 0,
-            // A lean release: the earlier of its send's deadline and its
-            // hold's lease's end.
-            Op::LeanRelease(..) => match self.release_until(c.deadline) {
-                0 => window_end,
-                lease_end => lease_end.min(window_end),
-            },
+            // A lean release: its send's deadline, as the library sends
+            // it (not the earlier of that and its lease's end: while it
+            // may run, the gate keeps the owner's next hold off, and it
+            // touches no other owner's; the sets hold either way).
+            Op::LeanRelease(..) => window_end,
             Op::LeanAcquire(..) | Op::LeanSettle(..) => window_end,
             _ => 0,
         };
