@@ -208,4 +208,27 @@ async fn acquires_holds_renewals_and_lost_leases_are_reported() {
         1
     );
     assert_eq!(figures.samples("ferrisson_hold_seconds", &slot).len(), 1);
+
+    // A lean client's uncontested hold: one lean acquire and one lean
+    // release, both answered; a re-entry goes latched and counts none.
+    let lean = soon(ferrisson::Client::builder(server.url()).lean(true).build())
+        .await
+        .unwrap();
+    let lock = lean.lock("m:lean");
+    let guard = soon(lock.lock()).await.unwrap();
+    soon(guard.unlock()).await.unwrap();
+    let outer = soon(lock.lock()).await.unwrap();
+    let inner = soon(lock.lock()).await.unwrap();
+    soon(inner.unlock()).await.unwrap();
+    soon(outer.unlock()).await.unwrap();
+    figures.take(&snapshotter);
+    let sends = |call, outcome| {
+        figures.sum(
+            "ferrisson_lean_sends_total",
+            &[("call", call), ("outcome", outcome)],
+        )
+    };
+    assert_eq!(sends("acquire", "answered"), 2.0);
+    assert!(sends("release", "answered") >= 1.0);
+    assert_eq!(sends("acquire", "lost") + sends("release", "lost"), 0.0);
 }

@@ -34,6 +34,12 @@ pub(crate) const RENEWAL_BATCH: &str = "ferrisson_renewal_batch_keys";
 /// Gauge: channels subscribed to (one per name with local waiters, one per
 /// waiting owner of a fair lock), over every client of the process.
 pub(crate) const SUBSCRIPTIONS: &str = "ferrisson_subscriptions";
+/// Counter: sends of the lean protocol (`ClientBuilder::lean`), with
+/// `call` = `acquire`, `release` or `settle`, and `outcome` = `answered`,
+/// `latched` (it took nothing, or was never sent: the latched call went
+/// instead) or `lost` (its reply was lost: settled). A settle counts once,
+/// when it ends: `answered`, or `lost` when it gave up.
+pub(crate) const LEAN_SENDS: &str = "ferrisson_lean_sends_total";
 
 /// How an acquire ended, for [`ACQUIRES`].
 #[derive(Debug, Clone, Copy)]
@@ -130,6 +136,14 @@ mod on {
         metrics::counter!(RENEWAL_FAILURES).increment(holds as u64);
     }
 
+    pub(crate) fn lean_sent(call: &'static str, outcome: &'static str) {
+        let labels = [
+            Label::from_static_parts("call", call),
+            Label::from_static_parts("outcome", outcome),
+        ];
+        metrics::counter!(LEAN_SENDS, labels.to_vec()).increment(1);
+    }
+
     pub(crate) fn subscriptions_changed(delta: f64) {
         metrics::gauge!(SUBSCRIPTIONS).increment(delta);
     }
@@ -144,6 +158,7 @@ mod on {
     pub(crate) fn lease_lost(_: Subject<'_>) {}
     pub(crate) fn renewal_sent(_: usize) {}
     pub(crate) fn renewal_failed(_: usize) {}
+    pub(crate) fn lean_sent(_: &'static str, _: &'static str) {}
     pub(crate) fn subscriptions_changed(_: f64) {}
 }
 

@@ -28,6 +28,7 @@ use super::kind::{Kind, Reentry};
 use crate::engine::keys;
 use crate::engine::object::Object;
 use crate::engine::scripts::{LEAN_ACQUIRE, LEAN_RELEASE, LEAN_SETTLE, UNLOCK_MESSAGE};
+use crate::engine::telemetry;
 use crate::engine::watchdog::{drift_margin, HoldKey};
 use crate::error::is_connection_failure;
 
@@ -106,7 +107,10 @@ pub(super) async fn acquire(
     let deadline = match client.send_deadline(&key.name).await {
         Ok(deadline) => deadline,
         // Nothing sent: the latched acquire, with its resends, goes.
-        Err(err) if is_connection_failure(&err) => return Ok(Took::Latched),
+        Err(err) if is_connection_failure(&err) => {
+            telemetry::lean_sent("acquire", "latched");
+            return Ok(Took::Latched);
+        }
         Err(err) => return Err(err),
     };
     let mut call = LEAN_ACQUIRE.key(&*key.name);
@@ -141,6 +145,7 @@ pub(super) async fn acquire(
     let reply = crate::engine::finish::Finish::new(runtime.clone(), request, orphan).await;
     let reply = match reply {
         Err(err) if is_connection_failure(&err) => {
+            telemetry::lean_sent("acquire", "lost");
             lost(lock, key, (deadline, lasts), runtime);
             return Ok(Took::Lost(err));
         }
@@ -153,11 +158,16 @@ pub(super) async fn acquire(
             // Its deadline is checked before its not-before: the clock
             // was not seen past the not-before.
             client.forget_clock(&key.name);
+            telemetry::lean_sent("acquire", "latched");
             return Ok(Took::Latched);
         }
-        Some(NOT_YET) => return Ok(Took::Latched),
+        Some(NOT_YET) => {
+            telemetry::lean_sent("acquire", "latched");
+            return Ok(Took::Latched);
+        }
         Some(pttl) => Took::Held(pttl),
     };
+    telemetry::lean_sent("acquire", "answered");
     Gates::get().answered(key, not_before);
     Ok(took)
 }
@@ -226,7 +236,10 @@ pub(super) async fn release(
     let client = lock.client();
     let deadline = match client.send_deadline(&key.name).await {
         Ok(deadline) => deadline,
-        Err(err) if is_connection_failure(&err) => return Ok(Let::Latched),
+        Err(err) if is_connection_failure(&err) => {
+            telemetry::lean_sent("release", "latched");
+            return Ok(Let::Latched);
+        }
         Err(err) => return Err(err),
     };
     let mut call = LEAN_RELEASE.key(&*key.name);
@@ -240,6 +253,7 @@ pub(super) async fn release(
     Gates::get().close(key, deadline, surely_ended(client, lasts));
     let reply = call.invoke_async::<Option<i64>>(&mut lock.conn()).await;
     if matches!(&reply, Err(err) if is_connection_failure(err)) {
+        telemetry::lean_sent("release", "lost");
         client.lean_off();
         return Ok(Let::Settled(
             settle_awaited(lock, key, (deadline, lasts), wait).await,
@@ -252,11 +266,16 @@ pub(super) async fn release(
         None => Let::NotHeld,
         Some(TOO_LATE) => {
             client.forget_clock(&key.name);
+            telemetry::lean_sent("release", "latched");
             return Ok(Let::Latched);
         }
-        Some(NOT_YET) => return Ok(Let::Latched),
+        Some(NOT_YET) => {
+            telemetry::lean_sent("release", "latched");
+            return Ok(Let::Latched);
+        }
         Some(other) => Let::Unexpected(other),
     };
+    telemetry::lean_sent("release", "answered");
     Gates::get().answered(key, not_before);
     Ok(let_go)
 }
@@ -387,6 +406,7 @@ async fn settle_until_answered(
         }
     };
     Gates::get().settled(key, lost_until);
+    telemetry::lean_sent("settle", if answered { "answered" } else { "lost" });
     answered
 }
 
