@@ -248,3 +248,43 @@ async fn lean_is_refused_for_a_cluster_before_it_connects() {
         "{built:?}"
     );
 }
+
+fn runtime(multi_thread: bool) -> tokio::runtime::Runtime {
+    let mut builder = if multi_thread {
+        tokio::runtime::Builder::new_multi_thread()
+    } else {
+        tokio::runtime::Builder::new_current_thread()
+    };
+    builder.worker_threads(2).enable_all().build().unwrap()
+}
+
+/// A lean hold kept by a spawned task when the program's runtime ends is
+/// released by then, and a lean guard that outlives its runtime is
+/// released when it is dropped: nothing is left behind.
+#[test]
+fn lean_holds_are_released_when_the_program_returns() {
+    let server = RedisServer::start();
+    for multi_thread in [false, true] {
+        let rt = runtime(multi_thread);
+        let kept = rt.block_on(async {
+            let client = lean_client(&server.url(), Duration::from_secs(3)).await;
+            let lock = client.lock("lean:exit:task");
+            let (held_tx, held) = tokio::sync::oneshot::channel();
+            tokio::spawn(async move {
+                let _guard = lock.lock().await.unwrap();
+                held_tx.send(()).unwrap();
+                std::future::pending::<()>().await;
+            });
+            soon(held).await.unwrap();
+            soon(client.lock("lean:exit:after").lock()).await.unwrap()
+        });
+        assert!(common::exists(&server, "lean:exit:task"));
+        drop(rt);
+        let at = format!("multi_thread: {multi_thread}");
+        assert!(!common::exists(&server, "lean:exit:task"), "{at}");
+        assert!(common::exists(&server, "lean:exit:after"), "{at}");
+        drop(kept);
+        assert!(!common::exists(&server, "lean:exit:after"), "{at}");
+        assert!(server.keys("*").is_empty(), "{at}: {:?}", server.keys("*"));
+    }
+}
