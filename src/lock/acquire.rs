@@ -151,9 +151,9 @@ impl LockCore {
         };
         let sent = Instant::now();
         let (granted, lean, _ticket) = match claim {
-            Some(Claim::Lean { ticket, not_before }) => {
+            Some(Claim::Lean(ticket)) => {
                 let ticket = Arc::new(ticket);
-                let claim = (Arc::clone(&ticket), not_before);
+                let claim = Arc::clone(&ticket);
                 let took = lean::acquire(&self.obj, &req.key, ttl_ms, claim, &runtime).await;
                 match took.map_err(|e| self.error(e))? {
                     Took::Granted => (Granted::Yes(None), true, Some(ticket)),
@@ -243,7 +243,7 @@ impl LockCore {
     /// time ran out while it waited there.
     async fn pass_gate(&self, req: &AcquireRequest<'_>, lean: bool) -> Option<Option<Claim>> {
         let client = self.obj.client();
-        if !client.lean_asked() || !lean::shares_hash(self.kind) {
+        if !lean::gated(client, self.kind) {
             return Some(None);
         }
         let key = &req.key;
@@ -515,8 +515,7 @@ impl LockCore {
     /// asked for the lean protocol: no call of the owner goes lean while
     /// it lives (see `lock::gate`).
     fn gate_busy(&self, key: &HoldKey) -> Option<Busy> {
-        let gated = self.obj.client().lean_asked() && lean::shares_hash(self.kind);
-        gated.then(|| Gates::get().busy(key))
+        lean::gated(self.obj.client(), self.kind).then(|| Gates::get().busy(key))
     }
 
     /// Releases one hold of `key` that no guard will own, in the

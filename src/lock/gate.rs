@@ -7,9 +7,10 @@
 //! no other call of it in flight, no work of it in the background (a
 //! dropped guard's release, a give-back, a settle), no hold of it that a
 //! guard owns, and no lean send of it whose reply was lost and is not
-//! settled yet. Its other sends whose replies it never read may still run
-//! until their deadlines: the lean call carries the latest of them as its
-//! not-before, which the script checks by the server's clock.
+//! settled yet. (The model also lets an owner go lean again after a lost
+//! latched send, with a not-before the script checks; the library does
+//! not: a client turns to the latched protocol after its first lost reply,
+//! see `lock::lean`, and its lean sends carry no not-before.)
 //!
 //! Only one call holds the gate's lean claim at a time, and a lost lean
 //! send closes the gate to every call of the owner (lean or latched) until
@@ -35,11 +36,8 @@ struct Gate {
     /// [`Busy`].
     background: u32,
     /// The latest deadline, in epoch ms by the server's clock, of the
-    /// owner's sends whose replies were never read (0: none): until then
-    /// one of them may still run.
-    quiet_until: u64,
-    /// The latest deadline of the owner's lean sends that change the lock
-    /// whose replies were never read, not settled yet (0: none).
+    /// owner's lean sends whose replies were not read, not settled yet (0:
+    /// none).
     lean_until: u64,
     /// When, by this clock, what those sends may have left has surely
     /// ended: the gate opens then even if no settle was answered (a
@@ -49,19 +47,16 @@ struct Gate {
     /// Redis with no guard here to count it, so no call of the owner goes
     /// lean any more (the entry is kept for it).
     leaked: bool,
-    /// Told when the gate may open.
-    changed: Arc<Notify>,
+    /// Told when the gate may open; made by the first claim that waits
+    /// (most gates live and go with no waiter).
+    changed: Option<Arc<Notify>>,
 }
 
 impl Gate {
     /// Whether nothing of the owner's is in the gate, so that its entry
-    /// may go (a `quiet_until` left is kept: see [`Gates::lost`]).
+    /// may go.
     fn idle(&self) -> bool {
-        self.calls == 0
-            && self.background == 0
-            && self.lean_until == 0
-            && self.quiet_until == 0
-            && !self.leaked
+        self.calls == 0 && self.background == 0 && self.lean_until == 0 && !self.leaked
     }
 }
 
@@ -76,9 +71,8 @@ static GATES: LazyLock<Gates> = LazyLock::new(Gates::default);
 /// What a call got at the gate.
 #[derive(Debug)]
 pub(crate) enum Claim {
-    /// It goes lean, with this not-before (epoch ms by the server's clock;
-    /// 0: none).
-    Lean { ticket: Ticket, not_before: u64 },
+    /// It goes lean.
+    Lean(Ticket),
     /// It goes latched.
     Latched(Ticket),
 }
@@ -87,7 +81,7 @@ impl Claim {
     /// The call's ticket, whichever way it goes, given up with the claim.
     pub(crate) fn into_ticket(self) -> Ticket {
         match self {
-            Claim::Lean { ticket, .. } | Claim::Latched(ticket) => ticket,
+            Claim::Lean(ticket) | Claim::Latched(ticket) => ticket,
         }
     }
 
@@ -95,7 +89,7 @@ impl Claim {
     #[cfg(test)]
     pub(crate) fn ticket(&self) -> &Ticket {
         match self {
-            Claim::Lean { ticket, .. } | Claim::Latched(ticket) => ticket,
+            Claim::Lean(ticket) | Claim::Latched(ticket) => ticket,
         }
     }
 }
@@ -181,20 +175,19 @@ impl Gates {
                         && holds_nothing();
                     gate.calls += 1;
                     gate.lean = lean;
-                    let not_before = gate.quiet_until;
                     let ticket = Ticket {
                         gates: self,
                         key: key.clone(),
                         lean,
                     };
                     return match lean {
-                        true => Claim::Lean { ticket, not_before },
+                        true => Claim::Lean(ticket),
                         false => Claim::Latched(ticket),
                     };
                 }
                 // Enabled before the entry's lock goes: a change made
                 // between the look and the wait is not missed.
-                notify = Arc::clone(&gate.changed);
+                notify = Arc::clone(gate.changed.get_or_insert_with(Default::default));
                 let mut changed = Box::pin(notify.notified());
                 changed.as_mut().enable();
                 (changed, gate.lean_expires)
@@ -234,22 +227,6 @@ impl Gates {
         gate.lean_expires = Some(gate.lean_expires.map_or(expires, |at| at.max(expires)));
     }
 
-    /// A send of the owner whose reply will never be read, with this
-    /// deadline (epoch ms by the server's clock): it may run until then.
-    /// `changes_lock`: a lean send that may change the lock (a lean acquire
-    /// or release, a settle to release), which closes the gate until a
-    /// settle of it is answered ([`Gates::settled`]).
-    /// (The library does not keep a not-before yet: a client turns to the
-    /// latched protocol after its first lost reply, see `lock::lean`.)
-    #[cfg(test)]
-    pub(crate) fn lost(&self, key: &HoldKey, deadline: u64, changes_lock: bool) {
-        let mut gate = self.0.entry(key.clone()).or_default();
-        gate.quiet_until = gate.quiet_until.max(deadline);
-        if changes_lock {
-            gate.lean_until = gate.lean_until.max(deadline);
-        }
-    }
-
     /// The latest deadline of the owner's lost lean sends not settled yet
     /// (0: none): what a settle carries.
     pub(crate) fn lean_until(&self, key: &HoldKey) -> u64 {
@@ -268,23 +245,14 @@ impl Gates {
         });
     }
 
-    /// A lean call carrying `not_before` got past its check: the server's
-    /// clock is past it, and no send it covered can run any more. The
-    /// owner's not-before is cleared, unless a later loss raised it.
-    pub(crate) fn answered(&self, key: &HoldKey, not_before: u64) {
-        self.leave(key, |gate| {
-            if gate.quiet_until <= not_before {
-                gate.quiet_until = 0;
-            }
-        });
-    }
-
     /// Changes `key`'s gate by `change`, tells its waiters, and removes it
     /// once idle.
     fn leave(&self, key: &HoldKey, change: impl FnOnce(&mut Gate)) {
         let removed = self.0.remove_if_mut(key, |_, gate| {
             change(gate);
-            gate.changed.notify_waiters();
+            if let Some(changed) = &gate.changed {
+                changed.notify_waiters();
+            }
             gate.idle()
         });
         drop(removed);
@@ -307,14 +275,6 @@ mod tests {
 
     fn key(owner: &str) -> HoldKey {
         HoldKey::new(Arc::from("gate-test"), Arc::from(owner))
-    }
-
-    /// The not-before of a lean claim (panics on a latched one).
-    fn not_before(claim: Claim) -> u64 {
-        match claim {
-            Claim::Lean { not_before, .. } => not_before,
-            Claim::Latched(_) => panic!("the gate opened latched"),
-        }
     }
 
     #[tokio::test]
@@ -355,26 +315,41 @@ mod tests {
         let gates = gates();
         let k = key("c");
         let claim = gates.claim(&k, true, || true).await;
-        gates.lost(&k, 1_000, true);
+        let far = Instant::now() + std::time::Duration::from_secs(3600);
+        gates.close(&k, 1_000, far);
         drop(claim);
         let next = tokio::spawn(async move { gates.claim(&key("c"), true, || true).await });
         tokio::task::yield_now().await;
         assert!(!next.is_finished(), "no call goes while it is unsettled");
         assert_eq!(gates.lean_until(&k), 1_000);
         gates.settled(&k, 1_000);
-        assert_eq!(not_before(next.await.unwrap()), 1_000);
-        gates.answered(&k, 1_000);
-        assert_eq!(not_before(gates.claim(&k, true, || true).await), 0);
+        assert!(next.await.unwrap().ticket().is_lean());
+        assert_eq!(gates.len(), 0);
     }
 
     #[tokio::test]
-    async fn a_later_loss_is_not_cleared_by_an_earlier_answer() {
+    async fn a_later_loss_is_not_opened_by_an_earlier_settle() {
         let gates = gates();
         let k = key("d");
-        gates.lost(&k, 1_000, false);
-        gates.lost(&k, 2_000, false);
-        gates.answered(&k, 1_000);
-        assert_eq!(not_before(gates.claim(&k, true, || true).await), 2_000);
+        let far = Instant::now() + std::time::Duration::from_secs(3600);
+        gates.close(&k, 1_000, far);
+        gates.close(&k, 2_000, far);
+        gates.settled(&k, 1_000);
+        assert_eq!(gates.lean_until(&k), 2_000);
+        gates.settled(&k, 2_000);
+        assert!(gates.claim(&k, true, || true).await.ticket().is_lean());
+    }
+
+    #[tokio::test]
+    async fn a_closed_gate_opens_when_what_it_waits_for_has_surely_ended() {
+        let gates = gates();
+        let k = key("h");
+        let soon = Instant::now() + std::time::Duration::from_millis(50);
+        gates.close(&k, 1_000, soon);
+        // Never settled (a settle cancelled with its runtime): the claim
+        // goes once `soon` is past.
+        assert!(gates.claim(&k, true, || true).await.ticket().is_lean());
+        assert!(Instant::now() >= soon);
     }
 
     #[tokio::test]

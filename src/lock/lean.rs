@@ -49,15 +49,31 @@ pub(super) fn capable(kind: Kind) -> bool {
     matches!(kind, Kind::Plain(Reentry::Counted) | Kind::Spin(_))
 }
 
-/// Whether `kind`'s calls write the hash a lean call reads (the plain
-/// lock's layout, shared by the fenced and fair locks): they pass the
-/// owner's gate too, latched, so that no lean call of the same owner
-/// runs beside them.
-pub(super) fn shares_hash(kind: Kind) -> bool {
-    matches!(
-        kind,
-        Kind::Plain(_) | Kind::Spin(_) | Kind::Fenced | Kind::Fair { .. }
-    )
+/// Whether `kind`'s calls on `client` pass the owner's gate (see
+/// `lock::gate`): the client was asked for the lean protocol, and the kind
+/// writes the hash a lean call reads (the plain lock's layout, shared by
+/// the fenced and fair locks, which pass it latched so that no lean call
+/// of the same owner runs beside them).
+pub(super) fn gated(client: &crate::Client, kind: Kind) -> bool {
+    client.lean_asked()
+        && matches!(
+            kind,
+            Kind::Plain(_) | Kind::Spin(_) | Kind::Fenced | Kind::Fair { .. }
+        )
+}
+
+/// Whether a lean script's `reply` says it took nothing and the latched
+/// call is to go instead (it ran after its deadline, or before a
+/// not-before); counted for `call`. Its deadline is checked before its
+/// not-before: a `TOO_LATE` says the clock's offset is off, forgotten.
+fn took_nothing(client: &crate::Client, key: &HoldKey, call: &'static str, reply: i64) -> bool {
+    match reply {
+        TOO_LATE => client.forget_clock(&key.name),
+        NOT_YET => {}
+        _ => return false,
+    }
+    telemetry::lean_sent(call, "latched");
+    true
 }
 
 /// What a lean acquire's send came to.
@@ -85,7 +101,7 @@ fn surely_ended(client: &crate::Client, lasts: Duration) -> Instant {
 }
 
 /// Sends one lean acquire of `key`'s owner on `lock` with a TTL of
-/// `ttl_ms`, carrying `not_before`; `ticket` is the gate's lean claim,
+/// `ttl_ms`; `ticket` is the gate's lean claim,
 /// which the caller keeps until its guard is made, and the send keeps
 /// until its reply is dealt with.
 ///
@@ -99,7 +115,7 @@ pub(super) async fn acquire(
     lock: &Object,
     key: &HoldKey,
     ttl_ms: u64,
-    (ticket, not_before): (Arc<Ticket>, u64),
+    ticket: Arc<Ticket>,
     runtime: &Handle,
 ) -> redis::RedisResult<Took> {
     let client = lock.client();
@@ -114,10 +130,7 @@ pub(super) async fn acquire(
         Err(err) => return Err(err),
     };
     let mut call = LEAN_ACQUIRE.key(&*key.name);
-    call.arg(ttl_ms)
-        .arg(&*key.field)
-        .arg(deadline)
-        .arg(not_before);
+    call.arg(ttl_ms).arg(&*key.field).arg(deadline).arg(0);
     // Closed before it goes, and opened when its reply is read: a send
     // dropped on its way (its runtime shut down) keeps the gate closed
     // until what it may have taken has surely ended.
@@ -154,21 +167,10 @@ pub(super) async fn acquire(
     Gates::get().settled(key, deadline);
     let took = match reply? {
         None => Took::Granted,
-        Some(TOO_LATE) => {
-            // Its deadline is checked before its not-before: the clock
-            // was not seen past the not-before.
-            client.forget_clock(&key.name);
-            telemetry::lean_sent("acquire", "latched");
-            return Ok(Took::Latched);
-        }
-        Some(NOT_YET) => {
-            telemetry::lean_sent("acquire", "latched");
-            return Ok(Took::Latched);
-        }
+        Some(nothing) if took_nothing(client, key, "acquire", nothing) => return Ok(Took::Latched),
         Some(pttl) => Took::Held(pttl),
     };
     telemetry::lean_sent("acquire", "answered");
-    Gates::get().answered(key, not_before);
     Ok(took)
 }
 
@@ -179,7 +181,7 @@ async fn give_back(lock: &Object, key: &HoldKey, lasts: Duration) {
     let lost_at = AtomicU64::new(0);
     let ended = surely_ended(lock.client(), lasts);
     loop {
-        match release(lock, key, (0, lasts), &lost_at, None).await {
+        match release(lock, key, lasts, &lost_at, None).await {
             Ok(Let::Latched) if Instant::now() < ended => {
                 tokio::time::sleep(SETTLE_AGAIN).await;
             }
@@ -219,8 +221,8 @@ pub(super) enum Let {
     Settled(bool),
 }
 
-/// Sends one lean release of `key`'s owner's one hold on `lock`, carrying
-/// `not_before` (the caller holds the gate's lean claim); `lasts`: the
+/// Sends one lean release of `key`'s owner's one hold on `lock` (the
+/// caller holds the gate's lean claim); `lasts`: the
 /// longest the hold may last from now (its TTL). A lost reply is settled
 /// in the background, awaited for `wait` at most (`None`: until it is
 /// answered or gives up). `lost_at` holds the send's deadline from before it goes until
@@ -229,7 +231,7 @@ pub(super) enum Let {
 pub(super) async fn release(
     lock: &Object,
     key: &HoldKey,
-    (not_before, lasts): (u64, Duration),
+    lasts: Duration,
     lost_at: &AtomicU64,
     wait: Option<Duration>,
 ) -> redis::RedisResult<Let> {
@@ -248,7 +250,7 @@ pub(super) async fn release(
         .arg(&*key.field)
         .arg(lock.publish())
         .arg(deadline)
-        .arg(not_before);
+        .arg(0);
     lost_at.store(deadline, Ordering::Release);
     Gates::get().close(key, deadline, surely_ended(client, lasts));
     let reply = call.invoke_async::<Option<i64>>(&mut lock.conn()).await;
@@ -264,19 +266,10 @@ pub(super) async fn release(
     let let_go = match reply? {
         Some(1) => Let::Released,
         None => Let::NotHeld,
-        Some(TOO_LATE) => {
-            client.forget_clock(&key.name);
-            telemetry::lean_sent("release", "latched");
-            return Ok(Let::Latched);
-        }
-        Some(NOT_YET) => {
-            telemetry::lean_sent("release", "latched");
-            return Ok(Let::Latched);
-        }
+        Some(nothing) if took_nothing(client, key, "release", nothing) => return Ok(Let::Latched),
         Some(other) => Let::Unexpected(other),
     };
     telemetry::lean_sent("release", "answered");
-    Gates::get().answered(key, not_before);
     Ok(let_go)
 }
 
@@ -311,18 +304,6 @@ async fn settle_awaited(
     settled.and_then(|told| told.ok().and_then(|answered| *answered)) == Some(true)
 }
 
-/// Settles a lost lean release whose deadline `lost_at` holds (see
-/// [`release`]): what a release run again from its start does instead of
-/// sending. Whether a settle was answered.
-pub(super) async fn settle_lost_release(
-    lock: &Object,
-    key: &HoldKey,
-    lost_at: u64,
-    lasts: Duration,
-) -> bool {
-    settle_until_answered(lock, key, lost_at, lasts).await
-}
-
 /// A lean acquire's reply was lost: the owner's gate stays closed until the
 /// settle, in the background (to its end, see `Object::spawn_to_end`),
 /// releases what it may have taken.
@@ -340,7 +321,9 @@ fn lost(lock: &Object, key: &HoldKey, (deadline, lasts): (u64, Duration), runtim
     });
 }
 
-/// Sends `lua/lean_settle.lua` to release until it is answered (a lost
+/// Sends `lua/lean_settle.lua` to release until it is answered; also what
+/// a lean release run again from its start (see [`release`]) does instead
+/// of sending, with the deadline its `lost_at` holds (a lost
 /// settle's own deadline joins what the next waits out, and so does any
 /// later deadline the gate holds: a settle run again from its start goes
 /// on from where the first run was), then opens the gate: whether a
@@ -350,7 +333,7 @@ fn lost(lock: &Object, key: &HoldKey, (deadline, lasts): (u64, Duration), runtim
 /// until what the lost sends may have left has surely ended by this
 /// clock (one response timeout from the last send that may run, the
 /// hold's `lasts` and a drift margin): the gate opens then too.
-async fn settle_until_answered(
+pub(super) async fn settle_until_answered(
     lock: &Object,
     key: &HoldKey,
     lost_until: u64,
@@ -382,7 +365,8 @@ async fn settle_until_answered(
                 // The server's clock is not past the lost sends' deadline:
                 // asked again about when it will be, by this clock (`own`
                 // is one response timeout ahead of the server's now).
-                let now = own.saturating_sub(ms(client));
+                let ahead = client.config().response_timeout.as_millis() as u64;
+                let now = own.saturating_sub(ahead);
                 let wait = Duration::from_millis(lost_until.saturating_sub(now));
                 let wait = wait.clamp(SETTLE_AGAIN, client.config().response_timeout);
                 tokio::time::sleep(wait).await;
@@ -427,9 +411,4 @@ fn settle_call(
         .arg(lock.publish())
         .arg(own);
     call
-}
-
-/// The response timeout in ms: how far ahead of the send a deadline is.
-fn ms(client: &crate::Client) -> u64 {
-    client.config().response_timeout.as_millis() as u64
 }

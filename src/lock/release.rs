@@ -331,10 +331,8 @@ impl Release {
         // protocol: its ticket is kept until the release is answered.
         let claim = self.pass_gate().await;
         let lean = match &claim {
-            Some(Claim::Lean { not_before, .. }) => self.send_lean(lock, *not_before, resend).await,
-            _ if self.lean_lost.load(Ordering::Acquire) != 0 => {
-                self.send_lean(lock, 0, resend).await
-            }
+            Some(Claim::Lean(_)) => self.send_lean(lock, resend).await,
+            _ if self.lean_lost.load(Ordering::Acquire) != 0 => self.send_lean(lock, resend).await,
             _ => None,
         };
         let answer = match lean {
@@ -373,7 +371,7 @@ impl Release {
     /// whose lean send was lost passes no gate: it settles.
     async fn pass_gate(&self) -> Option<Claim> {
         let client = self.lock.client();
-        if !client.lean_asked() || !lean::shares_hash(self.kind) {
+        if !lean::gated(client, self.kind) {
             return None;
         }
         if self.lean_lost.load(Ordering::Acquire) != 0 {
@@ -387,19 +385,13 @@ impl Release {
         Some(Gates::get().claim(key, go_lean, only).await)
     }
 
-    /// The lean release, carrying `not_before` (or, after its send was
-    /// lost, the settle of it): `None` when the latched release is to go
+    /// The lean release (or, after its send was lost, the settle of it): `None` when the latched release is to go
     /// instead.
     ///
     /// A lost reply is settled in the background; an awaited release
     /// (`Resend::Bounded`) waits for the settle as long as its latched
     /// resends could take, one response timeout per send and one more.
-    async fn send_lean(
-        &self,
-        lock: &Object,
-        not_before: u64,
-        resend: Resend,
-    ) -> Option<Result<Answer>> {
+    async fn send_lean(&self, lock: &Object, resend: Resend) -> Option<Result<Answer>> {
         let first_sent = Instant::now();
         let lasts = Duration::from_millis(self.lease_ms);
         let config = lock.config();
@@ -409,12 +401,9 @@ impl Release {
         };
         let lost_at = self.lean_lost.load(Ordering::Acquire);
         let let_go = match lost_at {
-            0 => {
-                let claim = (not_before, lasts);
-                lean::release(lock, &self.key, claim, &self.lean_lost, wait).await
-            }
+            0 => lean::release(lock, &self.key, lasts, &self.lean_lost, wait).await,
             _ => Ok(Let::Settled(
-                lean::settle_lost_release(lock, &self.key, lost_at, lasts).await,
+                lean::settle_until_answered(lock, &self.key, lost_at, lasts).await,
             )),
         };
         let released = Answer {
@@ -567,7 +556,7 @@ async fn give_back_once(lock: &Object, hold: &Parked) -> Result<Answer> {
     // The owner's gate, when the client was asked for the lean protocol:
     // a give-back goes latched, no lean call of the owner beside it.
     let client = lock.client();
-    let _claim = match client.lean_asked() && lean::shares_hash(kind) {
+    let _claim = match lean::gated(client, kind) {
         true => Some(Gates::get().claim(key, false, || false).await),
         false => None,
     };
