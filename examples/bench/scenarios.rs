@@ -12,7 +12,7 @@ use redis::{AsyncCommands, Script};
 use serde_json::{json, Value};
 
 use crate::measure::{f, micros, process_cpu, Samples, ServerStats, Table};
-use crate::server_time::{baseline_lock_unlock, delete_latch, Latch};
+use crate::server_time::{baseline_lock_unlock, delete_latch, lean_pair, Latch};
 use crate::Bench;
 
 /// The raw baseline: one EVALSHA of a script that does nothing, on a key.
@@ -199,6 +199,8 @@ pub(crate) async fn uncontended(bench: &mut Bench) -> Value {
             "p50 / theirs",
             "our scripts p50 µs",
             "ours / theirs",
+            "lean scripts p50 µs",
+            "p50 / lean scripts",
         ],
     );
     let mut rows = Vec::new();
@@ -213,6 +215,7 @@ pub(crate) async fn uncontended(bench: &mut Bench) -> Value {
             let mut simples = Samples::with_capacity(n);
             let mut theirs = Samples::with_capacity(n);
             let mut ours = Samples::with_capacity(n);
+            let mut leans = Samples::with_capacity(n);
             let hot_lock = client.lock("bench:u:hot");
             for i in 0..(n + 200) {
                 let lock = if hot {
@@ -253,6 +256,12 @@ pub(crate) async fn uncontended(bench: &mut Bench) -> Value {
                 let start = Instant::now();
                 scripts_pair(&mut conn, &our_key, SCRIPT_OWNER).await;
                 let our = start.elapsed();
+                // The lean scripts, sent raw: the floor of a library that
+                // sends them (`--lean`).
+                let lean_key = format!("{}:lean", lock.name());
+                let start = Instant::now();
+                lean_pair(&mut conn, &lean_key, SCRIPT_OWNER).await;
+                let lean = start.elapsed();
                 // The first 200 warm the connection and the scripts up.
                 if i >= 200 {
                     pairs.push(pair);
@@ -260,6 +269,7 @@ pub(crate) async fn uncontended(bench: &mut Bench) -> Value {
                     simples.push(simple);
                     theirs.push(their);
                     ours.push(our);
+                    leans.push(lean);
                 }
             }
             let (p50, p99, raw_p50) = (pairs.p50(), pairs.p99(), raws.p50());
@@ -270,6 +280,7 @@ pub(crate) async fn uncontended(bench: &mut Bench) -> Value {
             let their_p50 = theirs.p50();
             let (theirs_vs_raw, vs_theirs) = (their_p50 / raw_p50, p50 / their_p50);
             let our_p50 = ours.p50();
+            let lean_p50 = leans.p50();
             table.row(vec![
                 mode.into(),
                 keys.into(),
@@ -286,6 +297,8 @@ pub(crate) async fn uncontended(bench: &mut Bench) -> Value {
                 format!("{vs_theirs:.2}x"),
                 f(our_p50, 1),
                 format!("{:.2}x", our_p50 / their_p50),
+                f(lean_p50, 1),
+                format!("{:.2}x", p50 / lean_p50),
             ]);
             bench.check(
                 "uncontended lock + unlock p50 within 1.25 x two raw round trips",
@@ -295,6 +308,11 @@ pub(crate) async fn uncontended(bench: &mut Bench) -> Value {
                 ),
                 vs_pair <= 1.25,
             );
+            bench.check(
+                "uncontended lock + unlock p50 within 1.10 x the raw pair (issue 53)",
+                format!("{mode}, {keys}: {vs_pair:.2} x"),
+                vs_pair <= 1.10,
+            );
             rows.push(json!({
                 "mode": mode, "keys": keys, "pairs": n,
                 "p50_us": p50, "p99_us": p99, "raw_pair_p50_us": raw_p50,
@@ -302,6 +320,7 @@ pub(crate) async fn uncontended(bench: &mut Bench) -> Value {
                 "simple_lock_p50_us": simple_p50, "p50_per_simple_lock": vs_simple,
                 "redisson_scripts_p50_us": their_p50, "redisson_scripts_per_raw_pair": theirs_vs_raw,
                 "p50_per_redisson_scripts": vs_theirs, "our_scripts_p50_us": our_p50,
+                "lean_scripts_p50_us": lean_p50, "p50_per_lean_scripts": p50 / lean_p50,
             }));
         }
     }
@@ -311,7 +330,8 @@ pub(crate) async fn uncontended(bench: &mut Bench) -> Value {
          compare-and-delete script; Redisson's scripts: the bench's baseline of scenario 10 \
          (Redisson's acquire, then its release with its unlock latch; the latch's DEL \
          untimed), sent raw: the least any client on this layout can take; our scripts: \
-         ferrisson's acquire and release, sent raw; each timed between \
+         ferrisson's acquire and release, sent raw; lean scripts: `lua/lean_acquire.lua` and \
+         `lua/lean_release.lua`, sent raw (what the library sends with --lean); each timed between \
          every two lock pairs, so that all see the same moments of the machine; the target is \
          checked against the raw pair)"
     );

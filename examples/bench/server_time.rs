@@ -42,7 +42,7 @@ fn an_hour_from_now() -> u64 {
 }
 
 /// One lock and unlock by the lean scripts on a free `key`, sent raw.
-async fn lean_pair(conn: &mut ConnectionManager, key: &str, owner: &str) {
+pub(crate) async fn lean_pair(conn: &mut ConnectionManager, key: &str, owner: &str) {
     let acquired: Option<i64> = LEAN_ACQUIRE
         .key(key)
         .arg(30_000)
