@@ -180,7 +180,7 @@ impl CountDownLatch {
                 _ => Tried::Again(None),
             })
         };
-        let channel = Channel {
+        let channel = || Channel {
             name: self.channel_name(),
             broadcast: true,
         };

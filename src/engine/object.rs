@@ -249,7 +249,7 @@ impl Object {
     /// subscription at once.
     pub(crate) async fn wait_on<T, F, Fut>(
         &self,
-        channel: Channel,
+        channel: impl Fn() -> Channel,
         wait: Wait,
         attempt: F,
     ) -> Result<Option<T>>

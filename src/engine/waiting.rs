@@ -154,7 +154,8 @@ pub(crate) struct Channel {
 
 /// Calls `attempt` until it is [`Tried::Done`] or `deadline` passes
 /// (`Ok(None)`). The first try goes out without a subscription; after it,
-/// the waiter subscribes to `channel` and tries again before each wait, so
+/// the waiter subscribes to `channel` (made then: a call whose first try
+/// succeeds never names it) and tries again before each wait, so
 /// a message sent between a try and its wait is not missed. A waiter also
 /// tries again when the try's hint says (see [`Tried::Again`]): a lost
 /// message costs at most that long. Bounding a lock waiter by a third of
@@ -177,7 +178,7 @@ pub(crate) struct Channel {
 /// subscription at once.
 pub(super) async fn wait_on<T, F, Fut>(
     client: &Client,
-    channel: Channel,
+    channel: impl Fn() -> Channel,
     wait: Wait,
     attempt: F,
 ) -> Result<Option<T>>
@@ -193,7 +194,7 @@ where
 /// [`wait_on`] without its bound.
 async fn wait_on_in<T, F, Fut>(
     client: &Client,
-    channel: Channel,
+    channel: impl Fn() -> Channel,
     deadline: Option<Instant>,
     mut attempt: F,
     answered: &AtomicBool,
@@ -202,10 +203,13 @@ where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<Tried<T>>>,
 {
-    let Channel { name, broadcast } = channel;
-    if let Tried::Done(done) = first_try(&mut attempt, &name, deadline, answered).await? {
+    // The channel's name is made only for a wait that needs it: most
+    // first tries succeed.
+    let what = || channel().name;
+    if let Tried::Done(done) = first_try(&mut attempt, what, deadline, answered).await? {
         return Ok(Some(done));
     }
+    let Channel { name, broadcast } = channel();
     if expired(deadline, Instant::now()) {
         return Ok(None);
     }
@@ -436,7 +440,7 @@ where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<Tried<T>>>,
 {
-    let mut tried = first_try(&mut attempt, "spin lock", deadline, answered).await?;
+    let mut tried = first_try(&mut attempt, || "spin lock".into(), deadline, answered).await?;
     let mut failed = 0u32;
     loop {
         let pause = match tried {
@@ -472,7 +476,7 @@ where
 /// sets `answered`.
 async fn first_try<T, F, Fut>(
     attempt: &mut F,
-    what: &str,
+    what: impl Fn() -> String,
     deadline: Option<Instant>,
     answered: &AtomicBool,
 ) -> Result<Tried<T>>
@@ -486,7 +490,7 @@ where
     }
     match tried {
         Err(err) if deadline.is_none() && err.may_wait_out() => {
-            tracing::debug!(%what, error = %err, "no connection; waiting to try again");
+            tracing::debug!(what = %what(), error = %err, "no connection; waiting to try again");
             Ok(Tried::Again(Some(NO_CONNECTION)))
         }
         tried => tried,

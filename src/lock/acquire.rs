@@ -126,7 +126,7 @@ impl LockCore {
         if let Some(backoff) = self.kind.backoff() {
             return waiting::spin(backoff, limits, attempt).await;
         }
-        let channel = Channel {
+        let channel = || Channel {
             name: self.kind.waiter_channel(self.obj.shared_name(), field),
             // A release wakes one waiter.
             broadcast: false,

@@ -18,12 +18,11 @@
 
 use std::sync::{Arc, LazyLock};
 
-use dashmap::DashMap;
 use tokio::sync::futures::Notified;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use crate::engine::watchdog::HoldKey;
+use crate::engine::watchdog::{HoldKey, HoldMap};
 
 /// One owner's gate on one lock.
 #[derive(Debug, Default)]
@@ -64,7 +63,7 @@ impl Gate {
 /// names its client's id, so the clients of a process share the map
 /// without meeting in it.
 #[derive(Debug, Default)]
-pub(crate) struct Gates(DashMap<HoldKey, Gate>);
+pub(crate) struct Gates(HoldMap<Gate>);
 
 static GATES: LazyLock<Gates> = LazyLock::new(Gates::default);
 

@@ -32,7 +32,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Duration;
 
-use dashmap::DashMap;
+use crate::engine::watchdog::HoldMap;
 use tokio::time::Instant;
 
 use super::slot::{After, Slot, Standing};
@@ -42,7 +42,7 @@ use crate::engine::watchdog::{HoldKey, Registry};
 /// An owner's field names its client's id, so the clients of a process
 /// share the map without meeting in it; an entry goes with its last guard.
 #[derive(Debug, Default)]
-pub(crate) struct Guards(DashMap<HoldKey, Vec<Arc<Slot>>>);
+pub(crate) struct Guards(HoldMap<Vec<Arc<Slot>>>);
 
 static GUARDS: LazyLock<Guards> = LazyLock::new(Guards::default);
 
@@ -56,7 +56,7 @@ static GUARDS: LazyLock<Guards> = LazyLock::new(Guards::default);
 /// ever take out, so that the lock stays held after the new hold's
 /// release. An acquire of the owner that has no live hold there looks in
 /// Redis first, and waits for such a key's end ([`Guards::lingering`]).
-static LINGERING: LazyLock<DashMap<HoldKey, Instant>> = LazyLock::new(DashMap::new);
+static LINGERING: LazyLock<HoldMap<Instant>> = LazyLock::new(HoldMap::default);
 
 /// The size of [`LINGERING`] at which it next forgets its ended entries
 /// (twice its size after the last time, at least 64).

@@ -102,7 +102,7 @@ impl Drop for QueueExit<'_> {
 /// of a newer wait. An entry lives while it is used ([`OwnerUse`]).
 /// Process-wide: an owner's field names its client's id.
 #[derive(Default)]
-pub(crate) struct FairOwners(dashmap::DashMap<HoldKey, Arc<FairOwner>>);
+pub(crate) struct FairOwners(crate::engine::watchdog::HoldMap<Arc<FairOwner>>);
 
 static FAIR_OWNERS: std::sync::LazyLock<FairOwners> = std::sync::LazyLock::new(FairOwners::default);
 

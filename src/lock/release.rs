@@ -160,7 +160,9 @@ pub(crate) struct Release {
     kind: Kind,
     pub(super) key: HoldKey,
     lease_ms: u64,
-    request_id: String,
+    /// Its unlock latch's request id, made by its first latched send and
+    /// the same for every send after (a lean release needs none).
+    request_id: std::sync::OnceLock<String>,
     /// The hold's lease, and whether only it decides the hold's end (no
     /// watchdog hold of the owner keeps the key): then a release Redis
     /// answers with "not held" after the lease ran out is a lost lease.
@@ -264,14 +266,13 @@ impl Release {
                 .lease_ms
                 .unwrap_or_else(|| watchdog_ms(lease.state.watchdog_ttl()))
         };
-        let request_id = lock.request_id();
         let standing = Guards::get().standing(&key, &slot, registry, kind == Kind::Read);
         Ok(Release {
             lock,
             kind,
             key,
             lease_ms,
-            request_id,
+            request_id: std::sync::OnceLock::new(),
             lease: lease.state,
             own_lease,
             slot,
@@ -310,23 +311,6 @@ impl Release {
 
     /// [`Release::send`] on `lock` (bound to the connection to send on).
     pub(super) async fn send_on(&self, lock: &Object, resend: Resend) -> Result<()> {
-        let span = tracing::info_span!("ferrisson.release", lock = %self.key.name, kind = self.kind.label());
-        let call = ReleaseCall {
-            kind: self.kind,
-            release: request::Release {
-                owner: &self.key.field,
-                lease_ms: self.lease_ms,
-                request_id: &self.request_id,
-                stands: Some(&StandingOf {
-                    standing: &self.standing,
-                    registry: self.lock.registry(),
-                }),
-                resend,
-            },
-            keep_until: self.keep_until,
-            done: self.done.as_ref(),
-            grant: self.grant.as_ref().map(|latch| latch.key.as_str()),
-        };
         // The owner's gate, when the client was asked for the lean
         // protocol: its ticket is kept until the release is answered.
         let claim = self.pass_gate().await;
@@ -337,7 +321,7 @@ impl Release {
         };
         let answer = match lean {
             Some(answer) => answer,
-            None => release_hold_as(lock, &call).instrument(span).await,
+            None => self.send_latched(lock, resend).await,
         };
         drop(claim);
         linger(&self.key, &self.slot, self.lease_ms, &answer);
@@ -364,6 +348,30 @@ impl Release {
 }
 
 impl Release {
+    /// The latched release (`lua/release.lua` and its kin, with the unlock
+    /// latch of this release's one request id), resent as `resend` says.
+    async fn send_latched(&self, lock: &Object, resend: Resend) -> Result<Answer> {
+        let span = tracing::info_span!("ferrisson.release", lock = %self.key.name, kind = self.kind.label());
+        let request_id = self.request_id.get_or_init(|| self.lock.request_id());
+        let call = ReleaseCall {
+            kind: self.kind,
+            release: request::Release {
+                owner: &self.key.field,
+                lease_ms: self.lease_ms,
+                request_id,
+                stands: Some(&StandingOf {
+                    standing: &self.standing,
+                    registry: self.lock.registry(),
+                }),
+                resend,
+            },
+            keep_until: self.keep_until,
+            done: self.done.as_ref(),
+            grant: self.grant.as_ref().map(|latch| latch.key.as_str()),
+        };
+        release_hold_as(lock, &call).instrument(span).await
+    }
+
     /// Passes the owner's gate (see `lock::gate`) when the client was
     /// asked for the lean protocol and this kind may go lean; lean when
     /// the hold was taken lean, is its owner's only one here, and the

@@ -404,7 +404,7 @@ impl Semaphore {
         // resend after a lost reply takes the permits once.
         let slot = RequestSlot::default();
         let attempt = || self.try_take(permits, &slot, limits.resend_until, runtime.clone());
-        let channel = Channel {
+        let channel = || Channel {
             name: keys::semaphore_channel(self.obj.shared_name()),
             broadcast: true,
         };

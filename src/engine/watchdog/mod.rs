@@ -23,7 +23,6 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use dashmap::mapref::entry::Entry;
-use dashmap::DashMap;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
@@ -38,7 +37,7 @@ use crate::engine::telemetry::Subject;
 mod lease;
 mod renew;
 
-pub(crate) use lease::{HoldKey, LeaseState};
+pub(crate) use lease::{HoldKey, HoldMap, LeaseState};
 use renew::renew_chunk;
 pub(crate) use renew::{Renew, RenewCall, Renewal};
 
@@ -89,7 +88,7 @@ impl Schedule {
 
 #[derive(Debug)]
 struct Shared {
-    map: DashMap<HoldKey, Held>,
+    map: HoldMap<Held>,
     /// Locked after a map entry, never before one.
     schedule: Mutex<Schedule>,
     wake: Arc<Notify>,
@@ -133,7 +132,7 @@ impl Registry {
     ) -> Registry {
         let wake = Arc::new(Notify::new());
         let shared = Arc::new(Shared {
-            map: DashMap::new(),
+            map: HoldMap::default(),
             schedule: Mutex::new(Schedule::default()),
             wake: Arc::clone(&wake),
             conn,

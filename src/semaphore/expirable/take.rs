@@ -49,7 +49,7 @@ impl PermitExpirableSemaphore {
         // it grows old: a resend after a lost reply takes the permits once.
         let slot = RequestSlot::default();
         let attempt = || self.try_take(n, lease_ms, &slot, limits.resend_until, runtime.clone());
-        let channel = Channel {
+        let channel = || Channel {
             name: keys::semaphore_channel(self.obj.shared_name()),
             broadcast: true,
         };
