@@ -31,12 +31,14 @@ pub(crate) trait RawSend {
 /// Runs `cmd` on `conn`; see the module docs.
 pub(crate) async fn run(conn: &mut impl RawSend, cmd: &Cmd) -> RedisResult<Value> {
     let reply = unwrapped(conn.send(cmd).await);
-    let Some(body) = our_script(cmd) else {
-        return reply;
-    };
+    // Only a NOSCRIPT reply asks which script it was: looking it up costs
+    // a hash of its SHA1 on every call otherwise.
     if !is_noscript(&reply) {
         return reply;
     }
+    let Some(body) = our_script(cmd) else {
+        return reply;
+    };
     let mut load = redis::cmd("SCRIPT");
     load.arg("LOAD").arg(body);
     if let Err(err) = unwrapped(conn.send(&load).await).and_then(Value::extract_error) {
