@@ -191,7 +191,9 @@ pub struct Config {
     /// Whether the reentrant and spin locks may send the lean protocol
     /// (`lua/lean_acquire.lua`, `lua/lean_release.lua`: no latch keys) for
     /// an owner's one hold; see [`ClientBuilder::lean`](crate::ClientBuilder::lean).
-    /// Default `false`.
+    /// A builder starts with `true` for one server and `false` for a
+    /// cluster or sentinels, and `build` turns its default off where
+    /// replica sync is asked for. `Config::default()`: `false`.
     pub lean: bool,
 }
 

@@ -228,14 +228,19 @@
 //! released, the permits returned), and it is marked cancelled if it was not,
 //! so that it changes nothing should it still reach Redis.
 //!
-//! A client built with [`ClientBuilder::lean`] sends the reentrant and spin
-//! locks' uncontested holds another way: an owner that holds nothing of
-//! the lock takes and releases its one hold with scripts that keep no
-//! latch key, each send bounded by a deadline on the server's clock and
-//! never resent. A lost reply is settled once that deadline has passed
-//! (what the send took is released), the owner's next call on the lock
-//! waits for it, and the client sends the latched requests above from then
-//! on. Re-entries and every other synchronizer are as above.
+//! On one server without replica sync (unless built with
+//! [`ClientBuilder::lean`]`(false)`), the reentrant and spin locks send an
+//! owner's one hold another way, the lean protocol: an owner that holds
+//! nothing of the lock takes and releases its one hold with scripts that
+//! keep no latch key, each send bounded by a deadline on the server's
+//! clock and never resent. A lost reply is settled once that deadline has
+//! passed (what the send took is released), the owner's next call on the
+//! lock waits for it, and the client sends the latched requests above from
+//! then on. An acquire goes lean only when its call can wait for that
+//! settle (`lock()`, or a wait longer than two response timeouts): a
+//! `try_lock()` sends the latched request, resent within its time.
+//! Re-entries, a cluster, sentinels and every other synchronizer are as
+//! above.
 //!
 //! # Time limits
 //!

@@ -1,4 +1,5 @@
-//! The lean protocol (`ClientBuilder::lean`): an owner that holds nothing
+//! The lean protocol (`ClientBuilder::lean`, on by default for one
+//! server): an owner that holds nothing
 //! takes and releases its one hold with scripts that write no latch key,
 //! on Redisson's layout; a lost lean send is settled past its deadline and
 //! the client turns to the latched protocol; a caller that leaves leaves
@@ -233,6 +234,56 @@ async fn lean_is_refused_with_replica_sync() {
         .build()
         .await;
     assert!(matches!(built, Err(Error::InvalidArgument(_))), "{built:?}");
+}
+
+/// A client of one server sends the lean protocol by default, where the
+/// call can wait for a lost reply's settle: `lock()` goes lean, a
+/// `try_lock()` sends the latched acquire (resent on a lost reply within
+/// its time). `lean(false)`, and replica sync unless `lean(true)` is asked
+/// for (refused, above), send the latched protocol only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_server_goes_lean_by_default_where_a_call_can_wait_for_a_settle() {
+    let server = RedisServer::start();
+    // Whether the server has run `script` (the client loads a script with
+    // its first call; none is loaded before).
+    let sent = |script: &redis::Script| {
+        let exists = server.cmd(&["SCRIPT", "EXISTS", script.get_hash()]);
+        exists.as_array().unwrap()[0].as_int() == Some(1)
+    };
+    let client = soon(Client::builder(server.url()).build()).await.unwrap();
+    assert!(client.config().lean);
+    let lock = client.lock("default:lean");
+    let guard = soon(lock.try_lock()).await.unwrap().expect("free");
+    assert!(!sent(&lean_acquire()), "a try_lock() sent the lean acquire");
+    soon(guard.unlock()).await.unwrap();
+    // That pair's latches are deleted a moment later.
+    eventually(Duration::from_secs(10), || async {
+        keys(&server).is_empty()
+    })
+    .await;
+    let guard = soon(lock.lock()).await.unwrap();
+    assert!(sent(&lean_acquire()), "lock() sent the latched acquire");
+    assert_eq!(keys(&server), ["default:lean"], "no latch key beside it");
+    soon(guard.unlock()).await.unwrap();
+    assert!(sent(&lean_release()));
+    assert!(keys(&server).is_empty(), "{:?}", keys(&server));
+
+    server.cmd(&["SCRIPT", "FLUSH"]);
+    let latched = soon(Client::builder(server.url()).lean(false).build())
+        .await
+        .unwrap();
+    assert!(!latched.config().lean);
+    let guard = soon(latched.lock("default:latched").lock()).await.unwrap();
+    soon(guard.unlock()).await.unwrap();
+    assert!(!sent(&lean_acquire()) && !sent(&lean_release()));
+    let synced = soon(
+        Client::builder(server.url())
+            .replica_sync_with(Some(ferrisson::config::ReplicaSync::REDISSON))
+            .build(),
+    )
+    .await
+    .unwrap();
+    assert!(!synced.config().lean, "replica sync goes by the latch");
 }
 
 #[cfg(feature = "cluster")]

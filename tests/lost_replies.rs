@@ -4,6 +4,12 @@
 //! latch); an acquire resent after a lost reply must not take a second hold
 //! (the acquire latch), and one whose every reply was lost must have its
 //! hold given back.
+//!
+//! These are the latched protocol's tests: every client a proxy stands in
+//! front of is built with `lean(false)`, so that each lock call sends the
+//! scripts and latch keys the proxy's patterns name. (The latched protocol
+//! is what a re-entry, a client after its first lost reply, a cluster and
+//! sentinels send.) The lean protocol's lost replies are `tests/lean.rs`'s.
 
 use ferrisson_test_support as common;
 
@@ -16,8 +22,24 @@ use tokio::time::Instant;
 
 const LEASE: Duration = Duration::from_secs(60);
 
+/// A client of `url` that sends the latched protocol only, with a
+/// watchdog timeout of `watchdog`, and a response and a connection timeout
+/// of `timeouts` each.
+async fn latched_client(url: &str, watchdog: Duration, timeouts: Duration) -> Client {
+    soon(
+        Client::builder(url)
+            .lean(false)
+            .watchdog_timeout(watchdog)
+            .response_timeout(timeouts)
+            .connection_timeout(timeouts)
+            .build(),
+    )
+    .await
+    .unwrap()
+}
+
 async fn proxied(proxy: &Proxy, timeouts: Duration) -> Client {
-    common::client_with_timeouts(&proxy.url(), Duration::from_secs(3), timeouts).await
+    latched_client(&proxy.url(), Duration::from_secs(3), timeouts).await
 }
 
 /// Loads the scripts, so that the next command of a lock is its script.
@@ -572,8 +594,7 @@ async fn a_lost_leased_reentry_is_given_back_without_shortening_the_ttl() {
     let server = RedisServer::start();
     let proxy = std::sync::Arc::new(Proxy::start(server.port()));
     let timeouts = Duration::from_millis(300);
-    let client =
-        common::client_with_timeouts(&proxy.url(), Duration::from_secs(10), timeouts).await;
+    let client = latched_client(&proxy.url(), Duration::from_secs(10), timeouts).await;
     warm_up(&client).await;
     let field = format!("{}:job", client.id());
     let lock = client.lock("lost:reentry").with_owner("job");
@@ -615,6 +636,7 @@ async fn an_orphaned_reentry_is_given_back_with_its_own_sends_ttl() {
     let watchdog = Duration::from_secs(10);
     let client = soon(
         Client::builder(proxy.url())
+            .lean(false)
             .watchdog_timeout(watchdog)
             .response_timeout(Duration::from_secs(5))
             .build(),
@@ -702,6 +724,7 @@ async fn a_resend_later_than_the_holds_ttl_still_counts_once() {
     let timeouts = Duration::from_millis(300);
     let client = soon(
         Client::builder(proxy.url())
+            .lean(false)
             .watchdog_timeout(Duration::from_millis(600))
             .response_timeout(timeouts)
             .connection_timeout(timeouts)
@@ -767,8 +790,7 @@ async fn a_late_grant_whose_confirm_fails_is_given_back() {
     let server = RedisServer::start();
     let proxy = Proxy::start(server.port());
     let watchdog = Duration::from_secs(6);
-    let client =
-        common::client_with_timeouts(&proxy.url(), watchdog, Duration::from_secs(10)).await;
+    let client = latched_client(&proxy.url(), watchdog, Duration::from_secs(10)).await;
     warm_up(&client).await;
     // The grant's round trip (2.2 s) outlasts a third of the watchdog
     // timeout (2 s): the acquire confirms it with a renewal, whose reply is
@@ -803,7 +825,7 @@ async fn a_late_grant_whose_confirm_fails_is_given_back() {
 async fn a_late_grant_left_while_its_confirm_fails_is_given_back() {
     let server = RedisServer::start();
     let proxy = Proxy::start(server.port());
-    let client = common::client_with_timeouts(
+    let client = latched_client(
         &proxy.url(),
         Duration::from_secs(6),
         Duration::from_secs(10),
@@ -916,6 +938,7 @@ async fn one_wait_is_one_request_across_lost_replies() {
     // 6.5 s: the whole wait fits in it on a loaded machine too.
     let waiter = soon(
         Client::builder(proxy.url())
+            .lean(false)
             .watchdog_timeout(Duration::from_secs(3))
             .response_timeout(Duration::from_secs(5))
             .connection_timeout(Duration::from_secs(5))
@@ -972,6 +995,7 @@ async fn a_replaced_request_is_settled_before_the_next_one_is_sent() {
     let proxy = Proxy::start(server.port());
     let waiter = soon(
         Client::builder(proxy.url())
+            .lean(false)
             .watchdog_timeout(Duration::from_secs(3))
             // A resend window of 1.8 s: the outage outlasts it.
             .response_timeout(Duration::from_millis(300))
@@ -1549,6 +1573,7 @@ async fn a_late_grant_whose_caller_left_is_given_back_by_the_grants_own_lease() 
     let watchdog = Duration::from_secs(1);
     let client = soon(
         Client::builder(proxy.url())
+            .lean(false)
             .watchdog_timeout(watchdog)
             .response_timeout(timeout)
             .connection_timeout(timeout)

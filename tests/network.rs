@@ -621,8 +621,11 @@ async fn give_backs_and_dropped_guards_outlast_a_network_cut() {
     let c = client_at(&proxy.url(), watchdog).await;
     let cut = Duration::from_secs(3);
     let lease = Duration::from_secs(60);
-    // Every script loaded: each acquire below is one command.
+    // Every script loaded: each acquire below is one command. (`lock()`
+    // sends the lean scripts, `try_lock()` the latched ones.)
     let warm = soon(c.lock("cut:warm").lock()).await.unwrap();
+    soon(warm.unlock()).await.unwrap();
+    let warm = soon(c.lock("cut:warm").try_lock()).await.unwrap().unwrap();
     soon(warm.unlock()).await.unwrap();
     let sem = c.semaphore("cut:sem");
     assert!(soon(sem.try_set_permits(1)).await.unwrap());

@@ -136,6 +136,10 @@ pub struct ClientBuilder {
     /// Whether `config.replica_sync` is the deployment's default, which
     /// `build` fits to the response timeout, rather than the program's.
     default_sync: bool,
+    /// Whether `config.lean` is the program's (`ClientBuilder::lean`)
+    /// rather than the deployment's default, which `build` turns off where
+    /// replica sync is asked for.
+    lean_asked: bool,
     /// PEM of the CA that signed the server's certificate, when it is not
     /// in the system's trust store.
     #[cfg(any(feature = "tls", feature = "native-tls"))]
@@ -230,12 +234,15 @@ impl ClientBuilder {
         if !matches!(target, Target::Single(_)) {
             config.replica_sync = Some(crate::config::ReplicaSync::REDISSON);
         }
+        // The lean protocol where its sends go once: to one server.
+        config.lean = matches!(target, Target::Single(_));
         ClientBuilder {
             target,
             #[cfg(feature = "sentinel")]
             master_auth: None,
             config,
             default_sync: true,
+            lean_asked: false,
             #[cfg(any(feature = "tls", feature = "native-tls"))]
             tls_root: None,
         }
@@ -356,29 +363,34 @@ impl ClientBuilder {
         self
     }
 
-    /// Lets the reentrant and spin locks send the lean protocol: an owner
-    /// that holds nothing of a lock, with nothing of it on its way, takes
-    /// and releases its one hold with scripts that write no latch key
-    /// (`lua/lean_acquire.lua`, `lua/lean_release.lua`), each send bounded
-    /// by its deadline on the server's clock and never resent; a lost reply
-    /// is settled (`lua/lean_settle.lua`) once that deadline has passed,
-    /// and the owner's next call on that lock waits for the settle. Every
-    /// other call (a re-entry, a release that leaves holds, a job's
-    /// release) sends the latched scripts as before. The layout Redisson
-    /// reads is the same either way. After the first command of a lock
-    /// whose reply was lost, the client sends the latched protocol only.
+    /// Whether the reentrant and spin locks send the lean protocol: an
+    /// owner that holds nothing of a lock, with nothing of it on its way,
+    /// takes and releases its one hold with scripts that write no latch
+    /// key (`lua/lean_acquire.lua`, `lua/lean_release.lua`), each send
+    /// bounded by its deadline on the server's clock and never resent; a
+    /// lost reply is settled (`lua/lean_settle.lua`) once that deadline has
+    /// passed, and the owner's next call on that lock waits for the settle.
+    /// Every other call (a re-entry, a release that leaves holds, a job's
+    /// release) sends the latched scripts. The layout Redisson reads is the
+    /// same either way. After the first command of a lock whose reply was
+    /// lost, the client sends the latched protocol only.
     ///
-    /// A lean send is never resent: where the latched protocol resends a
-    /// lost reply within the call's time, a lean call waits for the
-    /// settle instead, past the send's deadline (one response timeout), so
-    /// a call of one attempt (`try_lock()`) whose lean reply is lost fails
-    /// with the connection error, and an awaited `unlock()` waits for the
-    /// settle as long as its resends could have taken.
+    /// A lean send is never resent, so an acquire goes lean only when its
+    /// call can wait out a lost reply's settle: a call that waits as long
+    /// as it takes (`lock()`), or whose wait ends more than two response
+    /// timeouts after the try. A call of one attempt (`try_lock()`) or
+    /// with a shorter wait sends the latched acquire, resent on a lost
+    /// reply within the call's time. An awaited `unlock()` whose lean reply
+    /// is lost waits for the settle, as long as its resends could have
+    /// taken.
     ///
-    /// Off by default. For one server without replica sync: a cluster or
-    /// sentinel builder refuses it in `build`, and so does replica sync.
+    /// On by default for one server without replica sync (a cluster or
+    /// sentinels, and replica sync, go by the acquire latch: there the
+    /// default is off, and `lean(true)` makes `build` fail). `lean(false)`
+    /// sends the latched protocol for every call.
     pub fn lean(mut self, on: bool) -> Self {
         self.config.lean = on;
+        self.lean_asked = true;
         self
     }
 
@@ -446,6 +458,11 @@ impl ClientBuilder {
         }
         if self.default_sync {
             self.config.fit_default_sync();
+        }
+        // Replica sync goes by the acquire latch: the lean protocol is
+        // refused with it when asked for, and not taken by default.
+        if !self.lean_asked && self.config.replica_sync.is_some() {
+            self.config.lean = false;
         }
         self.config.validate()?;
         #[cfg(feature = "tls")]

@@ -247,7 +247,10 @@ impl LockCore {
             return Some(None);
         }
         let key = &req.key;
-        let go_lean = lean && lean::capable(self.kind) && client.goes_lean();
+        let go_lean = lean
+            && lean::capable(self.kind)
+            && client.goes_lean()
+            && lean::settles_in_time(client, req.limits.deadline);
         let claim = Gates::get().claim(key, go_lean, || Guards::get().holds_nothing(key));
         match req.limits.bound {
             Some(bound) => tokio::time::timeout_at(bound, claim).await.ok().map(Some),

@@ -62,6 +62,16 @@ pub(super) fn gated(client: &crate::Client, kind: Kind) -> bool {
         )
 }
 
+/// Whether a lean acquire of a call whose tries end at `deadline` (`None`:
+/// a wait without end) leaves it time to wait out a lost reply: the lost
+/// send may run until one response timeout after it goes, the settle and
+/// the latched try after it need one more. A call with less (one attempt,
+/// `try_lock()`, or a short wait) sends the latched acquire, which resends
+/// a lost reply within the call's time.
+pub(super) fn settles_in_time(client: &crate::Client, deadline: Option<Instant>) -> bool {
+    deadline.is_none_or(|deadline| deadline > Instant::now() + client.config().response_timeout * 2)
+}
+
 /// Whether a lean script's `reply` says it took nothing and the latched
 /// call is to go instead (it ran after its deadline, or before a
 /// not-before); counted for `call`. Its deadline is checked before its
