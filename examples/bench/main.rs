@@ -1,6 +1,6 @@
 //! ferrisson against the Redis round-trip limit, in one run.
 //!
-//! `cargo run --release --example bench [-- --quick] [--lean] [--json PATH] [--only 1,2,..]`
+//! `cargo run --release --example bench [-- --quick] [--latched] [--json PATH] [--only 1,2,..]`
 //!
 //! Starts a throwaway `redis-server` (or uses `REDIS_URL`), then runs eleven
 //! scenarios (8 and 9 start servers of their own). Each measures ferrisson and, in the same run and over the
@@ -37,8 +37,9 @@ use serde_json::{json, Value};
 pub(crate) struct Options {
     /// The smaller, faster run (`--quick`).
     pub(crate) quick: bool,
-    /// The ferrisson clients send the lean protocol (`--lean`, see
-    /// `ClientBuilder::lean`).
+    /// Whether the ferrisson clients send the lean protocol (the default,
+    /// see `ClientBuilder::lean`), or the latched one only (`--latched`).
+    /// `--lean`, the default said out loud, is still taken.
     pub(crate) lean: bool,
     json: Option<String>,
     only: Option<Vec<usize>>,
@@ -48,7 +49,7 @@ impl Options {
     fn parse() -> Result<Options, String> {
         let mut options = Options {
             quick: false,
-            lean: false,
+            lean: true,
             json: None,
             only: None,
         };
@@ -57,6 +58,7 @@ impl Options {
             match arg.as_str() {
                 "--quick" => options.quick = true,
                 "--lean" => options.lean = true,
+                "--latched" => options.lean = false,
                 "--json" => {
                     options.json = Some(args.next().ok_or("--json needs a file path")?);
                 }
@@ -75,9 +77,10 @@ impl Options {
                 }
                 "-h" | "--help" => {
                     println!(
-                        "usage: bench [--quick] [--lean] [--json PATH] [--only 1,2,..]\n\n\
+                        "usage: bench [--quick] [--latched] [--json PATH] [--only 1,2,..]\n\n\
                          --quick      smaller sizes and shorter runs (under 30 s)\n\
-                         --lean       ferrisson's clients send the lean protocol\n\
+                         --latched    ferrisson's clients send the latched protocol only\n\
+                         \x20            (lean(false); the default is the lean one)\n\
                          --json PATH  also write every figure to PATH as JSON\n\
                          --only LIST  run only these scenarios (1-11); the round trip\n\
                          \x20            (scenario 1) is always measured, as the unit"
@@ -247,7 +250,11 @@ async fn run(options: Options, url: String) -> i32 {
     println!(
         "ferrisson bench ({} run{}): {} cores, {}; redis {version}",
         if options.quick { "quick" } else { "full" },
-        if options.lean { ", lean protocol" } else { "" },
+        if options.lean {
+            ""
+        } else {
+            ", latched protocol"
+        },
         machine["cores"],
         machine["cpu"].as_str().unwrap_or("unknown"),
     );

@@ -257,7 +257,7 @@ pub(crate) async fn uncontended(bench: &mut Bench) -> Value {
                 scripts_pair(&mut conn, &our_key, SCRIPT_OWNER).await;
                 let our = start.elapsed();
                 // The lean scripts, sent raw: the floor of a library that
-                // sends them (`--lean`).
+                // sends them (by default; not with `--latched`).
                 let lean_key = format!("{}:lean", lock.name());
                 let start = Instant::now();
                 lean_pair(&mut conn, &lean_key, SCRIPT_OWNER).await;
@@ -331,7 +331,7 @@ pub(crate) async fn uncontended(bench: &mut Bench) -> Value {
          (Redisson's acquire, then its release with its unlock latch; the latch's DEL \
          untimed), sent raw: the least any client on this layout can take; our scripts: \
          ferrisson's acquire and release, sent raw; lean scripts: `lua/lean_acquire.lua` and \
-         `lua/lean_release.lua`, sent raw (what the library sends with --lean); each timed between \
+         `lua/lean_release.lua`, sent raw (what the library sends by default); each timed between \
          every two lock pairs, so that all see the same moments of the machine; the target is \
          checked against the raw pair)"
     );

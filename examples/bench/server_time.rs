@@ -24,8 +24,8 @@ static RELEASE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("redisson_release.lua")));
 
 /// The lean protocol's acquire and release (issue 53), sent raw: what they
-/// cost the server, beside the library's own pair (which sends them with
-/// `--lean`).
+/// cost the server, beside the library's own pair (which sends them
+/// by default, `--latched` aside).
 static LEAN_ACQUIRE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../../lua/lean_acquire.lua")));
 static LEAN_RELEASE: LazyLock<Script> =
@@ -69,8 +69,8 @@ pub(crate) async fn lean_pair(conn: &mut ConnectionManager, key: &str, owner: &s
 const REDISSON: &str =
     "server time per pair at most 1.10x Redisson's own (its unlock latch, then its DEL)";
 const NO_LATCH: &str = "server time per pair at most 1.10x Redisson's scripts with no latch at all";
-/// What the lean scripts give sent raw (the library sends them with
-/// `--lean`).
+/// What the lean scripts give sent raw (the library sends them by
+/// default, `--latched` aside).
 const LEAN: &str = "the lean scripts' server time per pair at most 1.10x Redisson's own, sent raw";
 
 /// How the unlock latch of the baseline is kept.
