@@ -16,6 +16,7 @@
 //! send closes the gate to every call of the owner (lean or latched) until
 //! a settle of it is answered: no clock says when it may open.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, LazyLock};
 
 use tokio::sync::futures::Notified;
@@ -42,10 +43,12 @@ struct Gate {
     /// ended: the gate opens then even if no settle was answered (a
     /// settle cancelled with its runtime, or one that never got through).
     lean_expires: Option<Instant>,
-    /// A hold of the owner was leaked (`LockGuard::leak`): it may stand in
-    /// Redis with no guard here to count it, so no call of the owner goes
-    /// lean any more (the entry is kept for it).
-    leaked: bool,
+    /// Holds of the owner that were leaked (`LockGuard::leak`), each as
+    /// until when it may stand in Redis by this clock (asked anew: a
+    /// watchdog's renewals move it on). While one may stand with no guard
+    /// here to count it, no call of the owner goes lean (the entry is kept
+    /// for it); one that has surely ended is forgotten.
+    leaked: Vec<StandsUntil>,
     /// Told when the gate may open; made by the first claim that waits
     /// (most gates live and go with no waiter).
     changed: Option<Arc<Notify>>,
@@ -55,9 +58,34 @@ impl Gate {
     /// Whether nothing of the owner's is in the gate, so that its entry
     /// may go.
     fn idle(&self) -> bool {
-        self.calls == 0 && self.background == 0 && self.lean_until == 0 && !self.leaked
+        self.calls == 0 && self.background == 0 && self.lean_until == 0 && self.leaked.is_empty()
+    }
+
+    /// Forgets the leaked holds that have surely ended by `now`.
+    fn forget_ended(&mut self, now: Instant) {
+        self.leaked.retain(|stands_until| (stands_until.0)() > now);
     }
 }
+
+/// Until when a leaked hold may stand in Redis, by this clock.
+pub(crate) struct StandsUntil(Box<dyn Fn() -> Instant + Send + Sync>);
+
+impl StandsUntil {
+    pub(crate) fn new(until: impl Fn() -> Instant + Send + Sync + 'static) -> StandsUntil {
+        StandsUntil(Box::new(until))
+    }
+}
+
+impl std::fmt::Debug for StandsUntil {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("StandsUntil").field(&(self.0)()).finish()
+    }
+}
+
+/// The number of gates at which [`Gates::leaked`] next forgets the leaked
+/// holds that have ended, and the gates left idle by that (doubled after
+/// each pass, as the lingering holds' map does).
+static PRUNE_AT: AtomicUsize = AtomicUsize::new(64);
 
 /// The gates of every (lock, owner) of this process. An owner's field
 /// names its client's id, so the clients of a process share the map
@@ -167,10 +195,13 @@ impl Gates {
                     gate.lean_expires = None;
                 }
                 if !gate.lean && gate.lean_until == 0 {
+                    if !gate.leaked.is_empty() {
+                        gate.forget_ended(Instant::now());
+                    }
                     let lean = lean
                         && gate.calls == 0
                         && gate.background == 0
-                        && !gate.leaked
+                        && gate.leaked.is_empty()
                         && holds_nothing();
                     gate.calls += 1;
                     gate.lean = lean;
@@ -200,9 +231,24 @@ impl Gates {
         }
     }
 
-    /// A hold of the owner was leaked: no call of it goes lean any more.
-    pub(crate) fn leaked(&self, key: &HoldKey) {
-        self.0.entry(key.clone()).or_default().leaked = true;
+    /// A hold of the owner was leaked, and may stand until `stands_until`
+    /// says: no call of the owner goes lean until then. Past a number of
+    /// gates, those whose leaked holds have all ended (and nothing else
+    /// keeps them) go.
+    pub(crate) fn leaked(&self, key: &HoldKey, stands_until: StandsUntil) {
+        self.0
+            .entry(key.clone())
+            .or_default()
+            .leaked
+            .push(stands_until);
+        if self.0.len() >= PRUNE_AT.load(Ordering::Relaxed) {
+            let now = Instant::now();
+            self.0.retain(|_, gate| {
+                gate.forget_ended(now);
+                !gate.idle()
+            });
+            PRUNE_AT.store((self.0.len() * 2).max(64), Ordering::Relaxed);
+        }
     }
 
     /// Background work of the owner starts: no call of it goes lean until
@@ -365,10 +411,14 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_leaked_hold_keeps_its_owner_latched() {
+    async fn a_leaked_hold_keeps_its_owner_latched_until_it_has_ended() {
         let gates = gates();
         let k = key("f");
-        gates.leaked(&k);
+        let ends = Arc::new(std::sync::Mutex::new(
+            Instant::now() + std::time::Duration::from_secs(60),
+        ));
+        let until = Arc::clone(&ends);
+        gates.leaked(&k, StandsUntil::new(move || *until.lock().unwrap()));
         assert!(!gates.claim(&k, true, || true).await.ticket().is_lean());
         assert_eq!(gates.len(), 1, "kept for the leaked hold");
         assert!(gates
@@ -376,5 +426,11 @@ mod tests {
             .await
             .ticket()
             .is_lean());
+        // Its end (a lease run out, renewals stopped) has passed.
+        *ends.lock().unwrap() = Instant::now();
+        let claim = gates.claim(&k, true, || true).await;
+        assert!(claim.ticket().is_lean(), "the ended hold is forgotten");
+        drop(claim);
+        assert_eq!(gates.len(), 0, "and its gate goes");
     }
 }

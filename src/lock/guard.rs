@@ -379,7 +379,11 @@ impl LockGuard {
             // (before the guard goes, so that no claim between sees
             // neither).
             if hold.lock.client().lean_asked() {
-                super::gate::Gates::get().leaked(&hold.key);
+                let slot = Arc::clone(&hold.slot);
+                super::gate::Gates::get().leaked(
+                    &hold.key,
+                    super::gate::StandsUntil::new(move || slot.may_stand_until()),
+                );
             }
             if !hold.slot.is_claimed() {
                 Guards::get().remove(&hold.key, &hold.slot);
