@@ -333,6 +333,10 @@ pub(crate) fn connect_error(url: &str, err: &redis::RedisError) -> Fail {
 pub(crate) struct Settings {
     pub(crate) urls: Vec<String>,
     pub(crate) cluster: bool,
+    /// The one URL is the master a sentinel named (`--sentinel`): the
+    /// client sends the latched protocol, as the library's sentinel
+    /// clients do.
+    pub(crate) sentinel: bool,
     pub(crate) tls_ca: Option<Vec<u8>>,
     /// The client's watchdog timeout, when not the library's default
     /// (`run --lease`).
@@ -390,6 +394,10 @@ pub(crate) async fn connect(settings: &Settings) -> Result<Target, Fail> {
         (Raw::Single(raw), ferrisson::Client::builder(first.as_str()))
     };
     let builder = builder.connection_timeout(CONNECT_TIMEOUT);
+    let builder = match settings.sentinel {
+        true => builder.lean(false),
+        false => builder,
+    };
     let builder = match settings.watchdog_timeout {
         Some(timeout) => builder.watchdog_timeout(timeout),
         None => builder,

@@ -319,6 +319,7 @@ async fn run(cli: Cli) -> Result<ExitCode, Fail> {
     };
     let settings = conn::Settings {
         cluster: cli.cluster || urls.len() > 1,
+        sentinel: cli.sentinel.is_some(),
         urls,
         tls_ca,
         #[cfg(unix)]
