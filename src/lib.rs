@@ -236,9 +236,10 @@
 //! clock and never resent. A lost reply is settled once that deadline has
 //! passed (what the send took is released), the owner's next call on the
 //! lock waits for it, and the client sends the latched requests above from
-//! then on. An acquire goes lean only when its call can wait for that
-//! settle (`lock()`, or a wait longer than two response timeouts): a
-//! `try_lock()` sends the latched request, resent within its time.
+//! then on. An acquire goes lean only in a call that waits as long as it
+//! takes (`lock()`, `lock_with_lease()`), which sends the latched request
+//! once the settle is answered; `try_lock()` and `try_lock_for()` send the
+//! latched request, resent within their time.
 //! Re-entries, a cluster, sentinels and every other synchronizer are as
 //! above.
 //!

@@ -107,7 +107,14 @@ async fn a_reentered_lean_hold_counts_and_releases_as_redissons() {
 async fn lean_and_latched_clients_exclude_each_other() {
     let server = RedisServer::start();
     let lean = lean_client(&server.url(), Duration::from_secs(3)).await;
-    let latched = common::client(&server, WATCHDOG).await;
+    let latched = soon(
+        Client::builder(server.url())
+            .watchdog_timeout(WATCHDOG)
+            .lean(false)
+            .build(),
+    )
+    .await
+    .unwrap();
     let locks = vec![
         lean.lock("lean:mixed"),
         lean.lock("lean:mixed"),
@@ -177,6 +184,42 @@ async fn a_lost_lean_acquire_is_settled_and_the_client_goes_latched() {
     soon(guard.unlock()).await.unwrap();
 }
 
+/// Whatever call sent it (`lock()`, with a lease or not, the spin lock's),
+/// a lean acquire whose reply is lost is settled and sent again as the
+/// latched acquire: the call gets the lock, with one hold.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_lean_acquire_is_sent_again_latched() {
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port());
+    let timeouts = Duration::from_secs(1);
+    for case in ["lock_with_lease", "spin lock"] {
+        // A client of its own each: the first lost reply turns a client
+        // latched for good.
+        let client = lean_client(&proxy.url(), timeouts).await;
+        warm_up(&client).await;
+        let name = format!("lean:again:{case}");
+        let lost = proxy.lost_replies();
+        proxy.lose_next_reply_to(lean_acquire().get_hash());
+        let limit = Duration::from_secs(20);
+        let guard = match case {
+            "lock_with_lease" => {
+                within(
+                    limit,
+                    client.lock(&name).lock_with_lease(Duration::from_secs(60)),
+                )
+                .await
+            }
+            _ => within(limit, client.spin_lock(&name).lock()).await,
+        };
+        let guard = guard.unwrap_or_else(|e| panic!("{case}: {e}"));
+        assert_eq!(proxy.lost_replies(), lost + 1, "{case}: no reply was lost");
+        let count = server.cmd(&["HGET", &name, guard.field()]).as_string();
+        assert_eq!(count.as_deref(), Some("1"), "{case}: one hold, not two");
+        soon(guard.unlock()).await.unwrap();
+        assert!(!common::exists(&server, &name), "{case}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lost_lean_release_is_settled_before_the_unlock_returns() {
     let server = RedisServer::start();
@@ -238,11 +281,11 @@ async fn lean_is_refused_with_replica_sync() {
 
 /// A client of one server sends the lean protocol by default, where the
 /// call can wait for a lost reply's settle: `lock()` goes lean, a
-/// `try_lock()` sends the latched acquire (resent on a lost reply within
-/// its time). `lean(false)`, and replica sync unless `lean(true)` is asked
+/// `try_lock()` or `try_lock_for()` sends the latched acquire (resent on a
+/// lost reply within its time). `lean(false)`, and replica sync unless `lean(true)` is asked
 /// for (refused, above), send the latched protocol only.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn one_server_goes_lean_by_default_where_a_call_can_wait_for_a_settle() {
+async fn one_server_goes_lean_by_default_where_a_call_waits_as_long_as_it_takes() {
     let server = RedisServer::start();
     // Whether the server has run `script` (the client loads a script with
     // its first call; none is loaded before).
@@ -254,8 +297,11 @@ async fn one_server_goes_lean_by_default_where_a_call_can_wait_for_a_settle() {
     assert!(client.config().lean);
     let lock = client.lock("default:lean");
     let guard = soon(lock.try_lock()).await.unwrap().expect("free");
-    assert!(!sent(&lean_acquire()), "a try_lock() sent the lean acquire");
     soon(guard.unlock()).await.unwrap();
+    let long = Duration::from_secs(60);
+    let guard = soon(lock.try_lock_for(long)).await.unwrap().expect("free");
+    soon(guard.unlock()).await.unwrap();
+    assert!(!sent(&lean_acquire()), "a call with a time limit went lean");
     // That pair's latches are deleted a moment later.
     eventually(Duration::from_secs(10), || async {
         keys(&server).is_empty()

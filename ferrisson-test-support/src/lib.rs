@@ -337,7 +337,11 @@ pub async fn take_and_give_back_each(
         vec![Box::new(client.lock(prefix))]
     };
     for lock in locks {
+        // `lock()` sends the lean scripts (on one server, by default),
+        // `try_lock()` the latched ones: both loaded.
         let guard = soon(lock.lock()).await.unwrap();
+        soon(guard.unlock()).await.unwrap();
+        let guard = soon(lock.try_lock()).await.unwrap().expect("free");
         soon(guard.unlock()).await.unwrap();
     }
     let sem = client.semaphore(format!("{prefix}:sem"));

@@ -353,7 +353,8 @@ impl ClientBuilder {
 
     /// How many times one release, or one acquire, is sent when the
     /// connection fails (resends are safe: the unlock and acquire latches,
-    /// see `lua/README.md`). Default 4. An acquire resends only within its
+    /// see `lua/README.md`; a lean send, see [`ClientBuilder::lean`], is
+    /// never resent, its lost reply settled instead). Default 4. An acquire resends only within its
     /// call's time (one response timeout for a `try_lock()`, the wait for a
     /// `try_lock_for`). A release nobody waits on (a give-back, a dropped
     /// guard's) is not limited by it: it is resent until it gets through or
@@ -375,14 +376,14 @@ impl ClientBuilder {
     /// same either way. After the first command of a lock whose reply was
     /// lost, the client sends the latched protocol only.
     ///
-    /// A lean send is never resent, so an acquire goes lean only when its
-    /// call can wait out a lost reply's settle: a call that waits as long
-    /// as it takes (`lock()`), or whose wait ends more than two response
-    /// timeouts after the try. A call of one attempt (`try_lock()`) or
-    /// with a shorter wait sends the latched acquire, resent on a lost
-    /// reply within the call's time. An awaited `unlock()` whose lean reply
-    /// is lost waits for the settle, as long as its resends could have
-    /// taken.
+    /// A lean send is never resent, so an acquire goes lean only in a call
+    /// that waits as long as it takes (`lock()`, `lock_with_lease()`): a
+    /// lost reply is settled once its send's deadline (a response timeout)
+    /// has passed on the server's clock, and the latched acquire goes then.
+    /// A call with a time limit (`try_lock()`, `try_lock_for()`) sends the
+    /// latched acquire, resent on a lost reply within its limit. An awaited
+    /// `unlock()` whose lean reply is lost waits for the settle, as long as
+    /// its resends could have taken.
     ///
     /// On by default for one server without replica sync (a cluster or
     /// sentinels, and replica sync, go by the acquire latch: there the

@@ -82,8 +82,8 @@ struct ClientInner {
     replicas: replicas::ReplicaState,
     /// Readings of the servers' clocks, for the acquires' deadlines.
     clocks: clock::ServerClocks,
-    /// Whether the locks may still send the lean protocol: asked for (one
-    /// server, no replica sync), and no command of a lock's has lost its
+    /// Whether the locks may still send the lean protocol: on in the
+    /// config (one server, no replica sync), and no command of a lock's has lost its
     /// reply yet (see [`Client::lean_off`]).
     lean: std::sync::atomic::AtomicBool,
     config: Config,
@@ -134,8 +134,9 @@ impl Client {
         self.inner.publish()
     }
 
-    /// Whether the client was asked to send the lean protocol (its locks'
-    /// calls then pass the owners' gates, see `lock::gate`).
+    /// Whether the client's config has the lean protocol on (by default,
+    /// one server without replica sync): its locks' calls then pass the
+    /// owners' gates, see `lock::gate`.
     pub(crate) fn lean_asked(&self) -> bool {
         self.inner.config.lean
     }

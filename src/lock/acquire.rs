@@ -149,7 +149,7 @@ impl LockCore {
             // The call's time ran out at the gate.
             return Ok(Tried::soon());
         };
-        let sent = Instant::now();
+        let mut sent = Instant::now();
         let (granted, lean, _ticket) = match claim {
             Some(Claim::Lean(ticket)) => {
                 let ticket = Arc::new(ticket);
@@ -158,15 +158,22 @@ impl LockCore {
                 match took.map_err(|e| self.error(e))? {
                     Took::Granted => (Granted::Yes(None), true, Some(ticket)),
                     Took::Held(pttl) => return Ok(Tried::after_pttl(pttl)),
-                    // Settled before the owner's next call passes the
-                    // gate: the wait goes on if it has time left (a call
-                    // of one attempt fails, as a latched one whose sends
-                    // all failed).
+                    // Sent again, as the latched acquire, once the settle
+                    // opens the gate (what the lost send took is released
+                    // by then): a lost reply is resent within the call's
+                    // time, as a latched send's is. A call whose time runs
+                    // out first had no reply: its connection error.
                     Took::Lost(err) => {
-                        return match req.limits.deadline {
-                            Some(deadline) if Instant::now() >= deadline => Err(self.error(err)),
-                            _ => Ok(Tried::soon()),
+                        drop(ticket);
+                        let Some(claim) = self.pass_gate(req, false).await else {
+                            return Err(self.error(err));
                         };
+                        // Its lease counts from this send (the lost one's
+                        // hold was released).
+                        sent = Instant::now();
+                        let ticket = claim.map(|claim| Arc::new(claim.into_ticket()));
+                        let granted = self.send_latched(req, ttl_ms, &runtime).await?;
+                        (granted, false, ticket)
                     }
                     Took::Latched => {
                         // The latched acquire, as another call of the
@@ -176,6 +183,7 @@ impl LockCore {
                         let Some(claim) = self.pass_gate(req, false).await else {
                             return Ok(Tried::soon());
                         };
+                        sent = Instant::now();
                         let ticket = claim.map(|claim| Arc::new(claim.into_ticket()));
                         let granted = self.send_latched(req, ttl_ms, &runtime).await?;
                         (granted, false, ticket)
@@ -250,7 +258,7 @@ impl LockCore {
         let go_lean = lean
             && lean::capable(self.kind)
             && client.goes_lean()
-            && lean::settles_in_time(client, req.limits.deadline);
+            && lean::goes_lean(req.limits.deadline);
         let claim = Gates::get().claim(key, go_lean, || Guards::get().holds_nothing(key));
         match req.limits.bound {
             Some(bound) => tokio::time::timeout_at(bound, claim).await.ok().map(Some),

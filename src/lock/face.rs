@@ -69,7 +69,10 @@ macro_rules! lock_face {
             ///
             /// Retry safe: an acquire whose reply is lost is sent again under
             /// the same request id, and a resend of a granted request returns
-            /// the first outcome instead of taking a second hold. The tries
+            /// the first outcome instead of taking a second hold. (A lean
+            /// acquire, see [`ClientBuilder::lean`](crate::ClientBuilder::lean),
+            /// is not resent: its lost reply is settled, and the latched
+            /// acquire sent then.) The tries
             /// of one wait share that request, so a wait through an outage
             /// settles it once: when the wait ends without the lock, a hold
             /// one of its unanswered sends may have taken is given back in

@@ -62,14 +62,16 @@ pub(super) fn gated(client: &crate::Client, kind: Kind) -> bool {
         )
 }
 
-/// Whether a lean acquire of a call whose tries end at `deadline` (`None`:
-/// a wait without end) leaves it time to wait out a lost reply: the lost
-/// send may run until one response timeout after it goes, the settle and
-/// the latched try after it need one more. A call with less (one attempt,
-/// `try_lock()`, or a short wait) sends the latched acquire, which resends
-/// a lost reply within the call's time.
-pub(super) fn settles_in_time(client: &crate::Client, deadline: Option<Instant>) -> bool {
-    deadline.is_none_or(|deadline| deadline > Instant::now() + client.config().response_timeout * 2)
+/// Whether an acquire of a call whose tries end at `deadline` may go lean:
+/// only in a call that waits as long as it takes (`lock()`, `None`). A
+/// lean send is never resent: a lost reply is settled once the send's
+/// deadline has passed on the server's clock (a response timeout at
+/// least), and only then is the latched acquire sent. A call with a time
+/// limit (`try_lock()`, `try_lock_for()`) sends the latched acquire, whose
+/// resends keep within its limit, and a first try that meets a dead server
+/// fails at once rather than at the end of its wait.
+pub(super) fn goes_lean(deadline: Option<Instant>) -> bool {
+    deadline.is_none()
 }
 
 /// Whether a lean script's `reply` says it took nothing and the latched
