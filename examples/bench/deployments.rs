@@ -41,9 +41,12 @@ fn master_and_replica() -> (RedisServer, RedisServer) {
 pub(crate) async fn replica_sync(bench: &mut Bench) -> Value {
     let n = bench.options.pick(5_000, 1_000);
     let (master, _replica) = master_and_replica();
+    // Both latched (replica sync goes by the acquire latch, and a client
+    // without it would go lean by default): the difference is the sync's.
     let connect = |sync: Option<ReplicaSync>| {
         Client::builder(master.url())
             .replica_sync_with(sync)
+            .lean(false)
             .build()
     };
     let off = connect(None).await.expect("connect");
