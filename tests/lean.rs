@@ -220,6 +220,47 @@ async fn a_lost_lean_acquire_is_sent_again_latched() {
     }
 }
 
+/// A leaked hold stands with no guard to count it: the owner's next
+/// acquire goes latched and counts a second hold (a lean one would take
+/// the hold as its own and count none). Once the leaked hold has surely
+/// ended, the owner goes lean again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leaked_hold_keeps_its_owner_latched_until_it_has_ended() {
+    let server = RedisServer::start();
+    let client = lean_client(&server.url(), Duration::from_secs(1)).await;
+    let lock = client.lock("lean:leaked").with_owner("o");
+    let leaked = soon(lock.lock()).await.unwrap();
+    let field = leaked.field().to_owned();
+    leaked.leak();
+    let guard = soon(lock.lock()).await.unwrap();
+    let count = server.cmd(&["HGET", "lean:leaked", &field]).as_string();
+    assert_eq!(count.as_deref(), Some("2"), "the leaked hold and this one");
+    soon(guard.unlock()).await.unwrap();
+    soon(lock.unlock()).await.unwrap();
+
+    // A leaked hold with a lease: once it has ended, lean again.
+    let lock = client.lock("lean:leaked:ends").with_owner("o");
+    let lease = Duration::from_millis(500);
+    let leaked = soon(lock.lock_with_lease(lease)).await.unwrap();
+    // By this clock the hold may stand until its lease's end counted from
+    // its send, plus the time its reply took and a few ms of Redis's
+    // expiry: surely by a second lease from now.
+    let ended = tokio::time::Instant::now() + lease * 2;
+    leaked.leak();
+    eventually(Duration::from_secs(10), || async {
+        keys(&server).is_empty()
+    })
+    .await;
+    tokio::time::sleep_until(ended).await;
+    let guard = soon(lock.lock()).await.unwrap();
+    assert_eq!(
+        keys(&server),
+        ["lean:leaked:ends"],
+        "lean again: no latch key"
+    );
+    soon(guard.unlock()).await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lost_lean_release_is_settled_before_the_unlock_returns() {
     let server = RedisServer::start();
