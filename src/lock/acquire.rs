@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::gate::{Busy, Claim, Gates};
+use super::gate::{Busy, Claim, Gates, Ticket};
 use super::info::Extra;
 use super::kind::{AcquireArgs, Granted};
 use super::lean::{self, Took};
@@ -158,34 +158,26 @@ impl LockCore {
                 match took.map_err(|e| self.error(e))? {
                     Took::Granted => (Granted::Yes(None), true, Some(ticket)),
                     Took::Held(pttl) => return Ok(Tried::after_pttl(pttl)),
-                    // Sent again, as the latched acquire, once the settle
-                    // opens the gate (what the lost send took is released
-                    // by then): a lost reply is resent within the call's
-                    // time, as a latched send's is. A call whose time runs
-                    // out first had no reply: its connection error.
-                    Took::Lost(err) => {
+                    // Sent again as the latched acquire: after a lost
+                    // reply once the settle opens the gate (what the lost
+                    // send took is released by then), so that it is resent
+                    // within the call's time as a latched send's is; after
+                    // a `Latched` reply as another call of the owner (a
+                    // settle of an older request, on its way, passes the
+                    // gate first). The lean claim goes before. Only calls
+                    // without a time limit go lean, so the gate's wait does
+                    // not run out; were it to, a lost reply's call fails
+                    // with its connection error.
+                    took @ (Took::Lost(_) | Took::Latched) => {
                         drop(ticket);
-                        let Some(claim) = self.pass_gate(req, false).await else {
-                            return Err(self.error(err));
+                        let again = self.latched_after_gate(req, ttl_ms, &runtime).await?;
+                        let Some((granted, ticket, at)) = again else {
+                            return match took {
+                                Took::Lost(err) => Err(self.error(err)),
+                                _ => Ok(Tried::soon()),
+                            };
                         };
-                        // Its lease counts from this send (the lost one's
-                        // hold was released).
-                        sent = Instant::now();
-                        let ticket = claim.map(|claim| Arc::new(claim.into_ticket()));
-                        let granted = self.send_latched(req, ttl_ms, &runtime).await?;
-                        (granted, false, ticket)
-                    }
-                    Took::Latched => {
-                        // The latched acquire, as another call of the
-                        // owner: the lean claim goes first (a settle of an
-                        // older request, on the way, passes the gate).
-                        drop(ticket);
-                        let Some(claim) = self.pass_gate(req, false).await else {
-                            return Ok(Tried::soon());
-                        };
-                        sent = Instant::now();
-                        let ticket = claim.map(|claim| Arc::new(claim.into_ticket()));
-                        let granted = self.send_latched(req, ttl_ms, &runtime).await?;
+                        sent = at;
                         (granted, false, ticket)
                     }
                 }
@@ -255,15 +247,40 @@ impl LockCore {
             return Some(None);
         }
         let key = &req.key;
-        let go_lean = lean
-            && lean::capable(self.kind)
-            && client.goes_lean()
-            && lean::goes_lean(req.limits.deadline);
+        // An acquire goes lean only in a call that waits as long as it
+        // takes (`lock()`: no deadline). A lean send is never resent: a
+        // lost reply is settled once the send's deadline has passed on the
+        // server's clock (a response timeout at least), and only then is
+        // the latched acquire sent. A call with a time limit (`try_lock()`,
+        // `try_lock_for()`) sends the latched acquire, whose resends keep
+        // within its limit, and a first try that meets a dead server fails
+        // at once rather than at the end of its wait.
+        let go_lean =
+            lean && lean::capable(self.kind) && client.goes_lean() && req.limits.deadline.is_none();
         let claim = Gates::get().claim(key, go_lean, || Guards::get().holds_nothing(key));
         match req.limits.bound {
             Some(bound) => tokio::time::timeout_at(bound, claim).await.ok().map(Some),
             None => Some(Some(claim.await)),
         }
+    }
+
+    /// The latched acquire after a lean one took nothing: passes the
+    /// owner's gate latched, then sends. The grant, the gate's ticket kept
+    /// until the guard is made, and when the send went (a lease counts from
+    /// there); `None` when the call's time ran out at the gate.
+    async fn latched_after_gate(
+        &self,
+        req: &AcquireRequest<'_>,
+        ttl_ms: u64,
+        runtime: &tokio::runtime::Handle,
+    ) -> Result<Option<(Granted, Option<Arc<Ticket>>, Instant)>> {
+        let Some(claim) = self.pass_gate(req, false).await else {
+            return Ok(None);
+        };
+        let sent = Instant::now();
+        let ticket = claim.map(|claim| Arc::new(claim.into_ticket()));
+        let granted = self.send_latched(req, ttl_ms, runtime).await?;
+        Ok(Some((granted, ticket, sent)))
     }
 
     /// Waits, before a grant, for the end of a key that holds a count of

@@ -62,18 +62,6 @@ pub(super) fn gated(client: &crate::Client, kind: Kind) -> bool {
         )
 }
 
-/// Whether an acquire of a call whose tries end at `deadline` may go lean:
-/// only in a call that waits as long as it takes (`lock()`, `None`). A
-/// lean send is never resent: a lost reply is settled once the send's
-/// deadline has passed on the server's clock (a response timeout at
-/// least), and only then is the latched acquire sent. A call with a time
-/// limit (`try_lock()`, `try_lock_for()`) sends the latched acquire, whose
-/// resends keep within its limit, and a first try that meets a dead server
-/// fails at once rather than at the end of its wait.
-pub(super) fn goes_lean(deadline: Option<Instant>) -> bool {
-    deadline.is_none()
-}
-
 /// Whether a lean script's `reply` says it took nothing and the latched
 /// call is to go instead (it ran after its deadline, or before a
 /// not-before); counted for `call`. Its deadline is checked before its
