@@ -16,13 +16,13 @@
 //! send closes the gate to every call of the owner (lean or latched) until
 //! a settle of it is answered: no clock says when it may open.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, LazyLock};
 
 use tokio::sync::futures::Notified;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
+use super::holds::PruneAt;
 use crate::engine::watchdog::{HoldKey, HoldMap};
 
 /// One owner's gate on one lock.
@@ -82,10 +82,9 @@ impl std::fmt::Debug for StandsUntil {
     }
 }
 
-/// The number of gates at which [`Gates::leaked`] next forgets the leaked
-/// holds that have ended, and the gates left idle by that (doubled after
-/// each pass, as the lingering holds' map does).
-static PRUNE_AT: AtomicUsize = AtomicUsize::new(64);
+/// When [`Gates::leaked`] next forgets the leaked holds that have ended,
+/// and the gates left idle by that.
+static PRUNE_AT: PruneAt = PruneAt::new();
 
 /// The gates of every (lock, owner) of this process. An owner's field
 /// names its client's id, so the clients of a process share the map
@@ -241,14 +240,14 @@ impl Gates {
             .or_default()
             .leaked
             .push(stands_until);
-        if self.0.len() >= PRUNE_AT.load(Ordering::Relaxed) {
+        PRUNE_AT.prune_if_due(self.0.len(), || {
             let now = Instant::now();
             self.0.retain(|_, gate| {
                 gate.forget_ended(now);
                 !gate.idle()
             });
-            PRUNE_AT.store((self.0.len() * 2).max(64), Ordering::Relaxed);
-        }
+            self.0.len()
+        });
     }
 
     /// Background work of the owner starts: no call of it goes lean until

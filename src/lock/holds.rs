@@ -58,9 +58,32 @@ static GUARDS: LazyLock<Guards> = LazyLock::new(Guards::default);
 /// Redis first, and waits for such a key's end ([`Guards::lingering`]).
 static LINGERING: LazyLock<HoldMap<Instant>> = LazyLock::new(HoldMap::default);
 
-/// The size of [`LINGERING`] at which it next forgets its ended entries
-/// (twice its size after the last time, at least 64).
-static LINGERING_PRUNE_AT: AtomicUsize = AtomicUsize::new(64);
+/// When [`LINGERING`] next forgets its ended entries.
+static LINGERING_PRUNE_AT: PruneAt = PruneAt::new();
+
+/// When a process-wide map of the owners' keys next forgets the entries
+/// that have ended: once it has grown to a size (64 at first), and then at
+/// twice the size that pass left, so that the passes cost a constant share
+/// of the inserts however many entries stay.
+pub(super) struct PruneAt(AtomicUsize);
+
+impl PruneAt {
+    const LEAST: usize = 64;
+
+    pub(super) const fn new() -> PruneAt {
+        PruneAt(AtomicUsize::new(PruneAt::LEAST))
+    }
+
+    /// Runs `prune` (which forgets what has ended and returns the size
+    /// left) when a map of `len` entries is due.
+    pub(super) fn prune_if_due(&self, len: usize, prune: impl FnOnce() -> usize) {
+        if len >= self.0.load(Ordering::Relaxed) {
+            let left = prune();
+            self.0
+                .store((left * 2).max(PruneAt::LEAST), Ordering::Relaxed);
+        }
+    }
+}
 
 impl Guards {
     /// The process's live guards.
@@ -310,11 +333,10 @@ impl Guards {
         if until <= now {
             return;
         }
-        let len = LINGERING.len();
-        if len >= LINGERING_PRUNE_AT.load(Ordering::Relaxed) {
+        LINGERING_PRUNE_AT.prune_if_due(LINGERING.len(), || {
             LINGERING.retain(|_, until| *until > now);
-            LINGERING_PRUNE_AT.store((LINGERING.len() * 2).max(64), Ordering::Relaxed);
-        }
+            LINGERING.len()
+        });
         let mut entry = LINGERING.entry(key.clone()).or_insert(until);
         *entry = (*entry).max(until);
     }
