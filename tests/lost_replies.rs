@@ -26,16 +26,7 @@ const LEASE: Duration = Duration::from_secs(60);
 /// watchdog timeout of `watchdog`, and a response and a connection timeout
 /// of `timeouts` each.
 async fn latched_client(url: &str, watchdog: Duration, timeouts: Duration) -> Client {
-    soon(
-        Client::builder(url)
-            .lean(false)
-            .watchdog_timeout(watchdog)
-            .response_timeout(timeouts)
-            .connection_timeout(timeouts)
-            .build(),
-    )
-    .await
-    .unwrap()
+    common::connect(common::builder_with_timeouts(url, watchdog, timeouts).lean(false)).await
 }
 
 async fn proxied(proxy: &Proxy, timeouts: Duration) -> Client {

@@ -67,15 +67,26 @@ pub async fn client_with_timeouts(
     watchdog: Duration,
     timeouts: Duration,
 ) -> ferrisson::Client {
-    soon(
-        ferrisson::Client::builder(url)
-            .watchdog_timeout(watchdog)
-            .response_timeout(timeouts)
-            .connection_timeout(timeouts)
-            .build(),
-    )
-    .await
-    .unwrap()
+    connect(builder_with_timeouts(url, watchdog, timeouts)).await
+}
+
+/// The builder of [`client_with_timeouts`], for a test that sets more.
+#[cfg(feature = "client")]
+pub fn builder_with_timeouts(
+    url: &str,
+    watchdog: Duration,
+    timeouts: Duration,
+) -> ferrisson::ClientBuilder {
+    ferrisson::Client::builder(url)
+        .watchdog_timeout(watchdog)
+        .response_timeout(timeouts)
+        .connection_timeout(timeouts)
+}
+
+/// Builds `builder`'s client, within the tests' time for a step.
+#[cfg(feature = "client")]
+pub async fn connect(builder: ferrisson::ClientBuilder) -> ferrisson::Client {
+    soon(builder.build()).await.unwrap()
 }
 
 /// [`client`] for a URL (a proxy's, say) rather than a server.
