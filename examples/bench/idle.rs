@@ -8,13 +8,36 @@
 
 use std::time::{Duration, Instant};
 
-use redis::aio::ConnectionManagerConfig;
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{IntoConnectionInfo, ProtocolVersion};
 use serde_json::{json, Value};
 
 use crate::measure::{f, Samples, Table};
 use crate::scenarios::{flush, raw_call, script_acquire, script_release};
 use crate::Bench;
+
+/// A connection of the bench's own subscribed to `channel`, and the pushes
+/// it receives (kept while the connection is).
+pub(crate) async fn subscriber(
+    bench: &Bench,
+    channel: &str,
+) -> (
+    ConnectionManager,
+    tokio::sync::mpsc::UnboundedReceiver<redis::PushInfo>,
+) {
+    let (pushes, messages) = tokio::sync::mpsc::unbounded_channel();
+    let info = bench.url.as_str().into_connection_info().expect("the URL");
+    let resp3 = info
+        .redis_settings()
+        .clone()
+        .set_protocol(ProtocolVersion::RESP3);
+    let config = ConnectionManagerConfig::new().set_push_sender(pushes);
+    let mut subscriber = crate::connection_with(info.set_redis_settings(resp3), config)
+        .await
+        .expect("the bench's subscriber");
+    subscriber.subscribe(channel).await.expect("SUBSCRIBE");
+    (subscriber, messages)
+}
 
 pub(crate) async fn handoff_from_idle(bench: &mut Bench) -> Value {
     flush(bench).await;
@@ -26,17 +49,7 @@ pub(crate) async fn handoff_from_idle(bench: &mut Bench) -> Value {
     let channel = format!("redisson_lock__channel:{{{name}}}");
     let mut conn = bench.raw.clone();
     // The bench's own subscriber: when each unlock message arrives here.
-    let (pushes, mut messages) = tokio::sync::mpsc::unbounded_channel();
-    let info = bench.url.as_str().into_connection_info().expect("the URL");
-    let resp3 = info
-        .redis_settings()
-        .clone()
-        .set_protocol(ProtocolVersion::RESP3);
-    let config = ConnectionManagerConfig::new().set_push_sender(pushes);
-    let mut subscriber = crate::connection_with(info.set_redis_settings(resp3), config)
-        .await
-        .expect("the bench's subscriber");
-    subscriber.subscribe(&channel).await.expect("SUBSCRIBE");
+    let (_subscriber, mut messages) = subscriber(bench, &channel).await;
     let (mut handoffs, mut raws) = (Samples::default(), Samples::default());
     // Unlock call → unlock returned; → message here; message → lock returned.
     let (mut releases, mut messaged, mut woken) =

@@ -21,10 +21,6 @@ impl Samples {
         self.0.push(sample);
     }
 
-    pub(crate) fn extend(&mut self, other: Samples) {
-        self.0.extend(other.0);
-    }
-
     pub(crate) fn len(&self) -> usize {
         self.0.len()
     }

@@ -666,6 +666,9 @@ pub(crate) async fn handoff(bench: &mut Bench) -> Value {
             "hand-off p50 µs",
             "p99 µs",
             "p50 in round trips",
+            "unlock call to message p50 µs",
+            "message to lock returned p50 µs",
+            "in round trips",
         ],
     );
     let mut rows = Vec::new();
@@ -674,6 +677,21 @@ pub(crate) async fn handoff(bench: &mut Bench) -> Value {
         let lock_name = format!("bench:handoff:{waiters}");
         // (task, when it called unlock) of the last holder.
         let last: Arc<Mutex<Option<(usize, Instant)>>> = Arc::new(Mutex::new(None));
+        // When each unlock message reached the bench's own subscriber on
+        // the lock's channel: it splits a hand-off into the release's way
+        // to a subscriber and the waiter's way from there.
+        let channel = format!("redisson_lock__channel:{{{lock_name}}}");
+        let (subscriber, mut pushes) = crate::idle::subscriber(bench, &channel).await;
+        let message_times = Arc::new(Mutex::new(Vec::new()));
+        let times = Arc::clone(&message_times);
+        let messages = tokio::spawn(async move {
+            let _subscriber = subscriber;
+            while let Some(push) = pushes.recv().await {
+                if push.kind == redis::PushKind::Message {
+                    times.lock().expect("not poisoned").push(Instant::now());
+                }
+            }
+        });
         let start = Instant::now();
         let end = start + run;
         let mut handles = Vec::new();
@@ -682,14 +700,14 @@ pub(crate) async fn handoff(bench: &mut Bench) -> Value {
             let mut conn = bench.raw.clone();
             let (counter_key, last) = (counter_key.clone(), Arc::clone(&last));
             handles.push(tokio::spawn(async move {
-                let mut handoffs = Samples::default();
+                let mut handoffs = Vec::new();
                 let (mut acquired, mut same_task) = (0u64, 0u64);
                 while Instant::now() < end {
                     let guard = lock.lock().await.expect("lock");
                     let now = Instant::now();
                     acquired += 1;
                     match last.lock().expect("not poisoned").take() {
-                        Some((previous, at)) if previous != task => handoffs.push(now - at),
+                        Some((previous, at)) if previous != task => handoffs.push((at, now)),
                         Some(_) => same_task += 1,
                         None => {}
                     }
@@ -704,15 +722,32 @@ pub(crate) async fn handoff(bench: &mut Bench) -> Value {
                 (handoffs, acquired, same_task)
             }));
         }
-        let mut handoffs = Samples::default();
+        let mut spans = Vec::new();
         let (mut acquired, mut same_task) = (0u64, 0u64);
         for handle in handles {
             let (h, a, s) = handle.await.expect("a hand-off task panicked");
-            handoffs.extend(h);
+            spans.extend(h);
             acquired += a;
             same_task += s;
         }
         let elapsed = start.elapsed().as_secs_f64();
+        // The subscriber is unsubscribed (its connection dropped) once the
+        // messages of the last releases have had time to arrive.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        messages.abort();
+        let message_times = std::mem::take(&mut *message_times.lock().expect("not poisoned"));
+        let (mut handoffs, mut to_message, mut from_message) =
+            (Samples::default(), Samples::default(), Samples::default());
+        for &(unlocked, acquired) in &spans {
+            handoffs.push(acquired - unlocked);
+            // The first message at the subscriber after the unlock call:
+            // that unlock's (a release publishes once).
+            let first = message_times.partition_point(|&at| at < unlocked);
+            if let Some(&message) = message_times.get(first).filter(|&&at| at <= acquired) {
+                to_message.push(message - unlocked);
+                from_message.push(acquired - message);
+            }
+        }
         let mut conn = bench.raw.clone();
         let counter: u64 = conn.get(&counter_key).await.expect("GET counter");
         if counter != acquired {
@@ -732,6 +767,13 @@ pub(crate) async fn handoff(bench: &mut Bench) -> Value {
             f(p50, 1),
             f(p99, 1),
             f(in_rtt, 2),
+            f(to_message.p50(), 1),
+            f(from_message.p50(), 1),
+            format!(
+                "{:.2} + {:.2}",
+                to_message.p50() / bench.rtt_us,
+                from_message.p50() / bench.rtt_us
+            ),
         ]);
         bench.check(
             "contended hand-off p50 within 3 raw round trips",
@@ -746,13 +788,19 @@ pub(crate) async fn handoff(bench: &mut Bench) -> Value {
             "acquisitions_per_s": acquired as f64 / elapsed, "counter": counter,
             "handoffs_to_another_task": others, "reacquired_by_same_task": same_task,
             "handoff_p50_us": p50, "handoff_p99_us": p99, "handoff_p50_round_trips": in_rtt,
+            "steps_p50_us": {
+                "handoffs_split": to_message.len(),
+                "unlock_to_message": to_message.p50(), "message_to_lock": from_message.p50(),
+            },
         }));
     }
     table.print();
     println!(
         "(hand-off: from the holder's unlock call to the next holder's lock returning, \
          counted when the next holder is another task; the counter is GET then SET under \
-         the lock and must equal the acquisitions)"
+         the lock and must equal the acquisitions; the message: when the bench's own \
+         subscriber on the lock's channel saw the first unlock message after the unlock call, \
+         which splits the hand-off in two)"
     );
     Value::Array(rows)
 }
