@@ -6,6 +6,7 @@
 //! of the bench's own, on the lock's channel, marks when the unlock message
 //! reached this process, which splits the hand-off into its steps.
 
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
@@ -37,6 +38,51 @@ pub(crate) async fn subscriber(
         .expect("the bench's subscriber");
     subscriber.subscribe(channel).await.expect("SUBSCRIBE");
     (subscriber, messages)
+}
+
+/// When each message on `channel` reached this process: stamped where the
+/// connection reads it (a multiplexed connection calls its push sender in
+/// its own reading task) or, with `managed`, where a `ConnectionManager`
+/// (the library's kind of subscription connection) hands it on, after a
+/// second task. The connection stays subscribed while the first value is
+/// kept.
+pub(crate) async fn message_clock(
+    bench: &Bench,
+    channel: &str,
+    managed: bool,
+) -> (Box<dyn std::any::Any + Send>, Arc<Mutex<Vec<Instant>>>) {
+    let stamps = Arc::new(Mutex::new(Vec::new()));
+    let sink = Arc::clone(&stamps);
+    let stamp = move |push: redis::PushInfo| {
+        if push.kind == redis::PushKind::Message {
+            sink.lock().expect("not poisoned").push(Instant::now());
+        }
+        Ok::<(), std::convert::Infallible>(())
+    };
+    let info = bench.url.as_str().into_connection_info().expect("the URL");
+    let resp3 = info
+        .redis_settings()
+        .clone()
+        .set_protocol(ProtocolVersion::RESP3);
+    let client = redis::Client::open(info.set_redis_settings(resp3)).expect("the URL");
+    let kept: Box<dyn std::any::Any + Send> = if managed {
+        let config = ConnectionManagerConfig::new().set_push_sender(stamp);
+        let mut conn = client
+            .get_connection_manager_with_config(config)
+            .await
+            .expect("the bench's subscriber");
+        conn.subscribe(channel).await.expect("SUBSCRIBE");
+        Box::new(conn)
+    } else {
+        let config = redis::AsyncConnectionConfig::new().set_push_sender(stamp);
+        let mut conn = client
+            .get_multiplexed_async_connection_with_config(&config)
+            .await
+            .expect("the bench's subscriber");
+        conn.subscribe(channel).await.expect("SUBSCRIBE");
+        Box::new(conn)
+    };
+    (kept, stamps)
 }
 
 pub(crate) async fn handoff_from_idle(bench: &mut Bench) -> Value {

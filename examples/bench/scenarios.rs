@@ -669,6 +669,7 @@ pub(crate) async fn handoff(bench: &mut Bench) -> Value {
             "unlock call to message p50 µs",
             "message to lock returned p50 µs",
             "in round trips",
+            "manager's hand-on p50 µs",
         ],
     );
     let mut rows = Vec::new();
@@ -677,21 +678,15 @@ pub(crate) async fn handoff(bench: &mut Bench) -> Value {
         let lock_name = format!("bench:handoff:{waiters}");
         // (task, when it called unlock) of the last holder.
         let last: Arc<Mutex<Option<(usize, Instant)>>> = Arc::new(Mutex::new(None));
-        // When each unlock message reached the bench's own subscriber on
-        // the lock's channel: it splits a hand-off into the release's way
-        // to a subscriber and the waiter's way from there.
+        // When each unlock message reached a subscriber of the bench's own
+        // on the lock's channel, stamped as its connection reads it: that
+        // splits a hand-off into the release's way to a subscriber and the
+        // waiter's way from there. A second subscriber stamps the same
+        // messages where a `ConnectionManager` hands them on, as the
+        // library's subscription connection does.
         let channel = format!("redisson_lock__channel:{{{lock_name}}}");
-        let (subscriber, mut pushes) = crate::idle::subscriber(bench, &channel).await;
-        let message_times = Arc::new(Mutex::new(Vec::new()));
-        let times = Arc::clone(&message_times);
-        let messages = tokio::spawn(async move {
-            let _subscriber = subscriber;
-            while let Some(push) = pushes.recv().await {
-                if push.kind == redis::PushKind::Message {
-                    times.lock().expect("not poisoned").push(Instant::now());
-                }
-            }
-        });
+        let (read, read_at) = crate::idle::message_clock(bench, &channel, false).await;
+        let (managed, managed_at) = crate::idle::message_clock(bench, &channel, true).await;
         let start = Instant::now();
         let end = start + run;
         let mut handles = Vec::new();
@@ -731,11 +726,20 @@ pub(crate) async fn handoff(bench: &mut Bench) -> Value {
             same_task += s;
         }
         let elapsed = start.elapsed().as_secs_f64();
-        // The subscriber is unsubscribed (its connection dropped) once the
-        // messages of the last releases have had time to arrive.
+        // The subscribers go once the last releases' messages have had
+        // time to arrive.
         tokio::time::sleep(Duration::from_millis(50)).await;
-        messages.abort();
-        let message_times = std::mem::take(&mut *message_times.lock().expect("not poisoned"));
+        drop((read, managed));
+        let message_times = std::mem::take(&mut *read_at.lock().expect("not poisoned"));
+        let managed_times = std::mem::take(&mut *managed_at.lock().expect("not poisoned"));
+        // The same messages, in the same order, at both: what the manager's
+        // hand-on adds.
+        let mut handed_on = Samples::default();
+        if managed_times.len() == message_times.len() {
+            for (read, managed) in message_times.iter().zip(&managed_times) {
+                handed_on.push(managed.saturating_duration_since(*read));
+            }
+        }
         let (mut handoffs, mut to_message, mut from_message) =
             (Samples::default(), Samples::default(), Samples::default());
         for &(unlocked, acquired) in &spans {
@@ -774,6 +778,7 @@ pub(crate) async fn handoff(bench: &mut Bench) -> Value {
                 to_message.p50() / bench.rtt_us,
                 from_message.p50() / bench.rtt_us
             ),
+            f(handed_on.p50(), 1),
         ]);
         bench.check(
             "contended hand-off p50 within 3 raw round trips",
@@ -791,6 +796,7 @@ pub(crate) async fn handoff(bench: &mut Bench) -> Value {
             "steps_p50_us": {
                 "handoffs_split": to_message.len(),
                 "unlock_to_message": to_message.p50(), "message_to_lock": from_message.p50(),
+                "manager_hand_on": handed_on.p50(),
             },
         }));
     }
@@ -798,9 +804,10 @@ pub(crate) async fn handoff(bench: &mut Bench) -> Value {
     println!(
         "(hand-off: from the holder's unlock call to the next holder's lock returning, \
          counted when the next holder is another task; the counter is GET then SET under \
-         the lock and must equal the acquisitions; the message: when the bench's own \
-         subscriber on the lock's channel saw the first unlock message after the unlock call, \
-         which splits the hand-off in two)"
+         the lock and must equal the acquisitions; the message: when a subscriber of the \
+         bench's own on the lock's channel read the first unlock message after the unlock \
+         call, which splits the hand-off in two; the manager's hand-on: how much later a \
+         `ConnectionManager` subscriber, as the library's, handed the same messages on)"
     );
     Value::Array(rows)
 }
