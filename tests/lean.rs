@@ -184,6 +184,35 @@ async fn a_lost_lean_acquire_is_settled_and_the_client_goes_latched() {
     soon(guard.unlock()).await.unwrap();
 }
 
+/// A lost reply turns the client latched only when the lost send wrote the
+/// hash a lean call writes: a semaphore acquire whose reply is lost (resent,
+/// and granted once) leaves the client's locks lean.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_semaphores_lost_reply_leaves_the_locks_lean() {
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port());
+    let client = lean_client(&proxy.url(), Duration::from_secs(1)).await;
+    warm_up(&client).await;
+    let semaphore = client.semaphore("lean:sem");
+    assert!(soon(semaphore.try_set_permits(2)).await.unwrap());
+    // Loads its script, so that the next acquire is the script itself.
+    assert!(soon(semaphore.try_acquire()).await.unwrap());
+    proxy.lose_next_reply_to("lean:sem");
+    assert!(soon(semaphore.try_acquire()).await.unwrap());
+    assert_eq!(proxy.lost_replies(), 1);
+    assert_eq!(soon(semaphore.available_permits()).await.unwrap(), 0);
+    soon(semaphore.release_many(2)).await.unwrap();
+    // Still lean: the next hold writes no acquire latch.
+    let guard = soon(client.lock("lean:after-sem").lock()).await.unwrap();
+    let latches: Vec<String> = keys(&server)
+        .into_iter()
+        .filter(|key| key.starts_with("ferrisson_acquire_latch:") && key.contains("after-sem"))
+        .collect();
+    assert_eq!(latches, Vec::<String>::new(), "the lock went latched");
+    soon(guard.unlock()).await.unwrap();
+    assert!(!common::exists(&server, "lean:after-sem"));
+}
+
 /// Whatever call sent it (`lock()`, with a lease or not, the spin lock's),
 /// a lean acquire whose reply is lost is settled and sent again as the
 /// latched acquire: the call gets the lock, with one hold.

@@ -630,6 +630,10 @@ impl Hold {
 impl Taken for Hold {
     const WANTS_GRANT_TIME: bool = true;
 
+    fn meets_lean_calls(&self) -> bool {
+        lean::on_lean_hash(self.kind)
+    }
+
     async fn give_back(
         &self,
         lock: &Object,

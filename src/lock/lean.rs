@@ -55,11 +55,16 @@ pub(super) fn capable(kind: Kind) -> bool {
 /// the fenced and fair locks, which pass it latched so that no lean call
 /// of the same owner runs beside them).
 pub(super) fn gated(client: &crate::Client, kind: Kind) -> bool {
-    client.lean_asked()
-        && matches!(
-            kind,
-            Kind::Plain(_) | Kind::Spin(_) | Kind::Fenced | Kind::Fair { .. }
-        )
+    client.lean_asked() && on_lean_hash(kind)
+}
+
+/// Whether `kind` writes the hash a lean call reads: the plain lock's
+/// layout, shared by the spin, fenced and fair locks.
+pub(super) fn on_lean_hash(kind: Kind) -> bool {
+    matches!(
+        kind,
+        Kind::Plain(_) | Kind::Spin(_) | Kind::Fenced | Kind::Fair { .. }
+    )
 }
 
 /// Whether a lean script's `reply` says it took nothing and the latched

@@ -387,8 +387,11 @@ where
             }
             if matches!(&reply, Err(err) if is_connection_failure(err)) {
                 // Perhaps it reached Redis: its outcome is unknown (and a
-                // lean call of the client could not tell it from its own).
-                client.lean_off();
+                // lean call of the client on the same hash could not tell
+                // it from its own).
+                if request.taken.meets_lean_calls() {
+                    client.lean_off();
+                }
                 request.lost(lasts, at);
             }
             reply

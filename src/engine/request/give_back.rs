@@ -154,6 +154,14 @@ pub(crate) trait Taken: Send + Sync + 'static {
     /// clock (a lock's hold); permits stand alone.
     const WANTS_GRANT_TIME: bool = false;
 
+    /// Whether a send of its acquire that lost its reply may run beside a
+    /// lean call of the client, and so turns the client to the latched
+    /// protocol (see `Client::lean_off`): a hold on the hash a lean call
+    /// writes; permits, and holds of other layouts, never meet one.
+    fn meets_lean_calls(&self) -> bool {
+        false
+    }
+
     /// Undoes one grant of the request on `on`; `lasts` is how long the
     /// longest grant of a send of it lasts (a lock's give-back restores it
     /// as the TTL), and `granted` when it began to (no earlier than the
