@@ -185,10 +185,11 @@ async fn a_lost_lean_acquire_is_settled_and_the_client_goes_latched() {
 }
 
 /// A lost reply turns the client latched only when the lost send wrote the
-/// hash a lean call writes: a semaphore acquire whose reply is lost (resent,
-/// and granted once) leaves the client's locks lean.
+/// hash a lean call writes: a semaphore acquire and a write lock's release
+/// whose replies are lost (resent, and answered once) leave the client's
+/// locks lean.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_semaphores_lost_reply_leaves_the_locks_lean() {
+async fn a_semaphores_or_read_write_locks_lost_reply_leaves_the_locks_lean() {
     let server = RedisServer::start();
     let proxy = Proxy::start(server.port());
     let client = lean_client(&proxy.url(), Duration::from_secs(1)).await;
@@ -202,6 +203,16 @@ async fn a_semaphores_lost_reply_leaves_the_locks_lean() {
     assert_eq!(proxy.lost_replies(), 1);
     assert_eq!(soon(semaphore.available_permits()).await.unwrap(), 0);
     soon(semaphore.release_many(2)).await.unwrap();
+    let write = client.read_write_lock("lean:rw").write();
+    // Loads the write lock's scripts.
+    soon(soon(write.lock()).await.unwrap().unlock())
+        .await
+        .unwrap();
+    let guard = soon(write.lock()).await.unwrap();
+    proxy.lose_next_reply_to("lean:rw");
+    soon(guard.unlock()).await.unwrap();
+    assert_eq!(proxy.lost_replies(), 2);
+    assert!(!common::exists(&server, "lean:rw"));
     // Still lean: the next hold writes no acquire latch.
     let guard = soon(client.lock("lean:after-sem").lock()).await.unwrap();
     let latches: Vec<String> = keys(&server)

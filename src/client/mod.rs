@@ -146,9 +146,10 @@ impl Client {
         self.inner.lean.load(Ordering::Acquire)
     }
 
-    /// A command of a lock's lost its reply: it may still run, and a
-    /// latched send carries no bound a lean call could wait out. From now
-    /// on the client sends the latched protocol only.
+    /// A command on the hash lean calls write (a reentrant, spin, fenced
+    /// or fair lock's) lost its reply: it may still run, and a latched send
+    /// carries no bound a lean call could wait out. From now on the client
+    /// sends the latched protocol only.
     pub(crate) fn lean_off(&self) {
         if self.inner.lean.swap(false, Ordering::AcqRel) {
             tracing::info!(

@@ -11,9 +11,11 @@
 //! then (nothing else of the owner's can have changed the lock meanwhile).
 //!
 //! The client turns to the latched protocol for good after the first lost
-//! reply of a lock's command (see `Client::lean_off`): a latched release
-//! whose reply was lost carries no deadline, so no later lean call could
-//! wait it out.
+//! reply of a command on the hash lean calls write (the reentrant, spin,
+//! fenced and fair locks' layout; see `Client::lean_off`): a latched
+//! release whose reply was lost carries no deadline, so no later lean call
+//! could wait it out. A semaphore's or a read-write lock's lost reply
+//! leaves it lean: no lean call writes their keys.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;

@@ -101,7 +101,7 @@ pub(crate) async fn release_hold_as(lock: &Object, call: &ReleaseCall<'_>) -> Re
         grant,
     } = *call;
     let publish = lock.publish();
-    let released = request::release(lock, &release, |sending| {
+    let released = request::release(lock, &release, lean::on_lean_hash(kind), |sending| {
         kind.release(&ReleaseArgs {
             name: lock.shared_name(),
             field: release.owner,

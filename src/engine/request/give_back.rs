@@ -157,9 +157,10 @@ pub(crate) trait Taken: Send + Sync + 'static {
     /// Whether a send of its acquire that lost its reply may run beside a
     /// lean call of the client, and so turns the client to the latched
     /// protocol (see `Client::lean_off`): a hold on the hash a lean call
-    /// writes; permits, and holds of other layouts, never meet one.
+    /// writes. Permits, and holds of other layouts, never meet one and say
+    /// so; what does not say is taken to.
     fn meets_lean_calls(&self) -> bool {
-        false
+        true
     }
 
     /// Undoes one grant of the request on `on`; `lasts` is how long the

@@ -107,7 +107,9 @@ pub(crate) struct Released {
 /// Sends one release of a hold on `obj` (on the connection `obj` is
 /// bound to) with the script `build` makes, resending it with the same
 /// request id when the connection fails, as `release.resend` says; `what`
-/// names the hold's object in errors.
+/// names the hold's object in errors. `meets_lean_calls`: the hold is on
+/// the hash lean calls write, so that a send whose reply is lost turns the
+/// client to the latched protocol (see `Client::lean_off`).
 ///
 /// # Cancel safety
 /// A send that may have run wrote the request's latch: a resend of it,
@@ -116,6 +118,7 @@ pub(crate) struct Released {
 pub(crate) async fn release(
     obj: &Object,
     release: &Release<'_>,
+    meets_lean_calls: bool,
     build: impl Fn(Sending<'_>) -> ScriptInvocation<'static>,
 ) -> Result<Released> {
     let Release {
@@ -179,7 +182,7 @@ pub(crate) async fn release(
             .invoke_async::<Option<i64>>(&mut conn)
             .await
             .inspect_err(|err| {
-                if crate::error::is_connection_failure(err) {
+                if meets_lean_calls && crate::error::is_connection_failure(err) {
                     // It may still run, with no deadline: no lean call
                     // of this client could wait it out.
                     client.lean_off();
