@@ -6,56 +6,32 @@
 //! of the bench's own, on the lock's channel, marks when the unlock message
 //! reached this process, which splits the hand-off into its steps.
 
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::aio::ConnectionManagerConfig;
 use redis::{IntoConnectionInfo, ProtocolVersion};
 use serde_json::{json, Value};
+use tokio::sync::mpsc::UnboundedReceiver;
 
 use crate::measure::{f, Samples, Table};
 use crate::scenarios::{flush, raw_call, script_acquire, script_release};
 use crate::Bench;
-
-/// A connection of the bench's own subscribed to `channel`, and the pushes
-/// it receives (kept while the connection is).
-pub(crate) async fn subscriber(
-    bench: &Bench,
-    channel: &str,
-) -> (
-    ConnectionManager,
-    tokio::sync::mpsc::UnboundedReceiver<redis::PushInfo>,
-) {
-    let (pushes, messages) = tokio::sync::mpsc::unbounded_channel();
-    let info = bench.url.as_str().into_connection_info().expect("the URL");
-    let resp3 = info
-        .redis_settings()
-        .clone()
-        .set_protocol(ProtocolVersion::RESP3);
-    let config = ConnectionManagerConfig::new().set_push_sender(pushes);
-    let mut subscriber = crate::connection_with(info.set_redis_settings(resp3), config)
-        .await
-        .expect("the bench's subscriber");
-    subscriber.subscribe(channel).await.expect("SUBSCRIBE");
-    (subscriber, messages)
-}
 
 /// When each message on `channel` reached this process: stamped where the
 /// connection reads it (a multiplexed connection calls its push sender in
 /// its own reading task) or, with `managed`, where a `ConnectionManager`
 /// (the library's kind of subscription connection) hands it on, after a
 /// second task. The connection stays subscribed while the first value is
-/// kept.
+/// kept; the stamps come in order on the receiver.
 pub(crate) async fn message_clock(
     bench: &Bench,
     channel: &str,
     managed: bool,
-) -> (Box<dyn std::any::Any + Send>, Arc<Mutex<Vec<Instant>>>) {
-    let stamps = Arc::new(Mutex::new(Vec::new()));
-    let sink = Arc::clone(&stamps);
+) -> (Box<dyn std::any::Any + Send>, UnboundedReceiver<Instant>) {
+    let (stamps, stamped) = tokio::sync::mpsc::unbounded_channel();
     let stamp = move |push: redis::PushInfo| {
         if push.kind == redis::PushKind::Message {
-            sink.lock().expect("not poisoned").push(Instant::now());
+            let _ = stamps.send(Instant::now());
         }
         Ok::<(), std::convert::Infallible>(())
     };
@@ -82,7 +58,7 @@ pub(crate) async fn message_clock(
         conn.subscribe(channel).await.expect("SUBSCRIBE");
         Box::new(conn)
     };
-    (kept, stamps)
+    (kept, stamped)
 }
 
 pub(crate) async fn handoff_from_idle(bench: &mut Bench) -> Value {
@@ -94,8 +70,11 @@ pub(crate) async fn handoff_from_idle(bench: &mut Bench) -> Value {
     let name = "bench:idle";
     let channel = format!("redisson_lock__channel:{{{name}}}");
     let mut conn = bench.raw.clone();
-    // The bench's own subscriber: when each unlock message arrives here.
-    let (_subscriber, mut messages) = subscriber(bench, &channel).await;
+    // The bench's own subscribers: when each unlock message is read here,
+    // and when a `ConnectionManager` (as the library's) hands it on.
+    let (_read, mut messages) = message_clock(bench, &channel, false).await;
+    let (_managed, mut handed) = message_clock(bench, &channel, true).await;
+    let mut handed_on = Samples::default();
     let (mut handoffs, mut raws) = (Samples::default(), Samples::default());
     // Unlock call → unlock returned; → message here; message → lock returned.
     let (mut releases, mut messaged, mut woken) =
@@ -138,15 +117,13 @@ pub(crate) async fn handoff_from_idle(bench: &mut Bench) -> Value {
         raw_releases.push(start.elapsed());
         tokio::time::sleep(idle).await;
         while messages.try_recv().is_ok() {}
+        while handed.try_recv().is_ok() {}
         let unlocked = Instant::now();
         held.unlock().await.expect("unlock");
         releases.push(unlocked.elapsed());
-        let message = loop {
-            let push = messages.recv().await.expect("the subscriber's messages");
-            if push.kind == redis::PushKind::Message {
-                break Instant::now();
-            }
-        };
+        let message = messages.recv().await.expect("the subscriber's messages");
+        let handed_at = handed.recv().await.expect("the manager's messages");
+        handed_on.push(handed_at.saturating_duration_since(message));
         let (acquired, guard) = waiting.await.expect("the waiter panicked");
         handoffs.push(acquired - unlocked);
         messaged.push(message.saturating_duration_since(unlocked));
@@ -191,6 +168,10 @@ pub(crate) async fn handoff_from_idle(bench: &mut Bench) -> Value {
             messaged.p50(),
         ),
         ("the message to the waiter's lock returned", woken.p50()),
+        (
+            "the message handed on by a ConnectionManager, after it was read",
+            handed_on.p50(),
+        ),
     ];
     for (step, us) in step_rows {
         steps.row(vec![step.to_string(), f(us, 1), f(us / raw, 2)]);
@@ -216,6 +197,7 @@ pub(crate) async fn handoff_from_idle(bench: &mut Bench) -> Value {
         "steps_p50_us": {
             "raw_acquire_script": raw_acquires.p50(), "raw_release_script": raw_releases.p50(),
             "release": releases.p50(), "message": messaged.p50(), "to_lock": woken.p50(),
+            "manager_hand_on": handed_on.p50(),
         },
     })
 }

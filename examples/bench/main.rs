@@ -41,6 +41,11 @@ pub(crate) struct Options {
     /// see `ClientBuilder::lean`), or the latched one only (`--latched`).
     /// `--lean`, the default said out loud, is still taken.
     pub(crate) lean: bool,
+    /// Whether scenario 5 splits each hand-off at the unlock message, with
+    /// subscribers of the bench's own on the lock's channel (`--split`;
+    /// they load the machine, so its figures are not those of a run
+    /// without).
+    pub(crate) split: bool,
     json: Option<String>,
     only: Option<Vec<usize>>,
 }
@@ -50,6 +55,7 @@ impl Options {
         let mut options = Options {
             quick: false,
             lean: true,
+            split: false,
             json: None,
             only: None,
         };
@@ -59,6 +65,7 @@ impl Options {
                 "--quick" => options.quick = true,
                 "--lean" => options.lean = true,
                 "--latched" => options.lean = false,
+                "--split" => options.split = true,
                 "--json" => {
                     options.json = Some(args.next().ok_or("--json needs a file path")?);
                 }
@@ -77,10 +84,12 @@ impl Options {
                 }
                 "-h" | "--help" => {
                     println!(
-                        "usage: bench [--quick] [--latched] [--json PATH] [--only 1,2,..]\n\n\
+                        "usage: bench [--quick] [--latched] [--split] [--json PATH] [--only 1,2,..]\n\n\
                          --quick      smaller sizes and shorter runs (under 30 s)\n\
                          --latched    ferrisson's clients send the latched protocol only\n\
                          \x20            (lean(false); the default is the lean one)\n\
+                         --split      scenario 5 splits each hand-off at the unlock message\n\
+                         \x20            (two more subscribers on the lock's channel)\n\
                          --json PATH  also write every figure to PATH as JSON\n\
                          --only LIST  run only these scenarios (1-11); the round trip\n\
                          \x20            (scenario 1) is always measured, as the unit"

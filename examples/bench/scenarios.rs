@@ -652,41 +652,55 @@ pub(crate) async fn handoff(bench: &mut Bench) -> Value {
             .client(ferrisson::config::DEFAULT_WATCHDOG_TIMEOUT)
             .await,
     ];
+    let split = bench.options.split;
+    let mut heads = vec![
+        "waiters",
+        "acquisitions",
+        "acq/s",
+        "counter",
+        "to another task",
+        "hand-off p50 µs",
+        "p99 µs",
+        "p50 in round trips",
+    ];
+    if split {
+        heads.extend([
+            "split",
+            "unlock call to message p50 µs",
+            "message to lock returned p50 µs",
+            "in round trips",
+            "manager's hand-on p50 µs",
+        ]);
+    }
     let mut table = Table::new(
         format!(
             "5. Contended hand-off: one key, tasks over two clients, {:.1} s",
             run.as_secs_f64()
         ),
-        &[
-            "waiters",
-            "acquisitions",
-            "acq/s",
-            "counter",
-            "to another task",
-            "hand-off p50 µs",
-            "p99 µs",
-            "p50 in round trips",
-            "unlock call to message p50 µs",
-            "message to lock returned p50 µs",
-            "in round trips",
-            "manager's hand-on p50 µs",
-        ],
+        &heads,
     );
     let mut rows = Vec::new();
     for waiters in [2usize, 8, 32] {
         let counter_key = format!("bench:handoff:{waiters}:counter");
         let lock_name = format!("bench:handoff:{waiters}");
-        // (task, when it called unlock) of the last holder.
-        let last: Arc<Mutex<Option<(usize, Instant)>>> = Arc::new(Mutex::new(None));
-        // When each unlock message reached a subscriber of the bench's own
-        // on the lock's channel, stamped as its connection reads it: that
-        // splits a hand-off into the release's way to a subscriber and the
-        // waiter's way from there. A second subscriber stamps the same
-        // messages where a `ConnectionManager` hands them on, as the
-        // library's subscription connection does.
+        // The last holder: its task, when it called unlock, and which
+        // release that was (the counter it read: the acquisitions before
+        // its own, as each holder releases once, in turn).
+        let last: Arc<Mutex<Option<(usize, Instant, u64)>>> = Arc::new(Mutex::new(None));
+        // With `--split`: when each unlock message reached a subscriber of
+        // the bench's own on the lock's channel, stamped as its connection
+        // reads it, which splits a hand-off into the release's way to a
+        // subscriber and the waiter's way from there; and where a
+        // `ConnectionManager` (as the library's subscription connection)
+        // hands the same messages on.
         let channel = format!("redisson_lock__channel:{{{lock_name}}}");
-        let (read, read_at) = crate::idle::message_clock(bench, &channel, false).await;
-        let (managed, managed_at) = crate::idle::message_clock(bench, &channel, true).await;
+        let clocks = match split {
+            true => Some((
+                crate::idle::message_clock(bench, &channel, false).await,
+                crate::idle::message_clock(bench, &channel, true).await,
+            )),
+            false => None,
+        };
         let start = Instant::now();
         let end = start + run;
         let mut handles = Vec::new();
@@ -702,16 +716,16 @@ pub(crate) async fn handoff(bench: &mut Bench) -> Value {
                     let now = Instant::now();
                     acquired += 1;
                     match last.lock().expect("not poisoned").take() {
-                        Some((previous, at)) if previous != task => handoffs.push((at, now)),
+                        Some((previous, at, release)) if previous != task => {
+                            handoffs.push((at, now, release))
+                        }
                         Some(_) => same_task += 1,
                         None => {}
                     }
                     let value: Option<u64> = conn.get(&counter_key).await.expect("GET");
-                    let _: () = conn
-                        .set(&counter_key, value.unwrap_or(0) + 1)
-                        .await
-                        .expect("SET");
-                    *last.lock().expect("not poisoned") = Some((task, Instant::now()));
+                    let before = value.unwrap_or(0);
+                    let _: () = conn.set(&counter_key, before + 1).await.expect("SET");
+                    *last.lock().expect("not poisoned") = Some((task, Instant::now(), before));
                     guard.unlock().await.expect("unlock");
                 }
                 (handoffs, acquired, same_task)
@@ -726,30 +740,46 @@ pub(crate) async fn handoff(bench: &mut Bench) -> Value {
             same_task += s;
         }
         let elapsed = start.elapsed().as_secs_f64();
-        // The subscribers go once the last releases' messages have had
-        // time to arrive.
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        drop((read, managed));
-        let message_times = std::mem::take(&mut *read_at.lock().expect("not poisoned"));
-        let managed_times = std::mem::take(&mut *managed_at.lock().expect("not poisoned"));
-        // The same messages, in the same order, at both: what the manager's
-        // hand-on adds.
-        let mut handed_on = Samples::default();
-        if managed_times.len() == message_times.len() {
-            for (read, managed) in message_times.iter().zip(&managed_times) {
-                handed_on.push(managed.saturating_duration_since(*read));
-            }
+        let mut handoffs = Samples::default();
+        for &(unlocked, acquired, _) in &spans {
+            handoffs.push(acquired.saturating_duration_since(unlocked));
         }
-        let (mut handoffs, mut to_message, mut from_message) =
+        let (mut to_message, mut from_message, mut handed_on) =
             (Samples::default(), Samples::default(), Samples::default());
-        for &(unlocked, acquired) in &spans {
-            handoffs.push(acquired - unlocked);
-            // The first message at the subscriber after the unlock call:
-            // that unlock's (a release publishes once).
-            let first = message_times.partition_point(|&at| at < unlocked);
-            if let Some(&message) = message_times.get(first).filter(|&&at| at <= acquired) {
-                to_message.push(message - unlocked);
-                from_message.push(acquired - message);
+        if let Some(((read, mut read_at), (managed, mut managed_at))) = clocks {
+            // The subscribers go once the last releases' messages have had
+            // time to arrive.
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            drop((read, managed));
+            let stamps = |at: &mut tokio::sync::mpsc::UnboundedReceiver<Instant>| {
+                std::iter::from_fn(|| at.try_recv().ok()).collect::<Vec<_>>()
+            };
+            let (message_times, managed_times) = (stamps(&mut read_at), stamps(&mut managed_at));
+            // One message per release, in the order of the releases: the
+            // n-th is the n-th release's.
+            if message_times.len() as u64 == acquired {
+                for &(unlocked, acquired, release) in &spans {
+                    let message = message_times[release as usize];
+                    to_message.push(message.saturating_duration_since(unlocked));
+                    from_message.push(acquired.saturating_duration_since(message));
+                }
+            } else {
+                println!(
+                    "(5, {waiters} waiters: {} messages for {acquired} releases; not split)",
+                    message_times.len()
+                );
+            }
+            // The same messages, in the same order, at both.
+            if managed_times.len() == message_times.len() {
+                for (read, managed) in message_times.iter().zip(&managed_times) {
+                    handed_on.push(managed.saturating_duration_since(*read));
+                }
+            } else {
+                println!(
+                    "(5, {waiters} waiters: {} messages read, {} handed on; no hand-on figure)",
+                    message_times.len(),
+                    managed_times.len()
+                );
             }
         }
         let mut conn = bench.raw.clone();
@@ -762,7 +792,7 @@ pub(crate) async fn handoff(bench: &mut Bench) -> Value {
         let (p50, p99) = (handoffs.p50(), handoffs.p99());
         let in_rtt = p50 / bench.rtt_us;
         let others = handoffs.len();
-        table.row(vec![
+        let mut row = vec![
             waiters.to_string(),
             acquired.to_string(),
             f(acquired as f64 / elapsed, 0),
@@ -771,15 +801,21 @@ pub(crate) async fn handoff(bench: &mut Bench) -> Value {
             f(p50, 1),
             f(p99, 1),
             f(in_rtt, 2),
-            f(to_message.p50(), 1),
-            f(from_message.p50(), 1),
-            format!(
-                "{:.2} + {:.2}",
-                to_message.p50() / bench.rtt_us,
-                from_message.p50() / bench.rtt_us
-            ),
-            f(handed_on.p50(), 1),
-        ]);
+        ];
+        if split {
+            row.extend([
+                format!("{} of {others}", to_message.len()),
+                f(to_message.p50(), 1),
+                f(from_message.p50(), 1),
+                format!(
+                    "{:.2} + {:.2}",
+                    to_message.p50() / bench.rtt_us,
+                    from_message.p50() / bench.rtt_us
+                ),
+                f(handed_on.p50(), 1),
+            ]);
+        }
+        table.row(row);
         bench.check(
             "contended hand-off p50 within 3 raw round trips",
             format!(
@@ -788,26 +824,30 @@ pub(crate) async fn handoff(bench: &mut Bench) -> Value {
             ),
             in_rtt <= 3.0,
         );
-        rows.push(json!({
+        let mut json_row = json!({
             "waiters": waiters, "acquisitions": acquired,
             "acquisitions_per_s": acquired as f64 / elapsed, "counter": counter,
             "handoffs_to_another_task": others, "reacquired_by_same_task": same_task,
             "handoff_p50_us": p50, "handoff_p99_us": p99, "handoff_p50_round_trips": in_rtt,
-            "steps_p50_us": {
+        });
+        if split {
+            json_row["steps_p50_us"] = json!({
                 "handoffs_split": to_message.len(),
                 "unlock_to_message": to_message.p50(), "message_to_lock": from_message.p50(),
                 "manager_hand_on": handed_on.p50(),
-            },
-        }));
+            });
+        }
+        rows.push(json_row);
     }
     table.print();
     println!(
         "(hand-off: from the holder's unlock call to the next holder's lock returning, \
          counted when the next holder is another task; the counter is GET then SET under \
-         the lock and must equal the acquisitions; the message: when a subscriber of the \
-         bench's own on the lock's channel read the first unlock message after the unlock \
-         call, which splits the hand-off in two; the manager's hand-on: how much later a \
-         `ConnectionManager` subscriber, as the library's, handed the same messages on)"
+         the lock and must equal the acquisitions; with --split, the message: when a \
+         subscriber of the bench's own on the lock's channel read the unlock message of the \
+         release handed off (the n-th message is the n-th release's), which splits the \
+         hand-off in two; the manager's hand-on: how much later a `ConnectionManager` \
+         subscriber, as the library's, handed the same messages on)"
     );
     Value::Array(rows)
 }
