@@ -70,10 +70,16 @@ pub(crate) async fn handoff_from_idle(bench: &mut Bench) -> Value {
     let name = "bench:idle";
     let channel = format!("redisson_lock__channel:{{{name}}}");
     let mut conn = bench.raw.clone();
-    // The bench's own subscribers: when each unlock message is read here,
-    // and when a `ConnectionManager` (as the library's) hands it on.
+    // The bench's own subscriber: when each unlock message is read here;
+    // with `--split`, a second one: when a `ConnectionManager` (as the
+    // library's) hands it on.
     let (_read, mut messages) = message_clock(bench, &channel, false).await;
-    let (_managed, mut handed) = message_clock(bench, &channel, true).await;
+    let mut managed = match bench.options.split {
+        true => Some(message_clock(bench, &channel, true).await),
+        false => None,
+    };
+    // The waiter's subscription, and the bench's.
+    let subscribed = 2 + i64::from(managed.is_some());
     let mut handed_on = Samples::default();
     let (mut handoffs, mut raws) = (Samples::default(), Samples::default());
     // Unlock call → unlock returned; → message here; message → lock returned.
@@ -95,7 +101,7 @@ pub(crate) async fn handoff_from_idle(bench: &mut Bench) -> Value {
                 .query_async(&mut bench.admin)
                 .await
                 .expect("PUBSUB NUMSUB");
-            if subscribers == 2 {
+            if subscribers == subscribed {
                 break;
             }
             tokio::time::sleep(Duration::from_millis(1)).await;
@@ -117,13 +123,17 @@ pub(crate) async fn handoff_from_idle(bench: &mut Bench) -> Value {
         raw_releases.push(start.elapsed());
         tokio::time::sleep(idle).await;
         while messages.try_recv().is_ok() {}
-        while handed.try_recv().is_ok() {}
+        if let Some((_, handed)) = &mut managed {
+            while handed.try_recv().is_ok() {}
+        }
         let unlocked = Instant::now();
         held.unlock().await.expect("unlock");
         releases.push(unlocked.elapsed());
         let message = messages.recv().await.expect("the subscriber's messages");
-        let handed_at = handed.recv().await.expect("the manager's messages");
-        handed_on.push(handed_at.saturating_duration_since(message));
+        if let Some((_, handed)) = &mut managed {
+            let handed_at = handed.recv().await.expect("the manager's messages");
+            handed_on.push(handed_at.saturating_duration_since(message));
+        }
         let (acquired, guard) = waiting.await.expect("the waiter panicked");
         handoffs.push(acquired - unlocked);
         messaged.push(message.saturating_duration_since(unlocked));
@@ -159,7 +169,7 @@ pub(crate) async fn handoff_from_idle(bench: &mut Bench) -> Value {
         "11b. Its steps, p50 of each (they need not add up)",
         &["step", "p50 µs", "in raw round trips after idle"],
     );
-    let step_rows = [
+    let mut step_rows = vec![
         ("ferrisson's acquire script, sent raw", raw_acquires.p50()),
         ("ferrisson's release script, sent raw", raw_releases.p50()),
         ("unlock call to unlock returned", releases.p50()),
@@ -168,11 +178,13 @@ pub(crate) async fn handoff_from_idle(bench: &mut Bench) -> Value {
             messaged.p50(),
         ),
         ("the message to the waiter's lock returned", woken.p50()),
-        (
+    ];
+    if managed.is_some() {
+        step_rows.push((
             "the message handed on by a ConnectionManager, after it was read",
             handed_on.p50(),
-        ),
-    ];
+        ));
+    }
     for (step, us) in step_rows {
         steps.row(vec![step.to_string(), f(us, 1), f(us / raw, 2)]);
     }

@@ -42,9 +42,10 @@ pub(crate) struct Options {
     /// `--lean`, the default said out loud, is still taken.
     pub(crate) lean: bool,
     /// Whether scenario 5 splits each hand-off at the unlock message, with
-    /// subscribers of the bench's own on the lock's channel (`--split`;
-    /// they load the machine, so its figures are not those of a run
-    /// without).
+    /// subscribers of the bench's own on the lock's channel, and scenario
+    /// 11 measures a `ConnectionManager`'s hand-on with one more
+    /// (`--split`; they load the machine, so its figures are not those of
+    /// a run without).
     pub(crate) split: bool,
     json: Option<String>,
     only: Option<Vec<usize>>,
@@ -88,8 +89,8 @@ impl Options {
                          --quick      smaller sizes and shorter runs (under 30 s)\n\
                          --latched    ferrisson's clients send the latched protocol only\n\
                          \x20            (lean(false); the default is the lean one)\n\
-                         --split      scenario 5 splits each hand-off at the unlock message\n\
-                         \x20            (two more subscribers on the lock's channel)\n\
+                         --split      scenario 5 splits each hand-off at the unlock message,\n\
+                         \x20            11 times a ConnectionManager's hand-on (more subscribers)\n\
                          --json PATH  also write every figure to PATH as JSON\n\
                          --only LIST  run only these scenarios (1-11); the round trip\n\
                          \x20            (scenario 1) is always measured, as the unit"
