@@ -255,6 +255,24 @@ fn a_gate_that_ignores_lost_sends_lets_a_lost_release_take_a_lean_holders_hold()
     );
 }
 
+/// A latched release whose replies were all lost raises the owner's
+/// not-before as a lean send's does: without it, a lean acquire sent once
+/// the release is given up finds the hold the release then takes away.
+#[test]
+fn a_lost_latched_send_that_leaves_the_not_before_lets_a_lost_release_take_a_lean_hold() {
+    found(
+        LockModel::lean(
+            Bounds {
+                first_acquires: 3,
+                max_time: 0,
+                ..Bounds::dropped()
+            },
+            Mutation::QuietOnLostLeanSendsOnly,
+        ),
+        ONE_HOLDER,
+    );
+}
+
 /// A lean release whose reply was lost and never settled may still run:
 /// the owner's next acquire, sent at once, takes a hold it then deletes.
 #[test]

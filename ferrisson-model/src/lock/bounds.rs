@@ -122,6 +122,11 @@ pub enum Mutation {
     /// for a dropped guard's release): a lost latched release that runs
     /// after a lean acquire found its hold takes it away.
     LeanGateIgnoresLostSends,
+    /// A lost latched send leaves the owner's not-before as it is (only a
+    /// lost lean send raises it; the library before 2026-12-07 turned the
+    /// whole client latched instead): a lost latched release that runs
+    /// after a lean acquire found its hold takes it away.
+    QuietOnLostLeanSendsOnly,
     /// After a lean send whose reply was lost and never settled (out of
     /// resends), the owner's next acquire goes without waiting for a
     /// settle's answer:

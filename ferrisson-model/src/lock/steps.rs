@@ -186,7 +186,9 @@ impl LockModel {
         }
         let c = &mut state.clients[id as usize];
         let until = c.sent_at + self.bounds.window;
-        c.quiet_until = c.quiet_until.max(until);
+        if changes_lock || self.mutation != Mutation::QuietOnLostLeanSendsOnly {
+            c.quiet_until = c.quiet_until.max(until);
+        }
         if changes_lock {
             c.lean_until = c.lean_until.max(until);
         }
