@@ -234,9 +234,9 @@
 //! nothing of the lock takes and releases its one hold with scripts that
 //! keep no latch key, each send bounded by a deadline on the server's
 //! clock and never resent. A lost reply is settled once that deadline has
-//! passed (what the send took is released), the owner's next call on the
-//! lock waits for it, and the client sends the latched requests above from
-//! then on. An acquire goes lean only in a call that waits as long as it
+//! passed (what the send took is released), and the owner's next call on
+//! the lock waits for it. A latched request whose reply was lost keeps its
+//! owner's calls of that lock latched while it may still run. An acquire goes lean only in a call that waits as long as it
 //! takes (`lock()`, `lock_with_lease()`), which sends the latched request
 //! once the settle is answered; `try_lock()` and `try_lock_for()` send the
 //! latched request, resent within their time.

@@ -1,9 +1,9 @@
 //! The lean protocol (`ClientBuilder::lean`, on by default for one
 //! server): an owner that holds nothing
 //! takes and releases its one hold with scripts that write no latch key,
-//! on Redisson's layout; a lost lean send is settled past its deadline and
-//! the client turns to the latched protocol; a caller that leaves leaves
-//! no hold behind.
+//! on Redisson's layout; a lost lean send is settled past its deadline,
+//! and a lost reply keeps only its owner's calls of that lock latched, while
+//! the lost send may run; a caller that leaves leaves no hold behind.
 
 use ferrisson_test_support as common;
 
@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use common::proxy::Proxy;
 use common::{eventually, soon, within, RedisServer};
-use ferrisson::{Client, Error};
+use ferrisson::{Client, Error, Lock};
 
 const WATCHDOG: Duration = Duration::from_secs(3);
 
@@ -149,7 +149,7 @@ async fn one_owners_two_calls_at_once_hold_twice_and_release_once_each() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_lost_lean_acquire_is_settled_and_the_client_goes_latched() {
+async fn a_lost_lean_acquire_is_settled_and_the_owner_goes_lean_again() {
     let server = RedisServer::start();
     let proxy = Proxy::start(server.port());
     let timeouts = Duration::from_secs(1);
@@ -157,7 +157,7 @@ async fn a_lost_lean_acquire_is_settled_and_the_client_goes_latched() {
     warm_up(&client).await;
     let unlocked = common::RawSubscriber::new(&server, "redisson_lock__channel:{lean:lost}");
     proxy.lose_next_reply_to(lean_acquire().get_hash());
-    let lock = client.lock("lean:lost");
+    let lock = client.lock("lean:lost").with_owner("o");
     // The lost send took the lock; the settle, past its deadline, lets it
     // go (the message says so), and the wait then takes it.
     let guard = within(Duration::from_secs(20), lock.lock()).await.unwrap();
@@ -172,19 +172,133 @@ async fn a_lost_lean_acquire_is_settled_and_the_client_goes_latched() {
     assert_eq!(count.as_deref(), Some("1"), "one hold, not two");
     soon(guard.unlock()).await.unwrap();
     assert!(!common::exists(&server, "lean:lost"));
-    // Latched from now on: the next hold writes its acquire latch.
-    let guard = soon(lock.lock()).await.unwrap();
-    assert!(
-        keys(&server)
-            .iter()
-            .any(|key| key.starts_with("ferrisson_acquire_latch:")),
-        "{:?}",
-        keys(&server)
-    );
-    soon(guard.unlock()).await.unwrap();
+    // Settled, the lost send can do nothing more: the owner's next hold
+    // goes lean.
+    assert!(!goes_latched(&proxy, &lock).await, "lean again");
 }
 
-/// A lost reply turns the client latched only when the lost send wrote the
+/// Whether `lock`'s next `lock()` sends the latched acquire: the reply to
+/// the next call of `acquire.lua` (loaded before: its SHA1 is what is
+/// sent) is held until seen (a lean acquire ends first). Nothing else may
+/// send an acquire meanwhile. Unlocks what it took.
+async fn goes_latched(proxy: &Proxy, lock: &Lock) -> bool {
+    let held = proxy.held_replies();
+    let latched_acquire = redis::Script::new(include_str!("../lua/acquire.lua"));
+    proxy.hold_next_reply_to(latched_acquire.get_hash());
+    let locking = tokio::spawn({
+        let lock = lock.clone();
+        async move { lock.lock().await }
+    });
+    let mut latched = false;
+    eventually(Duration::from_secs(20), || {
+        latched = proxy.held_replies() > held;
+        let done = latched || locking.is_finished();
+        async move { done }
+    })
+    .await;
+    proxy.release_held();
+    let guard = soon(locking).await.unwrap().unwrap();
+    soon(guard.unlock()).await.unwrap();
+    latched
+}
+
+/// A latched acquire whose replies were all lost is settled in the
+/// background, and what it took given back: until then its owner's calls
+/// of that lock go latched (a lean acquire would take the lost grant's hold
+/// as its own, and the give-back then take it away). The settle's first
+/// reply is held, so that the owner's next acquire meets it unsettled.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_latched_acquire_keeps_its_owner_latched_until_settled() {
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port());
+    let client = lean_client(&proxy.url(), Duration::from_secs(1)).await;
+    warm_up(&client).await;
+    // Loads the latched acquire's script.
+    let loads = soon(client.lock("lean:loads").try_lock()).await.unwrap();
+    soon(loads.expect("a free lock").unlock()).await.unwrap();
+    let lock = client.lock("lean:busy").with_owner("o");
+    proxy.lose_next_reply_to_then_refuse("ferrisson_acquire_latch:{lean:busy}");
+    assert!(soon(lock.try_lock()).await.is_err(), "no reply got through");
+    assert_eq!(proxy.lost_replies(), 1);
+    let field = format!("{}:o", client.id());
+    let count = || server.cmd(&["HGET", "lean:busy", &field]).as_string();
+    assert_eq!(count().as_deref(), Some("1"), "the lost send took the lock");
+    let cancel = redis::Script::new(include_str!("../lua/acquire_cancel.lua"));
+    let held = proxy.held_replies();
+    proxy.hold_next_reply_to(cancel.get_hash());
+    proxy.refuse(false);
+    eventually(Duration::from_secs(20), || {
+        let seen = proxy.held_replies() > held;
+        async move { seen }
+    })
+    .await;
+    // Unsettled: the owner's acquire is latched, and counts a second hold.
+    let locking = tokio::spawn({
+        let lock = lock.clone();
+        async move { lock.lock().await }
+    });
+    eventually(Duration::from_secs(20), || {
+        let two = count().as_deref() == Some("2");
+        async move { two }
+    })
+    .await;
+    proxy.release_held();
+    let guard = soon(locking).await.unwrap().unwrap();
+    // The give-back takes the lost grant's hold, and the guard's stands.
+    eventually(Duration::from_secs(20), || {
+        let one = count().as_deref() == Some("1");
+        async move { one }
+    })
+    .await;
+    soon(guard.unlock()).await.unwrap();
+    assert!(!common::exists(&server, "lean:busy"));
+}
+
+/// A latched release whose reply was lost, and that ended with no latch
+/// written by a send that got through, may still run while its unlock
+/// latch would last: until then its owner's calls of that lock go latched
+/// (a lean acquire would take the hold the late release then deletes),
+/// and no other owner's, nor the owner's calls of other locks. Then the
+/// owner goes lean again. A resend that got through wrote the latch, which
+/// every late send meets: the owner goes lean at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_latched_release_keeps_its_owner_latched_on_that_lock_while_it_may_run() {
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port());
+    let client = lean_client(&proxy.url(), Duration::from_secs(1)).await;
+    warm_up(&client).await;
+    let lock = client.lock("lean:quiet").with_owner("o");
+    // A call with a time limit sends the latched acquire, and its hold's
+    // release is latched too.
+    let guard = soon(lock.try_lock()).await.unwrap().expect("a free lock");
+    proxy.lose_next_reply_to("redisson_unlock_latch:{lean:quiet}");
+    soon(guard.unlock()).await.unwrap();
+    assert_eq!(proxy.lost_replies(), 1);
+    assert!(!goes_latched(&proxy, &lock).await, "resent and answered");
+    // Every reply lost: the unlock fails, and its sends may still run.
+    let guard = soon(lock.try_lock()).await.unwrap().expect("a free lock");
+    proxy.lose_next_reply_to_then_refuse("redisson_unlock_latch:{lean:quiet}");
+    assert!(soon(guard.unlock()).await.is_err(), "no reply got through");
+    assert_eq!(proxy.lost_replies(), 2);
+    proxy.refuse(false);
+    assert!(!common::exists(&server, "lean:quiet"));
+    assert!(goes_latched(&proxy, &lock).await, "the owner on that lock");
+    let other_owner = client.lock("lean:quiet").with_owner("p");
+    assert!(!goes_latched(&proxy, &other_owner).await, "another owner");
+    let other_lock = client.lock("lean:quiet:other").with_owner("o");
+    assert!(!goes_latched(&proxy, &other_lock).await, "another lock");
+    // The unlock latch's TTL (the release's resend window, 7.5 s with these
+    // timeouts) and a drift margin: lean again after it, not for good
+    // latched.
+    eventually(Duration::from_secs(60), || {
+        let (lock, proxy) = (lock.clone(), &proxy);
+        async move { !goes_latched(proxy, &lock).await }
+    })
+    .await;
+    assert!(!common::exists(&server, "lean:quiet"));
+}
+
+/// A lost reply holds back lean calls only when the lost send wrote the
 /// hash a lean call writes: a semaphore acquire and a write lock's release
 /// whose replies are lost (resent, and answered once) leave the client's
 /// locks lean.
@@ -233,8 +347,7 @@ async fn a_lost_lean_acquire_is_sent_again_latched() {
     let proxy = Proxy::start(server.port());
     let timeouts = Duration::from_secs(1);
     for case in ["lock_with_lease", "spin lock"] {
-        // A client of its own each: the first lost reply turns a client
-        // latched for good.
+        // A client of its own each.
         let client = lean_client(&proxy.url(), timeouts).await;
         warm_up(&client).await;
         let name = format!("lean:again:{case}");

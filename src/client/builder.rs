@@ -373,8 +373,12 @@ impl ClientBuilder {
     /// passed, and the owner's next call on that lock waits for the settle.
     /// Every other call (a re-entry, a release that leaves holds, a job's
     /// release) sends the latched scripts. The layout Redisson reads is the
-    /// same either way. After the first command of a lock whose reply was
-    /// lost, the client sends the latched protocol only.
+    /// same either way. After a latched command of a lock whose reply was
+    /// lost, that owner's calls of that lock send the latched protocol
+    /// while the lost command may still run (an acquire's until its request
+    /// is settled, a release's that never got through while its unlock
+    /// latch would last); other
+    /// owners and other locks stay lean.
     ///
     /// A lean send is never resent, so an acquire goes lean only in a call
     /// that waits as long as it takes (`lock()`, `lock_with_lease()`): a

@@ -82,10 +82,6 @@ struct ClientInner {
     replicas: replicas::ReplicaState,
     /// Readings of the servers' clocks, for the acquires' deadlines.
     clocks: clock::ServerClocks,
-    /// Whether the locks may still send the lean protocol: on in the
-    /// config (one server, no replica sync), and no command of a lock's has lost its
-    /// reply yet (see [`Client::lean_off`]).
-    lean: std::sync::atomic::AtomicBool,
     config: Config,
     /// Host and port only: never the credentials.
     addr: String,
@@ -139,24 +135,6 @@ impl Client {
     /// owners' gates, see `lock::gate`.
     pub(crate) fn lean_asked(&self) -> bool {
         self.inner.config.lean
-    }
-
-    /// Whether the locks may send the lean protocol now.
-    pub(crate) fn goes_lean(&self) -> bool {
-        self.inner.lean.load(Ordering::Acquire)
-    }
-
-    /// A command on the hash lean calls write (a reentrant, spin, fenced
-    /// or fair lock's) lost its reply: it may still run, and a latched send
-    /// carries no bound a lean call could wait out. From now on the client
-    /// sends the latched protocol only.
-    pub(crate) fn lean_off(&self) {
-        if self.inner.lean.swap(false, Ordering::AcqRel) {
-            tracing::info!(
-                client = %self.inner.id,
-                "a lock's command lost its reply: the latched protocol from now on"
-            );
-        }
     }
 
     /// A new id for one release request (and its resends).
@@ -442,7 +420,6 @@ impl Client {
                 requests: AtomicU64::new(0),
                 replicas: replicas::ReplicaState::default(),
                 clocks: clock::ServerClocks::default(),
-                lean: std::sync::atomic::AtomicBool::new(config.lean),
                 config,
                 addr,
             }),

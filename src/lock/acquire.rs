@@ -20,7 +20,8 @@ use crate::config::MAX_DURATION;
 use crate::engine::finish::{runtime, Finish};
 use crate::engine::object::Object;
 use crate::engine::request::{
-    send, Answer, GiveBack, GrantedIn, Lasts, Latch, Request, RequestSlot, Sending, Taken,
+    send, Answer, GiveBack, GrantedIn, KeepsLatched, Lasts, Latch, Request, RequestSlot, Sending,
+    Taken,
 };
 use crate::engine::telemetry::{self, Subject};
 use crate::engine::waiting::{self, Channel, Tried, Wait};
@@ -255,8 +256,7 @@ impl LockCore {
         // `try_lock_for()`) sends the latched acquire, whose resends keep
         // within its limit, and a first try that meets a dead server fails
         // at once rather than at the end of its wait.
-        let go_lean =
-            lean && lean::capable(self.kind) && client.goes_lean() && req.limits.deadline.is_none();
+        let go_lean = lean && lean::capable(self.kind) && req.limits.deadline.is_none();
         let claim = Gates::get().claim(key, go_lean, || Guards::get().holds_nothing(key));
         match req.limits.bound {
             Some(bound) => tokio::time::timeout_at(bound, claim).await.ok().map(Some),
@@ -630,8 +630,10 @@ impl Hold {
 impl Taken for Hold {
     const WANTS_GRANT_TIME: bool = true;
 
-    fn meets_lean_calls(&self) -> bool {
-        lean::on_lean_hash(self.kind)
+    fn keep_latched(&self, lock: &Object) -> Option<KeepsLatched> {
+        let key = || HoldKey::new(Arc::clone(lock.shared_name()), Arc::clone(&self.owner));
+        lean::gated(lock.client(), self.kind)
+            .then(|| Box::new(Gates::get().busy(&key())) as KeepsLatched)
     }
 
     async fn give_back(

@@ -6,11 +6,12 @@
 //! deadline) only while nothing else of the owner's may change the lock:
 //! no other call of it in flight, no work of it in the background (a
 //! dropped guard's release, a give-back, a settle), no hold of it that a
-//! guard owns, and no lean send of it whose reply was lost and is not
-//! settled yet. (The model also lets an owner go lean again after a lost
-//! latched send, with a not-before the script checks; the library does
-//! not: a client turns to the latched protocol after its first lost reply,
-//! see `lock::lean`, and its lean sends carry no not-before.)
+//! guard owns, no lean send of it whose reply was lost and is not settled
+//! yet, and no latched send of it whose reply was lost that may still run
+//! (see [`Gates::quiet`]). (The model lets an owner go lean again after a
+//! lost latched send at once, with a not-before the script checks; the
+//! library waits instead, sending latched meanwhile, so its lean sends
+//! carry no not-before: it does less than the model allows.)
 //!
 //! Only one call holds the gate's lean claim at a time, and a lost lean
 //! send closes the gate to every call of the owner (lean or latched) until
@@ -49,6 +50,10 @@ struct Gate {
     /// here to count it, no call of the owner goes lean (the entry is kept
     /// for it); one that has surely ended is forgotten.
     leaked: Vec<StandsUntil>,
+    /// Until when, by this clock, a latched send of the owner whose reply
+    /// was lost may still run (see [`Gates::quiet`]): no call of the owner
+    /// goes lean before then.
+    quiet_until: Option<Instant>,
     /// Told when the gate may open; made by the first claim that waits
     /// (most gates live and go with no waiter).
     changed: Option<Arc<Notify>>,
@@ -58,12 +63,20 @@ impl Gate {
     /// Whether nothing of the owner's is in the gate, so that its entry
     /// may go.
     fn idle(&self) -> bool {
-        self.calls == 0 && self.background == 0 && self.lean_until == 0 && self.leaked.is_empty()
+        self.calls == 0
+            && self.background == 0
+            && self.lean_until == 0
+            && self.leaked.is_empty()
+            && self.quiet_until.is_none()
     }
 
-    /// Forgets the leaked holds that have surely ended by `now`.
+    /// Forgets the leaked holds that have surely ended by `now`, and the
+    /// lost latched sends that can no longer run.
     fn forget_ended(&mut self, now: Instant) {
         self.leaked.retain(|stands_until| (stands_until.0)() > now);
+        if self.quiet_until.is_some_and(|until| until <= now) {
+            self.quiet_until = None;
+        }
     }
 }
 
@@ -82,8 +95,9 @@ impl std::fmt::Debug for StandsUntil {
     }
 }
 
-/// When [`Gates::leaked`] next forgets the leaked holds that have ended,
-/// and the gates left idle by that.
+/// When [`Gates::leaked`] or [`Gates::quiet`] next forgets the leaked
+/// holds that have ended and the lost sends that can no longer run, and
+/// the gates left idle by that.
 static PRUNE_AT: PruneAt = PruneAt::new();
 
 /// The gates of every (lock, owner) of this process. An owner's field
@@ -174,8 +188,10 @@ impl Gates {
     /// unanswered or a lost one is not settled, then claims it. The claim
     /// is lean when `lean` asks for it (the call may go lean: the kind,
     /// the server and the call allow it), no other call or background work
-    /// of the owner is on, and `holds_nothing` says the owner holds nothing
-    /// of the lock here (read under the gate's lock); latched otherwise.
+    /// of the owner is on, no leaked hold of it may stand, no lost latched
+    /// send of it may run ([`Gates::quiet`]), and `holds_nothing` says the
+    /// owner holds nothing of the lock here (read under the gate's lock);
+    /// latched otherwise.
     ///
     /// # Cancel safety
     /// Cancel safe: a future dropped while it waits has claimed nothing.
@@ -194,13 +210,14 @@ impl Gates {
                     gate.lean_expires = None;
                 }
                 if !gate.lean && gate.lean_until == 0 {
-                    if !gate.leaked.is_empty() {
+                    if !gate.leaked.is_empty() || gate.quiet_until.is_some() {
                         gate.forget_ended(Instant::now());
                     }
                     let lean = lean
                         && gate.calls == 0
                         && gate.background == 0
                         && gate.leaked.is_empty()
+                        && gate.quiet_until.is_none()
                         && holds_nothing();
                     gate.calls += 1;
                     gate.lean = lean;
@@ -240,6 +257,35 @@ impl Gates {
             .or_default()
             .leaked
             .push(stands_until);
+        self.prune_if_due();
+    }
+
+    /// A latched send of the owner lost its reply, and may still run until
+    /// `until` by this clock: no call of the owner goes lean until then (a
+    /// lean acquire would take the hold such a release then deletes, or
+    /// that such an acquire took, as its own). Its latch keeps it from
+    /// counting twice beside the latched calls meanwhile. Other owners,
+    /// and the owner's other locks, are not held back.
+    ///
+    /// An acquire's lost send needs no `until`: it carries its deadline,
+    /// and until its request is settled the request keeps the owner's
+    /// background busy (see [`Gates::busy`]). A release's carries none (the
+    /// fair lock's script takes none): when no send of the release wrote
+    /// its unlock latch (none got through, or the owner held nothing), it
+    /// may run, and release, as long as that latch would last, the latched
+    /// protocol's own bound on a late send. (A latch written meets it.)
+    pub(crate) fn quiet(&self, key: &HoldKey, until: Instant) {
+        {
+            let mut gate = self.0.entry(key.clone()).or_default();
+            gate.quiet_until = Some(gate.quiet_until.map_or(until, |at| at.max(until)));
+        }
+        self.prune_if_due();
+    }
+
+    /// Past a number of gates, drops those whose leaked holds have all
+    /// ended and whose lost sends can no longer run (and that nothing else
+    /// keeps).
+    fn prune_if_due(&self) {
         PRUNE_AT.prune_if_due(self.0.len(), || {
             let now = Instant::now();
             self.0.retain(|_, gate| {
@@ -294,6 +340,9 @@ impl Gates {
     fn leave(&self, key: &HoldKey, change: impl FnOnce(&mut Gate)) {
         let removed = self.0.remove_if_mut(key, |_, gate| {
             change(gate);
+            if gate.quiet_until.is_some() {
+                gate.forget_ended(Instant::now());
+            }
             if let Some(changed) = &gate.changed {
                 changed.notify_waiters();
             }
@@ -394,6 +443,28 @@ mod tests {
         // goes once `soon` is past.
         assert!(gates.claim(&k, true, || true).await.ticket().is_lean());
         assert!(Instant::now() >= soon);
+    }
+
+    #[tokio::test]
+    async fn a_lost_latched_send_keeps_its_owner_latched_while_it_may_run() {
+        let gates = gates();
+        let k = key("i");
+        let soon = Instant::now() + std::time::Duration::from_millis(50);
+        gates.quiet(&k, soon);
+        assert!(!gates.claim(&k, true, || true).await.ticket().is_lean());
+        assert!(
+            gates
+                .claim(&key("j"), true, || true)
+                .await
+                .ticket()
+                .is_lean(),
+            "another owner is not held back"
+        );
+        tokio::time::sleep_until(soon).await;
+        let claim = gates.claim(&k, true, || true).await;
+        assert!(claim.ticket().is_lean(), "lean once the send cannot run");
+        drop(claim);
+        assert_eq!(gates.len(), 0, "and its gate goes");
     }
 
     #[tokio::test]

@@ -10,12 +10,14 @@
 //! past its deadline: the hold it may have taken, or kept, is released
 //! then (nothing else of the owner's can have changed the lock meanwhile).
 //!
-//! The client turns to the latched protocol for good after the first lost
-//! reply of a command on the hash lean calls write (the reentrant, spin,
-//! fenced and fair locks' layout; see `Client::lean_off`): a latched
-//! release whose reply was lost carries no deadline, so no later lean call
-//! could wait it out. A semaphore's or a read-write lock's lost reply
-//! leaves it lean: no lean call writes their keys.
+//! A lost reply of another command of the owner on the same hash (the
+//! reentrant, spin, fenced and fair locks' layout) keeps that owner's calls
+//! of that lock latched while the lost send may still run (see
+//! `lock::gate`): an acquire's until its request is settled or answered,
+//! a release's that no resend got through while its unlock latch would
+//! last. Other owners, and the
+//! owner's other locks, stay lean. A semaphore's or a read-write lock's
+//! lost reply changes nothing here: no lean call writes their keys.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -263,7 +265,6 @@ pub(super) async fn release(
     let reply = call.invoke_async::<Option<i64>>(&mut lock.conn()).await;
     if matches!(&reply, Err(err) if is_connection_failure(err)) {
         telemetry::lean_sent("release", "lost");
-        client.lean_off();
         return Ok(Let::Settled(
             settle_awaited(lock, key, (deadline, lasts), wait).await,
         ));
@@ -315,7 +316,6 @@ async fn settle_awaited(
 /// settle, in the background (to its end, see `Object::spawn_to_end`),
 /// releases what it may have taken.
 fn lost(lock: &Object, key: &HoldKey, (deadline, lasts): (u64, Duration), runtime: &Handle) {
-    lock.client().lean_off();
     let key = key.clone();
     lock.spawn_to_end(runtime, move |lock| {
         let key = key.clone();

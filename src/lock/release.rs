@@ -101,7 +101,15 @@ pub(crate) async fn release_hold_as(lock: &Object, call: &ReleaseCall<'_>) -> Re
         grant,
     } = *call;
     let publish = lock.publish();
-    let released = request::release(lock, &release, lean::on_lean_hash(kind), |sending| {
+    // A send whose reply was lost keeps the owner's calls of the lock
+    // latched while it may run.
+    let lost = |until| {
+        if lean::gated(lock.client(), kind) {
+            let owner = Arc::from(release.owner);
+            Gates::get().quiet(&HoldKey::new(Arc::clone(lock.shared_name()), owner), until);
+        }
+    };
+    let released = request::release(lock, &release, &lost, |sending| {
         kind.release(&ReleaseArgs {
             name: lock.shared_name(),
             field: release.owner,
@@ -386,8 +394,7 @@ impl Release {
             return None;
         }
         let plain = self.keep_until.is_none() && self.done.is_none() && self.grant.is_none();
-        let go_lean =
-            plain && lean::capable(self.kind) && self.slot.is_lean() && client.goes_lean();
+        let go_lean = plain && lean::capable(self.kind) && self.slot.is_lean();
         let (key, slot) = (&self.key, &self.slot);
         let only = || Guards::get().holds_only(key, slot);
         Some(Gates::get().claim(key, go_lean, only).await)

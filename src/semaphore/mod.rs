@@ -15,8 +15,8 @@ use crate::engine::keys;
 use crate::engine::object::Object;
 use crate::engine::request::give_back::{resend_until, NEVER_EXPIRES};
 use crate::engine::request::{
-    self, Answer, GiveBack, GrantedIn, Lasts, Latch, Request, RequestSlot, Sending, Taken,
-    Unclaimed,
+    self, Answer, GiveBack, GrantedIn, KeepsLatched, Lasts, Latch, Request, RequestSlot, Sending,
+    Taken, Unclaimed,
 };
 use crate::engine::scripts::{
     SEMAPHORE_ACQUIRE, SEMAPHORE_DELETE, SEMAPHORE_DRAIN, SEMAPHORE_GIVE_BACK, SEMAPHORE_RELEASE,
@@ -473,8 +473,8 @@ struct Permits(u32);
 
 impl Taken for Permits {
     // A semaphore's key is no lock hash.
-    fn meets_lean_calls(&self) -> bool {
-        false
+    fn keep_latched(&self, _: &Object) -> Option<KeepsLatched> {
+        None
     }
 
     async fn give_back(

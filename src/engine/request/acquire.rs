@@ -16,7 +16,7 @@ use crate::engine::keys;
 use crate::engine::object::Object;
 use crate::error::is_connection_failure;
 
-use super::give_back::{GiveBack, GrantedIn, Lasts, Taken};
+use super::give_back::{GiveBack, GrantedIn, KeepsLatched, Lasts, Taken};
 use super::latch::Latch;
 use super::resend::{resend, Resend};
 use super::settle::{cancel, give_back_lost, grant_lasts, on_server, settle_lost};
@@ -73,6 +73,10 @@ struct Outcome {
     /// A send was granted, or answered that an earlier one was: the
     /// request is spent, with nothing left to settle.
     spent: bool,
+    /// After a lost send, what keeps the owner's calls of the lock latched
+    /// until the request is settled (see [`Taken::keep_latched`]); shared
+    /// with a give-back of what the lost send took.
+    keeps_latched: Option<Arc<KeepsLatched>>,
 }
 
 impl<T: Taken> Request<T> {
@@ -149,6 +153,9 @@ impl<T: Taken> Request<T> {
         let mut outcome = self.outcome.lock().unwrap_or_else(|p| p.into_inner());
         outcome.lost = Some(outcome.lost.map_or(lasts, |l| l.max(lasts)));
         outcome.lost_since = Some(outcome.lost_since.map_or(sent, |t| t.min(sent)));
+        if outcome.keeps_latched.is_none() && !outcome.spent {
+            outcome.keeps_latched = self.taken.keep_latched(&self.on).map(Arc::new);
+        }
     }
 
     /// When the last send of it was made (its birth, before any).
@@ -180,9 +187,10 @@ impl<T: Taken> Request<T> {
     async fn settle_now(&self) -> redis::RedisResult<()> {
         let mut conn = self.on.conn();
         let granted = cancel(&mut conn, &self.latch.key, self.latch.ttl).await?;
-        let lost = {
+        let (lost, keeps_latched) = {
             let mut outcome = self.outcome.lock().unwrap_or_else(|p| p.into_inner());
-            outcome.lost.take().zip(outcome.lost_since)
+            let lost = outcome.lost.take().zip(outcome.lost_since);
+            (lost, outcome.keeps_latched.clone())
         };
         if let (Some(granted), Some(lost)) = (granted, lost) {
             let lost = grant_lasts(lost, granted);
@@ -198,6 +206,10 @@ impl<T: Taken> Request<T> {
                 self.runtime.clone(),
             ));
             let give_back = give_back_lost(on, taken, lost, latch);
+            let give_back = async move {
+                give_back.await;
+                drop(keeps_latched);
+            };
             Finish::detached(self.runtime.clone(), give_back).await;
         }
         Ok(())
@@ -214,6 +226,8 @@ impl<T: Taken> Request<T> {
         let lost = {
             let mut outcome = self.outcome.lock().unwrap_or_else(|p| p.into_inner());
             outcome.spent = true;
+            // Nothing to settle: a late send meets the latch.
+            outcome.keeps_latched = None;
             outcome.lost.is_some()
         };
         self.latch.retire_when_let_go(lost);
@@ -236,7 +250,10 @@ impl<T: Taken> Drop for Request<T> {
         // `spawn_to_end`): settling twice is harmless.
         let runtime = self.runtime.clone();
         let (conn, reconnect) = (self.on.conn(), self.on.client().reconnect());
+        // The owner's calls of the lock stay latched until the settle ends.
+        let keeps_latched = outcome.keeps_latched;
         spawn_to_end(conn, reconnect, &runtime, move |conn| {
+            let _keeps_latched = &keeps_latched;
             let (on, taken, latch) = (on.clone(), Arc::clone(&taken), latch.clone());
             settle_lost(on, conn, taken, lost, latch, latch_ttl)
         });
@@ -387,11 +404,8 @@ where
             }
             if matches!(&reply, Err(err) if is_connection_failure(err)) {
                 // Perhaps it reached Redis: its outcome is unknown (and a
-                // lean call of the client on the same hash could not tell
-                // it from its own).
-                if request.taken.meets_lean_calls() {
-                    client.lean_off();
-                }
+                // lean call of the owner on the same hash could not tell
+                // it from its own: the request keeps them latched).
                 request.lost(lasts, at);
             }
             reply

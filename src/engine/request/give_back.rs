@@ -146,6 +146,10 @@ impl Lasts {
     }
 }
 
+/// What keeps an owner's calls of a lock from going lean while it lives
+/// (see [`Taken::keep_latched`]).
+pub(crate) type KeepsLatched = Box<dyn Send + Sync>;
+
 /// What a granted acquire took (a hold, permits, a permit by id), and how
 /// to give it back when nobody will own it.
 pub(crate) trait Taken: Send + Sync + 'static {
@@ -154,14 +158,14 @@ pub(crate) trait Taken: Send + Sync + 'static {
     /// clock (a lock's hold); permits stand alone.
     const WANTS_GRANT_TIME: bool = false;
 
-    /// Whether a send of its acquire that lost its reply may run beside a
-    /// lean call of the client, and so turns the client to the latched
-    /// protocol (see `Client::lean_off`): a hold on the hash a lean call
-    /// writes. Permits, and holds of other layouts, never meet one and say
-    /// so; what does not say is taken to.
-    fn meets_lean_calls(&self) -> bool {
-        true
-    }
+    /// A send of its acquire on `on` lost its reply, and may still run:
+    /// what keeps the owner's calls of the same lock from going lean until
+    /// the request is settled or answered (a lean acquire would take the
+    /// hold the lost send took as its own, and the request's give-back
+    /// then take it away). `None` where no lean call meets it: permits,
+    /// holds of the read-write lock's layout, a client not asked for the
+    /// lean protocol. Each kind says (no default: a new one must).
+    fn keep_latched(&self, on: &Object) -> Option<KeepsLatched>;
 
     /// Undoes one grant of the request on `on`; `lasts` is how long the
     /// longest grant of a send of it lasts (a lock's give-back restores it

@@ -17,6 +17,6 @@ pub(crate) mod resend;
 pub(crate) mod settle;
 
 pub(crate) use acquire::{late, send, Answer, Request, RequestSlot, Sending, LATE};
-pub(crate) use give_back::{GiveBack, GrantedIn, Lasts, Taken, Unclaimed};
+pub(crate) use give_back::{GiveBack, GrantedIn, KeepsLatched, Lasts, Taken, Unclaimed};
 pub(crate) use latch::Latch;
 pub(crate) use resend::{resend, Resend};

@@ -14,7 +14,7 @@ use super::give_back::{latch_ttl_ms, surely_ended};
 use super::resend::resend;
 use crate::engine::keys;
 use crate::engine::object::Object;
-use crate::engine::watchdog::{HoldKey, LeaseState};
+use crate::engine::watchdog::{drift_margin, HoldKey, LeaseState};
 use crate::{Error, Result};
 
 /// How a release is resent when its send fails.
@@ -107,9 +107,13 @@ pub(crate) struct Released {
 /// Sends one release of a hold on `obj` (on the connection `obj` is
 /// bound to) with the script `build` makes, resending it with the same
 /// request id when the connection fails, as `release.resend` says; `what`
-/// names the hold's object in errors. `meets_lean_calls`: the hold is on
-/// the hash lean calls write, so that a send whose reply is lost turns the
-/// client to the latched protocol (see `Client::lean_off`).
+/// names the hold's object in errors. `lost` is told, when a send's reply
+/// was lost and no later send wrote the latch (the release ended
+/// unanswered, or answered that the owner held nothing), until when (by
+/// this clock) such a send may still run: as long as the latch it would
+/// write lasts, and a drift margin more (the latched protocol's bound on a
+/// late send; a lock's owner goes latched until then, see `lock::gate`).
+/// A latch written meets every late send, which then releases nothing.
 ///
 /// # Cancel safety
 /// A send that may have run wrote the request's latch: a resend of it,
@@ -118,7 +122,7 @@ pub(crate) struct Released {
 pub(crate) async fn release(
     obj: &Object,
     release: &Release<'_>,
-    meets_lean_calls: bool,
+    lost: &(dyn Fn(Instant) + Sync),
     build: impl Fn(Sending<'_>) -> ScriptInvocation<'static>,
 ) -> Result<Released> {
     let Release {
@@ -145,6 +149,9 @@ pub(crate) async fn release(
     let first_sent = Instant::now();
     // The failure before the lease ran out, if a send failed.
     let failed: Mutex<Option<redis::RedisError>> = Mutex::new(None);
+    // Until when a send whose reply was lost may run, if one was.
+    let lost_until: Until = Until(Mutex::new(first_sent));
+    let lost_until = &lost_until;
     let go_on = |err: &redis::RedisError| {
         *failed.lock().unwrap_or_else(|p| p.into_inner()) = Some(err.clone());
         how == Resend::Bounded || Instant::now() < until.get()
@@ -182,10 +189,11 @@ pub(crate) async fn release(
             .invoke_async::<Option<i64>>(&mut conn)
             .await
             .inspect_err(|err| {
-                if meets_lean_calls && crate::error::is_connection_failure(err) {
-                    // It may still run, with no deadline: no lean call
-                    // of this client could wait it out.
-                    client.lean_off();
+                if crate::error::is_connection_failure(err) {
+                    // It may still run, with no deadline, as long as its
+                    // latch would last.
+                    let lasts = Duration::from_millis(latch_ttl);
+                    lost_until.at_least(Instant::now() + lasts + drift_margin(lasts));
                 }
             })?;
         Ok(Sent::Replied {
@@ -194,6 +202,9 @@ pub(crate) async fn release(
         })
     })
     .await;
+    if !matches!(sent, Ok(Sent::Replied { reply: Some(_), .. })) && lost_until.get() > first_sent {
+        lost(lost_until.get());
+    }
     let (reply, sends) = match sent {
         Ok(Sent::Replied { reply, sends }) => (reply, sends),
         Ok(Sent::LeaseOver) => {

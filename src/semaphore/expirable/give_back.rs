@@ -2,6 +2,7 @@
 //! and the grant an acquire took, given back when its caller never got it.
 
 use super::*;
+use crate::engine::request::KeepsLatched;
 
 /// One call of the script, with the arguments of `op`: `ids` (their raw
 /// bytes, concatenated) and `number` (a lease in ms, or the total).
@@ -77,8 +78,8 @@ impl PermitsOut {
 
 impl Taken for PermitsOut {
     // A semaphore's key is no lock hash.
-    fn meets_lean_calls(&self) -> bool {
-        false
+    fn keep_latched(&self, _: &Object) -> Option<KeepsLatched> {
+        None
     }
 
     async fn give_back(
