@@ -238,19 +238,22 @@ fn without_the_gate_a_lean_acquire_takes_a_hold_a_dropped_guards_release_then_ta
     );
 }
 
+/// A dropped guard's release with every reply lost, and no time passing:
+/// the owner's next acquires meet it while it may still run.
+fn lost_latched_release() -> Bounds {
+    Bounds {
+        first_acquires: 3,
+        max_time: 0,
+        ..Bounds::dropped()
+    }
+}
+
 /// A latched release whose replies were all lost may still run until its
 /// deadline: a lean acquire that finds its hold before then loses it.
 #[test]
 fn a_gate_that_ignores_lost_sends_lets_a_lost_release_take_a_lean_holders_hold() {
     found(
-        LockModel::lean(
-            Bounds {
-                first_acquires: 3,
-                max_time: 0,
-                ..Bounds::dropped()
-            },
-            Mutation::LeanGateIgnoresLostSends,
-        ),
+        LockModel::lean(lost_latched_release(), Mutation::LeanGateIgnoresLostSends),
         ONE_HOLDER,
     );
 }
@@ -261,14 +264,7 @@ fn a_gate_that_ignores_lost_sends_lets_a_lost_release_take_a_lean_holders_hold()
 #[test]
 fn a_lost_latched_send_that_leaves_the_not_before_lets_a_lost_release_take_a_lean_hold() {
     found(
-        LockModel::lean(
-            Bounds {
-                first_acquires: 3,
-                max_time: 0,
-                ..Bounds::dropped()
-            },
-            Mutation::QuietOnLostLeanSendsOnly,
-        ),
+        LockModel::lean(lost_latched_release(), Mutation::QuietOnLostLeanSendsOnly),
         ONE_HOLDER,
     );
 }
