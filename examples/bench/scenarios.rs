@@ -659,6 +659,7 @@ pub(crate) async fn handoff(bench: &mut Bench) -> Value {
         "acq/s",
         "counter",
         "to another task",
+        "scripts per acq.",
         "hand-off p50 µs",
         "p99 µs",
         "p50 in round trips",
@@ -701,6 +702,7 @@ pub(crate) async fn handoff(bench: &mut Bench) -> Value {
             )),
             false => None,
         };
+        let before = stats(bench).await;
         let start = Instant::now();
         let end = start + run;
         let mut handles = Vec::new();
@@ -740,6 +742,11 @@ pub(crate) async fn handoff(bench: &mut Bench) -> Value {
             same_task += s;
         }
         let elapsed = start.elapsed().as_secs_f64();
+        // Every script call of the run (each acquisition's acquire and
+        // release, and every try that found the lock held) per acquisition:
+        // 2 is the least; the rest is tries that lost a race.
+        let scripts = stats(bench).await.evalsha_calls - before.evalsha_calls;
+        let per_acquisition = scripts as f64 / acquired.max(1) as f64;
         let mut handoffs = Samples::default();
         for &(unlocked, acquired, _) in &spans {
             handoffs.push(acquired.saturating_duration_since(unlocked));
@@ -798,6 +805,7 @@ pub(crate) async fn handoff(bench: &mut Bench) -> Value {
             f(acquired as f64 / elapsed, 0),
             counter.to_string(),
             format!("{others} ({:.0}%)", 100.0 * others as f64 / acquired as f64),
+            f(per_acquisition, 2),
             f(p50, 1),
             f(p99, 1),
             f(in_rtt, 2),
@@ -828,6 +836,7 @@ pub(crate) async fn handoff(bench: &mut Bench) -> Value {
             "waiters": waiters, "acquisitions": acquired,
             "acquisitions_per_s": acquired as f64 / elapsed, "counter": counter,
             "handoffs_to_another_task": others, "reacquired_by_same_task": same_task,
+            "script_calls_per_acquisition": per_acquisition,
             "handoff_p50_us": p50, "handoff_p99_us": p99, "handoff_p50_round_trips": in_rtt,
         });
         if split {
@@ -843,7 +852,9 @@ pub(crate) async fn handoff(bench: &mut Bench) -> Value {
     println!(
         "(hand-off: from the holder's unlock call to the next holder's lock returning, \
          counted when the next holder is another task; the counter is GET then SET under \
-         the lock and must equal the acquisitions; with --split, the message: when a \
+         the lock and must equal the acquisitions; scripts per acquisition: every EVALSHA \
+         of the run over the acquisitions, 2 at the least (an acquire and a release), the \
+         rest tries that found the lock taken; with --split, the message: when a \
          subscriber of the bench's own on the lock's channel read the unlock message of the \
          release handed off (the n-th message is the n-th release's), which splits the \
          hand-off in two; the manager's hand-on: how much later a `ConnectionManager` \
