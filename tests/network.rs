@@ -433,6 +433,51 @@ async fn a_wait_with_a_deadline_rides_out_a_cut_of_its_subscription() {
     soon(guard.unlock()).await.unwrap();
 }
 
+/// A release published while the waiter's subscription connection was
+/// down reaches nobody there: once the connection has subscribed again,
+/// the waiters try the lock again, rather than sleep on until the hint of
+/// their last try (the holder's lease, a minute here).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_tries_again_once_its_subscription_is_back() {
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port());
+    let c = client_at(&proxy.url(), WATCHDOG).await;
+    let other = client(&server, WATCHDOG).await;
+    let lease = Duration::from_secs(60);
+    let held = soon(other.lock("resub").lock_with_lease(lease))
+        .await
+        .unwrap();
+    let waiter = {
+        let lock = c.lock("resub");
+        tokio::spawn(async move { lock.lock().await })
+    };
+    let subscribers = || common::subscribers(&server, "redisson_lock__channel:{resub}");
+    eventually(Duration::from_secs(10), || async {
+        c.subscriptions() == 1 && subscribers() == 1
+    })
+    .await;
+    // Every connection cut; the subscription connection's SUBSCRIBE, when
+    // it reconnects, held in the proxy. The waiter, woken by the cut, tries
+    // again on its new command connection and finds the lock held.
+    let tries = calls(&server, "evalsha");
+    proxy.hold_next_command("SUBSCRIBE");
+    proxy.drop_connections();
+    eventually(Duration::from_secs(10), || async {
+        proxy.held_commands() == 1 && calls(&server, "evalsha") > tries
+    })
+    .await;
+    assert_eq!(subscribers(), 0, "subscribed again before the release");
+    assert!(!waiter.is_finished(), "the waiter got a held lock");
+    // Published to nobody of the waiter's client.
+    soon(held.unlock()).await.unwrap();
+    proxy.release_held();
+    let guard = within(lease / 6, waiter)
+        .await
+        .unwrap()
+        .unwrap_or_else(|e| panic!("the wait failed: {e}"));
+    soon(guard.unlock()).await.unwrap();
+}
+
 /// A reply cut off inside its frame (the connection closed after a part of
 /// it) is a lost reply: the acquire is resent on a new connection and
 /// takes its hold once.

@@ -5,7 +5,9 @@
 //! [`ConnectionManager`] that resubscribes by itself after a reconnect); its
 //! push messages are dispatched here to a [`Notify`] per channel: message `0`
 //! wakes one waiter, any other message wakes them all, and a lost connection
-//! wakes them all too, so that each retries and re-arms.
+//! wakes them all too, so that each retries and re-arms; so does a channel's
+//! subscription made again after a reconnect (a release published while the
+//! connection was down reached nobody here).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
@@ -321,9 +323,12 @@ impl PubSub {
             return;
         }
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            // No runtime to unsubscribe with: forget the channel; a later
+            // No runtime to unsubscribe with: forget the channel (unless a
+            // waiter joined meanwhile, and found it subscribed); a later
             // waiter subscribes again, and stray messages find no slot.
-            self.forget(channel, |slot| Arc::ptr_eq(&slot.state, state));
+            self.forget(channel, |slot| {
+                Arc::ptr_eq(&slot.state, state) && slot.waiters == 0
+            });
             return;
         };
         // Not kept alive by this: a client dropped meanwhile takes its
@@ -498,9 +503,12 @@ fn dispatch(channels: &Channels, info: PushInfo) {
                 slot.state.changed.notify_waiters();
             }
         }
-        PushKind::SUnsubscribe => {
-            // The server dropped a shard channel (its slot moved), or we did:
-            // either way the waiters on it try the lock again.
+        // A subscription confirmed (a waiter's first, with nobody else to
+        // wake yet, or one the connection made again after a reconnect: a
+        // release published while it was down reached nobody here), or a
+        // shard channel the server dropped (its slot moved) or we did: the
+        // waiters on it try the lock again.
+        PushKind::Subscribe | PushKind::SSubscribe | PushKind::SUnsubscribe => {
             if let Some(slot) = info
                 .data
                 .first()
