@@ -349,6 +349,16 @@ pub(super) async fn settle_until_answered(
     let client = lock.client();
     let mut lost_until = lost_until.max(Gates::get().lean_until(key));
     let mut ended = surely_ended(client, lasts);
+    // The gate stays closed while this settle may send, and while its last
+    // send may run (one response timeout past `ended`), whatever becomes
+    // of it: the expiry it was given when the lost send went counts from
+    // then, and were the owner's next hold taken after it, a later
+    // `release` of this settle would delete that hold.
+    let keep_closed = |lost_until: u64, ended: Instant| {
+        let last_runs = client.config().response_timeout;
+        Gates::get().close(key, lost_until, ended + last_runs + drift_margin(last_runs));
+    };
+    keep_closed(lost_until, ended);
     let mut warned = false;
     let answered = loop {
         if Instant::now() >= ended {
@@ -386,7 +396,7 @@ pub(super) async fn settle_until_answered(
                     // too.
                     lost_until = lost_until.max(own);
                     ended = ended.max(surely_ended(client, lasts));
-                    Gates::get().close(key, own, ended);
+                    keep_closed(lost_until, ended);
                 } else if !warned {
                     warned = true;
                     tracing::warn!(lock = %key.name, owner = %key.field, error = %err,
