@@ -411,7 +411,11 @@ impl Release {
         let lasts = Duration::from_millis(self.lease_ms);
         let config = lock.config();
         let wait = match resend {
-            Resend::Bounded => Some(config.response_timeout * (config.release_attempts + 1)),
+            Resend::Bounded => Some(
+                config
+                    .response_timeout
+                    .saturating_mul(config.release_attempts.saturating_add(1)),
+            ),
             Resend::UntilExpired => None,
         };
         let lost_at = self.lean_lost.load(Ordering::Acquire);
