@@ -478,6 +478,43 @@ async fn a_waiter_tries_again_once_its_subscription_is_back() {
     soon(guard.unlock()).await.unwrap();
 }
 
+/// A subscription connection that stayed down longer than it reconnects by
+/// itself (the `redis` crate's connection manager gives up after six tries,
+/// 6 to 13 s, until a command is sent on it) comes back while waiters count
+/// on it, and they hear the next release.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscription_down_longer_than_its_reconnects_comes_back() {
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port());
+    let c = client_at(&proxy.url(), WATCHDOG).await;
+    let other = client(&server, WATCHDOG).await;
+    let lease = Duration::from_secs(60);
+    let held = soon(other.lock("revive").lock_with_lease(lease))
+        .await
+        .unwrap();
+    let waiter = {
+        let lock = c.lock("revive");
+        tokio::spawn(async move { lock.lock().await })
+    };
+    let subscribers = || common::subscribers(&server, "redisson_lock__channel:{revive}");
+    eventually(Duration::from_secs(10), || async {
+        c.subscriptions() == 1 && subscribers() == 1
+    })
+    .await;
+    // Longer than the connection manager's six tries, at their longest.
+    proxy.refuse(true);
+    tokio::time::sleep(Duration::from_secs(15)).await;
+    proxy.refuse(false);
+    eventually(Duration::from_secs(10), || async { subscribers() == 1 }).await;
+    assert!(!waiter.is_finished(), "the waiter got a held lock");
+    soon(held.unlock()).await.unwrap();
+    let guard = within(lease / 6, waiter)
+        .await
+        .unwrap()
+        .unwrap_or_else(|e| panic!("the wait failed: {e}"));
+    soon(guard.unlock()).await.unwrap();
+}
+
 /// A reply cut off inside its frame (the connection closed after a part of
 /// it) is a lost reply: the acquire is resent on a new connection and
 /// takes its hold once.

@@ -407,13 +407,17 @@ impl Client {
             conn::Reconnect::new(reopen.clone(), conn.clone(), config.clone()),
         );
         let id = Uuid::new_v4();
+        let pubsub = Arc::new(pubsub);
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(PubSub::revive(Arc::downgrade(&pubsub)));
+        }
         Client {
             inner: Arc::new(ClientInner {
                 id,
                 fields: crate::engine::keys::OwnerFields::new(id),
                 conn,
                 reopen,
-                pubsub: Arc::new(pubsub),
+                pubsub,
                 registry,
                 sweeper,
                 request_base: Uuid::new_v4().as_u128(),

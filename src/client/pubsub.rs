@@ -84,6 +84,16 @@ impl SubConn {
         }
     }
 
+    /// A `PING` on it, which makes a connection that gave up reconnecting
+    /// try again.
+    async fn ping(&self) -> redis::RedisResult<()> {
+        match self.clone() {
+            SubConn::Single(mut conn) => redis::cmd("PING").query_async(&mut conn).await,
+            #[cfg(feature = "cluster")]
+            SubConn::Cluster { mut conn, .. } => redis::cmd("PING").query_async(&mut conn).await,
+        }
+    }
+
     async fn unsubscribe(&self, channel: &str) -> redis::RedisResult<()> {
         match self.clone() {
             SubConn::Single(mut conn) => conn.unsubscribe(channel).await,
@@ -111,6 +121,9 @@ pub(crate) struct PubSub {
     /// Told of every lost connection and every new master, so that the
     /// watchdog checks the held leases at once.
     pub(crate) reconnected: Arc<Recheck>,
+    /// Told of every lost subscription connection (and of the client's
+    /// end), for [`PubSub::revive`].
+    lost: Arc<Notify>,
 }
 
 impl std::fmt::Debug for PubSub {
@@ -127,15 +140,16 @@ async fn subscriber(
     client: &redis::Client,
     config: redis::aio::ConnectionManagerConfig,
     channels: &Arc<Channels>,
-    reconnected: &Arc<Recheck>,
+    (reconnected, lost): (&Arc<Recheck>, &Arc<Notify>),
 ) -> Result<SubConn> {
     let sink = Arc::clone(channels);
-    let reconnected = Arc::clone(reconnected);
+    let (reconnected, lost) = (Arc::clone(reconnected), Arc::clone(lost));
     let config = config
         .set_automatic_resubscription()
         .set_push_sender(move |info: PushInfo| {
             if info.kind == PushKind::Disconnection {
                 reconnected.ask();
+                lost.notify_one();
             }
             dispatch(&sink, info);
             Ok::<(), std::convert::Infallible>(())
@@ -152,13 +166,14 @@ impl PubSub {
         config: redis::aio::ConnectionManagerConfig,
     ) -> Result<PubSub> {
         let channels: Arc<Channels> = Arc::new(DashMap::new());
-        let reconnected = Arc::default();
-        let conn = subscriber(&client, config, &channels, &reconnected).await?;
+        let (reconnected, lost) = (Arc::default(), Arc::default());
+        let conn = subscriber(&client, config, &channels, (&reconnected, &lost)).await?;
         Ok(PubSub {
             conn: std::sync::RwLock::new(conn),
             channels,
             subscribes_sent: AtomicU64::new(0),
             reconnected,
+            lost,
         })
     }
 
@@ -175,7 +190,13 @@ impl PubSub {
         client: redis::Client,
         config: redis::aio::ConnectionManagerConfig,
     ) -> Result<()> {
-        let conn = subscriber(&client, config, &self.channels, &self.reconnected).await?;
+        let conn = subscriber(
+            &client,
+            config,
+            &self.channels,
+            (&self.reconnected, &self.lost),
+        )
+        .await?;
         // A new master: the holds may not have reached it.
         self.reconnected.ask();
         *self.conn.write().unwrap_or_else(|e| e.into_inner()) = conn.clone();
@@ -236,7 +257,44 @@ impl PubSub {
             channels,
             subscribes_sent: AtomicU64::new(0),
             reconnected,
+            lost: Arc::default(),
         })
+    }
+
+    /// Brings the subscription connection back after it was lost, while
+    /// waiters count on it: the connection reconnects by itself for a
+    /// while (six tries, the pauses doubling from 100 ms with jitter: 6 to
+    /// 13 s), then only when a command is sent on it, and the waiters on
+    /// channels already subscribed send none. So this pings it, with
+    /// pauses, until it answers (having subscribed its channels again,
+    /// which wakes their waiters) or no waiter is left. Ends when the
+    /// client is gone. A cluster's subscriptions come back with the cluster
+    /// connection's own reconnects, and are not told here.
+    pub(crate) async fn revive(this: Weak<PubSub>) {
+        let Some(lost) = this.upgrade().map(|pubsub| Arc::clone(&pubsub.lost)) else {
+            return;
+        };
+        loop {
+            lost.notified().await;
+            let mut failures = Failures::on(RESEND);
+            loop {
+                let Some(pubsub) = this.upgrade() else {
+                    return;
+                };
+                if !pubsub.channels.iter().any(|slot| slot.waiters > 0) {
+                    break;
+                }
+                let conn = pubsub.conn();
+                drop(pubsub);
+                match conn.ping().await {
+                    Ok(()) => break,
+                    Err(err) => {
+                        tracing::debug!(error = %err, "the subscription connection is still down");
+                        tokio::time::sleep(failures.pause()).await;
+                    }
+                }
+            }
+        }
     }
 
     /// Joins the waiters of `channel`, subscribing when it is the first.
@@ -390,6 +448,8 @@ impl PubSub {
 
 impl Drop for PubSub {
     fn drop(&mut self) {
+        // `revive` ends.
+        self.lost.notify_one();
         // Slots whose removal was left to a task that never ran (the
         // runtime shut down first) leave the gauge with the client.
         telemetry::subscriptions_changed(-(self.channels.len() as f64));
