@@ -354,8 +354,10 @@
 //!   escapes the acquire latch: a granted hold deleted behind its owner's
 //!   back (a force unlock), then taken again by the same owner before the
 //!   latch expires, is given back when the old request is settled. A
-//!   waiter rides out connection failures; a call on a server that is
-//!   down fails after one reconnect attempt.
+//!   waiter rides out connection failures, of its subscription too (a
+//!   release published while that connection was down is made up for by
+//!   a try once it has subscribed again, however long it was down); a
+//!   call on a server that is down fails after one reconnect attempt.
 //! - **A grant never outlives the caller that gave up on it.** Each send
 //!   of an acquire (every lock kind, both semaphores) carries its
 //!   deadline: the instant its caller gives up on the reply (one response
