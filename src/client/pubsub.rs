@@ -9,7 +9,7 @@
 //! subscription made again after a reconnect (a release published while the
 //! connection was down reached nobody here).
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 
 use dashmap::mapref::entry::Entry;
@@ -39,6 +39,33 @@ struct ChannelState {
     /// Where SUBSCRIBE stands; the lock orders subscribe and unsubscribe of
     /// this channel.
     subscribed: Mutex<Subscribed>,
+    /// SUBSCRIBEs of ours whose confirmation has not come through yet: a
+    /// confirmation beyond them is the connection's own, after a reconnect.
+    asked: AtomicUsize,
+}
+
+impl ChannelState {
+    fn new(broadcast: bool, subscribed: Subscribed) -> ChannelState {
+        ChannelState {
+            notify: Notify::new(),
+            changed: Notify::new(),
+            broadcast,
+            subscribed: Mutex::new(subscribed),
+            asked: AtomicUsize::new(0),
+        }
+    }
+
+    /// A SUBSCRIBE of ours goes out.
+    fn asking(&self) {
+        self.asked.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// A confirmation came: whether it answered a SUBSCRIBE of ours.
+    fn asked_for(&self) -> bool {
+        self.asked
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1))
+            .is_ok()
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -326,12 +353,7 @@ impl PubSub {
                 opened = true;
                 Slot {
                     waiters: 0,
-                    state: Arc::new(ChannelState {
-                        notify: Notify::new(),
-                        changed: Notify::new(),
-                        broadcast,
-                        subscribed: Mutex::new(Subscribed::No),
-                    }),
+                    state: Arc::new(ChannelState::new(broadcast, Subscribed::No)),
                 }
             });
             if opened {
@@ -350,6 +372,7 @@ impl PubSub {
         if *subscribed != Subscribed::Yes {
             self.subscribes_sent.fetch_add(1, Ordering::Relaxed);
             *subscribed = Subscribed::Maybe;
+            sub.state.asking();
             self.conn().subscribe(&sub.channel).await?;
             *subscribed = Subscribed::Yes;
         }
@@ -495,6 +518,7 @@ async fn resubscribe(conn: &SubConn, channels: &Channels, channel: String) {
         return;
     }
     tracing::debug!(%channel, "subscribing again on the channel's new server");
+    state.asking();
     if let Err(err) = conn.subscribe(&channel).await {
         tracing::warn!(%channel, error = %err,
             "could not subscribe again on the channel's new server; waiters fall back to the lock's TTL");
@@ -563,11 +587,11 @@ fn dispatch(channels: &Channels, info: PushInfo) {
                 slot.state.changed.notify_waiters();
             }
         }
-        // A subscription confirmed (a waiter's first, with nobody else to
-        // wake yet, or one the connection made again after a reconnect: a
-        // release published while it was down reached nobody here), or a
-        // shard channel the server dropped (its slot moved) or we did: the
-        // waiters on it try the lock again.
+        // A subscription the connection made again by itself, after a
+        // reconnect (a release published while it was down reached nobody
+        // here), or a shard channel the server dropped (its slot moved) or
+        // we did: the waiters on it try the lock again. The confirmation of
+        // a SUBSCRIBE of ours wakes nobody: its waiter tries next anyway.
         PushKind::Subscribe | PushKind::SSubscribe | PushKind::SUnsubscribe => {
             if let Some(slot) = info
                 .data
@@ -576,6 +600,9 @@ fn dispatch(channels: &Channels, info: PushInfo) {
                 .and_then(|c| std::str::from_utf8(c).ok())
                 .and_then(|c| channels.get(c))
             {
+                if info.kind != PushKind::SUnsubscribe && slot.state.asked_for() {
+                    return;
+                }
                 slot.state.notify.notify_waiters();
                 slot.state.changed.notify_waiters();
             }
@@ -583,6 +610,8 @@ fn dispatch(channels: &Channels, info: PushInfo) {
         PushKind::Disconnection => {
             tracing::debug!("pub/sub connection lost; waking every waiter to retry");
             for slot in channels.iter() {
+                // No confirmation comes any more from the lost connection.
+                slot.state.asked.store(0, Ordering::Release);
                 slot.state.notify.notify_waiters();
                 slot.state.changed.notify_waiters();
             }
@@ -628,12 +657,7 @@ mod tests {
     fn slot(broadcast: bool) -> Slot {
         Slot {
             waiters: 2,
-            state: Arc::new(ChannelState {
-                notify: Notify::new(),
-                changed: Notify::new(),
-                broadcast,
-                subscribed: Mutex::new(Subscribed::Yes),
-            }),
+            state: Arc::new(ChannelState::new(broadcast, Subscribed::Yes)),
         }
     }
 
@@ -683,6 +707,30 @@ mod tests {
             data: vec![],
         };
         assert_eq!(woken_by(lost), 2);
+    }
+
+    #[test]
+    fn a_confirmation_wakes_all_unless_it_answers_a_subscribe_of_ours() {
+        let confirmed = || PushInfo {
+            kind: PushKind::Subscribe,
+            data: vec![Value::BulkString(b"ch".to_vec()), Value::Int(1)],
+        };
+        // The connection's own, after a reconnect.
+        assert_eq!(woken_by(confirmed()), 2);
+        let channels: Channels = DashMap::new();
+        channels.insert("ch".into(), slot(false));
+        let state = Arc::clone(&channels.get("ch").unwrap().state);
+        state.asking();
+        let mut waiter = Box::pin(state.notify.notified());
+        waiter.as_mut().enable();
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        dispatch(&channels, confirmed());
+        assert!(
+            waiter.as_mut().poll(&mut cx).is_pending(),
+            "ours woke a waiter"
+        );
+        dispatch(&channels, confirmed());
+        assert!(waiter.as_mut().poll(&mut cx).is_ready(), "the next did not");
     }
 
     #[test]
