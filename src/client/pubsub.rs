@@ -44,6 +44,23 @@ struct ChannelState {
     asked: AtomicUsize,
 }
 
+/// A SUBSCRIBE of ours in flight (see [`ChannelState::asking`]).
+struct Asking<'a>(Option<&'a ChannelState>);
+
+impl Asking<'_> {
+    fn answered(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for Asking<'_> {
+    fn drop(&mut self) {
+        if let Some(state) = self.0 {
+            state.asked_for();
+        }
+    }
+}
+
 impl ChannelState {
     fn new(broadcast: bool, subscribed: Subscribed) -> ChannelState {
         ChannelState {
@@ -55,9 +72,13 @@ impl ChannelState {
         }
     }
 
-    /// A SUBSCRIBE of ours goes out.
-    fn asking(&self) {
+    /// A SUBSCRIBE of ours goes out: counted until the guard is told it
+    /// was answered. One that failed or was dropped may never be
+    /// confirmed, and is taken back (a confirmation of it that comes after
+    /// all wakes the waiters once, for nothing).
+    fn asking(&self) -> Asking<'_> {
         self.asked.fetch_add(1, Ordering::AcqRel);
+        Asking(Some(self))
     }
 
     /// A confirmation came: whether it answered a SUBSCRIBE of ours.
@@ -313,7 +334,13 @@ impl PubSub {
                 }
                 let conn = pubsub.conn();
                 drop(pubsub);
-                match conn.ping().await {
+                // The client's end (or another lost connection) stops the
+                // ping: the next round looks again.
+                let pinged = tokio::select! {
+                    pinged = conn.ping() => pinged,
+                    () = lost.notified() => continue,
+                };
+                match pinged {
                     Ok(()) => break,
                     Err(err) => {
                         tracing::debug!(error = %err, "the subscription connection is still down");
@@ -372,8 +399,9 @@ impl PubSub {
         if *subscribed != Subscribed::Yes {
             self.subscribes_sent.fetch_add(1, Ordering::Relaxed);
             *subscribed = Subscribed::Maybe;
-            sub.state.asking();
+            let asking = sub.state.asking();
             self.conn().subscribe(&sub.channel).await?;
+            asking.answered();
             *subscribed = Subscribed::Yes;
         }
         drop(subscribed);
@@ -518,10 +546,11 @@ async fn resubscribe(conn: &SubConn, channels: &Channels, channel: String) {
         return;
     }
     tracing::debug!(%channel, "subscribing again on the channel's new server");
-    state.asking();
-    if let Err(err) = conn.subscribe(&channel).await {
-        tracing::warn!(%channel, error = %err,
-            "could not subscribe again on the channel's new server; waiters fall back to the lock's TTL");
+    let asking = state.asking();
+    match conn.subscribe(&channel).await {
+        Ok(()) => asking.answered(),
+        Err(err) => tracing::warn!(%channel, error = %err,
+            "could not subscribe again on the channel's new server; waiters fall back to the lock's TTL"),
     }
     drop(subscribed);
     state.notify.notify_waiters();
@@ -720,7 +749,7 @@ mod tests {
         let channels: Channels = DashMap::new();
         channels.insert("ch".into(), slot(false));
         let state = Arc::clone(&channels.get("ch").unwrap().state);
-        state.asking();
+        state.asking().answered();
         let mut waiter = Box::pin(state.notify.notified());
         waiter.as_mut().enable();
         let mut cx = std::task::Context::from_waker(std::task::Waker::noop());

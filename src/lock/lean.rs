@@ -374,6 +374,9 @@ pub(super) async fn settle_until_answered(
                 continue;
             }
         };
+        // Reading the clock may have taken a while: this send may run
+        // until one response timeout from now.
+        keep_closed(lost_until, ended.max(Instant::now()));
         let reply = settle_call(lock, key, lost_until, own)
             .invoke_async::<Option<i64>>(&mut lock.conn())
             .await;
