@@ -433,49 +433,92 @@ async fn a_wait_with_a_deadline_rides_out_a_cut_of_its_subscription() {
     soon(guard.unlock()).await.unwrap();
 }
 
+/// A lock held for a minute by a client straight on the server, and a
+/// waiter on it whose client goes through a proxy, subscribed.
+struct HeldAndWaited {
+    server: RedisServer,
+    proxy: Proxy,
+    held: ferrisson::LockGuard,
+    waiter: tokio::task::JoinHandle<ferrisson::Result<ferrisson::LockGuard>>,
+    channel: String,
+    // Kept for the test's life.
+    _clients: [ferrisson::Client; 2],
+}
+
+impl HeldAndWaited {
+    const LEASE: Duration = Duration::from_secs(60);
+
+    async fn start(name: &str) -> HeldAndWaited {
+        let server = RedisServer::start();
+        let proxy = Proxy::start(server.port());
+        let c = client_at(&proxy.url(), WATCHDOG).await;
+        let other = client(&server, WATCHDOG).await;
+        let held = soon(other.lock(name).lock_with_lease(Self::LEASE))
+            .await
+            .unwrap();
+        let waiter = {
+            let lock = c.lock(name);
+            tokio::spawn(async move { lock.lock().await })
+        };
+        let setup = HeldAndWaited {
+            server,
+            proxy,
+            held,
+            waiter,
+            channel: format!("redisson_lock__channel:{{{name}}}"),
+            _clients: [c.clone(), other],
+        };
+        eventually(Duration::from_secs(10), || async {
+            c.subscriptions() == 1 && setup.subscribers() == 1
+        })
+        .await;
+        setup
+    }
+
+    /// The connections the server counts on the lock's channel.
+    fn subscribers(&self) -> i64 {
+        common::subscribers(&self.server, &self.channel)
+    }
+
+    /// Releases the held lock; the waiter gets it soon (well before the
+    /// hint of its last try, the holder's lease).
+    async fn hand_over(self) {
+        assert!(!self.waiter.is_finished(), "the waiter got a held lock");
+        soon(self.held.unlock()).await.unwrap();
+        self.proxy.release_held();
+        let guard = within(Self::LEASE / 6, self.waiter)
+            .await
+            .unwrap()
+            .unwrap_or_else(|e| panic!("the wait failed: {e}"));
+        soon(guard.unlock()).await.unwrap();
+    }
+}
+
 /// A release published while the waiter's subscription connection was
 /// down reaches nobody there: once the connection has subscribed again,
 /// the waiters try the lock again, rather than sleep on until the hint of
 /// their last try (the holder's lease, a minute here).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiter_tries_again_once_its_subscription_is_back() {
-    let server = RedisServer::start();
-    let proxy = Proxy::start(server.port());
-    let c = client_at(&proxy.url(), WATCHDOG).await;
-    let other = client(&server, WATCHDOG).await;
-    let lease = Duration::from_secs(60);
-    let held = soon(other.lock("resub").lock_with_lease(lease))
-        .await
-        .unwrap();
-    let waiter = {
-        let lock = c.lock("resub");
-        tokio::spawn(async move { lock.lock().await })
-    };
-    let subscribers = || common::subscribers(&server, "redisson_lock__channel:{resub}");
-    eventually(Duration::from_secs(10), || async {
-        c.subscriptions() == 1 && subscribers() == 1
-    })
-    .await;
+    let setup = HeldAndWaited::start("resub").await;
+    let (server, proxy) = (&setup.server, &setup.proxy);
     // Every connection cut; the subscription connection's SUBSCRIBE, when
-    // it reconnects, held in the proxy. The waiter, woken by the cut, tries
-    // again on its new command connection and finds the lock held.
-    let tries = calls(&server, "evalsha");
+    // it reconnects, held in the proxy (let go after the release). The
+    // waiter, woken by the cut, tries again on its new command connection
+    // and finds the lock held.
+    let tries = calls(server, "evalsha");
     proxy.hold_next_command("SUBSCRIBE");
     proxy.drop_connections();
     eventually(Duration::from_secs(10), || async {
-        proxy.held_commands() == 1 && calls(&server, "evalsha") > tries
+        proxy.held_commands() == 1 && calls(server, "evalsha") > tries
     })
     .await;
-    assert_eq!(subscribers(), 0, "subscribed again before the release");
-    assert!(!waiter.is_finished(), "the waiter got a held lock");
-    // Published to nobody of the waiter's client.
-    soon(held.unlock()).await.unwrap();
-    proxy.release_held();
-    let guard = within(lease / 6, waiter)
-        .await
-        .unwrap()
-        .unwrap_or_else(|e| panic!("the wait failed: {e}"));
-    soon(guard.unlock()).await.unwrap();
+    assert_eq!(
+        setup.subscribers(),
+        0,
+        "subscribed again before the release"
+    );
+    setup.hand_over().await;
 }
 
 /// A subscription connection that stayed down longer than it reconnects by
@@ -484,36 +527,17 @@ async fn a_waiter_tries_again_once_its_subscription_is_back() {
 /// on it, and they hear the next release.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_subscription_down_longer_than_its_reconnects_comes_back() {
-    let server = RedisServer::start();
-    let proxy = Proxy::start(server.port());
-    let c = client_at(&proxy.url(), WATCHDOG).await;
-    let other = client(&server, WATCHDOG).await;
-    let lease = Duration::from_secs(60);
-    let held = soon(other.lock("revive").lock_with_lease(lease))
-        .await
-        .unwrap();
-    let waiter = {
-        let lock = c.lock("revive");
-        tokio::spawn(async move { lock.lock().await })
-    };
-    let subscribers = || common::subscribers(&server, "redisson_lock__channel:{revive}");
-    eventually(Duration::from_secs(10), || async {
-        c.subscriptions() == 1 && subscribers() == 1
-    })
-    .await;
+    let setup = HeldAndWaited::start("revive").await;
     // Longer than the connection manager's six tries at their longest
     // (12.6 s of pauses), with room for a busy machine's timers.
-    proxy.refuse(true);
+    setup.proxy.refuse(true);
     tokio::time::sleep(Duration::from_secs(20)).await;
-    proxy.refuse(false);
-    eventually(Duration::from_secs(10), || async { subscribers() == 1 }).await;
-    assert!(!waiter.is_finished(), "the waiter got a held lock");
-    soon(held.unlock()).await.unwrap();
-    let guard = within(lease / 6, waiter)
-        .await
-        .unwrap()
-        .unwrap_or_else(|e| panic!("the wait failed: {e}"));
-    soon(guard.unlock()).await.unwrap();
+    setup.proxy.refuse(false);
+    eventually(Duration::from_secs(10), || async {
+        setup.subscribers() == 1
+    })
+    .await;
+    setup.hand_over().await;
 }
 
 /// A reply cut off inside its frame (the connection closed after a part of
