@@ -41,6 +41,9 @@ pub(crate) struct Finish<T: Send + 'static> {
     started: bool,
     orphan: Option<Orphan<T>>,
     runtime: Handle,
+    /// Runs instead of the rest when the task that finishes the request
+    /// is dropped before it ended (see [`Finish::rescued_by`]).
+    rescue: Option<Rescue>,
 }
 
 impl<T: Send + 'static> Finish<T> {
@@ -55,7 +58,20 @@ impl<T: Send + 'static> Finish<T> {
             started: false,
             orphan: Some(Box::new(move |reply| Box::pin(orphan(reply)))),
             runtime,
+            rescue: None,
         }
+    }
+
+    /// With `rescue`, run from its start, on a thread and a connection of
+    /// its own, when the request was sent and the task that finishes it
+    /// (with its orphan handler) is dropped before it ended: its runtime
+    /// shut down. Without one, what the request took then stays until it
+    /// expires (a lock's hold), or for good (a semaphore's permits).
+    /// `rescue` must be safe to run after any part of the request and its
+    /// orphan handler ran, and twice.
+    pub(crate) fn rescued_by(mut self, rescue: Rescue) -> Self {
+        self.rescue = Some(rescue);
+        self
     }
 
     /// A request with nothing to undo: it only has to run to its end.
@@ -80,6 +96,9 @@ impl<T: Send + 'static> Future for Finish<T> {
         match request.as_mut().poll(cx) {
             Poll::Ready(reply) => {
                 this.request = None;
+                if let Some(mut rescue) = this.rescue.take() {
+                    rescue.disarm();
+                }
                 Poll::Ready(reply)
             }
             Poll::Pending => Poll::Pending,
@@ -89,14 +108,24 @@ impl<T: Send + 'static> Future for Finish<T> {
 
 impl<T: Send + 'static> Drop for Finish<T> {
     fn drop(&mut self) {
-        let (Some(request), Some(orphan)) = (self.request.take(), self.orphan.take()) else {
+        let mut rescue = self.rescue.take();
+        let (Some(request), Some(orphan), true) =
+            (self.request.take(), self.orphan.take(), self.started)
+        else {
+            // Nothing was sent, or the reply was read: nothing to rescue.
+            if let Some(rescue) = rescue.as_mut() {
+                rescue.disarm();
+            }
             return;
         };
-        if !self.started {
-            return;
-        }
-        self.runtime
-            .spawn(async move { orphan(request.await).await });
+        // Dropped unfinished (at a runtime's shutdown, even before its
+        // first poll), the task drops `rescue` armed, which runs it.
+        self.runtime.spawn(async move {
+            orphan(request.await).await;
+            if let Some(rescue) = rescue.as_mut() {
+                rescue.disarm();
+            }
+        });
     }
 }
 
@@ -124,23 +153,26 @@ where
     F: Future<Output = ()> + Send + 'static,
 {
     let work: Restartable = Arc::new(move |conn| Box::pin(work(conn)));
-    let mut rescue = Rescue {
-        work: Some(Arc::clone(&work)),
-        reconnect,
-    };
+    let mut rescue = Rescue::new(reconnect, Arc::clone(&work));
     runtime.spawn(async move {
         work(conn).await;
         rescue.disarm();
     });
 }
 
+/// The rescues' shared window (see [`rescue_window`]).
+static WINDOW: Mutex<Option<std::time::Instant>> = Mutex::new(None);
+
 /// How long one more rescue may take: the rescues of one shutdown share
 /// one window of `bound` from the first (until a second after the window's
 /// end; a rescue after that opens a new one), so that a shutdown with many
 /// releases left, against a Redis that does not answer, waits `bound`
-/// once, not once per release.
+/// once, not once per release. A rescue that got its connection and ended
+/// in time closes the window (see [`rescue_answered`]): Redis answers, and
+/// the next rescue has a window of its own (a settle may have to wait out
+/// its lost send's deadline, and a runtime that ends soon after another
+/// must not find the first one's window used up).
 fn rescue_window(bound: Duration) -> Duration {
-    static WINDOW: Mutex<Option<std::time::Instant>> = Mutex::new(None);
     let now = std::time::Instant::now();
     let mut window = WINDOW.lock().unwrap_or_else(|p| p.into_inner());
     let ends = match *window {
@@ -151,13 +183,28 @@ fn rescue_window(bound: Duration) -> Duration {
     ends.saturating_duration_since(now).min(bound)
 }
 
-/// Runs its work elsewhere when dropped armed.
-struct Rescue {
+/// A rescue got its connection and ended in time: the next opens a
+/// window of its own (see [`rescue_window`]).
+fn rescue_answered() {
+    *WINDOW.lock().unwrap_or_else(|p| p.into_inner()) = None;
+}
+
+/// Runs its work elsewhere (see [`run_elsewhere`]) when dropped armed.
+pub(crate) struct Rescue {
     work: Option<Restartable>,
     reconnect: Reconnect,
 }
 
 impl Rescue {
+    /// Armed: dropped, it runs `work` elsewhere, on a connection from
+    /// `reconnect`.
+    pub(crate) fn new(reconnect: Reconnect, work: Restartable) -> Rescue {
+        Rescue {
+            work: Some(work),
+            reconnect,
+        }
+    }
+
     /// The work ended: nothing to run on drop.
     fn disarm(&mut self) {
         self.work = None;
@@ -203,18 +250,23 @@ pub(crate) fn run_elsewhere(reconnect: Reconnect, work: Restartable) {
                 // The client's connection may be driven by the runtime
                 // that is shutting down: a new one.
                 match reconnect.open().await {
-                    Ok(conn) => work(conn).await,
-                    Err(err) => tracing::warn!(error = %err,
-                        "no connection to finish work left at a shutdown on; what it held expires with its lease"),
+                    Ok(conn) => {
+                        work(conn).await;
+                        true
+                    }
+                    Err(err) => {
+                        tracing::warn!(error = %err,
+                            "no connection to finish work left at a shutdown on; what it held expires with its lease");
+                        false
+                    }
                 }
             };
-            if runtime
-                .block_on(async { tokio::time::timeout(bound, run).await })
-                .is_err()
-            {
-                tracing::warn!(
+            match runtime.block_on(async { tokio::time::timeout(bound, run).await }) {
+                Ok(true) => rescue_answered(),
+                Ok(false) => {}
+                Err(_) => tracing::warn!(
                     "work left at a runtime's shutdown did not end in time; what it held expires with its lease"
-                );
+                ),
             }
         });
     match spawned {

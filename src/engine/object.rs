@@ -13,7 +13,7 @@ use redis::ScriptInvocation;
 
 use crate::client::conn::Conn;
 use crate::engine::backoff::SOON;
-use crate::engine::finish::{runtime, spawn_to_end, Finish};
+use crate::engine::finish::{runtime, spawn_to_end, Finish, Rescue};
 use crate::engine::keys;
 use crate::engine::request::Latch;
 use crate::engine::scripts::{READ_COUNT, SET_IF_MISSING};
@@ -79,6 +79,23 @@ impl Object {
         spawn_to_end(self.conn(), reconnect, runtime, move |conn| {
             work(obj.on(conn))
         });
+    }
+
+    /// A [`Rescue`] for a [`Finish`]ed request on the object: `work`, given
+    /// the object bound to a connection of its own, runs when the request's
+    /// task is dropped unfinished at its runtime's shutdown (see
+    /// [`Finish::rescued_by`]). It must be safe to run after any part of
+    /// the request, and twice.
+    pub(crate) fn rescue<W, F>(&self, work: W) -> Rescue
+    where
+        W: Fn(Object) -> F + Send + Sync + 'static,
+        F: Future<Output = ()> + Send + 'static,
+    {
+        let obj = self.clone();
+        Rescue::new(
+            self.client.reconnect(),
+            Arc::new(move |conn| Box::pin(work(obj.on(conn)))),
+        )
     }
 
     /// The object's name: its key, or the stem of its keys.

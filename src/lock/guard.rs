@@ -435,7 +435,25 @@ impl LockGuard {
                     return Ok(());
                 };
                 release.grant = grant;
-                Finish::detached(runtime, async move { release.send(resend).await }).await
+                let release = Arc::new(release);
+                // At a runtime's shutdown, with the reply on its way: sent
+                // again from its start, under the same request id, on a
+                // connection of its own (see `Finish::rescued_by`).
+                let rescue = release.lock().rescue({
+                    let release = Arc::clone(&release);
+                    move |lock| {
+                        let release = Arc::clone(&release);
+                        async move {
+                            if let Err(err) = release.send_on(&lock, resend).await {
+                                tracing::debug!(lock = %release.key.name, error = %err,
+                                    "a release left at a runtime's shutdown did not go through");
+                            }
+                        }
+                    }
+                });
+                Finish::detached(runtime, async move { release.send(resend).await })
+                    .rescued_by(rescue)
+                    .await
             }
             None => Ok(()),
         }

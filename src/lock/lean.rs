@@ -164,7 +164,20 @@ pub(super) async fn acquire(
         // The gate opens (or waits for the settle) only now.
         drop(ticket);
     };
-    let reply = crate::engine::finish::Finish::new(runtime.clone(), request, orphan).await;
+    // At a runtime's shutdown, with the reply on its way: settled as a
+    // lost reply is, on a connection of its own (see `Finish::rescued_by`).
+    let rescue = {
+        let key = key.clone();
+        lock.rescue(move |lock| {
+            let key = key.clone();
+            async move {
+                settle_until_answered(&lock, &key, deadline, lasts).await;
+            }
+        })
+    };
+    let reply = crate::engine::finish::Finish::new(runtime.clone(), request, orphan)
+        .rescued_by(rescue)
+        .await;
     let reply = match reply {
         Err(err) if is_connection_failure(&err) => {
             telemetry::lean_sent("acquire", "lost");

@@ -11,7 +11,7 @@ use tokio::runtime::Handle;
 use tokio::time::Instant;
 
 use crate::client::conn::Conn;
-use crate::engine::finish::{spawn_to_end, Finish};
+use crate::engine::finish::Finish;
 use crate::engine::keys;
 use crate::engine::object::Object;
 use crate::error::is_connection_failure;
@@ -247,14 +247,15 @@ impl<T: Taken> Drop for Request<T> {
         let (on, taken) = (self.on.clone(), Arc::clone(&self.taken));
         let (latch, latch_ttl) = (self.latch.key.clone(), self.latch.ttl);
         // Finished even when the runtime shuts down first (see
-        // `spawn_to_end`): settling twice is harmless.
+        // `spawn_to_end`), then on a connection of its own, the give-back
+        // too: settling twice is harmless (the first closes the latch).
         let runtime = self.runtime.clone();
-        let (conn, reconnect) = (self.on.conn(), self.on.client().reconnect());
         // The owner's calls of the lock stay latched until the settle ends.
         let keeps_latched = outcome.keeps_latched;
-        spawn_to_end(conn, reconnect, &runtime, move |conn| {
+        on.clone().spawn_to_end(&runtime, move |on| {
             let _keeps_latched = &keeps_latched;
-            let (on, taken, latch) = (on.clone(), Arc::clone(&taken), latch.clone());
+            let (taken, latch) = (Arc::clone(&taken), latch.clone());
+            let conn = on.conn();
             settle_lost(on, conn, taken, lost, latch, latch_ttl)
         });
     }
@@ -482,6 +483,20 @@ where
     // of one wait share the request, and a later one may set a longer TTL.
     let on = request.on.clone();
     let asked = Arc::clone(&request);
+    // At a runtime's shutdown, with the reply on its way or the orphan's
+    // give-back not done: the request settled by its latch, on a
+    // connection of its own (closed, so that a copy still on its way takes
+    // nothing; a grant found given back). After a give-back that went
+    // through, the latch shows no grant any more (see `Taken::give_back`).
+    let rescue = {
+        let (taken, latch) = (Arc::clone(&taken), request.latch.key.clone());
+        let (latch_ttl, since) = (request.latch.ttl, request.born);
+        on.rescue(move |on| {
+            let (taken, latch) = (Arc::clone(&taken), latch.clone());
+            let conn = on.conn();
+            settle_lost(on, conn, taken, (lasts, since), latch, latch_ttl)
+        })
+    };
     let send = async move {
         let (build, decode) = (&build, &decode);
         let (latch, latch_ttl) = (request.latch.key.clone(), request.latch.ttl);
@@ -515,5 +530,5 @@ where
         drop(latch);
         orphaned(was_granted).await;
     };
-    Finish::new(runtime, send, orphan).await
+    Finish::new(runtime, send, orphan).rescued_by(rescue).await
 }
