@@ -162,7 +162,12 @@
 //! the end of a `#[tokio::test]`) is not lost with the runtime's tasks: the
 //! runtime's drop runs it once more, on a thread and a connection of its own,
 //! and waits for it: all the releases left share at most the connection and
-//! response timeouts (5 s and 3 s by default), however many there are. `Runtime::shutdown_background` does not wait, and a
+//! response timeouts (5 s and 3 s by default), however many there are (a
+//! release that Redis answered in time leaves the next its own window). So
+//! is a call whose reply is still on its way then (an acquire in a task the
+//! runtime drops, an unlock): an acquire is settled by its request id, and
+//! what it took (a hold, permits) given back; an unlock is sent again under
+//! its own id. `Runtime::shutdown_background` does not wait, and a
 //! crash or `std::process::exit` leaves the holds to their leases.
 //!
 //! A [`Client`] runs its background work (the watchdog, the pub/sub listener,

@@ -495,6 +495,137 @@ fn a_guard_dropped_after_its_runtime_is_released() {
     assert!(!exists(&server, "edges:after"));
 }
 
+/// An acquire whose reply is on its way when the program returns (its
+/// runtime shuts down) leaves nothing taken: the runtime's drop settles it
+/// by its latch, on a connection of its own, and gives back what it took,
+/// a semaphore's permits (which would be lost for good) and a lock's hold
+/// (which would stand until its TTL) alike. Each reply is held in a proxy,
+/// after the script ran, until the runtime is gone. And an unlock whose
+/// command has not reached Redis then is sent again, and releases.
+#[test]
+fn a_call_in_flight_when_the_program_returns_leaves_nothing_taken() {
+    let server = RedisServer::start();
+    let proxy = common::proxy::Proxy::start(server.port());
+    let script = |lua: &str| redis::Script::new(lua).get_hash().to_owned();
+    let semaphore_acquire = script(include_str!("../lua/semaphore_acquire.lua"));
+    let lean_acquire = script(include_str!("../lua/lean_acquire.lua"));
+    let lean_release = script(include_str!("../lua/lean_release.lua"));
+    for multi_thread in [false, true] {
+        let calls = [
+            ("semaphore", &semaphore_acquire),
+            ("lock", &lean_acquire),
+            ("unlock", &lean_release),
+        ];
+        for (what, hash) in calls {
+            let at = format!("{what}, multi_thread: {multi_thread}");
+            let name = format!("edges:in-flight:{what}");
+            let rt = runtime(multi_thread);
+            rt.block_on(async {
+                let client = common::client_at(&proxy.url(), Duration::from_secs(30)).await;
+                let semaphore = client.semaphore(&name);
+                let lock = client.lock(&name);
+                // The scripts loaded, so that the held reply is the grant's.
+                if what == "semaphore" {
+                    assert!(soon(semaphore.try_set_permits(1)).await.unwrap());
+                    soon(semaphore.acquire()).await.unwrap();
+                    soon(semaphore.release()).await.unwrap();
+                } else {
+                    soon(soon(lock.lock()).await.unwrap().unlock())
+                        .await
+                        .unwrap();
+                }
+                let held = proxy.held_replies() + proxy.held_commands();
+                if what == "unlock" {
+                    let guard = soon(lock.lock()).await.unwrap();
+                    proxy.hold_next_command(hash);
+                    tokio::spawn(guard.unlock());
+                } else {
+                    proxy.hold_next_reply_to(hash);
+                    tokio::spawn(async move {
+                        match what {
+                            "semaphore" => drop(semaphore.acquire().await),
+                            _ => drop(lock.lock().await),
+                        }
+                    });
+                }
+                common::eventually(Duration::from_secs(20), || {
+                    let seen = proxy.held_replies() + proxy.held_commands() > held;
+                    async move { seen }
+                })
+                .await;
+            });
+            // Granted in Redis, its reply held; or held, its release not
+            // sent: the program returns.
+            if what == "semaphore" {
+                assert_eq!(
+                    server.cmd(&["GET", &name]).as_string().as_deref(),
+                    Some("0")
+                );
+            } else {
+                assert!(exists(&server, &name), "{at}: the acquire took the lock");
+            }
+            drop(rt);
+            proxy.release_held();
+            if what == "semaphore" {
+                let permits = server.cmd(&["GET", &name]).as_string();
+                assert_eq!(permits.as_deref(), Some("1"), "{at}: the permit came back");
+                server.cmd(&["DEL", &name]);
+            } else {
+                assert!(!exists(&server, &name), "{at}: nothing is held");
+            }
+        }
+    }
+}
+
+/// A settle of a semaphore's acquire whose reply was lost, cut by the
+/// runtime's end after its give-back went through, runs again from its
+/// start at the runtime's drop, and gives nothing back twice: the permit
+/// the lost send took comes back once. The settle's close of the grant's
+/// latch is held in a proxy until the runtime is gone.
+#[test]
+fn a_settle_run_again_at_the_programs_end_gives_back_once() {
+    let server = RedisServer::start();
+    let proxy = common::proxy::Proxy::start(server.port());
+    let name = "edges:settle-twice";
+    let permits = || server.cmd(&["GET", name]).as_string();
+    let rt = runtime(true);
+    rt.block_on(async {
+        let client = common::client_at(&proxy.url(), Duration::from_secs(30)).await;
+        let semaphore = client.semaphore(name);
+        assert!(soon(semaphore.try_set_permits(1)).await.unwrap());
+        // The scripts loaded.
+        soon(semaphore.acquire()).await.unwrap();
+        soon(semaphore.release()).await.unwrap();
+        proxy.lose_next_reply_to_then_refuse("ferrisson_acquire_latch:{edges:settle-twice}");
+        // One try: its resends find the server unreachable, and it fails.
+        let tried = soon(semaphore.try_acquire()).await;
+        assert!(tried.is_err(), "{tried:?}");
+        assert_eq!(proxy.lost_replies(), 1);
+        assert_eq!(
+            permits().as_deref(),
+            Some("0"),
+            "the lost send took the permit"
+        );
+        // Its request is settled in the background, and the close of its
+        // latch (`SET <latch> x PX <ttl>`) held.
+        proxy.hold_next_command("$1\r\nx\r\n$2\r\nPX");
+        proxy.refuse(false);
+        common::eventually(Duration::from_secs(30), || {
+            let held = proxy.held_commands() == 1;
+            async move { held }
+        })
+        .await;
+        assert_eq!(
+            permits().as_deref(),
+            Some("1"),
+            "the settle gave the permit back"
+        );
+    });
+    drop(rt);
+    proxy.release_held();
+    assert_eq!(permits().as_deref(), Some("1"), "given back once");
+}
+
 // --- a client used after its runtime ended ------------------------------------
 
 /// A client built in one runtime and used in a second after the first shut

@@ -422,7 +422,14 @@ impl Semaphore {
         runtime: Handle,
     ) -> Result<Tried<()>> {
         let lasts = Lasts::UntilReleased;
-        let new = || Request::new(&self.obj, Permits(permits), lasts, runtime.clone());
+        let new = || {
+            Request::new(
+                &self.obj,
+                Permits::new(&self.obj, permits),
+                lasts,
+                runtime.clone(),
+            )
+        };
         let request = slot.get(lasts, new).await.map_err(|e| self.obj.error(e))?;
         let name = Arc::clone(self.obj.shared_name());
         let build = move |latch: &str, latch_ttl: u64, deadline: u64| {
@@ -452,7 +459,7 @@ impl Semaphore {
             Err(err) => return Err(self.obj.error(err)),
         }
         // Given back should this attempt be dropped before it returns.
-        let taken = Unclaimed::new(&self.obj, Permits(permits), runtime);
+        let taken = Unclaimed::new(&self.obj, Permits::new(&self.obj, permits), runtime);
         let give_back = |taken: Unclaimed<Permits>| taken.give_back(GiveBack::Unsynced);
         let latch = slot.latch();
         let kept = self.obj.keep_if_synced(latch.as_deref(), taken, give_back);
@@ -469,7 +476,20 @@ impl Semaphore {
 /// A semaphore's grant: permits, given back by a release of as many under
 /// its own request id, resent until it gets through (permits never
 /// expire; for [`NEVER_EXPIRES`] at most).
-struct Permits(u32);
+struct Permits {
+    count: u32,
+    /// The give-back's unlock latch, made with the grant: a give-back run
+    /// again from its start (at a runtime's shutdown) sends under the same
+    /// id, and a first run that got through is replayed, not counted again.
+    give_back: String,
+}
+
+impl Permits {
+    fn new(semaphore: &Object, count: u32) -> Permits {
+        let give_back = keys::unlock_latch(semaphore.name(), &semaphore.request_id());
+        Permits { count, give_back }
+    }
+}
 
 impl Taken for Permits {
     // A semaphore's key is no lock hash.
@@ -483,12 +503,13 @@ impl Taken for Permits {
         _lasts: Lasts,
         _granted: GrantedIn,
         // Permits are no holds of an owner: a give-back takes back only
-        // the ones its request took, whatever the master.
-        _grant: Option<&Arc<Latch>>,
+        // the ones its request took, whatever the master. The grant's
+        // latch is closed once they are back (see below).
+        grant: Option<&Arc<Latch>>,
         why: GiveBack,
     ) {
-        let (permits, name) = (self.0, semaphore.name());
-        let latch = keys::unlock_latch(name, &semaphore.request_id());
+        let (permits, name) = (self.count, semaphore.name());
+        let latch = self.give_back.clone();
         let channel = keys::semaphore_channel(name);
         let mut sends = 0;
         let send = |latch_ttl: u64| {
@@ -505,10 +526,21 @@ impl Taken for Permits {
         };
         let until = Instant::now() + NEVER_EXPIRES;
         match resend_until(semaphore.config(), name, until, send).await {
-            // Kept to its TTL after a failed send, which may still reach
-            // Redis and must find it (or add the permits twice).
-            Ok(_) if sends > 1 => {}
-            Ok(_) => semaphore.discard_latch(latch),
+            Ok(_) => {
+                // The grant's latch closed first: a settle of the request
+                // run again (at a runtime's shutdown) then finds no grant
+                // to give back, where this latch, once deleted, would not
+                // keep a second give-back from counting.
+                let closed = match grant {
+                    Some(grant) => grant.close_now(&semaphore.conn()).await,
+                    None => true,
+                };
+                // Kept to its TTL after a failed send, which may still
+                // reach Redis and must find it (or add the permits twice).
+                if closed && sends == 1 {
+                    semaphore.discard_latch(latch);
+                }
+            }
             Err(err) => {
                 tracing::warn!(semaphore = %name, permits, error = %err, why = why.why(),
                     "could not give back permits an acquire took");

@@ -178,6 +178,13 @@ pub(crate) trait Taken: Send + Sync + 'static {
     /// the give-back may name it (a lock's releases only while it shows
     /// the grant); a give-back that must outlive it keeps the `Arc`. Logs
     /// its own failure, saying `why`.
+    ///
+    /// It may run again from its start, on a connection of its own, when
+    /// its runtime shut down before it ended (see `Finish::rescued_by`),
+    /// after any part of the first run: a second run must give nothing
+    /// back twice (permits: one give-back id per grant, and the grant's
+    /// latch closed before that id's latch goes, so that a settle run
+    /// again finds no grant).
     fn give_back(
         &self,
         on: &Object,
@@ -196,7 +203,7 @@ pub(crate) trait Taken: Send + Sync + 'static {
 /// a lock's hold, which restores a TTL, does not go through it.
 pub(crate) struct Unclaimed<T: Taken> {
     on: Object,
-    taken: Option<T>,
+    taken: Option<Arc<T>>,
     runtime: Handle,
 }
 
@@ -204,7 +211,7 @@ impl<T: Taken> Unclaimed<T> {
     pub(crate) fn new(on: &Object, taken: T, runtime: Handle) -> Self {
         Unclaimed {
             on: on.clone(),
-            taken: Some(taken),
+            taken: Some(Arc::new(taken)),
             runtime,
         }
     }
@@ -215,30 +222,54 @@ impl<T: Taken> Unclaimed<T> {
     }
 
     /// Gives it back now, for `why`; cancel safe (once started, the
-    /// give-back goes on in the background).
+    /// give-back goes on in the background, and is finished at a runtime's
+    /// shutdown, see [`Finish::rescued_by`]).
     pub(crate) async fn give_back(mut self, why: GiveBack) {
-        if let Some(give_back) = self.giving_back(why) {
-            Finish::detached(self.runtime.clone(), give_back).await;
-        }
-    }
-
-    /// The give-back of what it holds still, for `why`.
-    fn giving_back(&mut self, why: GiveBack) -> Option<impl Future<Output = ()> + Send + 'static> {
-        let taken = self.taken.take()?;
-        let on = self.on.clone();
-        Some(async move {
-            let granted = GrantedIn::at(Instant::now());
+        let Some(taken) = self.taken.take() else {
+            return;
+        };
+        let granted = GrantedIn::at(Instant::now());
+        let (on, again) = (self.on.clone(), Arc::clone(&taken));
+        let give_back = async move {
             taken
                 .give_back(&on, Lasts::UntilReleased, granted, None, why)
                 .await
-        })
+        };
+        let rescue = self.on.rescue(move |on| {
+            let taken = Arc::clone(&again);
+            async move {
+                taken
+                    .give_back(&on, Lasts::UntilReleased, granted, None, why)
+                    .await
+            }
+        });
+        Finish::detached(self.runtime.clone(), give_back)
+            .rescued_by(rescue)
+            .await;
     }
 }
 
 impl<T: Taken> Drop for Unclaimed<T> {
     fn drop(&mut self) {
-        if let Some(give_back) = self.giving_back(GiveBack::CallerLeft) {
-            self.runtime.spawn(give_back);
-        }
+        let Some(taken) = self.taken.take() else {
+            return;
+        };
+        // Finished even when the runtime shuts down first (see
+        // `spawn_to_end`): each give-back is safe to run twice.
+        let granted = GrantedIn::at(Instant::now());
+        self.on.spawn_to_end(&self.runtime, move |on| {
+            let taken = Arc::clone(&taken);
+            async move {
+                taken
+                    .give_back(
+                        &on,
+                        Lasts::UntilReleased,
+                        granted,
+                        None,
+                        GiveBack::CallerLeft,
+                    )
+                    .await
+            }
+        });
     }
 }

@@ -8,6 +8,7 @@ use std::time::Duration;
 use tokio::runtime::Handle;
 use tokio::time::Instant;
 
+use crate::client::conn::Conn;
 use crate::Client;
 
 use super::resend::{resend, Resend};
@@ -65,6 +66,11 @@ impl Latch {
         *retire = Some(retire.unwrap_or(false) || closed);
     }
 
+    /// Closes it now, on `conn` (see [`close`]): whether it was closed.
+    pub(crate) async fn close_now(&self, conn: &Conn) -> bool {
+        close(conn, &self.name, &self.key, self.ttl).await
+    }
+
     /// Makes it live at least until `until` (a give-back parked until then
     /// names it; the latch's own TTL may end sooner): a `PTTL` and a
     /// `PEXPIRE` that only lengthens it (a shorter TTL would let a late
@@ -119,8 +125,9 @@ impl Drop for Latch {
             Some(true) => {
                 let (client, name) = (self.client.clone(), Arc::clone(&self.name));
                 let (latch, ttl) = (std::mem::take(&mut self.key), self.ttl);
-                self.runtime
-                    .spawn(async move { close(&client, &name, &latch, ttl).await });
+                self.runtime.spawn(async move {
+                    close(&client.conn(), &name, &latch, ttl).await;
+                });
             }
         }
     }
@@ -136,7 +143,9 @@ impl Drop for Latch {
 /// left granted makes a late send change nothing too (every acquire
 /// script takes nothing anew for it), and is settled once as long as its
 /// settle is not started twice.
-pub(super) async fn close(client: &Client, name: &str, latch: &str, latch_ttl: u64) {
+/// Sent on `conn` (the object's: a settle run at a runtime's shutdown has
+/// a connection of its own). Whether it was closed.
+pub(crate) async fn close(conn: &Conn, name: &str, latch: &str, latch_ttl: u64) -> bool {
     let deadline = Instant::now() + Duration::from_millis(latch_ttl);
     let go_on = |_: &redis::RedisError| Instant::now() < deadline;
     let closed: redis::RedisResult<()> = resend(
@@ -145,15 +154,16 @@ pub(super) async fn close(client: &Client, name: &str, latch: &str, latch_ttl: u
         name,
         go_on,
         |_| {
-            let mut conn = client.conn();
+            let mut conn = conn.clone();
             let mut set = redis::cmd("SET");
             set.arg(latch).arg("x").arg("PX").arg(latch_ttl);
             async move { set.query_async(&mut conn).await }
         },
     )
     .await;
-    if let Err(err) = closed {
+    if let Err(err) = &closed {
         tracing::debug!(%name, error = %err,
             "could not close a spent request's latch; it answers late sends alike");
     }
+    closed.is_ok()
 }

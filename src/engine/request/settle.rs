@@ -152,7 +152,9 @@ pub(super) async fn give_back_lost<T: Taken>(
         .give_back(&on, lasts, granted, Some(&latch), why)
         .await;
     match Arc::try_unwrap(latch) {
-        Ok(latch) => close(on.client(), name, &latch.key, latch.ttl).await,
+        Ok(latch) => {
+            close(&on.conn(), name, &latch.key, latch.ttl).await;
+        }
         Err(parked) => parked.retire_when_let_go(true),
     }
 }
