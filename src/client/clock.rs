@@ -17,6 +17,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use super::conn::Conn;
 use super::Client;
 
 /// How long one reading of the server's clock is used: a server whose
@@ -50,6 +51,12 @@ impl Client {
     /// reading is kept: a server that does not answer fails it as a
     /// command would, and then nothing is sent.
     pub(crate) async fn send_deadline(&self, key: &str) -> redis::RedisResult<u64> {
+        self.send_deadline_on(&self.inner.conn, key).await
+    }
+
+    /// [`Client::send_deadline`], a clock read on `conn` (an object's: work
+    /// run again at a runtime's shutdown has a connection of its own).
+    pub(crate) async fn send_deadline_on(&self, conn: &Conn, key: &str) -> redis::RedisResult<u64> {
         let slot = self.clock_slot(key);
         let kept = {
             let clocks = self
@@ -66,7 +73,7 @@ impl Client {
         let reading = match kept {
             Some(reading) => reading,
             None => {
-                let reading = self.read_clock(key).await?;
+                let reading = read_clock(conn, key).await?;
                 let mut clocks = self
                     .inner
                     .clocks
@@ -110,25 +117,21 @@ impl Client {
             0
         }
     }
+}
 
-    /// Reads the clock of the server that serves `key`.
-    async fn read_clock(&self, key: &str) -> redis::RedisResult<Reading> {
-        let before = Instant::now();
-        let time = self
-            .inner
-            .conn
-            .on_master_of(key, redis::cmd("TIME"))
-            .await?;
-        let after = Instant::now();
-        let (secs, micros): (u64, u64) = redis::from_redis_value(time)?;
-        let trip = after.saturating_duration_since(before);
-        Ok(Reading {
-            server_ms: secs.saturating_mul(1000).saturating_add(micros / 1000),
-            at: before + trip / 2,
-            // Rounded up, and one more for the server's ms being truncated.
-            error_ms: ms(trip / 2).saturating_add(2),
-        })
-    }
+/// Reads, on `conn`, the clock of the server that serves `key`.
+async fn read_clock(conn: &Conn, key: &str) -> redis::RedisResult<Reading> {
+    let before = Instant::now();
+    let time = conn.on_master_of(key, redis::cmd("TIME")).await?;
+    let after = Instant::now();
+    let (secs, micros): (u64, u64) = redis::from_redis_value(time)?;
+    let trip = after.saturating_duration_since(before);
+    Ok(Reading {
+        server_ms: secs.saturating_mul(1000).saturating_add(micros / 1000),
+        at: before + trip / 2,
+        // Rounded up, and one more for the server's ms being truncated.
+        error_ms: ms(trip / 2).saturating_add(2),
+    })
 }
 
 /// `d` in whole ms, saturated.

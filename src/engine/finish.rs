@@ -167,8 +167,9 @@ static WINDOW: Mutex<Option<std::time::Instant>> = Mutex::new(None);
 /// one window of `bound` from the first (until a second after the window's
 /// end; a rescue after that opens a new one), so that a shutdown with many
 /// releases left, against a Redis that does not answer, waits `bound`
-/// once, not once per release. A rescue that got its connection and ended
-/// in time closes the window (see [`rescue_answered`]): Redis answers, and
+/// once, not once per release. A rescue that ended in time, Redis
+/// answering a `PING` after it, closes the window (see
+/// [`rescue_answered`]): Redis answers, and
 /// the next rescue has a window of its own (a settle may have to wait out
 /// its lost send's deadline, and a runtime that ends soon after another
 /// must not find the first one's window used up).
@@ -183,8 +184,8 @@ fn rescue_window(bound: Duration) -> Duration {
     ends.saturating_duration_since(now).min(bound)
 }
 
-/// A rescue got its connection and ended in time: the next opens a
-/// window of its own (see [`rescue_window`]).
+/// A rescue ended in time, and Redis answers: the next opens a window of
+/// its own (see [`rescue_window`]).
 fn rescue_answered() {
     *WINDOW.lock().unwrap_or_else(|p| p.into_inner()) = None;
 }
@@ -213,9 +214,23 @@ impl Rescue {
 
 impl Drop for Rescue {
     fn drop(&mut self) {
-        if let Some(work) = self.work.take() {
-            run_elsewhere(self.reconnect.clone(), work);
+        let Some(work) = self.work.take() else {
+            return;
+        };
+        // Dropped by a panic in its task, on a runtime that lives on: run
+        // there, not by blocking one of its threads.
+        if std::thread::panicking() {
+            if let Ok(runtime) = Handle::try_current() {
+                let reconnect = self.reconnect.clone();
+                runtime.spawn(async move {
+                    if let Ok(conn) = reconnect.open().await {
+                        work(conn).await;
+                    }
+                });
+                return;
+            }
         }
+        run_elsewhere(self.reconnect.clone(), work);
     }
 }
 
@@ -251,8 +266,14 @@ pub(crate) fn run_elsewhere(reconnect: Reconnect, work: Restartable) {
                 // that is shutting down: a new one.
                 match reconnect.open().await {
                     Ok(conn) => {
-                        work(conn).await;
-                        true
+                        work(conn.clone()).await;
+                        // Whether Redis answers still: the work's own
+                        // outcome does not say (it may have given up).
+                        let mut conn = conn;
+                        redis::cmd("PING")
+                            .query_async::<()>(&mut conn)
+                            .await
+                            .is_ok()
                     }
                     Err(err) => {
                         tracing::warn!(error = %err,

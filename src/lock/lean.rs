@@ -129,7 +129,7 @@ pub(super) async fn acquire(
 ) -> redis::RedisResult<Took> {
     let client = lock.client();
     let lasts = Duration::from_millis(ttl_ms);
-    let deadline = match client.send_deadline(&key.name).await {
+    let deadline = match client.send_deadline_on(&lock.conn(), &key.name).await {
         Ok(deadline) => deadline,
         // Nothing sent: the latched acquire, with its resends, goes.
         Err(err) if is_connection_failure(&err) => {
@@ -258,7 +258,7 @@ pub(super) async fn release(
     wait: Option<Duration>,
 ) -> redis::RedisResult<Let> {
     let client = lock.client();
-    let deadline = match client.send_deadline(&key.name).await {
+    let deadline = match client.send_deadline_on(&lock.conn(), &key.name).await {
         Ok(deadline) => deadline,
         Err(err) if is_connection_failure(&err) => {
             telemetry::lean_sent("release", "latched");
@@ -380,7 +380,7 @@ pub(super) async fn settle_until_answered(
                  with its lease");
             break false;
         }
-        let own = match client.send_deadline(&key.name).await {
+        let own = match client.send_deadline_on(&lock.conn(), &key.name).await {
             Ok(own) => own,
             Err(_) => {
                 tokio::time::sleep(SETTLE_AGAIN).await;

@@ -482,12 +482,20 @@ struct Permits {
     /// again from its start (at a runtime's shutdown) sends under the same
     /// id, and a first run that got through is replayed, not counted again.
     give_back: String,
+    /// Runs of the give-back so far: a run beside or after another (a
+    /// send of which may still land) leaves the latch to its TTL.
+    runs: std::sync::atomic::AtomicU32,
 }
 
 impl Permits {
     fn new(semaphore: &Object, count: u32) -> Permits {
         let give_back = keys::unlock_latch(semaphore.name(), &semaphore.request_id());
-        Permits { count, give_back }
+        let runs = std::sync::atomic::AtomicU32::new(0);
+        Permits {
+            count,
+            give_back,
+            runs,
+        }
     }
 }
 
@@ -510,6 +518,7 @@ impl Taken for Permits {
     ) {
         let (permits, name) = (self.count, semaphore.name());
         let latch = self.give_back.clone();
+        self.runs.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
         let channel = keys::semaphore_channel(name);
         let mut sends = 0;
         let send = |latch_ttl: u64| {
@@ -535,9 +544,11 @@ impl Taken for Permits {
                     Some(grant) => grant.close_now(&semaphore.conn()).await,
                     None => true,
                 };
-                // Kept to its TTL after a failed send, which may still
-                // reach Redis and must find it (or add the permits twice).
-                if closed && sends == 1 {
+                // Kept to its TTL after a failed send, or beside another
+                // run of the give-back, whose send may still reach Redis
+                // and must find it (or add the permits twice).
+                let alone = self.runs.load(std::sync::atomic::Ordering::Acquire) == 1;
+                if closed && sends == 1 && alone {
                     semaphore.discard_latch(latch);
                 }
             }

@@ -1,0 +1,185 @@
+//! Calls still on their way when a program returns (its runtime shuts
+//! down): the runtime's drop finishes them on a connection of its own, and
+//! nothing they took is left behind. A binary of its own: the work left
+//! at a shutdown shares one time window per process while Redis does not
+//! answer, and the other suites' shutdowns stay out of these tests' way.
+
+use ferrisson_test_support as common;
+
+use std::time::Duration;
+
+use common::proxy::Proxy;
+use common::{exists, soon, RedisServer};
+
+const WATCHDOG: Duration = Duration::from_secs(30);
+
+fn runtime(multi_thread: bool) -> tokio::runtime::Runtime {
+    let mut builder = if multi_thread {
+        tokio::runtime::Builder::new_multi_thread()
+    } else {
+        tokio::runtime::Builder::new_current_thread()
+    };
+    builder
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime")
+}
+
+/// The SHA1 of a script of `lua/`, which its EVALSHA carries.
+fn sha(lua: &str) -> String {
+    redis::Script::new(lua).get_hash().to_owned()
+}
+
+/// What a case leaves in flight.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Call {
+    /// A semaphore's acquire, its reply held.
+    Permit,
+    /// A lock's acquire, its reply held (lean, or latched).
+    Lock { lean: bool },
+    /// An unlock, its command held before it reached Redis.
+    Unlock,
+}
+
+/// An acquire whose reply is on its way when the program returns leaves
+/// nothing taken: the runtime's drop settles it by its request id, on a
+/// connection of its own, and gives back what it took, a semaphore's
+/// permits (which would be lost for good) and a lock's hold (which would
+/// stand until its TTL) alike, for the lean and the latched protocol.
+/// Each reply is held in a proxy, after the script ran, until the runtime
+/// is gone. And an unlock whose command has not reached Redis then is sent
+/// again, and releases. Each is checked before the proxy lets the held
+/// command or reply go on.
+#[test]
+fn a_call_in_flight_when_the_program_returns_leaves_nothing_taken() {
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port());
+    let semaphore_acquire = sha(include_str!("../lua/semaphore_acquire.lua"));
+    let lean_acquire = sha(include_str!("../lua/lean_acquire.lua"));
+    let latched_acquire = sha(include_str!("../lua/acquire.lua"));
+    let lean_release = sha(include_str!("../lua/lean_release.lua"));
+    for multi_thread in [false, true] {
+        let calls = [
+            (Call::Permit, &semaphore_acquire),
+            (Call::Lock { lean: true }, &lean_acquire),
+            (Call::Lock { lean: false }, &latched_acquire),
+            (Call::Unlock, &lean_release),
+        ];
+        for (call, hash) in calls {
+            let at = format!("{call:?}, multi_thread: {multi_thread}");
+            let name = format!("shutdown:in-flight:{multi_thread}:{call:?}");
+            let rt = runtime(multi_thread);
+            rt.block_on(async {
+                let lean = !matches!(call, Call::Lock { lean: false });
+                let builder = ferrisson::Client::builder(proxy.url())
+                    .watchdog_timeout(WATCHDOG)
+                    .lean(lean);
+                let client = common::connect(builder).await;
+                let semaphore = client.semaphore(&name);
+                let lock = client.lock(&name);
+                // The scripts loaded, so that what is held is the call's.
+                if call == Call::Permit {
+                    assert!(soon(semaphore.try_set_permits(1)).await.unwrap());
+                    soon(semaphore.acquire()).await.unwrap();
+                    soon(semaphore.release()).await.unwrap();
+                } else {
+                    soon(soon(lock.lock()).await.unwrap().unlock())
+                        .await
+                        .unwrap();
+                }
+                let held = proxy.held_replies() + proxy.held_commands();
+                match call {
+                    Call::Unlock => {
+                        let guard = soon(lock.lock()).await.unwrap();
+                        proxy.hold_next_command(hash);
+                        tokio::spawn(guard.unlock());
+                    }
+                    Call::Permit => {
+                        proxy.hold_next_reply_to(hash);
+                        tokio::spawn(async move { drop(semaphore.acquire().await) });
+                    }
+                    Call::Lock { .. } => {
+                        proxy.hold_next_reply_to(hash);
+                        tokio::spawn(async move { drop(lock.lock().await) });
+                    }
+                }
+                common::eventually(Duration::from_secs(20), || {
+                    let seen = proxy.held_replies() + proxy.held_commands() > held;
+                    async move { seen }
+                })
+                .await;
+            });
+            // Granted in Redis, its reply held; or held, its release not
+            // sent: the program returns.
+            match call {
+                Call::Permit => assert_eq!(
+                    server.cmd(&["GET", &name]).as_string().as_deref(),
+                    Some("0"),
+                    "{at}: the acquire took the permit"
+                ),
+                _ => assert!(exists(&server, &name), "{at}: the lock is held"),
+            }
+            drop(rt);
+            match call {
+                Call::Permit => assert_eq!(
+                    server.cmd(&["GET", &name]).as_string().as_deref(),
+                    Some("1"),
+                    "{at}: the permit came back"
+                ),
+                _ => assert!(!exists(&server, &name), "{at}: nothing is held"),
+            }
+            proxy.release_held();
+        }
+    }
+}
+
+/// A settle of a semaphore's acquire whose reply was lost (run when the
+/// wait let its request go), cut by the runtime's end after its give-back
+/// went through, runs again from its start at the runtime's drop, and
+/// gives nothing back twice: the permit the lost send took comes back
+/// once. The close of the grant's latch, which the give-back sends once
+/// the permit is back, is held in a proxy until the runtime is gone.
+#[test]
+fn a_settle_run_again_at_the_programs_end_gives_back_once() {
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port());
+    let name = "shutdown:settle-twice";
+    let permits = || server.cmd(&["GET", name]).as_string();
+    let rt = runtime(true);
+    rt.block_on(async {
+        let client = common::client_at(&proxy.url(), WATCHDOG).await;
+        let semaphore = client.semaphore(name);
+        assert!(soon(semaphore.try_set_permits(1)).await.unwrap());
+        // The scripts loaded.
+        soon(semaphore.acquire()).await.unwrap();
+        soon(semaphore.release()).await.unwrap();
+        proxy.lose_next_reply_to_then_refuse("ferrisson_acquire_latch:{shutdown:settle-twice}");
+        // One try: its resends find the server unreachable, and it fails.
+        let tried = soon(semaphore.try_acquire()).await;
+        assert!(tried.is_err(), "{tried:?}");
+        assert_eq!(proxy.lost_replies(), 1);
+        assert_eq!(
+            permits().as_deref(),
+            Some("0"),
+            "the lost send took the permit"
+        );
+        // Its request is settled in the background, and the close of its
+        // latch (`SET <latch> x PX <ttl>`) held.
+        proxy.hold_next_command("$1\r\nx\r\n$2\r\nPX");
+        proxy.refuse(false);
+        common::eventually(Duration::from_secs(30), || {
+            let held = proxy.held_commands() == 1;
+            async move { held }
+        })
+        .await;
+        assert_eq!(
+            permits().as_deref(),
+            Some("1"),
+            "the settle gave the permit back"
+        );
+    });
+    drop(rt);
+    assert_eq!(permits().as_deref(), Some("1"), "given back once");
+    proxy.release_held();
+}
