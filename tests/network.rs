@@ -984,3 +984,73 @@ async fn a_refused_connection_names_the_address() {
     assert!(text.contains("is redis-server running there"), "{text}");
     assert!(err.is_connection_error(), "{text}");
 }
+
+/// How many EVALSHA calls the server ran so far.
+fn evalsha_calls(server: &RedisServer) -> u64 {
+    let stats = server.cmd(&["INFO", "commandstats"]).as_string().unwrap();
+    stats
+        .lines()
+        .find_map(|line| line.strip_prefix("cmdstat_evalsha:calls="))
+        .and_then(|rest| rest.split(',').next())
+        .map_or(0, |calls| calls.parse().unwrap())
+}
+
+/// A release's message wakes one waiter of a client. When that waiter
+/// leaves before its next try is answered (here: dropped while the server
+/// cannot be reached), it passes the wake-up on: the client's other waiter
+/// takes the free lock at once, not when its timer ends (the holder's TTL,
+/// a minute here).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_woken_waiter_that_leaves_passes_its_wake_up_on() {
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port());
+    let watchdog = Duration::from_secs(60);
+    // One send a try: a try cut on its way is not sent again.
+    let builder = ferrisson::Client::builder(proxy.url())
+        .watchdog_timeout(watchdog)
+        .release_attempts(1);
+    let client = common::connect(builder).await;
+    let holder = common::client(&server, watchdog).await;
+    let name = "network:pass-on";
+    // The acquire script loaded.
+    soon(soon(client.lock(name).lock()).await.unwrap().unlock())
+        .await
+        .unwrap();
+    let guard = soon(holder.lock(name).lock()).await.unwrap();
+    // Two waiters of the client, the first waiting before the second:
+    // each has sent its first try and, subscribed, its second.
+    let waiter = |owner: &'static str| {
+        let before = evalsha_calls(&server);
+        let lock = client.lock(name).with_owner(owner);
+        let waiting = tokio::spawn(async move { lock.lock().await });
+        (waiting, before)
+    };
+    let tried_twice = |before: u64| {
+        let server = &server;
+        async move {
+            eventually(Duration::from_secs(20), || async move {
+                evalsha_calls(server) >= before + 2
+            })
+            .await
+        }
+    };
+    let (first, before) = waiter("first");
+    tried_twice(before).await;
+    let (second, before) = waiter("second");
+    tried_twice(before).await;
+    // The first waiter's next try is cut on its way, and the server
+    // refuses new connections from then on (the subscription's stays).
+    proxy.cut_before_next_then_refuse_new(&format!("{}:first", client.id()));
+    soon(guard.unlock()).await.unwrap();
+    eventually(Duration::from_secs(20), || async {
+        proxy.cut_commands() == 1
+    })
+    .await;
+    first.abort();
+    assert!(first.await.unwrap_err().is_cancelled());
+    proxy.refuse(false);
+    // Well within the second waiter's timer (its last try's hint: the
+    // holder's TTL), and its look-again (a third of the watchdog timeout).
+    let got = within(watchdog / 6, second).await.unwrap().unwrap();
+    soon(got.unlock()).await.unwrap();
+}

@@ -56,6 +56,7 @@ struct State {
     cut_before: Mutex<Option<Vec<u8>>>,
     /// Refuse (and cut everything) at the moment that command is cut.
     refuse_after_cut: AtomicBool,
+    refuse_new_after_cut: AtomicBool,
     cut_commands: AtomicUsize,
     /// A pattern of the command whose reply is held until released.
     hold_reply_to: Mutex<Option<Vec<u8>>>,
@@ -222,6 +223,17 @@ impl Proxy {
     /// gets through until the test lets it.
     pub fn cut_before_next_then_refuse(&self, pattern: &str) {
         self.state.refuse_after_cut.store(true, Ordering::Relaxed);
+        self.cut_before_next(pattern);
+    }
+
+    /// As [`Proxy::cut_before_next`], and new connections are refused
+    /// from that very moment (as [`Proxy::refuse`] does), while the other
+    /// open ones (a subscription's) go on: the command's sender cannot
+    /// reconnect until the test lets it.
+    pub fn cut_before_next_then_refuse_new(&self, pattern: &str) {
+        self.state
+            .refuse_new_after_cut
+            .store(true, Ordering::Relaxed);
         self.cut_before_next(pattern);
     }
 
@@ -513,6 +525,9 @@ fn on_commands(
         *armed = None;
         if state.refuse_after_cut.swap(false, Ordering::Relaxed) {
             refuse_now(state);
+        }
+        if state.refuse_new_after_cut.swap(false, Ordering::Relaxed) {
+            state.refusing.store(true, Ordering::Relaxed);
         }
         state.cut_commands.fetch_add(1, Ordering::Relaxed);
         return None;

@@ -248,10 +248,12 @@ impl PubSub {
         // A new master: the holds may not have reached it.
         self.reconnected.ask();
         *self.conn.write().unwrap_or_else(|e| e.into_inner()) = conn.clone();
+        // Every channel: one whose last waiter is leaving is marked
+        // unsubscribed, so that a waiter joining it subscribes on the new
+        // connection.
         let channels: Vec<String> = self
             .channels
             .iter()
-            .filter(|slot| slot.waiters > 0)
             .map(|slot| slot.key().clone())
             .collect();
         for channel in channels {
@@ -530,18 +532,31 @@ async fn unsubscribe_if_unused(pubsub: Weak<PubSub>, channel: String, state: Arc
 
 /// Subscribes to `channel` on `conn` again (the server dropped it, or the
 /// subscriptions moved to a new master) when local waiters still count on
-/// it (our own SUNSUBSCRIBE, sent when the last waiter left, finds none and
-/// stops here), and wakes the waiters to try the lock again.
+/// it, and wakes the waiters to try the lock again. Without waiters (our
+/// own SUNSUBSCRIBE, sent when the last waiter left, ends here too) the
+/// channel is marked unsubscribed: a waiter that joins it before it is
+/// forgotten subscribes anew.
 #[cfg(any(feature = "cluster", feature = "sentinel"))]
 async fn resubscribe(conn: &SubConn, channels: &Channels, channel: String) {
-    let Some(state) = channels
-        .get(&channel)
-        .filter(|slot| slot.waiters > 0)
-        .map(|slot| Arc::clone(&slot.state))
-    else {
+    let Some(state) = channels.get(&channel).map(|slot| Arc::clone(&slot.state)) else {
         return;
     };
-    let subscribed = state.subscribed.lock().await;
+    let mut subscribed = state.subscribed.lock().await;
+    // Counted under the channel's lock: a waiter joins (counts itself)
+    // before it takes the lock, and then finds what is set here.
+    let waiters = channels
+        .get(&channel)
+        .filter(|slot| Arc::ptr_eq(&slot.state, &state))
+        .map_or(0, |slot| slot.waiters);
+    if waiters == 0 {
+        // Its last waiter is leaving: not subscribed on the new server,
+        // and a waiter that joins before the channel is forgotten must
+        // subscribe there, not trust a subscription of the old one.
+        if *subscribed == Subscribed::Yes {
+            *subscribed = Subscribed::No;
+        }
+        return;
+    }
     if *subscribed != Subscribed::Yes {
         return;
     }
@@ -579,9 +594,43 @@ impl Subscription {
     }
 }
 
+impl Subscription {
+    /// The wake-up this waiter just took, owed to another waiter of the
+    /// channel until its next try is answered (see [`TakenWake`]).
+    pub(crate) fn took_wake(&self) -> TakenWake {
+        TakenWake(Some(Arc::clone(&self.state)))
+    }
+}
+
 impl Drop for Subscription {
     fn drop(&mut self) {
         self.pubsub.leave(&self.channel, &self.state);
+    }
+}
+
+/// A lock's unlock message wakes one waiter of a client: one that takes
+/// the wake-up and leaves before its next try is answered (dropped, its
+/// time up, an error) would leave the others asleep on a free lock until
+/// their timers. Dropped while it is owed, it passes the wake-up on to
+/// another waiter (or the next to wait); a channel that wakes every
+/// waiter owes nothing.
+#[derive(Debug, Default)]
+pub(crate) struct TakenWake(Option<Arc<ChannelState>>);
+
+impl TakenWake {
+    /// Its waiter's try was answered: the wake-up served.
+    pub(crate) fn served(&mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for TakenWake {
+    fn drop(&mut self) {
+        if let Some(state) = self.0.take() {
+            if !state.broadcast {
+                state.notify.notify_one();
+            }
+        }
     }
 }
 

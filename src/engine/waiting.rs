@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::client::pubsub::Subscription;
+use crate::client::pubsub::{Subscription, TakenWake};
 use crate::engine::backoff::{NO_CONNECTION, SOON};
 use crate::{args, Backoff, Client, Error, Result};
 
@@ -274,8 +274,8 @@ pub(crate) struct Watcher {
 enum Round<T> {
     /// A try was done, or the deadline passed (`None`).
     Over(Option<T>),
-    /// Waited for a message (or the pause's end).
-    Waited,
+    /// Waited for a message (`woken`), or the pause's end.
+    Waited { woken: bool },
     /// Not subscribed: waits this long, or subscribes meanwhile.
     Unsubscribed(Duration),
 }
@@ -312,6 +312,10 @@ impl Watcher {
     /// try; a failed one is tried again a look-again later), and waits on
     /// the timer alone meanwhile.
     ///
+    /// A watch woken by a lock's release that ends before its next try
+    /// was answered (dropped, its deadline, an error) passes the wake-up
+    /// on to another waiter of the client (see [`TakenWake`]).
+    ///
     /// # Cancel safety
     /// Cancel safe if each `attempt` is: the watcher keeps its
     /// subscription for the next call.
@@ -325,10 +329,22 @@ impl Watcher {
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<Tried<T>>>,
     {
+        let mut owed = TakenWake::default();
         loop {
-            match self.round(deadline, &mut attempt).await? {
+            let (round, answered) = self.round(deadline, &mut attempt).await?;
+            if answered {
+                owed.served();
+            }
+            match round {
                 Round::Over(done) => return Ok(done),
-                Round::Waited => {}
+                Round::Waited { woken: true } => {
+                    // One owed at a time: this waiter tries next.
+                    owed.served();
+                    if let Some(subscription) = &self.subscription {
+                        owed = subscription.took_wake();
+                    }
+                }
+                Round::Waited { woken: false } => {}
                 Round::Unsubscribed(pause) if Instant::now() >= self.subscribe_at => {
                     tokio::select! {
                         () = self.subscribe(client) => {}
@@ -340,8 +356,13 @@ impl Watcher {
         }
     }
 
-    /// One try, and the wait for a message after it.
-    async fn round<T, F, Fut>(&self, deadline: Option<Instant>, attempt: &mut F) -> Result<Round<T>>
+    /// One try, and the wait for a message after it; and whether the try
+    /// was answered (done, or refused).
+    async fn round<T, F, Fut>(
+        &self,
+        deadline: Option<Instant>,
+        attempt: &mut F,
+    ) -> Result<(Round<T>, bool)>
     where
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<Tried<T>>>,
@@ -353,32 +374,33 @@ impl Watcher {
         if let Some(notified) = notified.as_mut().as_pin_mut() {
             notified.enable();
         }
-        let pause = match attempt().await {
-            Ok(Tried::Done(done)) => return Ok(Round::Over(Some(done))),
-            Ok(Tried::Again(hint)) => hint.unwrap_or(self.look_again),
+        let (pause, answered) = match attempt().await {
+            Ok(Tried::Done(done)) => return Ok((Round::Over(Some(done)), true)),
+            Ok(Tried::Again(hint)) => (hint.unwrap_or(self.look_again), true),
             // A try that met no connection mostly never left; one whose
             // reply was lost is settled with the request it sent (when the
             // wait lets that request go).
             Err(err) if err.may_wait_out() => {
                 tracing::debug!(channel = %self.channel.name, error = %err,
                     "no connection; waiting to try again");
-                NO_CONNECTION
+                (NO_CONNECTION, false)
             }
             Err(err) => return Err(err),
         };
         let Some(pause) = cut_to(deadline, pause) else {
-            return Ok(Round::Over(None));
+            return Ok((Round::Over(None), answered));
         };
-        match notified.as_pin_mut() {
+        let round = match notified.as_pin_mut() {
             Some(notified) => {
-                tokio::select! {
-                    () = notified => {}
-                    () = tokio::time::sleep(pause) => {}
-                }
-                Ok(Round::Waited)
+                let woken = tokio::select! {
+                    () = notified => true,
+                    () = tokio::time::sleep(pause) => false,
+                };
+                Round::Waited { woken }
             }
-            None => Ok(Round::Unsubscribed(pause)),
-        }
+            None => Round::Unsubscribed(pause),
+        };
+        Ok((round, answered))
     }
 
     /// Subscribes to the channel, for at most a look-again; on failure,
