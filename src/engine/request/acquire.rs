@@ -486,8 +486,12 @@ where
     // At a runtime's shutdown, with the reply on its way or the orphan's
     // give-back not done: the request settled by its latch, on a
     // connection of its own (closed, so that a copy still on its way takes
-    // nothing; a grant found given back). After a give-back that went
-    // through, the latch shows no grant any more (see `Taken::give_back`).
+    // nothing; a grant found given back). After a permits' give-back that
+    // went through, the latch shows no grant any more (see
+    // `Taken::give_back`); a lock's give-back leaves it showing the grant
+    // until the latch is retired, so a rescue between the two releases
+    // one more hold of the owner on that lock, if it has one (the holds
+    // of a program that returns end with it).
     let rescue = {
         let (taken, latch) = (Arc::clone(&taken), request.latch.key.clone());
         let (latch_ttl, since) = (request.latch.ttl, request.born);
