@@ -193,7 +193,24 @@ fn rescue_answered() {
 /// Runs its work elsewhere (see [`run_elsewhere`]) when dropped armed.
 pub(crate) struct Rescue {
     work: Option<Restartable>,
-    reconnect: Reconnect,
+    reconnect: Reconnecting,
+}
+
+/// Where a rescue's connection comes from: made when the rescue is (the
+/// work of [`spawn_to_end`]), or from the client when it runs, so that a
+/// call that ends normally (nearly all) pays nothing for it.
+enum Reconnecting {
+    Ready(Reconnect),
+    Of(crate::Client),
+}
+
+impl Reconnecting {
+    fn get(&self) -> Reconnect {
+        match self {
+            Reconnecting::Ready(reconnect) => reconnect.clone(),
+            Reconnecting::Of(client) => client.reconnect(),
+        }
+    }
 }
 
 impl Rescue {
@@ -202,7 +219,15 @@ impl Rescue {
     pub(crate) fn new(reconnect: Reconnect, work: Restartable) -> Rescue {
         Rescue {
             work: Some(work),
-            reconnect,
+            reconnect: Reconnecting::Ready(reconnect),
+        }
+    }
+
+    /// [`Rescue::new`], on a connection of `client`'s made when it runs.
+    pub(crate) fn of_client(client: crate::Client, work: Restartable) -> Rescue {
+        Rescue {
+            work: Some(work),
+            reconnect: Reconnecting::Of(client),
         }
     }
 
@@ -221,7 +246,7 @@ impl Drop for Rescue {
         // there, not by blocking one of its threads.
         if std::thread::panicking() {
             if let Ok(runtime) = Handle::try_current() {
-                let reconnect = self.reconnect.clone();
+                let reconnect = self.reconnect.get();
                 runtime.spawn(async move {
                     if let Ok(conn) = reconnect.open().await {
                         work(conn).await;
@@ -230,7 +255,7 @@ impl Drop for Rescue {
                 return;
             }
         }
-        run_elsewhere(self.reconnect.clone(), work);
+        run_elsewhere(self.reconnect.get(), work);
     }
 }
 

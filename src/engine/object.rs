@@ -92,8 +92,8 @@ impl Object {
         F: Future<Output = ()> + Send + 'static,
     {
         let obj = self.clone();
-        Rescue::new(
-            self.client.reconnect(),
+        Rescue::of_client(
+            self.client.clone(),
             Arc::new(move |conn| Box::pin(work(obj.on(conn)))),
         )
     }

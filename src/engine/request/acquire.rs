@@ -493,12 +493,12 @@ where
     // one more hold of the owner on that lock, if it has one (the holds
     // of a program that returns end with it).
     let rescue = {
-        let (taken, latch) = (Arc::clone(&taken), request.latch.key.clone());
-        let (latch_ttl, since) = (request.latch.ttl, request.born);
+        let (taken, latch) = (Arc::clone(&taken), Arc::clone(&request.latch));
+        let since = request.born;
         on.rescue(move |on| {
-            let (taken, latch) = (Arc::clone(&taken), latch.clone());
+            let (taken, key, ttl) = (Arc::clone(&taken), latch.key.clone(), latch.ttl);
             let conn = on.conn();
-            settle_lost(on, conn, taken, (lasts, since), latch, latch_ttl)
+            settle_lost(on, conn, taken, (lasts, since), key, ttl)
         })
     };
     let send = async move {
