@@ -8,23 +8,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{client, exists, soon, within, RedisServer};
+use common::{client, exists, runtime, soon, within, RedisServer};
 use ferrisson::Error;
 
 const WATCHDOG: Duration = Duration::from_millis(1200);
-
-fn runtime(multi_thread: bool) -> tokio::runtime::Runtime {
-    let mut builder = if multi_thread {
-        tokio::runtime::Builder::new_multi_thread()
-    } else {
-        tokio::runtime::Builder::new_current_thread()
-    };
-    builder
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime")
-}
 
 /// A hold count as Redis has it (0 when the field is missing).
 fn count(server: &RedisServer, name: &str, field: &str) -> i64 {

@@ -10,7 +10,7 @@ use ferrisson_test_support as common;
 use std::time::Duration;
 
 use common::proxy::Proxy;
-use common::{eventually, soon, within, RedisServer};
+use common::{eventually, runtime, soon, within, RedisServer};
 use ferrisson::{Client, Error, Lock};
 
 const WATCHDOG: Duration = Duration::from_secs(3);
@@ -538,15 +538,6 @@ async fn lean_is_refused_for_a_cluster_before_it_connects() {
         matches!(&built, Err(Error::InvalidArgument(what)) if what.contains("one server")),
         "{built:?}"
     );
-}
-
-fn runtime(multi_thread: bool) -> tokio::runtime::Runtime {
-    let mut builder = if multi_thread {
-        tokio::runtime::Builder::new_multi_thread()
-    } else {
-        tokio::runtime::Builder::new_current_thread()
-    };
-    builder.worker_threads(2).enable_all().build().unwrap()
 }
 
 /// A lean hold kept by a spawned task when the program's runtime ends is

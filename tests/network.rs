@@ -985,16 +985,6 @@ async fn a_refused_connection_names_the_address() {
     assert!(err.is_connection_error(), "{text}");
 }
 
-/// How many EVALSHA calls the server ran so far.
-fn evalsha_calls(server: &RedisServer) -> u64 {
-    let stats = server.cmd(&["INFO", "commandstats"]).as_string().unwrap();
-    stats
-        .lines()
-        .find_map(|line| line.strip_prefix("cmdstat_evalsha:calls="))
-        .and_then(|rest| rest.split(',').next())
-        .map_or(0, |calls| calls.parse().unwrap())
-}
-
 /// A release's message wakes one waiter of a client. When that waiter
 /// leaves before its next try is answered (here: dropped while the server
 /// cannot be reached), it passes the wake-up on: the client's other waiter
@@ -1020,7 +1010,7 @@ async fn a_woken_waiter_that_leaves_passes_its_wake_up_on() {
     // Two waiters of the client, the first waiting before the second:
     // each has sent its first try and, subscribed, its second.
     let waiter = |owner: &'static str| {
-        let before = evalsha_calls(&server);
+        let before = server.evalsha_calls();
         let lock = client.lock(name).with_owner(owner);
         let waiting = tokio::spawn(async move { lock.lock().await });
         (waiting, before)
@@ -1029,7 +1019,7 @@ async fn a_woken_waiter_that_leaves_passes_its_wake_up_on() {
         let server = &server;
         async move {
             eventually(Duration::from_secs(20), || async move {
-                evalsha_calls(server) >= before + 2
+                server.evalsha_calls() >= before + 2
             })
             .await
         }

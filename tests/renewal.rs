@@ -15,15 +15,6 @@ use tokio::time::Instant;
 /// left after it falls due.
 const WATCHDOG: Duration = Duration::from_secs(2);
 
-/// EVALSHA calls the server has run since its statistics were reset.
-fn evalsha_calls(server: &RedisServer) -> u64 {
-    let info = server.cmd(&["INFO", "commandstats"]).as_string().unwrap();
-    info.lines()
-        .find_map(|line| line.strip_prefix("cmdstat_evalsha:calls="))
-        .and_then(|rest| rest.split(',').next())
-        .map_or(0, |calls| calls.parse().unwrap())
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn many_locks_are_renewed_together_and_kept() {
     let server = RedisServer::start();
@@ -45,7 +36,7 @@ async fn many_locks_are_renewed_together_and_kept() {
     server.cmd(&["CONFIG", "RESETSTAT"]);
     let window = WATCHDOG * 3;
     tokio::time::sleep(window).await;
-    let calls = evalsha_calls(&server);
+    let calls = server.evalsha_calls();
 
     for i in 0..LOCKS {
         let ttl = server

@@ -9,22 +9,9 @@ use ferrisson_test_support as common;
 use std::time::Duration;
 
 use common::proxy::Proxy;
-use common::{exists, soon, RedisServer};
+use common::{exists, runtime, soon, RedisServer};
 
 const WATCHDOG: Duration = Duration::from_secs(30);
-
-fn runtime(multi_thread: bool) -> tokio::runtime::Runtime {
-    let mut builder = if multi_thread {
-        tokio::runtime::Builder::new_multi_thread()
-    } else {
-        tokio::runtime::Builder::new_current_thread()
-    };
-    builder
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime")
-}
 
 /// The SHA1 of a script of `lua/`, which its EVALSHA carries.
 fn sha(lua: &str) -> String {

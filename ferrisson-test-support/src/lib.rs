@@ -83,6 +83,21 @@ pub fn builder_with_timeouts(
         .connection_timeout(timeouts)
 }
 
+/// A runtime of its own for a test that ends one (a program's end):
+/// multi-threaded (two workers) or current-thread.
+pub fn runtime(multi_thread: bool) -> tokio::runtime::Runtime {
+    let mut builder = if multi_thread {
+        tokio::runtime::Builder::new_multi_thread()
+    } else {
+        tokio::runtime::Builder::new_current_thread()
+    };
+    builder
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime")
+}
+
 /// Builds `builder`'s client, within the tests' time for a step.
 #[cfg(feature = "client")]
 pub async fn connect(builder: ferrisson::ClientBuilder) -> ferrisson::Client {

@@ -234,6 +234,16 @@ impl RedisServer {
         }
     }
 
+    /// How many EVALSHA calls the server ran since it started (or its
+    /// statistics were reset), by `INFO commandstats`.
+    pub fn evalsha_calls(&self) -> u64 {
+        let info = self.cmd(&["INFO", "commandstats"]).as_string().unwrap();
+        info.lines()
+            .find_map(|line| line.strip_prefix("cmdstat_evalsha:calls="))
+            .and_then(|rest| rest.split(',').next())
+            .map_or(0, |calls| calls.parse().unwrap())
+    }
+
     /// [`RedisServer::cmd`], with a failed connection returned instead of a
     /// panic: for looks inside an `eventually` wait while the server may be
     /// switching roles, restarting or cut off, where Redis dropping the
