@@ -15,6 +15,10 @@
 -- KEYS[6]  optional: a give-back's grant, the acquire latch of the request
 --          whose hold this gives back,
 --          `ferrisson_acquire_latch:{name}:<request-id>`
+--          A give-back that runs (its grant shown, the key a lock) closes
+--          the grant (`x`, its TTL kept), also when the owner holds
+--          nothing: a settle of the grant run again, under another request
+--          id, then finds nothing more to give back.
 --
 -- Dead waiters at the head of the queue are dropped first. Replies 1 when
 -- this was the last hold (the hash is deleted and the first waiter woken on
@@ -81,11 +85,29 @@ local function grant_shown(grant)
     return latch ~= false and latch ~= 'x'
 end
 -- end shared
+-- shared: close a give-back's grant (once the give-back runs, whatever the
+-- owner holds: `grant` becomes `x`, its TTL kept, so a settle of the grant
+-- run again, under another request id, finds nothing more to give back,
+-- where it would take the owner's next hold. `lock` is refused first, and
+-- its error reply returned, when it is no lock; nil otherwise, and for a
+-- plain release, `grant` nil)
+local function close_grant(grant, lock)
+    if grant == nil then
+        return nil
+    end
+    local refused = not_a_lock(lock)
+    if refused then
+        return refused
+    end
+    redis.call('set', grant, 'x', 'keepttl')
+    return nil
+end
+-- end shared
 if not grant_shown(KEYS[6]) then
     return nil
 end
-local refused = not_a_lock(KEYS[1]) or wrong_type(KEYS[2], 'list')
-    or wrong_type(KEYS[3], 'zset')
+local refused = wrong_type(KEYS[2], 'list') or wrong_type(KEYS[3], 'zset')
+    or close_grant(KEYS[6], KEYS[1]) or not_a_lock(KEYS[1])
 if refused then
     return refused
 end

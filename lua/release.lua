@@ -22,6 +22,10 @@
 -- KEYS[4]  optional, without ARGV[8]: a give-back's grant, the acquire
 --          latch of the request whose hold this gives back,
 --          `ferrisson_acquire_latch:{name}:<request-id>`
+--          A give-back that runs (its grant shown, the key a lock) closes
+--          the grant (`x`, its TTL kept), also when the owner holds
+--          nothing: a settle of the grant run again, under another request
+--          id, then finds nothing more to give back.
 --
 -- Replies 1 when this was the last hold (the key is deleted and the message
 -- published), 0 when holds remain (count lowered, TTL raised to the lease
@@ -104,6 +108,24 @@ local function grant_shown(grant)
     return latch ~= false and latch ~= 'x'
 end
 -- end shared
+-- shared: close a give-back's grant (once the give-back runs, whatever the
+-- owner holds: `grant` becomes `x`, its TTL kept, so a settle of the grant
+-- run again, under another request id, finds nothing more to give back,
+-- where it would take the owner's next hold. `lock` is refused first, and
+-- its error reply returned, when it is no lock; nil otherwise, and for a
+-- plain release, `grant` nil)
+local function close_grant(grant, lock)
+    if grant == nil then
+        return nil
+    end
+    local refused = not_a_lock(lock)
+    if refused then
+        return refused
+    end
+    redis.call('set', grant, 'x', 'keepttl')
+    return nil
+end
+-- end shared
 -- Past its deadline (by the server's clock), a first call changes nothing.
 -- Written inline, not as the other scripts' `too_late`: every release runs
 -- this, and without a deadline it costs one lookup.
@@ -115,8 +137,16 @@ if deadline ~= nil and deadline > 0 then
         return -5
     end
 end
-if ARGV[8] == nil and not grant_shown(KEYS[4]) then
+local grant = nil
+if ARGV[8] == nil then
+    grant = KEYS[4]
+end
+if not grant_shown(grant) then
     return nil
+end
+local refused = close_grant(grant, KEYS[1])
+if refused then
+    return refused
 end
 -- HGET fails on another type: that, like a field not found, is looked at
 -- here (nil: not held).

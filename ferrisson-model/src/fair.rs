@@ -325,11 +325,16 @@ impl Server {
     /// `lua/fair_release.lua` as the give-back of the hold `grant` took,
     /// under its own request `req`: a release while the grant's latch
     /// shows the grant (or `req` ran before: a replay), else `NotHeld`,
-    /// nothing written and nobody woken.
+    /// nothing written and nobody woken. A give-back that runs closes the
+    /// grant's latch (`x`), as the lock's does (see
+    /// `lock::Server::give_back`).
     pub fn give_back(&mut self, req: ReqId, grant: ReqId) -> (Reply, Option<ClientId>) {
         let replay = self.unlock_latches.iter().any(|(r, _)| *r == req);
         if !replay && self.latch(grant) != Some(Latch::Granted) {
             return (Reply::NotHeld, None);
+        }
+        if !replay {
+            crate::close_grant(&mut self.acquire_latches, grant);
         }
         self.release(req)
     }

@@ -57,5 +57,16 @@ pub(crate) fn expire_latches<V>(
     latches.retain(|(req, _)| ends.iter().any(|(r, _)| r == req));
 }
 
+/// A give-back that ran closes its grant's latch (`x`, its TTL kept, as
+/// the release scripts' `close_grant`): a settle of the grant run again
+/// finds nothing more to give back.
+pub(crate) fn close_grant(latches: &mut [(ReqId, Latch)], grant: ReqId) {
+    for (req, latch) in latches.iter_mut() {
+        if *req == grant {
+            *latch = Latch::Cancelled;
+        }
+    }
+}
+
 mod lock;
 pub use lock::*;

@@ -39,6 +39,26 @@ fn the_protocol_holds_when_a_dropped_guards_release_meets_the_owners_next_acquir
     holds(Bounds::dropped());
 }
 
+/// A settle run again from its start (a rescue at a runtime's end runs
+/// restartable work again) gives back under a fresh request id: the grant
+/// it gives back must show nothing to give any more.
+fn rerun(mutation: Mutation) -> LockModel {
+    LockModel {
+        reruns: 1,
+        ..LockModel::new(Bounds::rerun(), mutation)
+    }
+}
+
+#[test]
+fn the_protocol_holds_when_a_settle_runs_again_after_its_give_back() {
+    holds_for(rerun(Mutation::None));
+}
+
+#[test]
+fn a_give_back_that_leaves_its_grant_lets_a_settle_run_again_release_the_owners_next_hold() {
+    found(rerun(Mutation::GiveBackLeavesGrant), ONE_HOLDER);
+}
+
 #[test]
 #[ignore = "over 10 s: .ci/run runs it once, with --ignored"]
 fn the_protocol_holds_when_requests_arrive_late_while_leases_run_out() {

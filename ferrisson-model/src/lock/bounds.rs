@@ -83,6 +83,11 @@ pub enum Mutation {
     /// master (a resend, or a command the cluster client sends on after
     /// `MOVED`) releases the owner's next hold there.
     GiveBackIgnoresLatch,
+    /// A give-back leaves its grant's latch showing the grant (ferrisson's
+    /// give-back before 2026-12-07): a settle of the grant run again (a
+    /// rescue at a runtime's end runs it from its start) gives back once
+    /// more under a fresh request id, and releases the owner's next hold.
+    GiveBackLeavesGrant,
     /// The lean acquire counts (`HINCRBY`) where it should find: two
     /// copies of one lost send (a client that sends the same bytes again
     /// on a new connection) take two counts, and the settle finds one
@@ -397,6 +402,17 @@ impl Bounds {
             long_lease: 0,
             window: 1,
             latch_ttl: 3,
+        }
+    }
+
+    /// A settle run again (with `LockModel::reruns`): the first client's
+    /// first acquire loses its reply and is settled, what it took given
+    /// back; its second may then hold while the give-back goes again.
+    pub fn rerun() -> Bounds {
+        Bounds {
+            drops: 0,
+            drop_resends: 0,
+            ..Bounds::dropped()
         }
     }
 }

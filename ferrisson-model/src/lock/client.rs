@@ -217,6 +217,9 @@ pub struct Client {
     /// The caller of its lean acquire left (the future dropped): the
     /// acquire is settled all the same, and a hold it took given back.
     pub left: bool,
+    /// Its last give-back's grant, and that give-back's deadline, while
+    /// its settle may run again (`LockModel::reruns`).
+    pub given_back: Option<(ReqId, Time)>,
 }
 
 impl Client {
@@ -243,6 +246,7 @@ impl Client {
             quiet_until: 0,
             lean_until: 0,
             left: false,
+            given_back: None,
         }
     }
 
@@ -284,6 +288,8 @@ pub struct State {
     /// Failovers and restarts so far: each replaces every connection.
     pub failovers: u8,
     pub restarts_left: u8,
+    /// Settles that may still run again (`LockModel::reruns`).
+    pub reruns_left: u8,
     /// Whether each replica is online (`LockModel::offline`; empty: all
     /// are). An offline replica takes no writes and counts for no `WAIT`
     /// until it comes online (a full sync), and is not promoted.
@@ -343,6 +349,9 @@ pub enum Action {
     Cancel(ClientId),
     /// A dropped guard's release timed out: it is sent again.
     ResendDropped(ClientId),
+    /// The settle of a grant given back runs again (`LockModel::reruns`):
+    /// its give-back goes once more, under a fresh request id.
+    Rerun(ClientId),
     /// A holder writes to the resource with its token.
     Write(ClientId),
     /// The write at this index reaches the resource (late, if its writer

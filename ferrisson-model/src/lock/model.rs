@@ -38,6 +38,7 @@ impl Model for LockModel {
             failovers_left: self.bounds.failovers,
             failovers: 0,
             restarts_left: self.bounds.restarts,
+            reruns_left: self.reruns,
             online: match (self.replica, self.offline) {
                 (Some(_), true) => {
                     let mut online = vec![true; self.replicas as usize];
@@ -108,6 +109,9 @@ impl Model for LockModel {
                 {
                     actions.push(Action::ResendDropped(id));
                 }
+            }
+            if c.given_back.is_some() && c.phase != Phase::Crashed && state.reruns_left > 0 {
+                actions.push(Action::Rerun(id));
             }
         }
         for i in 0..state.requests.len() {
@@ -254,6 +258,21 @@ impl Model for LockModel {
                     send: 0,
                     op: Op::Dropped(bg.req, bg.lease),
                     at: now,
+                    until,
+                };
+                state.requests.push(sent);
+                state.requests.sort();
+            }
+            Action::Rerun(id) => {
+                let (grant, until) = state.clients[id as usize].given_back.take()?;
+                state.reruns_left -= 1;
+                let req = Self::next_req(&mut state, id);
+                // Its own connection: its reply is not read.
+                let sent = Sent {
+                    client: id,
+                    send: 0,
+                    op: Op::GiveBack(req, grant),
+                    at: state.now,
                     until,
                 };
                 state.requests.push(sent);

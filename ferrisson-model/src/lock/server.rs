@@ -248,7 +248,10 @@ impl Server {
     /// A give-back of `grant` under request `req`: `lua/release.lua`,
     /// when the grant's latch shows it granted (or `req` ran before: a
     /// replay), else nothing is released (`NotHeld`); under
-    /// `GiveBackIgnoresLatch`, the release alone.
+    /// `GiveBackIgnoresLatch`, the release alone. A give-back that runs
+    /// closes the grant's latch (`x`, its TTL kept): a settle of the grant
+    /// run again, under a fresh request id, finds nothing to give back
+    /// (under `GiveBackLeavesGrant`, the latch is left showing the grant).
     pub fn give_back(
         &mut self,
         now: Time,
@@ -263,6 +266,15 @@ impl Server {
             && self.latch(grant) != Some(Latch::Granted)
         {
             return Reply::NotHeld;
+        }
+        if !replay && mutation != Mutation::GiveBackLeavesGrant {
+            if let Some(i) = self
+                .acquire_latches
+                .iter()
+                .position(|(r, _, _)| *r == grant)
+            {
+                self.acquire_latches[i].1 = Latch::Cancelled;
+            }
         }
         self.release(now, req, b, mutation)
     }

@@ -56,6 +56,13 @@ pub struct LockModel {
     /// the script checks by the server's clock: one that reaches Redis
     /// later changes nothing (the owner's next hold may be there).
     pub release_deadlines: bool,
+    /// Settles run again, in all: after a give-back is answered, its
+    /// client may run the settle of the grant once more from its start,
+    /// as a rescue at a runtime's end runs restartable work again. The
+    /// give-back then goes again under a fresh request id, in the
+    /// background, its reply not read (the settle before it is left out:
+    /// the give-back's script checks the grant's latch as that does).
+    pub reruns: u8,
 }
 
 impl LockModel {
@@ -75,6 +82,7 @@ impl LockModel {
             late_lean: false,
             settle_lost_releases: false,
             release_deadlines: false,
+            reruns: 0,
         }
     }
 
@@ -513,6 +521,9 @@ impl LockModel {
             | (Phase::Settling(_), _)
             | (Phase::GivingBack { .. }, _) => {
                 let c = &mut state.clients[id as usize];
+                if let (Phase::GivingBack { grant, .. }, true) = (c.phase, self.reruns > 0) {
+                    c.given_back = Some((grant, answer.to.until));
+                }
                 c.phase = Phase::Idle;
                 c.lost = false;
             }

@@ -404,7 +404,9 @@ impl Server {
     /// `lua/read_release.lua` or `lua/write_release.lua` as the give-back
     /// of the hold `grant` took, under its own request `req`: a release
     /// while the grant's latch shows the grant (or `req` ran before: a
-    /// replay), else `NotHeld`, nothing written.
+    /// replay), else `NotHeld`, nothing written. A give-back that runs
+    /// closes the grant's latch (`x`), as the lock's does (see
+    /// `lock::Server::give_back`).
     pub fn give_back(
         &mut self,
         side: Side,
@@ -415,6 +417,9 @@ impl Server {
         let replay = self.unlock_latches.iter().any(|(r, _)| *r == req);
         if !replay && self.latch(grant) != Some(Latch::Granted) {
             return (Reply::NotHeld, false);
+        }
+        if !replay {
+            crate::close_grant(&mut self.acquire_latches, grant);
         }
         self.release(side, req, mutation)
     }

@@ -545,6 +545,16 @@ const MUTANTS: &[(Mutant, usize)] = &[
     (
         Mutant {
             file: "fair_release.lua",
+            from: "redis.call('set', grant, 'x', 'keepttl')",
+            nth: 1,
+            to: "redis.call('get', grant)",
+            what: "a fair give-back leaves its grant's latch showing the grant",
+        },
+        1,
+    ),
+    (
+        Mutant {
+            file: "fair_release.lua",
             from: "if not grant_shown(KEYS[6]) then",
             nth: 1,
             to: "if false then",

@@ -1481,10 +1481,20 @@ const MUTANTS: &[(Mutant, usize)] = &[
     (
         Mutant {
             file: "release.lua",
-            from: "if ARGV[8] == nil and not grant_shown(KEYS[4]) then",
+            from: "if not grant_shown(grant) then",
             nth: 1,
             to: "if false then",
             what: "a give-back takes the owner's hold whatever its grant's latch shows",
+        },
+        1,
+    ),
+    (
+        Mutant {
+            file: "release.lua",
+            from: "redis.call('set', grant, 'x', 'keepttl')",
+            nth: 1,
+            to: "redis.call('get', grant)",
+            what: "a give-back leaves its grant's latch showing the grant",
         },
         1,
     ),

@@ -548,6 +548,26 @@ const MUTANTS: &[(Mutant, usize)] = &[
     (
         Mutant {
             file: "read_release.lua",
+            from: "redis.call('set', grant, 'x', 'keepttl')",
+            nth: 1,
+            to: "redis.call('get', grant)",
+            what: "a read give-back leaves its grant's latch showing the grant",
+        },
+        1,
+    ),
+    (
+        Mutant {
+            file: "write_release.lua",
+            from: "redis.call('set', grant, 'x', 'keepttl')",
+            nth: 1,
+            to: "redis.call('get', grant)",
+            what: "a write give-back leaves its grant's latch showing the grant",
+        },
+        1,
+    ),
+    (
+        Mutant {
+            file: "read_release.lua",
             from: "if not grant_shown(KEYS[6]) then",
             nth: 1,
             to: "if false then",
