@@ -121,52 +121,83 @@ fn a_call_in_flight_when_the_program_returns_leaves_nothing_taken() {
     }
 }
 
-/// A settle of a semaphore's acquire whose reply was lost (run when the
-/// wait let its request go), cut by the runtime's end after its give-back
-/// went through, runs again from its start at the runtime's drop, and
-/// gives nothing back twice: the permit the lost send took comes back
-/// once. The close of the grant's latch, which the give-back sends once
-/// the permit is back, is held in a proxy until the runtime is gone.
+/// A settle of an acquire whose reply was lost (run when the call let its
+/// request go), cut by the runtime's end after its give-back ran in Redis,
+/// runs again from its start at the runtime's drop, and gives nothing back
+/// twice: the give-back closed the grant's latch, so the settle run again
+/// finds nothing to give. A semaphore's permit comes back once; a lock's
+/// give-back of a re-entry releases no other hold of the same owner (one
+/// taken before, and kept past the runtime). The give-back's reply is held
+/// in a proxy until the runtime is gone.
 #[test]
 fn a_settle_run_again_at_the_programs_end_gives_back_once() {
     let server = RedisServer::start();
     let proxy = Proxy::start(server.port());
-    let name = "shutdown:settle-twice";
-    let permits = || server.cmd(&["GET", name]).as_string();
-    let rt = runtime(true);
-    rt.block_on(async {
-        let client = common::client_at(&proxy.url(), WATCHDOG).await;
-        let semaphore = client.semaphore(name);
-        assert!(soon(semaphore.try_set_permits(1)).await.unwrap());
-        // The scripts loaded.
-        soon(semaphore.acquire()).await.unwrap();
-        soon(semaphore.release()).await.unwrap();
-        proxy.lose_next_reply_to_then_refuse("ferrisson_acquire_latch:{shutdown:settle-twice}");
-        // One try: its resends find the server unreachable, and it fails.
-        let tried = soon(semaphore.try_acquire()).await;
-        assert!(tried.is_err(), "{tried:?}");
-        assert_eq!(proxy.lost_replies(), 1);
-        assert_eq!(
-            permits().as_deref(),
-            Some("0"),
-            "the lost send took the permit"
-        );
-        // Its request is settled in the background, and the close of its
-        // latch (`SET <latch> x PX <ttl>`) held.
-        proxy.hold_next_command("$1\r\nx\r\n$2\r\nPX");
-        proxy.refuse(false);
-        common::eventually(Duration::from_secs(30), || {
-            let held = proxy.held_commands() == 1;
-            async move { held }
-        })
-        .await;
-        assert_eq!(
-            permits().as_deref(),
-            Some("1"),
-            "the settle gave the permit back"
-        );
-    });
-    drop(rt);
-    assert_eq!(permits().as_deref(), Some("1"), "given back once");
-    proxy.release_held();
+    for lock in [false, true] {
+        let name = format!("shutdown:settle-twice:{lock}");
+        // The permits left, or the owner's count of holds.
+        let count = || match lock {
+            true => (server.cmd(&["HVALS", &name]).as_array())
+                .and_then(|counts| counts.first().and_then(|count| count.as_string())),
+            false => server.cmd(&["GET", &name]).as_string(),
+        };
+        let rt = runtime(true);
+        let guard = rt.block_on(async {
+            // Latched, as every acquire of a semaphore goes.
+            let builder = ferrisson::Client::builder(proxy.url())
+                .watchdog_timeout(WATCHDOG)
+                .lean(false);
+            let client = common::connect(builder).await;
+            let semaphore = client.semaphore(&name);
+            let lock_ = client.lock(&name).with_owner("settled-twice");
+            // The scripts loaded; the owner holds the lock, past the
+            // runtime's end.
+            let guard = if lock {
+                soon(soon(lock_.lock()).await.unwrap().unlock())
+                    .await
+                    .unwrap();
+                Some(soon(lock_.lock_with_lease(10 * WATCHDOG)).await.unwrap())
+            } else {
+                assert!(soon(semaphore.try_set_permits(1)).await.unwrap());
+                soon(semaphore.acquire()).await.unwrap();
+                soon(semaphore.release()).await.unwrap();
+                None
+            };
+            let lost = proxy.lost_replies();
+            proxy.lose_next_reply_to_then_refuse(&format!("ferrisson_acquire_latch:{{{name}}}"));
+            // One try: its resends find the server unreachable, and it
+            // fails.
+            let tried = match lock {
+                true => soon(lock_.try_lock()).await.map(drop),
+                false => soon(semaphore.try_acquire()).await.map(drop),
+            };
+            assert!(tried.is_err(), "{tried:?}");
+            assert_eq!(proxy.lost_replies(), lost + 1);
+            let took = if lock { "2" } else { "0" };
+            assert_eq!(count().as_deref(), Some(took), "the lost send took it");
+            // Its request is settled in the background, and its give-back's
+            // reply held (by its latch's key), the script loaded first (a
+            // NOSCRIPT reply would be the one held).
+            server.cmd(&[
+                "SCRIPT",
+                "LOAD",
+                include_str!("../lua/semaphore_give_back.lua"),
+            ]);
+            let held = proxy.held_replies();
+            proxy.hold_next_reply_to(&format!("redisson_unlock_latch:{{{name}}}"));
+            proxy.refuse(false);
+            common::eventually(Duration::from_secs(30), || {
+                let held = proxy.held_replies() > held;
+                async move { held }
+            })
+            .await;
+            assert_eq!(count().as_deref(), Some("1"), "given back");
+            guard
+        });
+        drop(rt);
+        assert_eq!(count().as_deref(), Some("1"), "given back once");
+        proxy.release_held();
+        // Its release would go on a runtime that is gone.
+        std::mem::forget(guard);
+    }
 }

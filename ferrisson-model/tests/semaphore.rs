@@ -96,6 +96,32 @@ fn without_the_give_back_latch_more_permits_go_out_than_there_are() {
     found(model, WITHIN_TOTAL);
 }
 
+/// A settle run again from its start (a rescue at a runtime's end runs
+/// restartable work again), under a fresh give-back id: the grant it gives
+/// back must show nothing to give any more.
+fn rerun(mutation: Mutation) -> SemaphoreModel {
+    SemaphoreModel {
+        reruns: 1,
+        ..SemaphoreModel::new(
+            Bounds {
+                give_ups: 0,
+                ..Bounds::lost_replies()
+            },
+            mutation,
+        )
+    }
+}
+
+#[test]
+fn the_semaphore_holds_when_a_settle_runs_again_after_its_give_back() {
+    holds(rerun(Mutation::None));
+}
+
+#[test]
+fn a_give_back_that_leaves_its_grant_lets_a_settle_run_again_give_twice() {
+    found(rerun(Mutation::GiveBackLeavesGrant), WITHIN_TOTAL);
+}
+
 #[test]
 fn a_waiter_that_does_not_try_again_once_subscribed_sleeps_through_a_release() {
     let model =

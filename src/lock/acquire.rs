@@ -564,7 +564,7 @@ impl LockCore {
             let why = GiveBack::Unconfirmed;
             let lasts = Lasts::Ms(ttl_ms);
             let grant = grant.as_ref();
-            hold.give_back(&lock, lasts, granted, grant, why).await
+            hold.give_back(&lock, lasts, granted, grant, why).await;
         });
     }
 
@@ -643,7 +643,7 @@ impl Taken for Hold {
         granted: GrantedIn,
         grant: Option<&Arc<Latch>>,
         why: GiveBack,
-    ) {
+    ) -> bool {
         // The release keeps the key's TTL at least what the acquire set (a
         // leased re-entry inside a watchdog hold keeps the watchdog's TTL);
         // a lock's grant always sets one.
@@ -653,26 +653,33 @@ impl Taken for Hold {
         let owner = &self.owner;
         let resend = Resend::UntilExpired;
         let key = HoldKey::new(Arc::clone(lock.shared_name()), Arc::clone(owner));
-        let grant = grant.map(Arc::clone);
+        let (named, grant) = (grant.is_some(), grant.map(Arc::clone));
         let released = give_back_hold(lock, self.kind, &key, ttl_ms, granted, resend, grant);
         match released.await {
-            Ok(()) => {}
+            // The script ran past its grant's check, and closed the grant
+            // (`release.lua` and the others' `close_grant`).
+            Ok(()) => named,
             // Its lease ran out before the give-back could be sent: the
             // hold is gone, or ends with its TTL; the owner may hold anew.
             Err(err @ Error::LeaseLost { .. }) => {
                 tracing::debug!(lock = %name, %owner, error = %err, why = why.why(),
                     "a hold an acquire took ran out before it could be given back");
+                false
             }
             // The release names the grant's latch: a master without it
-            // never had the grant (a failover lost it), or the hold is gone.
+            // never had the grant (a failover lost it), or the hold is gone
+            // (the grant closed then, when it showed; closed again all the
+            // same, which a latch that is gone needs).
             Err(err @ Error::NotHeld { .. }) => {
                 tracing::debug!(lock = %name, %owner, error = %err, why = why.why(),
                     "nothing to give back: the master that answers has no hold of the owner, \
                      or not this grant (a failover lost it)");
+                false
             }
             Err(err) => {
                 tracing::warn!(lock = %name, %owner, error = %err, why = why.why(),
                     "could not give back a hold an acquire took; it expires with its lease");
+                false
             }
         }
     }

@@ -482,8 +482,9 @@ struct Permits {
     /// again from its start (at a runtime's shutdown) sends under the same
     /// id, and a first run that got through is replayed, not counted again.
     give_back: String,
-    /// Runs of the give-back so far: a run beside or after another (a
-    /// send of which may still land) leaves the latch to its TTL.
+    /// Runs of the give-back so far: one that names no grant, beside or
+    /// after another (a send of which may still land), leaves the latch to
+    /// its TTL.
     runs: std::sync::atomic::AtomicU32,
 }
 
@@ -511,11 +512,11 @@ impl Taken for Permits {
         _lasts: Lasts,
         _granted: GrantedIn,
         // Permits are no holds of an owner: a give-back takes back only
-        // the ones its request took, whatever the master. The grant's
-        // latch is closed once they are back (see below).
+        // the ones its request took, whatever the master. The script
+        // closes the grant's latch, and gives nothing for a closed one.
         grant: Option<&Arc<Latch>>,
         why: GiveBack,
-    ) {
+    ) -> bool {
         let (permits, name) = (self.count, semaphore.name());
         let latch = self.give_back.clone();
         self.runs.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
@@ -525,36 +526,32 @@ impl Taken for Permits {
             sends += 1;
             let mut conn = semaphore.conn();
             let mut call = SEMAPHORE_GIVE_BACK.prepare_invoke();
-            call.key(name)
-                .key(&channel)
-                .key(&latch)
-                .arg(permits)
-                .arg(semaphore.publish())
-                .arg(latch_ttl);
-            async move { call.invoke_async::<i64>(&mut conn).await }
+            call.key(name).key(&channel).key(&latch);
+            if let Some(grant) = grant {
+                call.key(&grant.key);
+            }
+            call.arg(permits).arg(semaphore.publish()).arg(latch_ttl);
+            async move { call.invoke_async::<Option<i64>>(&mut conn).await }
         };
         let until = Instant::now() + NEVER_EXPIRES;
         match resend_until(semaphore.config(), name, until, send).await {
             Ok(_) => {
-                // The grant's latch closed first: a settle of the request
-                // run again (at a runtime's shutdown) then finds no grant
-                // to give back, where this latch, once deleted, would not
-                // keep a second give-back from counting.
-                let closed = match grant {
-                    Some(grant) => grant.close_now(&semaphore.conn()).await,
-                    None => true,
-                };
-                // Kept to its TTL after a failed send, or beside another
-                // run of the give-back, whose send may still reach Redis
-                // and must find it (or add the permits twice).
+                // Kept to its TTL after a failed send, which may still
+                // reach Redis and must find it (or add the permits twice);
+                // likewise beside another run of a give-back that names no
+                // grant. One that names its grant closed it (`nil`: another
+                // run did): a run that sends after this latch is gone finds
+                // the grant closed, and a settle run again finds no grant.
                 let alone = self.runs.load(std::sync::atomic::Ordering::Acquire) == 1;
-                if closed && sends == 1 && alone {
+                if sends == 1 && (grant.is_some() || alone) {
                     semaphore.discard_latch(latch);
                 }
+                grant.is_some()
             }
             Err(err) => {
                 tracing::warn!(semaphore = %name, permits, error = %err, why = why.why(),
                     "could not give back permits an acquire took");
+                false
             }
         }
     }

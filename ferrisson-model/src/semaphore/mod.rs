@@ -48,6 +48,11 @@ pub enum Mutation {
     /// between its first (unsubscribed) try and its subscription wakes
     /// nobody.
     NoTryAfterSubscribe,
+    /// A give-back leaves its grant's latch showing the grant (ferrisson's
+    /// give-back before 2026-12-07): a settle of the grant run again (a
+    /// rescue at a runtime's end runs it from its start), once the first
+    /// give-back's own latch is gone, gives the permits back twice.
+    GiveBackLeavesGrant,
 }
 
 impl fmt::Display for Mutation {
@@ -175,6 +180,9 @@ pub enum Reply {
     Count(i16),
     /// Settle: whether the request had been granted.
     Settled(bool),
+    /// Give-back: its grant's latch is closed (another give-back of the
+    /// grant ran): nothing given.
+    Closed,
 }
 
 impl Server {
@@ -232,16 +240,36 @@ impl Server {
         Reply::Count(self.available)
     }
 
-    /// `lua/semaphore_give_back.lua`: give back what a take took, once
-    /// per give-back request `req`; and whether it published (a replayed
-    /// give-back does not).
-    pub fn give_back(&mut self, req: ReqId, permits: u8, mutation: Mutation) -> (Reply, bool) {
+    /// `lua/semaphore_give_back.lua`: give back what a take, request
+    /// `grant`, took, once per give-back request `req`; and whether it
+    /// published (a replayed give-back does not). A grant whose latch is
+    /// closed gives nothing (`Closed`): another give-back of it ran. One
+    /// that runs closes the grant's latch, when it is there (permits never
+    /// expire: a give-back whose grant's latch ran out still gives), so
+    /// that a settle run again finds nothing to give back.
+    pub fn give_back(
+        &mut self,
+        req: ReqId,
+        grant: ReqId,
+        permits: u8,
+        mutation: Mutation,
+    ) -> (Reply, bool) {
         if mutation != Mutation::NoGiveBackLatch {
             if let Some((_, first)) = self.give_back_latches.iter().find(|(r, _)| *r == req) {
                 return (Reply::Count(*first), false);
             }
         }
+        if self.latch(grant) == Some(Latch::Cancelled) {
+            return (Reply::Closed, false);
+        }
         self.available += i16::from(permits);
+        if mutation != Mutation::GiveBackLeavesGrant {
+            for (r, latch, _) in self.acquire_latches.iter_mut() {
+                if *r == grant {
+                    *latch = Latch::Cancelled;
+                }
+            }
+        }
         if mutation != Mutation::NoGiveBackLatch {
             self.give_back_latches.push((req, self.available));
             self.give_back_latches.sort();
@@ -273,7 +301,12 @@ pub enum Op {
     Acquire(ReqId),
     Release,
     Settle(ReqId),
-    GiveBack(ReqId),
+    /// A give-back, and its grant (the request that took the permits).
+    GiveBack(ReqId, ReqId),
+    /// A settle of a grant given back, run again (see
+    /// `SemaphoreModel::reruns`): its settle, then, when that finds the
+    /// grant, a give-back under this request.
+    Rerun(ReqId, ReqId),
 }
 
 /// A request in flight.
@@ -325,9 +358,11 @@ pub enum Phase {
         resends: u8,
         wait: bool,
     },
-    /// Giving back what a settled request was found to have taken.
+    /// Giving back what a settled request, `grant`, was found to have
+    /// taken.
     GivingBack {
         req: ReqId,
+        grant: ReqId,
         resends: u8,
         wait: bool,
     },
@@ -360,6 +395,8 @@ pub struct Client {
     pub sent: Time,
     /// Releases whose reply was lost: the count may lack their permits.
     pub unsure: u8,
+    /// Its last give-back's grant, while its settle may run again.
+    pub given_back: Option<ReqId>,
 }
 
 impl Client {
@@ -377,6 +414,7 @@ impl Client {
             tried: 0,
             sent: 0,
             unsure: 0,
+            given_back: None,
         }
     }
 }
@@ -400,6 +438,8 @@ pub struct State {
     pub changes: u8,
     /// A message woke a waiter (for the reachability check).
     pub woke: bool,
+    /// Settles that may still run again (`SemaphoreModel::reruns`).
+    pub reruns_left: u8,
 }
 
 impl State {
@@ -448,6 +488,10 @@ pub enum Action {
     Wake(usize),
     /// The network loses the message at this index.
     Lose(usize),
+    /// The settle of a grant given back runs again (a rescue at a
+    /// runtime's end runs restartable work from its start), in the
+    /// background: its reply is not read.
+    Rerun(ClientId),
     /// Time passes one tick.
     Tick,
 }

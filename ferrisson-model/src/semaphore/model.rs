@@ -12,6 +12,11 @@ pub struct SemaphoreModel {
     /// of the watchdog timeout, in the library): off, pub/sub alone must
     /// wake every waiter.
     pub look_again: bool,
+    /// Settles run again, in all: after a give-back is answered, its
+    /// client may run the settle of its grant once more from its start,
+    /// under a fresh give-back id (the library keeps one id per grant, but
+    /// lets its latch go once the give-back is answered).
+    pub reruns: u8,
 }
 
 impl SemaphoreModel {
@@ -20,6 +25,7 @@ impl SemaphoreModel {
             bounds,
             mutation,
             look_again: true,
+            reruns: 0,
         }
     }
 
@@ -143,18 +149,23 @@ impl SemaphoreModel {
                 state.clients[id as usize].phase = Phase::Waiting(wait)
             }
             (Phase::Releasing, _) => state.clients[id as usize].phase = Phase::Idle,
-            (Phase::Settling { wait, .. }, Reply::Settled(true)) => {
+            (Phase::Settling { req, wait, .. }, Reply::Settled(true)) => {
                 let give_back = Self::next_req(state, id);
                 state.clients[id as usize].phase = Phase::GivingBack {
                     req: give_back,
+                    grant: req,
                     resends: 0,
                     wait,
                 };
-                Self::send(state, id, Op::GiveBack(give_back));
+                Self::send(state, id, Op::GiveBack(give_back, req));
             }
-            (Phase::Settling { wait, .. }, _) | (Phase::GivingBack { wait, .. }, _) => {
+            (Phase::GivingBack { grant, wait, .. }, _) => {
+                if self.reruns > 0 {
+                    state.clients[id as usize].given_back = Some(grant);
+                }
                 self.settled(state, id, wait)
             }
+            (Phase::Settling { wait, .. }, _) => self.settled(state, id, wait),
             _ => {}
         }
     }
@@ -183,13 +194,19 @@ impl SemaphoreModel {
                 };
                 Self::send(state, id, Op::Settle(req));
             }
-            Phase::GivingBack { req, resends, wait } => {
+            Phase::GivingBack {
+                req,
+                grant,
+                resends,
+                wait,
+            } => {
                 state.clients[id as usize].phase = Phase::GivingBack {
                     req,
+                    grant,
                     resends: resends + 1,
                     wait,
                 };
-                Self::send(state, id, Op::GiveBack(req));
+                Self::send(state, id, Op::GiveBack(req, grant));
             }
             Phase::Releasing => {
                 // It cannot learn whether its release counted: the count
@@ -261,6 +278,7 @@ impl Model for SemaphoreModel {
             losses_left: self.bounds.losses,
             changes: 0,
             woke: false,
+            reruns_left: self.reruns,
         }]
     }
 
@@ -280,6 +298,9 @@ impl Model for SemaphoreModel {
             }
             if self.may_time_out(state, id) {
                 actions.push(Action::Timeout(id));
+            }
+            if c.given_back.is_some() && state.reruns_left > 0 {
+                actions.push(Action::Rerun(id));
             }
             if matches!(
                 c.phase,
@@ -374,7 +395,13 @@ impl Model for SemaphoreModel {
                     Op::Acquire(req) => (server.acquire(now, req, 1, b, m), false),
                     Op::Release => (server.release(1), true),
                     Op::Settle(req) => (server.settle(now, req, b), false),
-                    Op::GiveBack(req) => server.give_back(req, 1, m),
+                    Op::GiveBack(req, grant) => server.give_back(req, grant, 1, m),
+                    // Its settle and its give-back, back to back (a latch
+                    // that runs out between the two is not modelled).
+                    Op::Rerun(req, grant) => match server.settle(now, grant, b) {
+                        Reply::Settled(true) => server.give_back(req, grant, 1, m),
+                        settled => (settled, false),
+                    },
                 };
                 if state.server.available != before {
                     state.changes += 1;
@@ -412,6 +439,18 @@ impl Model for SemaphoreModel {
             Action::Lose(i) => {
                 state.messages.remove(i);
                 state.losses_left -= 1;
+            }
+            Action::Rerun(id) => {
+                let grant = state.clients[id as usize].given_back.take()?;
+                state.reruns_left -= 1;
+                let req = Self::next_req(&mut state, id);
+                state.requests.push(Sent {
+                    client: id,
+                    op: Op::Rerun(req, grant),
+                    at: state.now,
+                    awaited: false,
+                });
+                state.requests.sort();
             }
             Action::Tick => {
                 state.now += 1;

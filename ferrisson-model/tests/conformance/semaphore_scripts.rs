@@ -30,7 +30,8 @@ enum Step {
     Acquire(ReqId, u8),
     Release,
     Settle(ReqId),
-    GiveBack(ReqId),
+    /// A give-back, and its grant (`None`: a give-back naming none).
+    GiveBack(ReqId, Option<ReqId>),
     /// The acquire latch runs out (its key deleted).
     LatchGone(ReqId),
 }
@@ -45,10 +46,13 @@ fn draw(rng: &mut Rng) -> Step {
         0..=3 => Step::Acquire(acquire, 1 + rng.below(2) as u8),
         4..=5 => Step::Release,
         6..=7 => Step::Settle(acquire),
-        8..=9 => Step::GiveBack(ReqId {
-            client,
-            seq: 100 + rng.below(GIVE_BACKS as u64) as u8,
-        }),
+        8..=9 => Step::GiveBack(
+            ReqId {
+                client,
+                seq: 100 + rng.below(GIVE_BACKS as u64) as u8,
+            },
+            (rng.below(4) > 0).then_some(acquire),
+        ),
         _ => Step::LatchGone(acquire),
     }
 }
@@ -105,18 +109,22 @@ impl Scripts {
                     .unwrap();
                 Reply::Settled(left >= 0)
             }
-            Step::GiveBack(req) => {
-                let count: i64 = self
-                    .give_back
-                    .key(NAME)
-                    .key(CHANNEL)
-                    .key(give_back_latch(req))
+            Step::GiveBack(req, grant) => {
+                let mut call = self.give_back.key(NAME);
+                call.key(CHANNEL).key(give_back_latch(req));
+                if let Some(grant) = grant {
+                    call.key(acquire_latch(grant));
+                }
+                let count: Option<i64> = call
                     .arg(1)
                     .arg("publish")
                     .arg(LATCH_TTL_MS)
                     .invoke(conn)
                     .unwrap();
-                Reply::Count(count as i16)
+                match count {
+                    Some(count) => Reply::Count(count as i16),
+                    None => Reply::Closed,
+                }
             }
             Step::LatchGone(req) => {
                 let _: i64 = conn.del(acquire_latch(req)).unwrap();
@@ -136,8 +144,10 @@ fn model_run(server: &mut Server, step: Step, b: &Bounds) -> (Option<Reply>, boo
         ),
         Step::Release => (Some(server.release(1)), true),
         Step::Settle(req) => (Some(server.settle(now, req, b)), false),
-        Step::GiveBack(req) => {
-            let (reply, published) = server.give_back(req, 1, Mutation::None);
+        Step::GiveBack(req, grant) => {
+            // A give-back naming no grant: one whose grant has no latch.
+            let grant = grant.unwrap_or(ReqId { client: 9, seq: 0 });
+            let (reply, published) = server.give_back(req, grant, 1, Mutation::None);
             (Some(reply), published)
         }
         Step::LatchGone(req) => {
@@ -247,6 +257,7 @@ fn the_semaphore_model_and_the_scripts_agree_step_by_step() {
         "Count, replayed",
         "Settled(true)",
         "Settled(false)",
+        "Closed",
     ] {
         assert!(
             replies.contains_key(reply),
@@ -257,6 +268,36 @@ fn the_semaphore_model_and_the_scripts_agree_step_by_step() {
 
 /// One-line bugs in the semaphore's scripts, each a plausible one.
 const MUTANTS: &[(Mutant, usize)] = &[
+    (
+        Mutant {
+            file: "semaphore_give_back.lua",
+            from: "redis.call('set', grant, 'x', 'xx', 'keepttl')",
+            nth: 1,
+            to: "redis.call('get', grant)",
+            what: "a give-back leaves its grant's latch showing the grant",
+        },
+        1,
+    ),
+    (
+        Mutant {
+            file: "semaphore_give_back.lua",
+            from: "if grant ~= nil and redis.call('get', grant) == 'x' then",
+            nth: 1,
+            to: "if false then",
+            what: "a give-back of a closed grant gives again",
+        },
+        1,
+    ),
+    (
+        Mutant {
+            file: "semaphore_give_back.lua",
+            from: "redis.call('set', grant, 'x', 'xx', 'keepttl')",
+            nth: 1,
+            to: "redis.call('set', grant, 'x', 'keepttl')",
+            what: "a give-back whose grant's latch ran out writes one that never runs out",
+        },
+        1,
+    ),
     (
         Mutant {
             file: "semaphore_acquire.lua",

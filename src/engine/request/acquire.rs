@@ -486,12 +486,10 @@ where
     // At a runtime's shutdown, with the reply on its way or the orphan's
     // give-back not done: the request settled by its latch, on a
     // connection of its own (closed, so that a copy still on its way takes
-    // nothing; a grant found given back). After a permits' give-back that
-    // went through, the latch shows no grant any more (see
-    // `Taken::give_back`); a lock's give-back leaves it showing the grant
-    // until the latch is retired, so a rescue between the two releases
-    // one more hold of the owner on that lock, if it has one (the holds
-    // of a program that returns end with it).
+    // nothing; a grant found given back). After a give-back that went
+    // through, the latch shows no grant any more (the give-back's script
+    // closed it, see `Taken::give_back`): the rescue gives nothing back
+    // twice, nor releases the owner's next hold.
     let rescue = {
         let (taken, latch) = (Arc::clone(&taken), Arc::clone(&request.latch));
         let since = request.born;
@@ -527,6 +525,7 @@ where
                 false => granted,
             };
             let why = GiveBack::CallerLeft;
+            // The latch is retired as its request says, closed or not.
             taken
                 .give_back(&on, lasts, granted, Some(&latch), why)
                 .await;

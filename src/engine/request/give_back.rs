@@ -177,14 +177,17 @@ pub(crate) trait Taken: Send + Sync + 'static {
     /// stands still. `grant` is the latch of the request granted, when
     /// the give-back may name it (a lock's releases only while it shows
     /// the grant); a give-back that must outlive it keeps the `Arc`. Logs
-    /// its own failure, saying `why`.
+    /// its own failure, saying `why`. Whether the give-back's script
+    /// closed `grant` (`x`): once it ran, a settle of the request run
+    /// again finds nothing to give back, and the latch needs no close of
+    /// its own.
     ///
     /// It may run again from its start, on a connection of its own, when
     /// its runtime shut down before it ended (see `Finish::rescued_by`),
     /// after any part of the first run: a second run must give nothing
-    /// back twice (permits: one give-back id per grant, and the grant's
-    /// latch closed before that id's latch goes, so that a settle run
-    /// again finds no grant).
+    /// back twice (a give-back naming its grant: the grant closed by the
+    /// first; permits named by none: one give-back id per grant, whose
+    /// latch stays while another run may send).
     fn give_back(
         &self,
         on: &Object,
@@ -192,7 +195,7 @@ pub(crate) trait Taken: Send + Sync + 'static {
         granted: GrantedIn,
         grant: Option<&Arc<Latch>>,
         why: GiveBack,
-    ) -> impl Future<Output = ()> + Send;
+    ) -> impl Future<Output = bool> + Send;
 }
 
 /// What a granted request took, between its grant and its handing out (the
@@ -233,14 +236,14 @@ impl<T: Taken> Unclaimed<T> {
         let give_back = async move {
             taken
                 .give_back(&on, Lasts::UntilReleased, granted, None, why)
-                .await
+                .await;
         };
         let rescue = self.on.rescue(move |on| {
             let taken = Arc::clone(&again);
             async move {
                 taken
                     .give_back(&on, Lasts::UntilReleased, granted, None, why)
-                    .await
+                    .await;
             }
         });
         Finish::detached(self.runtime.clone(), give_back)
@@ -268,7 +271,7 @@ impl<T: Taken> Drop for Unclaimed<T> {
                         None,
                         GiveBack::CallerLeft,
                     )
-                    .await
+                    .await;
             }
         });
     }

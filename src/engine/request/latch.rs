@@ -14,8 +14,9 @@ use crate::Client;
 use super::resend::{resend, Resend};
 
 /// A request's acquire latch, shared by the request and the give-backs of
-/// what it took: a lock's give-back names it, and releases only while it
-/// shows the grant, so it stands until every give-back is done. Once the
+/// what it took: a give-back names it, and gives only while it shows the
+/// grant (a lock's; permits: while it is not closed), closing it when it
+/// runs, so it stands until every give-back is done. Once the
 /// request is spent, the last to let it go retires it: deletes it, or
 /// closes it (`x`) when a send of the request got no reply (a copy may
 /// still reach Redis, and must take nothing).
@@ -64,11 +65,6 @@ impl Latch {
     pub(super) fn retire_when_let_go(&self, closed: bool) {
         let mut retire = self.retire.lock().unwrap_or_else(|p| p.into_inner());
         *retire = Some(retire.unwrap_or(false) || closed);
-    }
-
-    /// Closes it now, on `conn` (see [`close`]): whether it was closed.
-    pub(crate) async fn close_now(&self, conn: &Conn) -> bool {
-        close(conn, &self.name, &self.key, self.ttl).await
     }
 
     /// Makes it live at least until `until` (a give-back parked until then
@@ -141,11 +137,11 @@ impl Drop for Latch {
 /// may lose their replies, each loss cutting the connection this one goes
 /// on: sent once, it was lost so now and then). Then best effort: a latch
 /// left granted makes a late send change nothing too (every acquire
-/// script takes nothing anew for it), and is settled once as long as its
-/// settle is not started twice.
+/// script takes nothing anew for it), and a settle of it run again finds
+/// its grant closed by the give-back's script (see `Taken::give_back`).
 /// Sent on `conn` (the object's: a settle run at a runtime's shutdown has
-/// a connection of its own). Whether it was closed.
-pub(crate) async fn close(conn: &Conn, name: &str, latch: &str, latch_ttl: u64) -> bool {
+/// a connection of its own).
+pub(crate) async fn close(conn: &Conn, name: &str, latch: &str, latch_ttl: u64) {
     let deadline = Instant::now() + Duration::from_millis(latch_ttl);
     let go_on = |_: &redis::RedisError| Instant::now() < deadline;
     let closed: redis::RedisResult<()> = resend(
@@ -165,5 +161,4 @@ pub(crate) async fn close(conn: &Conn, name: &str, latch: &str, latch_ttl: u64) 
         tracing::debug!(%name, error = %err,
             "could not close a spent request's latch; it answers late sends alike");
     }
-    closed.is_ok()
 }

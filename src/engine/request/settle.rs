@@ -136,9 +136,10 @@ pub(super) fn grant_lasts(
 
 /// Gives back what a request whose replies were lost took (its send was
 /// granted after all), naming its latch as the give-back's grant, then
-/// closes the latch: another of its sends may still reach Redis. A
-/// give-back parked for later (see `give_back_hold`) keeps the latch as it
-/// is, and it is closed when that one goes.
+/// closes the latch unless the give-back's script did: another of its
+/// sends may still reach Redis. A give-back parked for later (see
+/// `give_back_hold`) keeps the latch as it is, and it is closed when that
+/// one goes.
 pub(super) async fn give_back_lost<T: Taken>(
     on: Object,
     taken: Arc<T>,
@@ -148,10 +149,11 @@ pub(super) async fn give_back_lost<T: Taken>(
     let name = on.name();
     tracing::debug!(%name, "an acquire whose reply was lost was granted; giving it back");
     let why = GiveBack::ReplyLost;
-    taken
+    let closed = taken
         .give_back(&on, lasts, granted, Some(&latch), why)
         .await;
     match Arc::try_unwrap(latch) {
+        Ok(_) if closed => {}
         Ok(latch) => {
             close(&on.conn(), name, &latch.key, latch.ttl).await;
         }

@@ -91,7 +91,7 @@ impl Taken for PermitsOut {
         // the ones its request took, whatever the master.
         _grant: Option<&Arc<Latch>>,
         why: GiveBack,
-    ) {
+    ) -> bool {
         // The grant came before this: its lease ends by then.
         let now = Instant::now();
         let until = match self.lease_ms {
@@ -105,5 +105,7 @@ impl Taken for PermitsOut {
                     "could not give back a permit an acquire took");
             }
         }
+        // Its script names no grant.
+        false
     }
 }
