@@ -232,24 +232,21 @@ impl<T: Taken> Unclaimed<T> {
             return;
         };
         let granted = GrantedIn::at(Instant::now());
-        let (on, again) = (self.on.clone(), Arc::clone(&taken));
-        let give_back = async move {
-            taken
-                .give_back(&on, Lasts::UntilReleased, granted, None, why)
-                .await;
-        };
-        let rescue = self.on.rescue(move |on| {
-            let taken = Arc::clone(&again);
-            async move {
-                taken
-                    .give_back(&on, Lasts::UntilReleased, granted, None, why)
-                    .await;
-            }
-        });
-        Finish::detached(self.runtime.clone(), give_back)
-            .rescued_by(rescue)
+        let work = move |on| give_back_on(on, Arc::clone(&taken), granted, why);
+        let first = work(self.on.clone());
+        Finish::detached(self.runtime.clone(), first)
+            .rescued_by(self.on.rescue(work))
             .await;
     }
+}
+
+/// One run of an unclaimed grant's give-back, on `on`: what a drop, an
+/// awaited give-back and their rescues run alike (safe to run twice, see
+/// [`Taken::give_back`]).
+async fn give_back_on<T: Taken>(on: Object, taken: Arc<T>, granted: GrantedIn, why: GiveBack) {
+    taken
+        .give_back(&on, Lasts::UntilReleased, granted, None, why)
+        .await;
 }
 
 impl<T: Taken> Drop for Unclaimed<T> {
@@ -259,20 +256,9 @@ impl<T: Taken> Drop for Unclaimed<T> {
         };
         // Finished even when the runtime shuts down first (see
         // `spawn_to_end`): each give-back is safe to run twice.
-        let granted = GrantedIn::at(Instant::now());
+        let (granted, why) = (GrantedIn::at(Instant::now()), GiveBack::CallerLeft);
         self.on.spawn_to_end(&self.runtime, move |on| {
-            let taken = Arc::clone(&taken);
-            async move {
-                taken
-                    .give_back(
-                        &on,
-                        Lasts::UntilReleased,
-                        granted,
-                        None,
-                        GiveBack::CallerLeft,
-                    )
-                    .await;
-            }
+            give_back_on(on, Arc::clone(&taken), granted, why)
         });
     }
 }
