@@ -144,16 +144,16 @@ pub(crate) type Restartable = Arc<dyn Fn(Conn) -> BoxFuture<()> + Send + Sync + 
 /// Runs `work(conn)` as a task on `runtime`, and makes sure it ends: when
 /// the task is dropped before it ended (its runtime shut down, or had
 /// already), `work` runs again on a thread of its own, with a runtime and a
-/// new connection of its own (from `reconnect`), for at most the client's
+/// new connection of its own (one of `client`'s), for at most the client's
 /// connection and response timeouts, and the drop waits for it. `work`
 /// must be safe to run twice.
-pub(crate) fn spawn_to_end<W, F>(conn: Conn, reconnect: Reconnect, runtime: &Handle, work: W)
+pub(crate) fn spawn_to_end<W, F>(conn: Conn, client: crate::Client, runtime: &Handle, work: W)
 where
     W: Fn(Conn) -> F + Send + Sync + 'static,
     F: Future<Output = ()> + Send + 'static,
 {
     let work: Restartable = Arc::new(move |conn| Box::pin(work(conn)));
-    let mut rescue = Rescue::new(reconnect, Arc::clone(&work));
+    let mut rescue = Rescue::new(client, Arc::clone(&work));
     runtime.spawn(async move {
         work(conn).await;
         rescue.disarm();
@@ -193,41 +193,18 @@ fn rescue_answered() {
 /// Runs its work elsewhere (see [`run_elsewhere`]) when dropped armed.
 pub(crate) struct Rescue {
     work: Option<Restartable>,
-    reconnect: Reconnecting,
-}
-
-/// Where a rescue's connection comes from: made when the rescue is (the
-/// work of [`spawn_to_end`]), or from the client when it runs, so that a
-/// call that ends normally (nearly all) pays nothing for it.
-enum Reconnecting {
-    Ready(Reconnect),
-    Of(crate::Client),
-}
-
-impl Reconnecting {
-    fn get(&self) -> Reconnect {
-        match self {
-            Reconnecting::Ready(reconnect) => reconnect.clone(),
-            Reconnecting::Of(client) => client.reconnect(),
-        }
-    }
+    /// Whose connection it runs on, opened only when it runs: a call that
+    /// ends normally (nearly all) pays an `Arc`'s clone for it.
+    client: crate::Client,
 }
 
 impl Rescue {
-    /// Armed: dropped, it runs `work` elsewhere, on a connection from
-    /// `reconnect`.
-    pub(crate) fn new(reconnect: Reconnect, work: Restartable) -> Rescue {
+    /// Armed: dropped, it runs `work` elsewhere, on a new connection of
+    /// `client`'s.
+    pub(crate) fn new(client: crate::Client, work: Restartable) -> Rescue {
         Rescue {
             work: Some(work),
-            reconnect: Reconnecting::Ready(reconnect),
-        }
-    }
-
-    /// [`Rescue::new`], on a connection of `client`'s made when it runs.
-    pub(crate) fn of_client(client: crate::Client, work: Restartable) -> Rescue {
-        Rescue {
-            work: Some(work),
-            reconnect: Reconnecting::Of(client),
+            client,
         }
     }
 
@@ -246,7 +223,7 @@ impl Drop for Rescue {
         // there, not by blocking one of its threads.
         if std::thread::panicking() {
             if let Ok(runtime) = Handle::try_current() {
-                let reconnect = self.reconnect.get();
+                let reconnect = self.client.reconnect();
                 runtime.spawn(async move {
                     if let Ok(conn) = reconnect.open().await {
                         work(conn).await;
@@ -255,7 +232,7 @@ impl Drop for Rescue {
                 return;
             }
         }
-        run_elsewhere(self.reconnect.get(), work);
+        run_elsewhere(self.client.reconnect(), work);
     }
 }
 

@@ -75,8 +75,7 @@ impl Object {
         F: Future<Output = ()> + Send + 'static,
     {
         let obj = self.clone();
-        let reconnect = self.client.reconnect();
-        spawn_to_end(self.conn(), reconnect, runtime, move |conn| {
+        spawn_to_end(self.conn(), self.client.clone(), runtime, move |conn| {
             work(obj.on(conn))
         });
     }
@@ -92,7 +91,7 @@ impl Object {
         F: Future<Output = ()> + Send + 'static,
     {
         let obj = self.clone();
-        Rescue::of_client(
+        Rescue::new(
             self.client.clone(),
             Arc::new(move |conn| Box::pin(work(obj.on(conn)))),
         )
