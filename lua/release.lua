@@ -108,22 +108,25 @@ local function grant_shown(grant)
     return latch ~= false and latch ~= 'x'
 end
 -- end shared
--- shared: close a give-back's grant (once the give-back runs, whatever the
--- owner holds: `grant` becomes `x`, its TTL kept, so a settle of the grant
+-- shared: close a give-back's grant (once the give-back ran, whatever the
+-- owner held: `grant` becomes `x`, its TTL kept, so a settle of the grant
 -- run again, under another request id, finds nothing more to give back,
--- where it would take the owner's next hold. `lock` is refused first, and
--- its error reply returned, when it is no lock; nil otherwise, and for a
--- plain release, `grant` nil)
-local function close_grant(grant, lock)
-    if grant == nil then
-        return nil
+-- where it would take the owner's next hold. Called after the script's
+-- first write where it has one that grows no memory, so that a Redis out
+-- of memory still runs the give-back. Nothing for a plain release, `grant`
+-- nil. `none_held`: the reply when the owner holds nothing, the grant
+-- closed, or `lock`'s refusal when it is no lock, nothing written)
+local function close_grant(grant)
+    if grant ~= nil then
+        redis.call('set', grant, 'x', 'keepttl')
     end
+end
+local function none_held(grant, lock)
     local refused = not_a_lock(lock)
-    if refused then
-        return refused
+    if refused == nil then
+        close_grant(grant)
     end
-    redis.call('set', grant, 'x', 'keepttl')
-    return nil
+    return refused
 end
 -- end shared
 -- Past its deadline (by the server's clock), a first call changes nothing.
@@ -144,15 +147,14 @@ end
 if not grant_shown(grant) then
     return nil
 end
-local refused = close_grant(grant, KEYS[1])
-if refused then
-    return refused
-end
 -- HGET fails on another type: that, like a field not found, is looked at
 -- here (nil: not held).
 local held = redis.pcall('hget', KEYS[1], ARGV[3])
-if type(held) ~= 'string' then
-    return not_a_lock(KEYS[1]) or (held or nil)
+if type(held) == 'table' then
+    return not_a_lock(KEYS[1]) or held
+end
+if held == false then
+    return none_held(grant, KEYS[1])
 end
 -- A job's occurrence: its marker is read (and refused when it is no
 -- integer) before any write, and raised after the first write, which
@@ -183,6 +185,7 @@ if held ~= '1' and redis.call('hincrby', KEYS[1], ARGV[3], -1) > 0 then
     if redis.call('pttl', KEYS[1]) < tonumber(ARGV[2]) then
         redis.call('pexpire', KEYS[1], ARGV[2])
     end
+    close_grant(grant)
     redis.call('set', unlock_latch, 0, 'px', ARGV[5])
     return 0
 end
@@ -198,11 +201,13 @@ if keep > 0 then
         redis.call('hset', KEYS[1], ARGV[3], 1)
     end
     mark_done()
+    close_grant(grant)
     redis.call('set', unlock_latch, 2, 'px', ARGV[5])
     return 2
 end
 redis.call('del', KEYS[1])
 mark_done()
 redis.call(ARGV[4], KEYS[2], ARGV[1])
+close_grant(grant)
 redis.call('set', unlock_latch, 1, 'px', ARGV[5])
 return 1

@@ -93,40 +93,43 @@ local function grant_shown(grant)
     return latch ~= false and latch ~= 'x'
 end
 -- end shared
--- shared: close a give-back's grant (once the give-back runs, whatever the
--- owner holds: `grant` becomes `x`, its TTL kept, so a settle of the grant
+-- shared: close a give-back's grant (once the give-back ran, whatever the
+-- owner held: `grant` becomes `x`, its TTL kept, so a settle of the grant
 -- run again, under another request id, finds nothing more to give back,
--- where it would take the owner's next hold. `lock` is refused first, and
--- its error reply returned, when it is no lock; nil otherwise, and for a
--- plain release, `grant` nil)
-local function close_grant(grant, lock)
-    if grant == nil then
-        return nil
+-- where it would take the owner's next hold. Called after the script's
+-- first write where it has one that grows no memory, so that a Redis out
+-- of memory still runs the give-back. Nothing for a plain release, `grant`
+-- nil. `none_held`: the reply when the owner holds nothing, the grant
+-- closed, or `lock`'s refusal when it is no lock, nothing written)
+local function close_grant(grant)
+    if grant ~= nil then
+        redis.call('set', grant, 'x', 'keepttl')
     end
+end
+local function none_held(grant, lock)
     local refused = not_a_lock(lock)
-    if refused then
-        return refused
+    if refused == nil then
+        close_grant(grant)
     end
-    redis.call('set', grant, 'x', 'keepttl')
-    return nil
+    return refused
 end
 -- end shared
-if not grant_shown(KEYS[5]) then
+local grant = KEYS[5]
+if not grant_shown(grant) then
     return nil
-end
-local refused = close_grant(KEYS[5], KEYS[1])
-if refused then
-    return refused
 end
 -- HGET fails on another type: that, like a lock not held, is looked at
 -- here (nil: not held).
 local mode = redis.pcall('hget', KEYS[1], 'mode')
+if type(mode) == 'table' then
+    return not_a_lock(KEYS[1]) or mode
+end
 if mode ~= 'write' then
-    return not_a_lock(KEYS[1]) or (type(mode) == 'table' and mode or nil)
+    return none_held(grant, KEYS[1])
 end
 local held = redis.call('hget', KEYS[1], ARGV[3])
 if held == false then
-    return not_a_lock(KEYS[1])
+    return none_held(grant, KEYS[1])
 end
 -- shared: drop one hold (`held`, the owner's count, read before: with holds
 -- left, the count is lowered, the key's TTL raised to the lease and 0
@@ -140,6 +143,7 @@ if held ~= '1' and redis.call('hincrby', KEYS[1], ARGV[3], -1) > 0 then
     if redis.call('pttl', KEYS[1]) < tonumber(ARGV[2]) then
         redis.call('pexpire', KEYS[1], ARGV[2])
     end
+    close_grant(grant)
     redis.call('set', unlock_latch, 0, 'px', ARGV[5])
     return 0
 end
@@ -156,5 +160,6 @@ else
     redis.call('del', KEYS[1])
 end
 redis.call(ARGV[4], KEYS[2], ARGV[1])
+close_grant(grant)
 redis.call('set', unlock_latch, 1, 'px', ARGV[5])
 return 1

@@ -224,4 +224,3 @@ mod expirable {
         );
     }
 }
-

@@ -482,9 +482,8 @@ struct Permits {
     /// again from its start (at a runtime's shutdown) sends under the same
     /// id, and a first run that got through is replayed, not counted again.
     give_back: String,
-    /// Runs of the give-back so far: one that names no grant, beside or
-    /// after another (a send of which may still land), leaves the latch to
-    /// its TTL.
+    /// Runs of the give-back so far: a run beside or after another (a
+    /// send of which may still land) leaves the latch to its TTL.
     runs: std::sync::atomic::AtomicU32,
 }
 
@@ -536,16 +535,16 @@ impl Taken for Permits {
         let until = Instant::now() + NEVER_EXPIRES;
         match resend_until(semaphore.config(), name, until, send).await {
             Ok(_) => {
-                // Kept to its TTL after a failed send, which may still
-                // reach Redis and must find it (or add the permits twice);
-                // likewise beside another run of a give-back that names no
-                // grant. One that names its grant closed it (`nil`: another
-                // run did): a run that sends after this latch is gone finds
-                // the grant closed, and a settle run again finds no grant.
+                // Kept to its TTL after a failed send, or beside another
+                // run of the give-back, whose send may still reach Redis
+                // and must find it (or add the permits twice: the grant it
+                // names, closed, may be gone by then, deleted with its
+                // request or run out, and a give-back finding none gives).
                 let alone = self.runs.load(std::sync::atomic::Ordering::Acquire) == 1;
-                if sends == 1 && (grant.is_some() || alone) {
+                if sends == 1 && alone {
                     semaphore.discard_latch(latch);
                 }
+                // Closed by the script (`nil`: by another run), or gone.
                 grant.is_some()
             }
             Err(err) => {

@@ -555,7 +555,7 @@ const MUTANTS: &[(Mutant, usize)] = &[
     (
         Mutant {
             file: "fair_release.lua",
-            from: "if not grant_shown(KEYS[6]) then",
+            from: "if not grant_shown(grant) then",
             nth: 1,
             to: "if false then",
             what: "a fair give-back takes the owner's hold whatever its grant's latch shows",

@@ -568,7 +568,7 @@ const MUTANTS: &[(Mutant, usize)] = &[
     (
         Mutant {
             file: "read_release.lua",
-            from: "if not grant_shown(KEYS[6]) then",
+            from: "if not grant_shown(grant) then",
             nth: 1,
             to: "if false then",
             what: "a read give-back takes the owner's hold whatever its grant's latch shows",
@@ -578,7 +578,7 @@ const MUTANTS: &[(Mutant, usize)] = &[
     (
         Mutant {
             file: "write_release.lua",
-            from: "if not grant_shown(KEYS[5]) then",
+            from: "if not grant_shown(grant) then",
             nth: 1,
             to: "if false then",
             what: "a write give-back takes the owner's hold whatever its grant's latch shows",

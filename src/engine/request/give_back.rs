@@ -177,17 +177,18 @@ pub(crate) trait Taken: Send + Sync + 'static {
     /// stands still. `grant` is the latch of the request granted, when
     /// the give-back may name it (a lock's releases only while it shows
     /// the grant); a give-back that must outlive it keeps the `Arc`. Logs
-    /// its own failure, saying `why`. Whether the give-back's script
-    /// closed `grant` (`x`): once it ran, a settle of the request run
-    /// again finds nothing to give back, and the latch needs no close of
-    /// its own.
+    /// its own failure, saying `why`. Whether `grant` needs no close of
+    /// its own: the give-back's script closed it (`x`), so that a settle
+    /// of the request run again finds nothing to give back, or found it
+    /// gone (past its TTL, which outlasts every send's deadline: a late
+    /// send of the request changes nothing).
     ///
     /// It may run again from its start, on a connection of its own, when
     /// its runtime shut down before it ended (see `Finish::rescued_by`),
     /// after any part of the first run: a second run must give nothing
-    /// back twice (a give-back naming its grant: the grant closed by the
-    /// first; permits named by none: one give-back id per grant, whose
-    /// latch stays while another run may send).
+    /// back twice (a settle run again finds the grant closed by the
+    /// first; permits: one give-back id per grant, whose latch stays while
+    /// another run may send).
     fn give_back(
         &self,
         on: &Object,
