@@ -107,6 +107,25 @@ pub(crate) fn body_of(sha: &[u8]) -> Option<&'static str> {
     BODIES.get(sha).copied()
 }
 
+/// An EVALSHA of `script` on `keys`, written straight into one command,
+/// for the caller to add the arguments to: the calls every lock pair
+/// makes (the lean acquire and release) go this way. A
+/// `ScriptInvocation` allocates each key and argument on its own and
+/// copies them into a command of its own when sent; this writes them
+/// once. A NOSCRIPT reply is the connection's to answer, as for every
+/// script (see [`Conn`](crate::client::conn::Conn)).
+pub(crate) fn evalsha(script: &Script, keys: &[&str]) -> redis::Cmd {
+    // EVALSHA, its SHA1, the key count, the keys and up to six arguments
+    // of a few dozen bytes each, without growing.
+    let size = 64 + keys.iter().map(|key| key.len() + 16).sum::<usize>() + 6 * 40;
+    let mut cmd = redis::Cmd::with_capacity(3 + keys.len() + 6, size);
+    cmd.arg("EVALSHA").arg(script.get_hash()).arg(keys.len());
+    for key in keys {
+        cmd.arg(*key);
+    }
+    cmd
+}
+
 /// The message a final release publishes: wakes one waiter.
 pub(crate) const UNLOCK_MESSAGE: &str = "0";
 

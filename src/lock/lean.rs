@@ -31,7 +31,7 @@ use super::gate::{Gates, Ticket};
 use super::kind::{Kind, Reentry};
 use crate::engine::keys;
 use crate::engine::object::Object;
-use crate::engine::scripts::{LEAN_ACQUIRE, LEAN_RELEASE, LEAN_SETTLE, UNLOCK_MESSAGE};
+use crate::engine::scripts::{self, LEAN_ACQUIRE, LEAN_RELEASE, LEAN_SETTLE, UNLOCK_MESSAGE};
 use crate::engine::telemetry;
 use crate::engine::watchdog::{drift_margin, HoldKey};
 use crate::error::is_connection_failure;
@@ -138,14 +138,14 @@ pub(super) async fn acquire(
         }
         Err(err) => return Err(err),
     };
-    let mut call = LEAN_ACQUIRE.key(&*key.name);
+    let mut call = scripts::evalsha(&LEAN_ACQUIRE, &[&key.name]);
     call.arg(ttl_ms).arg(&*key.field).arg(deadline).arg(0);
     // Closed before it goes, and opened when its reply is read: a send
     // dropped on its way (its runtime shut down) keeps the gate closed
     // until what it may have taken has surely ended.
     Gates::get().close(key, deadline, surely_ended(client, lasts));
     let mut conn = lock.conn();
-    let request = async move { call.invoke_async::<Option<i64>>(&mut conn).await };
+    let request = async move { call.query_async::<Option<i64>>(&mut conn).await };
     let (left_lock, left_key, left_runtime) = (lock.clone(), key.clone(), runtime.clone());
     let orphan = move |reply: redis::RedisResult<Option<i64>>| async move {
         match reply {
@@ -266,20 +266,20 @@ pub(super) async fn release(
         }
         Err(err) => return Err(err),
     };
-    let mut call = LEAN_RELEASE.key(&*key.name);
-    call.key(keys::lock_channel(&key.name))
-        .arg(UNLOCK_MESSAGE)
+    let mut call = scripts::evalsha(&LEAN_RELEASE, &[&key.name, &keys::lock_channel(&key.name)]);
+    call.arg(UNLOCK_MESSAGE)
         .arg(&*key.field)
         .arg(lock.publish())
         .arg(deadline)
         .arg(0);
     lost_at.store(deadline, Ordering::Release);
     Gates::get().close(key, deadline, surely_ended(client, lasts));
-    let reply = call.invoke_async::<Option<i64>>(&mut lock.conn()).await;
+    let reply = call.query_async::<Option<i64>>(&mut lock.conn()).await;
     if matches!(&reply, Err(err) if is_connection_failure(err)) {
         telemetry::lean_sent("release", "lost");
+        // Boxed: a cold path that need not size every release's future.
         return Ok(Let::Settled(
-            settle_awaited(lock, key, (deadline, lasts), wait).await,
+            Box::pin(settle_awaited(lock, key, (deadline, lasts), wait)).await,
         ));
     }
     lost_at.store(0, Ordering::Release);
