@@ -209,6 +209,23 @@ where
     if let Tried::Done(done) = first_try(&mut attempt, what, deadline, answered).await? {
         return Ok(Some(done));
     }
+    // Boxed: the wait is far larger than the first try, and every call's
+    // future (moved as it is made and awaited) would carry it.
+    Box::pin(wait_subscribed(client, channel, deadline, attempt)).await
+}
+
+/// [`wait_on_in`] after a first try that did not succeed: subscribe, try
+/// again, and watch.
+async fn wait_subscribed<T, F, Fut>(
+    client: &Client,
+    channel: impl Fn() -> Channel,
+    deadline: Option<Instant>,
+    mut attempt: F,
+) -> Result<Option<T>>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<Tried<T>>>,
+{
     let Channel { name, broadcast } = channel();
     if expired(deadline, Instant::now()) {
         return Ok(None);

@@ -171,7 +171,8 @@ impl LockCore {
                     // with its connection error.
                     took @ (Took::Lost(_) | Took::Latched) => {
                         drop(ticket);
-                        let again = self.latched_after_gate(req, ttl_ms, &runtime).await?;
+                        let again =
+                            Box::pin(self.latched_after_gate(req, ttl_ms, &runtime)).await?;
                         let Some((granted, ticket, at)) = again else {
                             return match took {
                                 Took::Lost(err) => Err(self.error(err)),
@@ -185,7 +186,10 @@ impl LockCore {
             }
             claim => {
                 let ticket = claim.map(|claim| Arc::new(claim.into_ticket()));
-                let granted = self.send_latched(req, ttl_ms, &runtime).await?;
+                // Boxed, as the latched send after a lean one is: a
+                // lean `lock()` moves its future on every call, which
+                // need not be as large as the latched send's.
+                let granted = Box::pin(self.send_latched(req, ttl_ms, &runtime)).await?;
                 (granted, false, ticket)
             }
         };

@@ -329,7 +329,9 @@ impl Release {
         };
         let answer = match lean {
             Some(answer) => answer,
-            None => self.send_latched(lock, resend).await,
+            // Boxed: the release's future, which every unlock allocates
+            // and moves, need not be as large as the latched path's.
+            None => Box::pin(self.send_latched(lock, resend)).await,
         };
         drop(claim);
         linger(&self.key, &self.slot, self.lease_ms, &answer);
@@ -422,7 +424,7 @@ impl Release {
         let let_go = match lost_at {
             0 => lean::release(lock, &self.key, lasts, &self.lean_lost, wait).await,
             _ => Ok(Let::Settled(
-                lean::settle_until_answered(lock, &self.key, lost_at, lasts).await,
+                Box::pin(lean::settle_until_answered(lock, &self.key, lost_at, lasts)).await,
             )),
         };
         let released = Answer {
@@ -430,7 +432,7 @@ impl Release {
             kept_ms: None,
             first_sent,
         };
-        let not_held = Error::NotHeld {
+        let not_held = || Error::NotHeld {
             name: self.key.name.to_string(),
             owner: self.key.field.to_string(),
         };
@@ -445,7 +447,7 @@ impl Release {
             // the lease), as after a latched release that never got
             // through.
             Ok(Let::Settled(false)) => Err(lock.error(unanswered())),
-            Ok(Let::NotHeld) => Err(not_held),
+            Ok(Let::NotHeld) => Err(not_held()),
             Ok(Let::Latched) => return None,
             Ok(Let::Unexpected(reply)) => Err(Error::UnexpectedReply {
                 script: "lean_release",
