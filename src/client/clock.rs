@@ -41,7 +41,7 @@ struct Reading {
 /// The readings of the servers this client sends acquires to: one per
 /// cluster slot (of the masters that serve them), one for a single server.
 #[derive(Debug, Default)]
-pub(super) struct ServerClocks(Mutex<HashMap<u16, Reading>>);
+pub(super) struct ServerClocks(Mutex<HashMap<u16, Reading, foldhash::fast::RandomState>>);
 
 impl Client {
     /// The deadline of an acquire sent now on a key of `key`'s slot, in

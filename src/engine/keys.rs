@@ -59,9 +59,21 @@ impl OwnerFields {
     }
 }
 
-/// `prefix:{name}` (Redisson's `prefixName`).
+/// `prefix:{name}` (Redisson's `prefixName`). Built by hand, in one
+/// allocation: a release names its channel with it on every call.
 pub(crate) fn prefix_name(prefix: &str, name: &str) -> String {
-    format!("{prefix}:{}", tagged(name))
+    let braces = !name.contains('{');
+    let mut key = String::with_capacity(prefix.len() + name.len() + 3);
+    key.push_str(prefix);
+    key.push(':');
+    if braces {
+        key.push('{');
+    }
+    key.push_str(name);
+    if braces {
+        key.push('}');
+    }
+    key
 }
 
 /// The channel a lock's unlock message goes to.

@@ -64,7 +64,7 @@ struct Schedule {
     queue: BTreeMap<(Instant, u64), Vec<Arc<LeaseState>>>,
     /// Per group, the batch new holds join while it is due no later than
     /// they are, and less than the coalescing window earlier.
-    open: std::collections::HashMap<Group, (Instant, u64)>,
+    open: std::collections::HashMap<Group, (Instant, u64), foldhash::fast::RandomState>,
     next: u64,
     /// When the scheduler wakes up by itself next; `None` while it waits
     /// for work. A batch due later needs no wake-up.
