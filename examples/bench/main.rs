@@ -49,6 +49,20 @@ pub(crate) struct Options {
     pub(crate) split: bool,
     json: Option<String>,
     only: Option<Vec<usize>>,
+    /// `--pairs N WHAT`: only N lock + unlock pairs (or raw pairs) of one
+    /// task, for an instruction count (see [`pairs`]).
+    pairs: Option<(usize, Pairs)>,
+}
+
+/// What `--pairs` runs.
+#[derive(Debug, Clone, Copy)]
+enum Pairs {
+    /// Two EVALSHA of `return 1`, as scenario 1 sends them.
+    Raw,
+    /// `lock()` and `unlock()` of one lock.
+    Watchdog,
+    /// `lock_with_lease(10 s)` and `unlock()` of one lock.
+    Lease,
 }
 
 impl Options {
@@ -59,6 +73,7 @@ impl Options {
             split: false,
             json: None,
             only: None,
+            pairs: None,
         };
         let mut args = std::env::args().skip(1);
         while let Some(arg) = args.next() {
@@ -69,6 +84,19 @@ impl Options {
                 "--split" => options.split = true,
                 "--json" => {
                     options.json = Some(args.next().ok_or("--json needs a file path")?);
+                }
+                "--pairs" => {
+                    let n = args
+                        .next()
+                        .and_then(|n| n.parse::<usize>().ok())
+                        .ok_or("--pairs needs a count, then raw, watchdog or lease")?;
+                    let what = match args.next().as_deref() {
+                        Some("raw") => Pairs::Raw,
+                        Some("watchdog") => Pairs::Watchdog,
+                        Some("lease") => Pairs::Lease,
+                        _ => return Err("--pairs N needs raw, watchdog or lease after it".into()),
+                    };
+                    options.pairs = Some((n, what));
                 }
                 "--only" => {
                     let list = args
@@ -93,7 +121,10 @@ impl Options {
                          \x20            11 times a ConnectionManager's hand-on (more subscribers)\n\
                          --json PATH  also write every figure to PATH as JSON\n\
                          --only LIST  run only these scenarios (1-11); the round trip\n\
-                         \x20            (scenario 1) is always measured, as the unit"
+                         \x20            (scenario 1) is always measured, as the unit\n\
+                         --pairs N raw|watchdog|lease\n\
+                         \x20            no scenario: N pairs of one task on one thread, for\n\
+                         \x20            callgrind (two counts' difference over the pairs)"
                     );
                     std::process::exit(0);
                 }
@@ -232,11 +263,55 @@ fn main() {
     // running (a latch's close, say) is finished at the runtime's end,
     // and needs it.
     let (url, server) = support::redis_url();
+    if let Some((n, what)) = options.pairs {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a tokio runtime");
+        runtime.block_on(pairs(&url, n, what, options.lean));
+        drop(runtime);
+        drop(server);
+        return;
+    }
     let runtime = tokio::runtime::Runtime::new().expect("a tokio runtime");
     let code = runtime.block_on(run(options, url));
     drop(runtime);
     drop(server);
     std::process::exit(code);
+}
+
+/// `n` pairs of `what`, one after the other on one task of a
+/// current-thread runtime, with nothing else in the process: what
+/// `valgrind --tool=callgrind` counts for two values of `n`, whose
+/// difference over the pairs between them is the instructions one pair
+/// takes in this process (the server runs in another).
+async fn pairs(url: &str, n: usize, what: Pairs, lean: bool) {
+    let client = ferrisson::Client::builder(url)
+        .lean(lean)
+        .build()
+        .await
+        .expect("connect a ferrisson client");
+    let lock = client.lock("bench:pairs");
+    let mut raw = connection(url).await.expect("connect to Redis");
+    for _ in 0..n {
+        match what {
+            Pairs::Raw => scenarios::raw_pair(&mut raw, lock.name()).await,
+            Pairs::Watchdog => lock
+                .lock()
+                .await
+                .expect("lock")
+                .unlock()
+                .await
+                .expect("unlock"),
+            Pairs::Lease => lock
+                .lock_with_lease(Duration::from_secs(10))
+                .await
+                .expect("lock")
+                .unlock()
+                .await
+                .expect("unlock"),
+        }
+    }
 }
 
 /// Runs the scenarios `options` asks for on the Redis at `url`; the
