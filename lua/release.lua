@@ -114,13 +114,15 @@ end
 -- where it would take the owner's next hold. Called after the script's
 -- first write where it has one that grows no memory, so that a Redis out
 -- of memory still runs the give-back. Nothing for a plain release, `grant`
--- nil. `none_held`: the reply when the owner holds nothing, the grant
--- closed, or `lock`'s refusal when it is no lock, nothing written)
+-- nil)
 local function close_grant(grant)
     if grant ~= nil then
         redis.call('set', grant, 'x', 'keepttl')
     end
 end
+-- end shared
+-- shared: none held (the reply when the owner holds nothing: nil, the
+-- grant closed, or `lock`'s refusal when it is no lock, nothing written)
 local function none_held(grant, lock)
     local refused = not_a_lock(lock)
     if refused == nil then
