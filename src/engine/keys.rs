@@ -62,8 +62,13 @@ impl OwnerFields {
 /// `prefix:{name}` (Redisson's `prefixName`). Built by hand, in one
 /// allocation: a release names its channel with it on every call.
 pub(crate) fn prefix_name(prefix: &str, name: &str) -> String {
+    prefix_name_and(prefix, name, 0)
+}
+
+/// [`prefix_name`] with room for `more` bytes after it.
+fn prefix_name_and(prefix: &str, name: &str, more: usize) -> String {
     let braces = !name.contains('{');
-    let mut key = String::with_capacity(prefix.len() + name.len() + 3);
+    let mut key = String::with_capacity(prefix.len() + name.len() + 3 + more);
     key.push_str(prefix);
     key.push(':');
     if braces {
@@ -249,7 +254,7 @@ pub(crate) fn acquire_latch(name: &str, request_id: &str) -> String {
 }
 
 fn request_latch(prefix: &str, name: &str, request_id: &str) -> String {
-    let mut key = prefix_name(prefix, name);
+    let mut key = prefix_name_and(prefix, name, 1 + request_id.len());
     key.push(':');
     key.push_str(request_id);
     key
