@@ -4,11 +4,17 @@
 /// a `{`. Every key of one lock carries it, so all fall into the lock
 /// name's cluster slot.
 fn tagged(name: &str) -> std::borrow::Cow<'_, str> {
-    if name.contains('{') {
+    if has_tag(name) {
         name.into()
     } else {
         format!("{{{name}}}").into()
     }
+}
+
+/// Whether `name` goes into keys as it is, by the brace rule: it has a
+/// `{` of its own; else it goes in braces.
+fn has_tag(name: &str) -> bool {
+    name.contains('{')
 }
 
 /// The owner fields (`<client-uuid>:<owner-id>`) a client made last, one
@@ -67,7 +73,7 @@ pub(crate) fn prefix_name(prefix: &str, name: &str) -> String {
 
 /// [`prefix_name`] with room for `more` bytes after it.
 fn prefix_name_and(prefix: &str, name: &str, more: usize) -> String {
-    let braces = !name.contains('{');
+    let braces = !has_tag(name);
     let mut key = String::with_capacity(prefix.len() + name.len() + 3 + more);
     key.push_str(prefix);
     key.push(':');
