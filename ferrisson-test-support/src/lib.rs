@@ -156,9 +156,10 @@ pub fn init_tracing() {
 /// The names of the locks and semaphores whose give-back of a grant, or
 /// whose release of a dropped guard, failed in this process so far (the
 /// library's warnings "could not give back ...", "release of a dropped
-/// guard failed ..." and "could not learn whether a request ... took a
-/// hold": what the grant or the guard held stays until its lease ends, as
-/// documented), once [`init_tracing`] has run.
+/// guard failed ...", "could not learn whether a request ... took a
+/// hold" and their lean acquire's kin: what the grant or the guard held
+/// stays until its lease ends, as documented), once [`init_tracing`] has
+/// run.
 pub fn failed_give_backs() -> std::collections::BTreeSet<String> {
     FAILED_GIVE_BACKS.lock().unwrap().clone()
 }
@@ -192,12 +193,17 @@ impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for GiveBackFailures {
         event.record(&mut fields);
         // A give-back, or a dropped guard's release, that never got
         // through, or a settling that could not learn what its request
-        // took: the hold stays until its lease ends (as documented).
-        let failed = fields.message.starts_with("could not give back")
-            || fields.message.starts_with("could not learn whether")
-            || fields
-                .message
-                .starts_with("release of a dropped guard failed");
+        // took (a lean acquire's too): the hold stays until its lease
+        // ends (as documented).
+        let failed = [
+            "could not give back",
+            "could not learn whether",
+            "release of a dropped guard failed",
+            "could not release a hold a lean acquire took",
+            "a lean send whose reply was lost could not be settled",
+        ]
+        .iter()
+        .any(|start| fields.message.starts_with(start));
         if let (true, Some(name)) = (failed, fields.name) {
             FAILED_GIVE_BACKS.lock().unwrap().insert(name);
         }

@@ -4,16 +4,17 @@
 /// a `{`. Every key of one lock carries it, so all fall into the lock
 /// name's cluster slot.
 fn tagged(name: &str) -> std::borrow::Cow<'_, str> {
-    if has_tag(name) {
+    if has_brace(name) {
         name.into()
     } else {
         format!("{{{name}}}").into()
     }
 }
 
-/// Whether `name` goes into keys as it is, by the brace rule: it has a
-/// `{` of its own; else it goes in braces.
-fn has_tag(name: &str) -> bool {
+/// Whether `name` goes into keys as it is, by Redisson's brace rule: it
+/// has a `{` of its own; else it goes in braces. Not Redis's hash-tag
+/// rule (see [`hash_tag`]): `{open` has a brace and no tag.
+fn has_brace(name: &str) -> bool {
     name.contains('{')
 }
 
@@ -73,7 +74,7 @@ pub(crate) fn prefix_name(prefix: &str, name: &str) -> String {
 
 /// [`prefix_name`] with room for `more` bytes after it.
 fn prefix_name_and(prefix: &str, name: &str, more: usize) -> String {
-    let braces = !has_tag(name);
+    let braces = !has_brace(name);
     let mut key = String::with_capacity(prefix.len() + name.len() + 3 + more);
     key.push_str(prefix);
     key.push(':');
