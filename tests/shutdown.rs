@@ -27,6 +27,9 @@ enum Call {
     Lock { lean: bool },
     /// An unlock, its command held before it reached Redis.
     Unlock,
+    /// A lock's latched acquire refused (another owner holds the lock),
+    /// its reply held.
+    Refused,
 }
 
 /// An acquire whose reply is on its way when the program returns leaves
@@ -36,8 +39,10 @@ enum Call {
 /// stand until its TTL) alike, for the lean and the latched protocol.
 /// Each reply is held in a proxy, after the script ran, until the runtime
 /// is gone. And an unlock whose command has not reached Redis then is sent
-/// again, and releases. Each is checked before the proxy lets the held
-/// command or reply go on.
+/// again, and releases. An acquire refused in Redis, its reply held,
+/// leaves no key at all: its latch is neither written by the refusal nor
+/// by its settle (no send of it can run once the settle reads the latch).
+/// Each is checked before the proxy lets the held command or reply go on.
 #[test]
 fn a_call_in_flight_when_the_program_returns_leaves_nothing_taken() {
     let server = RedisServer::start();
@@ -52,13 +57,14 @@ fn a_call_in_flight_when_the_program_returns_leaves_nothing_taken() {
             (Call::Lock { lean: true }, &lean_acquire),
             (Call::Lock { lean: false }, &latched_acquire),
             (Call::Unlock, &lean_release),
+            (Call::Refused, &latched_acquire),
         ];
         for (call, hash) in calls {
             let at = format!("{call:?}, multi_thread: {multi_thread}");
             let name = format!("shutdown:in-flight:{multi_thread}:{call:?}");
             let rt = runtime(multi_thread);
             rt.block_on(async {
-                let lean = !matches!(call, Call::Lock { lean: false });
+                let lean = !matches!(call, Call::Lock { lean: false } | Call::Refused);
                 let builder = ferrisson::Client::builder(proxy.url())
                     .watchdog_timeout(WATCHDOG)
                     .lean(lean);
@@ -90,6 +96,13 @@ fn a_call_in_flight_when_the_program_returns_leaves_nothing_taken() {
                         proxy.hold_next_reply_to(hash);
                         tokio::spawn(async move { drop(lock.lock().await) });
                     }
+                    Call::Refused => {
+                        // Held by an owner of another client.
+                        server.cmd(&["HSET", &name, "other-client:1", "1"]);
+                        server.cmd(&["PEXPIRE", &name, "600000"]);
+                        proxy.hold_next_reply_to(hash);
+                        tokio::spawn(async move { drop(lock.try_lock_for(WATCHDOG).await) });
+                    }
                 }
                 common::eventually(Duration::from_secs(20), || {
                     let seen = proxy.held_replies() + proxy.held_commands() > held;
@@ -114,6 +127,19 @@ fn a_call_in_flight_when_the_program_returns_leaves_nothing_taken() {
                     Some("1"),
                     "{at}: the permit came back"
                 ),
+                Call::Refused => {
+                    assert_eq!(
+                        server.cmd(&["HGETALL", &name]).as_array().map(|a| a.len()),
+                        Some(2),
+                        "{at}: the other owner's hold stands alone"
+                    );
+                    assert_eq!(
+                        server.keys(&format!("*{name}*")),
+                        vec![name.clone()],
+                        "{at}: no latch is left"
+                    );
+                    server.cmd(&["DEL", &name]);
+                }
                 _ => assert!(!exists(&server, &name), "{at}: nothing is held"),
             }
             proxy.release_held();

@@ -92,6 +92,13 @@ impl Client {
             .saturating_sub(reading.error_ms))
     }
 
+    /// The clock of the server that serves `key`, read now on `conn`
+    /// (never a kept reading): epoch ms, as the scripts read it, so that a
+    /// send's deadline is past once this is above it.
+    pub(crate) async fn server_ms_on(&self, conn: &Conn, key: &str) -> redis::RedisResult<u64> {
+        Ok(read_clock(conn, key).await?.server_ms)
+    }
+
     /// Drops the reading of the clock of the server that serves `key`, so
     /// that the next deadline reads it anew: an acquire ran after its
     /// send's deadline, and the reading may be what was wrong (that

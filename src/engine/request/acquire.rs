@@ -3,6 +3,7 @@
 //! [`Sending`] is each synchronizer's policy as data).
 
 use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -19,7 +20,9 @@ use crate::error::is_connection_failure;
 use super::give_back::{GiveBack, GrantedIn, KeepsLatched, Lasts, Taken};
 use super::latch::Latch;
 use super::resend::{resend, Resend};
-use super::settle::{cancel, give_back_lost, grant_lasts, on_server, settle_lost};
+use super::settle::{
+    cancel, give_back_lost, grant_lasts, on_server, settle_at_shutdown, settle_lost,
+};
 
 /// The error of a send whose script ran after its deadline, and so took
 /// nothing (the scripts reply [`LATE`]): its reply came later than its
@@ -57,6 +60,10 @@ pub(crate) struct Request<T: Taken> {
     /// When it was made: before its first send, so before any grant.
     born: Instant,
     outcome: Mutex<Outcome>,
+    /// The latest deadline of the sends made of it, in epoch ms by the
+    /// server's clock (0 before any): no send of it runs after it (see
+    /// `settle_at_shutdown`).
+    sends_end: Arc<AtomicU64>,
     runtime: Handle,
 }
 
@@ -92,6 +99,7 @@ impl<T: Taken> Request<T> {
             latch: Arc::new(Latch::new(client, name, latch, latch_ttl, runtime.clone())),
             born: Instant::now(),
             outcome: Mutex::new(Outcome::default()),
+            sends_end: Arc::new(AtomicU64::new(0)),
             runtime,
         }
     }
@@ -391,6 +399,7 @@ where
             // server's clock: run later, the script takes nothing. A server
             // that does not tell its clock gets nothing sent.
             let deadline = client.send_deadline(&request.latch.key).await?;
+            request.sends_end.fetch_max(deadline, Ordering::AcqRel);
             let at = Instant::now();
             request
                 .outcome
@@ -485,18 +494,19 @@ where
     let asked = Arc::clone(&request);
     // At a runtime's shutdown, with the reply on its way or the orphan's
     // give-back not done: the request settled by its latch, on a
-    // connection of its own (closed, so that a copy still on its way takes
-    // nothing; a grant found given back). After a give-back that went
+    // connection of its own, once no send of it can run any more (see
+    // `settle_at_shutdown`: a grant found given back, and nothing written
+    // for a request never granted). After a give-back that went
     // through, the latch shows no grant any more (the give-back's script
     // closed it, see `Taken::give_back`): the rescue gives nothing back
     // twice, nor releases the owner's next hold.
     let rescue = {
         let (taken, latch) = (Arc::clone(&taken), Arc::clone(&request.latch));
-        let since = request.born;
+        let (since, sends_end) = (request.born, Arc::clone(&request.sends_end));
         on.rescue(move |on| {
             let (taken, key, ttl) = (Arc::clone(&taken), latch.key.clone(), latch.ttl);
-            let conn = on.conn();
-            settle_lost(on, conn, taken, (lasts, since), key, ttl)
+            let sends_end = sends_end.load(Ordering::Acquire);
+            settle_at_shutdown(on, taken, (lasts, since), key, ttl, sends_end)
         })
     };
     let send = async move {

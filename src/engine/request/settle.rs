@@ -161,6 +161,66 @@ pub(super) async fn give_back_lost<T: Taken>(
     }
 }
 
+/// Settles a request at a runtime's shutdown (its reply was on its way, or
+/// the give-back of an orphaned grant was not done), on the rescue's
+/// connection, by its latch. A latch found is settled by [`settle_lost`]
+/// at once: a grant is given back, a closed latch left as it is. A latch
+/// missing is looked for again until the server's clock is past
+/// `sends_end`, the latest deadline of the request's sends (epoch ms by
+/// the server's clock; 0 when none was sent): missing then, nothing was
+/// granted, nor can be, and nothing is written. [`settle_lost`] would
+/// close it (`x`, for the latch's TTL, tens of seconds), a key that a
+/// program that returns normally must not leave behind. That wait is at
+/// most one response timeout (a send's deadline is that much after it),
+/// within the rescue's window.
+pub(super) async fn settle_at_shutdown<T: Taken>(
+    on: Object,
+    taken: Arc<T>,
+    lost: (Lasts, Instant),
+    latch: String,
+    latch_ttl: u64,
+    sends_end: u64,
+) {
+    if sends_end == 0 {
+        // Never sent: nothing of it can run, and nothing is settled.
+        return;
+    }
+    let conn = on.conn();
+    match latch_after(&on, &conn, &latch, sends_end).await {
+        Ok(false) => {}
+        // Found, or not known: settled as a lost request is.
+        Ok(true) | Err(_) => settle_lost(on, conn, taken, lost, latch, latch_ttl).await,
+    }
+}
+
+/// Whether `latch` exists: `true` as soon as it is found, `false` when it
+/// is missing at a moment the server's clock is past `sends_end` (epoch
+/// ms). The clock is read before the latch each time: a send that ran
+/// before that reading wrote what it wrote already, and one that runs
+/// after it is past its deadline and writes nothing.
+async fn latch_after(
+    on: &Object,
+    conn: &Conn,
+    latch: &str,
+    sends_end: u64,
+) -> redis::RedisResult<bool> {
+    loop {
+        let now = on.client().server_ms_on(conn, latch).await?;
+        let found: i64 = redis::cmd("EXISTS")
+            .arg(latch)
+            .query_async(&mut conn.clone())
+            .await?;
+        if found > 0 {
+            return Ok(true);
+        }
+        if now > sends_end {
+            return Ok(false);
+        }
+        // The rescue's window bounds the whole wait.
+        tokio::time::sleep(Duration::from_millis(sends_end - now + 1)).await;
+    }
+}
+
 /// Settles a request whose replies were all lost in the background, once
 /// nobody sends it any more: [`cancel`], tried on the `SETTLE_LOST`
 /// schedule for as long as the latch lives, and a grant found given back.
