@@ -30,6 +30,9 @@ enum Call {
     /// A lock's latched acquire refused (another owner holds the lock),
     /// its reply held.
     Refused,
+    /// A lock's latched acquire held before it reached Redis, let go after
+    /// the runtime's end.
+    Late,
 }
 
 /// An acquire whose reply is on its way when the program returns leaves
@@ -43,6 +46,9 @@ enum Call {
 /// leaves no key at all: its latch is neither written by the refusal nor
 /// by its settle (no send of it can run once the settle reads the latch).
 /// Each is checked before the proxy lets the held command or reply go on.
+/// And an acquire held before it reached Redis leaves no key either, nor
+/// takes the lock when it reaches Redis after the program's end: its
+/// settle waited until it was past its deadline.
 #[test]
 fn a_call_in_flight_when_the_program_returns_leaves_nothing_taken() {
     let server = RedisServer::start();
@@ -58,13 +64,17 @@ fn a_call_in_flight_when_the_program_returns_leaves_nothing_taken() {
             (Call::Lock { lean: false }, &latched_acquire),
             (Call::Unlock, &lean_release),
             (Call::Refused, &latched_acquire),
+            (Call::Late, &latched_acquire),
         ];
         for (call, hash) in calls {
             let at = format!("{call:?}, multi_thread: {multi_thread}");
             let name = format!("shutdown:in-flight:{multi_thread}:{call:?}");
             let rt = runtime(multi_thread);
             rt.block_on(async {
-                let lean = !matches!(call, Call::Lock { lean: false } | Call::Refused);
+                let lean = !matches!(
+                    call,
+                    Call::Lock { lean: false } | Call::Refused | Call::Late
+                );
                 let builder = ferrisson::Client::builder(proxy.url())
                     .watchdog_timeout(WATCHDOG)
                     .lean(lean);
@@ -103,6 +113,10 @@ fn a_call_in_flight_when_the_program_returns_leaves_nothing_taken() {
                         proxy.hold_next_reply_to(hash);
                         tokio::spawn(async move { drop(lock.try_lock_for(WATCHDOG).await) });
                     }
+                    Call::Late => {
+                        proxy.hold_next_command(hash);
+                        tokio::spawn(async move { drop(lock.try_lock_for(WATCHDOG).await) });
+                    }
                 }
                 common::eventually(Duration::from_secs(20), || {
                     let seen = proxy.held_replies() + proxy.held_commands() > held;
@@ -118,6 +132,7 @@ fn a_call_in_flight_when_the_program_returns_leaves_nothing_taken() {
                     Some("0"),
                     "{at}: the acquire took the permit"
                 ),
+                Call::Late => assert!(!exists(&server, &name), "{at}: nothing is held yet"),
                 _ => assert!(exists(&server, &name), "{at}: the lock is held"),
             }
             drop(rt);
@@ -142,7 +157,24 @@ fn a_call_in_flight_when_the_program_returns_leaves_nothing_taken() {
                 }
                 _ => assert!(!exists(&server, &name), "{at}: nothing is held"),
             }
+            let calls = server.evalsha_calls();
             proxy.release_held();
+            if call == Call::Late {
+                // The acquire reaches Redis, past its deadline.
+                let deadline = std::time::Instant::now() + Duration::from_secs(30);
+                while server.evalsha_calls() == calls {
+                    assert!(
+                        std::time::Instant::now() < deadline,
+                        "{at}: the acquire ran"
+                    );
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                assert_eq!(
+                    server.keys(&format!("*{name}*")),
+                    Vec::<String>::new(),
+                    "{at}: no latch is left, and the late acquire took nothing"
+                );
+            }
         }
     }
 }

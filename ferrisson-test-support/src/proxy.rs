@@ -443,7 +443,12 @@ fn pump(
         };
         loop {
             let n = match from.read(&mut buf) {
-                Ok(0) | Err(_) => break,
+                // Closed by its peer: what it wrote before goes on, as TCP
+                // delivers it (a command written just before its client
+                // exited still reaches the server); the writer cuts once
+                // it forwarded the queue, whose end this return drops.
+                Ok(0) => return,
+                Err(_) => break,
                 Ok(n) => n,
             };
             let chunk = &buf[..n];

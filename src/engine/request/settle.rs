@@ -172,7 +172,15 @@ pub(super) async fn give_back_lost<T: Taken>(
 /// close it (`x`, for the latch's TTL, tens of seconds), a key that a
 /// program that returns normally must not leave behind. That wait is at
 /// most one response timeout (a send's deadline is that much after it),
-/// within the rescue's window.
+/// within the rescue's window; a deadline further off than that (the
+/// server's clock stepped back since the reading the deadline came from)
+/// is not waited for, and the latch is closed as before.
+///
+/// Limit: "nothing can run past its deadline" holds on one server clock
+/// that does not go back. A send still on its way that lands on another
+/// master whose clock is behind (a failover, a slot moved meanwhile) may
+/// still be granted, as it may after any settle of a missing latch that
+/// did not replicate; its hold then ends with its lease.
 pub(super) async fn settle_at_shutdown<T: Taken>(
     on: Object,
     taken: Arc<T>,
@@ -186,24 +194,29 @@ pub(super) async fn settle_at_shutdown<T: Taken>(
         return;
     }
     let conn = on.conn();
-    match latch_after(&on, &conn, &latch, sends_end).await {
+    match to_settle(&on, &conn, &latch, sends_end).await {
         Ok(false) => {}
-        // Found, or not known: settled as a lost request is.
+        // Found, not known, or not to wait for: settled as a lost request
+        // is.
         Ok(true) | Err(_) => settle_lost(on, conn, taken, lost, latch, latch_ttl).await,
     }
 }
 
-/// Whether `latch` exists: `true` as soon as it is found, `false` when it
-/// is missing at a moment the server's clock is past `sends_end` (epoch
-/// ms). The clock is read before the latch each time: a send that ran
-/// before that reading wrote what it wrote already, and one that runs
-/// after it is past its deadline and writes nothing.
-async fn latch_after(
+/// Whether the request of `latch` is to be settled: `true` as soon as the
+/// latch is found, or when `sends_end` (epoch ms) is more than a response
+/// timeout ahead of the server's clock; `false` when the latch is missing
+/// at a moment the server's clock is past `sends_end`. The clock is read
+/// before the latch each time: a send that ran before that reading wrote
+/// what it wrote already, and one that runs after it is past its deadline
+/// and writes nothing.
+async fn to_settle(
     on: &Object,
     conn: &Conn,
     latch: &str,
     sends_end: u64,
 ) -> redis::RedisResult<bool> {
+    let response = on.client().config().response_timeout;
+    let longest = u64::try_from(response.as_millis()).unwrap_or(u64::MAX);
     loop {
         let now = on.client().server_ms_on(conn, latch).await?;
         let found: i64 = redis::cmd("EXISTS")
@@ -216,8 +229,11 @@ async fn latch_after(
         if now > sends_end {
             return Ok(false);
         }
-        // The rescue's window bounds the whole wait.
-        tokio::time::sleep(Duration::from_millis(sends_end - now + 1)).await;
+        let left = sends_end - now;
+        if left > longest {
+            return Ok(true);
+        }
+        tokio::time::sleep(Duration::from_millis(left + 1)).await;
     }
 }
 
